@@ -1,0 +1,1 @@
+"""raftka: a KRaft-style Raft quorum (sans-I/O core, storage, driver, transports)."""

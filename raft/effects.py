@@ -1,0 +1,59 @@
+"""What the core asks its driver to do.
+
+The core never performs I/O. After each event the driver takes a ``Ready``: make
+``write`` durable, send ``send``, hand ``committed`` batches to the layer above and,
+if ``restore`` is set, reset the layer above to that snapshot. Messages that promise
+durability (a granted vote, a fetch offset, a leader's first epoch message) are held
+inside the core and appear in ``send`` only after the driver reports the write that
+they depend on with ``RaftCore.persisted(write_id)``: persist-before-acknowledge is a
+property of this type, not of the driver's discipline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raft.batch import Batch, SnapshotId
+from raft.messages import Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumStateData:
+    """The ``quorum-state`` file: fsynced before a vote is granted."""
+
+    epoch: int
+    voted_id: int  # -1: no vote in this epoch
+    leader_id: int  # -1: no known leader in this epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    id: SnapshotId
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One durable step, applied in this order: snapshot, truncation, appends, quorum state.
+
+    ``install_snapshot`` replaces the whole log (a follower that fetched a snapshot);
+    ``truncate_to`` drops every record at or after that offset, always at a batch
+    boundary. The storage must fsync everything before reporting the write done.
+    """
+
+    write_id: int
+    quorum_state: QuorumStateData | None = None
+    install_snapshot: Snapshot | None = None
+    truncate_to: int | None = None
+    append: tuple[Batch, ...] = ()
+
+
+@dataclass(slots=True)
+class Ready:
+    write: Write | None = None
+    send: list[Envelope] = field(default_factory=list)
+    committed: list[Batch] = field(default_factory=list)
+    restore: Snapshot | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.write or self.send or self.committed or self.restore)

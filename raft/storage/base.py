@@ -1,0 +1,50 @@
+"""The storage interface the driver uses; ``FileStorage`` and ``MemoryStorage`` implement it.
+
+Calls are synchronous and blocking (the driver runs them on a worker thread) and are
+never concurrent with each other. When a call returns, what it wrote is durable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from raft.batch import Batch
+from raft.effects import QuorumStateData, Snapshot, Write
+
+
+class StorageError(Exception):
+    """Storage cannot be used as it is; the message says what the operator should do."""
+
+
+class NotFormattedError(StorageError):
+    pass
+
+
+class CorruptLogError(StorageError):
+    pass
+
+
+@dataclass(slots=True)
+class LoadedState:
+    """Everything recovered at start: the core is rebuilt from this alone."""
+
+    quorum_state: QuorumStateData
+    snapshot: Snapshot | None
+    batches: list[Batch] = field(default_factory=list)  # every batch after the snapshot, in order
+
+
+class Storage(Protocol):
+    def load(self) -> LoadedState:
+        """Recover: truncate a torn or corrupt tail, raise CorruptLogError for damage before it."""
+        ...
+
+    def write(self, write: Write) -> None:
+        """Apply ``write`` in the order its docstring gives and fsync before returning."""
+        ...
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Write the snapshot atomically, then drop (or archive) segments wholly below it."""
+        ...
+
+    def close(self) -> None: ...

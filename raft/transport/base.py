@@ -1,0 +1,32 @@
+"""The transport interface the driver uses; gRPC and the simulator's network implement it.
+
+Requests the core sends are delivered to the peer; the peer's response comes back
+through ``Inbox.deliver``. A request that cannot be delivered because the peer is not
+there (connection refused or reset) is reported with ``Inbox.unreachable``: that is the
+fast signal of a dead leader. Silence (a hung peer, a cut link) is reported by nothing;
+the core's timeouts cover it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from raft.messages import Envelope
+
+
+class Inbox(Protocol):
+    def deliver(self, envelope: Envelope) -> None:
+        """An inbound request (with the transport's ``rpc_id``) or a response to our request."""
+        ...
+
+    def unreachable(self, peer_id: int) -> None: ...
+
+
+class Transport(Protocol):
+    async def start(self, inbox: Inbox) -> None: ...
+
+    def send(self, envelope: Envelope) -> None:
+        """Send without waiting: a request starts a call; a response completes call ``rpc_id``."""
+        ...
+
+    async def close(self) -> None: ...
