@@ -1,4 +1,31 @@
-"""RaftCore: the sans-I/O KRaft protocol engine (implementation follows the API)."""
+"""RaftCore: the KRaft protocol as a plain, synchronous state machine.
+
+Events go in (``step`` a message, ``poll`` the clock, ``propose`` records, ``persisted``
+a write); what to do comes out of ``ready()`` (see ``raft.effects``). The core reads no
+clock, does no I/O and draws randomness only from the ``random.Random`` it is given, so
+the same state and inputs give the same outputs: the simulator relies on that.
+
+The protocol is Kafka's KRaft, pull-based:
+
+- Vote (with pre_vote, KIP-996): a voter without a live leader first asks for
+  pre-votes, which change nothing on the receiver; only with a majority of them does it
+  bump the epoch and ask for real votes. A voter that still hears its leader refuses
+  pre-votes, so a node that was cut off cannot disrupt a healthy leader.
+- BeginQuorumEpoch: a new leader announces itself; followers then fetch from it.
+- Fetch: the follower pulls from its fetch offset; the offset is also its durable log
+  end, which is how the leader learns acknowledgements. A fetch that would return
+  nothing is parked up to ``fetch_max_wait_ms`` (long poll). A position the leader does
+  not share is answered with the diverging epoch and its end offset (the follower
+  truncates there) or, below the leader's log start, with the snapshot to download.
+- EndQuorumEpoch: a resigning leader names its most caught-up voters as successors,
+  so a planned move takes one round trip instead of an election timeout.
+
+The high watermark is the largest offset a majority of voters hold durably. A new
+leader first appends a LeaderChange batch and exposes no high watermark until that
+batch commits. A voter whose storage is empty (new or wiped disk) grants no vote until
+it has heard every other voter's epoch and caught up, and then only in later epochs:
+it may have voted, and acknowledged data, before it lost its disk.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +33,30 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from raft.batch import OffsetAndEpoch
+from raft import control
+from raft.batch import Batch, BatchKind, OffsetAndEpoch
 from raft.config import RaftConfig
-from raft.effects import Ready, Snapshot
-from raft.messages import Envelope
+from raft.effects import QuorumStateData, Ready, Snapshot, Write
+from raft.log import RaftLog
+from raft.messages import (
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Envelope,
+    Error,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from raft.roles import Role, check_transition
 from raft.storage.base import LoadedState
+from raft.tracker import Tracker, majority
 
 
 class NotLeaderError(Exception):
@@ -36,9 +82,24 @@ class ReplicaState:
 class QuorumDescription:
     leader_id: int
     leader_epoch: int
-    high_watermark: int
+    high_watermark: int  # -1 until the leader's epoch has committed
     voters: tuple[ReplicaState, ...]
     observers: tuple[ReplicaState, ...]
+
+
+@dataclass(slots=True)
+class _ParkedFetch:
+    envelope: Envelope
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class _SnapshotDownload:
+    snapshot_id: OffsetAndEpoch
+    data: bytearray
+
+
+NEVER = 1 << 62
 
 
 class RaftCore:
@@ -51,16 +112,876 @@ class RaftCore:
         loaded: LoadedState,
         rng: random.Random,
         now_ms: int,
+        wall_offset_ms: int = 0,
     ) -> None:
-        raise NotImplementedError
+        assert voters, "the voter set is never empty"
+        self.node_id = node_id
+        self.voters = voters
+        self.is_voter = node_id in voters
+        self.cluster_id = cluster_id
+        self.cfg = config
+        self.rng = rng
+        self.wall_offset_ms = wall_offset_ms  # wall clock minus core clock, for timestamps
+        self._now = now_ms
+        self.fatal_error: str | None = None
 
-    # events -------------------------------------------------------------------------
-    def step(self, envelope: Envelope, now_ms: int) -> None: ...
-    def unreachable(self, peer_id: int, now_ms: int) -> None: ...
-    def poll(self, now_ms: int) -> int: ...
-    def propose(self, records: Sequence[bytes], now_ms: int) -> OffsetAndEpoch: ...
-    def persisted(self, write_id: int, now_ms: int) -> None: ...
-    def snapshot_saved(self, snapshot: Snapshot) -> None: ...
-    def resign(self, now_ms: int) -> None: ...
-    def ready(self) -> Ready: ...
-    def describe(self) -> QuorumDescription: ...
+        self.log = RaftLog(loaded.snapshot, loaded.batches)
+        state = loaded.quorum_state
+        self.epoch = state.epoch
+        self.voted_id = state.voted_id
+        self.leader_id = NO_LEADER
+        self._hw = self.log.start_offset
+        self._applied = self.log.start_offset
+
+        # durability bookkeeping: one write in flight, later changes pending behind it
+        self._next_write_id = 1
+        self._inflight: Write | None = None
+        self._inflight_handed_out = True
+        self._inflight_end = 0
+        self._durable_end = self.log.end_offset
+        self._pending_state: QuorumStateData | None = None
+        self._pending_install: Snapshot | None = None
+        self._pending_truncate: int | None = None
+        self._pending_appends: list[Batch] = []
+        self._held: list[tuple[int, Envelope]] = []
+        self._outbox: list[Envelope] = []
+        self._committed_out: list[Batch] = []
+        self._restore_out: Snapshot | None = loaded.snapshot
+
+        # timers and per-role state
+        self._election_deadline = NEVER
+        self._failed_elections = 0
+        self._granted: set[int] = set()
+        self._rejected: set[int] = set()
+        self._lost_leader = NO_LEADER
+        self._last_fetch_ok_ms = now_ms
+        self._leader_lost = False
+        self._fetch_sent_ms: int | None = None
+        self._fetch_retry_ms = 0
+        self._bootstrap_target = NO_LEADER
+        self._download: _SnapshotDownload | None = None
+        self._tracker: Tracker | None = None
+        self._epoch_start = 0
+        self._leader_since_ms = 0
+        self._last_append_ms = 0
+        self._begin_epoch_resend_ms = NEVER
+        self._parked: dict[int, _ParkedFetch] = {}
+
+        # a voter with empty storage must not vote until it is safe (see module doc)
+        self._recovering = self.is_voter and len(voters) > 1 and self.log.is_empty() and state.epoch == 0
+        self._heard_epochs: dict[int, int] = {}
+        self._caught_up = False
+        self._min_vote_epoch = 0
+
+        if state.leader_id == node_id and self.is_voter:
+            self.role = Role.RESIGNED  # leadership is never resumed after a restart
+            self.leader_id = node_id
+            self._election_deadline = now_ms + self._election_timeout()
+        elif state.leader_id >= 0:
+            self.role = Role.FOLLOWER
+            self.leader_id = state.leader_id
+        else:
+            self.role = Role.UNATTACHED
+            self._election_deadline = now_ms + self._election_timeout() if self.is_voter else NEVER
+
+    # ==================================================================================
+    # introspection
+    # ==================================================================================
+    @property
+    def role_name(self) -> str:
+        return self.role.value if self.is_voter else "observer"
+
+    @property
+    def high_watermark(self) -> int:
+        """This node's committed offset (exclusive). Never decreases while it runs."""
+        return self._hw
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.start_offset
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    def exposed_high_watermark(self) -> int:
+        """What a leader tells others: nothing until its own epoch has committed."""
+        if self.role is Role.LEADER and self._hw <= self._epoch_start:
+            return -1
+        return self._hw
+
+    def describe(self) -> QuorumDescription:
+        if self.role is not Role.LEADER or self._tracker is None:
+            return QuorumDescription(self.leader_id, self.epoch, -1, (), ())
+
+        def states(progress: dict) -> tuple[ReplicaState, ...]:
+            return tuple(
+                ReplicaState(p.node_id, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms)
+                for _, p in sorted(progress.items())
+            )
+
+        return QuorumDescription(
+            self.node_id,
+            self.epoch,
+            self.exposed_high_watermark(),
+            states(self._tracker.voters),
+            states(self._tracker.observers),
+        )
+
+    # ==================================================================================
+    # events
+    # ==================================================================================
+    def step(self, envelope: Envelope, now_ms: int) -> None:
+        self._now = now_ms
+        if self.fatal_error is not None:
+            return
+        msg = envelope.msg
+        self._hear(envelope.src, msg)
+        handler = self._HANDLERS[type(msg)]
+        handler(self, envelope)
+
+    def unreachable(self, peer_id: int, now_ms: int) -> None:
+        """A request to ``peer_id`` failed at once: its process is gone or restarting."""
+        self._now = now_ms
+        if self.role is not Role.FOLLOWER and not (self.role is Role.UNATTACHED and not self.is_voter):
+            return
+        target = self.leader_id if self.role is Role.FOLLOWER else self._bootstrap_target
+        if peer_id != target:
+            return
+        self._fetch_sent_ms = None
+        self._fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
+        if self.role is Role.FOLLOWER:
+            self._on_leader_lost()
+        else:
+            self._bootstrap_target = NO_LEADER
+
+    def poll(self, now_ms: int) -> int:
+        """Run whatever is due; return how long until the core next needs a poll."""
+        self._now = now_ms
+        if self.fatal_error is not None:
+            return NEVER
+        if self.role is Role.LEADER:
+            self._poll_leader()
+        elif self.role is Role.FOLLOWER or not self.is_voter:
+            self._poll_follower()
+        if self.role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self.is_voter:
+            if now_ms >= self._election_deadline:
+                self._become_prospective()
+        elif self.role in (Role.PROSPECTIVE, Role.CANDIDATE) and now_ms >= self._election_deadline:
+            self._election_lost()
+        return max(0, self._next_deadline() - now_ms)
+
+    def propose(self, records: Sequence[bytes], now_ms: int) -> OffsetAndEpoch:
+        """Append one atomic batch; returns its base offset and epoch. Leader only."""
+        self._now = now_ms
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id, self.epoch)
+        if not records:
+            raise ValueError("records: at least one record is required")
+        if len(records) > self.cfg.append_max_records:
+            raise ValueError(f"records: at most {self.cfg.append_max_records} records in one batch")
+        batch = self._append(BatchKind.DATA, tuple(records))
+        return OffsetAndEpoch(batch.base_offset, batch.epoch)
+
+    def persisted(self, write_id: int, now_ms: int) -> None:
+        """The driver made write ``write_id`` durable: release what waited for it."""
+        self._now = now_ms
+        assert self._inflight is not None and self._inflight.write_id == write_id, write_id
+        self._inflight = None
+        self._durable_end = self._inflight_end
+        still_held = []
+        for tag, envelope in self._held:
+            if tag <= write_id:
+                self._outbox.append(envelope)
+            else:
+                still_held.append((tag, envelope))
+        self._held = still_held
+        if self.role is Role.LEADER:
+            self._leader_progress()
+
+    def snapshot_saved(self, snapshot: Snapshot) -> None:
+        """The layer above saved its state at a committed offset: drop the log below it."""
+        sid = snapshot.id
+        assert sid.offset <= self._applied, (sid, self._applied)
+        if self.log.snapshot is not None and sid.offset <= self.log.snapshot.id.offset:
+            return
+        if sid.offset > self.log.start_offset:
+            last = self.log.batch_at(sid.offset - 1)
+            assert last is not None and last.next_offset == sid.offset and last.epoch == sid.epoch, sid
+        self.log.compact(snapshot)
+
+    def resign(self, now_ms: int) -> None:
+        """Graceful shutdown of a leader: hand over to the most caught-up voters."""
+        self._now = now_ms
+        if self.role is not Role.LEADER:
+            return
+        assert self._tracker is not None
+        successors = self._tracker.successors()
+        self._transition(Role.RESIGNED, self.epoch)
+        self._election_deadline = now_ms + self._election_timeout()
+        for voter in successors:
+            req = EndQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id, successors)
+            self._send(voter, req)
+
+    def ready(self) -> Ready:
+        self._issue_write()
+        self._maybe_fetch()
+        ready = Ready(
+            write=None,
+            send=self._outbox,
+            committed=self._committed_out,
+            restore=self._restore_out,
+        )
+        if self._inflight is not None and not self._inflight_handed_out:
+            ready.write = self._inflight
+            self._inflight_handed_out = True
+        self._outbox = []
+        self._committed_out = []
+        self._restore_out = None
+        return ready
+
+    # ==================================================================================
+    # transitions
+    # ==================================================================================
+    def _transition(self, role: Role, epoch: int, *, leader_id: int = NO_LEADER) -> None:
+        check_transition(self.role, self.epoch, role, epoch, is_voter=self.is_voter)
+        if self.role is Role.LEADER:
+            self._abandon_leadership()
+        if epoch > self.epoch:
+            self.voted_id = NO_LEADER
+        self.role = role
+        self.epoch = epoch
+        self.leader_id = leader_id
+        self._granted.clear()
+        self._rejected.clear()
+        self._download = None
+        self._fetch_sent_ms = None
+        self._persist_state()
+
+    def _become_unattached(self, epoch: int, election_delay_ms: int | None = None) -> None:
+        self._transition(Role.UNATTACHED, epoch)
+        delay = self._election_timeout() if election_delay_ms is None else election_delay_ms
+        self._election_deadline = self._now + delay if self.is_voter else NEVER
+        self._bootstrap_target = NO_LEADER
+
+    def _become_follower(self, epoch: int, leader_id: int) -> None:
+        assert leader_id != self.node_id
+        self._transition(Role.FOLLOWER, epoch, leader_id=leader_id)
+        self._election_deadline = NEVER
+        self._leader_lost = False
+        self._last_fetch_ok_ms = self._now
+        self._fetch_retry_ms = 0
+
+    def _become_prospective(self) -> None:
+        if self._recovering:
+            self._election_deadline = self._now + self._election_timeout()
+            self._ask_peers_for_epochs()
+            return
+        self._lost_leader = self.leader_id if self.leader_id != self.node_id else NO_LEADER
+        self._transition(Role.PROSPECTIVE, self.epoch)
+        self._election_deadline = self._now + self._election_timeout()
+        self._granted.add(self.node_id)
+        self._campaign(pre_vote=True)
+
+    def _become_candidate(self) -> None:
+        self._transition(Role.CANDIDATE, self.epoch + 1)
+        self.voted_id = self.node_id
+        self._persist_state()
+        self._election_deadline = self._now + self._election_timeout()
+        self._granted.add(self.node_id)
+        self._campaign(pre_vote=False)
+
+    def _become_leader(self) -> None:
+        self._transition(Role.LEADER, self.epoch, leader_id=self.node_id)
+        self._failed_elections = 0
+        self._election_deadline = NEVER
+        self._tracker = Tracker(self.node_id, self.voters, self._now)
+        self._tracker.record_leader_end(self._durable_end, self._now)
+        self._leader_since_ms = self._now
+        self._epoch_start = self.log.end_offset
+        self._append(
+            BatchKind.LEADER_CHANGE, (control.encode_leader_change(self.node_id, self.voters, self.epoch),)
+        )
+        for voter in sorted(self.voters - {self.node_id}):
+            self._send(
+                voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id), durable=True
+            )
+        self._begin_epoch_resend_ms = self._now + 2 * self.cfg.election_timeout_ms
+
+    def _abandon_leadership(self) -> None:
+        parked, self._parked = self._parked, {}
+        self._tracker = None
+        for fetch in parked.values():
+            self._reply(fetch.envelope, self._fetch_error(Error.NOT_LEADER))
+
+    # ==================================================================================
+    # elections
+    # ==================================================================================
+    def _campaign(self, *, pre_vote: bool) -> None:
+        if len(self._granted) >= majority(len(self.voters)):
+            self._election_won()
+            return
+        epoch = self.epoch + 1 if pre_vote else self.epoch
+        request = VoteRequest(
+            self.cluster_id, epoch, self.node_id, self.log.last_epoch, self.log.end_offset, pre_vote
+        )
+        for voter in sorted(self.voters - {self.node_id}):
+            self._send(voter, request, durable=not pre_vote)
+
+    def _election_won(self) -> None:
+        if self.role is Role.PROSPECTIVE:
+            self._become_candidate()
+        else:
+            self._become_leader()
+
+    def _election_lost(self) -> None:
+        """Back off (exponentially, randomized) and go back to waiting."""
+        self._failed_elections += 1
+        backoff = self._backoff()
+        if self.role is Role.PROSPECTIVE and self._lost_leader != NO_LEADER:
+            self._become_follower(self.epoch, self._lost_leader)
+            self._leader_lost = True
+            self._election_deadline = self._now + backoff
+        else:
+            self._become_unattached(self.epoch, backoff)
+
+    def _on_vote_request(self, env: Envelope) -> None:
+        req: VoteRequest = env.msg  # type: ignore[assignment]
+        if not req.pre_vote and req.candidate_epoch > self.epoch:
+            self._become_unattached(req.candidate_epoch)
+        log_ok = (req.last_epoch, req.log_end_offset) >= (self.log.last_epoch, self.log.end_offset)
+        may_vote = (
+            self.is_voter
+            and req.candidate_id in self.voters
+            and not self._recovering
+            and req.candidate_epoch >= self._min_vote_epoch
+            and log_ok
+        )
+        if req.pre_vote:
+            granted = may_vote and req.candidate_epoch > self.epoch and not self._has_live_leader()
+            self._reply(env, VoteResponse(Error.NONE, self.epoch, self.leader_id, granted, True))
+            return
+        granted = (
+            may_vote
+            and req.candidate_epoch == self.epoch
+            and self.role in (Role.UNATTACHED, Role.PROSPECTIVE)
+            and self.voted_id in (NO_LEADER, req.candidate_id)
+        )
+        if granted:
+            if self.role is Role.PROSPECTIVE:
+                self._transition(Role.UNATTACHED, self.epoch)
+            self.voted_id = req.candidate_id
+            self._persist_state()
+            self._election_deadline = self._now + self._election_timeout()
+        error = Error.FENCED_LEADER_EPOCH if req.candidate_epoch < self.epoch else Error.NONE
+        self._reply(env, VoteResponse(error, self.epoch, self.leader_id, granted, False), durable=True)
+
+    def _on_vote_response(self, env: Envelope) -> None:
+        resp: VoteResponse = env.msg  # type: ignore[assignment]
+        self._observe(resp.epoch, resp.leader_id)
+        expected = Role.PROSPECTIVE if resp.pre_vote else Role.CANDIDATE
+        if self.role is not expected or resp.epoch > self.epoch or env.src not in self.voters:
+            return
+        if not resp.pre_vote and resp.epoch != self.epoch:
+            return
+        (self._granted if resp.vote_granted else self._rejected).add(env.src)
+        needed = majority(len(self.voters))
+        if len(self._granted) >= needed:
+            self._election_won()
+        elif len(self._rejected) > len(self.voters) - needed:
+            self._election_lost()
+
+    def _has_live_leader(self) -> bool:
+        if self.role is Role.LEADER:
+            return True
+        return self.role is Role.FOLLOWER and not self._leader_lost
+
+    # ==================================================================================
+    # epoch announcements
+    # ==================================================================================
+    def _on_begin_quorum_epoch(self, env: Envelope) -> None:
+        req: BeginQuorumEpochRequest = env.msg  # type: ignore[assignment]
+        if req.leader_id not in self.voters or req.leader_id == self.node_id:
+            self._reply(env, BeginQuorumEpochResponse(Error.INVALID_REQUEST, self.epoch, self.leader_id))
+            return
+        if req.epoch < self.epoch:
+            self._reply(env, BeginQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self.leader_id))
+            return
+        if req.epoch > self.epoch or self.leader_id != req.leader_id:
+            assert not (req.epoch == self.epoch and self.role is Role.LEADER), "two leaders in one epoch"
+            self._become_follower(req.epoch, req.leader_id)
+        self._reply(env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self.leader_id), durable=True)
+
+    def _on_end_quorum_epoch(self, env: Envelope) -> None:
+        req: EndQuorumEpochRequest = env.msg  # type: ignore[assignment]
+        if req.epoch < self.epoch:
+            self._reply(env, EndQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self.leader_id))
+            return
+        resigned = req.epoch > self.epoch or (self.role is Role.FOLLOWER and self.leader_id == req.leader_id)
+        if resigned and req.leader_id != self.node_id:
+            # The first named successor campaigns at once; the others give it a head start.
+            successors = [s for s in req.preferred_successors if s in self.voters]
+            position = successors.index(self.node_id) if self.node_id in successors else len(successors)
+            delay = position * self.cfg.election_timeout_ms
+            if position > 0 or not self.is_voter:
+                delay += self._election_timeout()
+            self._become_unattached(req.epoch, delay)
+        self._reply(env, EndQuorumEpochResponse(Error.NONE, self.epoch, self.leader_id))
+
+    def _on_epoch_response(self, env: Envelope) -> None:
+        resp = env.msg
+        self._observe(resp.epoch, resp.leader_id)  # type: ignore[union-attr]
+
+    # ==================================================================================
+    # leader
+    # ==================================================================================
+    def _on_fetch_request(self, env: Envelope) -> None:
+        req: FetchRequest = env.msg  # type: ignore[assignment]
+        if min(req.fetch_offset, req.last_fetched_epoch, req.max_wait_ms, req.replica_id) < 0 or (
+            req.replica_id == self.node_id
+        ):
+            self._reply(env, self._fetch_error(Error.INVALID_REQUEST))
+            return
+        if self.role is not Role.LEADER or req.epoch > self.epoch:
+            self._reply(env, self._fetch_error(Error.NOT_LEADER))
+            return
+        if req.epoch < self.epoch:
+            self._reply(env, self._fetch_error(Error.FENCED_LEADER_EPOCH))
+            return
+        assert self._tracker is not None
+        validation = self.log.validate_fetch(req.fetch_offset, req.last_fetched_epoch)
+        if not validation.valid:
+            self._tracker.record_contact(req.replica_id, self._now)
+            self._reply(
+                env,
+                FetchResponse(
+                    Error.NONE,
+                    self.epoch,
+                    self.node_id,
+                    self.exposed_high_watermark(),
+                    self.log.start_offset,
+                    diverging=validation.diverging,
+                    snapshot_id=validation.snapshot_id,
+                ),
+            )
+            return
+        if req.fetch_offset > self.log.end_offset:
+            self._reply(env, self._fetch_error(Error.INVALID_REQUEST))
+            return
+        self._tracker.record_fetch(req.replica_id, req.fetch_offset, self.log.end_offset, self._now)
+        previous = self._parked.pop(req.replica_id, None)
+        if previous is not None:
+            self._answer_fetch(previous.envelope)
+        if req.fetch_offset < self.log.end_offset or req.max_wait_ms == 0:
+            self._answer_fetch(env)
+        else:
+            wait = min(req.max_wait_ms, self.cfg.fetch_max_wait_ms)
+            self._parked[req.replica_id] = _ParkedFetch(env, self._now + wait)
+        self._leader_progress()
+
+    def _answer_fetch(self, env: Envelope) -> None:
+        req: FetchRequest = env.msg  # type: ignore[assignment]
+        batches = self.log.read(req.fetch_offset, self.cfg.fetch_max_bytes)
+        response = FetchResponse(
+            Error.NONE,
+            self.epoch,
+            self.node_id,
+            self.exposed_high_watermark(),
+            self.log.start_offset,
+            batches,
+        )
+        self._reply(env, response)
+
+    def _answer_parked(self) -> None:
+        parked, self._parked = self._parked, {}
+        for fetch in parked.values():
+            self._answer_fetch(fetch.envelope)
+
+    def _on_fetch_snapshot_request(self, env: Envelope) -> None:
+        req: FetchSnapshotRequest = env.msg  # type: ignore[assignment]
+
+        def answer(error: Error, size: int = 0, chunk: bytes = b"") -> None:
+            resp = FetchSnapshotResponse(
+                error, self.epoch, self.leader_id, req.snapshot_id, size, req.position, chunk
+            )
+            self._reply(env, resp)
+
+        if self.role is not Role.LEADER or req.epoch > self.epoch:
+            answer(Error.NOT_LEADER)
+        elif req.epoch < self.epoch:
+            answer(Error.FENCED_LEADER_EPOCH)
+        elif self.log.snapshot is None or self.log.snapshot.id != req.snapshot_id:
+            answer(Error.UNKNOWN_SNAPSHOT)
+        elif not 0 <= req.position <= len(self.log.snapshot.data) or req.max_bytes <= 0:
+            answer(Error.INVALID_REQUEST)
+        else:
+            assert self._tracker is not None
+            self._tracker.record_contact(req.replica_id, self._now)
+            data = self.log.snapshot.data
+            size = min(req.max_bytes, self.cfg.snapshot_chunk_bytes)
+            answer(Error.NONE, len(data), data[req.position : req.position + size])
+
+    def _leader_progress(self) -> None:
+        """Advance the high watermark from the voters' durable positions."""
+        assert self._tracker is not None
+        self._tracker.record_leader_end(self._durable_end, self._now)
+        candidate = self._tracker.quorum_end()
+        if candidate > self._hw and candidate > self._epoch_start:
+            self._hw = candidate
+            self._deliver_committed()
+            self._answer_parked()
+
+    def _poll_leader(self) -> None:
+        assert self._tracker is not None
+        now = self._now
+        self._tracker.record_leader_end(self._durable_end, now)
+        if now >= self._check_quorum_deadline():
+            self._transition(Role.RESIGNED, self.epoch)
+            self.leader_id = self.node_id
+            self._election_deadline = now + self._election_timeout()
+            return
+        if now - self._last_append_ms >= self.cfg.idle_noop_interval_ms:
+            self._append(BatchKind.NOOP, (control.NOOP_RECORD,))
+        if now >= self._begin_epoch_resend_ms:
+            for voter in self._tracker.voters_not_fetched():
+                self._send(voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id))
+            self._begin_epoch_resend_ms = now + 2 * self.cfg.election_timeout_ms
+        for replica_id, fetch in list(self._parked.items()):
+            if now >= fetch.deadline_ms:
+                del self._parked[replica_id]
+                self._answer_fetch(fetch.envelope)
+
+    def _append(self, kind: BatchKind, records: tuple[bytes, ...]) -> Batch:
+        batch = Batch(self.log.end_offset, self.epoch, self._now + self.wall_offset_ms, kind, records)
+        self.log.append(batch)
+        self._pending_appends.append(batch)
+        self._last_append_ms = self._now
+        if self._parked:
+            self._answer_parked()
+        return batch
+
+    # ==================================================================================
+    # follower
+    # ==================================================================================
+    def _maybe_fetch(self) -> None:
+        """Send the next fetch once everything we would acknowledge with it is durable."""
+        observer_bootstrap = self.role is Role.UNATTACHED and not self.is_voter
+        if self.role is not Role.FOLLOWER and not observer_bootstrap:
+            return
+        if self._fetch_sent_ms is not None or self._now < self._fetch_retry_ms or self._has_unflushed():
+            return
+        if observer_bootstrap:
+            self._bootstrap_target = self.rng.choice(sorted(self.voters))
+            target = self._bootstrap_target
+        else:
+            target = self.leader_id
+        self._fetch_sent_ms = self._now
+        if self._download is not None:
+            request: Message = FetchSnapshotRequest(
+                self.cluster_id,
+                self.node_id,
+                self.epoch,
+                self._download.snapshot_id,
+                len(self._download.data),
+                self.cfg.snapshot_chunk_bytes,
+            )
+        else:
+            request = FetchRequest(
+                self.cluster_id,
+                self.node_id,
+                self.epoch,
+                self.log.end_offset,
+                self.log.last_epoch,
+                self.cfg.fetch_max_wait_ms,
+            )
+        self._outbox.append(Envelope(self.node_id, target, request))
+
+    def _on_fetch_response(self, env: Envelope) -> None:
+        resp: FetchResponse = env.msg  # type: ignore[assignment]
+        self._observe(resp.epoch, resp.leader_id)
+        if self.role is Role.UNATTACHED and not self.is_voter and env.src == self._bootstrap_target:
+            self._fetch_sent_ms = None  # bootstrap answer with no leader: try another voter
+            self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+            return
+        if self.role is not Role.FOLLOWER or env.src != self.leader_id or resp.epoch != self.epoch:
+            return
+        self._fetch_sent_ms = None
+        if resp.error is not Error.NONE:
+            if resp.error is Error.NOT_LEADER:
+                self._on_leader_lost()
+            self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+            return
+        self._fetch_ok()
+        if resp.diverging is not None:
+            self._truncate_diverging(resp.diverging)
+        elif resp.snapshot_id is not None:
+            if resp.snapshot_id.offset >= self._hw:
+                self._download = _SnapshotDownload(resp.snapshot_id, bytearray())
+        else:
+            self._append_fetched(resp)
+
+    def _append_fetched(self, resp: FetchResponse) -> None:
+        batches = resp.batches
+        if batches and batches[0].base_offset != self.log.end_offset:
+            return  # an answer to a fetch we have moved past
+        for batch in batches:
+            if (
+                batch.base_offset != self.log.end_offset
+                or not self.log.last_epoch <= batch.epoch <= self.epoch
+            ):
+                return  # not a continuation of our log: a confused or hostile peer
+            self.log.append(batch)
+            self._pending_appends.append(batch)
+        if resp.high_watermark >= 0:
+            self._advance_hw(min(resp.high_watermark, self.log.end_offset))
+            if self._recovering and self.log.end_offset >= resp.high_watermark:
+                self._caught_up = True
+                self._maybe_finish_recovery()
+
+    def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
+        local = self.log.end_offset_for_epoch(diverging.epoch)
+        target = min(local.offset, diverging.offset) if local.epoch == diverging.epoch else local.offset
+        target = max(target, self.log.start_offset)
+        if target >= self.log.end_offset:
+            return
+        if target < self._hw:
+            self.fatal_error = f"leader asked to truncate to {target}, below the committed offset {self._hw}"
+            return
+        self.log.truncate_to(target)
+        self._pending_appends = [b for b in self._pending_appends if b.base_offset < target]
+        self._pending_truncate = (
+            target if self._pending_truncate is None else min(self._pending_truncate, target)
+        )
+        self._durable_end = min(self._durable_end, target)
+        self._inflight_end = min(self._inflight_end, target)
+
+    def _on_fetch_snapshot_response(self, env: Envelope) -> None:
+        resp: FetchSnapshotResponse = env.msg  # type: ignore[assignment]
+        self._observe(resp.epoch, resp.leader_id)
+        download = self._download
+        if self.role is not Role.FOLLOWER or env.src != self.leader_id or download is None:
+            return
+        self._fetch_sent_ms = None
+        if resp.error is not Error.NONE:
+            self._download = None
+            self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+            return
+        if resp.snapshot_id != download.snapshot_id or resp.position != len(download.data):
+            return
+        self._fetch_ok()
+        download.data += resp.chunk
+        if len(download.data) > resp.size:
+            self._download = None
+        elif len(download.data) == resp.size:
+            self._install_snapshot(Snapshot(download.snapshot_id, bytes(download.data)))
+
+    def _install_snapshot(self, snapshot: Snapshot) -> None:
+        self._download = None
+        if snapshot.id.offset < self._hw:
+            return
+        self.log.install(snapshot)
+        self._pending_install = snapshot
+        self._pending_truncate = None
+        self._pending_appends = []
+        self._inflight_end = min(self._inflight_end, snapshot.id.offset)
+        self._hw = self._applied = snapshot.id.offset
+        self._restore_out = snapshot
+        self._committed_out = []
+
+    def _fetch_ok(self) -> None:
+        self._last_fetch_ok_ms = self._now
+        self._leader_lost = False
+        self._failed_elections = 0
+        self._election_deadline = NEVER
+
+    def _on_leader_lost(self) -> None:
+        if not self.is_voter:
+            self._become_unattached(self.epoch)
+            return
+        if not self._leader_lost:
+            self._leader_lost = True
+            self._election_deadline = self._now + self._election_timeout()
+
+    def _poll_follower(self) -> None:
+        if (
+            self._fetch_sent_ms is not None
+            and self._now - self._fetch_sent_ms >= self._fetch_request_timeout()
+        ):
+            self._fetch_sent_ms = None  # lost on the way: ask again
+        if self.role is not Role.FOLLOWER or self._leader_lost:
+            return
+        if self._now - self._last_fetch_ok_ms >= self.cfg.fetch_timeout_ms:
+            self._on_leader_lost()
+
+    def _advance_hw(self, offset: int) -> None:
+        if offset > self._hw:
+            self._hw = offset
+            self._deliver_committed()
+
+    def _deliver_committed(self) -> None:
+        if self._hw <= self._applied:
+            return
+        batches = self.log.batches_between(self._applied, self._hw)
+        assert batches and batches[-1].next_offset == self._hw, (self._applied, self._hw)
+        self._committed_out.extend(batches)
+        self._applied = self._hw
+
+    # ==================================================================================
+    # epochs and recovery common to every role
+    # ==================================================================================
+    def _observe(self, epoch: int, leader_id: int) -> None:
+        """Adopt a newer epoch, or a leader for our epoch, learned from any response."""
+        knows_leader = leader_id >= 0 and leader_id != self.node_id
+        if epoch > self.epoch:
+            if knows_leader:
+                self._become_follower(epoch, leader_id)
+            else:
+                self._become_unattached(epoch)
+        elif (
+            epoch == self.epoch
+            and knows_leader
+            and self.leader_id == NO_LEADER
+            and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
+        ):
+            self._become_follower(epoch, leader_id)
+
+    def _hear(self, src: int, msg: Message) -> None:
+        if not self._recovering or src not in self.voters or src == self.node_id:
+            return
+        if isinstance(msg, VoteRequest):
+            epoch = msg.candidate_epoch - 1 if msg.pre_vote else msg.candidate_epoch
+        else:
+            epoch = msg.epoch  # type: ignore[union-attr]
+        self._heard_epochs[src] = max(epoch, self._heard_epochs.get(src, 0))
+        self._maybe_finish_recovery()
+
+    def _maybe_finish_recovery(self) -> None:
+        """Vote again once every peer's epoch is known and we hold what was committed.
+
+        A brand-new cluster (every peer at epoch 0) has committed and voted nothing.
+        """
+        if len(self._heard_epochs) < len(self.voters) - 1:
+            return
+        top = max(self._heard_epochs.values())
+        if top == 0 or self._caught_up:
+            self._recovering = False
+            self._min_vote_epoch = top + 1 if top else 0
+
+    def _ask_peers_for_epochs(self) -> None:
+        """A recovering voter learns its peers' epochs from their pre-vote answers."""
+        request = VoteRequest(self.cluster_id, self.epoch + 1, self.node_id, 0, 0, True)
+        for voter in sorted(self.voters - {self.node_id}):
+            self._send(voter, request)
+
+    # ==================================================================================
+    # durability and output
+    # ==================================================================================
+    def _persist_state(self) -> None:
+        self._pending_state = QuorumStateData(self.epoch, self.voted_id, self.leader_id)
+
+    def _has_unflushed(self) -> bool:
+        return self._inflight is not None or self._has_pending()
+
+    def _has_pending(self) -> bool:
+        return bool(
+            self._pending_state
+            or self._pending_appends
+            or self._pending_truncate is not None
+            or self._pending_install
+        )
+
+    def _issue_write(self) -> None:
+        if self._inflight is not None or not self._has_pending():
+            return
+        self._inflight = Write(
+            write_id=self._next_write_id,
+            quorum_state=self._pending_state,
+            install_snapshot=self._pending_install,
+            truncate_to=self._pending_truncate,
+            append=tuple(self._pending_appends),
+        )
+        self._inflight_handed_out = False
+        self._inflight_end = self.log.end_offset
+        self._next_write_id += 1
+        self._pending_state = None
+        self._pending_install = None
+        self._pending_truncate = None
+        self._pending_appends = []
+
+    def _durability_tag(self) -> int | None:
+        if self._has_pending():
+            return self._next_write_id
+        if self._inflight is not None:
+            return self._inflight.write_id
+        return None
+
+    def _send(self, dst: int, msg: Message, *, durable: bool = False) -> None:
+        self._emit(Envelope(self.node_id, dst, msg), durable)
+
+    def _reply(self, request: Envelope, msg: Message, *, durable: bool = False) -> None:
+        self._emit(Envelope(self.node_id, request.src, msg, request.rpc_id), durable)
+
+    def _emit(self, envelope: Envelope, durable: bool) -> None:
+        tag = self._durability_tag() if durable else None
+        if tag is None:
+            self._outbox.append(envelope)
+        else:
+            self._held.append((tag, envelope))
+
+    def _fetch_error(self, error: Error) -> FetchResponse:
+        leader = self.leader_id if self.role is not Role.RESIGNED else NO_LEADER
+        return FetchResponse(error, self.epoch, leader, -1, self.log.start_offset)
+
+    # ==================================================================================
+    # time
+    # ==================================================================================
+    def _election_timeout(self) -> int:
+        t = self.cfg.election_timeout_ms
+        return self.rng.randrange(t, 2 * t)
+
+    def _backoff(self) -> int:
+        t = self.cfg.election_timeout_ms
+        ceiling = min(self.cfg.election_backoff_max_ms, t << min(self._failed_elections, 16))
+        return self.rng.randrange(t, max(t + 1, ceiling))
+
+    def _fetch_request_timeout(self) -> int:
+        return self.cfg.fetch_max_wait_ms + 4 * self.cfg.election_timeout_ms
+
+    def _check_quorum_deadline(self) -> int:
+        """When the leader must resign unless a majority fetches again (check-quorum)."""
+        assert self._tracker is not None
+        contact = max(self._tracker.majority_contact_ms(), self._leader_since_ms)
+        return contact + self.cfg.check_quorum_timeout_ms
+
+    def _next_deadline(self) -> int:
+        deadlines = [self._election_deadline]
+        if self.role is Role.LEADER:
+            deadlines.append(self._last_append_ms + self.cfg.idle_noop_interval_ms)
+            deadlines.append(self._begin_epoch_resend_ms)
+            deadlines.append(self._check_quorum_deadline())
+            deadlines.extend(f.deadline_ms for f in self._parked.values())
+        elif self.role is Role.FOLLOWER or not self.is_voter:
+            if self._fetch_sent_ms is not None:
+                deadlines.append(self._fetch_sent_ms + self._fetch_request_timeout())
+            elif self._fetch_retry_ms > self._now:
+                deadlines.append(self._fetch_retry_ms)
+            if not self._leader_lost and self.role is Role.FOLLOWER:
+                deadlines.append(self._last_fetch_ok_ms + self.cfg.fetch_timeout_ms)
+        return min(deadlines)
+
+    _HANDLERS = {
+        VoteRequest: _on_vote_request,
+        VoteResponse: _on_vote_response,
+        BeginQuorumEpochRequest: _on_begin_quorum_epoch,
+        BeginQuorumEpochResponse: _on_epoch_response,
+        EndQuorumEpochRequest: _on_end_quorum_epoch,
+        EndQuorumEpochResponse: _on_epoch_response,
+        FetchRequest: _on_fetch_request,
+        FetchResponse: _on_fetch_response,
+        FetchSnapshotRequest: _on_fetch_snapshot_request,
+        FetchSnapshotResponse: _on_fetch_snapshot_response,
+    }

@@ -1,0 +1,83 @@
+"""The leader's view of every replica: what it holds, when it last fetched.
+
+Voters' durable positions decide the high watermark; observers are tracked only so
+``DescribeQuorum`` can show them, and are never counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OBSERVERS_MAX = 1024  # bound: forget the stalest observer beyond this
+
+
+def majority(voter_count: int) -> int:
+    return voter_count // 2 + 1
+
+
+def quorum_offset(offsets: list[int], voter_count: int) -> int:
+    """The largest offset that a majority of voters have reached (unknown counts as -1)."""
+    padded = sorted(offsets + [-1] * (voter_count - len(offsets)), reverse=True)
+    return padded[majority(voter_count) - 1]
+
+
+@dataclass(slots=True)
+class Progress:
+    node_id: int
+    end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+    fetched_this_epoch: bool = False
+
+
+class Tracker:
+    def __init__(self, leader_id: int, voters: frozenset[int], now_ms: int) -> None:
+        self.leader_id = leader_id
+        self.voters = {v: Progress(v) for v in sorted(voters)}
+        self.observers: dict[int, Progress] = {}
+        me = self.voters[leader_id]
+        me.last_fetch_ms = me.last_caught_up_ms = now_ms
+
+    def record_fetch(self, node_id: int, end_offset: int, leader_end: int, now_ms: int) -> Progress:
+        progress = self.voters.get(node_id)
+        if progress is None:
+            progress = self.observers.get(node_id)
+            if progress is None:
+                progress = self.observers[node_id] = Progress(node_id)
+                if len(self.observers) > OBSERVERS_MAX:
+                    stalest = min(self.observers.values(), key=lambda p: p.last_fetch_ms)
+                    del self.observers[stalest.node_id]
+        progress.end_offset = end_offset
+        progress.last_fetch_ms = now_ms
+        progress.fetched_this_epoch = True
+        if end_offset >= leader_end:
+            progress.last_caught_up_ms = now_ms
+        return progress
+
+    def record_contact(self, node_id: int, now_ms: int) -> None:
+        """A voter reached us without a usable position (diverging, downloading a snapshot)."""
+        progress = self.voters.get(node_id)
+        if progress is not None:
+            progress.last_fetch_ms = now_ms
+            progress.fetched_this_epoch = True
+
+    def record_leader_end(self, end_offset: int, now_ms: int) -> None:
+        me = self.voters[self.leader_id]
+        me.end_offset = end_offset
+        me.last_fetch_ms = me.last_caught_up_ms = now_ms
+
+    def quorum_end(self) -> int:
+        return quorum_offset([p.end_offset for p in self.voters.values()], len(self.voters))
+
+    def majority_contact_ms(self) -> int:
+        """The latest time by which a majority of voters (the leader included) had fetched."""
+        return quorum_offset([p.last_fetch_ms for p in self.voters.values()], len(self.voters))
+
+    def voters_not_fetched(self) -> list[int]:
+        return [v for v, p in self.voters.items() if v != self.leader_id and not p.fetched_this_epoch]
+
+    def successors(self) -> tuple[int, ...]:
+        """Other voters, most caught up first: whom a resigning leader recommends."""
+        others = [p for v, p in self.voters.items() if v != self.leader_id]
+        others.sort(key=lambda p: (-p.end_offset, p.node_id))
+        return tuple(p.node_id for p in others)
