@@ -156,6 +156,7 @@ class RaftCore:
         self._lost_leader = NO_LEADER
         self._last_fetch_ok_ms = now_ms
         self._leader_lost = False
+        self._unreachable_strikes = 0
         self._fetch_sent_ms: int | None = None
         self._fetch_retry_ms = 0
         self._bootstrap_target = NO_LEADER
@@ -240,6 +241,13 @@ class RaftCore:
         if self.fatal_error is not None:
             return
         msg = envelope.msg
+        if getattr(msg, "error", None) is Error.INCONSISTENT_CLUSTER_ID:
+            self.fatal_error = (
+                f"node {envelope.src} belongs to another cluster than {self.cluster_id!r}: this node's "
+                "storage was formatted with a different cluster id; reformat it with "
+                "`raftka storage format --cluster-id ID` using the id in the other nodes' meta.properties"
+            )
+            return
         self._hear(envelope.src, msg)
         handler = self._HANDLERS[type(msg)]
         handler(self, envelope)
@@ -253,11 +261,18 @@ class RaftCore:
         if peer_id != target:
             return
         self._fetch_sent_ms = None
-        self._fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
-        if self.role is Role.FOLLOWER:
-            self._on_leader_lost()
-        else:
+        if self.role is not Role.FOLLOWER:
             self._bootstrap_target = NO_LEADER
+            self._fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
+            return
+        # One failure can be a stale connection to a leader that is back; two in a row,
+        # a moment apart, mean it is gone.
+        self._unreachable_strikes += 1
+        if self._unreachable_strikes >= 2:
+            self._on_leader_lost()
+            self._fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
+        else:
+            self._fetch_retry_ms = now_ms + max(1, self.cfg.election_timeout_ms // 10)
 
     def poll(self, now_ms: int) -> int:
         """Run whatever is due; return how long until the core next needs a poll."""
@@ -353,6 +368,7 @@ class RaftCore:
             self._abandon_leadership()
         if epoch > self.epoch:
             self.voted_id = NO_LEADER
+            self._lost_leader = NO_LEADER
         self.role = role
         self.epoch = epoch
         self.leader_id = leader_id
@@ -373,6 +389,7 @@ class RaftCore:
         self._transition(Role.FOLLOWER, epoch, leader_id=leader_id)
         self._election_deadline = NEVER
         self._leader_lost = False
+        self._unreachable_strikes = 0
         self._last_fetch_ok_ms = self._now
         self._fetch_retry_ms = 0
 
@@ -441,13 +458,15 @@ class RaftCore:
     def _election_lost(self) -> None:
         """Back off (exponentially, randomized) and go back to waiting."""
         self._failed_elections += 1
-        backoff = self._backoff()
+        self._stand_aside(self._backoff())
+
+    def _stand_aside(self, delay_ms: int) -> None:
         if self.role is Role.PROSPECTIVE and self._lost_leader != NO_LEADER:
             self._become_follower(self.epoch, self._lost_leader)
             self._leader_lost = True
-            self._election_deadline = self._now + backoff
+            self._election_deadline = self._now + delay_ms
         else:
-            self._become_unattached(self.epoch, backoff)
+            self._become_unattached(self.epoch, delay_ms)
 
     def _on_vote_request(self, env: Envelope) -> None:
         req: VoteRequest = env.msg  # type: ignore[assignment]
@@ -464,6 +483,10 @@ class RaftCore:
         if req.pre_vote:
             granted = may_vote and req.candidate_epoch > self.epoch and not self._has_live_leader()
             self._reply(env, VoteResponse(Error.NONE, self.epoch, self.leader_id, granted, True))
+            if granted and self.role is Role.PROSPECTIVE and req.candidate_id < self.node_id:
+                # Two voters that noticed the loss together would split the vote; the lower id
+                # goes first and this one stands aside (it campaigns later if that fails).
+                self._stand_aside(self._election_timeout())
             return
         granted = (
             may_vote
@@ -793,6 +816,7 @@ class RaftCore:
         self._committed_out = []
 
     def _fetch_ok(self) -> None:
+        self._unreachable_strikes = 0
         self._last_fetch_ok_ms = self._now
         self._leader_lost = False
         self._failed_elections = 0
@@ -844,6 +868,7 @@ class RaftCore:
         elif (
             epoch == self.epoch
             and knows_leader
+            and leader_id != self._lost_leader  # peers may not have noticed yet; our election decides
             and self.leader_id == NO_LEADER
             and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
         ):

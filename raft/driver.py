@@ -1,0 +1,252 @@
+"""RaftNode: runs one RaftCore on an asyncio loop and gives the layer above its API.
+
+Every event (a message, an unreachable peer, a timer, a proposal, a finished write) is
+applied to the core on the loop thread, one at a time, with no ``await`` in between,
+so the core's state changes run to completion. Output is collected once per loop
+iteration (``_flush``): all proposals that arrived in one iteration leave in one
+write and one fsync, which is what makes many appends in flight cheap.
+
+Writes run on one dedicated thread, in order, one at a time; the core keeps
+accumulating the next write meanwhile (group commit).
+
+The layer above gets:
+- ``await append(records)``: the offset of the last record once committed, or
+  ``NotLeaderError`` (with the leader's id) when this node does not lead or lost the
+  lead before the batch committed (it may or may not have committed then);
+- a ``StateMachine`` that receives committed batches in order and snapshots to
+  restore; it hands snapshots of its own state back with ``save_snapshot``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import structlog
+
+from raft.batch import Batch, BatchKind
+from raft.core import NotLeaderError, QuorumDescription, RaftCore
+from raft.effects import Ready, Snapshot, Write
+from raft.messages import Envelope
+from raft.storage.base import Storage
+from raft.transport.base import Transport
+
+log = structlog.get_logger("raft.driver")
+
+PENDING_APPENDS_MAX = 16384  # bound: appends awaiting commit on one leader
+
+
+class StateMachine(Protocol):
+    """The layer above. Called on the loop thread; must not block or await."""
+
+    def apply(self, batch: Batch) -> None:
+        """A committed DATA batch, in offset order, exactly once per incarnation."""
+        ...
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace all state with this snapshot; batches after it follow."""
+        ...
+
+
+class BackpressureError(Exception):
+    pass
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class RaftNode:
+    def __init__(
+        self,
+        core: RaftCore,
+        storage: Storage,
+        transport: Transport,
+        state_machine: StateMachine,
+        *,
+        clock: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.core = core
+        self._storage = storage
+        self._transport = transport
+        self._state_machine = state_machine
+        self._clock = clock
+        self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"raft-io-{core.node_id}")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flush_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._writing = False
+        self._pending: dict[int, tuple[int, asyncio.Future[int]]] = {}  # base offset -> (epoch, future)
+        self._last_seen = (core.role_name, core.epoch, core.leader_id)
+        self._stopped = asyncio.Event()
+        self.fatal_error: str | None = None
+        self._log = log.bind(node_id=core.node_id)
+
+    # lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._transport.start(self)
+        self._log.info("raft node started", role=self.core.role_name, epoch=self.core.epoch)
+        self._schedule_flush()
+
+    async def shutdown(self, *, graceful: bool = True, grace_s: float = 0.5) -> None:
+        """Stop. A leader first resigns and waits briefly for its successors to hear it."""
+        if self._stopped.is_set():
+            return
+        if graceful and self.core.is_leader:
+            self.core.resign(self._clock())
+            self._flush()
+            await asyncio.sleep(min(grace_s, 0.05))
+        self._stop(NotLeaderError(self.core.leader_id, self.core.epoch))
+        await self._transport.close()
+        self._io.shutdown(wait=True)
+        self._storage.close()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # API for the layer above ----------------------------------------------------------
+    async def append(self, records: Sequence[bytes]) -> int:
+        if self._stopped.is_set():
+            raise NotLeaderError(self.core.leader_id, self.core.epoch)
+        if len(self._pending) >= PENDING_APPENDS_MAX:
+            raise BackpressureError(f"{PENDING_APPENDS_MAX} appends already await commit")
+        position = self.core.propose(records, self._clock())
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pending[position.offset] = (position.epoch, future)
+        self._schedule_flush()
+        return await future
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Persist the layer above's state at a committed offset, then compact the log."""
+        assert self._loop is not None
+
+        def saved(done: concurrent.futures.Future[None]) -> None:
+            if done.exception() is not None:
+                self._log.error("snapshot write failed", error=str(done.exception()))
+                return
+            self.core.snapshot_saved(snapshot)
+            self._log.info("snapshot saved", offset=snapshot.id.offset, bytes=len(snapshot.data))
+
+        job = self._io.submit(self._storage.save_snapshot, snapshot)
+        job.add_done_callback(lambda done: self._loop.call_soon_threadsafe(saved, done))  # type: ignore[union-attr]
+
+    def describe(self) -> QuorumDescription:
+        return self.core.describe()
+
+    # Inbox for the transport ---------------------------------------------------------
+    def deliver(self, envelope: Envelope) -> None:
+        if self._stopped.is_set():
+            return
+        self.core.step(envelope, self._clock())
+        self._schedule_flush()
+
+    def unreachable(self, peer_id: int) -> None:
+        if self._stopped.is_set():
+            return
+        self.core.unreachable(peer_id, self._clock())
+        self._schedule_flush()
+
+    # the loop -------------------------------------------------------------------------
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled and self._loop is not None and not self._stopped.is_set():
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._flush()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._stopped.is_set():
+            return
+        core = self.core
+        wait_ms = core.poll(self._clock())
+        ready = core.ready()
+        self._apply(ready)
+        if core.fatal_error is not None:
+            self._fail(core.fatal_error)
+            return
+        self._notice_role_change()
+        if ready.write is not None:
+            self._start_write(ready.write)
+        for envelope in ready.send:
+            self._transport.send(envelope)
+        self._arm_timer(wait_ms)
+
+    def _apply(self, ready: Ready) -> None:
+        if ready.restore is not None:
+            self._state_machine.restore(ready.restore)
+        for batch in ready.committed:
+            if batch.kind is BatchKind.DATA:
+                self._state_machine.apply(batch)
+            waiter = self._pending.pop(batch.base_offset, None)
+            if waiter is not None:
+                epoch, future = waiter
+                if future.done():
+                    continue
+                if epoch == batch.epoch:
+                    future.set_result(batch.last_offset)
+                else:
+                    future.set_exception(NotLeaderError(self.core.leader_id, self.core.epoch))
+
+    def _notice_role_change(self) -> None:
+        core = self.core
+        seen = (core.role_name, core.epoch, core.leader_id)
+        if seen == self._last_seen:
+            return
+        self._last_seen = seen
+        self._log.info("quorum state changed", role=seen[0], epoch=seen[1], leader_id=seen[2])
+        if not core.is_leader and self._pending:
+            self._fail_pending(NotLeaderError(core.leader_id, core.epoch))
+
+    def _arm_timer(self, wait_ms: int) -> None:
+        assert self._loop is not None
+        when = self._loop.time() + wait_ms / 1000
+        if self._timer is not None:
+            if abs(self._timer.when() - when) < 0.0005:
+                return
+            self._timer.cancel()
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _start_write(self, write: Write) -> None:
+        assert self._loop is not None and not self._writing
+        self._writing = True
+        loop = self._loop
+
+        def finished(done: concurrent.futures.Future[None]) -> None:
+            self._writing = False
+            if self._stopped.is_set():
+                return
+            error = done.exception()
+            if error is not None:
+                self._fail(f"log write failed: {error}")
+                return
+            self.core.persisted(write.write_id, self._clock())
+            self._flush()
+
+        job = self._io.submit(self._storage.write, write)
+        job.add_done_callback(lambda done: loop.call_soon_threadsafe(finished, done))
+
+    # failure --------------------------------------------------------------------------
+    def _fail(self, reason: str) -> None:
+        """Something we cannot continue from safely: stop serving, say why."""
+        self.fatal_error = reason
+        self._log.error("raft node stopping", reason=reason)
+        self._stop(NotLeaderError(-1, self.core.epoch))
+
+    def _stop(self, error: Exception) -> None:
+        self._stopped.set()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._fail_pending(error)
+
+    def _fail_pending(self, error: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for _, future in pending.values():
+            if not future.done():
+                future.set_exception(error)

@@ -1,0 +1,118 @@
+"""One controller process: storage, core, driver, gRPC transport and the journal.
+
+Runs until SIGTERM or SIGINT; a leader then resigns with EndQuorumEpoch so its
+successor takes over in one round trip instead of an election timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+
+import structlog
+from raftka.v1 import raft_pb2, raft_pb2_grpc
+
+from raft.core import RaftCore
+from raft.driver import RaftNode, monotonic_ms
+from raft.journal import Journal
+from raft.journal_service import JournalService
+from raft.logs import configure_logging
+from raft.node_config import NodeConfig
+from raft.storage.file import FileStorage
+from raft.storage.meta import check_meta
+from raft.transport.grpc_transport import GrpcTransport
+
+
+class ServerError(Exception):
+    """The node stopped for a reason the operator must act on."""
+
+
+async def run_server(config: NodeConfig) -> None:
+    configure_logging(config.logging.level, config.logging.format, node_id=config.node_id)
+    log = structlog.get_logger("raft.server")
+    meta = check_meta(config.data_dir, config.node_id)
+    storage = FileStorage(
+        config.data_dir, segment_bytes=config.log.segment_bytes, archive=config.log.archive_segments
+    )
+    loaded = await asyncio.to_thread(storage.load)
+    now = monotonic_ms()
+    core = RaftCore(
+        config.node_id,
+        config.voter_ids,
+        meta.cluster_id,
+        config.raft,
+        loaded,
+        random.Random(),
+        now,
+        wall_offset_ms=time.time_ns() // 1_000_000 - now,
+    )
+    addresses = config.voter_addresses
+    node: RaftNode
+    journal = Journal(config.journal.snapshot_interval_records, lambda snapshot: node.save_snapshot(snapshot))
+    transport = GrpcTransport(
+        config.node_id,
+        config.listener,
+        addresses,
+        meta.cluster_id,
+        describe=lambda: describe_quorum(node, meta.cluster_id, addresses),
+        servicers=[lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server)],
+    )
+    node = RaftNode(core, storage, transport, journal)
+    service = JournalService(node, journal, addresses)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await node.start()
+    log.info("controller listening", listener=config.listener, cluster_id=meta.cluster_id)
+    stopped = asyncio.create_task(node.wait_stopped())
+    asked = asyncio.create_task(stop.wait())
+    await asyncio.wait({stopped, asked}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (stopped, asked):
+        task.cancel()
+    fatal = node.fatal_error
+    await node.shutdown(graceful=fatal is None)
+    log.info("controller stopped")
+    if fatal is not None:
+        raise ServerError(fatal)
+
+
+def describe_quorum(
+    node: RaftNode, cluster_id: str, addresses: dict[int, str]
+) -> raft_pb2.DescribeQuorumResponse:
+    """The leader's view of every replica, timestamps turned from core time to wall time."""
+    core = node.core
+    response = raft_pb2.DescribeQuorumResponse(
+        cluster_id=cluster_id,
+        node_id=core.node_id,
+        leader_id=core.leader_id,
+        leader_epoch=core.epoch,
+        role=core.role_name,
+        leader_address=addresses.get(core.leader_id, ""),
+        high_watermark=core.high_watermark,
+    )
+    if not core.is_leader:
+        response.error = raft_pb2.RAFT_ERROR_NOT_LEADER
+        return response
+    description = core.describe()
+    response.high_watermark = description.high_watermark
+
+    def wall(ms: int) -> int:
+        return ms + core.wall_offset_ms if ms >= 0 else -1
+
+    for target, replicas in (
+        (response.voters, description.voters),
+        (response.observers, description.observers),
+    ):
+        for replica in replicas:
+            target.add(
+                node_id=replica.node_id,
+                log_end_offset=replica.log_end_offset,
+                last_fetch_timestamp_ms=wall(replica.last_fetch_ms),
+                last_caught_up_timestamp_ms=wall(replica.last_caught_up_ms),
+                address=addresses.get(replica.node_id, ""),
+            )
+    return response
