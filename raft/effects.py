@@ -38,7 +38,10 @@ class Write:
 
     ``install_snapshot`` replaces the whole log (a follower that fetched a snapshot);
     ``truncate_to`` drops every record at or after that offset, always at a batch
-    boundary. The storage must fsync everything before reporting the write done.
+    boundary. Appended batches that end at or below the storage's snapshot are skipped:
+    an offset commits once a majority holds it, so the layer above may snapshot past
+    what this node itself has written yet. The storage must fsync everything before
+    reporting the write done.
     """
 
     write_id: int

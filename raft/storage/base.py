@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from raft.batch import Batch
+from raft.batch import Batch, SnapshotId
 from raft.effects import QuorumStateData, Snapshot, Write
 
 
@@ -32,6 +32,13 @@ class LoadedState:
     quorum_state: QuorumStateData
     snapshot: Snapshot | None
     batches: list[Batch] = field(default_factory=list)  # every batch after the snapshot, in order
+
+
+def covered_by_snapshot(batches: tuple[Batch, ...], snapshot_id: SnapshotId | None) -> tuple[Batch, ...]:
+    """The batches a write still has to append: those the snapshot does not already cover."""
+    if snapshot_id is None or not batches or batches[0].base_offset >= snapshot_id.offset:
+        return batches
+    return tuple(b for b in batches if b.next_offset > snapshot_id.offset)
 
 
 class Storage(Protocol):

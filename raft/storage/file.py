@@ -23,7 +23,7 @@ import structlog
 from raft.batch import Batch, SnapshotId
 from raft.effects import Snapshot, Write
 from raft.storage import batch_codec, fsio, layout, snapshot_file
-from raft.storage.base import CorruptLogError, LoadedState, StorageError
+from raft.storage.base import CorruptLogError, LoadedState, StorageError, covered_by_snapshot
 from raft.storage.batch_codec import Frame
 from raft.storage.quorum_file import read_quorum_state, write_quorum_state
 
@@ -76,8 +76,9 @@ class FileStorage:
                 self._install_snapshot(write.install_snapshot)
             if write.truncate_to is not None:
                 self._truncate(write.truncate_to)
-            if write.append:
-                self._append(write.append)
+            batches = covered_by_snapshot(write.append, self._snapshot_id)
+            if batches:
+                self._append(batches)
             if write.quorum_state is not None:
                 write_quorum_state(self._dir / layout.QUORUM_STATE_FILE, write.quorum_state)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from raft.batch import Batch
 from raft.effects import Snapshot, Write
-from raft.storage.base import LoadedState
+from raft.storage.base import LoadedState, covered_by_snapshot
 from raft.storage.quorum_file import INITIAL
 
 
@@ -32,7 +32,7 @@ class MemoryStorage:
             self._batches = []
         if write.truncate_to is not None:
             self._truncate(write.truncate_to)
-        for batch in write.append:
+        for batch in covered_by_snapshot(write.append, self._snapshot and self._snapshot.id):
             assert batch.base_offset == self._log_end, (
                 f"appending offset {batch.base_offset} at {self._log_end}"
             )
