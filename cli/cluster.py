@@ -1,0 +1,300 @@
+"""``raftka cluster up|down|status``: a local quorum on loopback, for development and chaos.
+
+``up`` is idempotent: the first run creates configs and formatted storage, later runs
+start only the nodes that are down. It returns once a leader has committed, because a
+cluster without one is not usable yet and the operator would only have to poll.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from raftka.v1 import raft_pb2
+
+from cli import local, output
+from cli.errors import CliError
+from cli.quorum_client import DescribeQuorumResponse, QuorumClient
+from raft.node_config import NodeConfig, Voter, render_toml
+from raft.storage import meta
+
+LOOPBACK = "127.0.0.1"
+MAX_CONTROLLERS = 9
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cluster = commands.add_parser("cluster", help="run a local quorum on 127.0.0.1")
+    actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    up_cmd = actions.add_parser("up", help="create or restart the local cluster; wait for a leader")
+    up_cmd.add_argument("--controllers", type=int, help="number of controllers when creating (default 3)")
+    up_cmd.add_argument("--timeout-s", type=float, default=30.0, help="how long to wait for a leader")
+    _add_dir_option(up_cmd)
+    output.add_output_option(up_cmd)
+    up_cmd.set_defaults(func=run_up)
+
+    down_cmd = actions.add_parser("down", help="stop every node (SIGTERM, then SIGKILL); keep the data")
+    down_cmd.add_argument("--timeout-s", type=float, default=10.0, help="grace period before SIGKILL")
+    _add_dir_option(down_cmd)
+    output.add_output_option(down_cmd)
+    down_cmd.set_defaults(func=run_down)
+
+    status_cmd = actions.add_parser("status", help="each node's role, address and process")
+    _add_dir_option(status_cmd)
+    output.add_output_option(status_cmd)
+    status_cmd.set_defaults(func=run_status)
+
+
+def _add_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
+
+
+# up -----------------------------------------------------------------------------------
+
+
+def run_up(args: argparse.Namespace) -> int:
+    result = up(local.resolve_dir(args.dir), args.controllers, args.timeout_s)
+    print(output.to_json(result) if args.output == "json" else format_up(result, args.dir))
+    return 0
+
+
+def up(cluster_dir: Path, controllers: int | None, timeout_s: float) -> dict[str, Any]:
+    """Create the cluster if needed, start the nodes that are down, wait for a leader."""
+    created = not local.exists(cluster_dir)
+    if created:
+        cluster = create(cluster_dir, 3 if controllers is None else controllers)
+    else:
+        cluster = local.load(cluster_dir)
+        if controllers is not None and controllers != len(cluster.nodes):
+            raise CliError(
+                f"the cluster in {cluster_dir} has {len(cluster.nodes)} controllers, not {controllers}; "
+                f"to make a new one: raftka cluster down, then remove {cluster_dir}"
+            )
+    started = {node.id: local.start_node(node) for node in cluster.nodes if not local.is_alive(node)}
+    local.save(cluster)
+    with QuorumClient(call_timeout_s=0.5) as client:
+        leader = wait_for_leader(cluster, started, client, timeout_s)
+    return {
+        "dir": str(cluster_dir),
+        "cluster_id": cluster.cluster_id,
+        "created": created,
+        "started": sorted(started),
+        "leader_id": leader.leader_id,
+        "leader_epoch": leader.leader_epoch,
+        "nodes": [
+            {"id": n.id, "role": n.role, "address": n.address, "pid": n.pid, "config": n.config, "log": n.log}
+            for n in cluster.nodes
+        ],
+    }
+
+
+def create(cluster_dir: Path, controllers: int) -> local.LocalCluster:
+    """Pick ports, write one config per node, format every node with one new cluster id."""
+    if not 1 <= controllers <= MAX_CONTROLLERS:
+        raise CliError(f"--controllers: expected 1 to {MAX_CONTROLLERS}, got {controllers}")
+    if cluster_dir.exists() and any(cluster_dir.iterdir()):
+        raise CliError(f"{cluster_dir} is not empty but holds no {local.STATE_FILE}; remove it or use --dir")
+    voters = tuple(Voter(i, LOOPBACK, port) for i, port in enumerate(free_ports(controllers), start=1))
+    cluster_id = meta.new_cluster_id()
+    nodes = []
+    for voter in voters:
+        node_dir = (cluster_dir / f"node-{voter.node_id}").absolute()
+        node_dir.mkdir(parents=True)
+        config = NodeConfig(
+            node_id=voter.node_id, data_dir=node_dir / "data", voters=voters, listener=voter.address
+        )
+        config_path = node_dir / "server.toml"
+        config_path.write_text(render_toml(config), encoding="utf-8")
+        meta.format_storage(config.data_dir, cluster_id, voter.node_id)
+        nodes.append(
+            local.NodeRecord(
+                id=voter.node_id,
+                role="controller",
+                address=voter.address,
+                data_dir=str(config.data_dir),
+                config=str(config_path),
+                log=str(node_dir / "server.log"),
+            )
+        )
+    cluster = local.LocalCluster(cluster_dir, cluster_id, nodes)
+    local.save(cluster)
+    return cluster
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel picks as free on loopback, all held at once so they differ."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((LOOPBACK, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def wait_for_leader(
+    cluster: local.LocalCluster,
+    started: dict[int, subprocess.Popen[bytes]],
+    client: QuorumClient,
+    timeout_s: float,
+) -> DescribeQuorumResponse:
+    """Poll until a leader answers with a high watermark (its epoch has committed) and
+    every node we started has answered once.
+
+    A node we started that exits meanwhile fails the wait at once, with its last log
+    line: a bad config or a taken port is then reported in seconds, not after the timeout.
+    """
+    deadline = time.monotonic() + timeout_s
+    silent = set(started)
+    leader = None
+    while True:
+        for node_id, proc in started.items():
+            code = proc.poll()
+            if code is not None:
+                node = cluster.node(node_id)
+                last = local.last_log_line(node)
+                raise CliError(
+                    f"node {node_id} exited with status {code} while starting; see {node.log}"
+                    + (f" (last line: {last})" if last else "")
+                )
+        for node in cluster.nodes:
+            resp = client.try_describe(node.address)
+            if resp is None:
+                continue
+            silent.discard(node.id)
+            if resp.error == raft_pb2.RAFT_ERROR_NONE and resp.high_watermark >= 0:
+                leader = resp
+        if leader is not None and not silent:
+            return leader
+        if time.monotonic() >= deadline:
+            logs = ", ".join(node.log for node in cluster.nodes)
+            problem = "no leader elected" if leader is None else f"node(s) {sorted(silent)} not answering"
+            raise CliError(f"{problem} within {timeout_s:g} s; see the node logs: {logs}")
+        time.sleep(0.1)
+
+
+def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
+    suffix = f" --dir {dir_flag}" if dir_flag is not None else ""
+    started = ", ".join(str(i) for i in result["started"]) or "none (all were running)"
+    rows = [(n["id"], n["address"], n["pid"], n["log"]) for n in result["nodes"]]
+    return "\n".join(
+        [
+            f"{'Created' if result['created'] else 'Local'} cluster {result['cluster_id']} in {result['dir']}; "
+            f"started: {started}",
+            output.table(("ID", "ADDRESS", "PID", "LOG"), rows),
+            f"Leader: node {result['leader_id']} (epoch {result['leader_epoch']})",
+            f"Describe it: raftka quorum describe --status{suffix}",
+            f"Stop it:     raftka cluster down{suffix}",
+        ]
+    )
+
+
+# down ---------------------------------------------------------------------------------
+
+
+def run_down(args: argparse.Namespace) -> int:
+    result = down(local.resolve_dir(args.dir), args.timeout_s)
+    if args.output == "json":
+        print(output.to_json(result))
+    else:
+        print(
+            output.table(("ID", "PID", "RESULT"), [(n["id"], n["pid"], n["result"]) for n in result["nodes"]])
+        )
+        print(f"Data kept in {result['dir']}; 'raftka cluster up' starts the cluster again.")
+    return 0
+
+
+def down(cluster_dir: Path, timeout_s: float) -> dict[str, Any]:
+    """SIGTERM every live node (a leader then hands over gracefully), SIGKILL stragglers."""
+    cluster = local.load(cluster_dir)
+    results = {node.id: "not running" for node in cluster.nodes}
+    pids = {node.id: node.pid for node in cluster.nodes}
+    running = [node for node in cluster.nodes if local.is_alive(node)]
+    for node in running:
+        _signal(node, signal.SIGTERM)
+        _signal(node, signal.SIGCONT)  # a node paused by chaos must run to handle SIGTERM
+        results[node.id] = "stopped"
+    running = _wait_until_gone(running, timeout_s)
+    for node in running:
+        _signal(node, signal.SIGKILL)
+        results[node.id] = "killed"
+    _wait_until_gone(running, 5.0)
+    for node in cluster.nodes:
+        node.pid = None
+    local.save(cluster)
+    return {
+        "dir": str(cluster_dir),
+        "nodes": [{"id": n.id, "pid": pids[n.id], "result": results[n.id]} for n in cluster.nodes],
+    }
+
+
+def _signal(node: local.NodeRecord, sig: signal.Signals) -> None:
+    assert node.pid is not None
+    with contextlib.suppress(ProcessLookupError):  # it exited on its own meanwhile
+        os.kill(node.pid, sig)
+
+
+def _wait_until_gone(nodes: list[local.NodeRecord], timeout_s: float) -> list[local.NodeRecord]:
+    """The nodes still alive after at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while nodes and time.monotonic() < deadline:
+        time.sleep(0.05)
+        nodes = [node for node in nodes if local.is_alive(node)]
+    return nodes
+
+
+# status -------------------------------------------------------------------------------
+
+
+def run_status(args: argparse.Namespace) -> int:
+    result = status(local.resolve_dir(args.dir))
+    if args.output == "json":
+        print(output.to_json(result))
+    else:
+        rows = [(n["id"], n["role"], n["address"], n["pid"], n["alive"]) for n in result["nodes"]]
+        print(output.table(("ID", "ROLE", "ADDRESS", "PID", "ALIVE"), rows))
+        leader = result["leader_id"]
+        print(
+            f"Leader: node {leader} (epoch {result['leader_epoch']})"
+            if leader is not None
+            else "Leader: none"
+        )
+    return 0
+
+
+def status(cluster_dir: Path) -> dict[str, Any]:
+    """Each node's own view of its role; the leader is the one the newest epoch names."""
+    cluster = local.load(cluster_dir)
+    nodes = []
+    answers: list[DescribeQuorumResponse] = []
+    with QuorumClient(call_timeout_s=1.0) as client:
+        for node in cluster.nodes:
+            alive = local.is_alive(node)
+            resp = client.try_describe(node.address) if alive else None
+            if resp is not None:
+                answers.append(resp)
+            role = resp.role if resp is not None and resp.role else ("unreachable" if alive else "down")
+            nodes.append(
+                {
+                    "id": node.id,
+                    "role": role,
+                    "address": node.address,
+                    "pid": node.pid if alive else None,
+                    "alive": alive,
+                }
+            )
+    known = [r for r in answers if r.leader_id >= 0]
+    newest = max(known, key=lambda r: r.leader_epoch, default=None)
+    return {
+        "nodes": nodes,
+        "leader_id": newest.leader_id if newest else None,
+        "leader_epoch": newest.leader_epoch if newest else None,
+    }

@@ -1,0 +1,143 @@
+"""The local cluster's state: ``DIR/cluster.json`` and the node processes it records.
+
+``cluster up`` writes it; every other command reads it, so after ``raftka cluster up``
+no command needs an address. Liveness checks the pid *and* that the process is our
+server for that node's config, because pids are reused after a crash or a reboot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cli.errors import CliError
+
+DEFAULT_DIR = Path(".raftka") / "local"
+STATE_FILE = "cluster.json"
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    id: int
+    role: str  # process role: "controller"
+    address: str
+    data_dir: str
+    config: str  # absolute path of the node's server.toml
+    log: str  # absolute path of the node's stdout/stderr
+    pid: int | None = None  # None: never started or stopped by `cluster down`
+
+
+@dataclass(slots=True)
+class LocalCluster:
+    dir: Path
+    cluster_id: str
+    nodes: list[NodeRecord]
+
+    def node(self, node_id: int) -> NodeRecord:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise CliError(f"node {node_id} is not in the local cluster at {self.dir}")
+
+    def addresses(self) -> list[str]:
+        return [node.address for node in self.nodes]
+
+
+def resolve_dir(explicit: Path | None) -> Path:
+    """``--dir`` if given; else the nearest ``.raftka/local`` holding a cluster from the
+    working directory upward (like git finds ``.git``); else ``./.raftka/local``."""
+    if explicit is not None:
+        return explicit
+    cwd = Path.cwd()
+    for parent in (cwd, *cwd.parents):
+        if (parent / DEFAULT_DIR / STATE_FILE).is_file():
+            return parent / DEFAULT_DIR
+    return DEFAULT_DIR
+
+
+def exists(cluster_dir: Path) -> bool:
+    return (cluster_dir / STATE_FILE).is_file()
+
+
+def load(cluster_dir: Path) -> LocalCluster:
+    path = cluster_dir / STATE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CliError(f"no local cluster in {cluster_dir} (start one with 'raftka cluster up')") from None
+    except (OSError, ValueError) as e:
+        raise CliError(f"cannot read {path}: {e}") from None
+    try:
+        nodes = [NodeRecord(**node) for node in data["nodes"]]
+        return LocalCluster(cluster_dir, data["cluster_id"], nodes)
+    except (KeyError, TypeError) as e:
+        raise CliError(
+            f"{path} is not a raftka cluster file ({e}); remove {cluster_dir} to start over"
+        ) from None
+
+
+def save(cluster: LocalCluster) -> None:
+    """Write atomically, so a crash mid-write never leaves a cluster nobody can read."""
+    path = cluster.dir / STATE_FILE
+    data = {"cluster_id": cluster.cluster_id, "nodes": [dataclasses.asdict(n) for n in cluster.nodes]}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def is_alive(node: NodeRecord) -> bool:
+    """True while ``node.pid`` runs our server for ``node.config`` (stopped counts as alive)."""
+    if node.pid is None:
+        return False
+    try:
+        os.kill(node.pid, 0)
+    except (ProcessLookupError, PermissionError):  # gone, or the pid now belongs to someone else
+        return False
+    if not Path("/proc/self").exists():  # no procfs (macOS): the signal check is all we have
+        return True
+    try:
+        argv = Path(f"/proc/{node.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return os.fsencode(node.config) in argv  # a zombie's cmdline is empty
+
+
+def server_command(config: str) -> list[str]:
+    """The command line that runs one node: this Python, so the venv carries over."""
+    return [sys.executable, "-m", "cli.main", "server", "--config", config]
+
+
+def start_node(node: NodeRecord) -> subprocess.Popen[bytes]:
+    """Start the node detached (own session, so the shell's Ctrl-C does not reach it).
+
+    The working directory is the node's own, so ``python -m`` cannot pick up a stray
+    ``cli`` package from wherever the operator happens to be.
+    """
+    with open(node.log, "ab") as log:
+        proc = subprocess.Popen(
+            server_command(node.config),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=Path(node.config).parent,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # a SIGKILLed node still leaves its log
+            start_new_session=True,
+        )
+    node.pid = proc.pid
+    return proc
+
+
+def last_log_line(node: NodeRecord) -> str:
+    """The node's last non-empty log line, for error messages about a node that died."""
+    try:
+        with open(node.log, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            lines = [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""

@@ -1,0 +1,63 @@
+"""The ``raftka`` command: subcommands shaped like Kafka's tools.
+
+Errors the user can act on end as one line, ``raftka: error: <problem>``, with exit
+status 2 for bad usage and 1 for a failure while running; a traceback means a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from importlib.metadata import version
+from typing import NoReturn
+
+from cli import chaos, cluster, logdump, perf, quorum, server, storage_cmd
+from cli.errors import CliError
+from raft.node_config import ConfigError
+from raft.storage.base import StorageError
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the problem, not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see '{self.prog} --help')", EXIT_USAGE)
+
+
+def fail(message: str, status: int) -> NoReturn:
+    print(f"raftka: error: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="raftka", description="raftka: a Kafka-style platform on a KRaft-style quorum")
+    parser.add_argument("--version", action="version", version=f"raftka {version('raftka')}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (cluster, server, storage_cmd, quorum, logdump, chaos, perf):
+        module.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (CliError, ConfigError, StorageError) as e:
+        fail(str(e), EXIT_FAILURE)
+    except BrokenPipeError:  # `raftka log dump DIR | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        return EXIT_FAILURE
+    except OSError as e:  # a file or socket the command needed: the OS's message says which
+        fail(str(e), EXIT_FAILURE)
+    except KeyboardInterrupt:
+        fail("interrupted", EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

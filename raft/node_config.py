@@ -1,0 +1,289 @@
+"""A node's configuration: one TOML file, every key documented in ``deploy/controller.toml``.
+
+Everything is checked at load time, so a bad file stops the node at start with the key
+named, instead of surfacing later as a quorum that never forms. Relative paths are
+resolved against the config file's directory, so a config and its data can move together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raft.config import RaftConfig
+
+MIB = 1 << 20
+SUPPORTED_ROLES = ("controller",)  # brokers come with the broker layer
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "console")
+VOTERS_KEY = "controller.quorum.voters"
+
+
+class ConfigError(Exception):
+    """A config value is missing or wrong. The message starts with the key it is about."""
+
+
+@dataclass(frozen=True, slots=True)
+class Voter:
+    node_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{self.node_id}@{self.address}"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 8 * MIB
+    archive_segments: bool = False  # move segments below a snapshot to archive/ instead of deleting
+
+
+@dataclass(frozen=True, slots=True)
+class JournalConfig:
+    snapshot_interval_records: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    level: str = "info"
+    format: str = "json"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: int
+    data_dir: Path
+    voters: tuple[Voter, ...]
+    listener: str  # host:port the node's gRPC server binds
+    process_roles: tuple[str, ...] = ("controller",)
+    raft: RaftConfig = field(default_factory=RaftConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    journal: JournalConfig = field(default_factory=JournalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    @property
+    def voter_ids(self) -> frozenset[int]:
+        return frozenset(v.node_id for v in self.voters)
+
+    @property
+    def voter_addresses(self) -> dict[int, str]:
+        return {v.node_id: v.address for v in self.voters}
+
+
+_REQUIRED = object()
+# A derived default: computed after the other keys are known.
+_DERIVED = object()
+
+# Every key a config file may hold, as a dotted path, with its type and default.
+_SCHEMA: dict[str, tuple[type, Any]] = {
+    "node_id": (int, _REQUIRED),
+    "process_roles": (list, ["controller"]),
+    "data_dir": (str, _REQUIRED),
+    "listener": (str, _DERIVED),
+    VOTERS_KEY: (str, _REQUIRED),
+    **{f"raft.{f.name}": (type(f.default), f.default) for f in dataclasses.fields(RaftConfig)},
+    "log.segment_bytes": (int, LogConfig().segment_bytes),
+    "log.archive_segments": (bool, LogConfig().archive_segments),
+    "journal.snapshot_interval_records": (int, JournalConfig().snapshot_interval_records),
+    "logging.level": (str, LoggingConfig().level),
+    "logging.format": (str, LoggingConfig().format),
+}
+_TABLES = frozenset(key.rpartition(".")[0] for key in _SCHEMA if "." in key) | {"controller"}
+_TYPE_NAMES = {int: "an integer", bool: "true or false", str: "a string", list: "a list"}
+
+
+def config_keys() -> list[str]:
+    """Every key NodeConfig reads, dotted (``raft.election_timeout_ms``)."""
+    return list(_SCHEMA)
+
+
+def load_config(path: str | Path) -> NodeConfig:
+    """Read and validate a TOML config file; ConfigError names the file and the key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config: {e.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    try:
+        return parse_config(data, base_dir=path.parent)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
+    """Validate parsed TOML; relative ``data_dir`` is taken relative to ``base_dir``."""
+    values = _read_values(_flatten(data))
+    node_id = values["node_id"]
+    if node_id < 0:
+        raise ConfigError(f"node_id: must be 0 or more, got {node_id}")
+    roles = _parse_roles(values["process_roles"])
+    if not values["data_dir"]:
+        raise ConfigError("data_dir: must not be empty")
+    voters = parse_voters(values[VOTERS_KEY])
+    mine = [v for v in voters if v.node_id == node_id]
+    if not mine:
+        ids = ", ".join(str(v.node_id) for v in voters)
+        raise ConfigError(f"node_id: {node_id} is not one of {VOTERS_KEY} ({ids})")
+    listener = values["listener"]
+    if listener is _DERIVED:
+        listener = mine[0].address
+    else:
+        parse_host_port(listener, "listener")
+    raft = RaftConfig(**{f.name: values[f"raft.{f.name}"] for f in dataclasses.fields(RaftConfig)})
+    try:
+        raft.validate()
+    except ValueError as e:  # "raft.key must be ...": reworded to this module's "key: problem"
+        key, _, problem = str(e).partition(" ")
+        raise ConfigError(f"{key}: {problem}") from None
+    for key in ("log.segment_bytes", "journal.snapshot_interval_records"):
+        if values[key] <= 0:
+            raise ConfigError(f"{key}: must be positive, got {values[key]}")
+    level = values["logging.level"].lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"logging.level: expected one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    fmt = values["logging.format"]
+    if fmt not in LOG_FORMATS:
+        raise ConfigError(f"logging.format: expected one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
+    return NodeConfig(
+        node_id=node_id,
+        data_dir=base_dir.absolute() / values["data_dir"],
+        voters=voters,
+        listener=listener,
+        process_roles=roles,
+        raft=raft,
+        log=LogConfig(values["log.segment_bytes"], values["log.archive_segments"]),
+        journal=JournalConfig(values["journal.snapshot_interval_records"]),
+        logging=LoggingConfig(level, fmt),
+    )
+
+
+def parse_host_port(text: str, key: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[::1]:9093`` for IPv6), raising ConfigError naming ``key``."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{key}: expected HOST:PORT with a port in 1-65535, got {text!r}")
+    return host, int(port)
+
+
+def parse_voters(text: str) -> tuple[Voter, ...]:
+    """Parse ``1@host:port,2@host:port``: Kafka's ``controller.quorum.voters`` syntax."""
+    usage = f"{VOTERS_KEY}: expected ID@HOST:PORT,..."
+    voters: list[Voter] = []
+    for entry in text.split(","):
+        node, sep, address = entry.strip().partition("@")
+        if not sep or not node.isdigit():
+            raise ConfigError(f"{usage} got {entry.strip()!r}")
+        try:
+            host, port = parse_host_port(address, VOTERS_KEY)
+        except ConfigError:
+            raise ConfigError(f"{usage} got {entry.strip()!r} (bad HOST:PORT)") from None
+        voters.append(Voter(int(node), host, port))
+    ids = [v.node_id for v in voters]
+    addresses = [v.address for v in voters]
+    for seen, what in ((ids, "node id"), (addresses, "address")):
+        dupes = sorted({str(x) for x in seen if seen.count(x) > 1})
+        if dupes:
+            raise ConfigError(f"{VOTERS_KEY}: {what} {dupes[0]} appears more than once")
+    return tuple(voters)
+
+
+def render_toml(config: NodeConfig) -> str:
+    """Write ``config`` as TOML that ``load_config`` reads back to an equal NodeConfig."""
+    values: dict[str, Any] = {
+        "node_id": config.node_id,
+        "process_roles": list(config.process_roles),
+        "data_dir": str(config.data_dir),
+        "listener": config.listener,
+        VOTERS_KEY: ",".join(str(v) for v in config.voters),
+        **{f"raft.{f.name}": getattr(config.raft, f.name) for f in dataclasses.fields(RaftConfig)},
+        "log.segment_bytes": config.log.segment_bytes,
+        "log.archive_segments": config.log.archive_segments,
+        "journal.snapshot_interval_records": config.journal.snapshot_interval_records,
+        "logging.level": config.logging.level,
+        "logging.format": config.logging.format,
+    }
+    assert values.keys() == _SCHEMA.keys(), "render_toml must write every key"
+    sections: dict[str, list[str]] = {}
+    for key, value in values.items():
+        table, _, name = key.rpartition(".")
+        sections.setdefault(table, []).append(f"{name} = {_toml_value(value)}")
+    parts = ["\n".join(sections.pop(""))]
+    parts += [f"[{table}]\n" + "\n".join(lines) for table, lines in sections.items()]
+    return "\n\n".join(parts) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    return str(value)
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Turn nested TOML tables into dotted keys; ``[controller.quorum] voters`` and
+    ``controller.quorum.voters`` at top level are the same key."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = prefix + key
+        if isinstance(value, dict):
+            if name not in _TABLES:
+                raise ConfigError(f"{name}: {_unknown(name)}")
+            flat.update(_flatten(value, name + "."))
+        elif name in _TABLES:
+            raise ConfigError(f"{name}: expected a table, got {value!r}")
+        else:
+            flat[name] = value
+    return flat
+
+
+def _read_values(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Type-check every key and fill in defaults; reject keys nobody reads."""
+    for key in flat:
+        if key not in _SCHEMA:
+            raise ConfigError(f"{key}: {_unknown(key)}")
+    values: dict[str, Any] = {}
+    for key, (kind, default) in _SCHEMA.items():
+        if key not in flat:
+            if default is _REQUIRED:
+                raise ConfigError(f"{key}: required key is missing")
+            values[key] = default
+            continue
+        value = flat[key]
+        # bool is an int in Python; a config that says `node_id = true` is still wrong.
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"{key}: expected {_TYPE_NAMES[kind]}, got {value!r}")
+        values[key] = value
+    return values
+
+
+def _parse_roles(roles: list[Any]) -> tuple[str, ...]:
+    if not roles:
+        raise ConfigError("process_roles: must name at least one role")
+    for role in roles:
+        if role not in SUPPORTED_ROLES:
+            supported = ", ".join(SUPPORTED_ROLES)
+            raise ConfigError(f"process_roles: {role!r} is not supported yet (supported: {supported})")
+    if len(set(roles)) != len(roles):
+        raise ConfigError(f"process_roles: a role is listed twice in {roles!r}")
+    return tuple(roles)
+
+
+def _unknown(key: str) -> str:
+    close = difflib.get_close_matches(key, [*_SCHEMA, *_TABLES], n=1)
+    return "unknown key" + (f" (did you mean {close[0]}?)" if close else "")

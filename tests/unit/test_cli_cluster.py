@@ -1,0 +1,141 @@
+"""cluster up/down/status: what `up` writes on first run, how start-up failures are
+reported, and (marked integration) a real three-node cluster driven end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli import cluster, local
+from cli.errors import CliError
+from cli.main import main
+from cli.quorum_client import QuorumClient
+from raft.node_config import load_config
+from raft.storage import meta
+
+
+def test_create_writes_configs_and_formats_every_node(tmp_path: Path) -> None:
+    cluster_dir = tmp_path / "c"
+    created = cluster.create(cluster_dir, 3)
+    assert local.load(cluster_dir) == created
+    configs = [load_config(node.config) for node in created.nodes]
+    assert [c.node_id for c in configs] == [1, 2, 3]
+    assert len({c.voters for c in configs}) == 1  # every node has the same voter set
+    assert len({v.port for v in configs[0].voters}) == 3
+    for node, config in zip(created.nodes, configs, strict=True):
+        assert node.address == config.listener == config.voter_addresses[node.id]
+        assert str(config.data_dir) == node.data_dir
+        assert meta.check_meta(config.data_dir, node.id, created.cluster_id).node_id == node.id
+        assert node.pid is None
+
+
+def test_create_refuses_a_foreign_directory(tmp_path: Path) -> None:
+    (tmp_path / "something").write_text("")
+    with pytest.raises(CliError, match="not empty but holds no cluster.json"):
+        cluster.create(tmp_path, 3)
+
+
+def test_create_checks_the_controller_count(tmp_path: Path) -> None:
+    with pytest.raises(CliError, match="--controllers: expected 1 to 9, got 0"):
+        cluster.create(tmp_path / "c", 0)
+
+
+def test_up_refuses_to_resize(tmp_path: Path) -> None:
+    cluster.create(tmp_path, 3)
+    with pytest.raises(CliError, match="has 3 controllers, not 5"):
+        cluster.up(tmp_path, 5, timeout_s=1)
+
+
+def test_free_ports_differ() -> None:
+    ports = cluster.free_ports(5)
+    assert len(set(ports)) == 5
+
+
+def test_down_and_status_of_a_stopped_cluster(tmp_path: Path) -> None:
+    created = cluster.create(tmp_path, 3)
+    created.nodes[0].pid = 999_999_999  # recorded but long gone
+    local.save(created)
+    assert cluster.status(tmp_path) == {
+        "nodes": [
+            {"id": n.id, "role": "down", "address": n.address, "pid": None, "alive": False}
+            for n in created.nodes
+        ],
+        "leader_id": None,
+        "leader_epoch": None,
+    }
+    result = cluster.down(tmp_path, timeout_s=1)
+    assert [n["result"] for n in result["nodes"]] == ["not running"] * 3
+    assert all(n.pid is None for n in local.load(tmp_path).nodes)
+
+
+def test_a_node_that_dies_while_starting_is_reported_with_its_last_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = cluster.create(tmp_path, 3)
+    script = "import sys; print('raftka: error: port taken', file=sys.stderr); sys.exit(3)"
+    monkeypatch.setattr(local, "server_command", lambda config: [sys.executable, "-c", script, config])
+    started = {1: local.start_node(created.node(1))}
+    with QuorumClient(call_timeout_s=0.1) as client, pytest.raises(CliError) as err:
+        cluster.wait_for_leader(created, started, client, timeout_s=30)
+    assert str(err.value) == (
+        f"node 1 exited with status 3 while starting; see {created.node(1).log} "
+        "(last line: raftka: error: port taken)"
+    )
+
+
+def test_no_leader_in_time_points_at_the_logs(tmp_path: Path) -> None:
+    created = cluster.create(tmp_path, 3)
+    with QuorumClient(call_timeout_s=0.1) as client, pytest.raises(CliError) as err:
+        cluster.wait_for_leader(created, {}, client, timeout_s=0.2)
+    assert str(err.value).startswith("no leader elected within 0.2 s; see the node logs: ")
+    assert created.node(3).log in str(err.value)
+
+
+# A real cluster ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "local"
+    yield path
+    if local.exists(path):
+        cluster.down(path, timeout_s=10)
+
+
+def run_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
+    assert main([*argv, "--output", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.integration
+def test_local_cluster_end_to_end(cluster_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = ["--dir", str(cluster_dir)]
+    up = run_json(["cluster", "up", *d], capsys)
+    assert up["created"] and up["started"] == [1, 2, 3]
+
+    status = run_json(["cluster", "status", *d], capsys)
+    roles = {n["id"]: n["role"] for n in status["nodes"]}
+    assert roles[status["leader_id"]] == "leader"
+    assert sorted(roles.values()) == ["follower", "follower", "leader"]
+
+    quorum = run_json(["quorum", "describe", "--status", *d], capsys)
+    assert quorum["cluster_id"] == up["cluster_id"]
+    assert quorum["high_watermark"] >= 0
+    rows = run_json(["quorum", "describe", "--replication", *d], capsys)
+    assert [r["status"] for r in rows] == ["Leader", "Follower", "Follower"]
+
+    chaos_run = run_json(["chaos", "kill-leader", "--rounds", "2", *d], capsys)
+    assert [r["new_epoch"] > r["old_epoch"] for r in chaos_run["rounds"]] == [True, True]
+    assert chaos_run["summary"]["rounds"] == 2
+    stop_run = run_json(["chaos", "kill-leader", "--signal", "STOP", *d], capsys)
+    assert stop_run["rounds"][0]["signal"] == "STOP"
+
+    down = run_json(["cluster", "down", *d], capsys)
+    assert [n["result"] for n in down["nodes"]] == ["stopped"] * 3
+    again = run_json(["cluster", "up", *d], capsys)
+    assert not again["created"] and again["cluster_id"] == up["cluster_id"]
+    assert again["leader_epoch"] > stop_run["rounds"][0]["new_epoch"]

@@ -1,0 +1,182 @@
+"""NodeConfig: every key has a default or is required, and every bad value names its key."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raft.config import RaftConfig
+from raft.node_config import (
+    ConfigError,
+    LogConfig,
+    NodeConfig,
+    Voter,
+    config_keys,
+    load_config,
+    parse_config,
+    parse_voters,
+    render_toml,
+)
+
+SAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "controller.toml"
+VOTERS = "1@127.0.0.1:19091,2@127.0.0.1:19092,3@127.0.0.1:19093"
+
+
+def minimal(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"node_id": 1, "data_dir": "data", "controller": {"quorum": {"voters": VOTERS}}}
+    data.update(overrides)
+    return data
+
+
+def parse(data: dict[str, Any]) -> NodeConfig:
+    return parse_config(data, base_dir=Path("/etc/raftka"))
+
+
+def flat_keys(data: dict[str, Any], prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    for key, value in data.items():
+        if isinstance(value, dict):
+            keys |= flat_keys(value, f"{prefix}{key}.")
+        else:
+            keys.add(prefix + key)
+    return keys
+
+
+def test_minimal_config_takes_every_default() -> None:
+    config = parse(minimal())
+    assert config.node_id == 1
+    assert config.data_dir == Path("/etc/raftka/data")  # relative to the config file's directory
+    assert config.voters == (
+        Voter(1, "127.0.0.1", 19091),
+        Voter(2, "127.0.0.1", 19092),
+        Voter(3, "127.0.0.1", 19093),
+    )
+    assert config.listener == "127.0.0.1:19091"  # derived from this node's voters entry
+    assert config.process_roles == ("controller",)
+    assert config.raft == RaftConfig()
+    assert config.log == LogConfig(segment_bytes=8 << 20, archive_segments=False)
+    assert config.journal.snapshot_interval_records == 10_000
+    assert (config.logging.level, config.logging.format) == ("info", "json")
+    assert config.voter_ids == frozenset({1, 2, 3})
+    assert config.voter_addresses[2] == "127.0.0.1:19092"
+
+
+def test_sample_config_loads_and_covers_every_key() -> None:
+    config = load_config(SAMPLE)
+    assert config.node_id == 1
+    sample_keys = flat_keys(tomllib.loads(SAMPLE.read_text()))
+    assert sample_keys == set(config_keys())
+
+
+def test_sample_config_documents_every_key() -> None:
+    lines = SAMPLE.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "=" in line and not line.startswith("#"):
+            assert lines[i - 1].startswith("# "), f"no comment above: {line}"
+
+
+def test_dotted_key_is_the_same_as_a_table() -> None:
+    dotted = {"node_id": 1, "data_dir": "data", "controller.quorum.voters": VOTERS}
+    config = parse_config(tomllib.loads("\n".join(f"{k} = {v!r}" for k, v in dotted.items())), Path("/x"))
+    assert config.voters == parse(minimal()).voters
+
+
+def test_render_round_trips(tmp_path: Path) -> None:
+    config = parse(
+        minimal(
+            node_id=2,
+            listener="0.0.0.0:9000",
+            raft={"election_timeout_ms": 80},
+            log={"archive_segments": True},
+            logging={"level": "DEBUG", "format": "console"},
+        )
+    )
+    path = tmp_path / "server.toml"
+    path.write_text(render_toml(config))
+    assert load_config(path) == config
+
+
+def test_absolute_data_dir_is_kept() -> None:
+    assert parse(minimal(data_dir="/var/lib/raftka")).data_dir == Path("/var/lib/raftka")
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"data_dir": "d", "controller": {"quorum": {"voters": VOTERS}}}, "node_id"),
+        (minimal(node_id="1"), "node_id"),
+        (minimal(node_id=True), "node_id"),
+        (minimal(node_id=-1), "node_id"),
+        (minimal(node_id=4), "node_id"),
+        ({"node_id": 1, "controller": {"quorum": {"voters": VOTERS}}}, "data_dir"),
+        (minimal(data_dir=""), "data_dir"),
+        (minimal(process_roles=["broker"]), "process_roles"),
+        (minimal(process_roles=[]), "process_roles"),
+        (minimal(process_roles="controller"), "process_roles"),
+        (minimal(listener="localhost"), "listener"),
+        (minimal(listener="localhost:99999"), "listener"),
+        ({"node_id": 1, "data_dir": "d"}, "controller.quorum.voters"),
+        (minimal(controller={"quorum": {"voters": "1@127.0.0.1"}}), "controller.quorum.voters"),
+        (minimal(controller={"quorum": {"voters": "x@h:1"}}), "controller.quorum.voters"),
+        (minimal(controller={"quorum": {"voters": 5}}), "controller.quorum.voters"),
+        (minimal(controller={"quorum": "x"}), "controller.quorum"),
+        (minimal(controller={"voters": VOTERS}), "controller.voters"),
+        (minimal(raft={"election_timeout_ms": 0}), "raft.election_timeout_ms"),
+        (minimal(raft={"election_timeout_ms": "50"}), "raft.election_timeout_ms"),
+        (minimal(raft={"election_timeout": 50}), "raft.election_timeout"),
+        (minimal(raft={"fetch_max_wait_ms": 2000}), "raft.fetch_max_wait_ms"),
+        (minimal(raft=5), "raft"),
+        (minimal(log={"segment_bytes": 0}), "log.segment_bytes"),
+        (minimal(log={"archive_segments": "yes"}), "log.archive_segments"),
+        (minimal(journal={"snapshot_interval_records": -5}), "journal.snapshot_interval_records"),
+        (minimal(logging={"level": "loud"}), "logging.level"),
+        (minimal(logging={"format": "xml"}), "logging.format"),
+        (minimal(brokers=1), "brokers"),
+        (minimal(extra={"x": 1}), "extra"),
+    ],
+)
+def test_bad_value_names_its_key(data: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(data)
+    assert str(err.value).startswith(f"{key}:"), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_key_suggests_the_close_one() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean raft\.election_timeout_ms\?"):
+        parse(minimal(raft={"election_timeout": 50}))
+
+
+@pytest.mark.parametrize(
+    ("voters", "problem"),
+    [
+        ("1@a:1,1@b:2", "node id 1 appears more than once"),
+        ("1@a:1,2@a:1", "address a:1 appears more than once"),
+        ("", "expected ID@HOST:PORT"),
+        ("1@a:0", "bad HOST:PORT"),
+    ],
+)
+def test_voters_are_checked(voters: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem) as err:
+        parse_voters(voters)
+    assert str(err.value).startswith("controller.quorum.voters:")
+
+
+def test_ipv6_voter() -> None:
+    assert parse_voters("1@[::1]:9093")[0].address == "[::1]:9093"
+
+
+def test_load_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "server.toml"
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(path)
+    path.write_text("node_id = = 1")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(path)
+    path.write_text('node_id = 1\ndata_dir = "d"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: controller.quorum.voters: required key is missing"
