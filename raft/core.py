@@ -184,6 +184,8 @@ class RaftCore:
         else:
             self.role = Role.UNATTACHED
             self._election_deadline = now_ms + self._election_timeout() if self.is_voter else NEVER
+        if self._recovering:
+            self._ask_peers_for_epochs()
 
     # ==================================================================================
     # introspection
@@ -599,12 +601,14 @@ class RaftCore:
         previous = self._parked.pop(req.replica_id, None)
         if previous is not None:
             self._answer_fetch(previous.envelope)
+        # Advance the high watermark before parking: the fetch that moved it stays parked,
+        # ready for the next append, instead of coming back at once just to carry the news.
+        self._leader_progress()
         if req.fetch_offset < self.log.end_offset or req.max_wait_ms == 0:
             self._answer_fetch(env)
         else:
             wait = min(req.max_wait_ms, self.cfg.fetch_max_wait_ms)
             self._parked[req.replica_id] = _ParkedFetch(env, self._now + wait)
-        self._leader_progress()
 
     def _answer_fetch(self, env: Envelope) -> None:
         req: FetchRequest = env.msg  # type: ignore[assignment]
@@ -897,8 +901,9 @@ class RaftCore:
             self._min_vote_epoch = top + 1 if top else 0
 
     def _ask_peers_for_epochs(self) -> None:
-        """A recovering voter learns its peers' epochs from their pre-vote answers."""
-        request = VoteRequest(self.cluster_id, self.epoch + 1, self.node_id, 0, 0, True)
+        """A recovering voter learns its peers' epochs from their answers to a pre-vote that
+        asks for nothing (epoch 0 can never be granted)."""
+        request = VoteRequest(self.cluster_id, 0, self.node_id, 0, 0, True)
         for voter in sorted(self.voters - {self.node_id}):
             self._send(voter, request)
 

@@ -25,7 +25,7 @@ from raft.effects import Snapshot, Write
 from raft.storage import batch_codec, fsio, layout, snapshot_file
 from raft.storage.base import CorruptLogError, LoadedState, StorageError, covered_by_snapshot
 from raft.storage.batch_codec import Frame
-from raft.storage.quorum_file import read_quorum_state, write_quorum_state
+from raft.storage.quorum_file import QuorumStateFile
 
 _log = structlog.get_logger(__name__)
 
@@ -54,13 +54,14 @@ class FileStorage:
         self._snapshot_id: SnapshotId | None = None
         self._log_end = 0
         self._unusable: str | None = "load() has not run"
+        self._quorum_state = QuorumStateFile(self._dir / layout.QUORUM_STATE_FILE)
 
     def load(self) -> LoadedState:
         self._dir.mkdir(parents=True, exist_ok=True)
         if self._archive_dir is not None:
             self._archive_dir.mkdir(exist_ok=True)
         self._remove_temp_files()
-        quorum_state = read_quorum_state(self._dir / layout.QUORUM_STATE_FILE)
+        quorum_state = self._quorum_state.load()
         snapshot = self._load_newest_snapshot()
         self._segments = []
         self._snapshot_id = snapshot.id if snapshot is not None else None
@@ -80,7 +81,7 @@ class FileStorage:
             if batches:
                 self._append(batches)
             if write.quorum_state is not None:
-                write_quorum_state(self._dir / layout.QUORUM_STATE_FILE, write.quorum_state)
+                self._quorum_state.write(write.quorum_state)
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Keep ``snapshot`` unless the current one is as new; then retire what it covers."""
@@ -100,6 +101,7 @@ class FileStorage:
 
     def close(self) -> None:
         self._unusable = "it is closed"
+        self._quorum_state.close()
 
     # -- load ------------------------------------------------------------------------------
 

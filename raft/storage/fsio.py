@@ -19,6 +19,13 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
             written += os.write(fd, view[written:])
 
 
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """``os.pwrite`` until every byte is written at ``offset``."""
+    written = 0
+    while written < len(data):
+        written += os.pwrite(fd, data[written:], offset + written)
+
+
 def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:

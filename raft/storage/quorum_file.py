@@ -1,53 +1,109 @@
-"""The ``quorum-state`` file: epoch, vote and known leader, as JSON replaced atomically.
+"""The ``quorum-state`` file: epoch, vote and known leader, written in place in two slots.
 
 A vote is granted only after this file is durable, so a restarted node can never vote
-twice in one epoch.
+twice in one epoch. It is written on every election step, so it must be cheap: instead
+of a temp file, rename and directory fsync (about 8 ms here), each write overwrites the
+older of two fixed 512-byte slots with one ``pwrite`` and one ``fdatasync`` (about
+0.25 ms). A slot is a JSON line, its CRC-32C and padding, so ``cat`` still shows it;
+a write torn by a crash damages only the slot being written, and the other slot still
+holds the previous state, which is all that was promised (the write never returned).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import crc32c
+
 from raft.effects import QuorumStateData
-from raft.storage import fsio, layout
+from raft.storage import fsio
 from raft.storage.base import StorageError
 
 DATA_VERSION = 1
 INITIAL = QuorumStateData(epoch=0, voted_id=-1, leader_id=-1)
+SLOT_BYTES = 512
+SLOTS = 2
 
 
-def write_quorum_state(path: Path, state: QuorumStateData) -> None:
-    document = {
-        "epoch": state.epoch,
-        "voted_id": state.voted_id,
-        "leader_id": state.leader_id,
-        "data_version": DATA_VERSION,
-    }
-    fsio.write_atomically(path, json.dumps(document).encode(), temp_suffix=layout.TMP_SUFFIX)
+class QuorumStateFile:
+    """An open quorum-state file. ``load`` first; then ``write`` as often as needed."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fd: int | None = None
+        self._sequence = 0  # of the newest valid slot; the next write goes to the other one
+
+    def load(self) -> QuorumStateData:
+        """The stored state; a node that never wrote one is in epoch 0 with no vote and no leader."""
+        try:
+            raw = self._path.read_bytes()
+        except FileNotFoundError:
+            return INITIAL
+        slots = [_parse_slot(raw[i * SLOT_BYTES : (i + 1) * SLOT_BYTES]) for i in range(SLOTS)]
+        valid = [s for s in slots if s is not None]
+        if not valid:
+            raise StorageError(
+                f"cannot read {self._path}: neither copy of the quorum state is intact. Only one copy "
+                "is written at a time, so this is disk damage: restore the node from a peer "
+                "(move its data dir away and reformat it)"
+            )
+        self._sequence, state = max(valid, key=lambda s: s[0])
+        return state
+
+    def write(self, state: QuorumStateData) -> None:
+        fd = self._open()
+        self._sequence += 1
+        slot = self._sequence % SLOTS
+        fsio.pwrite_all(fd, _encode_slot(self._sequence, state), slot * SLOT_BYTES)
+        os.fdatasync(fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            created = not self._path.exists()
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            if created:
+                fsio.pwrite_all(self._fd, b"\n".rjust(SLOT_BYTES) * SLOTS, 0)
+                os.fsync(self._fd)
+                fsio.fsync_dir(self._path.parent)
+        return self._fd
 
 
-def read_quorum_state(path: Path) -> QuorumStateData:
-    """The stored state; a node that never wrote one is in epoch 0 with no vote and no leader."""
+def _encode_slot(sequence: int, state: QuorumStateData) -> bytes:
+    document = json.dumps(
+        {
+            "epoch": state.epoch,
+            "voted_id": state.voted_id,
+            "leader_id": state.leader_id,
+            "data_version": DATA_VERSION,
+            "sequence": sequence,
+        },
+        separators=(",", ":"),
+    ).encode()
+    line = b"%s %08x" % (document, crc32c.crc32c(document))
+    assert len(line) < SLOT_BYTES, line
+    return line.ljust(SLOT_BYTES - 1) + b"\n"
+
+
+def _parse_slot(slot: bytes) -> tuple[int, QuorumStateData] | None:
+    """A slot's (sequence, state), or None when it is blank or torn."""
+    document, _, crc = slot.rstrip().rpartition(b" ")
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return INITIAL
-    try:
-        document = json.loads(raw)
-        fields = (document["epoch"], document["voted_id"], document["leader_id"], document["data_version"])
-    except (ValueError, TypeError, KeyError) as exc:
-        raise _damaged(path, f"it is not a quorum-state document ({exc})") from exc
-    epoch, voted_id, leader_id, version = fields
-    if version != DATA_VERSION:
-        raise _damaged(path, f"data_version {version!r} is not {DATA_VERSION}")
-    if not all(type(v) is int for v in fields) or epoch < 0 or voted_id < -1 or leader_id < -1:
-        raise _damaged(path, f"its values are out of range: {document}")
-    return QuorumStateData(epoch=epoch, voted_id=voted_id, leader_id=leader_id)
-
-
-def _damaged(path: Path, why: str) -> StorageError:
-    return StorageError(
-        f"cannot read {path}: {why}. The file is replaced atomically, so this is disk damage: "
-        "restore the node from a peer (wipe its data dir and reformat it)"
-    )
+        if not document or int(crc, 16) != crc32c.crc32c(document):
+            return None
+        value = json.loads(document)
+        fields = (value["sequence"], value["epoch"], value["voted_id"], value["leader_id"], value["data_version"])
+    except (ValueError, TypeError, KeyError):
+        return None
+    sequence, epoch, voted_id, leader_id, version = fields
+    if not all(type(v) is int for v in fields) or version != DATA_VERSION:
+        return None
+    if sequence < 1 or epoch < 0 or voted_id < -1 or leader_id < -1:
+        return None
+    return sequence, QuorumStateData(epoch=epoch, voted_id=voted_id, leader_id=leader_id)

@@ -45,8 +45,21 @@ def test_layout_is_krafts(tmp_path: Path) -> None:
     assert segments and all(len(n) == 24 for n in segments)
     bases = [b.base_offset for b in batches]
     assert all(int(n[:20]) in bases for n in segments)
-    state = json.loads((log_dir / "quorum-state").read_text())
-    assert state == {"epoch": 4, "voted_id": 2, "leader_id": 3, "data_version": 1}
+    newest = max(
+        (
+            json.loads(line.strip().rpartition(" ")[0])
+            for line in (log_dir / "quorum-state").read_text().split("\n")
+            if line.strip()
+        ),
+        key=lambda document: document["sequence"],
+    )
+    assert newest == {
+        "epoch": 4,
+        "voted_id": 2,
+        "leader_id": 3,
+        "data_version": 1,
+        "sequence": newest["sequence"],
+    }
 
 
 def test_batches_survive_restarts_and_segment_rolls(tmp_path: Path) -> None:
@@ -98,6 +111,18 @@ def test_a_damaged_quorum_state_refuses_to_start(tmp_path: Path) -> None:
     (layout.log_dir(tmp_path) / "quorum-state").write_text('{"epoch": 1}')
     with pytest.raises(StorageError, match="quorum-state.*restore the node"):
         FileStorage(tmp_path).load()
+
+
+def test_a_torn_quorum_state_write_keeps_the_previous_state(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path)
+    storage.write(Write(write_id=1, quorum_state=QuorumStateData(epoch=5, voted_id=2, leader_id=-1)))
+    storage.write(Write(write_id=2, quorum_state=QuorumStateData(epoch=6, voted_id=3, leader_id=-1)))
+    path = layout.log_dir(tmp_path) / "quorum-state"
+    raw = bytearray(path.read_bytes())
+    newest_slot = 0 if b'"epoch":6' in raw[:512] else 512
+    raw[newest_slot + 10 : newest_slot + 20] = b"\0" * 10  # the crash tore the last write
+    path.write_bytes(bytes(raw))
+    assert FileStorage(tmp_path).load().quorum_state == QuorumStateData(epoch=5, voted_id=2, leader_id=-1)
 
 
 @pytest.mark.parametrize("kept", [1, 10, 33, 40, -1])
