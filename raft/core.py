@@ -168,11 +168,14 @@ class RaftCore:
         self._begin_epoch_resend_ms = NEVER
         self._parked: dict[int, _ParkedFetch] = {}
 
-        # a voter with empty storage must not vote until it is safe (see module doc)
-        self._recovering = self.is_voter and len(voters) > 1 and self.log.is_empty() and state.epoch == 0
+        # a voter with new or wiped storage must not vote until it is safe (see module doc)
+        self._recovering = self.is_voter and len(voters) > 1 and state.recovering
         self._heard_epochs: dict[int, int] = {}
         self._caught_up = False
-        self._min_vote_epoch = 0
+        self._persisted_state = state
+        self._ended: tuple[int, int] | None = None  # (epoch, leader) that announced its resignation
+        self._next_rpc_id = 0
+        self._fetch_rpc_id = -1
 
         if state.leader_id == node_id and self.is_voter:
             self.role = Role.RESIGNED  # leadership is never resumed after a restart
@@ -338,7 +341,7 @@ class RaftCore:
             return
         assert self._tracker is not None
         successors = self._tracker.successors()
-        self._transition(Role.RESIGNED, self.epoch)
+        self._transition(Role.RESIGNED, self.epoch, leader_id=self.node_id)
         self._election_deadline = now_ms + self._election_timeout()
         for voter in successors:
             req = EndQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id, successors)
@@ -366,8 +369,7 @@ class RaftCore:
     # ==================================================================================
     def _transition(self, role: Role, epoch: int, *, leader_id: int = NO_LEADER) -> None:
         check_transition(self.role, self.epoch, role, epoch, is_voter=self.is_voter)
-        if self.role is Role.LEADER:
-            self._abandon_leadership()
+        was_leader = self.role is Role.LEADER
         if epoch > self.epoch:
             self.voted_id = NO_LEADER
             self._lost_leader = NO_LEADER
@@ -379,6 +381,8 @@ class RaftCore:
         self._download = None
         self._fetch_sent_ms = None
         self._persist_state()
+        if was_leader:
+            self._abandon_leadership()
 
     def _become_unattached(self, epoch: int, election_delay_ms: int | None = None) -> None:
         self._transition(Role.UNATTACHED, epoch)
@@ -475,16 +479,10 @@ class RaftCore:
         if not req.pre_vote and req.candidate_epoch > self.epoch:
             self._become_unattached(req.candidate_epoch)
         log_ok = (req.last_epoch, req.log_end_offset) >= (self.log.last_epoch, self.log.end_offset)
-        may_vote = (
-            self.is_voter
-            and req.candidate_id in self.voters
-            and not self._recovering
-            and req.candidate_epoch >= self._min_vote_epoch
-            and log_ok
-        )
+        may_vote = self.is_voter and req.candidate_id in self.voters and not self._recovering and log_ok
         if req.pre_vote:
             granted = may_vote and req.candidate_epoch > self.epoch and not self._has_live_leader()
-            self._reply(env, VoteResponse(Error.NONE, self.epoch, self.leader_id, granted, True))
+            self._reply(env, VoteResponse(Error.NONE, self.epoch, self._advertised_leader(), granted, True))
             if granted and self.role is Role.PROSPECTIVE and req.candidate_id < self.node_id:
                 # Two voters that noticed the loss together would split the vote; the lower id
                 # goes first and this one stands aside (it campaigns later if that fails).
@@ -503,7 +501,9 @@ class RaftCore:
             self._persist_state()
             self._election_deadline = self._now + self._election_timeout()
         error = Error.FENCED_LEADER_EPOCH if req.candidate_epoch < self.epoch else Error.NONE
-        self._reply(env, VoteResponse(error, self.epoch, self.leader_id, granted, False), durable=True)
+        self._reply(
+            env, VoteResponse(error, self.epoch, self._advertised_leader(), granted, False), durable=True
+        )
 
     def _on_vote_response(self, env: Envelope) -> None:
         resp: VoteResponse = env.msg  # type: ignore[assignment]
@@ -531,23 +531,46 @@ class RaftCore:
     def _on_begin_quorum_epoch(self, env: Envelope) -> None:
         req: BeginQuorumEpochRequest = env.msg  # type: ignore[assignment]
         if req.leader_id not in self.voters or req.leader_id == self.node_id:
-            self._reply(env, BeginQuorumEpochResponse(Error.INVALID_REQUEST, self.epoch, self.leader_id))
+            self._reply(
+                env, BeginQuorumEpochResponse(Error.INVALID_REQUEST, self.epoch, self._advertised_leader())
+            )
             return
         if req.epoch < self.epoch:
-            self._reply(env, BeginQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self.leader_id))
+            self._reply(
+                env,
+                BeginQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self._advertised_leader()),
+            )
+            return
+        if self._ended == (req.epoch, req.leader_id):
+            # It resigned before this announcement reached us: following it would wait out a timeout.
+            self._reply(env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()))
             return
         if req.epoch > self.epoch or self.leader_id != req.leader_id:
             assert not (req.epoch == self.epoch and self.role is Role.LEADER), "two leaders in one epoch"
             self._become_follower(req.epoch, req.leader_id)
-        self._reply(env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self.leader_id), durable=True)
+        self._reply(
+            env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()), durable=True
+        )
 
     def _on_end_quorum_epoch(self, env: Envelope) -> None:
         req: EndQuorumEpochRequest = env.msg  # type: ignore[assignment]
         if req.epoch < self.epoch:
-            self._reply(env, EndQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self.leader_id))
+            self._reply(
+                env, EndQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self._advertised_leader())
+            )
             return
-        resigned = req.epoch > self.epoch or (self.role is Role.FOLLOWER and self.leader_id == req.leader_id)
-        if resigned and req.leader_id != self.node_id:
+        if req.leader_id == self.node_id or req.leader_id not in self.voters:
+            self._reply(
+                env, EndQuorumEpochResponse(Error.INVALID_REQUEST, self.epoch, self._advertised_leader())
+            )
+            return
+        self._ended = (req.epoch, req.leader_id)
+        resigned = (
+            req.epoch > self.epoch
+            or (self.role is Role.FOLLOWER and self.leader_id == req.leader_id)
+            or (self.role is Role.UNATTACHED and self.leader_id == NO_LEADER)  # it never reached us
+        )
+        if resigned:
             # The first named successor campaigns at once; the others give it a head start.
             successors = [s for s in req.preferred_successors if s in self.voters]
             position = successors.index(self.node_id) if self.node_id in successors else len(successors)
@@ -555,7 +578,7 @@ class RaftCore:
             if position > 0 or not self.is_voter:
                 delay += self._election_timeout()
             self._become_unattached(req.epoch, delay)
-        self._reply(env, EndQuorumEpochResponse(Error.NONE, self.epoch, self.leader_id))
+        self._reply(env, EndQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()))
 
     def _on_epoch_response(self, env: Envelope) -> None:
         resp = env.msg
@@ -633,7 +656,7 @@ class RaftCore:
 
         def answer(error: Error, size: int = 0, chunk: bytes = b"") -> None:
             resp = FetchSnapshotResponse(
-                error, self.epoch, self.leader_id, req.snapshot_id, size, req.position, chunk
+                error, self.epoch, self._advertised_leader(), req.snapshot_id, size, req.position, chunk
             )
             self._reply(env, resp)
 
@@ -667,8 +690,7 @@ class RaftCore:
         now = self._now
         self._tracker.record_leader_end(self._durable_end, now)
         if now >= self._check_quorum_deadline():
-            self._transition(Role.RESIGNED, self.epoch)
-            self.leader_id = self.node_id
+            self._transition(Role.RESIGNED, self.epoch, leader_id=self.node_id)
             self._election_deadline = now + self._election_timeout()
             return
         if now - self._last_append_ms >= self.cfg.idle_noop_interval_ms:
@@ -707,6 +729,8 @@ class RaftCore:
         else:
             target = self.leader_id
         self._fetch_sent_ms = self._now
+        self._next_rpc_id += 1
+        self._fetch_rpc_id = self._next_rpc_id
         if self._download is not None:
             request: Message = FetchSnapshotRequest(
                 self.cluster_id,
@@ -725,22 +749,29 @@ class RaftCore:
                 self.log.last_epoch,
                 self.cfg.fetch_max_wait_ms,
             )
-        self._outbox.append(Envelope(self.node_id, target, request))
+        self._outbox.append(Envelope(self.node_id, target, request, self._fetch_rpc_id))
 
     def _on_fetch_response(self, env: Envelope) -> None:
         resp: FetchResponse = env.msg  # type: ignore[assignment]
         self._observe(resp.epoch, resp.leader_id)
+        # A late answer to a fetch we gave up on still carries valid data for the same
+        # position, but only the answer to the current fetch completes it: otherwise two
+        # outstanding fetches would keep each other alive forever.
+        current = env.rpc_id == self._fetch_rpc_id
         if self.role is Role.UNATTACHED and not self.is_voter and env.src == self._bootstrap_target:
-            self._fetch_sent_ms = None  # bootstrap answer with no leader: try another voter
-            self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+            if current:  # a bootstrap answer without a leader: try another voter
+                self._fetch_sent_ms = None
+                self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
             return
         if self.role is not Role.FOLLOWER or env.src != self.leader_id or resp.epoch != self.epoch:
             return
-        self._fetch_sent_ms = None
+        if current:
+            self._fetch_sent_ms = None
         if resp.error is not Error.NONE:
             if resp.error is Error.NOT_LEADER:
                 self._on_leader_lost()
-            self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+            if current:
+                self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
             return
         self._fetch_ok()
         if resp.diverging is not None:
@@ -789,6 +820,8 @@ class RaftCore:
     def _on_fetch_snapshot_response(self, env: Envelope) -> None:
         resp: FetchSnapshotResponse = env.msg  # type: ignore[assignment]
         self._observe(resp.epoch, resp.leader_id)
+        if env.rpc_id != self._fetch_rpc_id:
+            return
         download = self._download
         if self.role is not Role.FOLLOWER or env.src != self.leader_id or download is None:
             return
@@ -863,7 +896,7 @@ class RaftCore:
     # ==================================================================================
     def _observe(self, epoch: int, leader_id: int) -> None:
         """Adopt a newer epoch, or a leader for our epoch, learned from any response."""
-        knows_leader = leader_id >= 0 and leader_id != self.node_id
+        knows_leader = leader_id >= 0 and leader_id != self.node_id and (epoch, leader_id) != self._ended
         if epoch > self.epoch:
             if knows_leader:
                 self._become_follower(epoch, leader_id)
@@ -896,9 +929,14 @@ class RaftCore:
         if len(self._heard_epochs) < len(self.voters) - 1:
             return
         top = max(self._heard_epochs.values())
-        if top == 0 or self._caught_up:
-            self._recovering = False
-            self._min_vote_epoch = top + 1 if top else 0
+        if top > 0 and not self._caught_up:
+            return
+        self._recovering = False
+        if top > self.epoch:
+            self._transition(Role.UNATTACHED, top)
+        if top == self.epoch and top > 0 and self.voted_id == NO_LEADER:
+            self.voted_id = self.node_id  # abstain: we may have voted in this epoch before the wipe
+        self._persist_state()
 
     def _ask_peers_for_epochs(self) -> None:
         """A recovering voter learns its peers' epochs from their answers to a pre-vote that
@@ -911,7 +949,9 @@ class RaftCore:
     # durability and output
     # ==================================================================================
     def _persist_state(self) -> None:
-        self._pending_state = QuorumStateData(self.epoch, self.voted_id, self.leader_id)
+        state = QuorumStateData(self.epoch, self.voted_id, self.leader_id, self._recovering)
+        if state != (self._pending_state or self._persisted_state):
+            self._pending_state = state
 
     def _has_unflushed(self) -> bool:
         return self._inflight is not None or self._has_pending()
@@ -937,6 +977,8 @@ class RaftCore:
         self._inflight_handed_out = False
         self._inflight_end = self.log.end_offset
         self._next_write_id += 1
+        if self._pending_state is not None:
+            self._persisted_state = self._pending_state
         self._pending_state = None
         self._pending_install = None
         self._pending_truncate = None
@@ -962,9 +1004,12 @@ class RaftCore:
         else:
             self._held.append((tag, envelope))
 
+    def _advertised_leader(self) -> int:
+        """The leader we tell others about: never ourselves once we have resigned."""
+        return NO_LEADER if self.role is Role.RESIGNED else self.leader_id
+
     def _fetch_error(self, error: Error) -> FetchResponse:
-        leader = self.leader_id if self.role is not Role.RESIGNED else NO_LEADER
-        return FetchResponse(error, self.epoch, leader, -1, self.log.start_offset)
+        return FetchResponse(error, self.epoch, self._advertised_leader(), -1, self.log.start_offset)
 
     # ==================================================================================
     # time

@@ -24,6 +24,9 @@ class QuorumStateData:
     epoch: int
     voted_id: int  # -1: no vote in this epoch
     leader_id: int  # -1: no known leader in this epoch
+    # Storage that never held a vote or a log (new or wiped disk): the node must not vote
+    # until it has caught up. Persisted so a restart in the middle keeps it.
+    recovering: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,8 +125,10 @@ Message = Request | Response
 class Envelope:
     """A message in flight. ``rpc_id`` pairs a response with the request it answers.
 
-    The transport numbers inbound requests; the core copies the number onto its response
-    so the transport can complete the right call. Requests the core sends carry 0.
+    On a request the core sends, it is the core's own number for it, and the transport
+    puts it back on the response it delivers, so a late answer to an older request is
+    never taken for the answer to the current one. On an inbound request it is the
+    transport's number, which the core copies onto its response.
     """
 
     src: int

@@ -29,13 +29,19 @@ class ServerError(Exception):
     """The node stopped for a reason the operator must act on."""
 
 
-async def run_server(config: NodeConfig) -> None:
-    configure_logging(config.logging.level, config.logging.format, node_id=config.node_id)
-    log = structlog.get_logger("raft.server")
+class Controller:
+    """A started node: its raft driver, its journal and how to stop it."""
+
+    def __init__(self, node: RaftNode, journal: Journal, cluster_id: str) -> None:
+        self.node = node
+        self.journal = journal
+        self.cluster_id = cluster_id
+
+
+async def start_controller(config: NodeConfig) -> Controller:
+    """Recover storage, build core, transport and journal, and start serving."""
     meta = check_meta(config.data_dir, config.node_id)
-    storage = FileStorage(
-        config.data_dir, segment_bytes=config.log.segment_bytes, archive=config.log.archive_segments
-    )
+    storage = FileStorage(config.data_dir, segment_bytes=config.log.segment_bytes, archive=config.log.archive_segments)
     loaded = await asyncio.to_thread(storage.load)
     now = monotonic_ms()
     core = RaftCore(
@@ -61,13 +67,20 @@ async def run_server(config: NodeConfig) -> None:
     )
     node = RaftNode(core, storage, transport, journal)
     service = JournalService(node, journal, addresses)
+    await node.start()
+    return Controller(node, journal, meta.cluster_id)
 
+
+async def run_server(config: NodeConfig) -> None:
+    configure_logging(config.logging.level, config.logging.format, node_id=config.node_id)
+    log = structlog.get_logger("raft.server")
+    controller = await start_controller(config)
+    node = controller.node
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await node.start()
-    log.info("controller listening", listener=config.listener, cluster_id=meta.cluster_id)
+    log.info("controller listening", listener=config.listener, cluster_id=controller.cluster_id)
     stopped = asyncio.create_task(node.wait_stopped())
     asked = asyncio.create_task(stop.wait())
     await asyncio.wait({stopped, asked}, return_when=asyncio.FIRST_COMPLETED)

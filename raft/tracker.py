@@ -43,10 +43,10 @@ class Tracker:
         if progress is None:
             progress = self.observers.get(node_id)
             if progress is None:
-                progress = self.observers[node_id] = Progress(node_id)
-                if len(self.observers) > OBSERVERS_MAX:
+                if len(self.observers) >= OBSERVERS_MAX:
                     stalest = min(self.observers.values(), key=lambda p: p.last_fetch_ms)
                     del self.observers[stalest.node_id]
+                progress = self.observers[node_id] = Progress(node_id)
         progress.end_offset = end_offset
         progress.last_fetch_ms = now_ms
         progress.fetched_this_epoch = True

@@ -22,7 +22,7 @@ from raft.storage import fsio
 from raft.storage.base import StorageError
 
 DATA_VERSION = 1
-INITIAL = QuorumStateData(epoch=0, voted_id=-1, leader_id=-1)
+INITIAL = QuorumStateData(epoch=0, voted_id=-1, leader_id=-1, recovering=True)
 SLOT_BYTES = 512
 SLOTS = 2
 
@@ -83,6 +83,7 @@ def _encode_slot(sequence: int, state: QuorumStateData) -> bytes:
             "leader_id": state.leader_id,
             "data_version": DATA_VERSION,
             "sequence": sequence,
+            "recovering": state.recovering,
         },
         separators=(",", ":"),
     ).encode()
@@ -102,8 +103,9 @@ def _parse_slot(slot: bytes) -> tuple[int, QuorumStateData] | None:
     except (ValueError, TypeError, KeyError):
         return None
     sequence, epoch, voted_id, leader_id, version = fields
-    if not all(type(v) is int for v in fields) or version != DATA_VERSION:
+    recovering = value.get("recovering", False)
+    if not all(type(v) is int for v in fields) or version != DATA_VERSION or type(recovering) is not bool:
         return None
     if sequence < 1 or epoch < 0 or voted_id < -1 or leader_id < -1:
         return None
-    return sequence, QuorumStateData(epoch=epoch, voted_id=voted_id, leader_id=leader_id)
+    return sequence, QuorumStateData(epoch, voted_id, leader_id, recovering)

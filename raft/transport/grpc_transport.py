@@ -196,7 +196,7 @@ class GrpcTransport:
         if isinstance(envelope.msg, Response):
             self._complete(envelope.rpc_id, envelope.msg)
         else:
-            self._call(envelope.dst, envelope.msg)
+            self._call(envelope.dst, envelope.msg, envelope.rpc_id)
 
     async def close(self) -> None:
         if self._closed:
@@ -215,7 +215,7 @@ class GrpcTransport:
 
     # client side ----------------------------------------------------------------------
 
-    def _call(self, peer_id: int, request: Request) -> None:
+    def _call(self, peer_id: int, request: Request, rpc_id: int) -> None:
         inbox = self._inbox
         assert inbox is not None, "send() before start()"
         peer = self._peers.get(peer_id)
@@ -228,13 +228,20 @@ class GrpcTransport:
             return
         rpc = _RPC_BY_REQUEST[type(request)]
         call = asyncio.create_task(
-            self._round_trip(inbox, peer_id, peer, rpc, codec.encode(request), self._timeout_s(request))
+            self._round_trip(inbox, peer_id, peer, rpc, codec.encode(request), self._timeout_s(request), rpc_id)
         )
         peer.calls.add(call)
         call.add_done_callback(functools.partial(self._call_done, peer))
 
     async def _round_trip(
-        self, inbox: Inbox, peer_id: int, peer: _Peer, rpc: _Rpc, request_pb: PbMessage, timeout_s: float
+        self,
+        inbox: Inbox,
+        peer_id: int,
+        peer: _Peer,
+        rpc: _Rpc,
+        request_pb: PbMessage,
+        timeout_s: float,
+        rpc_id: int,
     ) -> None:
         stub = peer.stub()
         try:
@@ -255,7 +262,7 @@ class GrpcTransport:
                 "invalid response", peer_id=peer_id, rpc=rpc.method, field=e.field, reason=e.reason
             )
             return
-        inbox.deliver(Envelope(src=peer_id, dst=self._node_id, msg=response))
+        inbox.deliver(Envelope(src=peer_id, dst=self._node_id, msg=response, rpc_id=rpc_id))
 
     def _call_done(self, peer: _Peer, call: asyncio.Task[None]) -> None:
         peer.calls.discard(call)

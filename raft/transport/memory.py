@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from raft.messages import Envelope, Request, Response
+from raft.messages import Envelope, Response
 from raft.transport.base import Inbox
 
 __all__ = ["MemoryNetwork", "MemoryTransport"]
@@ -56,8 +56,9 @@ class MemoryNetwork:
         if self._nodes.get(transport.node_id) is transport:
             del self._nodes[transport.node_id]
 
-    def _route_request(self, requester: MemoryTransport, dst: int, request: Request) -> None:
+    def _route_request(self, requester: MemoryTransport, request: Envelope) -> None:
         """Runs one loop turn after ``send``: the destination is looked up on arrival."""
+        dst = request.dst
         if not requester.is_open or not self._connected(requester.node_id, dst):
             return
         responder = self._nodes.get(dst)
@@ -81,7 +82,7 @@ class MemoryTransport:
         self._inbox: Inbox | None = None
         self._closed = False
         self._rpc_ids = itertools.count(1)
-        self._pending: dict[int, MemoryTransport] = {}  # rpc_id -> requester
+        self._pending: dict[int, tuple[MemoryTransport, int]] = {}  # rpc_id -> requester, its rpc_id
 
     @property
     def is_open(self) -> bool:
@@ -97,12 +98,13 @@ class MemoryTransport:
             return
         loop = asyncio.get_running_loop()
         if isinstance(envelope.msg, Response):
-            requester = self._pending.pop(envelope.rpc_id, None)  # None: unknown or forgotten
-            if requester is not None and self._network._connected(self.node_id, requester.node_id):
-                reply = Envelope(src=self.node_id, dst=requester.node_id, msg=envelope.msg)
+            call = self._pending.pop(envelope.rpc_id, None)  # None: unknown or forgotten
+            if call is not None and self._network._connected(self.node_id, call[0].node_id):
+                requester, requester_rpc_id = call
+                reply = Envelope(self.node_id, requester.node_id, envelope.msg, requester_rpc_id)
                 loop.call_soon(requester._receive, reply)
         elif self._network._connected(self.node_id, envelope.dst):
-            loop.call_soon(self._network._route_request, self, envelope.dst, envelope.msg)
+            loop.call_soon(self._network._route_request, self, envelope)
 
     async def close(self) -> None:
         if self._closed:
@@ -110,18 +112,18 @@ class MemoryTransport:
         self._closed = True
         self._network._unregister(self)
         loop = asyncio.get_running_loop()
-        for requester in dict.fromkeys(self._pending.values()):  # deduplicated, in call order
+        for requester in dict.fromkeys(r for r, _ in self._pending.values()):  # deduplicated, in call order
             loop.call_soon(requester._lost, self.node_id)
         self._pending.clear()
 
-    def _accept(self, requester: MemoryTransport, request: Request) -> None:
+    def _accept(self, requester: MemoryTransport, request: Envelope) -> None:
         """A request arrives from ``requester``: number it and hand it to the core."""
         assert self._inbox is not None
         if len(self._pending) >= self._pending_calls_max:
             del self._pending[next(iter(self._pending))]
         rpc_id = next(self._rpc_ids)
-        self._pending[rpc_id] = requester
-        self._inbox.deliver(Envelope(src=requester.node_id, dst=self.node_id, msg=request, rpc_id=rpc_id))
+        self._pending[rpc_id] = (requester, request.rpc_id)
+        self._inbox.deliver(Envelope(src=requester.node_id, dst=self.node_id, msg=request.msg, rpc_id=rpc_id))
 
     def _report_unreachable(self, peer_id: int) -> None:
         if self.is_open:

@@ -35,7 +35,7 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Storage, Re
 def test_a_new_storage_is_empty(storage: tuple[Storage, Restart]) -> None:
     _, restart = storage
     loaded = restart()
-    assert loaded.quorum_state == QuorumStateData(epoch=0, voted_id=-1, leader_id=-1)
+    assert loaded.quorum_state == QuorumStateData(epoch=0, voted_id=-1, leader_id=-1, recovering=True)
     assert loaded.snapshot is None and loaded.batches == []
 
 

@@ -59,6 +59,7 @@ def test_layout_is_krafts(tmp_path: Path) -> None:
         "leader_id": 3,
         "data_version": 1,
         "sequence": newest["sequence"],
+        "recovering": False,
     }
 
 
@@ -99,7 +100,9 @@ def test_one_write_and_one_fsync_per_write_call(tmp_path: Path, monkeypatch: pyt
 
 def test_quorum_state_persists(tmp_path: Path) -> None:
     storage = open_storage(tmp_path)
-    assert FileStorage(tmp_path).load().quorum_state == QuorumStateData(epoch=0, voted_id=-1, leader_id=-1)
+    assert FileStorage(tmp_path).load().quorum_state == QuorumStateData(
+        epoch=0, voted_id=-1, leader_id=-1, recovering=True
+    )
     storage.write(Write(write_id=1, quorum_state=QuorumStateData(epoch=7, voted_id=1, leader_id=-1)))
     storage.write(Write(write_id=2, quorum_state=QuorumStateData(epoch=7, voted_id=1, leader_id=1)))
     assert FileStorage(tmp_path).load().quorum_state == QuorumStateData(epoch=7, voted_id=1, leader_id=1)

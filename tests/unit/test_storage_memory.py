@@ -15,7 +15,7 @@ def test_wipe_loses_everything() -> None:
     storage.write(Write(write_id=2, quorum_state=QuorumStateData(epoch=3, voted_id=1, leader_id=1)))
     storage.wipe()
     loaded = storage.load()
-    assert loaded.quorum_state == QuorumStateData(epoch=0, voted_id=-1, leader_id=-1)
+    assert loaded.quorum_state == QuorumStateData(epoch=0, voted_id=-1, leader_id=-1, recovering=True)
     assert loaded.snapshot is None and loaded.batches == []
     append(storage, make_batches(0, 1))
     assert storage.load().batches == make_batches(0, 1)
