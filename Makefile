@@ -1,20 +1,42 @@
-# raftka: the two commands a newcomer needs are `make cluster` and `make test`.
+# raftka: a newcomer needs two commands, `make cluster` and `make test`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 SEEDS ?= 2000
 JOBS ?= 2
 
-.PHONY: venv cluster down test sim proto lint bench
+.PHONY: venv cluster down test lint sim bench proto
 
 $(STAMP): pyproject.toml
-	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
-	touch $(STAMP)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 venv: $(STAMP)
+
+# A local quorum on 127.0.0.1 in the background; prints where it listens and how to stop it.
+cluster: $(STAMP)
+	$(BIN)/raftka cluster up
+
+down: $(STAMP)
+	$(BIN)/raftka cluster down
+
+# Lint, then every test: unit, scripted core edges, simulation, real processes.
+test: $(STAMP) lint
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+# Long simulation runs: make sim SEEDS=20000 [JOBS=2]
+sim: $(STAMP)
+	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --jobs $(JOBS)
+
+# Append throughput/latency with the load inside the leader's process (fsync on).
+bench: $(STAMP)
+	$(BIN)/raftka perf quorum --concurrency 1,16,128 --duration 10
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto \
