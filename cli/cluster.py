@@ -112,7 +112,7 @@ def create(cluster_dir: Path, controllers: int) -> local.LocalCluster:
         )
         config_path = node_dir / "server.toml"
         config_path.write_text(render_toml(config), encoding="utf-8")
-        meta.format_storage(config.data_dir, cluster_id, voter.node_id)
+        meta.format_storage(config.data_dir, cluster_id, voter.node_id, initial_cluster=True)
         nodes.append(
             local.NodeRecord(
                 id=voter.node_id,

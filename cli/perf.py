@@ -115,7 +115,7 @@ def write_configs(base: Path) -> list[NodeConfig]:
             logging=LoggingConfig(level="warning"),
         )
         (node_dir / "server.toml").write_text(render_toml(config), encoding="utf-8")
-        meta.format_storage(config.data_dir, cluster_id, voter.node_id)
+        meta.format_storage(config.data_dir, cluster_id, voter.node_id, initial_cluster=True)
         configs.append(config)
     return configs
 

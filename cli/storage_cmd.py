@@ -27,6 +27,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     fmt.add_argument(
         "--ignore-formatted", action="store_true", help="succeed, changing nothing, if already formatted"
     )
+    fmt.add_argument(
+        "--initial-cluster",
+        action="store_true",
+        help="this node starts a brand-new cluster and may vote at once; never for a node that lost "
+        "its disk (without it, the node catches up from the others before it votes)",
+    )
     output.add_output_option(fmt)
     fmt.set_defaults(func=run_format)
 
@@ -43,7 +49,11 @@ def run_format(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     try:
         written = meta.format_storage(
-            config.data_dir, args.cluster_id, config.node_id, ignore_formatted=args.ignore_formatted
+            config.data_dir,
+            args.cluster_id,
+            config.node_id,
+            ignore_formatted=args.ignore_formatted,
+            initial_cluster=args.initial_cluster,
         )
     except ValueError as e:  # a malformed cluster id
         raise CliError(f"--cluster-id: {e}") from None

@@ -66,10 +66,6 @@ class NotLeaderError(Exception):
         self.epoch = epoch
 
 
-class ClusterIdMismatchError(Exception):
-    pass
-
-
 @dataclass(frozen=True, slots=True)
 class ReplicaState:
     node_id: int
@@ -124,6 +120,7 @@ class RaftCore:
         self.wall_offset_ms = wall_offset_ms  # wall clock minus core clock, for timestamps
         self._now = now_ms
         self.fatal_error: str | None = None
+        self.foreign_peers: set[int] = set()  # peers that refused our cluster id
 
         self.log = RaftLog(loaded.snapshot, loaded.batches)
         state = loaded.quorum_state
@@ -247,11 +244,7 @@ class RaftCore:
             return
         msg = envelope.msg
         if getattr(msg, "error", None) is Error.INCONSISTENT_CLUSTER_ID:
-            self.fatal_error = (
-                f"node {envelope.src} belongs to another cluster than {self.cluster_id!r}: this node's "
-                "storage was formatted with a different cluster id; reformat it with "
-                "`raftka storage format --cluster-id ID` using the id in the other nodes' meta.properties"
-            )
+            self._on_foreign_peer(envelope.src)
             return
         self._hear(envelope.src, msg)
         handler = self._HANDLERS[type(msg)]
@@ -910,6 +903,18 @@ class RaftCore:
             and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
         ):
             self._become_follower(epoch, leader_id)
+
+    def _on_foreign_peer(self, peer_id: int) -> None:
+        """A peer refused our cluster id. Either it or we were formatted wrongly: the side
+        that most of the other voters refuse is the wrong one, and only it stops."""
+        self.foreign_peers.add(peer_id)
+        others = len(self.voters - {self.node_id})
+        if len(self.foreign_peers & self.voters) * 2 > others:
+            self.fatal_error = (
+                f"voters {sorted(self.foreign_peers)} belong to another cluster than {self.cluster_id!r}: "
+                "this node's storage was formatted with a different cluster id than theirs; reformat it "
+                "with `raftka storage format --cluster-id ID` using the cluster.id in their meta.properties"
+            )
 
     def _hear(self, src: int, msg: Message) -> None:
         if not self._recovering or src not in self.voters or src == self.node_id:

@@ -82,6 +82,8 @@ class RaftNode:
         self._pending: dict[int, tuple[int, asyncio.Future[int]]] = {}  # base offset -> (epoch, future)
         self._last_seen = (core.role_name, core.epoch, core.leader_id)
         self._stopped = asyncio.Event()
+        self._closed = False
+        self._foreign_peers_seen = 0
         self.fatal_error: str | None = None
         self._log = log.bind(node_id=core.node_id)
 
@@ -92,14 +94,16 @@ class RaftNode:
         self._log.info("raft node started", role=self.core.role_name, epoch=self.core.epoch)
         self._schedule_flush()
 
-    async def shutdown(self, *, graceful: bool = True, grace_s: float = 0.5) -> None:
-        """Stop. A leader first resigns and waits briefly for its successors to hear it."""
-        if self._stopped.is_set():
+    async def shutdown(self, *, graceful: bool = True, grace_s: float = 0.05) -> None:
+        """Stop and release everything. A leader first resigns and gives its successors a
+        moment to hear it. Also after a fatal error, which stopped the node but closed nothing."""
+        if self._closed:
             return
-        if graceful and self.core.is_leader:
+        self._closed = True
+        if graceful and self.core.is_leader and not self._stopped.is_set():
             self.core.resign(self._clock())
             self._flush()
-            await asyncio.sleep(min(grace_s, 0.05))
+            await asyncio.sleep(grace_s)
         self._stop(NotLeaderError(self.core.leader_id, self.core.epoch))
         await self._transport.close()
         self._io.shutdown(wait=True)
@@ -172,6 +176,13 @@ class RaftNode:
             self._fail(core.fatal_error)
             return
         self._notice_role_change()
+        if len(core.foreign_peers) != self._foreign_peers_seen:
+            self._foreign_peers_seen = len(core.foreign_peers)
+            self._log.error(
+                "peers refuse our cluster id: they, or this node, were formatted for another cluster",
+                peers=sorted(core.foreign_peers),
+                cluster_id=core.cluster_id,
+            )
         if ready.write is not None:
             self._start_write(ready.write)
         for envelope in ready.send:

@@ -41,7 +41,9 @@ class Controller:
 async def start_controller(config: NodeConfig) -> Controller:
     """Recover storage, build core, transport and journal, and start serving."""
     meta = check_meta(config.data_dir, config.node_id)
-    storage = FileStorage(config.data_dir, segment_bytes=config.log.segment_bytes, archive=config.log.archive_segments)
+    storage = FileStorage(
+        config.data_dir, segment_bytes=config.log.segment_bytes, archive=config.log.archive_segments
+    )
     loaded = await asyncio.to_thread(storage.load)
     now = monotonic_ms()
     core = RaftCore(

@@ -15,8 +15,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from raft.effects import QuorumStateData
 from raft.storage import fsio, layout
 from raft.storage.base import NotFormattedError, StorageError
+from raft.storage.quorum_file import QuorumStateFile
 
 META_PROPERTIES = "meta.properties"
 VERSION = 1
@@ -49,8 +51,20 @@ def validate_cluster_id(cluster_id: str) -> None:
         )
 
 
-def format_storage(data_dir: Path, cluster_id: str, node_id: int, *, ignore_formatted: bool = False) -> bool:
+def format_storage(
+    data_dir: Path,
+    cluster_id: str,
+    node_id: int,
+    *,
+    ignore_formatted: bool = False,
+    initial_cluster: bool = False,
+) -> bool:
     """Write ``meta.properties`` into ``data_dir``; True if it was written now.
+
+    ``initial_cluster``: this node starts a brand-new cluster, so it has never voted and
+    may vote at once. Without it, empty storage is treated as a disk that was lost: the
+    node votes only after it has caught up (see raft/core.py), which is always safe but
+    needs every voter up once when a cluster is first started.
 
     Raises ValueError for a bad cluster or node id, StorageError when the directory already
     belongs to another cluster or node (unless ``ignore_formatted``, which leaves it be).
@@ -63,6 +77,12 @@ def format_storage(data_dir: Path, cluster_id: str, node_id: int, *, ignore_form
         current = read_meta(data_dir)
     except NotFormattedError:
         data_dir.mkdir(parents=True, exist_ok=True)
+        if initial_cluster:
+            log_dir = layout.log_dir(data_dir)
+            log_dir.mkdir(exist_ok=True)
+            state = QuorumStateFile(log_dir / layout.QUORUM_STATE_FILE)
+            state.write(QuorumStateData(epoch=0, voted_id=-1, leader_id=-1, recovering=False))
+            state.close()
         fsio.write_atomically(data_dir / META_PROPERTIES, _encode(wanted), temp_suffix=layout.TMP_SUFFIX)
         return True
     if current == wanted or ignore_formatted:

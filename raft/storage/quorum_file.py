@@ -99,7 +99,13 @@ def _parse_slot(slot: bytes) -> tuple[int, QuorumStateData] | None:
         if not document or int(crc, 16) != crc32c.crc32c(document):
             return None
         value = json.loads(document)
-        fields = (value["sequence"], value["epoch"], value["voted_id"], value["leader_id"], value["data_version"])
+        fields = (
+            value["sequence"],
+            value["epoch"],
+            value["voted_id"],
+            value["leader_id"],
+            value["data_version"],
+        )
     except (ValueError, TypeError, KeyError):
         return None
     sequence, epoch, voted_id, leader_id, version = fields

@@ -228,7 +228,9 @@ class GrpcTransport:
             return
         rpc = _RPC_BY_REQUEST[type(request)]
         call = asyncio.create_task(
-            self._round_trip(inbox, peer_id, peer, rpc, codec.encode(request), self._timeout_s(request), rpc_id)
+            self._round_trip(
+                inbox, peer_id, peer, rpc, codec.encode(request), self._timeout_s(request), rpc_id
+            )
         )
         peer.calls.add(call)
         call.add_done_callback(functools.partial(self._call_done, peer))

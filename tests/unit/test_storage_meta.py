@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from raft.storage.base import NotFormattedError, StorageError
+from raft.storage.file import FileStorage
 from raft.storage.meta import (
     MetaProperties,
     check_meta,
@@ -105,3 +106,10 @@ def test_damaged_meta_properties_are_refused(tmp_path: Path, text: str, problem:
     (tmp_path / "meta.properties").write_text(text)
     with pytest.raises(StorageError, match=problem):
         read_meta(tmp_path)
+
+
+def test_only_an_initial_cluster_member_may_vote_before_catching_up(tmp_path: Path) -> None:
+    format_storage(tmp_path / "new", "cluster-a", 1, initial_cluster=True)
+    format_storage(tmp_path / "rejoining", "cluster-a", 2)
+    assert FileStorage(tmp_path / "new").load().quorum_state.recovering is False
+    assert FileStorage(tmp_path / "rejoining").load().quorum_state.recovering is True

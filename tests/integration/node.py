@@ -1,0 +1,115 @@
+"""One controller as a real OS process: start, signal, kill, restart, and its log.
+
+The node runs ``raftka server --config FILE`` from the virtualenv these tests run in,
+exactly as an operator starts it. stdout and stderr go to one log file per node, kept
+across restarts (each run opens with a marker line), so a failed test can show what
+every node said.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.integration.proxy import LOOPBACK
+
+RAFTKA = Path(sys.executable).with_name("raftka")
+_EXIT_TIMEOUT_S = 10.0
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PORT_LOW = 10_000
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct loopback ports nobody listens on, below the kernel's ephemeral range.
+
+    A node's port is free while the node is down, and an outbound connection's source port
+    (a peer or the proxy redialling it, say) comes from the ephemeral range: picking below
+    that range means a restarted node never finds its own port taken by such a connection.
+    """
+    high = 32_768
+    if _EPHEMERAL_RANGE.exists():
+        high = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    held: list[socket.socket] = []
+    try:
+        for _ in range(100 * count):
+            if len(held) == count:
+                break
+            sock = socket.socket()
+            try:
+                sock.bind((LOOPBACK, random.randrange(_PORT_LOW, high)))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        if len(held) < count:
+            raise OSError(f"found only {len(held)} of {count} free loopback ports in {_PORT_LOW}-{high}")
+        return [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+@dataclass
+class NodeProcess:
+    node_id: int
+    port: int  # the listener; peers reach it through the proxy instead
+    config_path: Path
+    data_dir: Path
+    log_path: Path
+    runs: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """True while the process exists, stopped (SIGSTOP) or not."""
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        assert not self.running, f"node {self.node_id} is already running"
+        self.runs += 1
+        with self.log_path.open("ab") as log:
+            log.write(f"=== harness: node {self.node_id} run {self.runs} ===\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                [str(RAFTKA), "server", "--config", str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},  # a SIGKILLed node still leaves its log
+            )
+
+    def send_signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None and self.running, f"node {self.node_id} is not running"
+        self.process.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL and reap: a crash, no goodbye to the peers, nothing flushed."""
+        if self.process is None:
+            return
+        if self.running:
+            self.process.kill()
+        self.wait_exit()
+
+    def wait_exit(self, timeout_s: float = _EXIT_TIMEOUT_S) -> int:
+        """The exit status once the process has ended; raises TimeoutExpired if it does not."""
+        assert self.process is not None, f"node {self.node_id} never started"
+        return self.process.wait(timeout_s)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
