@@ -96,6 +96,7 @@ class _SnapshotDownload:
 
 
 NEVER = 1 << 62
+SUPERSEDED_SNAPSHOTS_MAX = 3  # bound: older snapshots kept servable for downloads under way
 
 
 class RaftCore:
@@ -164,6 +165,9 @@ class RaftCore:
         self._last_append_ms = 0
         self._begin_epoch_resend_ms = NEVER
         self._parked: dict[int, _ParkedFetch] = {}
+        # Snapshots replaced by a newer one stay servable a while, so a download that began
+        # just before cannot be outrun by a leader that snapshots faster than it downloads.
+        self._superseded: dict[OffsetAndEpoch, tuple[Snapshot, int]] = {}  # id -> (snapshot, expiry)
 
         # a voter with new or wiped storage must not vote until it is safe (see module doc)
         self._recovering = self.is_voter and len(voters) > 1 and state.recovering
@@ -325,6 +329,11 @@ class RaftCore:
         if sid.offset > self.log.start_offset:
             last = self.log.batch_at(sid.offset - 1)
             assert last is not None and last.next_offset == sid.offset and last.epoch == sid.epoch, sid
+        if self.log.snapshot is not None:
+            self._keep_servable(self.log.snapshot)
+            if len(self._superseded) > SUPERSEDED_SNAPSHOTS_MAX:
+                oldest = min(self._superseded, key=lambda s: self._superseded[s][1])
+                del self._superseded[oldest]
         self.log.compact(snapshot)
 
     def resign(self, now_ms: int) -> None:
@@ -657,16 +666,28 @@ class RaftCore:
             answer(Error.NOT_LEADER)
         elif req.epoch < self.epoch:
             answer(Error.FENCED_LEADER_EPOCH)
-        elif self.log.snapshot is None or self.log.snapshot.id != req.snapshot_id:
+        elif (snapshot := self._servable_snapshot(req.snapshot_id)) is None:
             answer(Error.UNKNOWN_SNAPSHOT)
-        elif not 0 <= req.position <= len(self.log.snapshot.data) or req.max_bytes <= 0:
+        elif not 0 <= req.position <= len(snapshot.data) or req.max_bytes <= 0:
             answer(Error.INVALID_REQUEST)
         else:
             assert self._tracker is not None
             self._tracker.record_contact(req.replica_id, self._now)
-            data = self.log.snapshot.data
+            data = snapshot.data
             size = min(req.max_bytes, self.cfg.snapshot_chunk_bytes)
             answer(Error.NONE, len(data), data[req.position : req.position + size])
+
+    def _servable_snapshot(self, snapshot_id: OffsetAndEpoch) -> Snapshot | None:
+        if self.log.snapshot is not None and self.log.snapshot.id == snapshot_id:
+            return self.log.snapshot
+        kept = self._superseded.get(snapshot_id)
+        if kept is None or kept[1] < self._now:
+            return None
+        self._keep_servable(kept[0])  # in use: keep it while the download goes on
+        return kept[0]
+
+    def _keep_servable(self, snapshot: Snapshot) -> None:
+        self._superseded[snapshot.id] = (snapshot, self._now + self.cfg.fetch_timeout_ms)
 
     def _leader_progress(self) -> None:
         """Advance the high watermark from the voters' durable positions."""
