@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli import local, output
+from cli import local, output, stability
 from cli.cluster import LOOPBACK, free_ports
 from cli.errors import CliError
 from raft.config import RaftConfig
@@ -46,6 +46,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     quorum.add_argument("--dir", type=Path, help="where the nodes keep their data (default: a temp dir)")
     output.add_output_option(quorum)
     quorum.set_defaults(func=run_quorum)
+    stability.register(kinds)
 
 
 def run_quorum(args: argparse.Namespace) -> int:
