@@ -1,0 +1,44 @@
+"""Deliberately broken cores and drivers: the simulation must catch each one quickly.
+
+If a mutant survives hundreds of seeds, the invariants or the fault model have a blind
+spot, and real bugs of that kind would hide there too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from raft.core import RaftCore
+from raft.effects import Ready
+from raft.messages import Envelope, Error, VoteRequest, VoteResponse
+
+
+class GrantEveryVoteCore(RaftCore):
+    """Answers every (pre-)vote request with a grant, whatever its epoch, vote or log says."""
+
+    def ready(self) -> Ready:
+        ready = super().ready()
+        ready.send = [self._grant(env) for env in ready.send]
+        return ready
+
+    @staticmethod
+    def _grant(env: Envelope) -> Envelope:
+        msg = env.msg
+        if isinstance(msg, VoteResponse) and not msg.vote_granted:
+            granted = VoteResponse(Error.NONE, msg.epoch, msg.leader_id, True, msg.pre_vote)
+            return Envelope(env.src, env.dst, granted, env.rpc_id)
+        return env
+
+
+class LogBlindCore(RaftCore):
+    """Votes as if every candidate's log were at least as up to date as its own."""
+
+    def step(self, envelope: Envelope, now_ms: int) -> None:
+        msg = envelope.msg
+        if isinstance(msg, VoteRequest):
+            msg = dataclasses.replace(msg, last_epoch=1 << 40, log_end_offset=1 << 40)
+            envelope = Envelope(envelope.src, envelope.dst, msg, envelope.rpc_id)
+        super().step(envelope, now_ms)
+
+
+MUTANT_CORES = {"grant-every-vote": GrantEveryVoteCore, "log-blind": LogBlindCore}
