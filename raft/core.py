@@ -215,6 +215,11 @@ class RaftCore:
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
 
+    @property
+    def recovering(self) -> bool:
+        """A voter with new or wiped storage that may not vote yet (see the module doc)."""
+        return self._recovering
+
     def exposed_high_watermark(self) -> int:
         """What a leader tells others: nothing until its own epoch has committed."""
         if self.role is Role.LEADER and self._hw <= self._epoch_start:
@@ -710,7 +715,9 @@ class RaftCore:
         if now - self._last_append_ms >= self.cfg.idle_noop_interval_ms:
             self._append(BatchKind.NOOP, (control.NOOP_RECORD,))
         if now >= self._begin_epoch_resend_ms:
-            for voter in self._tracker.voters_not_fetched():
+            # Also to voters that went quiet: one stranded in a higher epoch answers with it,
+            # and this leader steps down so that it can rejoin (Kafka does the same).
+            for voter in self._tracker.voters_silent_since(now - self.cfg.fetch_timeout_ms // 2):
                 self._send(voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id))
             self._begin_epoch_resend_ms = now + 2 * self.cfg.election_timeout_ms
         for replica_id, fetch in list(self._parked.items()):
@@ -788,13 +795,14 @@ class RaftCore:
                 self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
             return
         self._fetch_ok()
-        if resp.diverging is not None:
-            self._truncate_diverging(resp.diverging)
-        elif resp.snapshot_id is not None:
-            if resp.snapshot_id.offset >= self._hw:
-                self._download = _SnapshotDownload(resp.snapshot_id, bytearray())
-        else:
+        if resp.diverging is None and resp.snapshot_id is None:
             self._append_fetched(resp)
+        elif not current:
+            return  # a redirect computed for a position we have since left: it may not apply now
+        elif resp.diverging is not None:
+            self._truncate_diverging(resp.diverging)
+        elif resp.snapshot_id.offset >= self._hw:  # type: ignore[union-attr]
+            self._download = _SnapshotDownload(resp.snapshot_id, bytearray())  # type: ignore[arg-type]
 
     def _append_fetched(self, resp: FetchResponse) -> None:
         batches = resp.batches
@@ -856,6 +864,11 @@ class RaftCore:
     def _install_snapshot(self, snapshot: Snapshot) -> None:
         self._download = None
         if snapshot.id.offset < self._hw:
+            return
+        last = self.log.batch_at(snapshot.id.offset - 1)
+        if last is not None and last.next_offset == snapshot.id.offset and last.epoch == snapshot.id.epoch:
+            # Our log already holds what the snapshot covers (log matching): keep what follows it.
+            self.log.compact(snapshot)
             return
         self.log.install(snapshot)
         self._pending_install = snapshot

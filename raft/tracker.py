@@ -73,8 +73,13 @@ class Tracker:
         """The latest time by which a majority of voters (the leader included) had fetched."""
         return quorum_offset([p.last_fetch_ms for p in self.voters.values()], len(self.voters))
 
-    def voters_not_fetched(self) -> list[int]:
-        return [v for v, p in self.voters.items() if v != self.leader_id and not p.fetched_this_epoch]
+    def voters_silent_since(self, since_ms: int) -> list[int]:
+        """Other voters that have not fetched since ``since_ms`` (or never, in this epoch)."""
+        return [
+            v
+            for v, p in self.voters.items()
+            if v != self.leader_id and (not p.fetched_this_epoch or p.last_fetch_ms < since_ms)
+        ]
 
     def successors(self) -> tuple[int, ...]:
         """Other voters, most caught up first: whom a resigning leader recommends."""

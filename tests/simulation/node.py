@@ -167,7 +167,7 @@ class SimNode:
         if getattr(self.disk.oracle.quorum_state, "recovering", False):
             return True
         core = self.core
-        return core is not None and bool(getattr(core, "recovering", getattr(core, "_recovering", False)))
+        return core is not None and core.recovering
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:

@@ -148,6 +148,28 @@ def test_wiped_voter_rejoins_without_losing_data(seed: int, who: str) -> None:
         settle(cluster)
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_voter_whose_candidacy_was_lost_rejoins(seed: int) -> None:
+    """A voter bumps its epoch as a candidate, its vote requests are lost, the old leader
+    carries on in the lower epoch: the voter must not stay out of the cluster for good."""
+    with scenario(seed) as cluster:
+        old = leader(cluster)
+        cluster.isolate(old)  # long enough for the followers to lose it, short of check-quorum
+
+        def candidates() -> list[int]:
+            return [
+                n for n in sorted(cluster.voters - {old}) if role_of(cluster.nodes[n].core) == "candidate"
+            ]  # type: ignore[arg-type]
+
+        assert cluster.run_until(lambda: bool(candidates()), 1_400, check_every_ms=1)
+        stranded = candidates()[0]
+        cluster.heal()
+        cluster.cut([(stranded, n) for n in sorted(cluster.nodes) if n != stranded])  # its votes are lost
+        cluster.run_for(300)
+        cluster.heal()
+        settle(cluster)
+
+
 def test_graceful_resign_hands_over_in_a_round_trip() -> None:
     with scenario(4) as cluster:
         old = leader(cluster)

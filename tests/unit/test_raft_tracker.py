@@ -64,7 +64,13 @@ def test_contact_without_a_position_counts_for_voters_only(tracker: Tracker) -> 
     tracker.record_contact(4, now_ms=130)
     assert tracker.voters[2].last_fetch_ms == 130 and tracker.voters[2].end_offset == -1
     assert 4 not in tracker.observers
-    assert tracker.voters_not_fetched() == [3]
+    assert tracker.voters_silent_since(100) == [3]
+
+
+def test_voters_silent_for_a_while_are_announced_to_again(tracker: Tracker) -> None:
+    tracker.record_fetch(2, 5, leader_end=10, now_ms=100)
+    tracker.record_fetch(3, 5, leader_end=10, now_ms=400)
+    assert tracker.voters_silent_since(300) == [2]
 
 
 def test_caught_up_only_at_the_leader_end(tracker: Tracker) -> None:
