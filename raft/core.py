@@ -867,9 +867,7 @@ class RaftCore:
             return
         last = self.log.batch_at(snapshot.id.offset - 1)
         if last is not None and last.next_offset == snapshot.id.offset and last.epoch == snapshot.id.epoch:
-            # Our log already holds what the snapshot covers (log matching): keep what follows it.
-            self.log.compact(snapshot)
-            return
+            return  # our log already holds all it covers (log matching): nothing to replace
         self.log.install(snapshot)
         self._pending_install = snapshot
         self._pending_truncate = None
