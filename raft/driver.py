@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -37,6 +38,7 @@ from raft.transport.base import Transport
 log = structlog.get_logger("raft.driver")
 
 PENDING_APPENDS_MAX = 16384  # bound: appends awaiting commit on one leader
+GIL_SWITCH_INTERVAL_S = 0.0002
 
 
 class StateMachine(Protocol):
@@ -89,6 +91,9 @@ class RaftNode:
 
     # lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
+        # A finished fsync must get the GIL back from the busy loop thread at once, not
+        # after CPython's default 5 ms switch interval: that wait was most of a commit.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self._loop = asyncio.get_running_loop()
         await self._transport.start(self)
         self._log.info("raft node started", role=self.core.role_name, epoch=self.core.epoch)

@@ -55,6 +55,7 @@ class FileStorage:
         self._log_end = 0
         self._unusable: str | None = "load() has not run"
         self._quorum_state = QuorumStateFile(self._dir / layout.QUORUM_STATE_FILE)
+        self._active: tuple[Path, int] | None = None  # the active segment's open descriptor
 
     def load(self) -> LoadedState:
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -102,6 +103,7 @@ class FileStorage:
     def close(self) -> None:
         self._unusable = "it is closed"
         self._quorum_state.close()
+        self._close_active()
 
     # -- load ------------------------------------------------------------------------------
 
@@ -223,6 +225,7 @@ class FileStorage:
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
         """Replace the whole log by ``snapshot``: write it first, so a crash loses nothing."""
+        self._close_active()
         path = snapshot_file.write_snapshot(self._dir, snapshot)
         self._retire(
             [
@@ -237,6 +240,7 @@ class FileStorage:
 
     def _truncate(self, offset: int) -> None:
         """Drop every record at or after ``offset``, newest segment first so a crash leaves a prefix."""
+        self._close_active()
         assert offset >= self._log_start, f"truncating to {offset}, below the snapshot at {self._log_start}"
         if offset >= self._log_end:
             return
@@ -276,10 +280,32 @@ class FileStorage:
         return used > 0 and used + frame_bytes > self._segment_bytes
 
     def _flush(self, chunk: bytearray) -> None:
-        if chunk:
-            segment = self._segments[-1]
-            fsio.append_durably(segment.path, chunk)
-            segment.size_bytes += len(chunk)
+        """Append to the active segment through a descriptor kept open, then fdatasync.
+
+        fdatasync also flushes the file size, which reading the data back needs, and skips
+        timestamps: about half the cost of fsync for an append, on every commit.
+        """
+        if not chunk:
+            return
+        segment = self._segments[-1]
+        if self._active is None or self._active[0] != segment.path:
+            self._close_active()
+            created = not segment.path.exists()
+            self._active = (
+                segment.path,
+                os.open(segment.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+            )
+            if created:
+                fsio.fsync_dir(segment.path.parent)
+        fd = self._active[1]
+        fsio.write_all(fd, chunk)
+        os.fdatasync(fd)
+        segment.size_bytes += len(chunk)
+
+    def _close_active(self) -> None:
+        if self._active is not None:
+            os.close(self._active[1])
+            self._active = None
 
     # -- shared ----------------------------------------------------------------------------
 
@@ -298,6 +324,7 @@ class FileStorage:
 
         One at a time, each durable before the next, so a crash cannot leave a hole in the log.
         """
+        self._close_active()
         for path in paths:
             if self._archive_dir is None:
                 path.unlink()

@@ -34,19 +34,6 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def append_durably(path: Path, data: bytes | bytearray) -> None:
-    """Append ``data`` with one write and one fsync; fsync the directory if the file is new."""
-    created = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if created:
-        fsync_dir(path.parent)
-
-
 def truncate_durably(path: Path, size_bytes: int) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:

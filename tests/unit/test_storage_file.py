@@ -87,15 +87,16 @@ def test_a_batch_larger_than_a_segment_gets_a_segment_of_its_own(tmp_path: Path)
     assert reload(tmp_path) == batches
 
 
-def test_one_write_and_one_fsync_per_write_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_write_and_one_data_sync_per_write_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     storage = open_storage(tmp_path)
     append(storage, make_batches(0, 1))
     calls: list[str] = []
-    real_write, real_fsync = os.write, os.fsync
+    real_write, real_fsync, real_fdatasync = os.write, os.fsync, os.fdatasync
     monkeypatch.setattr(os, "write", lambda fd, data: calls.append("write") or real_write(fd, data))
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(os, "fdatasync", lambda fd: calls.append("fdatasync") or real_fdatasync(fd))
     append(storage, make_batches(2, 50), write_id=2)
-    assert calls == ["write", "fsync"]
+    assert calls == ["write", "fdatasync"]
 
 
 def test_quorum_state_persists(tmp_path: Path) -> None:
@@ -261,6 +262,7 @@ def test_failed_fsync_keeps_earlier_data_and_stops_the_storage(
 
     with monkeypatch.context() as patch:
         patch.setattr(os, "fsync", failing_fsync)
+        patch.setattr(os, "fdatasync", failing_fsync)
         with pytest.raises(OSError):
             append(storage, make_batches(8, 2), write_id=2)
     with pytest.raises(StorageError, match="an earlier write failed"):
