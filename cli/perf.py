@@ -25,6 +25,7 @@ from cli import local, output, stability
 from cli.cluster import LOOPBACK, free_ports
 from cli.errors import CliError
 from raft.config import RaftConfig
+from raft.logs import configure_logging
 from raft.node_config import JournalConfig, LoggingConfig, NodeConfig, Voter, render_toml
 from raft.server import Controller, start_controller
 from raft.storage import meta
@@ -55,6 +56,7 @@ def run_quorum(args: argparse.Namespace) -> int:
         raise CliError("--duration must be positive and --warmup not negative")
     if not 1 <= args.record_bytes <= 1 << 20:
         raise CliError("--record-bytes: expected 1 to 1048576")
+    configure_logging("warning", "console")  # the in-process node's logs: stderr, problems only
     results = asyncio.run(measure(levels, args.duration, args.warmup, args.record_bytes, args.dir))
     if args.output == "json":
         print(output.to_json(results))

@@ -152,7 +152,9 @@ def run_seeds(seeds: list[int], options: Options, jobs: int = 1) -> Iterator[See
         for seed in seeds:
             yield run_seed(seed, options)
         return
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+    # spawn, not fork: a process that has used gRPC (the test run before this one) must not
+    # be forked, its threads' state is copied half-way and the children spin.
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
         yield from pool.imap(_run_one, [(s, options) for s in seeds], chunksize=4)
 
 
