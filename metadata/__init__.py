@@ -1,0 +1,1 @@
+"""Cluster metadata on the quorum: records, images, replay, the controller."""

@@ -1,0 +1,87 @@
+"""MetadataImage: the cluster's metadata at one offset of the log, immutable.
+
+Built only by replaying records (``metadata.delta.MetadataDelta``), on the active
+controller, the standbys, the brokers and in the Spark audit alike, so no two of them
+can disagree about what a record means. Images share unchanged parts with the image
+they were made from, so a delta costs what it changes, not the size of the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+NO_LEADER = -1
+LEADER_UNCHANGED = -2  # PartitionChangeRecord.leader: leave the leader as it is
+
+TOPIC = 2  # ConfigResourceType, Kafka's ids
+BROKER = 4
+
+
+def frozen(mapping: dict | None = None) -> Mapping:
+    return MappingProxyType(mapping if mapping is not None else {})
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: str
+    epoch: int  # the offset of its RegisterBrokerRecord
+    endpoints: tuple[Endpoint, ...]
+    rack: str  # "" when none
+    fenced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    replicas: tuple[int, ...]  # the first is the preferred leader
+    isr: tuple[int, ...]
+    leader: int  # NO_LEADER: offline
+    leader_epoch: int
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: bytes  # 16-byte UUID
+    partitions: Mapping[int, PartitionState]
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    offset: int = 0  # the next offset after the last record this image includes
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=frozen)
+    topics_by_id: Mapping[bytes, TopicImage] = field(default_factory=frozen)
+    topic_ids_by_name: Mapping[str, bytes] = field(default_factory=frozen)
+    # (resource type, resource name) -> {key: value}; only keys set explicitly
+    configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=frozen)
+    # group -> (topic id, partition) -> offset
+    offsets: Mapping[str, Mapping[tuple[bytes, int], CommittedOffset]] = field(default_factory=frozen)
+    next_producer_id: int = 0
+    features: Mapping[str, int] = field(default_factory=frozen)
+
+    def topic(self, name: str) -> TopicImage | None:
+        topic_id = self.topic_ids_by_name.get(name)
+        return None if topic_id is None else self.topics_by_id[topic_id]
+
+    def unfenced_brokers(self) -> list[BrokerRegistration]:
+        return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
+
+
+EMPTY = MetadataImage()
