@@ -1,0 +1,167 @@
+"""Topic configs: the keys a topic may set, their defaults (Kafka's) and their checks.
+
+Values travel as strings (as in Kafka's protocol) and are stored in ``ConfigRecord``s
+in normalized form: ``validate_config`` strips them, writes integers canonically
+(``" +0100 "`` -> ``"100"``) and refuses anything else, naming the key, so a value in
+the log always parses and two spellings of one value never look like a change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from metadata.validation import ErrorCode, ValidationError
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+GIB = 1 << 30
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII only: int() would also take "1_000" and "١٢"
+_INT64_DIGITS = len(str(2**63))
+
+RETENTION_MS = "retention.ms"
+RETENTION_BYTES = "retention.bytes"
+SEGMENT_BYTES = "segment.bytes"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+MAX_MESSAGE_BYTES = "max.message.bytes"
+CLEANUP_POLICY = "cleanup.policy"
+
+
+class _BadValue(Exception):
+    """Why a value is wrong; ``validate_config`` adds the key and the value."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    default: str
+    doc: str
+    parse: Callable[[str], str]  # stripped value -> normalized value; raises _BadValue
+
+
+def _integer(minimum: int, maximum: int, type_name: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if not _INTEGER.fullmatch(value):
+            raise _BadValue(f"not a number of type {type_name}")
+        # Leading zeros dropped and the length bounded first: int() refuses over 4300 digits.
+        digits = value.lstrip("+-").lstrip("0") or "0"
+        if len(digits) > _INT64_DIGITS:
+            raise _BadValue(f"out of range for type {type_name}")
+        number = -int(digits) if value.startswith("-") else int(digits)
+        if not -maximum - 1 <= number <= maximum:
+            raise _BadValue(f"out of range for type {type_name}")
+        if number < minimum:
+            raise _BadValue(f"must be at least {minimum}")
+        return str(number)
+
+    return parse
+
+
+def _at_most(limit: int, parse: Callable[[str], str]) -> Callable[[str], str]:
+    def bounded(value: str) -> str:
+        normalized = parse(value)
+        if int(normalized) > limit:
+            raise _BadValue(f"must be at most {limit}")
+        return normalized
+
+    return bounded
+
+
+def _cleanup_policy(value: str) -> str:
+    policies = {policy.strip() for policy in value.split(",")}
+    if "compact" in policies:
+        raise _BadValue("'compact' is not supported yet; the only policy is 'delete'")
+    if policies != {"delete"}:
+        raise _BadValue("the only supported policy is 'delete'")
+    return "delete"
+
+
+TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
+    {
+        d.name: d
+        for d in (
+            ConfigDef(
+                RETENTION_MS,
+                "604800000",
+                "how long a segment is kept after its last write (ms); -1 keeps it forever",
+                _integer(-1, INT64_MAX, "LONG"),
+            ),
+            ConfigDef(
+                RETENTION_BYTES,
+                "-1",
+                "the partition size above which old segments are deleted; -1 is unlimited",
+                _integer(-1, INT64_MAX, "LONG"),
+            ),
+            ConfigDef(
+                SEGMENT_BYTES,
+                str(GIB),
+                "the size at which a partition's log rolls to a new segment (1 KiB to 1 GiB)",
+                _at_most(GIB, _integer(1024, INT32_MAX, "INT")),
+            ),
+            ConfigDef(
+                MIN_INSYNC_REPLICAS,
+                "1",
+                "with acks=all, the in-sync replicas a write needs; at most the replication factor",
+                _integer(1, INT32_MAX, "INT"),
+            ),
+            ConfigDef(
+                MAX_MESSAGE_BYTES,
+                "1048588",
+                "the largest record batch the partition accepts (bytes)",
+                _integer(0, INT32_MAX, "INT"),
+            ),
+            ConfigDef(
+                CLEANUP_POLICY,
+                "delete",
+                "how old segments go: 'delete' (compaction is not supported yet)",
+                _cleanup_policy,
+            ),
+        )
+    }
+)
+
+
+def validate_config(key: str, value: str) -> str:
+    """The normalized value, or INVALID_CONFIG naming the key for an unknown key or a bad value."""
+    definition = TOPIC_CONFIGS.get(key)
+    if definition is None:
+        raise ValidationError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
+    try:
+        return definition.parse(value.strip())
+    except _BadValue as e:
+        raise ValidationError(
+            ErrorCode.INVALID_CONFIG, f"invalid value {value!r} for config {key}: {e}"
+        ) from None
+
+
+def validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    """Every entry of a CreateTopics config map, normalized; the first bad one raises."""
+    return {key: validate_config(key, value) for key, value in sorted(configs.items())}
+
+
+def check_min_insync_replicas(explicit: Mapping[str, str], replication_factor: int) -> None:
+    """``min.insync.replicas`` (set or default) must not exceed the topic's replication factor.
+
+    Run at CreateTopics with the new configs and at AlterConfigs with the configs as they
+    would be after the change: a topic whose writes with acks=all could never succeed is
+    a mistake to refuse, not a state to store.
+    """
+    value = int(explicit.get(MIN_INSYNC_REPLICAS, TOPIC_CONFIGS[MIN_INSYNC_REPLICAS].default))
+    if value > replication_factor:
+        raise ValidationError(
+            ErrorCode.INVALID_CONFIG,
+            f"{MIN_INSYNC_REPLICAS} {value} is larger than the replication factor {replication_factor}",
+        )
+
+
+def describe_configs(explicit: Mapping[str, str]) -> list[tuple[str, str, bool]]:
+    """Every topic config as (name, value, is_default), sorted by name.
+
+    A key set in the log but unknown to this version is still shown, not hidden.
+    """
+    return [
+        (name, explicit[name], False) if name in explicit else (name, TOPIC_CONFIGS[name].default, True)
+        for name in sorted(TOPIC_CONFIGS.keys() | explicit.keys())
+    ]
