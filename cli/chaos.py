@@ -2,9 +2,11 @@
 
 A round: wait until the cluster is fully healthy, signal the leader, time until a
 survivor leads a higher epoch *and* has committed in it (it exposes a high watermark
-only once its LeaderChange record is committed), then bring the victim back and time
-its catch-up. The rounds talk to the cluster through ``ChaosTarget`` so the timing
-logic can be tested against a fake cluster, without processes.
+only once its LeaderChange record is committed) and, with ``--until offset-commit``,
+until a survivor acknowledges an OffsetCommit (the failover a client sees), then bring
+the victim back and time its catch-up. The rounds talk to the cluster through
+``ChaosTarget`` so the timing logic can be tested against a fake cluster, without
+processes.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from raftka.v1 import raft_pb2
 
 from cli import local, output
 from cli.errors import CliError
+from cli.offset_probe import OffsetCommitProbe
 from cli.quorum_client import DescribeQuorumResponse, QuorumClient
 
 POLL_INTERVAL_S = 0.005
 DESCRIBE_TIMEOUT_S = 0.2  # a poll must not stall on a paused node
 SIGNALS = {"KILL": signal.SIGKILL, "STOP": signal.SIGSTOP}
+UNTIL = ("leader", "offset-commit")
 
 
 class ChaosTarget(Protocol):
@@ -60,6 +64,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--signal", choices=sorted(SIGNALS), default="KILL", help="KILL (crash) or STOP (pause, then resume)"
     )
     kill.add_argument("--timeout-s", type=float, default=30.0, help="bound on each wait in a round")
+    kill.add_argument(
+        "--until",
+        choices=UNTIL,
+        default="leader",
+        help="failover ends at a committed leader (default) or also at the first OffsetCommit a survivor acknowledges",
+    )
     kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
     output.add_output_option(kill)
     kill.set_defaults(func=run_kill_leader)
@@ -70,7 +80,13 @@ def run_kill_leader(args: argparse.Namespace) -> int:
         raise CliError(f"--rounds: expected 1 or more, got {args.rounds}")
     cluster = local.load(local.resolve_dir(args.dir))
     json_out = args.output == "json"
-    with QuorumClient(call_timeout_s=DESCRIBE_TIMEOUT_S) as client:
+    controllers = {node.id: node.address for node in cluster.controllers()}
+    with (
+        QuorumClient(call_timeout_s=DESCRIBE_TIMEOUT_S) as client,
+        OffsetCommitProbe(controllers, DESCRIBE_TIMEOUT_S) as probe,
+    ):
+        if args.until == "offset-commit":
+            probe.prepare()
         target = LocalTarget(cluster, client)
         result = kill_leader(
             target,
@@ -78,6 +94,7 @@ def run_kill_leader(args: argparse.Namespace) -> int:
             SIGNALS[args.signal],
             args.timeout_s,
             on_round=None if json_out else lambda r: print(format_round(r), flush=True),
+            commit_probe=probe if args.until == "offset-commit" else None,
         )
     print(output.to_json(result) if json_out else format_summary(result["summary"]))
     return 0
@@ -91,13 +108,17 @@ def kill_leader(
     on_round: Callable[[dict[str, Any]], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    commit_probe: Callable[[list[int]], bool] | None = None,
 ) -> dict[str, Any]:
-    """Run the rounds; the clock and sleep are parameters so tests can run them in fake time."""
+    """Run the rounds; the clock and sleep are parameters so tests can run them in fake time.
+
+    ``commit_probe(survivors)``: one client write attempt; if given, a failover also
+    waits for its first success and reports the time as ``commit_ms``."""
     if len(target.node_ids()) < 3:
         raise CliError("chaos needs at least 3 controllers, so that a majority survives the victim")
     results = []
     for number in range(1, rounds + 1):
-        result = _round(target, number, sig, timeout_s, clock, sleep)
+        result = _round(target, number, sig, timeout_s, clock, sleep, commit_probe)
         results.append(result)
         if on_round is not None:
             on_round(result)
@@ -111,13 +132,17 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         for epoch in (r["old_epoch"], r["new_epoch"], r["final_epoch"]):
             if not epochs or epochs[-1] != epoch:
                 epochs.append(epoch)
-    return {
+    summary = {
         "rounds": len(rounds),
         "median_ms": round(statistics.median(failovers), 1),
         "max_ms": max(failovers),
         "min_ms": min(failovers),
         "epochs": epochs,
     }
+    commits = [r["commit_ms"] for r in rounds if r.get("commit_ms") is not None]
+    if commits:
+        summary |= {"commit_median_ms": round(statistics.median(commits), 1), "commit_max_ms": max(commits)}
+    return summary
 
 
 def format_round(r: dict[str, Any]) -> str:
@@ -126,16 +151,21 @@ def format_round(r: dict[str, Any]) -> str:
         f"node {r['new_leader']} leads epoch {r['new_epoch']} after {r['failover_ms']} ms; "
         f"node {r['victim']} listening after {r['restart_ms']} ms, caught up after {r['catchup_ms']} ms"
     )
+    if r.get("commit_ms") is not None:
+        line += f"; first offset commit at a survivor after {r['commit_ms']} ms"
     if r["forced_election"]:
         line += f"; its return forced an election (epoch {r['final_epoch']})"
     return line
 
 
 def format_summary(s: dict[str, Any]) -> str:
-    return (
+    line = (
         f"{s['rounds']} round(s): failover median {s['median_ms']} ms, min {s['min_ms']} ms, "
         f"max {s['max_ms']} ms; epochs {' -> '.join(str(e) for e in s['epochs'])}"
     )
+    if "commit_median_ms" in s:
+        line += f"; first offset commit median {s['commit_median_ms']} ms, max {s['commit_max_ms']} ms"
+    return line
 
 
 def _round(
@@ -145,6 +175,7 @@ def _round(
     timeout_s: float,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    commit_probe: Callable[[list[int]], bool] | None = None,
 ) -> dict[str, Any]:
     def waited_too_long(since: float, what: str) -> None:
         if clock() - since > timeout_s:
@@ -161,12 +192,21 @@ def _round(
     target.send_signal(victim, sig)
     resumed = False
     try:
-        while (new := _committed_leader(target, survivors, old_epoch)) is None:
+        new = failover_ms = commit_ms = None
+        while True:
+            if new is None and (new := _committed_leader(target, survivors, old_epoch)) is not None:
+                failover_ms = _ms_since(start, clock)
+            if commit_probe is not None and commit_ms is None and commit_probe(survivors):
+                commit_ms = _ms_since(start, clock)
+            if new is not None and (commit_probe is None or commit_ms is not None):
+                break
             waited_too_long(
-                start, f"no survivor led an epoch above {old_epoch} after {sig.name} of node {victim}"
+                start,
+                f"no survivor led an epoch above {old_epoch} after {sig.name} of node {victim}"
+                if new is None
+                else f"no survivor acknowledged an offset commit after {sig.name} of node {victim}",
             )
             sleep(POLL_INTERVAL_S)
-        failover_ms = _ms_since(start, clock)
 
         start = clock()
         if sig == signal.SIGSTOP:
@@ -199,6 +239,7 @@ def _round(
         "new_epoch": new.leader_epoch,
         "new_leader": new.leader_id,
         "failover_ms": failover_ms,
+        "commit_ms": commit_ms,
         "restart_ms": restart_ms,
         "catchup_ms": catchup_ms,
         "final_epoch": final_epoch,
@@ -257,7 +298,7 @@ class LocalTarget:
         self._children: dict[int, subprocess.Popen[bytes]] = {}  # nodes this command restarted
 
     def node_ids(self) -> list[int]:
-        return [node.id for node in self.cluster.nodes]
+        return [node.id for node in self.cluster.controllers()]  # the quorum: brokers never lead
 
     def describe(self, node_id: int) -> DescribeQuorumResponse | None:
         return self.client.try_describe(self.cluster.node(node_id).address)

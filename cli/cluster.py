@@ -1,8 +1,11 @@
-"""``raftka cluster up|down|status``: a local quorum on loopback, for development and chaos.
+"""``raftka cluster up|down|status``: a local cluster on loopback, for development and chaos.
 
-``up`` is idempotent: the first run creates configs and formatted storage, later runs
-start only the nodes that are down. It returns once a leader has committed, because a
-cluster without one is not usable yet and the operator would only have to poll.
+Three controllers (ids 1..3, the Raft voters) and three brokers (ids 101..103, Raft
+observers of the metadata log). ``up`` is idempotent: the first run creates configs and
+formatted storage, later runs start only the nodes that are down. It returns once a
+leader has committed and every broker is registered and unfenced, because a cluster
+short of that is not usable yet and the operator would only have to poll. ``down``
+stops the brokers first, so their controlled shutdown still has a controller to ask.
 """
 
 from __future__ import annotations
@@ -22,25 +25,37 @@ from raftka.v1 import raft_pb2
 from cli import local, output
 from cli.errors import CliError
 from cli.quorum_client import DescribeQuorumResponse, QuorumClient
-from raft.node_config import NodeConfig, Voter, render_toml
+from client.admin import Admin, RetryPolicy
+from client.errors import AdminError
+from raft.node_config import BROKER, NodeConfig, Voter, render_toml
 from raft.storage import meta
 
 LOOPBACK = "127.0.0.1"
 MAX_CONTROLLERS = 9
+MAX_BROKERS = 9
+FIRST_BROKER_ID = 101
+POLL_INTERVAL_S = 0.1
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cluster = commands.add_parser("cluster", help="run a local quorum on 127.0.0.1")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    up_cmd = actions.add_parser("up", help="create or restart the local cluster; wait for a leader")
+    up_cmd = actions.add_parser(
+        "up", help="create or restart the local cluster; wait for a leader and unfenced brokers"
+    )
     up_cmd.add_argument("--controllers", type=int, help="number of controllers when creating (default 3)")
-    up_cmd.add_argument("--timeout-s", type=float, default=30.0, help="how long to wait for a leader")
+    up_cmd.add_argument("--brokers", type=int, help="number of brokers when creating (default 3)")
+    up_cmd.add_argument(
+        "--timeout-s", type=float, default=30.0, help="how long to wait for a leader, then for the brokers"
+    )
     _add_dir_option(up_cmd)
     output.add_output_option(up_cmd)
     up_cmd.set_defaults(func=run_up)
 
-    down_cmd = actions.add_parser("down", help="stop every node (SIGTERM, then SIGKILL); keep the data")
+    down_cmd = actions.add_parser(
+        "down", help="stop every node, brokers first (SIGTERM, then SIGKILL); keep the data"
+    )
     down_cmd.add_argument("--timeout-s", type=float, default=10.0, help="grace period before SIGKILL")
     _add_dir_option(down_cmd)
     output.add_output_option(down_cmd)
@@ -60,32 +75,47 @@ def _add_dir_option(parser: argparse.ArgumentParser) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    result = up(local.resolve_dir(args.dir), args.controllers, args.timeout_s)
+    result = up(local.resolve_dir(args.dir), args.controllers, args.timeout_s, brokers=args.brokers)
     print(output.to_json(result) if args.output == "json" else format_up(result, args.dir))
     return 0
 
 
-def up(cluster_dir: Path, controllers: int | None, timeout_s: float) -> dict[str, Any]:
-    """Create the cluster if needed, start the nodes that are down, wait for a leader."""
+def up(
+    cluster_dir: Path, controllers: int | None, timeout_s: float, *, brokers: int | None = None
+) -> dict[str, Any]:
+    """Create the cluster if needed, start the nodes that are down, wait for a leader and
+    then for every broker to be registered and unfenced."""
     created = not local.exists(cluster_dir)
     if created:
-        cluster = create(cluster_dir, 3 if controllers is None else controllers)
+        cluster = create(
+            cluster_dir, 3 if controllers is None else controllers, brokers=3 if brokers is None else brokers
+        )
     else:
         cluster = local.load(cluster_dir)
-        if controllers is not None and controllers != len(cluster.nodes):
-            raise CliError(
-                f"the cluster in {cluster_dir} has {len(cluster.nodes)} controllers, not {controllers}; "
-                f"to make a new one: raftka cluster down, then remove {cluster_dir}"
-            )
-    started = {node.id: local.start_node(node) for node in cluster.nodes if not local.is_alive(node)}
+        for flag, wanted, have in (
+            ("controllers", controllers, cluster.controllers()),
+            ("brokers", brokers, cluster.brokers()),
+        ):
+            if wanted is not None and wanted != len(have):
+                raise CliError(
+                    f"the cluster in {cluster_dir} has {len(have)} {flag}, not {wanted}; "
+                    f"to make a new one: raftka cluster down, then remove {cluster_dir}"
+                )
+    started = {node.id: local.start_node(node) for node in cluster.controllers() if not local.is_alive(node)}
     local.save(cluster)
     with QuorumClient(call_timeout_s=0.5) as client:
         leader = wait_for_leader(cluster, started, client, timeout_s)
+    started_brokers = {
+        node.id: local.start_node(node) for node in cluster.brokers() if not local.is_alive(node)
+    }
+    local.save(cluster)
+    if cluster.brokers():
+        wait_for_brokers(cluster, started_brokers, timeout_s)
     return {
         "dir": str(cluster_dir),
         "cluster_id": cluster.cluster_id,
         "created": created,
-        "started": sorted(started),
+        "started": sorted(started) + sorted(started_brokers),
         "leader_id": leader.leader_id,
         "leader_epoch": leader.leader_epoch,
         "nodes": [
@@ -95,37 +125,59 @@ def up(cluster_dir: Path, controllers: int | None, timeout_s: float) -> dict[str
     }
 
 
-def create(cluster_dir: Path, controllers: int) -> local.LocalCluster:
+def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.LocalCluster:
     """Pick ports, write one config per node, format every node with one new cluster id."""
     if not 1 <= controllers <= MAX_CONTROLLERS:
         raise CliError(f"--controllers: expected 1 to {MAX_CONTROLLERS}, got {controllers}")
+    if not 0 <= brokers <= MAX_BROKERS:
+        raise CliError(f"--brokers: expected 0 to {MAX_BROKERS}, got {brokers}")
     if cluster_dir.exists() and any(cluster_dir.iterdir()):
         raise CliError(f"{cluster_dir} is not empty but holds no {local.STATE_FILE}; remove it or use --dir")
-    voters = tuple(Voter(i, LOOPBACK, port) for i, port in enumerate(free_ports(controllers), start=1))
+    ports = free_ports(controllers + brokers)
+    voters = tuple(Voter(i, LOOPBACK, port) for i, port in enumerate(ports[:controllers], start=1))
     cluster_id = meta.new_cluster_id()
     nodes = []
     for voter in voters:
-        node_dir = (cluster_dir / f"node-{voter.node_id}").absolute()
-        node_dir.mkdir(parents=True)
         config = NodeConfig(
-            node_id=voter.node_id, data_dir=node_dir / "data", voters=voters, listener=voter.address
+            node_id=voter.node_id,
+            data_dir=_node_dir(cluster_dir, voter.node_id) / "data",
+            voters=voters,
+            listener=voter.address,
         )
-        config_path = node_dir / "server.toml"
-        config_path.write_text(render_toml(config), encoding="utf-8")
-        meta.format_storage(config.data_dir, cluster_id, voter.node_id, initial_cluster=True)
-        nodes.append(
-            local.NodeRecord(
-                id=voter.node_id,
-                role="controller",
-                address=voter.address,
-                data_dir=str(config.data_dir),
-                config=str(config_path),
-                log=str(node_dir / "server.log"),
-            )
+        # A brand-new cluster: every voter may vote before it has heard its peers.
+        nodes.append(_write_node(config, local.CONTROLLER, cluster_id, initial_cluster=True))
+    for broker_id, port in enumerate(ports[controllers:], start=FIRST_BROKER_ID):
+        config = NodeConfig(
+            node_id=broker_id,
+            data_dir=_node_dir(cluster_dir, broker_id) / "data",
+            voters=voters,
+            listener=f"{LOOPBACK}:{port}",
+            process_roles=(BROKER,),
         )
+        nodes.append(_write_node(config, local.BROKER, cluster_id, initial_cluster=False))
     cluster = local.LocalCluster(cluster_dir, cluster_id, nodes)
     local.save(cluster)
     return cluster
+
+
+def _node_dir(cluster_dir: Path, node_id: int) -> Path:
+    return (cluster_dir / f"node-{node_id}").absolute()
+
+
+def _write_node(config: NodeConfig, role: str, cluster_id: str, *, initial_cluster: bool) -> local.NodeRecord:
+    node_dir = config.data_dir.parent
+    node_dir.mkdir(parents=True)
+    config_path = node_dir / "server.toml"
+    config_path.write_text(render_toml(config), encoding="utf-8")
+    meta.format_storage(config.data_dir, cluster_id, config.node_id, initial_cluster=initial_cluster)
+    return local.NodeRecord(
+        id=config.node_id,
+        role=role,
+        address=config.listener,
+        data_dir=str(config.data_dir),
+        config=str(config_path),
+        log=str(node_dir / "server.log"),
+    )
 
 
 def free_ports(count: int) -> list[int]:
@@ -147,7 +199,7 @@ def wait_for_leader(
     timeout_s: float,
 ) -> DescribeQuorumResponse:
     """Poll until a leader answers with a high watermark (its epoch has committed) and
-    every node we started has answered once.
+    every controller we started has answered once.
 
     A node we started that exits meanwhile fails the wait at once, with its last log
     line: a bad config or a taken port is then reported in seconds, not after the timeout.
@@ -156,16 +208,8 @@ def wait_for_leader(
     silent = set(started)
     leader = None
     while True:
-        for node_id, proc in started.items():
-            code = proc.poll()
-            if code is not None:
-                node = cluster.node(node_id)
-                last = local.last_log_line(node)
-                raise CliError(
-                    f"node {node_id} exited with status {code} while starting; see {node.log}"
-                    + (f" (last line: {last})" if last else "")
-                )
-        for node in cluster.nodes:
+        _check_started(cluster, started)
+        for node in cluster.controllers():
             resp = client.try_describe(node.address)
             if resp is None:
                 continue
@@ -175,23 +219,65 @@ def wait_for_leader(
         if leader is not None and not silent:
             return leader
         if time.monotonic() >= deadline:
-            logs = ", ".join(node.log for node in cluster.nodes)
+            logs = ", ".join(node.log for node in cluster.controllers())
             problem = "no leader elected" if leader is None else f"node(s) {sorted(silent)} not answering"
             raise CliError(f"{problem} within {timeout_s:g} s; see the node logs: {logs}")
-        time.sleep(0.1)
+        time.sleep(POLL_INTERVAL_S)
+
+
+def wait_for_brokers(
+    cluster: local.LocalCluster, started: dict[int, subprocess.Popen[bytes]], timeout_s: float
+) -> None:
+    """Poll DescribeCluster until every broker of the cluster is registered and unfenced."""
+    deadline = time.monotonic() + timeout_s
+    wanted = {node.id for node in cluster.brokers()}
+    seen = "no answer from the controller"
+    policy = RetryPolicy(request_timeout_s=1.0, total_timeout_s=1.0)
+    with Admin(cluster.addresses(), policy) as admin:
+        while True:
+            _check_started(cluster, started)
+            try:
+                brokers = {b.broker_id: b for b in admin.describe_cluster().brokers}
+            except AdminError as e:
+                seen = str(e)
+            else:
+                waiting = sorted(i for i in wanted if i not in brokers or brokers[i].fenced)
+                if not waiting:
+                    return
+                seen = f"broker(s) {waiting} not registered or still fenced"
+            if time.monotonic() >= deadline:
+                logs = ", ".join(node.log for node in cluster.brokers())
+                raise CliError(
+                    f"brokers not ready within {timeout_s:g} s ({seen}); see the broker logs: {logs}"
+                )
+            time.sleep(POLL_INTERVAL_S)
+
+
+def _check_started(cluster: local.LocalCluster, started: dict[int, subprocess.Popen[bytes]]) -> None:
+    """Fail at once, with its last log line, if a node we started has exited."""
+    for node_id, proc in started.items():
+        code = proc.poll()
+        if code is not None:
+            node = cluster.node(node_id)
+            last = local.last_log_line(node)
+            raise CliError(
+                f"node {node_id} exited with status {code} while starting; see {node.log}"
+                + (f" (last line: {last})" if last else "")
+            )
 
 
 def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
     suffix = f" --dir {dir_flag}" if dir_flag is not None else ""
     started = ", ".join(str(i) for i in result["started"]) or "none (all were running)"
-    rows = [(n["id"], n["address"], n["pid"], n["log"]) for n in result["nodes"]]
+    rows = [(n["id"], n["role"], n["address"], n["pid"], n["log"]) for n in result["nodes"]]
     return "\n".join(
         [
             f"{'Created' if result['created'] else 'Local'} cluster {result['cluster_id']} in {result['dir']}; "
             f"started: {started}",
-            output.table(("ID", "ADDRESS", "PID", "LOG"), rows),
+            output.table(("ID", "ROLE", "ADDRESS", "PID", "LOG"), rows),
             f"Leader: node {result['leader_id']} (epoch {result['leader_epoch']})",
             f"Describe it: raftka quorum describe --status{suffix}",
+            f"Brokers:     raftka brokers list{suffix}",
             f"Stop it:     raftka cluster down{suffix}",
         ]
     )
@@ -213,20 +299,22 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def down(cluster_dir: Path, timeout_s: float) -> dict[str, Any]:
-    """SIGTERM every live node (a leader then hands over gracefully), SIGKILL stragglers."""
+    """SIGTERM the brokers (controlled shutdown, while the controllers still run), then
+    the controllers (a leader then hands over gracefully); SIGKILL stragglers."""
     cluster = local.load(cluster_dir)
     results = {node.id: "not running" for node in cluster.nodes}
     pids = {node.id: node.pid for node in cluster.nodes}
-    running = [node for node in cluster.nodes if local.is_alive(node)]
-    for node in running:
-        _signal(node, signal.SIGTERM)
-        _signal(node, signal.SIGCONT)  # a node paused by chaos must run to handle SIGTERM
-        results[node.id] = "stopped"
-    running = _wait_until_gone(running, timeout_s)
-    for node in running:
-        _signal(node, signal.SIGKILL)
-        results[node.id] = "killed"
-    _wait_until_gone(running, 5.0)
+    for group in (cluster.brokers(), cluster.controllers()):
+        running = [node for node in group if local.is_alive(node)]
+        for node in running:
+            _signal(node, signal.SIGTERM)
+            _signal(node, signal.SIGCONT)  # a node paused by chaos must run to handle SIGTERM
+            results[node.id] = "stopped"
+        running = _wait_until_gone(running, timeout_s)
+        for node in running:
+            _signal(node, signal.SIGKILL)
+            results[node.id] = "killed"
+        _wait_until_gone(running, 5.0)
     for node in cluster.nodes:
         node.pid = None
     local.save(cluster)
@@ -271,7 +359,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def status(cluster_dir: Path) -> dict[str, Any]:
-    """Each node's own view of its role; the leader is the one the newest epoch names."""
+    """Each node's own view of its role (a broker that answers is a "broker"); the leader
+    is the one the newest epoch names among the controllers."""
     cluster = local.load(cluster_dir)
     nodes = []
     answers: list[DescribeQuorumResponse] = []
@@ -279,9 +368,12 @@ def status(cluster_dir: Path) -> dict[str, Any]:
         for node in cluster.nodes:
             alive = local.is_alive(node)
             resp = client.try_describe(node.address) if alive else None
-            if resp is not None:
+            if resp is not None and node.role == local.CONTROLLER:
                 answers.append(resp)
-            role = resp.role if resp is not None and resp.role else ("unreachable" if alive else "down")
+            if resp is None:
+                role = "unreachable" if alive else "down"
+            else:
+                role = local.BROKER if node.role == local.BROKER else (resp.role or "unknown")
             nodes.append(
                 {
                     "id": node.id,

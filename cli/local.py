@@ -19,12 +19,14 @@ from cli.errors import CliError
 
 DEFAULT_DIR = Path(".raftka") / "local"
 STATE_FILE = "cluster.json"
+CONTROLLER = "controller"
+BROKER = "broker"
 
 
 @dataclass(slots=True)
 class NodeRecord:
     id: int
-    role: str  # process role: "controller"
+    role: str  # process role: CONTROLLER or BROKER
     address: str
     data_dir: str
     config: str  # absolute path of the node's server.toml
@@ -44,8 +46,15 @@ class LocalCluster:
                 return node
         raise CliError(f"node {node_id} is not in the local cluster at {self.dir}")
 
+    def controllers(self) -> list[NodeRecord]:
+        return [node for node in self.nodes if node.role == CONTROLLER]
+
+    def brokers(self) -> list[NodeRecord]:
+        return [node for node in self.nodes if node.role == BROKER]
+
     def addresses(self) -> list[str]:
-        return [node.address for node in self.nodes]
+        """The controllers' addresses: where admin clients and quorum tools bootstrap."""
+        return [node.address for node in self.controllers()]
 
 
 def resolve_dir(explicit: Path | None) -> Path:

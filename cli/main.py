@@ -13,8 +13,22 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from typing import NoReturn
 
-from cli import chaos, cluster, logdump, perf, quorum, server, storage_cmd
+from cli import (
+    brokers,
+    chaos,
+    cluster,
+    configs,
+    logdump,
+    metadata_cmd,
+    offsets,
+    perf,
+    quorum,
+    server,
+    storage_cmd,
+    topics,
+)
 from cli.errors import CliError
+from client.errors import AdminError
 from raft.node_config import ConfigError
 from raft.storage.base import StorageError
 
@@ -39,7 +53,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="raftka", description="raftka: a Kafka-style platform on a KRaft-style quorum")
     parser.add_argument("--version", action="version", version=f"raftka {version('raftka')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (cluster, server, storage_cmd, quorum, logdump, chaos, perf):
+    for module in (
+        cluster,
+        server,
+        storage_cmd,
+        quorum,
+        topics,
+        configs,
+        brokers,
+        offsets,
+        metadata_cmd,
+        logdump,
+        chaos,
+        perf,
+    ):
         module.register(commands)
     return parser
 
@@ -48,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CliError, ConfigError, StorageError) as e:
+    except (CliError, AdminError, ConfigError, StorageError) as e:
         fail(str(e), EXIT_FAILURE)
     except BrokenPipeError:  # `raftka log dump DIR | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush

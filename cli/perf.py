@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli import local, output, stability
+from cli import local, output, perf_metadata, stability
 from cli.cluster import LOOPBACK, free_ports
 from cli.errors import CliError
 from raft.config import RaftConfig
@@ -48,6 +48,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     output.add_output_option(quorum)
     quorum.set_defaults(func=run_quorum)
     stability.register(kinds)
+    perf_metadata.register(kinds)
 
 
 def run_quorum(args: argparse.Namespace) -> int:

@@ -1,23 +1,27 @@
 """``raftka server --config FILE``: run one node in the foreground until SIGTERM/SIGINT.
 
-The config and the storage are checked before anything starts, so a misconfigured node
-fails at once with one line instead of joining the quorum half-working.
+``process_roles`` picks what runs: a controller (a voter running the QuorumController,
+``metadata.server``) or a broker (a Raft observer of the metadata log,
+``broker.server``). The config and the storage are checked before anything starts, so
+a misconfigured node fails at once with one line instead of joining the quorum
+half-working.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from cli.errors import CliError
-from raft import server
-from raft.node_config import load_config
+from raft.node_config import BROKER, NodeConfig, load_config
+from raft.server import ServerError
 from raft.storage import meta
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser("server", help="run a node (controller) in the foreground")
+    parser = commands.add_parser("server", help="run a node (controller or broker) in the foreground")
     parser.add_argument("--config", type=Path, required=True, help="the node's TOML config")
     parser.set_defaults(func=run)
 
@@ -26,7 +30,18 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     meta.check_meta(config.data_dir, config.node_id)
     try:
-        asyncio.run(server.run_server(config))
-    except server.ServerError as e:
+        asyncio.run(_entry_point(config)(config))
+    except ServerError as e:
         raise CliError(f"node {config.node_id} stopped: {e}") from None
     return 0
+
+
+def _entry_point(config: NodeConfig) -> Callable[[NodeConfig], Awaitable[None]]:
+    """Imported on demand: a controller never loads the broker's code, nor the reverse."""
+    if BROKER in config.process_roles:
+        from broker.server import run_broker
+
+        return run_broker
+    from metadata.server import run_controller
+
+    return run_controller

@@ -13,6 +13,8 @@ The layer above gets:
 - ``await append(records)``: the offset of the last record once committed, or
   ``NotLeaderError`` (with the leader's id) when this node does not lead or lost the
   lead before the batch committed (it may or may not have committed then);
+  ``submit(records)`` proposes at once and returns that future, for a caller that
+  needs several batches back to back;
 - a ``StateMachine`` that receives committed batches in order and snapshots to
   restore; it hands snapshots of its own state back with ``save_snapshot``.
 """
@@ -119,6 +121,11 @@ class RaftNode:
 
     # API for the layer above ----------------------------------------------------------
     async def append(self, records: Sequence[bytes]) -> int:
+        return await self.submit(records)
+
+    def submit(self, records: Sequence[bytes]) -> asyncio.Future[int]:
+        """``append`` without the wait: the batch is in the log when this returns, so
+        batches submitted one after another, with no ``await`` between, are contiguous."""
         if self._stopped.is_set():
             raise NotLeaderError(self.core.leader_id, self.core.epoch)
         if len(self._pending) >= PENDING_APPENDS_MAX:
@@ -127,7 +134,7 @@ class RaftNode:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending[position.offset] = (position.epoch, future)
         self._schedule_flush()
-        return await future
+        return future
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Persist the layer above's state at a committed offset, then compact the log."""
@@ -176,7 +183,12 @@ class RaftNode:
         core = self.core
         wait_ms = core.poll(self._clock())
         ready = core.ready()
-        self._apply(ready)
+        try:
+            self._apply(ready)
+        except Exception as e:  # the layer above cannot follow the log: stopping is the only safe move
+            self._log.exception("state machine failed")
+            self._fail(f"the state machine failed to apply committed records: {e!r}")
+            return
         if core.fatal_error is not None:
             self._fail(core.fatal_error)
             return

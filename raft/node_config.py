@@ -1,4 +1,5 @@
-"""A node's configuration: one TOML file, every key documented in ``deploy/controller.toml``.
+"""A node's configuration: one TOML file, every key documented in ``deploy/controller.toml``
+and ``deploy/broker.toml``.
 
 Everything is checked at load time, so a bad file stops the node at start with the key
 named, instead of surfacing later as a quorum that never forms. Relative paths are
@@ -19,7 +20,9 @@ from typing import Any
 from raft.config import RaftConfig
 
 MIB = 1 << 20
-SUPPORTED_ROLES = ("controller",)  # brokers come with the broker layer
+CONTROLLER = "controller"
+BROKER = "broker"
+SUPPORTED_ROLES = (CONTROLLER, BROKER)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "console")
 VOTERS_KEY = "controller.quorum.voters"
@@ -55,6 +58,23 @@ class JournalConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    session_timeout_ms: int = 9_000  # a broker without a heartbeat this long is fenced
+    max_partitions_per_topic: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataConfig:
+    snapshot_interval_records: int = 10_000  # the metadata image is snapshotted every N records
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    rack: str = ""  # "": no rack
+    heartbeat_interval_ms: int = 2_000
+
+
+@dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: str = "info"
     format: str = "json"
@@ -66,10 +86,13 @@ class NodeConfig:
     data_dir: Path
     voters: tuple[Voter, ...]
     listener: str  # host:port the node's gRPC server binds
-    process_roles: tuple[str, ...] = ("controller",)
+    process_roles: tuple[str, ...] = (CONTROLLER,)
     raft: RaftConfig = field(default_factory=RaftConfig)
     log: LogConfig = field(default_factory=LogConfig)
     journal: JournalConfig = field(default_factory=JournalConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    metadata: MetadataConfig = field(default_factory=MetadataConfig)
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     @property
@@ -96,10 +119,24 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "log.segment_bytes": (int, LogConfig().segment_bytes),
     "log.archive_segments": (bool, LogConfig().archive_segments),
     "journal.snapshot_interval_records": (int, JournalConfig().snapshot_interval_records),
+    "controller.session_timeout_ms": (int, ControllerConfig().session_timeout_ms),
+    "controller.max_partitions_per_topic": (int, ControllerConfig().max_partitions_per_topic),
+    "metadata.snapshot_interval_records": (int, MetadataConfig().snapshot_interval_records),
+    "broker.rack": (str, BrokerConfig().rack),
+    "broker.heartbeat_interval_ms": (int, BrokerConfig().heartbeat_interval_ms),
     "logging.level": (str, LoggingConfig().level),
     "logging.format": (str, LoggingConfig().format),
 }
 _TABLES = frozenset(key.rpartition(".")[0] for key in _SCHEMA if "." in key) | {"controller"}
+_POSITIVE = (
+    "log.segment_bytes",
+    "journal.snapshot_interval_records",
+    "controller.session_timeout_ms",
+    "controller.max_partitions_per_topic",
+    "metadata.snapshot_interval_records",
+    "broker.heartbeat_interval_ms",
+)
+RACK_CHARS_MAX = 255
 _TYPE_NAMES = {int: "an integer", bool: "true or false", str: "a string", list: "a list"}
 
 
@@ -133,24 +170,18 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     if not values["data_dir"]:
         raise ConfigError("data_dir: must not be empty")
     voters = parse_voters(values[VOTERS_KEY])
-    mine = [v for v in voters if v.node_id == node_id]
-    if not mine:
-        ids = ", ".join(str(v.node_id) for v in voters)
-        raise ConfigError(f"node_id: {node_id} is not one of {VOTERS_KEY} ({ids})")
-    listener = values["listener"]
-    if listener is _DERIVED:
-        listener = mine[0].address
-    else:
-        parse_host_port(listener, "listener")
+    listener = _listener(values["listener"], node_id, roles, voters)
     raft = RaftConfig(**{f.name: values[f"raft.{f.name}"] for f in dataclasses.fields(RaftConfig)})
     try:
         raft.validate()
     except ValueError as e:  # "raft.key must be ...": reworded to this module's "key: problem"
         key, _, problem = str(e).partition(" ")
         raise ConfigError(f"{key}: {problem}") from None
-    for key in ("log.segment_bytes", "journal.snapshot_interval_records"):
+    for key in _POSITIVE:
         if values[key] <= 0:
             raise ConfigError(f"{key}: must be positive, got {values[key]}")
+    if len(values["broker.rack"]) > RACK_CHARS_MAX:
+        raise ConfigError(f"broker.rack: at most {RACK_CHARS_MAX} characters")
     level = values["logging.level"].lower()
     if level not in LOG_LEVELS:
         raise ConfigError(f"logging.level: expected one of {', '.join(LOG_LEVELS)}, got {level!r}")
@@ -166,8 +197,32 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         raft=raft,
         log=LogConfig(values["log.segment_bytes"], values["log.archive_segments"]),
         journal=JournalConfig(values["journal.snapshot_interval_records"]),
+        controller=ControllerConfig(
+            values["controller.session_timeout_ms"], values["controller.max_partitions_per_topic"]
+        ),
+        metadata=MetadataConfig(values["metadata.snapshot_interval_records"]),
+        broker=BrokerConfig(values["broker.rack"], values["broker.heartbeat_interval_ms"]),
         logging=LoggingConfig(level, fmt),
     )
+
+
+def _listener(value: Any, node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...]) -> str:
+    """A controller is one of the voters and listens at its voter address by default; a
+    broker observes the quorum, so it is not a voter and must name its own listener."""
+    mine = [v for v in voters if v.node_id == node_id]
+    if CONTROLLER in roles and not mine:
+        ids = ", ".join(str(v.node_id) for v in voters)
+        raise ConfigError(f"node_id: {node_id} is not one of {VOTERS_KEY} ({ids})")
+    if CONTROLLER not in roles and mine:
+        raise ConfigError(
+            f"process_roles: a broker observes the quorum, so node_id {node_id} must not be a voter"
+        )
+    if value is not _DERIVED:
+        parse_host_port(value, "listener")
+        return value
+    if not mine:
+        raise ConfigError("listener: required for a broker (it has no voter address to default to)")
+    return mine[0].address
 
 
 def parse_host_port(text: str, key: str) -> tuple[str, int]:
@@ -212,6 +267,11 @@ def render_toml(config: NodeConfig) -> str:
         "log.segment_bytes": config.log.segment_bytes,
         "log.archive_segments": config.log.archive_segments,
         "journal.snapshot_interval_records": config.journal.snapshot_interval_records,
+        "controller.session_timeout_ms": config.controller.session_timeout_ms,
+        "controller.max_partitions_per_topic": config.controller.max_partitions_per_topic,
+        "metadata.snapshot_interval_records": config.metadata.snapshot_interval_records,
+        "broker.rack": config.broker.rack,
+        "broker.heartbeat_interval_ms": config.broker.heartbeat_interval_ms,
         "logging.level": config.logging.level,
         "logging.format": config.logging.format,
     }
@@ -278,9 +338,11 @@ def _parse_roles(roles: list[Any]) -> tuple[str, ...]:
     for role in roles:
         if role not in SUPPORTED_ROLES:
             supported = ", ".join(SUPPORTED_ROLES)
-            raise ConfigError(f"process_roles: {role!r} is not supported yet (supported: {supported})")
+            raise ConfigError(f"process_roles: {role!r} is not supported (supported: {supported})")
     if len(set(roles)) != len(roles):
         raise ConfigError(f"process_roles: a role is listed twice in {roles!r}")
+    if len(roles) > 1:
+        raise ConfigError(f"process_roles: one role per process for now, got {roles!r}")
     return tuple(roles)
 
 

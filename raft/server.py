@@ -1,14 +1,18 @@
-"""One controller process: storage, core, driver, gRPC transport and the journal.
+"""One journal node: storage, core, driver, gRPC transport and the journal.
 
-Runs until SIGTERM or SIGINT; a leader then resigns with EndQuorumEpoch so its
-successor takes over in one round trip instead of an election timeout.
+The quorum's own test node (the metadata controller is ``metadata.server``); run it
+with ``python -m raft.server --config FILE``. Runs until SIGTERM or SIGINT; a leader
+then resigns with EndQuorumEpoch so its successor takes over in one round trip instead
+of an election timeout.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
 import signal
+import sys
 import time
 
 import structlog
@@ -19,7 +23,8 @@ from raft.driver import RaftNode, monotonic_ms
 from raft.journal import Journal
 from raft.journal_service import JournalService
 from raft.logs import configure_logging
-from raft.node_config import NodeConfig
+from raft.node_config import ConfigError, NodeConfig, load_config
+from raft.storage.base import StorageError
 from raft.storage.file import FileStorage
 from raft.storage.meta import check_meta
 from raft.transport.grpc_transport import GrpcTransport
@@ -77,12 +82,18 @@ async def run_server(config: NodeConfig) -> None:
     configure_logging(config.logging.level, config.logging.format, node_id=config.node_id)
     log = structlog.get_logger("raft.server")
     controller = await start_controller(config)
-    node = controller.node
+    log.info("controller listening", listener=config.listener, cluster_id=controller.cluster_id)
+    await serve_until_signalled(controller.node)
+    log.info("controller stopped")
+
+
+async def serve_until_signalled(node: RaftNode) -> None:
+    """Run until SIGTERM, SIGINT or a fatal node error, then shut the node down (a
+    leader resigns first); a fatal error is raised as ServerError."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("controller listening", listener=config.listener, cluster_id=controller.cluster_id)
     stopped = asyncio.create_task(node.wait_stopped())
     asked = asyncio.create_task(stop.wait())
     await asyncio.wait({stopped, asked}, return_when=asyncio.FIRST_COMPLETED)
@@ -90,7 +101,6 @@ async def run_server(config: NodeConfig) -> None:
         task.cancel()
     fatal = node.fatal_error
     await node.shutdown(graceful=fatal is None)
-    log.info("controller stopped")
     if fatal is not None:
         raise ServerError(fatal)
 
@@ -131,3 +141,24 @@ def describe_quorum(
                 address=addresses.get(replica.node_id, ""),
             )
     return response
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m raft.server --config FILE``: a problem the operator can fix is one line."""
+    parser = argparse.ArgumentParser(prog="python -m raft.server", description="run one journal node")
+    parser.add_argument("--config", required=True, help="the node's TOML config")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        check_meta(config.data_dir, config.node_id)
+        asyncio.run(run_server(config))
+    except (ConfigError, StorageError, ServerError) as e:
+        print(f"raft.server: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

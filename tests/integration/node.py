@@ -1,7 +1,8 @@
-"""One controller as a real OS process: start, signal, kill, restart, and its log.
+"""One journal node as a real OS process: start, signal, kill, restart, and its log.
 
-The node runs ``raftka server --config FILE`` from the virtualenv these tests run in,
-exactly as an operator starts it. stdout and stderr go to one log file per node, kept
+The node runs ``python -m raft.server --config FILE`` (the quorum with its journal
+state machine, which these tests read back) with the interpreter of the virtualenv
+these tests run in. stdout and stderr go to one log file per node, kept
 across restarts (each run opens with a marker line), so a failed test can show what
 every node said.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from tests.integration.proxy import LOOPBACK
 
-RAFTKA = Path(sys.executable).with_name("raftka")
+JOURNAL_NODE = (sys.executable, "-m", "raft.server")
 _EXIT_TIMEOUT_S = 10.0
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _PORT_LOW = 10_000
@@ -81,7 +82,7 @@ class NodeProcess:
             log.write(f"=== harness: node {self.node_id} run {self.runs} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                [str(RAFTKA), "server", "--config", str(self.config_path)],
+                [*JOURNAL_NODE, "--config", str(self.config_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

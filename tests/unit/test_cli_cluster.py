@@ -22,15 +22,30 @@ def test_create_writes_configs_and_formats_every_node(tmp_path: Path) -> None:
     cluster_dir = tmp_path / "c"
     created = cluster.create(cluster_dir, 3)
     assert local.load(cluster_dir) == created
-    configs = [load_config(node.config) for node in created.nodes]
-    assert [c.node_id for c in configs] == [1, 2, 3]
-    assert len({c.voters for c in configs}) == 1  # every node has the same voter set
-    assert len({v.port for v in configs[0].voters}) == 3
-    for node, config in zip(created.nodes, configs, strict=True):
-        assert node.address == config.listener == config.voter_addresses[node.id]
+    configs = {node.id: load_config(node.config) for node in created.nodes}
+    assert list(configs) == [1, 2, 3, 101, 102, 103]
+    assert [n.role for n in created.nodes] == ["controller"] * 3 + ["broker"] * 3
+    assert len({c.voters for c in configs.values()}) == 1  # every node has the same voter set
+    voters = configs[1].voters
+    assert [v.node_id for v in voters] == [1, 2, 3]
+    assert len({n.address for n in created.nodes}) == 6  # every node has its own port
+    for node in created.nodes:
+        config = configs[node.id]
+        assert node.address == config.listener
+        assert config.process_roles == (node.role,)
+        if node.role == "controller":
+            assert node.address == config.voter_addresses[node.id]
+        else:
+            assert node.id not in config.voter_ids  # a broker is an observer
         assert str(config.data_dir) == node.data_dir
         assert meta.check_meta(config.data_dir, node.id, created.cluster_id).node_id == node.id
         assert node.pid is None
+    assert created.addresses() == [n.address for n in created.controllers()]
+
+
+def test_create_without_brokers(tmp_path: Path) -> None:
+    created = cluster.create(tmp_path / "c", 1, brokers=0)
+    assert [n.id for n in created.nodes] == [1] and created.brokers() == []
 
 
 def test_create_refuses_a_foreign_directory(tmp_path: Path) -> None:
@@ -39,15 +54,19 @@ def test_create_refuses_a_foreign_directory(tmp_path: Path) -> None:
         cluster.create(tmp_path, 3)
 
 
-def test_create_checks_the_controller_count(tmp_path: Path) -> None:
+def test_create_checks_the_node_counts(tmp_path: Path) -> None:
     with pytest.raises(CliError, match="--controllers: expected 1 to 9, got 0"):
         cluster.create(tmp_path / "c", 0)
+    with pytest.raises(CliError, match="--brokers: expected 0 to 9, got 10"):
+        cluster.create(tmp_path / "c", 3, brokers=10)
 
 
 def test_up_refuses_to_resize(tmp_path: Path) -> None:
     cluster.create(tmp_path, 3)
     with pytest.raises(CliError, match="has 3 controllers, not 5"):
         cluster.up(tmp_path, 5, timeout_s=1)
+    with pytest.raises(CliError, match="has 3 brokers, not 1"):
+        cluster.up(tmp_path, None, timeout_s=1, brokers=1)
 
 
 def test_free_ports_differ() -> None:
@@ -68,7 +87,7 @@ def test_down_and_status_of_a_stopped_cluster(tmp_path: Path) -> None:
         "leader_epoch": None,
     }
     result = cluster.down(tmp_path, timeout_s=1)
-    assert [n["result"] for n in result["nodes"]] == ["not running"] * 3
+    assert [n["result"] for n in result["nodes"]] == ["not running"] * 6
     assert all(n.pid is None for n in local.load(tmp_path).nodes)
 
 
@@ -115,18 +134,20 @@ def run_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
 def test_local_cluster_end_to_end(cluster_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = ["--dir", str(cluster_dir)]
     up = run_json(["cluster", "up", *d], capsys)
-    assert up["created"] and up["started"] == [1, 2, 3]
+    assert up["created"] and up["started"] == [1, 2, 3, 101, 102, 103]
 
     status = run_json(["cluster", "status", *d], capsys)
     roles = {n["id"]: n["role"] for n in status["nodes"]}
     assert roles[status["leader_id"]] == "leader"
-    assert sorted(roles.values()) == ["follower", "follower", "leader"]
+    assert sorted(roles.values()) == ["broker"] * 3 + ["follower", "follower", "leader"]
+    brokers = run_json(["brokers", "list", *d], capsys)
+    assert [(b["id"], b["fenced"]) for b in brokers] == [(101, False), (102, False), (103, False)]
 
     quorum = run_json(["quorum", "describe", "--status", *d], capsys)
     assert quorum["cluster_id"] == up["cluster_id"]
     assert quorum["high_watermark"] >= 0
     rows = run_json(["quorum", "describe", "--replication", *d], capsys)
-    assert [r["status"] for r in rows] == ["Leader", "Follower", "Follower"]
+    assert [r["status"] for r in rows] == ["Leader", "Follower", "Follower"] + ["Observer"] * 3  # the brokers
 
     chaos_run = run_json(["chaos", "kill-leader", "--rounds", "2", *d], capsys)
     assert [r["new_epoch"] > r["old_epoch"] for r in chaos_run["rounds"]] == [True, True]
@@ -135,7 +156,7 @@ def test_local_cluster_end_to_end(cluster_dir: Path, capsys: pytest.CaptureFixtu
     assert stop_run["rounds"][0]["signal"] == "STOP"
 
     down = run_json(["cluster", "down", *d], capsys)
-    assert [n["result"] for n in down["nodes"]] == ["stopped"] * 3
+    assert [n["result"] for n in down["nodes"]] == ["stopped"] * 6
     again = run_json(["cluster", "up", *d], capsys)
     assert not again["created"] and again["cluster_id"] == up["cluster_id"]
     assert again["leader_epoch"] > stop_run["rounds"][0]["new_epoch"]

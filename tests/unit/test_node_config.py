@@ -180,3 +180,71 @@ def test_load_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert str(err.value) == f"{path}: controller.quorum.voters: required key is missing"
+
+
+BROKER_SAMPLE = SAMPLE.with_name("broker.toml")
+
+
+def broker(**overrides: Any) -> dict[str, Any]:
+    return minimal(
+        **{"node_id": 101, "process_roles": ["broker"], "listener": "127.0.0.1:19101", **overrides}
+    )
+
+
+def test_controller_metadata_and_broker_keys_have_defaults() -> None:
+    config = parse(minimal())
+    assert (config.controller.session_timeout_ms, config.controller.max_partitions_per_topic) == (
+        9000,
+        10_000,
+    )
+    assert config.metadata.snapshot_interval_records == 10_000
+    assert (config.broker.rack, config.broker.heartbeat_interval_ms) == ("", 2000)
+
+
+def test_broker_is_an_observer_with_its_own_listener(tmp_path: Path) -> None:
+    config = parse(broker(broker={"rack": "r1", "heartbeat_interval_ms": 500}))
+    assert config.process_roles == ("broker",) and config.node_id not in config.voter_ids
+    assert (config.listener, config.broker.rack, config.broker.heartbeat_interval_ms) == (
+        "127.0.0.1:19101",
+        "r1",
+        500,
+    )
+    path = tmp_path / "broker.toml"
+    path.write_text(render_toml(config))
+    assert load_config(path) == config
+
+
+def test_broker_sample_loads_and_documents_every_key() -> None:
+    config = load_config(BROKER_SAMPLE)
+    assert config.process_roles == ("broker",) and config.node_id == 101
+    assert flat_keys(tomllib.loads(BROKER_SAMPLE.read_text())) == set(config_keys())
+    lines = BROKER_SAMPLE.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "=" in line and not line.startswith("#"):
+            assert lines[i - 1].startswith("# "), f"no comment above: {line}"
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        (minimal(process_roles=["controller", "broker"]), "process_roles"),
+        (minimal(node_id=101, process_roles=["broker"]), "listener"),
+        (broker(node_id=1), "process_roles"),
+        (
+            minimal(controller={"session_timeout_ms": 0, "quorum": {"voters": VOTERS}}),
+            "controller.session_timeout_ms",
+        ),
+        (
+            minimal(controller={"max_partitions_per_topic": 0, "quorum": {"voters": VOTERS}}),
+            "controller.max_partitions_per_topic",
+        ),
+        (minimal(metadata={"snapshot_interval_records": 0}), "metadata.snapshot_interval_records"),
+        (broker(broker={"heartbeat_interval_ms": -1}), "broker.heartbeat_interval_ms"),
+        (broker(broker={"rack": "r" * 256}), "broker.rack"),
+        (broker(broker={"rack": 5}), "broker.rack"),
+    ],
+)
+def test_bad_role_or_new_key_names_its_key(data: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(data)
+    assert str(err.value).startswith(f"{key}:"), str(err.value)

@@ -1,0 +1,204 @@
+"""The broker's side of KRaft's broker lifecycle: register, heartbeat, shut down cleanly.
+
+States, in order (each only moves forward, except that a lost registration sends the
+broker back to REGISTERING):
+
+- REGISTERING: ask the active controller for a registration, with this process's fresh
+  incarnation id, until it answers with a broker epoch (the offset of the registration
+  record). DUPLICATE_BROKER_REGISTRATION means the previous incarnation's session has
+  not expired yet: keep asking, it will.
+- FENCED: registered, heartbeating with the offset of the last metadata record it has
+  replayed (Kafka's ``currentMetadataOffset``; -1 before any); the controller unfences
+  the broker once that offset reaches its registration record, the broker epoch.
+- RUNNING: unfenced; heartbeats every ``heartbeat_interval_ms`` keep the session alive
+  (a broker that misses the session timeout is fenced again, which FENCED covers).
+- CONTROLLED_SHUTDOWN: SIGTERM asked to stop; heartbeats carry ``want_shut_down`` until
+  the controller has moved this broker's leaderships away and says ``should_shut_down``.
+- STOPPED.
+
+While fenced or shutting down the broker heartbeats faster than its interval, so it is
+unfenced, or let go, as soon as the controller allows, not one interval later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import uuid
+from collections.abc import Callable, Sequence
+from enum import Enum
+
+import structlog
+from raftka.v1 import controller_pb2, metadata_pb2
+
+from broker.controller_link import ControllerLink, LinkError
+
+E = controller_pb2.ErrorCode
+log = structlog.get_logger("broker.lifecycle")
+
+FAST_HEARTBEAT_MS = 100  # while fenced or shutting down, and after a failed heartbeat
+REGISTER_BACKOFF_MAX_MS = 1000
+_REREGISTER = frozenset({E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED})
+
+
+class State(Enum):
+    REGISTERING = "registering"
+    FENCED = "fenced"
+    RUNNING = "running"
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"
+    STOPPED = "stopped"
+
+
+def new_incarnation_id() -> str:
+    """A random UUID in Kafka's text form: every process start is a new incarnation."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class BrokerLifecycle:
+    def __init__(
+        self,
+        broker_id: int,
+        listeners: Sequence[metadata_pb2.BrokerEndpoint],
+        rack: str,
+        heartbeat_interval_ms: int,
+        link: ControllerLink,
+        metadata_offset: Callable[[], int],
+    ) -> None:
+        self.broker_id = broker_id
+        self.incarnation_id = new_incarnation_id()
+        self.broker_epoch = -1
+        self.state = State.REGISTERING
+        self._listeners = list(listeners)
+        self._rack = rack
+        self._interval_s = heartbeat_interval_ms / 1000
+        self._fast_s = min(heartbeat_interval_ms, FAST_HEARTBEAT_MS) / 1000
+        self._link = link
+        self._metadata_offset = metadata_offset
+        self._wake = asyncio.Event()
+        self._shutdown_requested = False
+        self._last_problem = ""
+        self._register_backoff_s = 0.0
+        self._log = log.bind(broker_id=broker_id, incarnation_id=self.incarnation_id)
+
+    @property
+    def fenced(self) -> bool:
+        return self.state is not State.RUNNING
+
+    def request_shutdown(self) -> None:
+        """Start a controlled shutdown; ``run`` returns once the controller lets go."""
+        self._shutdown_requested = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Register, then heartbeat until a controlled shutdown completes."""
+        while self.state is not State.STOPPED:
+            if self.state is State.REGISTERING:
+                await self._register()
+            else:
+                await self._heartbeat()
+
+    # registration ---------------------------------------------------------------------
+
+    async def _register(self) -> None:
+        """One registration attempt, then a backoff if it failed (doubling up to a cap)."""
+        if self._shutdown_requested:  # never registered: nothing to hand over
+            self._become(State.STOPPED)
+            return
+        request = controller_pb2.BrokerRegistrationRequest(
+            broker_id=self.broker_id,
+            incarnation_id=self.incarnation_id,
+            listeners=self._listeners,
+            rack=self._rack,
+        )
+        try:
+            response = await self._link.call("BrokerRegistration", request)
+        except LinkError as e:
+            self._problem("registration: no active controller answered", str(e))
+        else:
+            if response.status.error == E.NONE:
+                self.broker_epoch = response.broker_epoch
+                self._register_backoff_s = 0.0
+                self._log.info("registered", broker_epoch=self.broker_epoch)
+                self._become(State.FENCED)
+                return
+            self._problem("registration refused", _status_text(response.status))
+        self._register_backoff_s = min(
+            REGISTER_BACKOFF_MAX_MS / 1000, max(self._fast_s, self._register_backoff_s * 2)
+        )
+        await self._sleep(self._register_backoff_s)
+
+    # heartbeats -----------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        """One heartbeat, then the wait until the next one."""
+        want_shut_down = self._shutdown_requested
+        if want_shut_down and self.state is not State.CONTROLLED_SHUTDOWN:
+            self._become(State.CONTROLLED_SHUTDOWN)
+        request = controller_pb2.BrokerHeartbeatRequest(
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch,
+            current_metadata_offset=self._metadata_offset(),
+            want_shut_down=want_shut_down,
+        )
+        ok = False
+        try:
+            response = await self._link.call("BrokerHeartbeat", request)
+        except LinkError as e:
+            self._problem("heartbeat: no active controller answered", str(e))
+        else:
+            ok = self._on_heartbeat(response, want_shut_down)
+        if self.state is State.STOPPED or self.state is State.REGISTERING:
+            return
+        fast = not ok or self.state is not State.RUNNING
+        await self._sleep(self._fast_s if fast else self._interval_s)
+
+    def _on_heartbeat(self, response: controller_pb2.BrokerHeartbeatResponse, want_shut_down: bool) -> bool:
+        status = response.status
+        if status.error in _REREGISTER:
+            self._log.warning("registration lost; registering again", reason=_status_text(status))
+            self.broker_epoch = -1
+            self._become(State.REGISTERING)
+            return False
+        if status.error != E.NONE:
+            self._problem("heartbeat refused", _status_text(status))
+            return False
+        self._last_problem = ""
+        if want_shut_down:
+            if response.should_shut_down:
+                self._become(State.STOPPED)
+        elif response.is_fenced:
+            self._become(State.FENCED)
+        else:
+            self._become(State.RUNNING)
+        return True
+
+    # helpers --------------------------------------------------------------------------
+
+    def _become(self, state: State) -> None:
+        if state is not self.state:
+            self._log.info(
+                "broker state changed",
+                state=state.value,
+                was=self.state.value,
+                broker_epoch=self.broker_epoch,
+            )
+            self.state = state
+
+    def _problem(self, what: str, detail: str) -> None:
+        """Warn once per distinct problem: a controller election must not flood the log."""
+        if detail != self._last_problem:
+            self._last_problem = detail
+            self._log.warning(what, detail=detail, state=self.state.value)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, cut short by a shutdown request so the first want_shut_down goes out at once."""
+        self._wake.clear()
+        if self._shutdown_requested and self.state is not State.CONTROLLED_SHUTDOWN:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+
+
+def _status_text(status: controller_pb2.Status) -> str:
+    return f"{E.Name(status.error)}: {status.message}" if status.message else E.Name(status.error)

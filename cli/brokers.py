@@ -1,0 +1,56 @@
+"""``raftka brokers list``: the registered brokers as the active controller sees them."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cli import output
+from cli.admin_args import add_connection_options, open_admin
+from client.types import BrokerInfo
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    brokers = commands.add_parser("brokers", help="inspect the registered brokers")
+    actions = brokers.add_subparsers(dest="action", required=True, metavar="ACTION")
+    list_cmd = actions.add_parser("list", help="id, address, rack, fenced and epoch of every broker")
+    add_connection_options(list_cmd)
+    list_cmd.set_defaults(func=run_list)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        cluster = admin.describe_cluster()
+    rows = [broker_view(b) for b in cluster.brokers]
+    if args.output == "json":
+        print(output.to_json(rows))
+    else:
+        print(
+            output.table(
+                ("ID", "ADDRESS", "RACK", "FENCED", "EPOCH", "SHUTTING_DOWN"),
+                [
+                    (
+                        r["id"],
+                        r["address"],
+                        r["rack"] or None,
+                        r["fenced"],
+                        r["epoch"],
+                        r["in_controlled_shutdown"],
+                    )
+                    for r in rows
+                ],
+            )
+        )
+        print(f"Active controller: {cluster.controller_id}")
+    return 0
+
+
+def broker_view(broker: BrokerInfo) -> dict[str, Any]:
+    return {
+        "id": broker.broker_id,
+        "address": broker.endpoints[0].address if broker.endpoints else "",
+        "rack": broker.rack,
+        "fenced": broker.fenced,
+        "epoch": broker.epoch,
+        "in_controlled_shutdown": broker.in_controlled_shutdown,
+    }

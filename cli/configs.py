@@ -1,0 +1,85 @@
+"""``raftka configs describe|alter --topic NAME``: kafka-configs.sh for topics.
+
+``alter`` is incremental, like Kafka's ``--add-config``/``--delete-config``: only the
+named keys change, and ``--delete`` returns a key to its default. Keys and values are
+checked by the controller; this command checks only its own syntax.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cli import output
+from cli.admin_args import add_connection_options, open_admin, parse_key_values, single
+from cli.errors import CliError
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    configs = commands.add_parser("configs", help="describe and alter topic configs")
+    actions = configs.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    describe = actions.add_parser("describe", help="every config of a topic, defaults included")
+    describe.add_argument("--topic", required=True, metavar="NAME")
+    add_connection_options(describe)
+    describe.set_defaults(func=run_describe)
+
+    alter = actions.add_parser("alter", help="set or delete configs of a topic")
+    alter.add_argument("--topic", required=True, metavar="NAME")
+    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    alter.add_argument(
+        "--delete", action="append", default=[], metavar="KEY", help="back to the default; repeatable"
+    )
+    alter.add_argument("--validate-only", action="store_true", help="check the change, apply nothing")
+    add_connection_options(alter)
+    alter.set_defaults(func=run_alter)
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        topic = single(admin.describe_configs([args.topic]), "topic")
+    topic.check()
+    rows = [{"name": e.name, "value": e.value, "is_default": e.is_default} for e in topic.entries]
+    if args.output == "json":
+        print(output.to_json({"topic": topic.topic, "configs": rows}))
+    else:
+        print(f"Configs for topic {topic.topic}:")
+        print(output.table(("NAME", "VALUE", "DEFAULT"), [tuple(r.values()) for r in rows]))
+    return 0
+
+
+def alter_ops(sets: list[str], deletes: list[str]) -> dict[str, str | None]:
+    """``--set``/``--delete`` as one change: key -> value, or None to delete."""
+    ops: dict[str, str | None] = dict(parse_key_values(sets, "--set"))
+    for raw in deletes:
+        key = raw.strip()
+        if not key or "=" in key:
+            raise CliError(f"--delete: expected a config name, got {raw!r}")
+        if key in ops:
+            raise CliError(f"{key}: given to both --set and --delete, or to --delete twice")
+        ops[key] = None
+    if not ops:
+        raise CliError("configs alter: give at least one --set KEY=VALUE or --delete KEY")
+    return ops
+
+
+def run_alter(args: argparse.Namespace) -> int:
+    ops = alter_ops(args.set, args.delete)
+    with open_admin(args) as admin:
+        result = single(admin.alter_configs({args.topic: ops}, validate_only=args.validate_only), "topic")
+    result.check()
+    if args.output == "json":
+        print(
+            output.to_json(
+                {
+                    "topic": args.topic,
+                    "set": {k: v for k, v in ops.items() if v is not None},
+                    "deleted": [k for k, v in ops.items() if v is None],
+                    "validate_only": args.validate_only,
+                }
+            )
+        )
+    else:
+        changes = ", ".join(f"{k}={v}" if v is not None else f"{k} (default)" for k, v in ops.items())
+        verb = "Would alter" if args.validate_only else "Altered"
+        print(f"{verb} configs of topic {args.topic}: {changes}.")
+    return 0

@@ -1,0 +1,177 @@
+"""``raftka topics create|list|describe|delete|alter``: kafka-topics.sh for raftka.
+
+The controller validates names, counts and configs; this command only checks its own
+syntax (``--config k=v``), so the rules live in one place and every client gets the same
+answer. Offline partitions (no leader) and under-replicated ones (ISR smaller than the
+replicas) are flagged in ``describe``, since those are what an operator looks for.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cli import output
+from cli.admin_args import add_connection_options, open_admin, parse_key_values, single
+from client.types import NewTopic, PartitionInfo, TopicDescription
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    topics = commands.add_parser("topics", help="create, list, describe, delete and alter topics")
+    actions = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    create = actions.add_parser("create", help="create a topic")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument("--partitions", type=int, required=True, help="number of partitions")
+    create.add_argument("--replication-factor", type=int, required=True, help="replicas per partition")
+    create.add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE", help="a topic config; repeatable"
+    )
+    create.add_argument("--validate-only", action="store_true", help="check the request, create nothing")
+    add_connection_options(create)
+    create.set_defaults(func=run_create)
+
+    list_cmd = actions.add_parser("list", help="every topic with its id and partition count")
+    add_connection_options(list_cmd)
+    list_cmd.set_defaults(func=run_list)
+
+    describe = actions.add_parser("describe", help="leader, epochs, replicas and ISR of every partition")
+    describe.add_argument("name", metavar="NAME", nargs="?", help="one topic (default: every topic)")
+    add_connection_options(describe)
+    describe.set_defaults(func=run_describe)
+
+    delete = actions.add_parser("delete", help="delete a topic, its configs and its committed offsets")
+    delete.add_argument("name", metavar="NAME")
+    add_connection_options(delete)
+    delete.set_defaults(func=run_delete)
+
+    alter = actions.add_parser("alter", help="add partitions to a topic")
+    alter.add_argument("name", metavar="NAME")
+    alter.add_argument("--partitions", type=int, required=True, help="the new total (increase only)")
+    add_connection_options(alter)
+    alter.set_defaults(func=run_alter)
+
+
+def run_create(args: argparse.Namespace) -> int:
+    configs = parse_key_values(args.config, "--config")
+    with open_admin(args) as admin:
+        result = single(
+            admin.create_topics(
+                [NewTopic(args.name, args.partitions, args.replication_factor, configs)],
+                validate_only=args.validate_only,
+            ),
+            "topic",
+        )
+    result.check()
+    view = {
+        "name": result.name,
+        "topic_id": result.topic_id,
+        "partitions": args.partitions,
+        "replication_factor": args.replication_factor,
+        "configs": configs,
+        "validate_only": args.validate_only,
+    }
+    if args.output == "json":
+        print(output.to_json(view))
+    elif args.validate_only:
+        print(f"Topic {args.name} can be created (validate only: nothing was created).")
+    else:
+        print(f"Created topic {result.name} (id {result.topic_id}).")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        topics = sorted(admin.list_topics(), key=lambda t: t.name)
+    rows = [{"name": t.name, "topic_id": t.topic_id, "partitions": t.partitions} for t in topics]
+    if args.output == "json":
+        print(output.to_json(rows))
+    else:
+        print(output.table(("NAME", "TOPIC_ID", "PARTITIONS"), [tuple(r.values()) for r in rows]))
+    return 0
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        topics = admin.describe_topics([args.name] if args.name else [])
+    for topic in topics:
+        topic.check()
+    view = describe_view(topics)
+    print(output.to_json(view) if args.output == "json" else format_describe(view))
+    return 0
+
+
+def describe_view(topics: list[TopicDescription]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": t.name,
+            "topic_id": t.topic_id,
+            "partitions": [_partition_view(p) for p in t.partitions],
+        }
+        for t in sorted(topics, key=lambda t: t.name)
+    ]
+
+
+def _partition_view(p: PartitionInfo) -> dict[str, Any]:
+    return {
+        "partition": p.partition,
+        "leader": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "partition_epoch": p.partition_epoch,
+        "replicas": list(p.replicas),
+        "isr": list(p.isr),
+        "offline": p.offline,
+        "under_replicated": len(p.isr) < len(p.replicas),
+    }
+
+
+def format_describe(view: list[dict[str, Any]]) -> str:
+    """One header line per topic (kafka-topics' words), then one row per partition."""
+    blocks = []
+    for topic in view:
+        parts = topic["partitions"]
+        rf = len(parts[0]["replicas"]) if parts else 0
+        head = f"Topic: {topic['name']}  TopicId: {topic['topic_id']}  PartitionCount: {len(parts)}  ReplicationFactor: {rf}"
+        rows = [
+            (
+                p["partition"],
+                "none" if p["offline"] else p["leader"],
+                p["leader_epoch"],
+                _ids(p["replicas"]),
+                _ids(p["isr"]),
+                "offline" if p["offline"] else ("under-replicated" if p["under_replicated"] else "ok"),
+            )
+            for p in parts
+        ]
+        blocks.append(
+            head
+            + "\n"
+            + output.table(("PARTITION", "LEADER", "LEADER_EPOCH", "REPLICAS", "ISR", "STATUS"), rows)
+        )
+    return "\n\n".join(blocks) if blocks else "No topics."
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        result = single(admin.delete_topics([args.name]), "topic")
+    result.check()
+    if args.output == "json":
+        print(output.to_json({"name": result.name, "topic_id": result.topic_id, "deleted": True}))
+    else:
+        print(f"Deleted topic {result.name}.")
+    return 0
+
+
+def run_alter(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        result = single(admin.create_partitions({args.name: args.partitions}), "topic")
+    result.check()
+    if args.output == "json":
+        print(output.to_json({"name": result.name, "partitions": args.partitions}))
+    else:
+        print(f"Topic {result.name} now has {args.partitions} partitions.")
+    return 0
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(str(i) for i in ids) or "-"

@@ -1,0 +1,431 @@
+"""Admin: the controller API for people and programs, with the retrying done once, here.
+
+Every call goes to the active controller. Which node that is, the client learns as it
+goes: it starts with the bootstrap addresses and follows the hint a standby puts in its
+``NOT_CONTROLLER`` answer (at once, for an address not yet asked during this call).
+Retriable conditions (``NOT_CONTROLLER``, ``REQUEST_TIMED_OUT``, and a node that is
+unreachable or silent past the deadline) are retried with jittered exponential backoff
+(tenacity), bounded both in attempts and in time; anything else raises ``AdminError``
+with the server's error name and message at once. Every RPC carries a deadline.
+
+A retried write may have taken effect before its answer was lost (a controller that
+died after committing): as with Kafka's AdminClient, the retry then reports what it
+finds, e.g. ``TOPIC_ALREADY_EXISTS``.
+
+``AsyncAdmin`` is the asyncio client; ``Admin`` is a small synchronous facade that runs
+it on a private event loop, for scripts and the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+from raftka.v1 import controller_pb2, controller_pb2_grpc
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_exponential_jitter
+
+from client.errors import AdminError
+from client.types import (
+    BrokerInfo,
+    ClusterDescription,
+    ConfigEntry,
+    Endpoint,
+    FetchedOffset,
+    NewTopic,
+    OffsetCommit,
+    PartitionInfo,
+    PartitionResult,
+    TopicConfigs,
+    TopicDescription,
+    TopicListing,
+    TopicResult,
+    topic_id_str,
+)
+
+E = controller_pb2.ErrorCode
+T = TypeVar("T")
+
+RETRIABLE_CODES = frozenset({E.NOT_CONTROLLER, E.REQUEST_TIMED_OUT})
+RETRIABLE_STATUS = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+_CHANNEL_OPTIONS = (
+    # A controller that just restarted is found again in well under a second.
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 500),
+)
+_MIN_ATTEMPT_TIMEOUT_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounds on one call: each attempt's deadline, total time and attempts, backoff."""
+
+    request_timeout_s: float = 5.0
+    total_timeout_s: float = 30.0
+    max_attempts: int = 100
+    backoff_initial_s: float = 0.02
+    backoff_max_s: float = 1.0
+
+
+class _Retriable(Exception):
+    """One attempt failed in a way another attempt may not."""
+
+    def __init__(self, code: str, message: str, *, redirect: bool = False) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.redirect = redirect  # a hint to an address this call has not asked yet: no wait
+
+
+@dataclass(slots=True)
+class _CallState:
+    deadline: float
+    asked: set[str] = field(default_factory=set)
+
+
+class AsyncAdmin:
+    def __init__(self, bootstrap: Sequence[str], policy: RetryPolicy | None = None) -> None:
+        addresses = [a.strip() for a in bootstrap if a.strip()]
+        if not addresses:
+            raise ValueError("bootstrap: expected at least one HOST:PORT")
+        self._bootstrap = addresses
+        self._policy = policy or RetryPolicy()
+        self._next_bootstrap = 0
+        self._controller: str | None = None  # the last known active controller
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, controller_pb2_grpc.ControllerStub] = {}
+        self._backoff = wait_exponential_jitter(
+            multiplier=self._policy.backoff_initial_s,
+            max=self._policy.backoff_max_s,
+            jitter=self._policy.backoff_initial_s,
+        )
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        self._stubs.clear()
+        for channel in channels.values():
+            await channel.close()
+
+    # topics ---------------------------------------------------------------------------
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> list[TopicResult]:
+        request = controller_pb2.CreateTopicsRequest(validate_only=validate_only)
+        for topic in topics:
+            request.topics.add(
+                name=topic.name,
+                num_partitions=topic.num_partitions,
+                replication_factor=topic.replication_factor,
+                configs=dict(topic.configs),
+            )
+        response = await self._call("CreateTopics", request)
+        return [_topic_result(r) for r in response.topics]
+
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
+        response = await self._call("DeleteTopics", controller_pb2.DeleteTopicsRequest(names=list(names)))
+        return [_topic_result(r) for r in response.topics]
+
+    async def create_partitions(
+        self, new_totals: Mapping[str, int], *, validate_only: bool = False
+    ) -> list[TopicResult]:
+        """``new_totals``: topic -> its new total number of partitions (increase only)."""
+        request = controller_pb2.CreatePartitionsRequest(validate_only=validate_only)
+        for name, count in new_totals.items():
+            request.topics.add(name=name, count=count)
+        response = await self._call("CreatePartitions", request)
+        return [_topic_result(r) for r in response.topics]
+
+    async def list_topics(self) -> list[TopicListing]:
+        response = await self._call("ListTopics", controller_pb2.ListTopicsRequest())
+        return [TopicListing(t.name, topic_id_str(t.topic_id), t.partitions) for t in response.topics]
+
+    async def describe_topics(self, names: Sequence[str] = ()) -> list[TopicDescription]:
+        """Every topic when ``names`` is empty; an unknown name comes back with its error."""
+        response = await self._call("DescribeTopics", controller_pb2.DescribeTopicsRequest(names=list(names)))
+        return [
+            TopicDescription(
+                name=t.name,
+                topic_id=topic_id_str(t.topic_id),
+                partitions=tuple(
+                    PartitionInfo(
+                        p.partition,
+                        p.leader,
+                        p.leader_epoch,
+                        p.partition_epoch,
+                        tuple(p.replicas),
+                        tuple(p.isr),
+                    )
+                    for p in sorted(t.partitions, key=lambda p: p.partition)
+                ),
+                error=_error_name(t.error),
+                message=t.message,
+            )
+            for t in response.topics
+        ]
+
+    # configs --------------------------------------------------------------------------
+
+    async def describe_configs(self, topics: Sequence[str]) -> list[TopicConfigs]:
+        response = await self._call(
+            "DescribeConfigs", controller_pb2.DescribeConfigsRequest(topics=list(topics))
+        )
+        return [
+            TopicConfigs(
+                topic=t.topic,
+                entries=tuple(ConfigEntry(e.name, e.value, e.is_default) for e in t.entries),
+                error=_error_name(t.error),
+                message=t.message,
+            )
+            for t in response.topics
+        ]
+
+    async def alter_configs(
+        self, changes: Mapping[str, Mapping[str, str | None]], *, validate_only: bool = False
+    ) -> list[TopicResult]:
+        """``changes``: topic -> {key: new value, or None to return the key to its default}.
+        Only the named keys change (Kafka's IncrementalAlterConfigs)."""
+        request = controller_pb2.AlterConfigsRequest(validate_only=validate_only)
+        for topic, ops in changes.items():
+            entry = request.topics.add(topic=topic)
+            for name, value in ops.items():
+                if value is None:
+                    entry.ops.add(name=name, op=controller_pb2.ALTER_CONFIG_DELETE)
+                else:
+                    entry.ops.add(name=name, value=value, op=controller_pb2.ALTER_CONFIG_SET)
+        response = await self._call("AlterConfigs", request)
+        return [_topic_result(r) for r in response.topics]
+
+    # cluster --------------------------------------------------------------------------
+
+    async def describe_cluster(self) -> ClusterDescription:
+        response = await self._call("DescribeCluster", controller_pb2.DescribeClusterRequest())
+        return ClusterDescription(
+            cluster_id=response.cluster_id,
+            controller_id=response.controller_id,
+            brokers=tuple(
+                BrokerInfo(
+                    broker_id=b.broker_id,
+                    endpoints=tuple(Endpoint(e.name, e.host, e.port) for e in b.endpoints),
+                    rack=b.rack,
+                    fenced=b.fenced,
+                    epoch=b.epoch,
+                    in_controlled_shutdown=b.in_controlled_shutdown,
+                )
+                for b in sorted(response.brokers, key=lambda b: b.broker_id)
+            ),
+        )
+
+    async def elect_leaders(
+        self, partitions: Mapping[str, Sequence[int]] | None = None
+    ) -> list[PartitionResult]:
+        """Preferred leader election; ``partitions`` topic -> ids (empty: all of the topic),
+        None: every partition of the cluster."""
+        request = controller_pb2.ElectLeadersRequest()
+        for topic, ids in (partitions or {}).items():
+            request.topics.add(topic=topic, partitions=list(ids))
+        response = await self._call("ElectLeaders", request)
+        return [
+            PartitionResult(r.topic, r.partition, _error_name(r.error), r.message)
+            for r in response.partitions
+        ]
+
+    # offsets --------------------------------------------------------------------------
+
+    async def commit_offsets(self, group: str, offsets: Sequence[OffsetCommit]) -> list[PartitionResult]:
+        request = controller_pb2.OffsetCommitRequest(group=group)
+        by_topic: dict[str, controller_pb2.OffsetCommitTopic] = {}
+        for commit in offsets:
+            topic = by_topic.get(commit.topic)
+            if topic is None:
+                topic = by_topic[commit.topic] = request.topics.add(topic=commit.topic)
+            topic.partitions.add(partition=commit.partition, offset=commit.offset, metadata=commit.metadata)
+        response = await self._call("OffsetCommit", request)
+        return [
+            PartitionResult(r.topic, r.partition, _error_name(r.error), r.message)
+            for r in response.partitions
+        ]
+
+    async def fetch_offsets(
+        self, group: str, partitions: Mapping[str, Sequence[int]] | None = None
+    ) -> list[FetchedOffset]:
+        """``partitions`` topic -> ids (empty: every partition); None: all the group committed."""
+        request = controller_pb2.OffsetFetchRequest(group=group)
+        for topic, ids in (partitions or {}).items():
+            request.topics.add(topic=topic, partitions=list(ids))
+        response = await self._call("OffsetFetch", request)
+        return [
+            FetchedOffset(o.topic, o.partition, o.offset, o.metadata, _error_name(o.error), o.message)
+            for o in response.offsets
+        ]
+
+    # the retry loop -------------------------------------------------------------------
+
+    async def _call(self, method: str, request: Any) -> Any:
+        policy = self._policy
+        state = _CallState(deadline=time.monotonic() + policy.total_timeout_s)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.max_attempts) | _stop_at(state.deadline),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retriable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._attempt(method, request, state)
+        except _Retriable as e:
+            raise AdminError(
+                e.code,
+                f"{e.message} (gave up on {method} after {retrying.statistics['attempt_number']} attempts; "
+                f"asked {', '.join(sorted(state.asked))})",
+            ) from None
+        raise AssertionError("unreachable: tenacity either returns or raises")
+
+    async def _attempt(self, method: str, request: Any, state: _CallState) -> Any:
+        address = self._controller or self._bootstrap[self._next_bootstrap % len(self._bootstrap)]
+        state.asked.add(address)
+        timeout_s = max(
+            _MIN_ATTEMPT_TIMEOUT_S, min(self._policy.request_timeout_s, state.deadline - time.monotonic())
+        )
+        try:
+            response = await getattr(self._stub(address), method)(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as e:
+            if e.code() in RETRIABLE_STATUS:
+                self._forget(address)
+                raise _Retriable(e.code().name, f"{address}: {e.details() or e.code().name}") from None
+            raise AdminError(e.code().name, f"{address}: {e.details()}") from None
+        status = response.status
+        if status.error == E.NONE:
+            return response
+        if status.error == E.NOT_CONTROLLER:
+            hint = status.controller_address
+            self._forget(address)
+            if hint and hint != address:
+                self._controller = hint
+            message = f"{address} is not the active controller" + (
+                f" (controller {status.controller_id} at {hint})" if hint else " and knows none yet"
+            )
+            raise _Retriable("NOT_CONTROLLER", message, redirect=bool(hint) and hint not in state.asked)
+        if status.error in RETRIABLE_CODES:
+            raise _Retriable(E.Name(status.error), status.message)
+        raise AdminError(E.Name(status.error), status.message)
+
+    def _forget(self, address: str) -> None:
+        """``address`` did not serve the call: next time ask the next bootstrap address."""
+        if self._controller == address:
+            self._controller = None
+        if self._bootstrap[self._next_bootstrap % len(self._bootstrap)] == address:
+            self._next_bootstrap += 1
+
+    def _wait(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        error = outcome.exception() if outcome is not None else None
+        if isinstance(error, _Retriable) and error.redirect:
+            return 0.0
+        return self._backoff(retry_state)
+
+    def _stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            self._channels[address] = channel
+            stub = self._stubs[address] = controller_pb2_grpc.ControllerStub(channel)
+        return stub
+
+
+class Admin:
+    """The synchronous facade: each method runs AsyncAdmin's on a private event loop.
+
+    Not for use inside a running event loop (use AsyncAdmin there). Close it, or use it
+    as a context manager, to release its channels.
+    """
+
+    def __init__(self, bootstrap: Sequence[str], policy: RetryPolicy | None = None) -> None:
+        self._admin = AsyncAdmin(bootstrap, policy)  # first: a bad bootstrap leaks no loop
+        self._loop = asyncio.new_event_loop()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._loop.run_until_complete(self._admin.close())
+            self._loop.close()
+
+    def _run(self, call: Awaitable[T]) -> T:
+        return self._loop.run_until_complete(call)
+
+    def create_topics(self, topics: Sequence[NewTopic], *, validate_only: bool = False) -> list[TopicResult]:
+        return self._run(self._admin.create_topics(topics, validate_only=validate_only))
+
+    def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
+        return self._run(self._admin.delete_topics(names))
+
+    def create_partitions(
+        self, new_totals: Mapping[str, int], *, validate_only: bool = False
+    ) -> list[TopicResult]:
+        return self._run(self._admin.create_partitions(new_totals, validate_only=validate_only))
+
+    def list_topics(self) -> list[TopicListing]:
+        return self._run(self._admin.list_topics())
+
+    def describe_topics(self, names: Sequence[str] = ()) -> list[TopicDescription]:
+        return self._run(self._admin.describe_topics(names))
+
+    def describe_configs(self, topics: Sequence[str]) -> list[TopicConfigs]:
+        return self._run(self._admin.describe_configs(topics))
+
+    def alter_configs(
+        self, changes: Mapping[str, Mapping[str, str | None]], *, validate_only: bool = False
+    ) -> list[TopicResult]:
+        return self._run(self._admin.alter_configs(changes, validate_only=validate_only))
+
+    def describe_cluster(self) -> ClusterDescription:
+        return self._run(self._admin.describe_cluster())
+
+    def elect_leaders(self, partitions: Mapping[str, Sequence[int]] | None = None) -> list[PartitionResult]:
+        return self._run(self._admin.elect_leaders(partitions))
+
+    def commit_offsets(self, group: str, offsets: Sequence[OffsetCommit]) -> list[PartitionResult]:
+        return self._run(self._admin.commit_offsets(group, offsets))
+
+    def fetch_offsets(
+        self, group: str, partitions: Mapping[str, Sequence[int]] | None = None
+    ) -> list[FetchedOffset]:
+        return self._run(self._admin.fetch_offsets(group, partitions))
+
+
+def _stop_at(deadline: float) -> Any:
+    def stop(retry_state: RetryCallState) -> bool:
+        return time.monotonic() >= deadline
+
+    return stop
+
+
+def _error_name(code: int) -> str | None:
+    return None if code == E.NONE else E.Name(code)
+
+
+def _topic_result(result: controller_pb2.TopicResult) -> TopicResult:
+    return TopicResult(result.name, topic_id_str(result.topic_id), _error_name(result.error), result.message)

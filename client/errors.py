@@ -1,0 +1,17 @@
+"""The one exception ``Admin`` raises: a Kafka error name and the server's message.
+
+Retriable conditions (no controller yet, a controller that just lost its lead, a node
+that does not answer) are retried inside the client; an AdminError is what is left when
+retrying cannot help, or when the bounded retries ran out.
+"""
+
+from __future__ import annotations
+
+
+class AdminError(Exception):
+    """``code`` is the error's name (``TOPIC_ALREADY_EXISTS``, ``UNAVAILABLE``...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message

@@ -1,0 +1,169 @@
+"""What ``Admin`` returns: small frozen dataclasses, never protobuf objects.
+
+Topic ids are shown as Kafka shows them: the 16-byte UUID in URL-safe base64 without
+padding (22 characters), so ids match ``raftka metadata dump`` and Kafka's tools.
+Per-item results carry ``error`` (None when the item succeeded) and ``check()``, so a
+caller that wants exceptions gets the same AdminError as for a whole-request failure.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from client.errors import AdminError
+
+NO_LEADER = -1
+
+
+def topic_id_str(topic_id: bytes) -> str:
+    return base64.urlsafe_b64encode(topic_id).rstrip(b"=").decode() if topic_id else ""
+
+
+def _check(error: str | None, message: str) -> None:
+    if error is not None:
+        raise AdminError(error, message)
+
+
+# requests ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+# results ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResult:
+    """The outcome of a write for one topic (create, delete, partitions, configs)."""
+
+    name: str
+    topic_id: str
+    error: str | None
+    message: str
+
+    def check(self) -> None:
+        _check(self.error, f"{self.name}: {self.message}" if self.message else self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicListing:
+    name: str
+    topic_id: str
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int  # NO_LEADER: offline
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    @property
+    def offline(self) -> bool:
+        return self.leader == NO_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionInfo, ...]
+    error: str | None
+    message: str
+
+    def check(self) -> None:
+        _check(self.error, f"{self.name}: {self.message}" if self.message else self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str
+    is_default: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigs:
+    topic: str
+    entries: tuple[ConfigEntry, ...]
+    error: str | None
+    message: str
+
+    def check(self) -> None:
+        _check(self.error, f"{self.topic}: {self.message}" if self.message else self.topic)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: int
+    endpoints: tuple[Endpoint, ...]
+    rack: str
+    fenced: bool
+    epoch: int
+    in_controlled_shutdown: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str
+    controller_id: int
+    brokers: tuple[BrokerInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    """The outcome for one partition (offset commit, leader election)."""
+
+    topic: str
+    partition: int
+    error: str | None
+    message: str
+
+    def check(self) -> None:
+        where = f"{self.topic}-{self.partition}"
+        _check(self.error, f"{where}: {self.message}" if self.message else where)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int  # -1: nothing committed
+    metadata: str
+    error: str | None
+    message: str
+
+    def check(self) -> None:
+        where = f"{self.topic}-{self.partition}"
+        _check(self.error, f"{where}: {self.message}" if self.message else where)

@@ -1,0 +1,292 @@
+"""Broker requests: registration, heartbeats and fencing, ISR changes, elections, ids.
+
+Pure functions of the controller's latest image (see ``metadata.plan``). The broker
+lifecycle (DESIGN.md "Metadata"): a broker registers (its epoch is the offset of its
+RegisterBrokerRecord) and starts fenced; a heartbeat once it has replayed the log up to
+its registration unfences it; a missed session, ``want_fence`` or a controlled shutdown
+fences it again, which takes it out of every ISR (``metadata.elections``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from raftka.v1 import controller_pb2, metadata_pb2
+
+from metadata import elections
+from metadata.image import BrokerRegistration, MetadataImage, PartitionState
+from metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, partition_change, refuse
+from metadata.records import topic_id_str
+from metadata.validation import ValidationError
+
+BROKERS_MAX = 10_000  # bound: registrations the controller keeps sessions for
+LISTENERS_MAX = 16
+NAME_CHARS_MAX = 255  # incarnation ids, listener names, hosts, racks
+PRODUCER_ID_BLOCK = 1000
+
+
+def register(
+    image: MetadataImage, request: controller_pb2.BrokerRegistrationRequest, next_offset: int
+) -> Plan:
+    """``next_offset``: where the batch will start, so the epoch (the registration's own
+    offset) is known now; the registration is the batch's last record."""
+    response = controller_pb2.BrokerRegistrationResponse()
+    problem = _registration_problem(image, request)
+    if problem is not None:
+        return refuse(response, ErrorCode.INVALID_REQUEST, problem)
+    records = []
+    if request.broker_id in image.brokers:  # a new incarnation replaces the old, which leaves its ISRs
+        records += elections.remove_broker(image, request.broker_id)
+    response.broker_epoch = next_offset + len(records)
+    registration = metadata_pb2.RegisterBrokerRecord(
+        broker_id=request.broker_id,
+        incarnation_id=request.incarnation_id,
+        broker_epoch=response.broker_epoch,
+        endpoints=request.listeners,
+        rack=request.rack,
+        fenced=True,
+    )
+    records.append(MetadataRecord(register_broker=registration))
+    return Plan(response, records)
+
+
+def _registration_problem(
+    image: MetadataImage, request: controller_pb2.BrokerRegistrationRequest
+) -> str | None:
+    if request.broker_id < 0:
+        return f"broker_id: must be 0 or more, got {request.broker_id}"
+    if not 0 < len(request.incarnation_id) <= NAME_CHARS_MAX:
+        return f"incarnation_id: 1 to {NAME_CHARS_MAX} characters"
+    if len(request.rack) > NAME_CHARS_MAX:
+        return f"rack: at most {NAME_CHARS_MAX} characters"
+    if len(request.listeners) > LISTENERS_MAX:
+        return f"listeners: at most {LISTENERS_MAX}"
+    for listener in request.listeners:
+        if not 0 < len(listener.host) <= NAME_CHARS_MAX or len(listener.name) > NAME_CHARS_MAX:
+            return f"listeners: host must be 1 to {NAME_CHARS_MAX} characters, got {listener.host!r}"
+        if not 0 < listener.port < 65536:
+            return f"listeners: port must be in 1-65535, got {listener.port}"
+    if request.broker_id not in image.brokers and len(image.brokers) >= BROKERS_MAX:
+        return f"broker_id: the cluster already has the maximum of {BROKERS_MAX} brokers"
+    return None
+
+
+def registered(image: MetadataImage, broker_id: int, broker_epoch: int) -> BrokerRegistration:
+    """The broker's registration, if ``broker_epoch`` is its current one."""
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        raise ValidationError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+    if broker.epoch != broker_epoch:
+        raise ValidationError(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"broker {broker_id}: epoch {broker_epoch} is not the current registration's ({broker.epoch})",
+        )
+    return broker
+
+
+def fence(image: MetadataImage, broker: BrokerRegistration) -> list[MetadataRecord]:
+    """Out of every ISR, then fenced: for a missed session, want_fence and shutdown."""
+    return [
+        *elections.remove_broker(image, broker.broker_id),
+        MetadataRecord(fence_broker=metadata_pb2.FenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch)),
+    ]
+
+
+def heartbeat(
+    image: MetadataImage, request: controller_pb2.BrokerHeartbeatRequest, shutting_down: Collection[int]
+) -> Plan:
+    """``shutting_down``: brokers in controlled shutdown, which are never unfenced again."""
+    response = controller_pb2.BrokerHeartbeatResponse()
+    try:
+        broker = registered(image, request.broker_id, request.broker_epoch)
+    except ValidationError as e:
+        return refuse(response, e.code, e.message)
+    caught_up = request.current_metadata_offset >= broker.epoch
+    response.is_caught_up = caught_up
+    records: list[MetadataRecord] = []
+    if request.want_shut_down or request.want_fence or broker.broker_id in shutting_down:
+        if not broker.fenced:
+            records = fence(image, broker)
+        response.is_fenced = True
+        response.should_shut_down = request.want_shut_down or broker.broker_id in shutting_down
+    elif broker.fenced and caught_up:
+        unfence = metadata_pb2.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch)
+        records = [MetadataRecord(unfence_broker=unfence), *elections.restore_broker(image, broker.broker_id)]
+        response.is_fenced = False
+    else:
+        response.is_fenced = broker.fenced
+    return Plan(response, records)
+
+
+def alter_partition(image: MetadataImage, request: controller_pb2.AlterPartitionRequest) -> Plan:
+    """ISR changes from a partition leader: a compare-and-set on ``partition_epoch``."""
+    response = controller_pb2.AlterPartitionResponse()
+    try:
+        registered(image, request.broker_id, request.broker_epoch)
+    except ValidationError as e:
+        return refuse(response, e.code, e.message)
+    keys = [(t.topic_id, p.partition) for t in request.topics for p in t.partitions]
+    repeated = duplicates(keys)
+    live = {b.broker_id for b in image.unfenced_brokers()}
+    records = []
+    for topic in request.topics:
+        for data in topic.partitions:
+            result = response.partitions.add(topic_id=topic.topic_id, partition=data.partition)
+            try:
+                if (topic.topic_id, data.partition) in repeated:
+                    raise ValidationError(ErrorCode.INVALID_REQUEST, "partition appears more than once")
+                record, state = _isr_change(image, request.broker_id, topic.topic_id, data, live)
+            except ValidationError as e:
+                result.error, result.message = e.code, e.message
+                continue
+            if record is not None:
+                records.append(record)
+            result.leader = state.leader
+            result.leader_epoch = state.leader_epoch
+            result.isr.extend(data.new_isr if record is not None else state.isr)
+            result.partition_epoch = state.partition_epoch + (record is not None)
+    return Plan(response, records)
+
+
+def _isr_change(
+    image: MetadataImage,
+    broker_id: int,
+    topic_id: bytes,
+    data: controller_pb2.AlterPartitionData,
+    live: set[int],
+) -> tuple[MetadataRecord | None, PartitionState]:
+    topic = image.topics_by_id.get(topic_id)
+    state = None if topic is None else topic.partitions.get(data.partition)
+    if state is None:
+        raise ValidationError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic_id_str(topic_id)}-{data.partition}"
+        )
+    if data.leader_epoch < state.leader_epoch:
+        raise ValidationError(
+            ErrorCode.FENCED_LEADER_EPOCH,
+            f"leader epoch {data.leader_epoch} is older than {state.leader_epoch}",
+        )
+    if state.leader != broker_id or data.leader_epoch != state.leader_epoch:
+        raise ValidationError(
+            ErrorCode.INVALID_REQUEST,
+            f"broker {broker_id} at leader epoch {data.leader_epoch} is not the leader "
+            f"(leader {state.leader}, epoch {state.leader_epoch})",
+        )
+    if data.partition_epoch != state.partition_epoch:
+        raise ValidationError(
+            ErrorCode.INVALID_UPDATE_VERSION,
+            f"partition epoch {data.partition_epoch} is not the current {state.partition_epoch}",
+        )
+    new_isr = tuple(data.new_isr)
+    if (
+        len(set(new_isr)) != len(new_isr)
+        or not set(new_isr) <= set(state.replicas)
+        or broker_id not in new_isr
+    ):
+        raise ValidationError(
+            ErrorCode.INVALID_REQUEST,
+            f"new_isr {list(new_isr)} must be distinct replicas of {list(state.replicas)} including the leader",
+        )
+    ineligible = sorted(set(new_isr) - live)
+    if ineligible:
+        raise ValidationError(
+            ErrorCode.INELIGIBLE_REPLICA, f"brokers {ineligible} are fenced or not registered"
+        )
+    if new_isr == state.isr:
+        return None, state
+    return partition_change(topic_id, data.partition, isr=new_isr), state
+
+
+def elect_leaders(image: MetadataImage, request: controller_pb2.ElectLeadersRequest) -> Plan:
+    """Preferred election: the first replica leads again when it is in the ISR and
+    unfenced. An empty request means every partition, and then partitions whose
+    preferred replica already leads are left out of the answer."""
+    response = controller_pb2.ElectLeadersResponse()
+    live = {b.broker_id for b in image.unfenced_brokers()}
+    records = []
+    for name, partition, state in _elections_asked(image, request, response):
+        preferred = state.replicas[0]
+        if state.leader == preferred:
+            if request.topics:
+                response.partitions.add(
+                    topic=name,
+                    partition=partition,
+                    error=ErrorCode.ELECTION_NOT_NEEDED,
+                    message=f"broker {preferred} already leads",
+                )
+            continue
+        result = response.partitions.add(topic=name, partition=partition)
+        if preferred not in state.isr or preferred not in live:
+            result.error = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            result.message = f"preferred replica {preferred} is not an unfenced ISR member"
+            continue
+        records.append(partition_change(image.topic_ids_by_name[name], partition, leader=preferred))
+    return Plan(response, records)
+
+
+def _elections_asked(
+    image: MetadataImage,
+    request: controller_pb2.ElectLeadersRequest,
+    response: controller_pb2.ElectLeadersResponse,
+) -> list[tuple[str, int, PartitionState]]:
+    """The partitions to elect; unknown ones are answered here."""
+    if not request.topics:
+        return [
+            (name, partition, state)
+            for name, topic_id in sorted(image.topic_ids_by_name.items())
+            for partition, state in sorted(image.topics_by_id[topic_id].partitions.items())
+        ]
+    asked = []
+    seen: set[tuple[str, int]] = set()
+    for wanted in request.topics:
+        topic = image.topic(wanted.topic)
+        ids = list(wanted.partitions) or (sorted(topic.partitions) if topic is not None else [-1])
+        for partition in ids:
+            state = None if topic is None else topic.partitions.get(partition)
+            if (wanted.topic, partition) in seen:
+                continue
+            seen.add((wanted.topic, partition))
+            if state is None:
+                response.partitions.add(
+                    topic=wanted.topic,
+                    partition=partition,
+                    error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    message=f"no partition {wanted.topic}-{partition}",
+                )
+                continue
+            asked.append((wanted.topic, partition, state))
+    return asked
+
+
+def allocate_producer_ids(image: MetadataImage, request: controller_pb2.AllocateProducerIdsRequest) -> Plan:
+    response = controller_pb2.AllocateProducerIdsResponse()
+    try:
+        registered(image, request.broker_id, request.broker_epoch)
+    except ValidationError as e:
+        return refuse(response, e.code, e.message)
+    response.producer_id_start = image.next_producer_id
+    response.producer_id_len = PRODUCER_ID_BLOCK
+    record = metadata_pb2.ProducerIdsRecord(
+        broker_id=request.broker_id,
+        broker_epoch=request.broker_epoch,
+        next_producer_id=image.next_producer_id + PRODUCER_ID_BLOCK,
+    )
+    return Plan(response, [MetadataRecord(producer_ids=record)])
+
+
+def describe_cluster(
+    image: MetadataImage, cluster_id: str, controller_id: int, shutting_down: Collection[int]
+) -> controller_pb2.DescribeClusterResponse:
+    response = controller_pb2.DescribeClusterResponse(cluster_id=cluster_id, controller_id=controller_id)
+    for broker_id, broker in sorted(image.brokers.items()):
+        response.brokers.add(
+            broker_id=broker_id,
+            endpoints=[
+                metadata_pb2.BrokerEndpoint(name=e.name, host=e.host, port=e.port) for e in broker.endpoints
+            ],
+            rack=broker.rack,
+            fenced=broker.fenced,
+            epoch=broker.epoch,
+            in_controlled_shutdown=broker_id in shutting_down,
+        )
+    return response

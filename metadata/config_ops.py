@@ -1,0 +1,93 @@
+"""Topic config requests: describe, and Kafka's incremental alter.
+
+Values are validated and normalized by ``metadata.topic_configs``; an alteration is
+checked against the configs as they would be after it (``min.insync.replicas`` must not
+exceed the replication factor). Only keys whose value really changes become
+ConfigRecords, so a repeated alter writes nothing.
+"""
+
+from __future__ import annotations
+
+from raftka.v1 import controller_pb2, metadata_pb2
+
+from metadata.image import TOPIC, MetadataImage
+from metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
+from metadata.topic_configs import TOPIC_CONFIGS, check_min_insync_replicas, describe_configs, validate_config
+from metadata.validation import ValidationError
+
+SET = controller_pb2.ALTER_CONFIG_SET
+DELETE = controller_pb2.ALTER_CONFIG_DELETE
+
+
+def describe(
+    image: MetadataImage, request: controller_pb2.DescribeConfigsRequest
+) -> controller_pb2.DescribeConfigsResponse:
+    """Every topic's configs when ``topics`` is empty."""
+    response = controller_pb2.DescribeConfigsResponse()
+    for name in list(request.topics) or sorted(image.topic_ids_by_name):
+        entry = response.topics.add(topic=name)
+        if name not in image.topic_ids_by_name:
+            entry.error, entry.message = (
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {name!r} does not exist",
+            )
+            continue
+        explicit = image.configs.get((TOPIC, name), {})
+        for key, value, is_default in describe_configs(explicit):
+            entry.entries.add(name=key, value=value, is_default=is_default)
+    return response
+
+
+def alter(image: MetadataImage, request: controller_pb2.AlterConfigsRequest) -> Plan:
+    response = controller_pb2.AlterConfigsResponse()
+    repeated = duplicates(t.topic for t in request.topics)
+    records: list[MetadataRecord] = []
+    for alteration in request.topics:
+        result = response.topics.add(name=alteration.topic)
+        try:
+            if alteration.topic in repeated:
+                raise ValidationError(
+                    ErrorCode.INVALID_REQUEST, f"topic {alteration.topic!r} appears more than once"
+                )
+            changes = _changes(image, alteration)
+        except ValidationError as e:
+            result.error, result.message = e.code, e.message
+            continue
+        result.topic_id = image.topic_ids_by_name[alteration.topic]
+        if not request.validate_only:
+            records.extend(changes)
+    return Plan(response, records)
+
+
+def _changes(image: MetadataImage, alteration: controller_pb2.AlterTopicConfigs) -> list[MetadataRecord]:
+    name = alteration.topic
+    topic = image.topic(name)
+    if topic is None:
+        raise ValidationError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    repeated = duplicates(op.name for op in alteration.ops)
+    if repeated:
+        raise ValidationError(
+            ErrorCode.INVALID_REQUEST, f"config {sorted(repeated)[0]!r} appears more than once"
+        )
+    current = dict(image.configs.get((TOPIC, name), {}))
+    after = dict(current)
+    for op in alteration.ops:
+        if op.op == SET:
+            after[op.name] = validate_config(op.name, op.value)
+        elif op.op == DELETE:
+            if op.name not in TOPIC_CONFIGS and op.name not in current:
+                raise ValidationError(ErrorCode.INVALID_CONFIG, f"unknown topic config {op.name!r}")
+            after.pop(op.name, None)
+        else:
+            raise ValidationError(ErrorCode.INVALID_REQUEST, f"config {op.name!r}: unknown operation {op.op}")
+    replication_factor = min((len(p.replicas) for p in topic.partitions.values()), default=0)
+    check_min_insync_replicas(after, replication_factor)
+    records = []
+    for key in sorted(current.keys() | after.keys()):
+        if current.get(key) == after.get(key):
+            continue
+        record = metadata_pb2.ConfigRecord(resource_type=TOPIC, resource_name=name, name=key)
+        if key in after:
+            record.value = after[key]
+        records.append(MetadataRecord(config=record))
+    return records

@@ -1,0 +1,318 @@
+"""MetadataDelta: replays records onto an image; the one replay code path of the cluster.
+
+The active controller, the standbys, the brokers, snapshot loading and the Spark audit
+all turn records into images here, so they cannot disagree about what a record means.
+
+A delta copies what it changes and shares the rest with its base image: a record about
+one partition copies that topic's partition map and the topic index (pointers), never
+the other topics' partitions. A record that cannot apply (unknown topic or broker, a
+stale broker epoch, an ISR outside the replicas...) raises ``ReplayError`` and leaves
+the delta as it was, so a caller can drop a bad batch whole.
+
+Records are expected to be well formed (``metadata.records.check``, which ``encode`` and
+``decode`` run); replay checks what only the image can tell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from raftka.v1 import metadata_pb2
+
+from metadata.image import (
+    LEADER_UNCHANGED,
+    NO_LEADER,
+    TOPIC,
+    BrokerRegistration,
+    CommittedOffset,
+    Endpoint,
+    MetadataImage,
+    PartitionState,
+    TopicImage,
+    frozen,
+)
+from metadata.records import MetadataRecord, topic_id_str
+
+K = TypeVar("K")
+K2 = TypeVar("K2")
+V = TypeVar("V")
+
+_NOTHING: Mapping[Any, Any] = frozen()
+
+
+class ReplayError(Exception):
+    """A well-formed record that does not apply to the image it is replayed on."""
+
+
+def _copy(mapping: Mapping[K, V]) -> dict[K, V]:
+    # mappingproxy.copy() is dict.copy() of what it wraps: much faster than dict(proxy)
+    if isinstance(mapping, MappingProxyType | dict):
+        return mapping.copy()
+    return dict(mapping)
+
+
+class _Cow(Generic[K, V]):
+    """A mapping of the base image, copied the first time the delta changes it."""
+
+    __slots__ = ("_base", "_own")
+
+    def __init__(self, base: Mapping[K, V]) -> None:
+        self._base = base
+        self._own: dict[K, V] | None = None
+
+    @property
+    def view(self) -> Mapping[K, V]:
+        return self._base if self._own is None else self._own
+
+    def edit(self) -> dict[K, V]:
+        if self._own is None:
+            self._own = _copy(self._base)
+        return self._own
+
+    def result(self) -> Mapping[K, V]:
+        return self._base if self._own is None else frozen(self._own)
+
+
+class _Nested(Generic[K, K2, V]):
+    """``K -> (K2 -> V)`` copied on write at both levels; an emptied inner map disappears."""
+
+    __slots__ = ("_outer", "_inner")
+
+    def __init__(self, base: Mapping[K, Mapping[K2, V]]) -> None:
+        self._outer: _Cow[K, Mapping[K2, V]] = _Cow(base)
+        self._inner: dict[K, dict[K2, V]] = {}
+
+    def get(self, key: K) -> Mapping[K2, V]:
+        inner = self._inner.get(key)
+        return inner if inner is not None else self._outer.view.get(key, _NOTHING)
+
+    def edit(self, key: K) -> dict[K2, V]:
+        inner = self._inner.get(key)
+        if inner is None:
+            inner = self._inner[key] = _copy(self._outer.view.get(key, _NOTHING))
+        return inner
+
+    def drop(self, key: K) -> None:
+        self._inner.pop(key, None)
+        if key in self._outer.view:
+            self._outer.edit().pop(key)
+
+    def outer_keys(self) -> Iterable[K]:
+        return set(self._outer.view) | set(self._inner)
+
+    def result(self) -> Mapping[K, Mapping[K2, V]]:
+        if not self._inner:
+            return self._outer.result()
+        outer = self._outer.edit()
+        for key, inner in self._inner.items():
+            if inner:
+                outer[key] = frozen(inner)
+            else:
+                outer.pop(key, None)
+        return frozen(outer)
+
+
+class MetadataDelta:
+    """Records replayed onto ``image``; ``apply`` makes the next image (once)."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self._brokers: _Cow[int, BrokerRegistration] = _Cow(image.brokers)
+        self._topics: _Cow[bytes, TopicImage] = _Cow(image.topics_by_id)
+        self._names: _Cow[str, bytes] = _Cow(image.topic_ids_by_name)
+        self._partitions: dict[bytes, dict[int, PartitionState]] = {}  # topics whose partitions changed
+        self._configs: _Nested[tuple[int, str], str, str] = _Nested(image.configs)
+        self._offsets: _Nested[str, tuple[bytes, int], CommittedOffset] = _Nested(image.offsets)
+        self._features: _Cow[str, int] = _Cow(image.features)
+        self._next_producer_id = image.next_producer_id
+        self._applied = False
+
+    def replay(self, record: MetadataRecord) -> None:
+        assert not self._applied, "a delta is applied once; start a new one from its image"
+        kind = record.WhichOneof("record")
+        if kind is None:
+            raise ReplayError("MetadataRecord holds no record")
+        _REPLAY[kind](self, getattr(record, kind))
+
+    def apply(self, offset: int) -> MetadataImage:
+        """The image after every replayed record; ``offset`` is the next offset after them."""
+        assert not self._applied, "a delta is applied once"
+        assert offset >= self.image.offset, (offset, self.image.offset)
+        self._applied = True
+        if self._partitions:
+            topics = self._topics.edit()
+            for topic_id, partitions in self._partitions.items():
+                topic = topics[topic_id]  # present: a removed topic leaves _partitions too
+                topics[topic_id] = TopicImage(topic.name, topic_id, frozen(partitions))
+        return MetadataImage(
+            offset=offset,
+            brokers=self._brokers.result(),
+            topics_by_id=self._topics.result(),
+            topic_ids_by_name=self._names.result(),
+            configs=self._configs.result(),
+            offsets=self._offsets.result(),
+            next_producer_id=self._next_producer_id,
+            features=self._features.result(),
+        )
+
+    # brokers ----------------------------------------------------------------------------
+
+    def _register_broker(self, r: metadata_pb2.RegisterBrokerRecord) -> None:
+        previous = self._brokers.view.get(r.broker_id)
+        if previous is not None and r.broker_epoch <= previous.epoch:
+            raise ReplayError(
+                f"broker {r.broker_id}: registration epoch {r.broker_epoch} is not above "
+                f"the current {previous.epoch}"
+            )
+        endpoints = tuple(Endpoint(e.name, e.host, e.port) for e in r.endpoints)
+        self._brokers.edit()[r.broker_id] = BrokerRegistration(
+            r.broker_id, r.incarnation_id, r.broker_epoch, endpoints, r.rack, r.fenced
+        )
+
+    def _registered(self, kind: str, broker_id: int, epoch: int) -> BrokerRegistration:
+        broker = self._brokers.view.get(broker_id)
+        if broker is None:
+            raise ReplayError(f"{kind}: broker {broker_id} is not registered")
+        if broker.epoch != epoch:
+            raise ReplayError(f"{kind}: broker {broker_id} has epoch {broker.epoch}, not {epoch}")
+        return broker
+
+    def _unregister_broker(self, r: metadata_pb2.UnregisterBrokerRecord) -> None:
+        self._registered("UnregisterBrokerRecord", r.broker_id, r.broker_epoch)
+        del self._brokers.edit()[r.broker_id]
+
+    def _set_fenced(self, kind: str, broker_id: int, epoch: int, fenced: bool) -> None:
+        broker = self._registered(kind, broker_id, epoch)
+        if broker.fenced != fenced:
+            self._brokers.edit()[broker_id] = BrokerRegistration(
+                broker.broker_id, broker.incarnation_id, broker.epoch, broker.endpoints, broker.rack, fenced
+            )
+
+    def _fence_broker(self, r: metadata_pb2.FenceBrokerRecord) -> None:
+        self._set_fenced("FenceBrokerRecord", r.id, r.epoch, True)
+
+    def _unfence_broker(self, r: metadata_pb2.UnfenceBrokerRecord) -> None:
+        self._set_fenced("UnfenceBrokerRecord", r.id, r.epoch, False)
+
+    # topics and partitions --------------------------------------------------------------
+
+    def _topic(self, r: metadata_pb2.TopicRecord) -> None:
+        if r.name in self._names.view:
+            raise ReplayError(f"TopicRecord: topic {r.name!r} already exists")
+        if r.topic_id in self._topics.view:
+            raise ReplayError(f"TopicRecord: topic id {topic_id_str(r.topic_id)} already exists")
+        self._topics.edit()[r.topic_id] = TopicImage(r.name, r.topic_id, _NOTHING)
+        self._names.edit()[r.name] = r.topic_id
+        self._partitions[r.topic_id] = {}
+
+    def _topic_partitions(self, kind: str, topic_id: bytes) -> Mapping[int, PartitionState]:
+        partitions = self._partitions.get(topic_id)
+        if partitions is not None:
+            return partitions
+        topic = self._topics.view.get(topic_id)
+        if topic is None:
+            raise ReplayError(f"{kind}: unknown topic id {topic_id_str(topic_id)}")
+        return topic.partitions
+
+    def _edit_partitions(self, topic_id: bytes) -> dict[int, PartitionState]:
+        partitions = self._partitions.get(topic_id)
+        if partitions is None:
+            partitions = self._partitions[topic_id] = _copy(self._topics.view[topic_id].partitions)
+        return partitions
+
+    def _partition(self, r: metadata_pb2.PartitionRecord) -> None:
+        self._topic_partitions("PartitionRecord", r.topic_id)
+        self._edit_partitions(r.topic_id)[r.partition_id] = PartitionState(
+            tuple(r.replicas[:]), tuple(r.isr[:]), r.leader, r.leader_epoch, r.partition_epoch
+        )
+
+    def _partition_change(self, r: metadata_pb2.PartitionChangeRecord) -> None:
+        kind = "PartitionChangeRecord"
+        current = self._topic_partitions(kind, r.topic_id).get(r.partition_id)
+        if current is None:
+            raise ReplayError(f"{kind}: topic {topic_id_str(r.topic_id)} has no partition {r.partition_id}")
+        replicas = tuple(r.replicas.ids[:]) if r.HasField("replicas") else current.replicas
+        isr = tuple(r.isr.ids[:]) if r.HasField("isr") else current.isr
+        leader = current.leader if r.leader == LEADER_UNCHANGED else r.leader
+        if not set(isr) <= set(replicas):
+            problem = f"isr {list(isr)} is not within replicas {list(replicas)}"
+            raise ReplayError(f"{kind} for {topic_id_str(r.topic_id)}-{r.partition_id}: {problem}")
+        if leader != NO_LEADER and leader not in isr:
+            problem = f"leader {leader} is not in isr {list(isr)}"
+            raise ReplayError(f"{kind} for {topic_id_str(r.topic_id)}-{r.partition_id}: {problem}")
+        leader_epoch = current.leader_epoch + (leader != current.leader)
+        self._edit_partitions(r.topic_id)[r.partition_id] = PartitionState(
+            replicas, isr, leader, leader_epoch, current.partition_epoch + 1
+        )
+
+    def _remove_topic(self, r: metadata_pb2.RemoveTopicRecord) -> None:
+        topic_id = r.topic_id
+        topic = self._topics.view.get(topic_id)
+        if topic is None:
+            raise ReplayError(f"RemoveTopicRecord: unknown topic id {topic_id_str(topic_id)}")
+        del self._topics.edit()[topic_id]
+        del self._names.edit()[topic.name]
+        self._partitions.pop(topic_id, None)
+        self._configs.drop((TOPIC, topic.name))
+        for group in self._offsets.outer_keys():
+            gone = [key for key in self._offsets.get(group) if key[0] == topic_id]
+            if gone:
+                committed = self._offsets.edit(group)
+                for key in gone:
+                    del committed[key]
+
+    # configs, features, producer ids, offsets -------------------------------------------
+
+    def _config(self, r: metadata_pb2.ConfigRecord) -> None:
+        if r.resource_type == TOPIC and r.resource_name not in self._names.view:
+            raise ReplayError(f"ConfigRecord: unknown topic {r.resource_name!r}")
+        resource = (int(r.resource_type), r.resource_name)
+        if r.HasField("value"):
+            self._configs.edit(resource)[r.name] = r.value
+        elif r.name in self._configs.get(resource):
+            del self._configs.edit(resource)[r.name]
+
+    def _feature_level(self, r: metadata_pb2.FeatureLevelRecord) -> None:
+        if r.feature_level == 0:  # level 0: the feature is off, as in Kafka
+            self._features.edit().pop(r.name, None)
+        else:
+            self._features.edit()[r.name] = r.feature_level
+
+    def _producer_ids(self, r: metadata_pb2.ProducerIdsRecord) -> None:
+        if r.next_producer_id <= self._next_producer_id:
+            raise ReplayError(
+                f"ProducerIdsRecord: next producer id {r.next_producer_id} is not above "
+                f"the current {self._next_producer_id}"
+            )
+        self._next_producer_id = r.next_producer_id
+
+    def _no_op(self, r: metadata_pb2.NoOpRecord) -> None:
+        pass
+
+    def _offset_commit(self, r: metadata_pb2.OffsetCommitRecord) -> None:
+        kind = "OffsetCommitRecord"
+        if r.partition not in self._topic_partitions(kind, r.topic_id):
+            raise ReplayError(f"{kind}: topic {topic_id_str(r.topic_id)} has no partition {r.partition}")
+        self._offsets.edit(r.group)[(r.topic_id, r.partition)] = CommittedOffset(
+            r.offset, r.metadata, r.commit_timestamp_ms
+        )
+
+
+_REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
+    "register_broker": MetadataDelta._register_broker,
+    "unregister_broker": MetadataDelta._unregister_broker,
+    "fence_broker": MetadataDelta._fence_broker,
+    "unfence_broker": MetadataDelta._unfence_broker,
+    "topic": MetadataDelta._topic,
+    "partition": MetadataDelta._partition,
+    "partition_change": MetadataDelta._partition_change,
+    "remove_topic": MetadataDelta._remove_topic,
+    "config": MetadataDelta._config,
+    "feature_level": MetadataDelta._feature_level,
+    "producer_ids": MetadataDelta._producer_ids,
+    "no_op": MetadataDelta._no_op,
+    "offset_commit": MetadataDelta._offset_commit,
+}
+assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

@@ -1,0 +1,77 @@
+"""Leadership and ISR changes when brokers come and go: pure functions over an image.
+
+A broker that is fenced (session expired, controlled shutdown, a new incarnation)
+leaves every ISR; each partition it led elects the first other ISR member, in replica
+order, that is unfenced, or goes offline (leader -1) when there is none.
+
+When a broker is unfenced, the partitions it replicates should take it back into their
+ISR only once it has caught up on their data, through AlterPartition from the partition
+leader. There is no data plane yet, so there is nothing to catch up on: until there is,
+unfencing adds the broker straight back to the ISR of every partition it replicates,
+gives an offline partition a leader again, and restores it as leader where it is the
+preferred replica (the automatic preferred-leader election Kafka runs on return).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from metadata.image import LEADER_UNCHANGED, NO_LEADER, MetadataImage, PartitionState
+from metadata.plan import MetadataRecord, live_broker_ids, partition_change
+
+
+def elect(replicas: tuple[int, ...], isr: tuple[int, ...], usable: Callable[[int], bool]) -> int:
+    """The first ISR member in replica order that may lead, else NO_LEADER."""
+    return next((b for b in replicas if b in isr and usable(b)), NO_LEADER)
+
+
+def partitions(image: MetadataImage) -> Iterator[tuple[bytes, int, PartitionState]]:
+    for topic_id, topic in image.topics_by_id.items():
+        for partition_id, state in topic.partitions.items():
+            yield topic_id, partition_id, state
+
+
+def remove_broker(image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
+    """``broker_id`` leaves every ISR; the partitions it led elect from what remains."""
+    live = live_broker_ids(image) - {broker_id}
+    records = []
+    for topic_id, partition_id, state in partitions(image):
+        if broker_id not in state.isr and state.leader != broker_id:
+            continue
+        isr = tuple(b for b in state.isr if b != broker_id)
+        leader = (
+            elect(state.replicas, isr, live.__contains__) if state.leader == broker_id else LEADER_UNCHANGED
+        )
+        records.append(partition_change(topic_id, partition_id, isr=isr, leader=leader))
+    return records
+
+
+def restore_broker(image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
+    """Pre-data-plane return of ``broker_id`` (see the module doc): back into its ISRs,
+    offline partitions get a leader, preferred leadership comes back to it."""
+    live = live_broker_ids(image) | {broker_id}
+    records = []
+    for topic_id, partition_id, state in partitions(image):
+        if broker_id not in state.replicas:
+            continue
+        isr = (
+            state.isr
+            if broker_id in state.isr
+            else tuple(b for b in state.replicas if b in {*state.isr, broker_id})
+        )
+        leader = state.leader
+        if leader == NO_LEADER:
+            leader = elect(state.replicas, isr, live.__contains__)
+        elif state.replicas[0] == broker_id:
+            leader = broker_id
+        if isr == state.isr and leader == state.leader:
+            continue
+        records.append(
+            partition_change(
+                topic_id,
+                partition_id,
+                isr=isr if isr != state.isr else None,
+                leader=leader if leader != state.leader else LEADER_UNCHANGED,
+            )
+        )
+    return records

@@ -1,0 +1,101 @@
+"""Consumer offsets: commit and fetch, kept in the quorum (DESIGN.md "Metadata").
+
+A commit writes one OffsetCommitRecord per partition, all in one batch; partitions of
+unknown topics, or beyond a topic's partitions, get UNKNOWN_TOPIC_OR_PARTITION and
+write nothing while the rest of the request goes ahead.
+"""
+
+from __future__ import annotations
+
+from raftka.v1 import controller_pb2, metadata_pb2
+
+from metadata.image import MetadataImage
+from metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, refuse_with
+from metadata.validation import ValidationError, validate_committed_offset, validate_group_id
+
+NOTHING_COMMITTED = -1
+
+
+def commit(
+    image: MetadataImage, request: controller_pb2.OffsetCommitRequest, records_max: int, now_wall_ms: int
+) -> Plan:
+    response = controller_pb2.OffsetCommitResponse()
+    try:
+        validate_group_id(request.group)
+    except ValidationError as e:
+        return refuse_with(response, e)
+    repeated = duplicates((t.topic, p.partition) for t in request.topics for p in t.partitions)
+    records: list[MetadataRecord] = []
+    for topic in request.topics:
+        topic_id = image.topic_ids_by_name.get(topic.topic)
+        partitions = {} if topic_id is None else image.topics_by_id[topic_id].partitions
+        for entry in topic.partitions:
+            result = response.partitions.add(topic=topic.topic, partition=entry.partition)
+            try:
+                if (topic.topic, entry.partition) in repeated:
+                    raise ValidationError(ErrorCode.INVALID_REQUEST, "partition appears more than once")
+                if entry.partition not in partitions:
+                    raise ValidationError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic.topic}-{entry.partition}"
+                    )
+                validate_committed_offset(entry.offset, entry.metadata)
+                if len(records) >= records_max:
+                    raise ValidationError(
+                        ErrorCode.INVALID_REQUEST, f"at most {records_max} partitions per commit"
+                    )
+            except ValidationError as e:
+                result.error, result.message = e.code, e.message
+                continue
+            assert topic_id is not None
+            record = metadata_pb2.OffsetCommitRecord(
+                group=request.group,
+                topic_id=topic_id,
+                partition=entry.partition,
+                offset=entry.offset,
+                metadata=entry.metadata,
+                commit_timestamp_ms=now_wall_ms,
+            )
+            records.append(MetadataRecord(offset_commit=record))
+    return Plan(response, records)
+
+
+def fetch(
+    image: MetadataImage, request: controller_pb2.OffsetFetchRequest
+) -> controller_pb2.OffsetFetchResponse:
+    """Everything the group committed when ``topics`` is empty; a topic with no
+    partitions listed means all of its partitions."""
+    response = controller_pb2.OffsetFetchResponse()
+    try:
+        validate_group_id(request.group)
+    except ValidationError as e:
+        return refuse_with(response, e).response
+    committed = image.offsets.get(request.group, {})
+    if not request.topics:
+        names = {topic_id: topic.name for topic_id, topic in image.topics_by_id.items()}
+        for (topic_id, partition), offset in sorted(
+            committed.items(), key=lambda kv: (names[kv[0][0]], kv[0][1])
+        ):
+            response.offsets.add(
+                topic=names[topic_id], partition=partition, offset=offset.offset, metadata=offset.metadata
+            )
+        return response
+    for wanted in request.topics:
+        topic = image.topic(wanted.topic)
+        if topic is None:
+            response.offsets.add(
+                topic=wanted.topic,
+                offset=NOTHING_COMMITTED,
+                error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                message=f"topic {wanted.topic!r} does not exist",
+            )
+            continue
+        for partition in list(wanted.partitions) or sorted(topic.partitions):
+            entry = response.offsets.add(topic=wanted.topic, partition=partition, offset=NOTHING_COMMITTED)
+            if partition not in topic.partitions:
+                entry.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                entry.message = f"no partition {wanted.topic}-{partition}"
+                continue
+            offset = committed.get((topic.topic_id, partition))
+            if offset is not None:
+                entry.offset, entry.metadata = offset.offset, offset.metadata
+    return response

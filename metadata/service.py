@@ -1,0 +1,96 @@
+"""The Controller gRPC service: each RPC handed to the QuorumController.
+
+The service adds only the safety net: a request that makes the controller raise (a bug,
+never bad input, which the controller answers with an error code) is logged and
+answered UNKNOWN_SERVER_ERROR, so a bad request cannot take the node down and the
+client gets a typed answer rather than a broken call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import structlog
+from raftka.v1 import controller_pb2, controller_pb2_grpc
+
+from metadata.controller import QuorumController
+
+log = structlog.get_logger("metadata.service")
+
+Pb = controller_pb2
+
+
+class ControllerService(controller_pb2_grpc.ControllerServicer):
+    def __init__(self, controller: QuorumController) -> None:
+        self._c = controller
+
+    async def _call(self, handler: Callable[[Any], Awaitable[Any]], request: Any, response_type: type) -> Any:
+        try:
+            return await handler(request)
+        except Exception as e:
+            log.exception("controller request failed", rpc=type(request).__name__)
+            status = Pb.Status(error=Pb.UNKNOWN_SERVER_ERROR, message=f"{type(e).__name__}: {e}")
+            return response_type(status=status)
+
+    async def CreateTopics(self, request: Pb.CreateTopicsRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.create_topics, request, Pb.CreateTopicsResponse)
+
+    async def DeleteTopics(self, request: Pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.delete_topics, request, Pb.DeleteTopicsResponse)
+
+    async def CreatePartitions(
+        self, request: Pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.create_partitions, request, Pb.CreatePartitionsResponse)
+
+    async def ListTopics(self, request: Pb.ListTopicsRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.list_topics, request, Pb.ListTopicsResponse)
+
+    async def DescribeTopics(
+        self, request: Pb.DescribeTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.describe_topics, request, Pb.DescribeTopicsResponse)
+
+    async def DescribeConfigs(
+        self, request: Pb.DescribeConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.describe_configs, request, Pb.DescribeConfigsResponse)
+
+    async def AlterConfigs(self, request: Pb.AlterConfigsRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.alter_configs, request, Pb.AlterConfigsResponse)
+
+    async def BrokerRegistration(
+        self, request: Pb.BrokerRegistrationRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.register_broker, request, Pb.BrokerRegistrationResponse)
+
+    async def BrokerHeartbeat(
+        self, request: Pb.BrokerHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.broker_heartbeat, request, Pb.BrokerHeartbeatResponse)
+
+    async def DescribeCluster(
+        self, request: Pb.DescribeClusterRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.describe_cluster, request, Pb.DescribeClusterResponse)
+
+    async def AlterPartition(
+        self, request: Pb.AlterPartitionRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.alter_partition, request, Pb.AlterPartitionResponse)
+
+    async def ElectLeaders(self, request: Pb.ElectLeadersRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.elect_leaders, request, Pb.ElectLeadersResponse)
+
+    async def AllocateProducerIds(
+        self, request: Pb.AllocateProducerIdsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.allocate_producer_ids, request, Pb.AllocateProducerIdsResponse)
+
+    async def OffsetCommit(self, request: Pb.OffsetCommitRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.commit_offsets, request, Pb.OffsetCommitResponse)
+
+    async def OffsetFetch(self, request: Pb.OffsetFetchRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.fetch_offsets, request, Pb.OffsetFetchResponse)

@@ -1,0 +1,38 @@
+"""Broker heartbeat sessions: when each unfenced broker is due to be fenced.
+
+Kept only by the active controller, in memory: a session is a deadline on the
+controller's monotonic clock, pushed back by every heartbeat. A new active controller
+cannot know how long ago a broker last heartbeated its predecessor, so it starts every
+session afresh with a full timeout (as Kafka does), which never fences a live broker
+early and delays fencing a dead one by at most one timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class BrokerSessions:
+    """One deadline per registered broker; bounded by the number of registrations."""
+
+    def __init__(self, timeout_ms: int) -> None:
+        assert timeout_ms > 0, timeout_ms
+        self.timeout_ms = timeout_ms
+        self._deadlines: dict[int, int] = {}
+
+    def reset(self, broker_ids: Iterable[int], now_ms: int) -> None:
+        """A new controller: every broker gets a full timeout from now."""
+        self._deadlines = dict.fromkeys(broker_ids, now_ms + self.timeout_ms)
+
+    def touch(self, broker_id: int, now_ms: int) -> None:
+        self._deadlines[broker_id] = now_ms + self.timeout_ms
+
+    def forget(self, broker_id: int) -> None:
+        self._deadlines.pop(broker_id, None)
+
+    def expired(self, now_ms: int) -> list[int]:
+        """Brokers whose deadline has passed, in id order."""
+        return sorted(b for b, deadline in self._deadlines.items() if deadline <= now_ms)
+
+    def __contains__(self, broker_id: object) -> bool:
+        return broker_id in self._deadlines

@@ -1,0 +1,137 @@
+"""A full local cluster (controllers and brokers) made by ``raftka cluster up``, for the
+metadata fault tests: the product's own command creates, formats and starts it, so the
+tests run what an operator runs. This adds what the tests need on top: change a role's
+config, find the active controller, SIGKILL a node and restart it, and read the logs.
+
+Nodes are detached processes (``cluster up`` starts them in their own session); they are
+found, checked and killed through ``cluster.json`` and their pids, like ``cluster down``
+and ``chaos`` do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+from raftka.v1 import controller_pb2, controller_pb2_grpc
+
+from cli import local
+from raft.node_config import load_config, render_toml
+from tests.integration.polling import wait_until
+
+RAFTKA = (sys.executable, "-m", "cli.main")
+UP_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 0.5
+E = controller_pb2.ErrorCode
+
+
+class MetadataCluster:
+    def __init__(self, cluster_dir: Path) -> None:
+        self.dir = cluster_dir
+
+    # the cluster as a whole ----------------------------------------------------------------
+
+    def up(self) -> dict[str, Any]:
+        """``raftka cluster up``: create and start, or start the nodes that are down."""
+        return json.loads(self._raftka("cluster", "up", "--output", "json", timeout_s=UP_TIMEOUT_S))
+
+    def down(self) -> None:
+        self._raftka("cluster", "down", "--timeout-s", "5", timeout_s=30)
+
+    def close(self) -> None:
+        """SIGKILL whatever still runs: the teardown must not depend on a healthy cluster."""
+        if not local.exists(self.dir):
+            return
+        for node in local.load(self.dir).nodes:
+            if local.is_alive(node) and node.pid is not None:
+                os.kill(node.pid, signal.SIGKILL)
+
+    def configure(self, role: str, section: str, **values: Any) -> None:
+        """Set ``[section] key = value`` in every ``role`` node's config (while it is down),
+        through the product's own parser and renderer, so an unknown key fails here."""
+        for node in self.nodes(role):
+            config = load_config(node.config)
+            updated = dataclasses.replace(
+                config, **{section: dataclasses.replace(getattr(config, section), **values)}
+            )
+            Path(node.config).write_text(render_toml(updated), encoding="utf-8")
+
+    def _raftka(self, *args: str, timeout_s: float) -> str:
+        done = subprocess.run(
+            [*RAFTKA, *args, "--dir", str(self.dir)], capture_output=True, text=True, timeout=timeout_s
+        )
+        assert done.returncode == 0, f"raftka {' '.join(args)} failed: {done.stderr.strip()}"
+        return done.stdout
+
+    # nodes -------------------------------------------------------------------------------
+
+    def nodes(self, role: str | None = None) -> list[local.NodeRecord]:
+        return [n for n in local.load(self.dir).nodes if role is None or n.role == role]
+
+    def node(self, node_id: int) -> local.NodeRecord:
+        return local.load(self.dir).node(node_id)
+
+    def controller_addresses(self) -> list[str]:
+        return [n.address for n in self.nodes("controller")]
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL, and wait until the process is gone (a zombie counts as gone)."""
+        node = self.node(node_id)
+        assert node.pid is not None and local.is_alive(node), f"node {node_id} is not running"
+        os.kill(node.pid, signal.SIGKILL)
+        wait_until(lambda: not local.is_alive(node), timeout_s=10, what=f"node {node_id} to exit")
+
+    def log_text(self, node_id: int) -> str:
+        try:
+            return Path(self.node(node_id).log).read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tails(self, lines: int = 40) -> str:
+        """Every node's last lines: the detail a failed wait prints."""
+        return "\n".join(
+            f"--- node {n.id} ({n.role}) ---\n" + "\n".join(self.log_text(n.id).splitlines()[-lines:])
+            for n in self.nodes()
+        )
+
+
+class Controllers:
+    """grpc.aio stubs to every controller, and the active one found by asking."""
+
+    def __init__(self, addresses: Sequence[str]) -> None:
+        self._channels = {a: grpc.aio.insecure_channel(a) for a in addresses}
+        self.stubs = {a: controller_pb2_grpc.ControllerStub(c) for a, c in self._channels.items()}
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+
+    async def active(self, timeout_s: float) -> str:
+        """The address of the controller that answers DescribeCluster itself; polls."""
+        deadline = time.monotonic() + timeout_s
+        seen: dict[str, str] = {}
+        while True:
+            for address, stub in self.stubs.items():
+                try:
+                    response = await stub.DescribeCluster(
+                        controller_pb2.DescribeClusterRequest(), timeout=PROBE_TIMEOUT_S
+                    )
+                except grpc.aio.AioRpcError as e:
+                    seen[address] = e.code().name
+                    continue
+                if response.status.error == E.NONE:
+                    return address
+                seen[address] = E.Name(response.status.error)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no active controller within {timeout_s:g} s: {seen}")
+            await asyncio.sleep(0.02)

@@ -1,0 +1,174 @@
+"""An in-process controller quorum: real RaftNodes, MetadataStateMachines and
+QuorumControllers over MemoryTransport and MemoryStorage, all on one event loop.
+
+A crashed node keeps its MemoryStorage (it is durable on return), so a restart
+recovers from its log and snapshot like a real one. Broker sessions run on a manual
+clock that tests move forward; the controllers' ``tick`` is called by the tests, never
+by a background task, so fencing happens exactly when a test asks for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from metadata.controller import QuorumController
+from metadata.image import MetadataImage
+from metadata.state_machine import MetadataStateMachine
+from raft.config import RaftConfig
+from raft.core import RaftCore
+from raft.driver import RaftNode, monotonic_ms
+from raft.effects import QuorumStateData, Write
+from raft.storage.memory import MemoryStorage
+from raft.transport.memory import MemoryNetwork, MemoryTransport
+
+T = TypeVar("T")
+
+CLUSTER_ID = "metadata-sim-cluster"
+WAIT_S = 10.0
+POLL_S = 0.002
+# Quick failure detection, so tests of lost leadership take a fraction of a second.
+FAST_RAFT = RaftConfig(
+    election_timeout_ms=30,
+    fetch_timeout_ms=200,
+    check_quorum_timeout_ms=300,
+    fetch_max_wait_ms=50,
+    idle_noop_interval_ms=100,
+)
+
+
+def address(node_id: int) -> str:
+    return f"controller-{node_id}:9093"
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now_ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+async def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
+    """Poll ``probe`` until it returns something other than None/False; fail after the bound."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(POLL_S)
+
+
+@dataclass
+class Member:
+    node: RaftNode
+    state_machine: MetadataStateMachine
+    controller: QuorumController
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.state_machine.image
+
+
+@dataclass
+class Quorum:
+    size: int = 3
+    session_timeout_ms: int = 9_000
+    max_partitions_per_topic: int = 10_000
+    snapshot_interval_records: int = 10_000
+    raft: RaftConfig = FAST_RAFT
+    seed: int = 0
+    clock: ManualClock = field(default_factory=ManualClock)
+    network: MemoryNetwork = field(default_factory=MemoryNetwork)
+    members: dict[int, Member] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.storages = {node_id: MemoryStorage() for node_id in self.voter_ids}
+        for storage in self.storages.values():  # formatted as a brand-new cluster: may vote at once
+            storage.write(Write(write_id=0, quorum_state=QuorumStateData(0, -1, -1, recovering=False)))
+
+    @property
+    def voter_ids(self) -> list[int]:
+        return list(range(1, self.size + 1))
+
+    async def start(self, *node_ids: int) -> None:
+        for node_id in node_ids or self.voter_ids:
+            assert node_id not in self.members, f"node {node_id} is running"
+            storage = self.storages[node_id]
+            core = RaftCore(
+                node_id,
+                frozenset(self.voter_ids),
+                CLUSTER_ID,
+                self.raft,
+                storage.load(),
+                random.Random(self.rng.random()),
+                monotonic_ms(),
+            )
+            node: RaftNode
+            state_machine = MetadataStateMachine(
+                self.snapshot_interval_records,
+                lambda snapshot, n=node_id: self.members[n].node.save_snapshot(snapshot),
+            )
+            node = RaftNode(core, storage, MemoryTransport(self.network, node_id), state_machine)
+            controller = QuorumController(
+                node,
+                state_machine,
+                cluster_id=CLUSTER_ID,
+                addresses={v: address(v) for v in self.voter_ids},
+                session_timeout_ms=self.session_timeout_ms,
+                max_partitions_per_topic=self.max_partitions_per_topic,
+                clock=self.clock,
+            )
+            self.members[node_id] = Member(node, state_machine, controller)
+            await node.start()
+
+    async def crash(self, node_id: int) -> None:
+        """Stop without a goodbye; the storage keeps what was written."""
+        member = self.members.pop(node_id)
+        await member.node.shutdown(graceful=False)
+
+    async def close(self) -> None:
+        for node_id in list(self.members):
+            await self.crash(node_id)
+
+    def leader_id(self) -> int | None:
+        leaders = [i for i, m in self.members.items() if m.node.core.is_leader]
+        return leaders[0] if len(leaders) == 1 else None
+
+    async def active(self) -> Member:
+        """The active controller, once some node leads and its controller has activated."""
+
+        async def activated() -> Member | None:
+            leader = self.leader_id()
+            if leader is None:
+                return None
+            member = self.members[leader]
+            await member.controller.tick()
+            return member if member.controller.is_active else None
+
+        deadline = time.monotonic() + WAIT_S
+        while (member := await activated()) is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no active controller after {WAIT_S}s")
+            await asyncio.sleep(POLL_S)
+        return member
+
+    async def converged(self) -> MetadataImage:
+        """Wait until every running node holds the active controller's committed image."""
+        leader = await self.active()
+
+        def same() -> MetadataImage | None:
+            image = leader.image
+            return image if all(m.image == image for m in self.members.values()) else None
+
+        return await eventually(same, "every node to hold the leader's image")

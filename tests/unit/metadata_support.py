@@ -1,0 +1,247 @@
+"""Builders for metadata records, and a hypothesis strategy for valid record sequences."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import strategies as st
+from raftka.v1 import metadata_pb2 as pb
+
+from metadata.delta import MetadataDelta
+from metadata.image import BROKER, LEADER_UNCHANGED, NO_LEADER, TOPIC, MetadataImage
+
+Record = pb.MetadataRecord
+
+
+def topic_id(n: int) -> bytes:
+    assert n > 0
+    return n.to_bytes(16, "big")
+
+
+def register(broker_id: int, epoch: int, *, fenced: bool = True, rack: str = "", port: int = 9092) -> Record:
+    endpoint = pb.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=port)
+    return Record(
+        register_broker=pb.RegisterBrokerRecord(
+            broker_id=broker_id,
+            incarnation_id=f"inc-{broker_id}-{epoch}",
+            broker_epoch=epoch,
+            endpoints=[endpoint],
+            rack=rack,
+            fenced=fenced,
+        )
+    )
+
+
+def fence(broker_id: int, epoch: int) -> Record:
+    return Record(fence_broker=pb.FenceBrokerRecord(id=broker_id, epoch=epoch))
+
+
+def unfence(broker_id: int, epoch: int) -> Record:
+    return Record(unfence_broker=pb.UnfenceBrokerRecord(id=broker_id, epoch=epoch))
+
+
+def unregister(broker_id: int, epoch: int) -> Record:
+    return Record(unregister_broker=pb.UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=epoch))
+
+
+def topic(name: str, tid: bytes) -> Record:
+    return Record(topic=pb.TopicRecord(name=name, topic_id=tid))
+
+
+def partition(
+    tid: bytes,
+    partition_id: int,
+    replicas: Sequence[int],
+    *,
+    isr: Sequence[int] | None = None,
+    leader: int | None = None,
+    leader_epoch: int = 0,
+    partition_epoch: int = 0,
+) -> Record:
+    isr = replicas if isr is None else isr
+    return Record(
+        partition=pb.PartitionRecord(
+            partition_id=partition_id,
+            topic_id=tid,
+            replicas=replicas,
+            isr=isr,
+            leader=(isr[0] if isr else NO_LEADER) if leader is None else leader,
+            leader_epoch=leader_epoch,
+            partition_epoch=partition_epoch,
+        )
+    )
+
+
+def change(
+    tid: bytes,
+    partition_id: int,
+    *,
+    leader: int = LEADER_UNCHANGED,
+    isr: Sequence[int] | None = None,
+    replicas: Sequence[int] | None = None,
+) -> Record:
+    record = pb.PartitionChangeRecord(partition_id=partition_id, topic_id=tid, leader=leader)
+    if isr is not None:
+        record.isr.ids.extend(isr)
+        record.isr.SetInParent()
+    if replicas is not None:
+        record.replicas.ids.extend(replicas)
+    return Record(partition_change=record)
+
+
+def remove(tid: bytes) -> Record:
+    return Record(remove_topic=pb.RemoveTopicRecord(topic_id=tid))
+
+
+def config(resource_name: str, key: str, value: str | None, *, resource_type: int = TOPIC) -> Record:
+    record = pb.ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=key)  # type: ignore[arg-type]
+    if value is not None:
+        record.value = value
+    return Record(config=record)
+
+
+def feature(name: str, level: int) -> Record:
+    return Record(feature_level=pb.FeatureLevelRecord(name=name, feature_level=level))
+
+
+def producer_ids(next_id: int, broker_id: int = 1, broker_epoch: int = 0) -> Record:
+    return Record(
+        producer_ids=pb.ProducerIdsRecord(
+            broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=next_id
+        )
+    )
+
+
+def no_op() -> Record:
+    return Record(no_op=pb.NoOpRecord())
+
+
+def commit(group: str, tid: bytes, partition_id: int, offset: int, metadata: str = "", ts: int = 1) -> Record:
+    return Record(
+        offset_commit=pb.OffsetCommitRecord(
+            group=group,
+            topic_id=tid,
+            partition=partition_id,
+            offset=offset,
+            metadata=metadata,
+            commit_timestamp_ms=ts,
+        )
+    )
+
+
+def replay(image: MetadataImage, *records: Record, offset: int | None = None) -> MetadataImage:
+    """``records`` as one delta; the next offset defaults to one past the image per record."""
+    delta = MetadataDelta(image)
+    for record in records:
+        delta.replay(record)
+    return delta.apply(image.offset + len(records) if offset is None else offset)
+
+
+# a strategy for valid sequences -----------------------------------------------------------
+
+BROKER_IDS = (1, 2, 3, 4)
+TOPIC_NAMES = ("a", "b", "c")
+CONFIG_KEYS = ("retention.ms", "segment.bytes")
+GROUPS = ("g1", "g2")
+
+
+_BROKER_SETS = st.lists(st.sampled_from(BROKER_IDS), min_size=1, max_size=3, unique=True)
+_BOOLS = st.booleans()
+_EPOCHS = st.integers(0, 9)
+
+
+def _pick(draw: st.DrawFn, choices: Sequence):  # type: ignore[no-untyped-def]
+    """``st.sampled_from`` without building a strategy per draw (integers ones are cached): much faster."""
+    return choices[draw(st.integers(0, len(choices) - 1))]
+
+
+def _subset(draw: st.DrawFn, items: Sequence[int]) -> list[int]:
+    return [i for i in items if draw(_BOOLS)]
+
+
+def _leader(draw: st.DrawFn, isr: Sequence[int]) -> int:
+    return _pick(draw, [*isr, NO_LEADER])
+
+
+@st.composite
+def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
+    """One record that replays cleanly onto ``image``."""
+    brokers = image.brokers
+    topics = image.topics_by_id
+    with_partitions = sorted(tid for tid, t in topics.items() if t.partitions)
+    options = ["register", "topic", "config_broker", "feature", "producer_ids", "no_op"]
+    options += ["fence", "unfence", "unregister"] if brokers else []
+    options += ["partition", "remove", "config_topic"] if topics else []
+    options += ["change", "change", "commit", "commit"] if with_partitions else []
+    kind = _pick(draw, options)
+    if kind == "register":
+        broker_id = _pick(draw, BROKER_IDS)
+        previous = brokers.get(broker_id)
+        epoch = (previous.epoch if previous else 0) + draw(st.integers(1, 5))
+        return register(broker_id, epoch, fenced=draw(_BOOLS), rack=_pick(draw, ["", "r1"]))
+    if kind in ("fence", "unfence", "unregister"):
+        broker = brokers[_pick(draw, sorted(brokers))]
+        return {"fence": fence, "unfence": unfence, "unregister": unregister}[kind](
+            broker.broker_id, broker.epoch
+        )
+    if kind == "topic":
+        free = [n for n in TOPIC_NAMES if n not in image.topic_ids_by_name]
+        name = _pick(draw, free) if free else f"t{image.offset}"
+        return topic(name, topic_id(image.offset + 1))  # the log position: never reused
+    if kind == "partition":
+        tid = _pick(draw, sorted(topics))
+        partition_id = draw(st.integers(0, len(topics[tid].partitions)))
+        replicas = draw(_BROKER_SETS)
+        isr = _subset(draw, replicas)
+        return partition(
+            tid,
+            partition_id,
+            replicas,
+            isr=isr,
+            leader=_leader(draw, isr),
+            leader_epoch=draw(_EPOCHS),
+            partition_epoch=draw(_EPOCHS),
+        )
+    if kind == "change":
+        tid = _pick(draw, with_partitions)
+        parts = topics[tid].partitions
+        partition_id = _pick(draw, sorted(parts))
+        current = parts[partition_id]
+        replicas = draw(_BROKER_SETS) if draw(_BOOLS) else None
+        allowed = replicas if replicas is not None else current.replicas
+        isr = None
+        if replicas is not None or draw(_BOOLS):
+            isr = _subset(draw, allowed)
+        resulting_isr = isr if isr is not None else current.isr
+        keeps_leader = current.leader == NO_LEADER or current.leader in resulting_isr
+        leader = _pick(draw, [*resulting_isr, NO_LEADER, *([LEADER_UNCHANGED] if keeps_leader else [])])
+        return change(tid, partition_id, leader=leader, isr=isr, replicas=replicas)
+    if kind == "remove":
+        return remove(_pick(draw, sorted(topics)))
+    if kind == "config_topic":
+        name = topics[_pick(draw, sorted(topics))].name
+        return config(name, _pick(draw, CONFIG_KEYS), _pick(draw, [None, "1", "2"]))
+    if kind == "config_broker":
+        resource = _pick(draw, ["", "1"])
+        return config(resource, "log.retention.ms", _pick(draw, [None, "5"]), resource_type=BROKER)
+    if kind == "feature":
+        return feature(_pick(draw, ["metadata.version", "group.version"]), draw(st.integers(0, 3)))
+    if kind == "producer_ids":
+        return producer_ids(image.next_producer_id + draw(st.integers(1, 1000)))
+    if kind == "no_op":
+        return no_op()
+    tid = _pick(draw, with_partitions)
+    partition_id = _pick(draw, sorted(topics[tid].partitions))
+    return commit(_pick(draw, GROUPS), tid, partition_id, draw(st.integers(0, 10**6)), "m", ts=7)
+
+
+@st.composite
+def valid_log(draw: st.DrawFn, max_records: int = 40) -> list[Record]:
+    """A sequence of records each valid on the image the ones before it make."""
+    image = MetadataImage()
+    log: list[Record] = []
+    for _ in range(draw(st.integers(0, max_records))):
+        record = draw(valid_record(image))
+        image = replay(image, record)
+        log.append(record)
+    return log

@@ -1,0 +1,339 @@
+"""QuorumController broker lifecycle: registration, heartbeats, fencing, ISR changes,
+elections and producer ids, against a one-voter quorum with a manual session clock."""
+
+from __future__ import annotations
+
+import pytest
+from raftka.v1 import controller_pb2 as pb
+from raftka.v1 import metadata_pb2
+
+from metadata import broker_ops
+from metadata.delta import MetadataDelta
+from metadata.image import EMPTY, MetadataImage
+from tests.unit.metadata_controller_support import (
+    E,
+    create,
+    heartbeat,
+    live_brokers,
+    log_end,
+    register,
+    run,
+    single,
+)
+from tests.unit.test_metadata_controller_topics import refused_without_append
+
+
+def partitions_of(image: MetadataImage, name: str) -> dict:
+    topic = image.topic(name)
+    assert topic is not None
+    return dict(topic.partitions)
+
+
+def test_registration_epoch_is_the_record_offset_and_starts_fenced() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        before = log_end(member)
+        epoch = await register(c, 101, rack="r1")
+        assert epoch == before, "the registration is the batch's only record"
+        broker = member.image.brokers[101]
+        assert (broker.epoch, broker.fenced, broker.rack) == (epoch, True, "r1")
+        behind = await heartbeat(c, 101, epoch, offset=epoch - 1)
+        assert (behind.is_caught_up, behind.is_fenced) == (False, True)
+        assert member.image.brokers[101].fenced
+        caught_up = await heartbeat(c, 101, epoch)
+        assert (caught_up.is_caught_up, caught_up.is_fenced) == (True, False)
+        assert not member.image.brokers[101].fenced
+        cluster = await c.describe_cluster(pb.DescribeClusterRequest())
+        assert cluster.controller_id == 1 and cluster.cluster_id
+        assert [(b.broker_id, b.fenced, b.epoch, b.endpoints[0].port) for b in cluster.brokers] == [
+            (101, False, epoch, 9101)
+        ]
+        await quorum.close()
+
+    run(body)
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (pb.BrokerRegistrationRequest(broker_id=-1, incarnation_id="i"), "broker_id"),
+        (pb.BrokerRegistrationRequest(broker_id=101), "incarnation_id"),
+        (pb.BrokerRegistrationRequest(broker_id=101, incarnation_id="i", rack="r" * 256), "rack"),
+        (
+            pb.BrokerRegistrationRequest(
+                broker_id=101, incarnation_id="i", listeners=[metadata_pb2.BrokerEndpoint(host="h", port=0)]
+            ),
+            "listeners",
+        ),
+        (
+            pb.BrokerRegistrationRequest(
+                broker_id=101, incarnation_id="i", listeners=[metadata_pb2.BrokerEndpoint(host="", port=1)]
+            ),
+            "listeners",
+        ),
+    ],
+)
+def test_bad_registration_is_refused(request_: pb.BrokerRegistrationRequest, field: str) -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        response = await refused_without_append(member, member.controller.register_broker(request_))
+        assert response.status.error == E.INVALID_REQUEST
+        assert response.status.message.startswith(f"{field}:")
+        await quorum.close()
+
+    run(body)
+
+
+def test_heartbeat_from_unknown_or_stale_broker_is_refused() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        old = await register(c, 101, incarnation="first")
+        new = await register(c, 101, incarnation="second")
+        assert new > old
+        response = await refused_without_append(member, heartbeat(c, 101, old))
+        assert response.status.error == E.STALE_BROKER_EPOCH
+        response = await refused_without_append(member, heartbeat(c, 102, 5))
+        assert response.status.error == E.BROKER_ID_NOT_REGISTERED
+        ids = await refused_without_append(
+            member, c.allocate_producer_ids(pb.AllocateProducerIdsRequest(broker_id=101, broker_epoch=old))
+        )
+        assert ids.status.error == E.STALE_BROKER_EPOCH
+        await quorum.close()
+
+    run(body)
+
+
+def test_session_expiry_fences_reelects_from_isr_and_return_restores_preferred_leaders() -> None:
+    async def body() -> None:
+        quorum, member = await single(session_timeout_ms=1000)
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "three", 3, 3)
+        await create(c, "single", 3, 1)
+        before = partitions_of(member.image, "three")
+        single_on_101 = [p for p, s in partitions_of(member.image, "single").items() if s.replicas == (101,)]
+        assert single_on_101
+
+        quorum.clock.advance(600)
+        for broker_id in (102, 103):  # the others keep heartbeating
+            await heartbeat(c, broker_id, epochs[broker_id])
+        quorum.clock.advance(600)
+        await c.tick()
+        image = member.image
+        assert image.brokers[101].fenced and not image.brokers[102].fenced
+        for p, state in partitions_of(image, "three").items():
+            assert 101 not in state.isr
+            if before[p].leader == 101:
+                assert state.leader in (102, 103) and state.leader == next(
+                    b for b in before[p].replicas if b != 101
+                )
+                assert state.leader_epoch == before[p].leader_epoch + 1
+            else:
+                assert state.leader == before[p].leader
+            assert state.partition_epoch == before[p].partition_epoch + 1
+        for p in single_on_101:
+            state = partitions_of(image, "single")[p]
+            assert (state.leader, state.isr) == (-1, ()), "no ISR left: offline"
+        described = await c.describe_topics(pb.DescribeTopicsRequest(names=["single"]))
+        assert any(p.leader == -1 for p in described.topics[0].partitions)
+
+        back = await heartbeat(c, 101, epochs[101])
+        assert not back.is_fenced
+        image = member.image
+        for state in partitions_of(image, "three").values():
+            assert set(state.isr) == set(state.replicas)
+            assert state.leader == state.replicas[0], "preferred leader restored"
+        for p in single_on_101:
+            assert partitions_of(image, "single")[p].leader == 101
+        await quorum.close()
+
+    run(body)
+
+
+def test_controlled_shutdown_moves_leadership_then_fences() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "t", 6, 2)
+        led = [p for p, s in partitions_of(member.image, "t").items() if s.leader == 102]
+        assert led
+        response = await heartbeat(c, 102, epochs[102], want_shut_down=True)
+        assert (response.should_shut_down, response.is_fenced) == (True, True)
+        image = member.image
+        assert image.brokers[102].fenced
+        for state in partitions_of(image, "t").values():
+            assert 102 not in state.isr and state.leader != 102 and state.leader in state.isr
+        cluster = await c.describe_cluster(pb.DescribeClusterRequest())
+        assert [b.broker_id for b in cluster.brokers if b.in_controlled_shutdown] == [102]
+        again = await refused_without_append(member, heartbeat(c, 102, epochs[102]))
+        assert again.should_shut_down and again.is_fenced, "a broker in shutdown is not unfenced again"
+        await quorum.close()
+
+    run(body)
+
+
+def test_new_incarnation_replaces_the_old_and_leaves_its_isrs() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "t", 3, 3)
+        epoch = await register(c, 101, incarnation="restarted")
+        assert epoch > epochs[101]
+        image = member.image
+        assert image.brokers[101].fenced and image.brokers[101].incarnation_id == "restarted"
+        assert all(101 not in s.isr for s in partitions_of(image, "t").values())
+        await heartbeat(c, 101, epoch)
+        assert all(101 in s.isr for s in partitions_of(member.image, "t").values())
+        await quorum.close()
+
+    run(body)
+
+
+def alter(
+    broker_id: int, epoch: int, topic_id: bytes, partition: int, leader_epoch: int, isr: list[int], pe: int
+):
+    return pb.AlterPartitionRequest(
+        broker_id=broker_id,
+        broker_epoch=epoch,
+        topics=[
+            pb.AlterPartitionTopic(
+                topic_id=topic_id,
+                partitions=[
+                    pb.AlterPartitionData(
+                        partition=partition, leader_epoch=leader_epoch, new_isr=isr, partition_epoch=pe
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def test_alter_partition_is_a_compare_and_set() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c)
+        topic_id = (await create(c, "t", 1, 3)).topic_id
+        state = partitions_of(member.image, "t")[0]
+        leader = state.leader
+        follower = next(b for b in state.replicas if b != leader)
+        shrunk = [b for b in state.isr if b != follower]
+
+        ok = await c.alter_partition(alter(leader, epochs[leader], topic_id, 0, 0, shrunk, 0))
+        result = ok.partitions[0]
+        assert result.error == E.NONE and (list(result.isr), result.partition_epoch) == (shrunk, 1)
+        assert partitions_of(member.image, "t")[0].isr == tuple(shrunk)
+
+        full = list(state.isr)
+        cases = [
+            (alter(leader, epochs[leader], topic_id, 0, 0, full, 0), E.INVALID_UPDATE_VERSION),  # stale CAS
+            (alter(leader, epochs[leader], topic_id, 0, -1, full, 1), E.FENCED_LEADER_EPOCH),
+            (alter(follower, epochs[follower], topic_id, 0, 0, full, 1), E.INVALID_REQUEST),  # not the leader
+            (
+                alter(leader, epochs[leader], topic_id, 0, 0, [follower], 1),
+                E.INVALID_REQUEST,
+            ),  # leader left out
+            (
+                alter(leader, epochs[leader], topic_id, 0, 0, [leader, 999], 1),
+                E.INVALID_REQUEST,
+            ),  # not a replica
+            (alter(leader, epochs[leader], topic_id, 0, 0, [leader, leader], 1), E.INVALID_REQUEST),
+            (alter(leader, epochs[leader], topic_id, 7, 0, full, 1), E.UNKNOWN_TOPIC_OR_PARTITION),
+            (alter(leader, epochs[leader], b"\x01" * 16, 0, 0, full, 1), E.UNKNOWN_TOPIC_OR_PARTITION),
+        ]
+        for request, code in cases:
+            response = await refused_without_append(member, c.alter_partition(request))
+            assert response.partitions[0].error == code, (request, response)
+        stale = await refused_without_append(
+            member, c.alter_partition(alter(leader, 1, topic_id, 0, 0, full, 1))
+        )
+        assert stale.status.error == E.STALE_BROKER_EPOCH
+
+        await heartbeat(c, follower, epochs[follower], want_fence=True)
+        fenced = await refused_without_append(
+            member, c.alter_partition(alter(leader, epochs[leader], topic_id, 0, 0, [leader, follower], 1))
+        )
+        assert fenced.partitions[0].error == E.INELIGIBLE_REPLICA
+        await quorum.close()
+
+    run(body)
+
+
+def test_elect_leaders_through_the_controller() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "t", 3, 2)
+        response = await c.elect_leaders(
+            pb.ElectLeadersRequest(topics=[pb.TopicPartitions(topic="t", partitions=[0])])
+        )
+        assert [r.error for r in response.partitions] == [E.ELECTION_NOT_NEEDED]
+        assert not (await c.elect_leaders(pb.ElectLeadersRequest())).partitions, (
+            "all preferred: nothing to report"
+        )
+        missing = await c.elect_leaders(
+            pb.ElectLeadersRequest(
+                topics=[pb.TopicPartitions(topic="t", partitions=[9]), pb.TopicPartitions(topic="x")]
+            )
+        )
+        assert [r.error for r in missing.partitions] == [E.UNKNOWN_TOPIC_OR_PARTITION] * 2
+        preferred = partitions_of(member.image, "t")[0].replicas[0]
+        await heartbeat(c, preferred, epochs[preferred], want_fence=True)
+        response = await c.elect_leaders(
+            pb.ElectLeadersRequest(topics=[pb.TopicPartitions(topic="t", partitions=[0])])
+        )
+        assert [r.error for r in response.partitions] == [E.PREFERRED_LEADER_NOT_AVAILABLE]
+        await quorum.close()
+
+    run(body)
+
+
+def replay(*records: metadata_pb2.MetadataRecord) -> MetadataImage:
+    delta = MetadataDelta(EMPTY)
+    for record in records:
+        delta.replay(record)
+    return delta.apply(len(records))
+
+
+def test_preferred_election_moves_leadership_back() -> None:
+    """Without a data plane the controller restores preferred leaders on its own, so a
+    partition led by another replica is built here from records."""
+    topic_id = b"\x07" * 16
+    M = metadata_pb2.MetadataRecord
+    image = replay(
+        *[
+            M(
+                register_broker=metadata_pb2.RegisterBrokerRecord(
+                    broker_id=b, incarnation_id="i", broker_epoch=b
+                )
+            )
+            for b in (1, 2)
+        ],
+        M(topic=metadata_pb2.TopicRecord(name="t", topic_id=topic_id)),
+        M(partition=metadata_pb2.PartitionRecord(topic_id=topic_id, replicas=[1, 2], isr=[1, 2], leader=2)),
+    )
+    plan = broker_ops.elect_leaders(image, pb.ElectLeadersRequest())
+    assert [(r.topic, r.partition, r.error) for r in plan.response.partitions] == [("t", 0, E.NONE)]
+    [record] = plan.records
+    assert (record.partition_change.leader, record.partition_change.HasField("isr")) == (1, False)
+
+
+def test_producer_id_blocks_do_not_overlap() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c, [101])
+        request = pb.AllocateProducerIdsRequest(broker_id=101, broker_epoch=epochs[101])
+        first, second = await c.allocate_producer_ids(request), await c.allocate_producer_ids(request)
+        assert (first.producer_id_start, first.producer_id_len) == (0, 1000)
+        assert second.producer_id_start == 1000 and member.image.next_producer_id == 2000
+        unknown = await c.allocate_producer_ids(pb.AllocateProducerIdsRequest(broker_id=5, broker_epoch=1))
+        assert unknown.status.error == E.BROKER_ID_NOT_REGISTERED
+        await quorum.close()
+
+    run(body)

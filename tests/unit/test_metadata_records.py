@@ -1,0 +1,150 @@
+"""Metadata records: every type round-trips, prints like kafka-dump-log, and bad bytes are refused."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from raftka.v1 import metadata_pb2 as pb
+
+from metadata import records
+from metadata.records import RecordError
+from tests.unit import metadata_support as m
+
+TID = m.topic_id(0x0123456789ABCDEF)
+
+EVERY_TYPE = {
+    "REGISTER_BROKER_RECORD": m.register(101, 7, rack="r1"),
+    "UNREGISTER_BROKER_RECORD": m.unregister(101, 7),
+    "FENCE_BROKER_RECORD": m.fence(101, 7),
+    "UNFENCE_BROKER_RECORD": m.unfence(101, 7),
+    "TOPIC_RECORD": m.topic("orders", TID),
+    "PARTITION_RECORD": m.partition(TID, 3, [101, 102, 103], leader_epoch=2, partition_epoch=5),
+    "PARTITION_CHANGE_RECORD": m.change(TID, 3, leader=102, isr=[102, 103]),
+    "REMOVE_TOPIC_RECORD": m.remove(TID),
+    "CONFIG_RECORD": m.config("orders", "retention.ms", "1000"),
+    "FEATURE_LEVEL_RECORD": m.feature("metadata.version", 1),
+    "PRODUCER_IDS_RECORD": m.producer_ids(1000, broker_id=101, broker_epoch=7),
+    "NO_OP_RECORD": m.no_op(),
+    "OFFSET_COMMIT_RECORD": m.commit("g", TID, 3, 42, "meta", ts=1_700_000_000_000),
+}
+
+
+def test_every_record_type_is_covered() -> None:
+    oneof = pb.MetadataRecord.DESCRIPTOR.oneofs_by_name["record"]
+    assert {records.type_name(r) for r in EVERY_TYPE.values()} == {
+        f"{f.name.upper()}_RECORD" for f in oneof.fields
+    }
+
+
+@pytest.mark.parametrize("name", sorted(EVERY_TYPE))
+def test_round_trip_and_type_name(name: str) -> None:
+    record = EVERY_TYPE[name]
+    decoded = records.decode(records.encode(record))
+    assert decoded == record
+    assert records.type_name(decoded) == name
+
+
+def test_topic_ids_print_as_kafka_uuids() -> None:
+    # Kafka's Uuid.toString(): base64url, no padding, 22 characters
+    assert records.topic_id_str(TID) == "AAAAAAAAAAABI0VniavN7w"
+    assert records.to_json(EVERY_TYPE["TOPIC_RECORD"]) == {
+        "name": "orders",
+        "topic_id": "AAAAAAAAAAABI0VniavN7w",
+    }
+
+
+def test_json_keeps_every_field_with_numbers_as_numbers() -> None:
+    assert records.to_json(EVERY_TYPE["PARTITION_RECORD"]) == {
+        "partition_id": 3,
+        "topic_id": records.topic_id_str(TID),
+        "replicas": [101, 102, 103],
+        "isr": [101, 102, 103],
+        "leader": 101,
+        "leader_epoch": 2,
+        "partition_epoch": 5,
+    }
+    assert records.to_json(EVERY_TYPE["REGISTER_BROKER_RECORD"]) == {
+        "broker_id": 101,
+        "incarnation_id": "inc-101-7",
+        "broker_epoch": 7,
+        "endpoints": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9092}],
+        "rack": "r1",
+        "fenced": True,
+    }
+    assert records.to_json(EVERY_TYPE["NO_OP_RECORD"]) == {}
+
+
+def test_json_leaves_out_what_a_record_leaves_unset() -> None:
+    assert records.to_json(m.change(TID, 0, isr=[1])) == {
+        "partition_id": 0,
+        "topic_id": records.topic_id_str(TID),
+        "isr": [1],
+        "leader": -2,
+    }
+    assert records.to_json(m.config("t", "retention.ms", None)) == {
+        "resource_type": 2,
+        "resource_name": "t",
+        "name": "retention.ms",
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"", "holds no record"),
+        (b"\xff\xff\xff", "not a MetadataRecord"),
+        (records.encode(EVERY_TYPE["PARTITION_RECORD"])[:-3], "not a MetadataRecord"),
+        (b"\xa2\x06\x00", "holds no record"),  # field 100: a type from a newer version
+    ],
+)
+def test_damaged_bytes_raise_record_error(data: bytes, problem: str) -> None:
+    with pytest.raises(RecordError, match=problem):
+        records.decode(data)
+
+
+@given(st.binary(max_size=64))
+def test_decode_of_any_bytes_returns_a_checked_record_or_raises_record_error(data: bytes) -> None:
+    try:
+        record = records.decode(data)
+    except RecordError:
+        return
+    records.check(record)
+
+
+MALFORMED = [
+    (m.topic("t", b"\x01" * 15), "TopicRecord.topic_id: 15 bytes"),
+    (m.topic("t", bytes(16)), "TopicRecord.topic_id: the zero UUID"),
+    (m.topic("", TID), "TopicRecord.name: empty"),
+    (m.partition(TID, -1, [1]), "PartitionRecord.partition_id"),
+    (m.partition(TID, 0, []), "PartitionRecord.replicas: empty"),
+    (m.partition(TID, 0, [1, 1]), "PartitionRecord.replicas: duplicate"),
+    (m.partition(TID, 0, [1, 2], isr=[3]), "PartitionRecord.isr: \\[3\\] not within replicas"),
+    (m.partition(TID, 0, [1, 2], isr=[2], leader=1), "PartitionRecord.leader: 1 is not in isr"),
+    (m.change(TID, 0, leader=-3), "PartitionChangeRecord.leader: -3"),
+    (m.change(TID, 0, isr=[2, 2]), "PartitionChangeRecord.isr: duplicate"),
+    (m.change(TID, 0, replicas=[]), "PartitionChangeRecord.replicas: empty"),
+    (m.register(-1, 0), "RegisterBrokerRecord.broker_id"),
+    (m.register(1, 0, port=70000), "RegisterBrokerRecord.endpoints.port"),
+    (m.fence(1, -1), "FenceBrokerRecord: broker epoch -1"),
+    (m.config("t", "k", "v", resource_type=0), "ConfigRecord.resource_type: 0 unknown"),
+    (m.config("", "k", "v"), "ConfigRecord.resource_name: empty for a topic"),
+    (m.config("t", "", "v"), "ConfigRecord.name: empty"),
+    (m.producer_ids(0), "ProducerIdsRecord.next_producer_id"),
+    (m.commit("", TID, 0, 1), "OffsetCommitRecord.group: empty"),
+    (m.commit("g", TID, 0, -1), "OffsetCommitRecord.offset: -1"),
+    (m.feature("", 1), "FeatureLevelRecord.name: empty"),
+]
+
+
+@pytest.mark.parametrize(("record", "problem"), MALFORMED)
+def test_malformed_records_are_neither_written_nor_read(record: pb.MetadataRecord, problem: str) -> None:
+    with pytest.raises(RecordError, match=problem):
+        records.encode(record)
+    with pytest.raises(RecordError, match=problem):
+        records.decode(record.SerializeToString())
+
+
+def test_an_empty_record_is_not_written() -> None:
+    with pytest.raises(RecordError, match="holds no record"):
+        records.encode(pb.MetadataRecord())
