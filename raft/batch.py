@@ -59,4 +59,3 @@ class OffsetAndEpoch:
 # A snapshot id names the state after applying every record below ``offset``; ``epoch``
 # is the epoch of the last record it covers (KRaft's OffsetAndEpoch snapshot id).
 SnapshotId = OffsetAndEpoch
-NO_SNAPSHOT = SnapshotId(0, 0)

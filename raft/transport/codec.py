@@ -188,7 +188,7 @@ def error_response(response_pb: type[PbMessage], error: Error) -> PbMessage:
     if isinstance(pb, raft_pb2.FetchResponse):
         pb.high_watermark = _NO_HIGH_WATERMARK
     elif isinstance(pb, raft_pb2.FetchSnapshotResponse):
-        pb.snapshot_id.SetInParent()  # required on decode; NO_SNAPSHOT is all zeros
+        pb.snapshot_id.SetInParent()  # required on decode, even for an all-zero id
     return pb
 
 
