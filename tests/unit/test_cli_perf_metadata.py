@@ -23,6 +23,8 @@ from cli.main import main
 
 E = controller_pb2.ErrorCode
 SERVICE_TIME_S = 0.002
+PEAK = 16  # the highest concurrency the tests ask for
+HOLD_MAX_S = 0.02
 
 
 class FakeController(controller_pb2_grpc.ControllerServicer):
@@ -31,7 +33,7 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
     def __init__(self, hint: str | None = None, fail_every: int = 0) -> None:
         self.hint = hint
         self.fail_every = fail_every
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.created: set[str] = set()
         self.commits: list[controller_pb2.OffsetCommitRequest] = []
         self.in_flight = 0
@@ -59,7 +61,11 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
             number = len(self.commits)
             self.in_flight += 1
             self.in_flight_max = max(self.in_flight_max, self.in_flight)
-        time.sleep(SERVICE_TIME_S)  # so that requests overlap
+            self.lock.notify_all()
+            # Hold each commit until PEAK are in flight (briefly, at lower concurrency), so
+            # the peak the tool reaches shows however the threads happen to be scheduled.
+            self.lock.wait_for(lambda: self.in_flight >= PEAK, timeout=HOLD_MAX_S)
+        time.sleep(SERVICE_TIME_S)
         with self.lock:
             self.in_flight -= 1
         if self.fail_every and number % self.fail_every == 0:
