@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import signal
-import time
 
 import structlog
 from raftka.v1 import metadata_pb2
@@ -28,14 +26,10 @@ from broker.lifecycle import BrokerLifecycle, State
 from broker.partitions import BrokerPartitions, RoleChanges
 from metadata.image import MetadataImage
 from metadata.state_machine import MetadataStateMachine
-from raft.core import RaftCore
-from raft.driver import RaftNode, monotonic_ms
+from raft.driver import RaftNode
 from raft.logs import configure_logging
 from raft.node_config import NodeConfig, parse_host_port
-from raft.server import ServerError, describe_quorum
-from raft.storage.file import FileStorage
-from raft.storage.meta import check_meta
-from raft.transport.grpc_transport import GrpcTransport
+from raft.server import ServerError, open_node
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0  # within `raftka cluster down`'s grace before SIGKILL
 CONTROLLER_REQUEST_TIMEOUT_S = 2.0
@@ -91,22 +85,6 @@ async def start_broker(config: NodeConfig) -> Broker:
     """Recover storage, start following the metadata log, and start the lifecycle."""
     if config.node_id in config.voter_ids:
         raise ServerError(f"node_id: a broker's id must not be a voter, got {config.node_id}")
-    meta = check_meta(config.data_dir, config.node_id)
-    storage = FileStorage(
-        config.data_dir, segment_bytes=config.log.segment_bytes, archive=config.log.archive_segments
-    )
-    loaded = await asyncio.to_thread(storage.load)
-    now = monotonic_ms()
-    core = RaftCore(
-        config.node_id,
-        config.voter_ids,
-        meta.cluster_id,
-        config.raft,
-        loaded,
-        random.Random(),
-        now,
-        wall_offset_ms=time.time_ns() // 1_000_000 - now,
-    )
     addresses = config.voter_addresses
     node: RaftNode
     state_machine = MetadataStateMachine(
@@ -115,14 +93,7 @@ async def start_broker(config: NodeConfig) -> Broker:
     partitions = BrokerPartitions(config.node_id)
     roles_log = log.bind(node_id=config.node_id, role="broker")  # runs in raft's callbacks: bind here
     state_machine.add_listener(lambda image: log_role_changes(roles_log, partitions.update(image)))
-    transport = GrpcTransport(
-        config.node_id,
-        config.listener,
-        addresses,
-        meta.cluster_id,
-        describe=lambda: describe_quorum(node, meta.cluster_id, addresses),
-    )
-    node = RaftNode(core, storage, transport, state_machine)
+    node = await open_node(config, state_machine)
     await node.start()
     link = ControllerLink(addresses, lambda: node.core.leader_id, CONTROLLER_REQUEST_TIMEOUT_S)
     host, port = parse_host_port(config.listener, "listener")

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-import time
 from dataclasses import dataclass
 
 import structlog
@@ -20,14 +18,10 @@ from raftka.v1 import controller_pb2_grpc
 from metadata.controller import QuorumController
 from metadata.service import ControllerService
 from metadata.state_machine import MetadataStateMachine
-from raft.core import RaftCore
-from raft.driver import RaftNode, monotonic_ms
+from raft.driver import RaftNode
 from raft.logs import configure_logging
 from raft.node_config import NodeConfig
-from raft.server import describe_quorum, serve_until_signalled
-from raft.storage.file import FileStorage
-from raft.storage.meta import check_meta
-from raft.transport.grpc_transport import GrpcTransport
+from raft.server import open_node, serve_until_signalled
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,48 +43,27 @@ class ControllerNode:
 
 async def start_controller(config: NodeConfig) -> ControllerNode:
     """Recover storage, build core, transport, image and controller, and start serving."""
-    meta = check_meta(config.data_dir, config.node_id)
-    storage = FileStorage(
-        config.data_dir, segment_bytes=config.log.segment_bytes, archive=config.log.archive_segments
-    )
-    loaded = await asyncio.to_thread(storage.load)
-    now = monotonic_ms()
-    core = RaftCore(
-        config.node_id,
-        config.voter_ids,
-        meta.cluster_id,
-        config.raft,
-        loaded,
-        random.Random(),
-        now,
-        wall_offset_ms=time.time_ns() // 1_000_000 - now,
-    )
-    addresses = config.voter_addresses
     node: RaftNode
     state_machine = MetadataStateMachine(
         config.metadata.snapshot_interval_records, lambda snapshot: node.save_snapshot(snapshot)
     )
-    transport = GrpcTransport(
-        config.node_id,
-        config.listener,
-        addresses,
-        meta.cluster_id,
-        describe=lambda: describe_quorum(node, meta.cluster_id, addresses),
-        servicers=[lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(service, server)],
+    node = await open_node(
+        config,
+        state_machine,
+        [lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(service, server)],
     )
-    node = RaftNode(core, storage, transport, state_machine)
     controller = QuorumController(
         node,
         state_machine,
-        cluster_id=meta.cluster_id,
-        addresses=addresses,
+        cluster_id=node.core.cluster_id,
+        addresses=config.voter_addresses,
         session_timeout_ms=config.controller.session_timeout_ms,
         max_partitions_per_topic=config.controller.max_partitions_per_topic,
     )
     service = ControllerService(controller)
     await node.start()
     return ControllerNode(
-        node, state_machine, controller, meta.cluster_id, asyncio.create_task(controller.run())
+        node, state_machine, controller, node.core.cluster_id, asyncio.create_task(controller.run())
     )
 
 

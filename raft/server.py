@@ -14,12 +14,13 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Sequence
 
 import structlog
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 from raft.core import RaftCore
-from raft.driver import RaftNode, monotonic_ms
+from raft.driver import RaftNode, StateMachine, monotonic_ms
 from raft.journal import Journal
 from raft.journal_service import JournalService
 from raft.logs import configure_logging
@@ -27,7 +28,7 @@ from raft.node_config import ConfigError, NodeConfig, load_config
 from raft.storage.base import StorageError
 from raft.storage.file import FileStorage
 from raft.storage.meta import check_meta
-from raft.transport.grpc_transport import GrpcTransport
+from raft.transport.grpc_transport import AddServicer, GrpcTransport
 
 
 class ServerError(Exception):
@@ -43,8 +44,15 @@ class Controller:
         self.cluster_id = cluster_id
 
 
-async def start_controller(config: NodeConfig) -> Controller:
-    """Recover storage, build core, transport and journal, and start serving."""
+async def open_node(
+    config: NodeConfig, state_machine: StateMachine, servicers: Sequence[AddServicer] = ()
+) -> RaftNode:
+    """Recover storage and wire core, gRPC transport and driver around the layer above.
+
+    Every node type (journal node, controller, broker) is assembled here, so they cannot
+    drift apart. The node is returned unstarted: servicers may refer to services built
+    from it, which must exist before ``await node.start()``.
+    """
     meta = check_meta(config.data_dir, config.node_id)
     storage = FileStorage(
         config.data_dir, segment_bytes=config.log.segment_bytes, archive=config.log.archive_segments
@@ -63,19 +71,28 @@ async def start_controller(config: NodeConfig) -> Controller:
     )
     addresses = config.voter_addresses
     node: RaftNode
-    journal = Journal(config.journal.snapshot_interval_records, lambda snapshot: node.save_snapshot(snapshot))
     transport = GrpcTransport(
         config.node_id,
         config.listener,
         addresses,
         meta.cluster_id,
         describe=lambda: describe_quorum(node, meta.cluster_id, addresses),
-        servicers=[lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server)],
+        servicers=servicers,
     )
-    node = RaftNode(core, storage, transport, journal)
-    service = JournalService(node, journal, addresses)
+    node = RaftNode(core, storage, transport, state_machine)
+    return node
+
+
+async def start_controller(config: NodeConfig) -> Controller:
+    """A journal node: the quorum with the journal state machine and its service."""
+    node: RaftNode
+    journal = Journal(config.journal.snapshot_interval_records, lambda snapshot: node.save_snapshot(snapshot))
+    node = await open_node(
+        config, journal, [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server)]
+    )
+    service = JournalService(node, journal, config.voter_addresses)
     await node.start()
-    return Controller(node, journal, meta.cluster_id)
+    return Controller(node, journal, node.core.cluster_id)
 
 
 async def run_server(config: NodeConfig) -> None:
