@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli import local, output, perf_metadata, stability
+from cli import local, output, perf_metadata, perf_rpc, stability
 from cli.cluster import LOOPBACK, free_ports
 from cli.errors import CliError
 from raft.config import RaftConfig
@@ -49,6 +49,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     quorum.set_defaults(func=run_quorum)
     stability.register(kinds)
     perf_metadata.register(kinds)
+    perf_rpc.register(kinds)
 
 
 def run_quorum(args: argparse.Namespace) -> int:
