@@ -103,17 +103,14 @@ class RaftLog:
             self.append(batch)
 
     # reads ----------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, end: int | None = None) -> tuple[Batch, ...]:
-        """Batches from ``offset`` (a boundary) on, at least one, then up to ``max_bytes``;
-        none that begins at or after ``end``."""
+    def read(self, offset: int, max_bytes: int) -> tuple[Batch, ...]:
+        """Batches from ``offset`` (a boundary) on, at least one, then up to ``max_bytes``."""
         index = bisect.bisect_left(self._bases, offset)
         if index == len(self._bases) or self._bases[index] != offset:
             return ()
         out: list[Batch] = []
         size = 0
         for batch in self._batches[index:]:
-            if end is not None and batch.base_offset >= end:
-                break
             size += batch.size_bytes()
             if out and size > max_bytes:
                 break
