@@ -14,8 +14,7 @@ The protocol is Kafka's KRaft, pull-based:
 - BeginQuorumEpoch: a new leader announces itself; followers then fetch from it.
 - Fetch: the follower pulls from its fetch offset; the offset is also its durable log
   end, which is how the leader learns acknowledgements. A fetch that would return
-  nothing is parked up to ``fetch_max_wait_ms`` (long poll); observers read committed
-  records only, so theirs wait for a commit. A position the leader does
+  nothing is parked up to ``fetch_max_wait_ms`` (long poll). A position the leader does
   not share is answered with the diverging epoch and its end offset (the follower
   truncates there) or, below the leader's log start, with the snapshot to download.
 - EndQuorumEpoch: a resigning leader names its most caught-up voters as successors,
