@@ -40,31 +40,46 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     quorum = kinds.add_parser(
         "quorum", help="append throughput/latency with the load in the leader's process"
     )
-    quorum.add_argument("--concurrency", default="1,16,128", help="appends in flight, comma separated")
-    quorum.add_argument("--duration", type=float, default=10.0, help="seconds measured per concurrency")
-    quorum.add_argument("--warmup", type=float, default=1.0, help="seconds run before measuring")
+    add_load_options(quorum, "appends")
     quorum.add_argument("--record-bytes", type=int, default=100, help="bytes per record")
     quorum.add_argument("--dir", type=Path, help="where the nodes keep their data (default: a temp dir)")
-    output.add_output_option(quorum)
     quorum.set_defaults(func=run_quorum)
     stability.register(kinds)
     perf_metadata.register(kinds)
     perf_rpc.register(kinds)
 
 
-def run_quorum(args: argparse.Namespace) -> int:
+def add_load_options(parser: argparse.ArgumentParser, unit: str) -> None:
+    """The closed-loop options every ``perf`` kind but stability shares."""
+    parser.add_argument("--concurrency", default="1,16,128", help=f"{unit} in flight, comma separated")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds measured per concurrency")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds run before measuring")
+    output.add_output_option(parser)
+
+
+def load_levels(args: argparse.Namespace) -> list[int]:
+    """The concurrency levels of ``add_load_options``, once all three options are checked."""
     levels = parse_concurrency(args.concurrency)
     if args.duration <= 0 or args.warmup < 0:
         raise CliError("--duration must be positive and --warmup not negative")
-    if not 1 <= args.record_bytes <= 1 << 20:
-        raise CliError("--record-bytes: expected 1 to 1048576")
-    configure_logging("warning", "console")  # the in-process node's logs: stderr, problems only
-    results = asyncio.run(measure(levels, args.duration, args.warmup, args.record_bytes, args.dir))
-    if args.output == "json":
+    return levels
+
+
+def print_results(results: list[dict[str, Any]], output_format: str) -> None:
+    if output_format == "json":
         print(output.to_json(results))
     else:
         rows = [(r["concurrency"], f"{r['ops_per_s']:,.0f}", r["p50_ms"], r["p99_ms"]) for r in results]
         print(output.table(["IN FLIGHT", "OPS/S", "P50 MS", "P99 MS"], rows))
+
+
+def run_quorum(args: argparse.Namespace) -> int:
+    levels = load_levels(args)
+    if not 1 <= args.record_bytes <= 1 << 20:
+        raise CliError("--record-bytes: expected 1 to 1048576")
+    configure_logging("warning", "console")  # the in-process node's logs: stderr, problems only
+    results = asyncio.run(measure(levels, args.duration, args.warmup, args.record_bytes, args.dir))
+    print_results(results, args.output)
     return 0
 
 

@@ -37,23 +37,18 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser = kinds.add_parser(
         "metadata", help="offset-commit throughput/latency at the active controller of a running cluster"
     )
-    parser.add_argument("--concurrency", default="1,16,128", help="requests in flight, comma separated")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds measured per concurrency")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds run before measuring")
+    perf.add_load_options(parser, "requests")
     parser.add_argument(
         "--bootstrap-controller",
         metavar="HOST:PORT,...",
         help="controllers to ask (default: the local cluster from 'raftka cluster up')",
     )
     parser.add_argument("--dir", type=Path, help="local cluster directory (default: .raftka/local)")
-    output.add_output_option(parser)
     parser.set_defaults(func=run_metadata)
 
 
 def run_metadata(args: argparse.Namespace) -> int:
-    levels = perf.parse_concurrency(args.concurrency)
-    if args.duration <= 0 or args.warmup < 0:
-        raise CliError("--duration must be positive and --warmup not negative")
+    levels = perf.load_levels(args)
     addresses = quorum.bootstrap_addresses(args.bootstrap_controller, args.dir)
     results = asyncio.run(measure(addresses, levels, args.duration, args.warmup))
     if args.output == "json":

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli import output, perf, perf_metadata
+from cli import perf, perf_metadata
 from cli.errors import CliError
 
 SERVER_START_TIMEOUT_S = 10.0
@@ -28,17 +28,12 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser = kinds.add_parser(
         "rpc", help="the gRPC floor: perf metadata's load against a controller that does nothing"
     )
-    parser.add_argument("--concurrency", default="1,16,128", help="requests in flight, comma separated")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds measured per concurrency")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds run before measuring")
-    output.add_output_option(parser)
+    perf.add_load_options(parser, "requests")
     parser.set_defaults(func=run_rpc)
 
 
 def run_rpc(args: argparse.Namespace) -> int:
-    levels = perf.parse_concurrency(args.concurrency)
-    if args.duration <= 0 or args.warmup < 0:
-        raise CliError("--duration must be positive and --warmup not negative")
+    levels = perf.load_levels(args)
     server = subprocess.Popen(
         [sys.executable, "-m", "cli.perf_rpc"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -48,11 +43,7 @@ def run_rpc(args: argparse.Namespace) -> int:
     finally:
         server.kill()
         server.wait()
-    if args.output == "json":
-        print(output.to_json(results))
-    else:
-        rows = [(r["concurrency"], f"{r['ops_per_s']:,.0f}", r["p50_ms"], r["p99_ms"]) for r in results]
-        print(output.table(["IN FLIGHT", "OPS/S", "P50 MS", "P99 MS"], rows))
+    perf.print_results(results, args.output)
     return 0
 
 
