@@ -26,14 +26,35 @@ PRODUCER_ID_BLOCK = 1000
 
 
 def register(
-    image: MetadataImage, request: controller_pb2.BrokerRegistrationRequest, next_offset: int
+    image: MetadataImage,
+    request: controller_pb2.BrokerRegistrationRequest,
+    next_offset: int,
+    *,
+    has_live_session: bool,
 ) -> Plan:
     """``next_offset``: where the batch will start, so the epoch (the registration's own
-    offset) is known now; the registration is the batch's last record."""
+    offset) is known now; the registration is the batch's last record.
+    ``has_live_session``: the id's current registration still heartbeats. Another
+    incarnation claiming it then is a second process with the same id (Kafka's
+    DUPLICATE_BROKER_REGISTRATION), refused so the two cannot replace each other in turn;
+    a retry of the same incarnation, or a restart once the old session lapsed, is not."""
     response = controller_pb2.BrokerRegistrationResponse()
     problem = _registration_problem(image, request)
     if problem is not None:
         return refuse(response, ErrorCode.INVALID_REQUEST, problem)
+    existing = image.brokers.get(request.broker_id)
+    if (
+        existing is not None
+        and not existing.fenced
+        and has_live_session
+        and existing.incarnation_id != request.incarnation_id
+    ):
+        return refuse(
+            response,
+            ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+            f"broker_id: {request.broker_id} is registered by a live incarnation "
+            f"({existing.incarnation_id}); another process may be using this id",
+        )
     records = []
     if request.broker_id in image.brokers:  # a new incarnation replaces the old, which leaves its ISRs
         records += elections.remove_broker(image, request.broker_id)

@@ -6,17 +6,23 @@ image plus every batch this controller has appended and not yet seen commit. Pla
 replaying the records onto that image and proposing them to raft happen with no
 ``await`` in between, so requests are serialized exactly in log order and each sees
 the effect of every request before it; the answer is sent once the batch commits.
-Bad input is refused during planning, before anything is proposed; ``validate_only``
-requests are planned the same way and answered without proposing.
+Bad input is refused during planning, before anything is proposed.
 
-Activation. Raft leadership alone is not enough: batches of earlier epochs may not
-have reached this node's state machine yet. When the node leads a new epoch, the
-controller appends a NoOpRecord and waits for it to commit; by then the state machine
-holds every earlier batch, so its image becomes the latest image, broker sessions
-restart with a full timeout, and requests are served. Requests that arrive meanwhile
-wait for it. Losing the lead (or a batch failing to commit) drops the latest image with
-whatever uncommitted state it held; requests are then answered NOT_CONTROLLER with the
-leader's id and address, and the next activation starts again from committed state.
+Answers come from committed state only. A plan that writes nothing (a refusal, a
+duplicate create, a config already set, ``validate_only``, a heartbeat that finds its
+unfence already on the way) still read the latest image, which may hold batches that
+never commit if this node is cut off and replaced; so, as Kafka's controller does, it
+is answered only once every batch proposed before it has committed, and
+NOT_CONTROLLER if one of them fails.
+
+Leadership is pushed by raft (``RaftNode.add_leadership_listener``), which announces
+this node as leader only once its epoch's first batch has committed: by then the state
+machine holds every earlier batch, so the controller claims at once from the committed
+image, and restarts broker sessions with a full timeout. Any other announcement
+renounces: the latest image and whatever uncommitted state it held are dropped, and
+requests are answered NOT_CONTROLLER with the leader raft names (none while an
+election runs or after this node resigned). Requests that arrive while this node leads
+but has not claimed yet wait for the claim.
 
 Linearizable reads. Before answering a read the controller appends a NoOpRecord and
 waits for it to commit, then answers from the committed image: the commit proves this
@@ -27,9 +33,13 @@ not per read.
 
 Large changes. Fencing a broker that is in 100,000 ISRs takes a PartitionChangeRecord
 per partition, more than one raft batch may hold. Such a change is split into batches
-of ``raft.append_max_records``, submitted back to back with nothing between them; each
-batch is atomic, the change as a whole is not (as in Kafka), which is harmless: a
-partially fenced broker is fenced again by the next controller once its session ends.
+of ``raft.append_max_records``, submitted back to back with nothing between them, after
+checking that raft will accept all of them (a change refused halfway would leave the
+latest image unknown); each batch is atomic, the change as a whole is not (as in
+Kafka), which is harmless: a partially fenced broker is fenced again by the next
+controller once its session ends. Should a submission fail halfway all the same, the
+controller resigns raft leadership as Kafka's does, so a fresh claim starts from
+committed state instead of leaving a leader that cannot serve.
 """
 
 from __future__ import annotations
@@ -51,7 +61,7 @@ from metadata.plan import ErrorCode, MetadataRecord, Plan
 from metadata.records import RecordError, encode
 from metadata.sessions import BrokerSessions
 from raft.core import NotLeaderError
-from raft.driver import BackpressureError, RaftNode, monotonic_ms
+from raft.driver import BackpressureError, LeaderAndEpoch, RaftNode, monotonic_ms
 
 if TYPE_CHECKING:
     from metadata.state_machine import MetadataStateMachine
@@ -59,8 +69,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("metadata.controller")
 
 WRITES_IN_FLIGHT_MAX = 4096  # bound: writes awaiting commit; more are refused as REQUEST_TIMED_OUT
-ACTIVATION_TIMEOUT_S = 5.0
-TICK_INTERVAL_MS = 50  # how often sessions are checked (and a new leader activates unasked)
+CLAIM_WAIT_S = 5.0  # a request to a leader that has not claimed yet waits this long at most
+TICK_INTERVAL_MS = 50  # how often broker sessions are checked
 NOOP = MetadataRecord(no_op=metadata_pb2.NoOpRecord())
 
 Status = controller_pb2.Status
@@ -89,78 +99,73 @@ class QuorumController:
         self._addresses = dict(addresses)
         self._clock = clock
         self._wall_clock = wall_clock
-        self._records_max = node.core.cfg.append_max_records
+        self._records_max = node.config.append_max_records
         self._limits = topic_ops.Limits(max_partitions_per_topic, self._records_max)
         self._sessions = BrokerSessions(session_timeout_ms)
         self._shutting_down: set[int] = set()  # brokers in controlled shutdown
+        self._leadership = node.leadership
         self._active_epoch: int | None = None
         self._image: MetadataImage | None = None  # committed + this controller's pending batches
-        self._activation: asyncio.Future[None] | None = None
-        self._activation_epoch = -1
+        self._last_proposed: asyncio.Future[int] | None = None  # the newest batch not known committed
+        self._claimed = asyncio.Event()
         self._writes_in_flight = 0
         self._next_barrier: asyncio.Future[Status | None] | None = None
         self._barrier_task: asyncio.Task[None] | None = None
-        self._log = log.bind(node_id=node.core.node_id)
+        self._log = log.bind(node_id=node.node_id)
+        node.add_leadership_listener(self._on_leadership)
 
     # leadership -----------------------------------------------------------------------
     @property
     def node_id(self) -> int:
-        return self._node.core.node_id
+        return self._node.node_id
 
     @property
     def is_active(self) -> bool:
-        core = self._node.core
-        return self._active_epoch is not None and core.is_leader and core.epoch == self._active_epoch
+        return self._active_epoch is not None
 
     @property
     def latest_image(self) -> MetadataImage | None:
         """The committed image plus this controller's pending batches; None unless active."""
-        return self._image if self.is_active else None
+        return self._image
 
-    async def _ensure_active(self) -> Status | None:
-        """None once this node is the active controller; else the NOT_CONTROLLER status."""
-        if self.is_active:
-            return None
-        core = self._node.core
-        if not core.is_leader:
-            self._deactivate()
-            return self._not_controller()
-        if self._activation is None or self._activation_epoch != core.epoch:
-            self._deactivate()
-            self._activation_epoch = core.epoch
-            self._activation = asyncio.ensure_future(self._activate(core.epoch))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._activation), ACTIVATION_TIMEOUT_S)
-        return None if self.is_active else self._not_controller()
+    def _on_leadership(self, leadership: LeaderAndEpoch) -> None:
+        self._leadership = leadership
+        if leadership.leader_id == self.node_id:
+            if self._active_epoch != leadership.epoch:
+                self._claim(leadership.epoch)
+        elif self._active_epoch is not None:
+            self._renounce()
 
-    async def _activate(self, epoch: int) -> None:
-        try:
-            await self._node.append([encode(NOOP)])
-        except (NotLeaderError, BackpressureError) as e:
-            self._log.info("controller activation failed", epoch=epoch, reason=str(e))
-            return
-        core = self._node.core
-        if not (core.is_leader and core.epoch == epoch):
-            return
+    def _claim(self, epoch: int) -> None:
         self._image = self._state_machine.image
         self._active_epoch = epoch
+        self._last_proposed = None
         self._shutting_down.clear()
         self._sessions.reset(self._image.brokers, self._clock())
+        self._claimed.set()
         self._log.info(
             "controller active", epoch=epoch, offset=self._image.offset, brokers=len(self._image.brokers)
         )
 
-    def _deactivate(self) -> None:
-        if self._active_epoch is not None:
-            self._log.info("controller inactive", epoch=self._active_epoch)
+    def _renounce(self) -> None:
+        self._log.info("controller inactive", epoch=self._active_epoch, leader_id=self._leadership.leader_id)
         self._active_epoch = None
         self._image = None
+        self._last_proposed = None
+        self._claimed.clear()
+
+    async def _ensure_active(self) -> Status | None:
+        """None once this node is the active controller; else the NOT_CONTROLLER status.
+        A node that leads but has not claimed yet (its epoch not committed) is waited for."""
+        if not self.is_active and self._node.is_leader:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._claimed.wait(), CLAIM_WAIT_S)
+        return None if self.is_active else self._not_controller()
 
     def _not_controller(self) -> Status:
-        core = self._node.core
-        leader = core.leader_id
-        if leader == self.node_id:
-            message = f"node {self.node_id} leads epoch {core.epoch} but is not serving yet"
+        leader = self._leadership.leader_id
+        if self._node.is_leader:
+            message = f"node {self.node_id} leads epoch {self._leadership.epoch} but is not serving yet"
         else:
             message = f"node {self.node_id} is not the active controller"
         return Status(
@@ -177,8 +182,16 @@ class QuorumController:
         return response
 
     # the write path --------------------------------------------------------------------
-    async def _write(self, response_type: type, plan: Callable[[MetadataImage], Plan]) -> Any:
-        """Plan against the latest image, propose, and answer once committed."""
+    async def _write(
+        self,
+        response_type: type,
+        plan: Callable[[MetadataImage], Plan],
+        planned: Callable[[Plan], None] | None = None,
+    ) -> Any:
+        """Plan against the latest image, propose, and answer once committed.
+
+        ``planned`` runs right after planning, before anything can interleave: the
+        controller's own bookkeeping for the request (sessions), kept out of the plan."""
         status = await self._ensure_active()
         if status is not None:
             return response_type(status=status)
@@ -186,10 +199,29 @@ class QuorumController:
             return response_type(status=_busy())
         assert self._image is not None
         made = plan(self._image)
+        if planned is not None:
+            planned(made)
         if made.failed or not made.records:
-            return self._answer(made.response)
-        status = await self._commit(made.records)
+            status = await self._pending_committed()
+        else:
+            status = await self._commit(made.records)
         return response_type(status=status) if status is not None else self._answer(made.response)
+
+    async def _pending_committed(self) -> Status | None:
+        """Wait until every batch proposed so far has committed (see the module doc)."""
+        pending = self._last_proposed
+        if pending is None:
+            return None
+        self._writes_in_flight += 1
+        try:
+            await asyncio.shield(pending)
+        except NotLeaderError:
+            return self._not_controller()
+        finally:
+            self._writes_in_flight -= 1
+        if self._last_proposed is pending:
+            self._last_proposed = None
+        return None
 
     def _propose(self, records: Sequence[MetadataRecord]) -> list[asyncio.Future[int]]:
         """Replay onto the latest image (a record that does not apply raises here, before
@@ -199,19 +231,24 @@ class QuorumController:
         for record in records:
             delta.replay(record)
         encoded = [encode(record) for record in records]
-        image = delta.apply(self._node.core.log_end_offset + len(encoded))
+        chunks = [encoded[start : start + self._records_max] for start in range(0, len(encoded), self._records_max)]
+        if len(chunks) > self._node.append_capacity:
+            raise BackpressureError(f"{len(chunks)} batches do not fit in raft's pending appends")
+        image = delta.apply(self._node.log_end_offset + len(encoded))
         futures: list[asyncio.Future[int]] = []
         try:
-            for start in range(0, len(encoded), self._records_max):
-                futures.append(self._node.submit(encoded[start : start + self._records_max]))
+            for chunk in chunks:
+                futures.append(self._node.submit(chunk))
         except (NotLeaderError, BackpressureError):
             if futures:  # part of the change is in the log: the latest image is unknown
-                self._deactivate()
+                self._log.error("a change was submitted only in part: resigning", batches=len(chunks))
+                self._node.resign()
             raise
         finally:
             for future in futures:
                 future.add_done_callback(_retrieve)
         self._image = image
+        self._last_proposed = futures[-1]
         return futures
 
     async def _commit(self, records: Sequence[MetadataRecord]) -> Status | None:
@@ -220,7 +257,6 @@ class QuorumController:
         try:
             futures = self._propose(records)
         except NotLeaderError:
-            self._deactivate()
             return self._not_controller()
         except BackpressureError:
             return _busy()
@@ -233,7 +269,6 @@ class QuorumController:
             for future in futures:
                 await future
         except NotLeaderError:
-            self._deactivate()
             return self._not_controller()
         finally:
             self._writes_in_flight -= 1
@@ -322,27 +357,32 @@ class QuorumController:
         self, request: controller_pb2.BrokerRegistrationRequest
     ) -> controller_pb2.BrokerRegistrationResponse:
         def plan(image: MetadataImage) -> Plan:
-            made = broker_ops.register(image, request, self._node.core.log_end_offset)
+            live = self._sessions.is_live(request.broker_id, self._clock())
+            return broker_ops.register(image, request, self._node.log_end_offset, has_live_session=live)
+
+        def planned(made: Plan) -> None:
             if not made.failed:
                 self._sessions.touch(request.broker_id, self._clock())
                 self._shutting_down.discard(request.broker_id)
-            return made
 
-        return await self._write(controller_pb2.BrokerRegistrationResponse, plan)
+        return await self._write(controller_pb2.BrokerRegistrationResponse, plan, planned)
 
     async def broker_heartbeat(
         self, request: controller_pb2.BrokerHeartbeatRequest
     ) -> controller_pb2.BrokerHeartbeatResponse:
-        def plan(image: MetadataImage) -> Plan:
-            made = broker_ops.heartbeat(image, request, self._shutting_down)
-            if not made.failed:
-                self._sessions.touch(request.broker_id, self._clock())
-                if request.want_shut_down and request.broker_id not in self._shutting_down:
-                    self._log.info("broker in controlled shutdown", broker_id=request.broker_id)
-                    self._shutting_down.add(request.broker_id)
-            return made
+        def planned(made: Plan) -> None:
+            if made.failed:
+                return
+            self._sessions.touch(request.broker_id, self._clock())
+            if request.want_shut_down and request.broker_id not in self._shutting_down:
+                self._log.info("broker in controlled shutdown", broker_id=request.broker_id)
+                self._shutting_down.add(request.broker_id)
 
-        return await self._write(controller_pb2.BrokerHeartbeatResponse, plan)
+        return await self._write(
+            controller_pb2.BrokerHeartbeatResponse,
+            lambda image: broker_ops.heartbeat(image, request, self._shutting_down),
+            planned,
+        )
 
     async def describe_cluster(
         self, request: controller_pb2.DescribeClusterRequest
@@ -394,8 +434,8 @@ class QuorumController:
 
     # sessions --------------------------------------------------------------------------
     async def tick(self) -> None:
-        """Activate if this node newly leads; fence brokers whose session has expired."""
-        if await self._ensure_active() is not None:
+        """Fence brokers whose session has expired."""
+        if not self.is_active:
             return
         for broker_id in self._sessions.expired(self._clock()):
             await self._write(
@@ -409,9 +449,10 @@ class QuorumController:
                 self._sessions.forget(broker_id)
 
     def _expire(self, image: MetadataImage, broker_id: int) -> Plan:
+        """Fence the broker, unless it heartbeated while earlier fences were committing."""
         broker = image.brokers.get(broker_id)
         response = controller_pb2.BrokerHeartbeatResponse()
-        if broker is None or broker.fenced:
+        if broker is None or broker.fenced or self._sessions.is_live(broker_id, self._clock()):
             return Plan(response)
         self._log.info("broker session expired: fencing it", broker_id=broker_id, epoch=broker.epoch)
         return Plan(response, broker_ops.fence(image, broker))

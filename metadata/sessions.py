@@ -30,6 +30,10 @@ class BrokerSessions:
     def forget(self, broker_id: int) -> None:
         self._deadlines.pop(broker_id, None)
 
+    def is_live(self, broker_id: int, now_ms: int) -> bool:
+        """The broker has a session that has not expired."""
+        return self._deadlines.get(broker_id, now_ms) > now_ms
+
     def expired(self, now_ms: int) -> list[int]:
         """Brokers whose deadline has passed, in id order."""
         return sorted(b for b, deadline in self._deadlines.items() if deadline <= now_ms)

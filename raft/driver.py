@@ -16,7 +16,13 @@ The layer above gets:
   ``submit(records)`` proposes at once and returns that future, for a caller that
   needs several batches back to back;
 - a ``StateMachine`` that receives committed batches in order and snapshots to
-  restore; it hands snapshots of its own state back with ``save_snapshot``.
+  restore; it hands snapshots of its own state back with ``save_snapshot``;
+- leadership pushed, not polled (Kafka's ``RaftClient.Listener.handleLeaderChange``):
+  listeners added with ``add_leadership_listener`` hear every change of leader or epoch.
+  This node's own leadership is announced only once its epoch's LeaderChange batch has
+  committed, and so after every earlier batch has reached the state machine: the layer
+  above may act as leader on its state at once. A resigned, stopped or failed node
+  announces no leader.
 """
 
 from __future__ import annotations
@@ -26,14 +32,17 @@ import concurrent.futures
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
 
 from raft.batch import Batch, BatchKind
+from raft.config import RaftConfig
 from raft.core import NotLeaderError, QuorumDescription, RaftCore
 from raft.effects import Ready, Snapshot, Write
-from raft.messages import Envelope
+from raft.messages import NO_LEADER, Envelope
+from raft.roles import Role
 from raft.storage.base import Storage
 from raft.transport.base import Transport
 
@@ -57,6 +66,17 @@ class StateMachine(Protocol):
 
 class BackpressureError(Exception):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndEpoch:
+    """What the layer above is told about leadership (see the module doc)."""
+
+    leader_id: int  # NO_LEADER (-1) when none is known, or this node has not yet caught up
+    epoch: int
+
+
+LeadershipListener = Callable[[LeaderAndEpoch], None]
 
 
 def monotonic_ms() -> int:
@@ -85,6 +105,8 @@ class RaftNode:
         self._writing = False
         self._pending: dict[int, tuple[int, asyncio.Future[int]]] = {}  # base offset -> (epoch, future)
         self._last_seen = (core.role_name, core.epoch, core.leader_id)
+        self._leadership = LeaderAndEpoch(NO_LEADER, core.epoch)
+        self._leadership_listeners: list[LeadershipListener] = []
         self._stopped = asyncio.Event()
         self._closed = False
         self._foreign_peers_seen = 0
@@ -108,8 +130,7 @@ class RaftNode:
             return
         self._closed = True
         if graceful and self.core.is_leader and not self._stopped.is_set():
-            self.core.resign(self._clock())
-            self._flush()
+            self.resign()
             await asyncio.sleep(grace_s)
         self._stop(NotLeaderError(self.core.leader_id, self.core.epoch))
         await self._transport.close()
@@ -120,6 +141,38 @@ class RaftNode:
         await self._stopped.wait()
 
     # API for the layer above ----------------------------------------------------------
+    @property
+    def node_id(self) -> int:
+        return self.core.node_id
+
+    @property
+    def config(self) -> RaftConfig:
+        return self.core.cfg
+
+    @property
+    def log_end_offset(self) -> int:
+        """Where the next appended batch will start."""
+        return self.core.log_end_offset
+
+    @property
+    def is_leader(self) -> bool:
+        """Raft leadership, which comes before the announcement to listeners."""
+        return self.core.is_leader
+
+    @property
+    def leadership(self) -> LeaderAndEpoch:
+        """The leadership listeners were last told about."""
+        return self._leadership
+
+    @property
+    def append_capacity(self) -> int:
+        """How many more batches ``submit`` accepts before it refuses with BackpressureError."""
+        return PENDING_APPENDS_MAX - len(self._pending)
+
+    def add_leadership_listener(self, listener: LeadershipListener) -> None:
+        """Called on the loop thread, without awaiting, on every change (see the module doc)."""
+        self._leadership_listeners.append(listener)
+
     async def append(self, records: Sequence[bytes]) -> int:
         return await self.submit(records)
 
@@ -128,13 +181,20 @@ class RaftNode:
         batches submitted one after another, with no ``await`` between, are contiguous."""
         if self._stopped.is_set():
             raise NotLeaderError(self.core.leader_id, self.core.epoch)
-        if len(self._pending) >= PENDING_APPENDS_MAX:
+        if self.append_capacity <= 0:
             raise BackpressureError(f"{PENDING_APPENDS_MAX} appends already await commit")
         position = self.core.propose(records, self._clock())
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending[position.offset] = (position.epoch, future)
         self._schedule_flush()
         return future
+
+    def resign(self) -> None:
+        """Give up leadership now (EndQuorumEpoch to the most caught-up voters), e.g. when
+        the layer above can no longer vouch for what it has proposed."""
+        if self.core.is_leader and not self._stopped.is_set():
+            self.core.resign(self._clock())
+            self._flush()
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Persist the layer above's state at a committed offset, then compact the log."""
@@ -193,6 +253,7 @@ class RaftNode:
             self._fail(core.fatal_error)
             return
         self._notice_role_change()
+        self._publish_leadership()
         if len(core.foreign_peers) != self._foreign_peers_seen:
             self._foreign_peers_seen = len(core.foreign_peers)
             self._log.error(
@@ -231,6 +292,21 @@ class RaftNode:
         self._log.info("quorum state changed", role=seen[0], epoch=seen[1], leader_id=seen[2])
         if not core.is_leader and self._pending:
             self._fail_pending(NotLeaderError(core.leader_id, core.epoch))
+
+    def _publish_leadership(self) -> None:
+        core = self.core
+        if self._stopped.is_set() or core.role is Role.RESIGNED:
+            leader_id = NO_LEADER
+        elif core.is_leader:
+            leader_id = core.node_id if core.exposed_high_watermark() >= 0 else NO_LEADER
+        else:
+            leader_id = core.leader_id
+        leadership = LeaderAndEpoch(leader_id, core.epoch)
+        if leadership == self._leadership:
+            return
+        self._leadership = leadership
+        for listener in self._leadership_listeners:
+            listener(leadership)
 
     def _arm_timer(self, wait_ms: int) -> None:
         assert self._loop is not None
@@ -272,6 +348,7 @@ class RaftNode:
         if self._timer is not None:
             self._timer.cancel()
         self._fail_pending(error)
+        self._publish_leadership()
 
     def _fail_pending(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}

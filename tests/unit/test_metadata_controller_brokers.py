@@ -181,6 +181,7 @@ def test_new_incarnation_replaces_the_old_and_leaves_its_isrs() -> None:
         c = member.controller
         epochs = await live_brokers(c)
         await create(c, "t", 3, 3)
+        quorum.clock.advance(quorum.session_timeout_ms)  # the old process died; not fenced yet
         epoch = await register(c, 101, incarnation="restarted")
         assert epoch > epochs[101]
         image = member.image
@@ -188,6 +189,32 @@ def test_new_incarnation_replaces_the_old_and_leaves_its_isrs() -> None:
         assert all(101 not in s.isr for s in partitions_of(image, "t").values())
         await heartbeat(c, 101, epoch)
         assert all(101 in s.isr for s in partitions_of(member.image, "t").values())
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_second_process_cannot_take_a_live_brokers_id() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "t", 3, 3)
+        before = log_end(member)
+        response = await c.register_broker(
+            pb.BrokerRegistrationRequest(
+                broker_id=101,
+                incarnation_id="impostor",
+                listeners=[metadata_pb2.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=9999)],
+            )
+        )
+        assert response.status.error == E.DUPLICATE_BROKER_REGISTRATION, response.status
+        assert "broker_id" in response.status.message
+        assert log_end(member) == before, "a refused registration writes nothing"
+        image = member.image
+        assert image.brokers[101].epoch == epochs[101] and not image.brokers[101].fenced
+        # The live incarnation retrying its own registration is not a duplicate.
+        assert await register(c, 101) > epochs[101]
         await quorum.close()
 
     run(body)
@@ -249,7 +276,7 @@ def test_alter_partition_is_a_compare_and_set() -> None:
             response = await refused_without_append(member, c.alter_partition(request))
             assert response.partitions[0].error == code, (request, response)
         stale = await refused_without_append(
-            member, c.alter_partition(alter(leader, 1, topic_id, 0, 0, full, 1))
+            member, c.alter_partition(alter(leader, epochs[leader] - 1, topic_id, 0, 0, full, 1))
         )
         assert stale.status.error == E.STALE_BROKER_EPOCH
 
