@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli import output, perf, quorum  # perf registers this module: import it whole, not from
+from cli import local, output, perf, proc_cpu, quorum  # perf registers this module: import it whole
 from cli.errors import CliError
 
 E = controller_pb2.ErrorCode
@@ -44,22 +45,39 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="controllers to ask (default: the local cluster from 'raftka cluster up')",
     )
     parser.add_argument("--dir", type=Path, help="local cluster directory (default: .raftka/local)")
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="also report CPU ms per commit of every node of the local cluster (from /proc)",
+    )
     parser.set_defaults(func=run_metadata)
 
 
 def run_metadata(args: argparse.Namespace) -> int:
     levels = perf.load_levels(args)
+    if args.cpu and args.bootstrap_controller:
+        raise CliError(
+            "--cpu reads the local cluster's processes: it cannot be used with --bootstrap-controller"
+        )
     addresses = quorum.bootstrap_addresses(args.bootstrap_controller, args.dir)
-    results = asyncio.run(measure(addresses, levels, args.duration, args.warmup))
+    cpu = None
+    if args.cpu:
+        nodes = local.load(local.resolve_dir(args.dir)).nodes
+        cpu = functools.partial(proc_cpu.sample, nodes)
+    results = asyncio.run(measure(addresses, levels, args.duration, args.warmup, cpu))
     if args.output == "json":
         print(output.to_json(results))
-    else:
-        rows = [
-            (r["concurrency"], f"{r['ops_per_s']:,.0f}", r["p50_ms"], r["p99_ms"], r["errors"])
-            for r in results
-        ]
-        print(output.table(["IN FLIGHT", "OPS/S", "P50 MS", "P99 MS", "ERRORS"], rows))
-        print(f"Active controller: {results[0]['controller']}")
+        return 0
+    rows = [
+        (r["concurrency"], f"{r['ops_per_s']:,.0f}", r["p50_ms"], r["p99_ms"], r["errors"]) for r in results
+    ]
+    print(output.table(["IN FLIGHT", "OPS/S", "P50 MS", "P99 MS", "ERRORS"], rows))
+    print(f"Active controller: {results[0]['controller']}")
+    if cpu is not None:
+        labels = list(results[0]["cpu_ms_per_op"])
+        rows = [(r["concurrency"], *(r["cpu_ms_per_op"][label] for label in labels)) for r in results]
+        print("CPU ms per commit:")
+        print(output.table(["IN FLIGHT", *(label.upper() for label in labels)], rows))
     return 0
 
 
@@ -81,15 +99,22 @@ class _Stubs:
             await channel.close()
 
 
+CpuSampler = Callable[[], dict[str, float]]
+
+
 async def measure(
-    addresses: Sequence[str], levels: Sequence[int], duration_s: float, warmup_s: float
+    addresses: Sequence[str],
+    levels: Sequence[int],
+    duration_s: float,
+    warmup_s: float,
+    cpu: CpuSampler | None = None,
 ) -> list[dict[str, Any]]:
     stubs = _Stubs()
     try:
         active = await find_active(stubs, addresses, FIND_TIMEOUT_S)
         await ensure_topic(stubs[active])
         return [
-            {**await closed_loop(stubs[active], n, duration_s, warmup_s), "controller": active}
+            {**await closed_loop(stubs[active], n, duration_s, warmup_s, cpu), "controller": active}
             for n in levels
         ]
     finally:
@@ -145,7 +170,11 @@ def commit_request(group: str, offset: int) -> controller_pb2.OffsetCommitReques
 
 
 async def closed_loop(
-    stub: controller_pb2_grpc.ControllerStub, concurrency: int, duration_s: float, warmup_s: float
+    stub: controller_pb2_grpc.ControllerStub,
+    concurrency: int,
+    duration_s: float,
+    warmup_s: float,
+    cpu: CpuSampler | None = None,
 ) -> dict[str, Any]:
     latencies_s: list[float] = []
     errors: dict[str, int] = {}
@@ -174,18 +203,24 @@ async def closed_loop(
     tasks = [asyncio.create_task(worker(n)) for n in range(concurrency)]
     try:
         await asyncio.sleep(warmup_s)
+        cpu_before = cpu() if cpu else {}
         measuring = True
         started = time.perf_counter()
         await asyncio.sleep(duration_s)
         measuring = False
         elapsed_s = time.perf_counter() - started
+        cpu_after = cpu() if cpu else {}
     finally:
         stop = True
         await asyncio.gather(*tasks)
     if not latencies_s:
         raise CliError(f"no offset commit succeeded at concurrency {concurrency}; errors: {errors}")
     latencies_s.sort()
+    cpu_ms = (
+        {"cpu_ms_per_op": proc_cpu.per_operation_ms(cpu_before, cpu_after, len(latencies_s))} if cpu else {}
+    )
     return {
+        **cpu_ms,
         "concurrency": concurrency,
         "ops_per_s": round(len(latencies_s) / elapsed_s, 1),
         "p50_ms": round(percentile(latencies_s, 50) * 1e3, 2),

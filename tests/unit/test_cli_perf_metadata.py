@@ -143,3 +143,24 @@ def test_bad_flags_fail_before_any_load(flags, problem, capsys) -> None:
         main(["perf", "metadata", "--bootstrap-controller", "127.0.0.1:1", *flags])
     assert exit_info.value.code == 1
     assert problem in capsys.readouterr().err
+
+
+def test_cpu_is_sampled_around_the_measured_window_only(cluster) -> None:
+    active, bootstrap = cluster
+    samples: list[dict[str, float]] = []
+
+    def sampler() -> dict[str, float]:
+        samples.append({"controller-1": 1.0 + len(samples), "broker-4": 0.5})
+        return samples[-1]
+
+    results = asyncio.run(perf_metadata.measure(bootstrap, [2], duration_s=0.3, warmup_s=0.1, cpu=sampler))
+    assert len(samples) == 2, "one sample when measuring starts, one when it stops"
+    ops = results[0]["ops"]
+    assert results[0]["cpu_ms_per_op"] == {"controller-1": round(1e3 / ops, 3), "broker-4": 0.0}
+
+
+def test_cpu_needs_the_local_cluster(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["perf", "metadata", "--bootstrap-controller", "127.0.0.1:1", "--cpu"])
+    assert exit_info.value.code == 1
+    assert "--cpu" in capsys.readouterr().err
