@@ -95,7 +95,7 @@ async def start_broker(config: NodeConfig) -> Broker:
     state_machine.add_listener(lambda image: log_role_changes(roles_log, partitions.update(image)))
     node = await open_node(config, state_machine)
     await node.start()
-    link = ControllerLink(addresses, lambda: node.core.leader_id, CONTROLLER_REQUEST_TIMEOUT_S)
+    link = ControllerLink(addresses, lambda: node.leadership.leader_id, CONTROLLER_REQUEST_TIMEOUT_S)
     host, port = parse_host_port(config.listener, "listener")
     lifecycle = BrokerLifecycle(
         config.node_id,

@@ -55,7 +55,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
     controller = QuorumController(
         node,
         state_machine,
-        cluster_id=node.core.cluster_id,
+        cluster_id=node.cluster_id,
         addresses=config.voter_addresses,
         session_timeout_ms=config.controller.session_timeout_ms,
         max_partitions_per_topic=config.controller.max_partitions_per_topic,
@@ -63,7 +63,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
     service = ControllerService(controller)
     await node.start()
     return ControllerNode(
-        node, state_machine, controller, node.core.cluster_id, asyncio.create_task(controller.run())
+        node, state_machine, controller, node.cluster_id, asyncio.create_task(controller.run())
     )
 
 

@@ -146,6 +146,10 @@ class RaftNode:
         return self.core.node_id
 
     @property
+    def cluster_id(self) -> str:
+        return self.core.cluster_id
+
+    @property
     def config(self) -> RaftConfig:
         return self.core.cfg
 
