@@ -413,7 +413,7 @@ class RaftCore:
             return
         self._lost_leader = self.leader_id if self.leader_id != self.node_id else NO_LEADER
         self._transition(Role.PROSPECTIVE, self.epoch)
-        self._election_deadline = self._now + self._election_timeout()
+        self._election_deadline = self._now + self._election_window()
         self._granted.add(self.node_id)
         self._campaign(pre_vote=True)
 
@@ -421,7 +421,7 @@ class RaftCore:
         self._transition(Role.CANDIDATE, self.epoch + 1)
         self.voted_id = self.node_id
         self._persist_state()
-        self._election_deadline = self._now + self._election_timeout()
+        self._election_deadline = self._now + self._election_window()
         self._granted.add(self.node_id)
         self._campaign(pre_vote=False)
 
@@ -1054,6 +1054,14 @@ class RaftCore:
     def _election_timeout(self) -> int:
         t = self.cfg.election_timeout_ms
         return self.rng.randrange(t, 2 * t)
+
+    def _election_window(self) -> int:
+        """How long one (pre-)vote round may take: [T, 2T) at first, twice as wide after
+        every failed election (up to the backoff maximum). A round trip slower than 2T
+        (slow links, slow fsyncs) then ends up fitting instead of failing forever."""
+        t = self.cfg.election_timeout_ms
+        widest = max(2 * t, self.cfg.election_backoff_max_ms)
+        return self.rng.randrange(t, min(widest, (2 * t) << min(self._failed_elections, 16)))
 
     def _backoff(self) -> int:
         t = self.cfg.election_timeout_ms

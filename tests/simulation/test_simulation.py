@@ -99,6 +99,22 @@ def test_leader_crash_then_recovery(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_election_slower_than_its_first_window_still_succeeds(seed: int) -> None:
+    """Seeds 3115 and 5200 (issue 7): with one voter unable to vote, the other two must
+    agree, and a vote round trip over slow links took longer than the candidate's
+    [T, 2T) window every time, so no election ever completed. The window now widens
+    with each failed election."""
+    with scenario(seed) as cluster:
+        old = leader(cluster)
+        a, b = sorted(cluster.voters - {old})
+        cluster.crash(old)
+        slow_ms = 2 * cluster.config.election_timeout_ms  # each way: a round trip is over 4T
+        cluster.network.slow((a, b), slow_ms)
+        cluster.network.slow((b, a), slow_ms)
+        assert cluster.run_until(lambda: cluster.leader_id() in (a, b), 10_000), "no leader elected"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
 def test_partitioned_leader_cannot_commit(seed: int) -> None:
     """A leader cut off from the other voters (observers still attached) commits nothing."""
     with scenario(seed) as cluster:
