@@ -7,10 +7,15 @@ RemoveGroupOffsetsRecord; a group with any commit inside the retention keeps the
 
 from __future__ import annotations
 
+from raftka.v1 import controller_pb2 as pb
+
 from metadata import offset_ops
+from metadata.controller import OFFSET_EXPIRY_INTERVAL_MS
 from metadata.image import EMPTY, MetadataImage
 from metadata.plan import Plan
+from tests.metadata_sim.quorum import ManualClock
 from tests.unit import metadata_support as m
+from tests.unit.metadata_controller_support import E, create, live_brokers, log_end, run, single
 from tests.unit.metadata_support import replay
 
 T1 = m.topic_id(1)
@@ -59,3 +64,45 @@ def test_at_most_records_max_groups_per_call_and_the_rest_next_time() -> None:
 def test_nothing_to_expire_writes_nothing() -> None:
     assert removed(expire(EMPTY)) == []
     assert removed(expire(with_commits(m.commit("g", T1, 0, 1, ts=NOW_MS)))) == []
+
+
+def commit(group: str, offset: int) -> pb.OffsetCommitRequest:
+    request = pb.OffsetCommitRequest(group=group)
+    request.topics.add(topic="t").partitions.add(partition=0, offset=offset)
+    return request
+
+
+def test_an_idle_group_expires_on_the_controller_tick_and_fetch_then_finds_nothing() -> None:
+    async def body() -> None:
+        wall = ManualClock()
+        retention_ms = 60_000
+        quorum, member = await single(
+            wall_clock=wall,
+            offsets_retention_ms=retention_ms,
+            session_timeout_ms=10 * OFFSET_EXPIRY_INTERVAL_MS,
+        )
+        c = member.controller
+        await live_brokers(c)
+        await create(c, "t", 1, 1)
+        assert (await c.commit_offsets(commit("idle", 5))).partitions[0].error == E.NONE
+        wall.advance(retention_ms // 2)
+        assert (await c.commit_offsets(commit("busy", 7))).partitions[0].error == E.NONE
+        wall.advance(retention_ms // 2)  # idle: exactly the retention ago; busy: half of it
+
+        before = log_end(member)
+        await c.tick()  # the last expiry check ran at activation: not due yet
+        assert set(member.image.offsets) == {"idle", "busy"} and log_end(member) == before
+
+        quorum.clock.advance(OFFSET_EXPIRY_INTERVAL_MS)
+        await c.tick()
+        assert set(member.image.offsets) == {"busy"}
+        assert log_end(member) == before + 1, "one RemoveGroupOffsetsRecord"
+        wanted = [pb.TopicPartitions(topic="t")]
+        idle = await c.fetch_offsets(pb.OffsetFetchRequest(group="idle", topics=wanted))
+        busy = await c.fetch_offsets(pb.OffsetFetchRequest(group="busy", topics=wanted))
+        assert [(o.offset, o.error) for o in idle.offsets] == [(offset_ops.NOTHING_COMMITTED, E.NONE)]
+        assert [(o.offset, o.error) for o in busy.offsets] == [(7, E.NONE)]
+        assert not (await c.fetch_offsets(pb.OffsetFetchRequest(group="idle"))).offsets
+        await quorum.close()
+
+    run(body)
