@@ -71,6 +71,7 @@ log = structlog.get_logger("metadata.controller")
 WRITES_IN_FLIGHT_MAX = 4096  # bound: writes awaiting commit; more are refused as REQUEST_TIMED_OUT
 CLAIM_WAIT_S = 5.0  # a request to a leader that has not claimed yet waits this long at most
 TICK_INTERVAL_MS = 50  # how often broker sessions are checked
+OFFSET_EXPIRY_INTERVAL_MS = 60_000  # how often the active controller looks for idle groups to expire
 NOOP = MetadataRecord(no_op=metadata_pb2.NoOpRecord())
 
 Status = controller_pb2.Status
@@ -90,6 +91,7 @@ class QuorumController:
         addresses: Mapping[int, str],
         session_timeout_ms: int,
         max_partitions_per_topic: int,
+        offsets_retention_ms: int,
         clock: Callable[[], int] = monotonic_ms,
         wall_clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -102,6 +104,8 @@ class QuorumController:
         self._records_max = node.config.append_max_records
         self._limits = topic_ops.Limits(max_partitions_per_topic, self._records_max)
         self._sessions = BrokerSessions(session_timeout_ms)
+        self._offsets_retention_ms = offsets_retention_ms
+        self._next_offset_expiry_ms = 0  # monotonic: the first tick as active controller looks
         self._shutting_down: set[int] = set()  # brokers in controlled shutdown
         self._leadership = node.leadership
         self._active_epoch: int | None = None
@@ -434,7 +438,8 @@ class QuorumController:
 
     # sessions --------------------------------------------------------------------------
     async def tick(self) -> None:
-        """Fence brokers whose session has expired."""
+        """Fence brokers whose session has expired; now and then, expire the offsets of
+        idle groups."""
         if not self.is_active:
             return
         for broker_id in self._sessions.expired(self._clock()):
@@ -447,6 +452,9 @@ class QuorumController:
             broker = image.brokers.get(broker_id)
             if broker is None or broker.fenced:
                 self._sessions.forget(broker_id)
+        if self._clock() >= self._next_offset_expiry_ms:
+            self._next_offset_expiry_ms = self._clock() + OFFSET_EXPIRY_INTERVAL_MS
+            await self._write(controller_pb2.OffsetCommitResponse, self._expire_offsets)
 
     def _expire(self, image: MetadataImage, broker_id: int) -> Plan:
         """Fence the broker, unless it heartbeated while earlier fences were committing."""
@@ -456,6 +464,12 @@ class QuorumController:
             return Plan(response)
         self._log.info("broker session expired: fencing it", broker_id=broker_id, epoch=broker.epoch)
         return Plan(response, broker_ops.fence(image, broker))
+
+    def _expire_offsets(self, image: MetadataImage) -> Plan:
+        made = offset_ops.expire(image, self._wall_clock(), self._offsets_retention_ms, self._records_max)
+        if made.records:
+            self._log.info("committed offsets expired", groups=len(made.records))
+        return made
 
     async def run(self) -> None:
         """Tick until cancelled."""

@@ -299,6 +299,11 @@ class MetadataDelta:
             r.offset, r.metadata, r.commit_timestamp_ms
         )
 
+    def _remove_group_offsets(self, r: metadata_pb2.RemoveGroupOffsetsRecord) -> None:
+        if not self._offsets.get(r.group):
+            raise ReplayError(f"RemoveGroupOffsetsRecord: group {r.group!r} has no committed offsets")
+        self._offsets.drop(r.group)
+
 
 _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "register_broker": MetadataDelta._register_broker,
@@ -314,5 +319,6 @@ _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "producer_ids": MetadataDelta._producer_ids,
     "no_op": MetadataDelta._no_op,
     "offset_commit": MetadataDelta._offset_commit,
+    "remove_group_offsets": MetadataDelta._remove_group_offsets,
 }
 assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

@@ -1,8 +1,15 @@
-"""Consumer offsets: commit and fetch, kept in the quorum (DESIGN.md "Metadata").
+"""Consumer offsets: commit, fetch and expiry, kept in the quorum (DESIGN.md "Metadata").
 
 A commit writes one OffsetCommitRecord per partition, all in one batch; partitions of
 unknown topics, or beyond a topic's partitions, get UNKNOWN_TOPIC_OR_PARTITION and
 write nothing while the rest of the request goes ahead.
+
+Offsets expire as Kafka's do after ``offsets.retention.minutes``, so groups that are
+gone cannot grow the image without bound. Kafka expires a group's offsets once the
+group has no members and the retention has passed; the quorum knows no members, so here
+the group's newest commit decides: a group that has committed nothing for the retention
+loses all its offsets (one RemoveGroupOffsetsRecord), a group with any recent commit
+keeps all of them.
 """
 
 from __future__ import annotations
@@ -57,6 +64,25 @@ def commit(
             )
             records.append(MetadataRecord(offset_commit=record))
     return Plan(response, records)
+
+
+def expire(image: MetadataImage, now_wall_ms: int, retention_ms: int, records_max: int) -> Plan:
+    """Remove the offsets of groups whose newest commit is ``retention_ms`` old or more.
+
+    At most ``records_max`` groups per call, by name: the rest go next time. The answer
+    is for no one (the controller expires on its own), so it is an empty response.
+    """
+    cutoff_ms = now_wall_ms - retention_ms
+    expired = sorted(
+        group
+        for group, committed in image.offsets.items()
+        if all(c.commit_timestamp_ms <= cutoff_ms for c in committed.values())
+    )
+    records = [
+        MetadataRecord(remove_group_offsets=metadata_pb2.RemoveGroupOffsetsRecord(group=group))
+        for group in expired[:records_max]
+    ]
+    return Plan(controller_pb2.OffsetCommitResponse(), records)
 
 
 def fetch(

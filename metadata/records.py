@@ -219,6 +219,11 @@ def _check_offset_commit(r: metadata_pb2.OffsetCommitRecord) -> None:
         raise RecordError(f"{kind}.offset: {r.offset} is negative")
 
 
+def _check_remove_group_offsets(r: metadata_pb2.RemoveGroupOffsetsRecord) -> None:
+    if not r.group:
+        raise RecordError("RemoveGroupOffsetsRecord.group: empty")
+
+
 def _no_fields(_: Message) -> None:
     pass
 
@@ -237,5 +242,6 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "producer_ids": _check_producer_ids,
     "no_op": _no_fields,
     "offset_commit": _check_offset_commit,
+    "remove_group_offsets": _check_remove_group_offsets,
 }
 assert set(_CHECKS) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

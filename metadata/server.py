@@ -59,6 +59,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
         addresses=config.voter_addresses,
         session_timeout_ms=config.controller.session_timeout_ms,
         max_partitions_per_topic=config.controller.max_partitions_per_topic,
+        offsets_retention_ms=config.controller.offsets_retention_minutes * 60_000,
     )
     service = ControllerService(controller)
     await node.start()

@@ -61,6 +61,7 @@ class JournalConfig:
 class ControllerConfig:
     session_timeout_ms: int = 9_000  # a broker without a heartbeat this long is fenced
     max_partitions_per_topic: int = 10_000
+    offsets_retention_minutes: int = 10_080  # a group that commits nothing this long loses its offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "journal.snapshot_interval_records": (int, JournalConfig().snapshot_interval_records),
     "controller.session_timeout_ms": (int, ControllerConfig().session_timeout_ms),
     "controller.max_partitions_per_topic": (int, ControllerConfig().max_partitions_per_topic),
+    "controller.offsets_retention_minutes": (int, ControllerConfig().offsets_retention_minutes),
     "metadata.snapshot_interval_records": (int, MetadataConfig().snapshot_interval_records),
     "broker.rack": (str, BrokerConfig().rack),
     "broker.heartbeat_interval_ms": (int, BrokerConfig().heartbeat_interval_ms),
@@ -133,6 +135,7 @@ _POSITIVE = (
     "journal.snapshot_interval_records",
     "controller.session_timeout_ms",
     "controller.max_partitions_per_topic",
+    "controller.offsets_retention_minutes",
     "metadata.snapshot_interval_records",
     "broker.heartbeat_interval_ms",
 )
@@ -198,7 +201,9 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         log=LogConfig(values["log.segment_bytes"], values["log.archive_segments"]),
         journal=JournalConfig(values["journal.snapshot_interval_records"]),
         controller=ControllerConfig(
-            values["controller.session_timeout_ms"], values["controller.max_partitions_per_topic"]
+            values["controller.session_timeout_ms"],
+            values["controller.max_partitions_per_topic"],
+            values["controller.offsets_retention_minutes"],
         ),
         metadata=MetadataConfig(values["metadata.snapshot_interval_records"]),
         broker=BrokerConfig(values["broker.rack"], values["broker.heartbeat_interval_ms"]),
@@ -269,6 +274,7 @@ def render_toml(config: NodeConfig) -> str:
         "journal.snapshot_interval_records": config.journal.snapshot_interval_records,
         "controller.session_timeout_ms": config.controller.session_timeout_ms,
         "controller.max_partitions_per_topic": config.controller.max_partitions_per_topic,
+        "controller.offsets_retention_minutes": config.controller.offsets_retention_minutes,
         "metadata.snapshot_interval_records": config.metadata.snapshot_interval_records,
         "broker.rack": config.broker.rack,
         "broker.heartbeat_interval_ms": config.broker.heartbeat_interval_ms,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from metadata.controller import QuorumController
+from metadata.controller import QuorumController, wall_clock_ms
 from metadata.image import MetadataImage
 from metadata.state_machine import MetadataStateMachine
 from raft.config import RaftConfig
@@ -84,10 +84,12 @@ class Quorum:
     size: int = 3
     session_timeout_ms: int = 9_000
     max_partitions_per_topic: int = 10_000
+    offsets_retention_ms: int = 7 * 24 * 3_600_000
     snapshot_interval_records: int = 10_000
     raft: RaftConfig = FAST_RAFT
     seed: int = 0
     clock: ManualClock = field(default_factory=ManualClock)
+    wall_clock: Callable[[], int] = wall_clock_ms  # commit timestamps; a ManualClock to expire offsets
     network: MemoryNetwork = field(default_factory=MemoryNetwork)
     members: dict[int, Member] = field(default_factory=dict)
 
@@ -127,7 +129,9 @@ class Quorum:
                 addresses={v: address(v) for v in self.voter_ids},
                 session_timeout_ms=self.session_timeout_ms,
                 max_partitions_per_topic=self.max_partitions_per_topic,
+                offsets_retention_ms=self.offsets_retention_ms,
                 clock=self.clock,
+                wall_clock=self.wall_clock,
             )
             self.members[node_id] = Member(node, state_machine, controller)
             await node.start()

@@ -129,6 +129,10 @@ def commit(group: str, tid: bytes, partition_id: int, offset: int, metadata: str
     )
 
 
+def remove_group_offsets(group: str) -> Record:
+    return Record(remove_group_offsets=pb.RemoveGroupOffsetsRecord(group=group))
+
+
 def replay(image: MetadataImage, *records: Record, offset: int | None = None) -> MetadataImage:
     """``records`` as one delta; the next offset defaults to one past the image per record."""
     delta = MetadataDelta(image)
@@ -173,6 +177,7 @@ def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
     options += ["fence", "unfence", "unregister"] if brokers else []
     options += ["partition", "remove", "config_topic"] if topics else []
     options += ["change", "change", "commit", "commit"] if with_partitions else []
+    options += ["remove_group_offsets"] if image.offsets else []
     kind = _pick(draw, options)
     if kind == "register":
         broker_id = _pick(draw, BROKER_IDS)
@@ -230,6 +235,8 @@ def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
         return producer_ids(image.next_producer_id + draw(st.integers(1, 1000)))
     if kind == "no_op":
         return no_op()
+    if kind == "remove_group_offsets":
+        return remove_group_offsets(_pick(draw, sorted(image.offsets)))
     tid = _pick(draw, with_partitions)
     partition_id = _pick(draw, sorted(topics[tid].partitions))
     return commit(_pick(draw, GROUPS), tid, partition_id, draw(st.integers(0, 10**6)), "m", ts=7)

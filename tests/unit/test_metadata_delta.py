@@ -223,6 +223,27 @@ def test_offset_commit_overwrites_per_group_and_partition(cluster: MetadataImage
     }
 
 
+def test_remove_group_offsets_drops_that_group_and_no_other(cluster: MetadataImage) -> None:
+    image = replay(cluster, m.commit("g", T1, 0, 5), m.commit("g", T2, 0, 6), m.commit("h", T1, 0, 9))
+    after = replay(image, m.remove_group_offsets("g"))
+    assert after.offsets == {"h": {(T1, 0): CommittedOffset(9, "", 1)}}
+    assert after.offsets["h"] is image.offsets["h"]
+
+
+def test_a_group_removed_and_committed_again_in_one_delta_starts_afresh(cluster: MetadataImage) -> None:
+    image = replay(
+        cluster, m.commit("g", T1, 0, 5), m.remove_group_offsets("g"), m.commit("g", T1, 1, 7, ts=2)
+    )
+    assert image.offsets == {"g": {(T1, 1): CommittedOffset(7, "", 2)}}
+
+
+def test_remove_group_offsets_of_a_group_with_none_is_refused(cluster: MetadataImage) -> None:
+    with pytest.raises(ReplayError, match="RemoveGroupOffsetsRecord: group 'g' has no committed offsets"):
+        replay(cluster, m.remove_group_offsets("g"))
+    with pytest.raises(ReplayError, match="group 'g' has no committed offsets"):
+        replay(cluster, m.commit("g", T1, 0, 5), m.remove_group_offsets("g"), m.remove_group_offsets("g"))
+
+
 def test_no_op_changes_only_the_offset(cluster: MetadataImage) -> None:
     image = replay(cluster, m.no_op())
     assert image.offset == cluster.offset + 1
@@ -240,7 +261,14 @@ def test_an_empty_record_is_refused() -> None:
 def test_a_refused_record_leaves_the_delta_as_it_was(cluster: MetadataImage) -> None:
     delta = MetadataDelta(cluster)
     delta.replay(m.change(T1, 0, isr=[1, 2]))
-    for bad in (m.change(T1, 1, isr=[9]), m.remove(m.topic_id(99)), m.fence(1, 0), m.commit("g", T1, 9, 1)):
+    bad_records = (
+        m.change(T1, 1, isr=[9]),
+        m.remove(m.topic_id(99)),
+        m.fence(1, 0),
+        m.commit("g", T1, 9, 1),
+        m.remove_group_offsets("nobody"),
+    )
+    for bad in bad_records:
         with pytest.raises(ReplayError):
             delta.replay(bad)
     assert delta.apply(cluster.offset + 1) == replay(cluster, m.change(T1, 0, isr=[1, 2]))

@@ -127,6 +127,16 @@ def test_a_snapshot_that_is_not_a_metadata_image(tmp_path: Path) -> None:
     assert "not a version 1 metadata snapshot" in line["error"]
 
 
+def test_removed_group_offsets_are_dumped_with_the_group(tmp_path: Path) -> None:
+    storage = FileStorage(tmp_path)
+    storage.load()
+    removal = records.encode(m.remove_group_offsets("g"))
+    storage.write(Write(write_id=1, append=(_batch(0, BatchKind.DATA, removal),)))
+    storage.close()
+    [line] = list(iter_metadata_dump(tmp_path))
+    assert (line["type"], line["data"]) == ("REMOVE_GROUP_OFFSETS_RECORD", {"group": "g"})
+
+
 def test_an_empty_dir_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="no segment or snapshot files"):
         list(iter_metadata_dump(tmp_path))

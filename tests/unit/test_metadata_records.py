@@ -27,6 +27,7 @@ EVERY_TYPE = {
     "PRODUCER_IDS_RECORD": m.producer_ids(1000, broker_id=101, broker_epoch=7),
     "NO_OP_RECORD": m.no_op(),
     "OFFSET_COMMIT_RECORD": m.commit("g", TID, 3, 42, "meta", ts=1_700_000_000_000),
+    "REMOVE_GROUP_OFFSETS_RECORD": m.remove_group_offsets("g"),
 }
 
 
@@ -73,6 +74,7 @@ def test_json_keeps_every_field_with_numbers_as_numbers() -> None:
         "fenced": True,
     }
     assert records.to_json(EVERY_TYPE["NO_OP_RECORD"]) == {}
+    assert records.to_json(EVERY_TYPE["REMOVE_GROUP_OFFSETS_RECORD"]) == {"group": "g"}
 
 
 def test_json_leaves_out_what_a_record_leaves_unset() -> None:
@@ -133,6 +135,7 @@ MALFORMED = [
     (m.producer_ids(0), "ProducerIdsRecord.next_producer_id"),
     (m.commit("", TID, 0, 1), "OffsetCommitRecord.group: empty"),
     (m.commit("g", TID, 0, -1), "OffsetCommitRecord.offset: -1"),
+    (m.remove_group_offsets(""), "RemoveGroupOffsetsRecord.group: empty"),
     (m.feature("", 1), "FeatureLevelRecord.name: empty"),
 ]
 

@@ -42,6 +42,12 @@ def test_round_trip_of_every_part_of_the_image() -> None:
     assert decode_image(encode_image(image)) == image
 
 
+def test_a_group_whose_offsets_were_removed_is_not_in_the_snapshot() -> None:
+    image = replay(populated(), m.commit("h", T1, 0, 7), m.remove_group_offsets("g"))
+    assert set(image.offsets) == {"h"}
+    assert decode_image(encode_image(image)) == image
+
+
 def test_the_empty_image_round_trips() -> None:
     assert decode_image(encode_image(EMPTY)) == EMPTY
 

@@ -193,10 +193,11 @@ def broker(**overrides: Any) -> dict[str, Any]:
 
 def test_controller_metadata_and_broker_keys_have_defaults() -> None:
     config = parse(minimal())
-    assert (config.controller.session_timeout_ms, config.controller.max_partitions_per_topic) == (
-        9000,
-        10_000,
-    )
+    assert (
+        config.controller.session_timeout_ms,
+        config.controller.max_partitions_per_topic,
+        config.controller.offsets_retention_minutes,
+    ) == (9000, 10_000, 7 * 24 * 60)
     assert config.metadata.snapshot_interval_records == 10_000
     assert (config.broker.rack, config.broker.heartbeat_interval_ms) == ("", 2000)
 
@@ -237,6 +238,10 @@ def test_broker_sample_loads_and_documents_every_key() -> None:
         (
             minimal(controller={"max_partitions_per_topic": 0, "quorum": {"voters": VOTERS}}),
             "controller.max_partitions_per_topic",
+        ),
+        (
+            minimal(controller={"offsets_retention_minutes": 0, "quorum": {"voters": VOTERS}}),
+            "controller.offsets_retention_minutes",
         ),
         (minimal(metadata={"snapshot_interval_records": 0}), "metadata.snapshot_interval_records"),
         (broker(broker={"heartbeat_interval_ms": -1}), "broker.heartbeat_interval_ms"),

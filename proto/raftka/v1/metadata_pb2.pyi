@@ -168,8 +168,14 @@ class OffsetCommitRecord(_message.Message):
     commit_timestamp_ms: int
     def __init__(self, group: _Optional[str] = ..., topic_id: _Optional[bytes] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_timestamp_ms: _Optional[int] = ...) -> None: ...
 
+class RemoveGroupOffsetsRecord(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
 class MetadataRecord(_message.Message):
-    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "producer_ids", "no_op", "offset_commit")
+    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "producer_ids", "no_op", "offset_commit", "remove_group_offsets")
     REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     UNREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     FENCE_BROKER_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +189,7 @@ class MetadataRecord(_message.Message):
     PRODUCER_IDS_FIELD_NUMBER: _ClassVar[int]
     NO_OP_FIELD_NUMBER: _ClassVar[int]
     OFFSET_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_GROUP_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     register_broker: RegisterBrokerRecord
     unregister_broker: UnregisterBrokerRecord
     fence_broker: FenceBrokerRecord
@@ -196,4 +203,5 @@ class MetadataRecord(_message.Message):
     producer_ids: ProducerIdsRecord
     no_op: NoOpRecord
     offset_commit: OffsetCommitRecord
-    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., feature_level: _Optional[_Union[FeatureLevelRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., offset_commit: _Optional[_Union[OffsetCommitRecord, _Mapping]] = ...) -> None: ...
+    remove_group_offsets: RemoveGroupOffsetsRecord
+    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., feature_level: _Optional[_Union[FeatureLevelRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., offset_commit: _Optional[_Union[OffsetCommitRecord, _Mapping]] = ..., remove_group_offsets: _Optional[_Union[RemoveGroupOffsetsRecord, _Mapping]] = ...) -> None: ...
