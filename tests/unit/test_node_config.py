@@ -132,6 +132,7 @@ def test_absolute_data_dir_is_kept() -> None:
         (minimal(log={"segment_bytes": 0}), "log.segment_bytes"),
         (minimal(log={"archive_segments": "yes"}), "log.archive_segments"),
         (minimal(journal={"snapshot_interval_records": -5}), "journal.snapshot_interval_records"),
+        (minimal(raft={"fetch_max_batches": 0}), "raft.fetch_max_batches"),
         (minimal(logging={"level": "loud"}), "logging.level"),
         (minimal(logging={"format": "xml"}), "logging.format"),
         (minimal(brokers=1), "brokers"),
