@@ -1,10 +1,10 @@
 """The core's view of the replicated log: the latest snapshot plus the batches after it.
 
-Everything since the last snapshot is held in memory (the layer above snapshots every
-N records, which bounds it), so the core can answer fetches and compare logs without
-I/O; reads walk it by index and copy no more than they return. An epoch index maps
-each epoch to its first offset, which is what diverging-fetch truncation and fetch
-validation need.
+Everything since the last snapshot is held in memory (the layer above snapshots on
+records, bytes and time, which bounds it: ``raft.snapshot_schedule``), so the core can
+answer fetches and compare logs without I/O; reads walk it by index and copy no more
+than they return. An epoch index maps each epoch to its first offset, which is what
+diverging-fetch truncation and fetch validation need.
 """
 
 from __future__ import annotations
