@@ -87,9 +87,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         raise ServerError(f"node_id: a broker's id must not be a voter, got {config.node_id}")
     addresses = config.voter_addresses
     node: RaftNode
-    state_machine = MetadataStateMachine(
-        config.metadata.snapshot_interval_records, lambda snapshot: node.save_snapshot(snapshot)
-    )
+    state_machine = MetadataStateMachine(config.metadata, lambda snapshot: node.save_snapshot(snapshot))
     partitions = BrokerPartitions(config.node_id)
     roles_log = log.bind(node_id=config.node_id, role="broker")  # runs in raft's callbacks: bind here
     state_machine.add_listener(lambda image: log_role_changes(roles_log, partitions.update(image)))

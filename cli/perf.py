@@ -32,6 +32,9 @@ from raft.storage import meta
 
 LEADER_ID = 1
 FOLLOWER_ELECTION_TIMEOUT_MS = 1000  # followers wait; the in-process node wins the election
+NEVER_SNAPSHOT = JournalConfig(
+    snapshot_interval_records=1 << 40, snapshot_interval_bytes=1 << 60, snapshot_interval_ms=0
+)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -131,7 +134,7 @@ def write_configs(base: Path) -> list[NodeConfig]:
             voters=voters,
             listener=voter.address,
             raft=dataclasses.replace(RaftConfig(), election_timeout_ms=timeout),
-            journal=JournalConfig(snapshot_interval_records=1 << 40),  # measure the quorum, not snapshots
+            journal=NEVER_SNAPSHOT,  # measure the quorum, not snapshots
             logging=LoggingConfig(level="warning"),
         )
         (node_dir / "server.toml").write_text(render_toml(config), encoding="utf-8")

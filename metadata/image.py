@@ -65,7 +65,7 @@ class CommittedOffset:
 
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
-    offset: int = 0  # the next offset after the last record this image includes
+    offset: int = 0  # the next offset after the last record this image includes (raft's own too)
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=frozen)
     topics_by_id: Mapping[bytes, TopicImage] = field(default_factory=frozen)
     topic_ids_by_name: Mapping[str, bytes] = field(default_factory=frozen)

@@ -44,9 +44,7 @@ class ControllerNode:
 async def start_controller(config: NodeConfig) -> ControllerNode:
     """Recover storage, build core, transport, image and controller, and start serving."""
     node: RaftNode
-    state_machine = MetadataStateMachine(
-        config.metadata.snapshot_interval_records, lambda snapshot: node.save_snapshot(snapshot)
-    )
+    state_machine = MetadataStateMachine(config.metadata, lambda snapshot: node.save_snapshot(snapshot))
     node = await open_node(
         config,
         state_machine,

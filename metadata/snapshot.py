@@ -63,7 +63,11 @@ def encode_image(image: MetadataImage, *, timestamp_ms: int = -1) -> bytes:
 
 
 def decode_image(data: bytes) -> MetadataImage:
-    contents = read_snapshot(data)
+    return rebuild_image(read_snapshot(data))
+
+
+def rebuild_image(contents: SnapshotContents) -> MetadataImage:
+    """Replay checked snapshot contents (``read_snapshot``) into the image they hold."""
     delta = MetadataDelta(MetadataImage())
     for index, raw in enumerate(contents.records):
         try:

@@ -1,16 +1,19 @@
 """MetadataStateMachine: the metadata image kept by every node that follows the log.
 
-Raft hands it committed DATA batches in order (``apply``) and snapshots to start from
-(``restore``); it replays each batch onto the current image through one
+Raft hands it every committed batch in order (``apply``) and snapshots to start from
+(``restore``); it replays each DATA batch onto the current image through one
 ``MetadataDelta`` and publishes the new image to its listeners (the controller, the
 broker). A batch is atomic: one controller request. If any record of it cannot be
 decoded or replayed, the whole batch is skipped and logged; every replica runs the same
 code on the same log, so every replica skips it alike, and none stops following the log.
+Raft's control batches (LeaderChange, the idle leader's NoOps) change nothing but the
+image's offset.
 
-Every ``snapshot_interval_records`` records it snapshots the image at the batch
-boundary and hands it to raft (``save_snapshot``). Encoding a large image takes a while,
-so inside an event loop it runs on a worker thread (the image is immutable) and the
-result is handed back on the loop; at most one snapshot is in flight.
+When its ``SnapshotPolicy`` says so (records, bytes or time since the last snapshot:
+``raft.snapshot_schedule``) it snapshots the image at the batch boundary, control
+batches included, and hands it to raft (``save_snapshot``). Encoding a large image
+takes a while, so inside an event loop it runs on a worker thread (the image is
+immutable) and the result is handed back on the loop; at most one snapshot is in flight.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from metadata import records
 from metadata.delta import MetadataDelta, ReplayError
 from metadata.image import EMPTY, MetadataImage
 from metadata.records import RecordError
-from metadata.snapshot import SnapshotError, decode_image, encode_image
+from metadata.snapshot import SnapshotError, encode_image, read_snapshot, rebuild_image
 from raft.batch import Batch, SnapshotId
 from raft.effects import Snapshot
+from raft.snapshot_schedule import SnapshotPolicy, SnapshotSchedule
 
 log = structlog.get_logger("metadata.state_machine")
 
@@ -34,13 +38,11 @@ Listener = Callable[[MetadataImage], None]
 
 
 class MetadataStateMachine:
-    def __init__(self, snapshot_interval_records: int, save_snapshot: Callable[[Snapshot], None]) -> None:
-        assert snapshot_interval_records > 0, snapshot_interval_records
-        self._interval = snapshot_interval_records
+    def __init__(self, snapshot_policy: SnapshotPolicy, save_snapshot: Callable[[Snapshot], None]) -> None:
+        self._schedule = SnapshotSchedule(snapshot_policy)
         self._save_snapshot = save_snapshot
         self._image = EMPTY
         self._listeners: list[Listener] = []
-        self._since_snapshot = 0
         self._snapshot_in_flight = False
         self._generation = 0  # bumped by restore: a snapshot encoded before it is stale
         self.loaded_snapshot = False
@@ -56,6 +58,28 @@ class MetadataStateMachine:
     # raft.driver.StateMachine -------------------------------------------------------------
 
     def apply(self, batch: Batch) -> None:
+        image = self._skip(batch) if batch.is_control else self._replay(batch)
+        self._publish(image)
+        if self._schedule.due(batch) and not self._snapshot_in_flight:
+            self._schedule.restart(batch.timestamp_ms)
+            self._snapshot(image, SnapshotId(batch.next_offset, batch.epoch), batch.timestamp_ms)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Raises SnapshotError for data that is no image: the node cannot go on from it."""
+        contents = read_snapshot(snapshot.data)
+        image = rebuild_image(contents)
+        if image.offset != snapshot.id.offset:
+            raise SnapshotError(f"snapshot {snapshot.id} holds an image at offset {image.offset}")
+        self._generation += 1
+        self._snapshot_in_flight = False
+        self._schedule.restart(contents.timestamp_ms if contents.timestamp_ms >= 0 else None)
+        self.loaded_snapshot = True
+        log.info("metadata image loaded from snapshot", offset=image.offset, bytes=len(snapshot.data))
+        self._publish(image)
+
+    # internals ------------------------------------------------------------------------------
+
+    def _replay(self, batch: Batch) -> MetadataImage:
         delta = MetadataDelta(self._image)
         try:
             for raw in batch.records:
@@ -68,28 +92,12 @@ class MetadataStateMachine:
                 epoch=batch.epoch,
                 error=str(exc),
             )
-            image = MetadataDelta(self._image).apply(batch.next_offset)
-        else:
-            image = delta.apply(batch.next_offset)
-        self._publish(image)
-        self._since_snapshot += len(batch.records)
-        if self._since_snapshot >= self._interval and not self._snapshot_in_flight:
-            self._since_snapshot = 0
-            self._snapshot(image, SnapshotId(batch.next_offset, batch.epoch), batch.timestamp_ms)
+            return self._skip(batch)
+        return delta.apply(batch.next_offset)
 
-    def restore(self, snapshot: Snapshot) -> None:
-        """Raises SnapshotError for data that is no image: the node cannot go on from it."""
-        image = decode_image(snapshot.data)
-        if image.offset != snapshot.id.offset:
-            raise SnapshotError(f"snapshot {snapshot.id} holds an image at offset {image.offset}")
-        self._generation += 1
-        self._snapshot_in_flight = False
-        self._since_snapshot = 0
-        self.loaded_snapshot = True
-        log.info("metadata image loaded from snapshot", offset=image.offset, bytes=len(snapshot.data))
-        self._publish(image)
-
-    # internals ------------------------------------------------------------------------------
+    def _skip(self, batch: Batch) -> MetadataImage:
+        """The same image, moved past ``batch``."""
+        return MetadataDelta(self._image).apply(batch.next_offset)
 
     def _publish(self, image: MetadataImage) -> None:
         self._image = image

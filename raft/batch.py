@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 
 class BatchKind(enum.IntEnum):
-    """What a batch carries. Control batches are raft's own and never reach the layer above."""
+    """What a batch carries. Control batches are raft's own: the layer above sees them
+    commit (its offset and snapshots move with them) but never replays their records."""
 
     DATA = 0
     LEADER_CHANGE = 1  # first batch of every epoch; record 0 is the encoded LeaderChange
@@ -45,6 +46,7 @@ class Batch:
         return self.kind != BatchKind.DATA
 
     def size_bytes(self) -> int:
+        """Record payload only: what the batch costs encoded is ``batch_codec.frame_bytes``."""
         return sum(len(r) for r in self.records)
 
 

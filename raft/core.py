@@ -642,7 +642,7 @@ class RaftCore:
 
     def _answer_fetch(self, env: Envelope) -> None:
         req: FetchRequest = env.msg  # type: ignore[assignment]
-        batches = self.log.read(req.fetch_offset, self.cfg.fetch_max_bytes)
+        batches = self.log.read(req.fetch_offset, self.cfg.fetch_max_bytes, self.cfg.fetch_max_batches)
         response = FetchResponse(
             Error.NONE,
             self.epoch,

@@ -15,8 +15,9 @@ The layer above gets:
   lead before the batch committed (it may or may not have committed then);
   ``submit(records)`` proposes at once and returns that future, for a caller that
   needs several batches back to back;
-- a ``StateMachine`` that receives committed batches in order and snapshots to
-  restore; it hands snapshots of its own state back with ``save_snapshot``;
+- a ``StateMachine`` that receives every committed batch in order (raft's control
+  batches too) and snapshots to restore; it hands snapshots of its own state back with
+  ``save_snapshot``;
 - leadership pushed, not polled (Kafka's ``RaftClient.Listener.handleLeaderChange``):
   listeners added with ``add_leadership_listener`` hear every change of leader or epoch.
   This node's own leadership is announced only once its epoch's LeaderChange batch has
@@ -37,7 +38,7 @@ from typing import Protocol
 
 import structlog
 
-from raft.batch import Batch, BatchKind
+from raft.batch import Batch
 from raft.config import RaftConfig
 from raft.core import NotLeaderError, QuorumDescription, RaftCore
 from raft.effects import Ready, Snapshot, Write
@@ -56,7 +57,13 @@ class StateMachine(Protocol):
     """The layer above. Called on the loop thread; must not block or await."""
 
     def apply(self, batch: Batch) -> None:
-        """A committed DATA batch, in offset order, exactly once per incarnation."""
+        """A committed batch, in offset order, exactly once per incarnation.
+
+        Control batches (``batch.is_control``) hold raft's records, not the layer
+        above's: it replays none of them, but they move its offset on and count toward
+        its next snapshot, which may end at one. An idle cluster appends nothing else,
+        and its log must not grow without bound.
+        """
         ...
 
     def restore(self, snapshot: Snapshot) -> None:
@@ -275,8 +282,7 @@ class RaftNode:
         if ready.restore is not None:
             self._state_machine.restore(ready.restore)
         for batch in ready.committed:
-            if batch.kind is BatchKind.DATA:
-                self._state_machine.apply(batch)
+            self._state_machine.apply(batch)
             waiter = self._pending.pop(batch.base_offset, None)
             if waiter is not None:
                 epoch, future = waiter

@@ -3,7 +3,9 @@
 Before the metadata layer sits on the quorum, the journal is what a controller
 replicates: operators and tests write entries through the leader and read back
 exactly what committed, on any node, so lost or duplicated entries show at once.
-It snapshots itself every ``snapshot_interval_records`` entries.
+Its entries are the DATA records; every committed batch, raft's control batches too,
+moves its offset on. It snapshots itself when its ``SnapshotPolicy`` says so
+(``raft.snapshot_schedule``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 
 from raft.batch import Batch, SnapshotId
 from raft.effects import Snapshot
+from raft.snapshot_schedule import SnapshotPolicy, SnapshotSchedule
 
 _LENGTH = struct.Struct(">I")
 _HEADER = struct.Struct(">Q")  # entry count
@@ -41,20 +44,19 @@ def decode_entries(data: bytes) -> list[bytes]:
 
 
 class Journal:
-    def __init__(self, snapshot_interval_records: int, save_snapshot: Callable[[Snapshot], None]) -> None:
+    def __init__(self, snapshot_policy: SnapshotPolicy, save_snapshot: Callable[[Snapshot], None]) -> None:
         self.entries: list[bytes] = []
         self.applied_offset = 0  # next offset to apply
         self.loaded_snapshot = False
-        self._interval = snapshot_interval_records
-        self._since_snapshot = 0
+        self._schedule = SnapshotSchedule(snapshot_policy)
         self._save_snapshot = save_snapshot
 
     def apply(self, batch: Batch) -> None:
-        self.entries.extend(batch.records)
+        if not batch.is_control:
+            self.entries.extend(batch.records)
         self.applied_offset = batch.next_offset
-        self._since_snapshot += len(batch.records)
-        if self._since_snapshot >= self._interval:
-            self._since_snapshot = 0
+        if self._schedule.due(batch):
+            self._schedule.restart(batch.timestamp_ms)
             snapshot_id = SnapshotId(batch.next_offset, batch.epoch)
             self._save_snapshot(Snapshot(snapshot_id, encode_entries(self.entries)))
 
@@ -62,4 +64,4 @@ class Journal:
         self.entries = decode_entries(snapshot.data)
         self.applied_offset = snapshot.id.offset
         self.loaded_snapshot = True
-        self._since_snapshot = 0
+        self._schedule.restart(None)  # the snapshot holds no time: count from the next batch

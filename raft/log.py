@@ -1,9 +1,10 @@
 """The core's view of the replicated log: the latest snapshot plus the batches after it.
 
-Everything since the last snapshot is held in memory (the layer above snapshots every
-N records, which bounds it), so the core can answer fetches and compare logs without
-I/O. An epoch index maps each epoch to its first offset, which is what diverging-fetch
-truncation and fetch validation need.
+Everything since the last snapshot is held in memory (the layer above snapshots on
+records, bytes and time, which bounds it: ``raft.snapshot_schedule``), so the core can
+answer fetches and compare logs without I/O; reads walk it by index and copy no more
+than they return. An epoch index maps each epoch to its first offset, which is what
+diverging-fetch truncation and fetch validation need.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from raft.batch import Batch, OffsetAndEpoch, SnapshotId
 from raft.effects import Snapshot
+from raft.storage.batch_codec import frame_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,28 +96,39 @@ class RaftLog:
 
     def compact(self, snapshot: Snapshot) -> None:
         """Adopt a snapshot of our own committed state and drop the batches it covers."""
-        assert self.start_offset <= snapshot.id.offset <= self.end_offset, snapshot.id
-        cut = bisect.bisect_left(self._bases, snapshot.id.offset)
-        assert cut == len(self._bases) or self._bases[cut] == snapshot.id.offset, "snapshot inside a batch"
-        batches = self._batches[cut:]
-        self.install(snapshot)
-        for batch in batches:
-            self.append(batch)
+        offset = snapshot.id.offset
+        assert self.start_offset <= offset <= self.end_offset, snapshot.id
+        cut = bisect.bisect_left(self._bases, offset)
+        assert cut == len(self._bases) or self._bases[cut] == offset, "snapshot inside a batch"
+        self.snapshot = snapshot
+        del self._batches[:cut]
+        del self._bases[:cut]
+        if not self._batches:
+            self._epochs.clear()
+            self._epoch_starts.clear()
+            return
+        # The epoch of the first batch kept now starts where the snapshot ends.
+        first = bisect.bisect_right(self._epoch_starts, offset) - 1
+        del self._epochs[:first]
+        del self._epoch_starts[:first]
+        self._epoch_starts[0] = offset
 
     # reads ----------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int) -> tuple[Batch, ...]:
-        """Batches from ``offset`` (a boundary) on, at least one, then up to ``max_bytes``."""
+    def read(self, offset: int, max_bytes: int, max_batches: int) -> tuple[Batch, ...]:
+        """Batches from ``offset`` (a boundary) on: at least one, then no more than
+        ``max_batches`` and ``max_bytes`` encoded (what each costs on disk and on the wire)."""
         index = bisect.bisect_left(self._bases, offset)
         if index == len(self._bases) or self._bases[index] != offset:
             return ()
-        out: list[Batch] = []
-        size = 0
-        for batch in self._batches[index:]:
-            size += batch.size_bytes()
-            if out and size > max_bytes:
+        end = min(len(self._batches), index + max_batches)
+        size = frame_bytes(self._batches[index])
+        stop = index + 1
+        while stop < end:
+            size += frame_bytes(self._batches[stop])
+            if size > max_bytes:
                 break
-            out.append(batch)
-        return tuple(out)
+            stop += 1
+        return tuple(self._batches[index:stop])
 
     def batches_between(self, start: int, end: int) -> list[Batch]:
         """Batches that begin in [start, end): the newly committed ones."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from raft.config import RaftConfig
+from raft.snapshot_schedule import SnapshotPolicy
 
 MIB = 1 << 20
 CONTROLLER = "controller"
@@ -53,8 +54,8 @@ class LogConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class JournalConfig:
-    snapshot_interval_records: int = 10_000
+class JournalConfig(SnapshotPolicy):
+    """The journal node's table: when its journal snapshots."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +66,8 @@ class ControllerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class MetadataConfig:
-    snapshot_interval_records: int = 10_000  # the metadata image is snapshotted every N records
+class MetadataConfig(SnapshotPolicy):
+    """The metadata table: when the image is snapshotted through raft."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,21 @@ class NodeConfig:
         return {v.node_id: v.address for v in self.voters}
 
 
+def _declare(table: str, config: type) -> dict[str, tuple[type, Any]]:
+    """Schema entries for a table that is one dataclass: every field a key, with its default."""
+    return {f"{table}.{f.name}": (type(f.default), f.default) for f in dataclasses.fields(config)}
+
+
+def _table(values: Mapping[str, Any], table: str, config: type) -> dict[str, Any]:
+    """The keys of ``[table]`` as keyword arguments of its dataclass ``config``."""
+    return {f.name: values[f"{table}.{f.name}"] for f in dataclasses.fields(config)}
+
+
+def _render(table: str, config: Any) -> dict[str, Any]:
+    """The keys of ``[table]`` with the values its dataclass ``config`` holds."""
+    return {f"{table}.{f.name}": getattr(config, f.name) for f in dataclasses.fields(config)}
+
+
 _REQUIRED = object()
 # A derived default: computed after the other keys are known.
 _DERIVED = object()
@@ -116,14 +132,14 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "data_dir": (str, _REQUIRED),
     "listener": (str, _DERIVED),
     VOTERS_KEY: (str, _REQUIRED),
-    **{f"raft.{f.name}": (type(f.default), f.default) for f in dataclasses.fields(RaftConfig)},
+    **_declare("raft", RaftConfig),
     "log.segment_bytes": (int, LogConfig().segment_bytes),
     "log.archive_segments": (bool, LogConfig().archive_segments),
-    "journal.snapshot_interval_records": (int, JournalConfig().snapshot_interval_records),
+    **_declare("journal", JournalConfig),
     "controller.session_timeout_ms": (int, ControllerConfig().session_timeout_ms),
     "controller.max_partitions_per_topic": (int, ControllerConfig().max_partitions_per_topic),
     "controller.offsets_retention_minutes": (int, ControllerConfig().offsets_retention_minutes),
-    "metadata.snapshot_interval_records": (int, MetadataConfig().snapshot_interval_records),
+    **_declare("metadata", MetadataConfig),
     "broker.rack": (str, BrokerConfig().rack),
     "broker.heartbeat_interval_ms": (int, BrokerConfig().heartbeat_interval_ms),
     "logging.level": (str, LoggingConfig().level),
@@ -133,12 +149,15 @@ _TABLES = frozenset(key.rpartition(".")[0] for key in _SCHEMA if "." in key) | {
 _POSITIVE = (
     "log.segment_bytes",
     "journal.snapshot_interval_records",
+    "journal.snapshot_interval_bytes",
     "controller.session_timeout_ms",
     "controller.max_partitions_per_topic",
     "controller.offsets_retention_minutes",
     "metadata.snapshot_interval_records",
+    "metadata.snapshot_interval_bytes",
     "broker.heartbeat_interval_ms",
 )
+_NOT_NEGATIVE = ("journal.snapshot_interval_ms", "metadata.snapshot_interval_ms")  # 0: off
 RACK_CHARS_MAX = 255
 _TYPE_NAMES = {int: "an integer", bool: "true or false", str: "a string", list: "a list"}
 
@@ -174,7 +193,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         raise ConfigError("data_dir: must not be empty")
     voters = parse_voters(values[VOTERS_KEY])
     listener = _listener(values["listener"], node_id, roles, voters)
-    raft = RaftConfig(**{f.name: values[f"raft.{f.name}"] for f in dataclasses.fields(RaftConfig)})
+    raft = RaftConfig(**_table(values, "raft", RaftConfig))
     try:
         raft.validate()
     except ValueError as e:  # "raft.key must be ...": reworded to this module's "key: problem"
@@ -183,6 +202,9 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     for key in _POSITIVE:
         if values[key] <= 0:
             raise ConfigError(f"{key}: must be positive, got {values[key]}")
+    for key in _NOT_NEGATIVE:
+        if values[key] < 0:
+            raise ConfigError(f"{key}: must be 0 (off) or more, got {values[key]}")
     if len(values["broker.rack"]) > RACK_CHARS_MAX:
         raise ConfigError(f"broker.rack: at most {RACK_CHARS_MAX} characters")
     level = values["logging.level"].lower()
@@ -199,13 +221,13 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         process_roles=roles,
         raft=raft,
         log=LogConfig(values["log.segment_bytes"], values["log.archive_segments"]),
-        journal=JournalConfig(values["journal.snapshot_interval_records"]),
+        journal=JournalConfig(**_table(values, "journal", JournalConfig)),
         controller=ControllerConfig(
             values["controller.session_timeout_ms"],
             values["controller.max_partitions_per_topic"],
             values["controller.offsets_retention_minutes"],
         ),
-        metadata=MetadataConfig(values["metadata.snapshot_interval_records"]),
+        metadata=MetadataConfig(**_table(values, "metadata", MetadataConfig)),
         broker=BrokerConfig(values["broker.rack"], values["broker.heartbeat_interval_ms"]),
         logging=LoggingConfig(level, fmt),
     )
@@ -268,14 +290,14 @@ def render_toml(config: NodeConfig) -> str:
         "data_dir": str(config.data_dir),
         "listener": config.listener,
         VOTERS_KEY: ",".join(str(v) for v in config.voters),
-        **{f"raft.{f.name}": getattr(config.raft, f.name) for f in dataclasses.fields(RaftConfig)},
+        **_render("raft", config.raft),
         "log.segment_bytes": config.log.segment_bytes,
         "log.archive_segments": config.log.archive_segments,
-        "journal.snapshot_interval_records": config.journal.snapshot_interval_records,
+        **_render("journal", config.journal),
         "controller.session_timeout_ms": config.controller.session_timeout_ms,
         "controller.max_partitions_per_topic": config.controller.max_partitions_per_topic,
         "controller.offsets_retention_minutes": config.controller.offsets_retention_minutes,
-        "metadata.snapshot_interval_records": config.metadata.snapshot_interval_records,
+        **_render("metadata", config.metadata),
         "broker.rack": config.broker.rack,
         "broker.heartbeat_interval_ms": config.broker.heartbeat_interval_ms,
         "logging.level": config.logging.level,

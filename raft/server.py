@@ -86,7 +86,7 @@ async def open_node(
 async def start_controller(config: NodeConfig) -> Controller:
     """A journal node: the quorum with the journal state machine and its service."""
     node: RaftNode
-    journal = Journal(config.journal.snapshot_interval_records, lambda snapshot: node.save_snapshot(snapshot))
+    journal = Journal(config.journal, lambda snapshot: node.save_snapshot(snapshot))
     node = await open_node(
         config, journal, [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server)]
     )

@@ -23,6 +23,7 @@ from raft.config import RaftConfig
 from raft.core import RaftCore
 from raft.driver import RaftNode, monotonic_ms
 from raft.effects import QuorumStateData, Write
+from raft.snapshot_schedule import SnapshotPolicy
 from raft.storage.memory import MemoryStorage
 from raft.transport.memory import MemoryNetwork, MemoryTransport
 
@@ -118,7 +119,7 @@ class Quorum:
             )
             node: RaftNode
             state_machine = MetadataStateMachine(
-                self.snapshot_interval_records,
+                SnapshotPolicy(snapshot_interval_records=self.snapshot_interval_records),
                 lambda snapshot, n=node_id: self.members[n].node.save_snapshot(snapshot),
             )
             node = RaftNode(core, storage, MemoryTransport(self.network, node_id), state_machine)

@@ -40,7 +40,8 @@ class StateMachineError(AssertionError):
 
 
 class StateMachine:
-    """Applies committed batches in order; offers a snapshot every ``snapshot_every`` records."""
+    """Applies committed batches in order; offers a snapshot every ``snapshot_every`` records
+    (offsets: raft's control records included)."""
 
     def __init__(self, node_id: int, snapshot_every: int) -> None:
         self.node_id = node_id
@@ -75,7 +76,9 @@ class StateMachine:
             for record in batch.records:
                 digest = chain(digest, record)
             count += len(batch.records)
-            self._since_snapshot += len(batch.records)
+        # Control records count too, so that snapshots also end at a LeaderChange or a
+        # NoOp, as the metadata image's do on an idle cluster.
+        self._since_snapshot += len(batch.records)
         self.state = SmState(batch.next_offset, count, digest)
         self.last_epoch = batch.epoch
         if self.snapshot_every and self._since_snapshot >= self.snapshot_every:

@@ -12,6 +12,7 @@ from metadata.state_machine import MetadataStateMachine
 from raft import control
 from raft.batch import Batch, BatchKind, SnapshotId
 from raft.effects import Snapshot, Write
+from raft.snapshot_schedule import SnapshotPolicy
 from raft.storage import layout
 from raft.storage.base import StorageError
 from raft.storage.file import FileStorage
@@ -40,10 +41,9 @@ def data_dir(tmp_path: Path) -> Path:
         _batch(5, BatchKind.DATA, records.encode(m.commit("g", T1, 0, 42))),
     ]
     snapshots: list[Snapshot] = []
-    state = MetadataStateMachine(4, snapshots.append)
+    state = MetadataStateMachine(SnapshotPolicy(snapshot_interval_records=4), snapshots.append)
     for batch in batches:
-        if batch.kind is BatchKind.DATA:
-            state.apply(batch)
+        state.apply(batch)
     storage = FileStorage(tmp_path, segment_bytes=64, archive=True)
     storage.load()
     storage.write(Write(write_id=1, append=tuple(batches)))

@@ -132,6 +132,9 @@ def test_absolute_data_dir_is_kept() -> None:
         (minimal(log={"segment_bytes": 0}), "log.segment_bytes"),
         (minimal(log={"archive_segments": "yes"}), "log.archive_segments"),
         (minimal(journal={"snapshot_interval_records": -5}), "journal.snapshot_interval_records"),
+        (minimal(journal={"snapshot_interval_bytes": 0}), "journal.snapshot_interval_bytes"),
+        (minimal(journal={"snapshot_interval_ms": -1}), "journal.snapshot_interval_ms"),
+        (minimal(raft={"fetch_max_batches": 0}), "raft.fetch_max_batches"),
         (minimal(logging={"level": "loud"}), "logging.level"),
         (minimal(logging={"format": "xml"}), "logging.format"),
         (minimal(brokers=1), "brokers"),
@@ -199,6 +202,11 @@ def test_controller_metadata_and_broker_keys_have_defaults() -> None:
         config.controller.offsets_retention_minutes,
     ) == (9000, 10_000, 7 * 24 * 60)
     assert config.metadata.snapshot_interval_records == 10_000
+    assert (config.metadata.snapshot_interval_bytes, config.metadata.snapshot_interval_ms) == (
+        20 << 20,
+        3_600_000,
+    )
+    assert parse(minimal(metadata={"snapshot_interval_ms": 0})).metadata.snapshot_interval_ms == 0  # off
     assert (config.broker.rack, config.broker.heartbeat_interval_ms) == ("", 2000)
 
 
@@ -244,6 +252,9 @@ def test_broker_sample_loads_and_documents_every_key() -> None:
             "controller.offsets_retention_minutes",
         ),
         (minimal(metadata={"snapshot_interval_records": 0}), "metadata.snapshot_interval_records"),
+        (minimal(metadata={"snapshot_interval_bytes": -1}), "metadata.snapshot_interval_bytes"),
+        (minimal(metadata={"snapshot_interval_ms": -1}), "metadata.snapshot_interval_ms"),
+        (minimal(metadata={"snapshot_interval_ms": "1h"}), "metadata.snapshot_interval_ms"),
         (broker(broker={"heartbeat_interval_ms": -1}), "broker.heartbeat_interval_ms"),
         (broker(broker={"rack": "r" * 256}), "broker.rack"),
         (broker(broker={"rack": 5}), "broker.rack"),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from raft import control
 from raft.batch import Batch, BatchKind, OffsetAndEpoch, SnapshotId
 from raft.effects import Snapshot
 from raft.log import FetchValidation, RaftLog
+from raft.storage.batch_codec import frame_bytes
 
 
 def batches(*spec: tuple[int, int]) -> list[Batch]:
@@ -157,7 +159,16 @@ def test_compact_at_the_end_leaves_only_the_snapshot(log: RaftLog) -> None:
     log.compact(Snapshot(SnapshotId(6, 4), b"s"))
     assert log.end == OffsetAndEpoch(6, 4) and log.start_offset == 6
     assert not log.is_empty()
-    assert log.read(6, 100) == ()
+    assert log.read(6, max_bytes=100, max_batches=10) == ()
+
+
+def test_compact_at_an_epoch_boundary_keeps_the_later_epochs(log: RaftLog) -> None:
+    log.compact(Snapshot(SnapshotId(5, 3), b"s"))
+    assert [b.base_offset for b in log.batches_between(0, 6)] == [5]
+    assert log.end_offset_for_epoch(3) == OffsetAndEpoch(5, 3)
+    assert log.end_offset_for_epoch(4) == OffsetAndEpoch(6, 4)
+    log.append(Batch(6, 4, 0, BatchKind.DATA, (b"x",)))
+    assert log.end == OffsetAndEpoch(7, 4)
 
 
 def test_compact_inside_a_batch_is_refused(log: RaftLog) -> None:
@@ -166,12 +177,38 @@ def test_compact_inside_a_batch_is_refused(log: RaftLog) -> None:
 
 
 # reading and loading ---------------------------------------------------------------------
-def test_read_returns_at_least_one_batch_then_up_to_max_bytes(log: RaftLog) -> None:
-    assert [b.base_offset for b in log.read(0, 1)] == [0]  # 2 bytes: over the limit, still sent
-    assert [b.base_offset for b in log.read(0, 4)] == [0, 2]
-    assert [b.base_offset for b in log.read(2, 100)] == [2, 4, 5]
-    assert log.read(1, 100) == ()  # not a batch boundary
-    assert log.read(6, 100) == ()
+def offsets(read: tuple[Batch, ...]) -> list[int]:
+    return [b.base_offset for b in read]
+
+
+def test_read_returns_at_least_one_batch_then_up_to_max_bytes_encoded(log: RaftLog) -> None:
+    two = frame_bytes(log.batch_at(0)) + frame_bytes(log.batch_at(2))  # type: ignore[arg-type]
+    assert offsets(log.read(0, max_bytes=1, max_batches=10)) == [0]  # over the limit, still sent
+    assert offsets(log.read(0, max_bytes=two, max_batches=10)) == [0, 2]
+    assert offsets(log.read(0, max_bytes=two - 1, max_batches=10)) == [0]
+    assert offsets(log.read(2, max_bytes=1 << 20, max_batches=10)) == [2, 4, 5]
+    assert log.read(1, max_bytes=1 << 20, max_batches=10) == ()  # not a batch boundary
+    assert log.read(6, max_bytes=1 << 20, max_batches=10) == ()
+
+
+def test_read_returns_at_most_max_batches(log: RaftLog) -> None:
+    assert offsets(log.read(0, max_bytes=1 << 20, max_batches=1)) == [0]
+    assert offsets(log.read(2, max_bytes=1 << 20, max_batches=2)) == [2, 4]
+
+
+def test_a_read_of_tiny_control_batches_is_bounded_by_count_and_by_encoded_bytes() -> None:
+    """An idle leader's NoOps carry 2 payload bytes each: counting payload alone, one
+    1 MiB fetch from offset 0 was half a million batches encoded on the leader's loop."""
+    noops = [Batch(i, 1, 0, BatchKind.NOOP, (control.NOOP_RECORD,)) for i in range(100_000)]
+    log = RaftLog(None, noops)
+    noop_bytes = frame_bytes(noops[0])
+
+    by_count = log.read(0, max_bytes=1 << 20, max_batches=1000)
+    assert offsets(by_count) == list(range(1000))
+
+    by_bytes = log.read(0, max_bytes=100 * noop_bytes, max_batches=100_000)
+    assert offsets(by_bytes) == list(range(100))
+    assert sum(frame_bytes(b) for b in by_bytes) <= 100 * noop_bytes
 
 
 def test_loading_skips_batches_the_snapshot_covers() -> None:
