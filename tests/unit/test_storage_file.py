@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from raft.batch import SnapshotId
 from raft.effects import QuorumStateData, Snapshot, Write
-from raft.storage import layout, snapshot_file
+from raft.storage import fsio, layout, snapshot_file
 from raft.storage.base import CorruptLogError, StorageError
 from raft.storage.batch_codec import encode_batch
 from raft.storage.file import FileStorage
@@ -114,7 +114,7 @@ def test_quorum_state_persists(tmp_path: Path) -> None:
 def test_a_damaged_quorum_state_refuses_to_start(tmp_path: Path) -> None:
     open_storage(tmp_path)
     (layout.log_dir(tmp_path) / "quorum-state").write_text('{"epoch": 1}')
-    with pytest.raises(StorageError, match="quorum-state.*restore the node"):
+    with pytest.raises(StorageError, match="quorum-state: both copies.*Restore the node"):
         FileStorage(tmp_path).load()
 
 
@@ -128,6 +128,75 @@ def test_a_torn_quorum_state_write_keeps_the_previous_state(tmp_path: Path) -> N
     raw[newest_slot + 10 : newest_slot + 20] = b"\0" * 10  # the crash tore the last write
     path.write_bytes(bytes(raw))
     assert FileStorage(tmp_path).load().quorum_state == QuorumStateData(epoch=5, voted_id=2, leader_id=-1)
+
+
+def test_both_quorum_state_copies_damaged_after_they_were_written_refuses_to_start(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path)
+    storage.write(Write(write_id=1, quorum_state=QuorumStateData(epoch=5, voted_id=2, leader_id=-1)))
+    storage.write(Write(write_id=2, quorum_state=QuorumStateData(epoch=6, voted_id=3, leader_id=-1)))
+    path = layout.log_dir(tmp_path) / "quorum-state"
+    flip_byte(path, 10)
+    flip_byte(path, 512 + 10)
+    with pytest.raises(StorageError, match=f"{path}: both copies.*were written.*Restore the node"):
+        FileStorage(tmp_path).load()
+
+
+NEW_DISK = QuorumStateData(epoch=0, voted_id=-1, leader_id=-1, recovering=True)
+VOTE = QuorumStateData(epoch=1, voted_id=2, leader_id=-1)
+SLOT_BYTES = 512
+
+
+def first_quorum_state_write(data_dir: Path) -> tuple[Path, bytes]:
+    """The quorum-state file of a new node once its first write (a vote) returned."""
+    storage = open_storage(data_dir)
+    storage.write(Write(write_id=1, quorum_state=VOTE))
+    storage.close()
+    path = layout.log_dir(data_dir) / "quorum-state"
+    return path, path.read_bytes()
+
+
+CRASHED_FIRST_WRITES = {  # what a power cut before the first write returned may leave on disk
+    "creation's blank fill lost": lambda first: bytes(len(first)),
+    "first slot write lost": lambda first: first[:SLOT_BYTES] * 2,  # slot 0 is still the blank fill
+    "first slot write torn": lambda first: first[: SLOT_BYTES + 40] + first[40:SLOT_BYTES],
+    "first slot write torn over zeros": lambda first: (
+        bytes(SLOT_BYTES) + first[SLOT_BYTES:][:40].ljust(SLOT_BYTES, b"\0")
+    ),
+    "file cut short in the first slot": lambda first: first[: SLOT_BYTES + 40],
+}
+
+
+@pytest.mark.parametrize("left", CRASHED_FIRST_WRITES)
+def test_a_crash_before_the_first_quorum_state_write_returned_starts_as_a_new_disk(
+    tmp_path: Path, left: str
+) -> None:
+    path, first = first_quorum_state_write(tmp_path)
+    path.write_bytes(CRASHED_FIRST_WRITES[left](first))
+
+    storage = FileStorage(tmp_path)
+    with capture_logs() as logs:
+        assert storage.load().quorum_state == NEW_DISK  # recovering: it votes only once that is safe
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+        "no quorum-state write ever completed"
+    ]
+    storage.write(Write(write_id=2, quorum_state=VOTE))
+    assert FileStorage(tmp_path).load().quorum_state == VOTE
+
+
+def test_a_crash_right_after_the_quorum_state_file_was_created_starts_as_a_new_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = open_storage(tmp_path)
+
+    def power_lost(fd: int, data: bytes, offset: int) -> None:
+        raise OSError(5, "power lost")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fsio, "pwrite_all", power_lost)
+        with pytest.raises(OSError, match="power lost"):
+            storage.write(Write(write_id=1, quorum_state=VOTE))
+    assert (layout.log_dir(tmp_path) / "quorum-state").stat().st_size == 0
+    assert FileStorage(tmp_path).load().quorum_state == NEW_DISK
 
 
 @pytest.mark.parametrize("kept", [1, 10, 33, 40, -1])
