@@ -12,6 +12,11 @@ from typing import Protocol
 from raft.batch import Batch, SnapshotId
 from raft.effects import QuorumStateData, Snapshot, Write
 
+RESTORE_FROM_PEERS = (
+    "Restore the node from its peers: stop it, move its data dir away, run `raftka storage format` "
+    "with the same cluster id and node id, and start it so it fetches the log from the leader."
+)
+
 
 class StorageError(Exception):
     """Storage cannot be used as it is; the message says what the operator should do."""
@@ -43,7 +48,7 @@ def covered_by_snapshot(batches: tuple[Batch, ...], snapshot_id: SnapshotId | No
 
 class Storage(Protocol):
     def load(self) -> LoadedState:
-        """Recover: truncate a torn or corrupt tail, raise CorruptLogError for damage before it."""
+        """Recover: truncate a torn tail, raise CorruptLogError for any other damage (snapshots too)."""
         ...
 
     def write(self, write: Write) -> None:

@@ -23,16 +23,17 @@ import structlog
 from raft.batch import Batch, SnapshotId
 from raft.effects import Snapshot, Write
 from raft.storage import batch_codec, fsio, layout, snapshot_file
-from raft.storage.base import CorruptLogError, LoadedState, StorageError, covered_by_snapshot
+from raft.storage.base import (
+    RESTORE_FROM_PEERS,
+    CorruptLogError,
+    LoadedState,
+    StorageError,
+    covered_by_snapshot,
+)
 from raft.storage.batch_codec import Frame
 from raft.storage.quorum_file import QuorumStateFile
 
 _log = structlog.get_logger(__name__)
-
-_RESTORE = (
-    "Restore the node from its peers: stop it, move its data dir away, run `raftka storage format` "
-    "with the same cluster id and node id, and start it so it fetches the log from the leader."
-)
 
 
 @dataclass(slots=True)
@@ -117,14 +118,28 @@ class FileStorage:
             fsio.fsync_dir(self._dir)
 
     def _load_newest_snapshot(self) -> Snapshot | None:
-        for _, path in reversed(layout.list_snapshots(self._dir)):
-            try:
-                return snapshot_file.read_snapshot(path)
-            except snapshot_file.SnapshotFileError as exc:
-                _log.warning("removing unreadable snapshot", file=str(path), error=str(exc))
-                path.unlink()
-                fsio.fsync_dir(self._dir)
-        return None
+        """The newest snapshot; older ones are left by a crash before they were retired.
+
+        A snapshot gets its name only once it is complete (``.part`` leftovers are gone by
+        now), so one that fails its checks was damaged afterwards. It may hold the only copy
+        of committed records: the segments below it are gone, and after an install or a
+        snapshot at the log end no segment is left at all. Falling back to an older snapshot
+        or an empty log would let this voter grant votes with data missing, so stop instead
+        and keep the file for the operator.
+        """
+        snapshots = layout.list_snapshots(self._dir)
+        if not snapshots:
+            return None
+        path = snapshots[-1][1]
+        try:
+            return snapshot_file.read_snapshot(path)
+        except snapshot_file.SnapshotFileError as exc:
+            raise CorruptLogError(
+                f"{path}: {exc}. A snapshot is renamed into place only once it is complete, so this is "
+                "damage, not an interrupted write, and the committed records it holds may exist nowhere "
+                f"else on this node; the node will not start and the file is left as it is. "
+                f"{RESTORE_FROM_PEERS}"
+            ) from exc
 
     def _recover_segments(self) -> list[Batch]:
         """Read every segment, truncate a torn tail of the last one, and check the log's order."""
@@ -166,7 +181,7 @@ class FileStorage:
             raise CorruptLogError(
                 f"{path}: the batch at byte {frame.position} is corrupt ({frame.error}) and {evidence}, so "
                 f"this is not a torn write but damage to data that may have been acknowledged; the node will "
-                f"not start. {_RESTORE}"
+                f"not start. {RESTORE_FROM_PEERS}"
             )
         _log.warning(
             "truncating torn log tail",
@@ -185,7 +200,7 @@ class FileStorage:
             )
             raise CorruptLogError(
                 f"{self._segments[0].path}: the log starts at offset {self._segments[0].base_offset} but "
-                f"there is {covered}: the records in between are missing. {_RESTORE}"
+                f"there is {covered}: the records in between are missing. {RESTORE_FROM_PEERS}"
             )
 
     def _complete_snapshot_work(self, snapshot: Snapshot | None, batches: list[Batch]) -> list[Batch]:
@@ -346,7 +361,7 @@ def _check_order(path: Path, frame: Frame, base_offset: int, previous: Batch | N
     elif previous is not None and batch.epoch < previous.epoch:
         problem = f"epoch {batch.epoch} follows epoch {previous.epoch}"
     if problem:
-        raise CorruptLogError(f"{path}: at byte {frame.position}, {problem}. {_RESTORE}")
+        raise CorruptLogError(f"{path}: at byte {frame.position}, {problem}. {RESTORE_FROM_PEERS}")
 
 
 def _position_of(path: Path, offset: int) -> int:
@@ -354,7 +369,9 @@ def _position_of(path: Path, offset: int) -> int:
     data = path.read_bytes()
     for frame in batch_codec.iter_frames(data):
         if frame.batch is None:
-            raise CorruptLogError(f"{path}: damaged at byte {frame.position} ({frame.error}). {_RESTORE}")
+            raise CorruptLogError(
+                f"{path}: damaged at byte {frame.position} ({frame.error}). {RESTORE_FROM_PEERS}"
+            )
         if frame.batch.next_offset > offset:
             assert frame.batch.base_offset == offset, (
                 f"offset {offset} is inside the batch at {frame.batch.base_offset}"

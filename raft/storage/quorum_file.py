@@ -7,6 +7,9 @@ older of two fixed 512-byte slots with one ``pwrite`` and one ``fdatasync`` (abo
 0.25 ms). A slot is a JSON line, its CRC-32C and padding, so ``cat`` still shows it;
 a write torn by a crash damages only the slot being written, and the other slot still
 holds the previous state, which is all that was promised (the write never returned).
+
+The file is created blank (spaces and newlines, fsynced) by its first write, which then
+fills slot 1; later writes alternate, each starting only once the one before it completed.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ import os
 from pathlib import Path
 
 import crc32c
+import structlog
 
 from raft.effects import QuorumStateData
 from raft.storage import fsio
-from raft.storage.base import StorageError
+from raft.storage.base import RESTORE_FROM_PEERS, StorageError
+
+_log = structlog.get_logger(__name__)
 
 DATA_VERSION = 1
 INITIAL = QuorumStateData(epoch=0, voted_id=-1, leader_id=-1, recovering=True)
@@ -36,21 +42,37 @@ class QuorumStateFile:
         self._sequence = 0  # of the newest valid slot; the next write goes to the other one
 
     def load(self) -> QuorumStateData:
-        """The stored state; a node that never wrote one is in epoch 0 with no vote and no leader."""
+        """The stored state; a node whose first write never completed is a new disk, ``INITIAL``.
+
+        While slot 0 holds nothing but the blank fill of the file's creation (or zeros, or
+        nothing, where the fill never reached the disk), no write but the first was ever
+        started, so an unreadable slot 1 is that first write, torn by a crash before it
+        returned: no vote it carried was granted, and the node is where it would be had the
+        crash come before the file existed. Treating it as new cannot hide a granted vote
+        even if that first write did complete and slot 1 was damaged later: ``INITIAL`` is
+        ``recovering``, so the voter grants nothing until it has heard every other voter's
+        epoch and then votes only in later ones (raft/core.py), as after a lost disk.
+        Once slot 0 was written, slot 1 held a completed write first, so two unreadable
+        slots are damage to a completed write: refuse to start.
+        """
         try:
             raw = self._path.read_bytes()
         except FileNotFoundError:
             return INITIAL
-        slots = [_parse_slot(raw[i * SLOT_BYTES : (i + 1) * SLOT_BYTES]) for i in range(SLOTS)]
-        valid = [s for s in slots if s is not None]
-        if not valid:
-            raise StorageError(
-                f"cannot read {self._path}: neither copy of the quorum state is intact. Only one copy "
-                "is written at a time, so this is disk damage: restore the node from a peer "
-                "(move its data dir away and reformat it)"
-            )
-        self._sequence, state = max(valid, key=lambda s: s[0])
-        return state
+        slots = [raw[i * SLOT_BYTES : (i + 1) * SLOT_BYTES] for i in range(SLOTS)]
+        valid = [state for state in map(_parse_slot, slots) if state is not None]
+        if valid:
+            self._sequence, state = max(valid, key=lambda s: s[0])
+            return state
+        if _is_blank(slots[0]):
+            _log.warning("no quorum-state write ever completed", file=str(self._path))
+            return INITIAL
+        raise StorageError(
+            f"{self._path}: both copies of the quorum state (bytes 0-{SLOT_BYTES - 1} and "
+            f"{SLOT_BYTES}-{SLOTS * SLOT_BYTES - 1}) were written and neither is intact. A crash tears "
+            "only the copy being written, so this is disk damage; the node will not start. "
+            f"{RESTORE_FROM_PEERS}"
+        )
 
     def write(self, state: QuorumStateData) -> None:
         fd = self._open()
@@ -90,6 +112,11 @@ def _encode_slot(sequence: int, state: QuorumStateData) -> bytes:
     line = b"%s %08x" % (document, crc32c.crc32c(document))
     assert len(line) < SLOT_BYTES, line
     return line.ljust(SLOT_BYTES - 1) + b"\n"
+
+
+def _is_blank(slot: bytes) -> bool:
+    """Nothing but what creating the file writes (spaces, newlines) or leaves (zeros, no bytes)."""
+    return not slot.strip(b" \n\0")
 
 
 def _parse_slot(slot: bytes) -> tuple[int, QuorumStateData] | None:

@@ -1,9 +1,10 @@
 """Snapshot files: a small checked header, then the state machine's bytes.
 
-Header, big-endian: magic ``RKSN``, version u16, offset i64, epoch i32, data length u64,
-CRC-32C of the data u32. A snapshot is written to ``<name>.part`` and renamed only once it
-is fsynced, so a complete name always holds a complete file; the header still lets a reader
-refuse a file that was damaged afterwards, or whose header disagrees with its name.
+Header, big-endian: magic ``RKSN`` and version u16 (bytes 0-5), offset i64, epoch i32, data
+length u64 (bytes 18-25), CRC-32C of the data u32 (bytes 26-29). A snapshot is written to
+``<name>.part`` and renamed only once it is fsynced, so a complete name always holds a
+complete file: one that fails these checks was damaged afterwards, never torn by a crash.
+The header lets a reader refuse it, or one whose header disagrees with its name.
 """
 
 from __future__ import annotations
@@ -37,15 +38,23 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
 
 def decode_snapshot(raw: bytes) -> Snapshot:
     if len(raw) < _HEADER.size:
-        raise SnapshotFileError(f"{len(raw)} bytes is too short for a snapshot header")
+        raise SnapshotFileError(f"{len(raw)} bytes is too short for the {_HEADER.size}-byte snapshot header")
     magic, version, offset, epoch, length, crc = _HEADER.unpack_from(raw)
     if magic != _MAGIC or version != _VERSION:
-        raise SnapshotFileError(f"not a version {_VERSION} snapshot (magic {magic!r}, version {version})")
+        raise SnapshotFileError(
+            f"bytes 0-5 hold magic {magic!r} version {version}, not those of a version {_VERSION} snapshot"
+        )
     if length != len(raw) - _HEADER.size:
-        raise SnapshotFileError(f"header says {length} data bytes, file holds {len(raw) - _HEADER.size}")
+        raise SnapshotFileError(
+            f"the header (bytes 18-25) says {length} data bytes, the file holds {len(raw) - _HEADER.size}"
+        )
     data = raw[_HEADER.size :]
-    if crc32c.crc32c(data) != crc:
-        raise SnapshotFileError("CRC-32C of the snapshot data does not match its header")
+    actual = crc32c.crc32c(data)
+    if actual != crc:
+        raise SnapshotFileError(
+            f"the CRC-32C of the data (byte {_HEADER.size} to the end) is {actual:08x}, "
+            f"its header says {crc:08x} (bytes 26-29)"
+        )
     if offset < 0 or epoch < 0:
         raise SnapshotFileError(f"negative offset {offset} or epoch {epoch}")
     return Snapshot(SnapshotId(offset, epoch), data)
@@ -55,7 +64,10 @@ def read_snapshot(path: Path) -> Snapshot:
     """Load and check the snapshot at ``path``, including that its header matches its name."""
     snapshot = decode_snapshot(path.read_bytes())
     if layout.parse_snapshot_name(path.name) != snapshot.id:
-        raise SnapshotFileError(f"{path.name} holds snapshot {snapshot.id}, not the one its name says")
+        raise SnapshotFileError(
+            f"the header (bytes 6-17) says offset {snapshot.id.offset} epoch {snapshot.id.epoch}, "
+            "not the snapshot the file name says"
+        )
     return snapshot
 
 

@@ -5,6 +5,12 @@ the storage twin (when ``raft.storage.memory`` is not available) and always as t
 oracle the invariants consult ("does voter 2 durably hold offset 41 at epoch 3?").
 ``SimDisk`` puts the real storage and the oracle behind one fsync queue and decides what
 a crash keeps of the write in flight: nothing, a prefix (a torn write), or all of it.
+
+Each step survives whole or not at all, as FileStorage recovers it: a torn last batch is
+truncated, a snapshot is renamed into place whole, a torn quorum-state write leaves the
+previous state (the initial one, recovering, if it was the first). Damage to completed
+data is not injected: FileStorage refuses to start on it (a snapshot, a segment before its
+tail, both quorum-state copies), and the operator's restore that follows is a ``wipe``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from structlog.testing import capture_logs
 
 from raft.batch import SnapshotId
 from raft.effects import QuorumStateData, Snapshot, Write
-from raft.storage import layout, snapshot_file
+from raft.storage import fsio, layout, snapshot_file
 from raft.storage.base import CorruptLogError, StorageError
 from raft.storage.batch_codec import encode_batch
 from raft.storage.file import FileStorage
@@ -113,7 +114,7 @@ def test_quorum_state_persists(tmp_path: Path) -> None:
 def test_a_damaged_quorum_state_refuses_to_start(tmp_path: Path) -> None:
     open_storage(tmp_path)
     (layout.log_dir(tmp_path) / "quorum-state").write_text('{"epoch": 1}')
-    with pytest.raises(StorageError, match="quorum-state.*restore the node"):
+    with pytest.raises(StorageError, match="quorum-state: both copies.*Restore the node"):
         FileStorage(tmp_path).load()
 
 
@@ -127,6 +128,75 @@ def test_a_torn_quorum_state_write_keeps_the_previous_state(tmp_path: Path) -> N
     raw[newest_slot + 10 : newest_slot + 20] = b"\0" * 10  # the crash tore the last write
     path.write_bytes(bytes(raw))
     assert FileStorage(tmp_path).load().quorum_state == QuorumStateData(epoch=5, voted_id=2, leader_id=-1)
+
+
+def test_both_quorum_state_copies_damaged_after_they_were_written_refuses_to_start(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path)
+    storage.write(Write(write_id=1, quorum_state=QuorumStateData(epoch=5, voted_id=2, leader_id=-1)))
+    storage.write(Write(write_id=2, quorum_state=QuorumStateData(epoch=6, voted_id=3, leader_id=-1)))
+    path = layout.log_dir(tmp_path) / "quorum-state"
+    flip_byte(path, 10)
+    flip_byte(path, 512 + 10)
+    with pytest.raises(StorageError, match=f"{path}: both copies.*were written.*Restore the node"):
+        FileStorage(tmp_path).load()
+
+
+NEW_DISK = QuorumStateData(epoch=0, voted_id=-1, leader_id=-1, recovering=True)
+VOTE = QuorumStateData(epoch=1, voted_id=2, leader_id=-1)
+SLOT_BYTES = 512
+
+
+def first_quorum_state_write(data_dir: Path) -> tuple[Path, bytes]:
+    """The quorum-state file of a new node once its first write (a vote) returned."""
+    storage = open_storage(data_dir)
+    storage.write(Write(write_id=1, quorum_state=VOTE))
+    storage.close()
+    path = layout.log_dir(data_dir) / "quorum-state"
+    return path, path.read_bytes()
+
+
+CRASHED_FIRST_WRITES = {  # what a power cut before the first write returned may leave on disk
+    "creation's blank fill lost": lambda first: bytes(len(first)),
+    "first slot write lost": lambda first: first[:SLOT_BYTES] * 2,  # slot 0 is still the blank fill
+    "first slot write torn": lambda first: first[: SLOT_BYTES + 40] + first[40:SLOT_BYTES],
+    "first slot write torn over zeros": lambda first: (
+        bytes(SLOT_BYTES) + first[SLOT_BYTES:][:40].ljust(SLOT_BYTES, b"\0")
+    ),
+    "file cut short in the first slot": lambda first: first[: SLOT_BYTES + 40],
+}
+
+
+@pytest.mark.parametrize("left", CRASHED_FIRST_WRITES)
+def test_a_crash_before_the_first_quorum_state_write_returned_starts_as_a_new_disk(
+    tmp_path: Path, left: str
+) -> None:
+    path, first = first_quorum_state_write(tmp_path)
+    path.write_bytes(CRASHED_FIRST_WRITES[left](first))
+
+    storage = FileStorage(tmp_path)
+    with capture_logs() as logs:
+        assert storage.load().quorum_state == NEW_DISK  # recovering: it votes only once that is safe
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+        "no quorum-state write ever completed"
+    ]
+    storage.write(Write(write_id=2, quorum_state=VOTE))
+    assert FileStorage(tmp_path).load().quorum_state == VOTE
+
+
+def test_a_crash_right_after_the_quorum_state_file_was_created_starts_as_a_new_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = open_storage(tmp_path)
+
+    def power_lost(fd: int, data: bytes, offset: int) -> None:
+        raise OSError(5, "power lost")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fsio, "pwrite_all", power_lost)
+        with pytest.raises(OSError, match="power lost"):
+            storage.write(Write(write_id=1, quorum_state=VOTE))
+    assert (layout.log_dir(tmp_path) / "quorum-state").stat().st_size == 0
+    assert FileStorage(tmp_path).load().quorum_state == NEW_DISK
 
 
 @pytest.mark.parametrize("kept", [1, 10, 33, 40, -1])
@@ -344,25 +414,97 @@ def test_snapshot_larger_than_the_log_end_empties_the_log(tmp_path: Path) -> Non
     assert reload(tmp_path) == make_batches(50, 1, epoch=2)
 
 
-@pytest.mark.parametrize("leftover", ["part", "truncated", "garbage"])
-def test_interrupted_snapshot_write_is_ignored(tmp_path: Path, leftover: str) -> None:
+def test_interrupted_snapshot_write_is_removed(tmp_path: Path) -> None:
     storage = open_storage(tmp_path)
     batches = make_batches(0, 10)
     append(storage, batches)
     storage.save_snapshot(Snapshot(SnapshotId(6, 1), b"good"))
     newer = layout.log_dir(tmp_path) / layout.snapshot_name(SnapshotId(12, 1))
     full = snapshot_file.encode_snapshot(Snapshot(SnapshotId(12, 1), b"newer state"))
-    if leftover == "part":
-        newer.with_name(newer.name + ".part").write_bytes(full)
-    elif leftover == "truncated":
-        newer.write_bytes(full[:-3])
-    else:
-        newer.write_bytes(full[:-1] + b"?")
+    newer.with_name(newer.name + ".part").write_bytes(full[:-3])  # the crash came before the rename
 
     loaded = FileStorage(tmp_path).load()
     assert loaded.snapshot == Snapshot(SnapshotId(6, 1), b"good")
     assert loaded.batches == [b for b in batches if b.next_offset > 6]
     assert [p.name for p in layout.log_dir(tmp_path).iterdir() if "0012" in p.name] == []
+
+
+def _damage_crc(raw: bytes) -> bytes:
+    return raw[:-1] + bytes([raw[-1] ^ 0xFF])
+
+
+SNAPSHOT_DAMAGE = {  # how a complete snapshot file can be damaged, and what load() must say
+    "data byte": (_damage_crc, r"CRC-32C of the data \(byte 30 to the end\) is \w{8}, its header says \w{8}"),
+    "magic": (lambda raw: b"XKSN" + raw[4:], r"bytes 0-5 hold magic b'XKSN' version 1"),
+    "truncated": (lambda raw: raw[:-3], r"the header \(bytes 18-25\) says \d+ data bytes, the file holds"),
+    "emptied": (lambda raw: b"", "0 bytes is too short for the 30-byte snapshot header"),
+}
+
+
+def load_refused(data_dir: Path) -> CorruptLogError:
+    """The error ``load()`` stops with; fails showing what it recovered if it did not stop."""
+    try:
+        loaded = FileStorage(data_dir).load()
+    except CorruptLogError as exc:
+        return exc
+    pytest.fail(f"load() started the node on damaged storage with {loaded}")
+
+
+@pytest.mark.parametrize("damage", SNAPSHOT_DAMAGE)
+def test_a_damaged_snapshot_at_the_log_end_stops_the_node_and_is_kept(tmp_path: Path, damage: str) -> None:
+    storage = open_storage(tmp_path)
+    append(storage, make_batches(0, 10))
+    storage.save_snapshot(Snapshot(SnapshotId(20, 1), b"state"))  # covers the whole log: no segment left
+    assert segment_files(tmp_path) == []
+    path = layout.log_dir(tmp_path) / layout.snapshot_name(SnapshotId(20, 1))
+    corrupt, problem = SNAPSHOT_DAMAGE[damage]
+    path.write_bytes(corrupt(path.read_bytes()))
+    damaged = path.read_bytes()
+
+    message = str(load_refused(tmp_path))
+    assert re.search(problem, message), message
+    assert message.startswith(f"{path}: ") and "raftka storage format" in message
+    assert path.read_bytes() == damaged  # nothing deleted or rewritten
+
+
+def test_a_damaged_installed_snapshot_never_leaves_an_empty_log_that_votes(tmp_path: Path) -> None:
+    """A follower that installed the leader's snapshot holds no segment: if load() dropped the
+    damaged snapshot, the node would start with an empty log and a quorum state that lets it
+    vote (not recovering), so a lagging candidate could win and committed records be lost."""
+    storage = open_storage(tmp_path)
+    storage.write(Write(write_id=1, quorum_state=QuorumStateData(epoch=3, voted_id=2, leader_id=2)))
+    storage.write(Write(write_id=2, install_snapshot=Snapshot(SnapshotId(500, 3), b"leader's")))
+    path = layout.log_dir(tmp_path) / layout.snapshot_name(SnapshotId(500, 3))
+    flip_byte(path, path.stat().st_size - 1)
+
+    assert str(load_refused(tmp_path)).startswith(f"{path}: ")
+    assert path.exists()
+
+
+def test_a_damaged_newest_snapshot_is_not_replaced_by_an_older_one(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path, segment_bytes=SMALL_SEGMENT)
+    append(storage, make_batches(0, 20))
+    storage.save_snapshot(Snapshot(SnapshotId(10, 1), b"old"))
+    newest = snapshot_file.write_snapshot(layout.log_dir(tmp_path), Snapshot(SnapshotId(30, 1), b"new"))
+    storage.close()  # a crash before the older snapshot and the segments below 30 were retired
+    flip_byte(newest, newest.stat().st_size - 1)
+
+    assert str(load_refused(tmp_path)).startswith(f"{newest}: ")
+    assert [p.name for _, p in layout.list_snapshots(layout.log_dir(tmp_path))] == [
+        layout.snapshot_name(SnapshotId(10, 1)),
+        newest.name,
+    ]
+
+
+def test_a_snapshot_whose_header_disagrees_with_its_name_stops_the_node(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path)
+    storage.write(Write(write_id=1, install_snapshot=Snapshot(SnapshotId(40, 2), b"s")))
+    path = layout.log_dir(tmp_path) / layout.snapshot_name(SnapshotId(40, 2))
+    path.rename(path.with_name(layout.snapshot_name(SnapshotId(50, 2))))
+
+    problem = r"the header \(bytes 6-17\) says offset 40 epoch 2, not the snapshot the file name says"
+    with pytest.raises(CorruptLogError, match=problem):
+        FileStorage(tmp_path).load()
 
 
 def test_crash_between_snapshot_and_segment_deletion_is_completed_at_load(tmp_path: Path) -> None:
