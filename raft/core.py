@@ -612,9 +612,10 @@ class RaftCore:
         two processes configured with one id (two brokers given the same node_id) each
         keep a fetch here. Answering one because the other fetched would make each re-fetch
         at once and answer the other's in turn: a ping-pong as fast as the network goes.
-        So an observer's fetches park side by side, as in Kafka's fetch purgatory, each
-        process gets its own answers and the leader stays calm; the overlap is counted
-        for the driver to report, and broker registration refuses the duplicate id.
+        So an observer's fetches park side by side, as in Kafka's fetch purgatory: each
+        process gets its own answers and the leader stays calm. The overlap is counted and
+        the driver warns naming the id; refusing the second process is left to the layer
+        that knows what the id means (a broker's registration), not to the log.
         """
         req: FetchRequest = env.msg  # type: ignore[assignment]
         if min(req.fetch_offset, req.last_fetched_epoch, req.max_wait_ms, req.replica_id) < 0 or (

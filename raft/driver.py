@@ -40,6 +40,7 @@ from raft.transport.base import Transport
 log = structlog.get_logger("raft.driver")
 
 PENDING_APPENDS_MAX = 16384  # bound: appends awaiting commit on one leader
+OVERLAP_WARNING_INTERVAL_MS = 60_000  # at most one warning a minute about observers sharing an id
 GIL_SWITCH_INTERVAL_S = 0.0002
 
 
@@ -88,6 +89,8 @@ class RaftNode:
         self._stopped = asyncio.Event()
         self._closed = False
         self._foreign_peers_seen = 0
+        self._overlaps_seen = 0
+        self._overlap_warning_due_ms = 0
         self.fatal_error: str | None = None
         self._log = log.bind(node_id=core.node_id)
 
@@ -200,6 +203,7 @@ class RaftNode:
                 peers=sorted(core.foreign_peers),
                 cluster_id=core.cluster_id,
             )
+        self._notice_overlapping_observers()
         if ready.write is not None:
             self._start_write(ready.write)
         for envelope in ready.send:
@@ -231,6 +235,24 @@ class RaftNode:
         self._log.info("quorum state changed", role=seen[0], epoch=seen[1], leader_id=seen[2])
         if not core.is_leader and self._pending:
             self._fail_pending(NotLeaderError(core.leader_id, core.epoch))
+
+    def _notice_overlapping_observers(self) -> None:
+        """Fetches from one observer id overlapped: two processes are probably configured
+        with that node id (see ``RaftCore._on_fetch_request``). Said once a minute at most."""
+        core = self.core
+        if core.observer_fetch_overlaps == self._overlaps_seen:
+            return
+        self._overlaps_seen = core.observer_fetch_overlaps
+        now = self._clock()
+        if now < self._overlap_warning_due_ms:
+            return
+        self._overlap_warning_due_ms = now + OVERLAP_WARNING_INTERVAL_MS
+        self._log.warning(
+            "fetches from one observer id overlap",
+            observer_id=core.overlapping_observer_id,
+            overlaps=core.observer_fetch_overlaps,
+            hint="two processes may be configured with this node_id",
+        )
 
     def _arm_timer(self, wait_ms: int) -> None:
         assert self._loop is not None
