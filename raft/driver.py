@@ -17,15 +17,22 @@ The layer above gets:
   needs several batches back to back;
 - a ``StateMachine`` that receives committed batches in order and snapshots to
   restore; it hands snapshots of its own state back with ``save_snapshot``.
+
+Fail-stop: an exception in any event (a bug in the core, a transport or storage that
+raises, a state machine that cannot apply) stops the node: it is logged with its
+traceback, ``fatal_error`` says why, pending appends fail and ``wait_stopped`` returns,
+so the process exits with the reason. A node that carried on after a half-handled event
+would stay up and say nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import structlog
@@ -140,15 +147,21 @@ class RaftNode:
         return future
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Persist the layer above's state at a committed offset, then compact the log."""
+        """Persist the layer above's state at a committed offset, then compact the log.
+        Dropped once the node has stopped: a stopped node's log stays as it is."""
         assert self._loop is not None
+        if self._stopped.is_set():
+            return
 
         def saved(done: concurrent.futures.Future[None]) -> None:
             if done.exception() is not None:
                 self._log.error("snapshot write failed", error=str(done.exception()))
                 return
-            self.core.snapshot_saved(snapshot)
-            self._log.info("snapshot saved", offset=snapshot.id.offset, bytes=len(snapshot.data))
+            if self._stopped.is_set():
+                return
+            with self._fail_stop():
+                self.core.snapshot_saved(snapshot)
+                self._log.info("snapshot saved", offset=snapshot.id.offset, bytes=len(snapshot.data))
 
         job = self._io.submit(self._storage.save_snapshot, snapshot)
         job.add_done_callback(lambda done: self._loop.call_soon_threadsafe(saved, done))  # type: ignore[union-attr]
@@ -160,13 +173,15 @@ class RaftNode:
     def deliver(self, envelope: Envelope) -> None:
         if self._stopped.is_set():
             return
-        self.core.step(envelope, self._clock())
+        with self._fail_stop():
+            self.core.step(envelope, self._clock())
         self._schedule_flush()
 
     def unreachable(self, peer_id: int) -> None:
         if self._stopped.is_set():
             return
-        self.core.unreachable(peer_id, self._clock())
+        with self._fail_stop():
+            self.core.unreachable(peer_id, self._clock())
         self._schedule_flush()
 
     # the loop -------------------------------------------------------------------------
@@ -183,6 +198,11 @@ class RaftNode:
         self._flush_scheduled = False
         if self._stopped.is_set():
             return
+        with self._fail_stop():
+            self._run_ready()
+
+    def _run_ready(self) -> None:
+        """Poll the core and carry out what it asks."""
         core = self.core
         wait_ms = core.poll(self._clock())
         ready = core.ready()
@@ -276,13 +296,23 @@ class RaftNode:
             if error is not None:
                 self._fail(f"log write failed: {error}")
                 return
-            self.core.persisted(write.write_id, self._clock())
+            with self._fail_stop():
+                self.core.persisted(write.write_id, self._clock())
             self._flush()
 
         job = self._io.submit(self._storage.write, write)
         job.add_done_callback(lambda done: loop.call_soon_threadsafe(finished, done))
 
     # failure --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _fail_stop(self) -> Iterator[None]:
+        """Run one event; if anything in it raises, stop the node (see the module doc)."""
+        try:
+            yield
+        except Exception as e:
+            self._log.exception("raft node failed")
+            self._fail(f"unexpected error in the raft loop: {e!r} (traceback in the log)")
+
     def _fail(self, reason: str) -> None:
         """Something we cannot continue from safely: stop serving, say why."""
         self.fatal_error = reason
