@@ -2,19 +2,24 @@
 
 A broker that is fenced (session expired, controlled shutdown, a new incarnation)
 leaves every ISR; each partition it led elects the first other ISR member, in replica
-order, that is unfenced, or goes offline (leader -1) when there is none.
+order, that is unfenced, or goes offline (leader -1) when there is none. The last ISR
+member stays in the ISR, as in Kafka (without ELR): it is the one replica known to hold
+every committed record, so the partition waits for it, and when it returns it is
+elected, cleanly, in a new leader epoch.
 
 When a broker is unfenced, the partitions it replicates should take it back into their
 ISR only once it has caught up on their data, through AlterPartition from the partition
 leader. There is no data plane yet, so there is nothing to catch up on: until there is,
-unfencing adds the broker straight back to the ISR of every partition it replicates,
-gives an offline partition a leader again, and restores it as leader where it is the
-preferred replica (the automatic preferred-leader election Kafka runs on return).
+unfencing adds the broker straight back to the ISR of every partition that has a leader,
+and restores it as leader where it is the preferred replica (the automatic
+preferred-leader election Kafka runs on return). An offline partition has no leader to
+take anyone back: only its last ISR member's return brings it online (a clean
+election), and the live replicas then rejoin its ISR with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from metadata.image import LEADER_UNCHANGED, NO_LEADER, MetadataImage, PartitionState
 from metadata.plan import MetadataRecord, live_broker_ids, partition_change
@@ -32,38 +37,47 @@ def partitions(image: MetadataImage) -> Iterator[tuple[bytes, int, PartitionStat
 
 
 def remove_broker(image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
-    """``broker_id`` leaves every ISR; the partitions it led elect from what remains."""
+    """``broker_id`` leaves every ISR but as its last member; the partitions it led elect
+    from what remains, or go offline."""
     live = live_broker_ids(image) - {broker_id}
     records = []
     for topic_id, partition_id, state in partitions(image):
         if broker_id not in state.isr and state.leader != broker_id:
             continue
-        isr = tuple(b for b in state.isr if b != broker_id)
+        isr = tuple(b for b in state.isr if b != broker_id) or state.isr
         leader = (
             elect(state.replicas, isr, live.__contains__) if state.leader == broker_id else LEADER_UNCHANGED
         )
-        records.append(partition_change(topic_id, partition_id, isr=isr, leader=leader))
+        if isr == state.isr and leader == LEADER_UNCHANGED:
+            continue  # the last ISR member of a partition already offline
+        records.append(
+            partition_change(topic_id, partition_id, isr=isr if isr != state.isr else None, leader=leader)
+        )
     return records
 
 
+def _isr_with(state: PartitionState, brokers: Collection[int]) -> tuple[int, ...]:
+    """The ISR with ``brokers`` added, in replica order."""
+    return tuple(b for b in state.replicas if b in state.isr or b in brokers)
+
+
 def restore_broker(image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
-    """Pre-data-plane return of ``broker_id`` (see the module doc): back into its ISRs,
-    offline partitions get a leader, preferred leadership comes back to it."""
+    """Pre-data-plane return of ``broker_id`` (see the module doc): back into the ISRs of
+    partitions with a leader, preferred leadership comes back to it; an offline partition
+    whose last ISR member it is elects it."""
     live = live_broker_ids(image) | {broker_id}
     records = []
     for topic_id, partition_id, state in partitions(image):
         if broker_id not in state.replicas:
             continue
-        isr = (
-            state.isr
-            if broker_id in state.isr
-            else tuple(b for b in state.replicas if b in {*state.isr, broker_id})
-        )
-        leader = state.leader
-        if leader == NO_LEADER:
-            leader = elect(state.replicas, isr, live.__contains__)
-        elif state.replicas[0] == broker_id:
-            leader = broker_id
+        if state.leader != NO_LEADER:
+            isr = _isr_with(state, {broker_id})
+            leader = broker_id if state.replicas[0] == broker_id else state.leader
+        else:
+            # An ISR emptied by older versions (which did not keep the last member) takes
+            # the first replica to return, as they did.
+            leader = elect(state.replicas, state.isr or (broker_id,), live.__contains__)
+            isr = _isr_with(state, live) if leader != NO_LEADER else state.isr
         if isr == state.isr and leader == state.leader:
             continue
         records.append(

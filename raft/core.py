@@ -97,6 +97,7 @@ class _SnapshotDownload:
 
 NEVER = 1 << 62
 SUPERSEDED_SNAPSHOTS_MAX = 3  # bound: older snapshots kept servable for downloads under way
+PARKED_PER_OBSERVER_MAX = 4  # bound: fetches parked at once under one observer id
 
 
 class RaftCore:
@@ -122,6 +123,10 @@ class RaftCore:
         self._now = now_ms
         self.fatal_error: str | None = None
         self.foreign_peers: set[int] = set()  # peers that refused our cluster id
+        # Fetches that found another from the same observer id still parked, and the last
+        # such id: two processes configured with one node id (see _on_fetch_request).
+        self.observer_fetch_overlaps = 0
+        self.overlapping_observer_id = NO_LEADER
 
         self.log = RaftLog(loaded.snapshot, loaded.batches)
         state = loaded.quorum_state
@@ -164,7 +169,9 @@ class RaftCore:
         self._leader_since_ms = 0
         self._last_append_ms = 0
         self._begin_epoch_resend_ms = NEVER
-        self._parked: dict[int, _ParkedFetch] = {}
+        # Fetches waiting for news, by replica id: at most one per voter; an observer id
+        # holds more only while two processes share it (see _on_fetch_request).
+        self._parked: dict[int, list[_ParkedFetch]] = {}
         # Snapshots replaced by a newer one stay servable a while, so a download that began
         # just before cannot be outrun by a leader that snapshots faster than it downloads.
         self._superseded: dict[OffsetAndEpoch, tuple[Snapshot, int]] = {}  # id -> (snapshot, expiry)
@@ -445,8 +452,9 @@ class RaftCore:
     def _abandon_leadership(self) -> None:
         parked, self._parked = self._parked, {}
         self._tracker = None
-        for fetch in parked.values():
-            self._reply(fetch.envelope, self._fetch_error(Error.NOT_LEADER))
+        for waiting in parked.values():
+            for fetch in waiting:
+                self._reply(fetch.envelope, self._fetch_error(Error.NOT_LEADER))
 
     # ==================================================================================
     # elections
@@ -595,6 +603,20 @@ class RaftCore:
     # leader
     # ==================================================================================
     def _on_fetch_request(self, env: Envelope) -> None:
+        """Answer a fetch at once, or park it until there is news (long poll).
+
+        A replica fetches again only once its previous fetch was answered or timed out, so
+        a voter's parked fetch is one it has given up on: it is answered at once and the
+        new one parks in its place (one parked fetch per voter). Observers are not told
+        apart by anything but their id (Kafka adds a directory id; raftka has none), and
+        two processes configured with one id (two brokers given the same node_id) each
+        keep a fetch here. Answering one because the other fetched would make each re-fetch
+        at once and answer the other's in turn: a ping-pong as fast as the network goes.
+        So an observer's fetches park side by side, as in Kafka's fetch purgatory: each
+        process gets its own answers and the leader stays calm. The overlap is counted and
+        the driver warns naming the id; refusing the second process is left to the layer
+        that knows what the id means (a broker's registration), not to the log.
+        """
         req: FetchRequest = env.msg  # type: ignore[assignment]
         if min(req.fetch_offset, req.last_fetched_epoch, req.max_wait_ms, req.replica_id) < 0 or (
             req.replica_id == self.node_id
@@ -628,17 +650,25 @@ class RaftCore:
             self._reply(env, self._fetch_error(Error.INVALID_REQUEST))
             return
         self._tracker.record_fetch(req.replica_id, req.fetch_offset, self.log.end_offset, self._now)
-        previous = self._parked.pop(req.replica_id, None)
-        if previous is not None:
-            self._answer_fetch(previous.envelope)
+        if req.replica_id in self.voters:
+            for previous in self._parked.pop(req.replica_id, ()):
+                self._answer_fetch(previous.envelope)
+        elif self._parked.get(req.replica_id):
+            self.observer_fetch_overlaps += 1
+            self.overlapping_observer_id = req.replica_id
         # Advance the high watermark before parking: the fetch that moved it stays parked,
         # ready for the next append, instead of coming back at once just to carry the news.
         self._leader_progress()
         if req.fetch_offset < self.log.end_offset or req.max_wait_ms == 0:
             self._answer_fetch(env)
         else:
-            wait = min(req.max_wait_ms, self.cfg.fetch_max_wait_ms)
-            self._parked[req.replica_id] = _ParkedFetch(env, self._now + wait)
+            self._park(env, req.replica_id, min(req.max_wait_ms, self.cfg.fetch_max_wait_ms))
+
+    def _park(self, env: Envelope, replica_id: int, wait_ms: int) -> None:
+        waiting = self._parked.setdefault(replica_id, [])
+        if len(waiting) >= PARKED_PER_OBSERVER_MAX:
+            self._answer_fetch(waiting.pop(0).envelope)
+        waiting.append(_ParkedFetch(env, self._now + wait_ms))
 
     def _answer_fetch(self, env: Envelope) -> None:
         req: FetchRequest = env.msg  # type: ignore[assignment]
@@ -655,8 +685,22 @@ class RaftCore:
 
     def _answer_parked(self) -> None:
         parked, self._parked = self._parked, {}
-        for fetch in parked.values():
-            self._answer_fetch(fetch.envelope)
+        for waiting in parked.values():
+            for fetch in waiting:
+                self._answer_fetch(fetch.envelope)
+
+    def _answer_expired_fetches(self) -> None:
+        for replica_id, waiting in list(self._parked.items()):
+            due = [f for f in waiting if self._now >= f.deadline_ms]
+            if not due:
+                continue
+            remaining = [f for f in waiting if self._now < f.deadline_ms]
+            if remaining:
+                self._parked[replica_id] = remaining
+            else:
+                del self._parked[replica_id]
+            for fetch in due:
+                self._answer_fetch(fetch.envelope)
 
     def _on_fetch_snapshot_request(self, env: Envelope) -> None:
         req: FetchSnapshotRequest = env.msg  # type: ignore[assignment]
@@ -720,10 +764,7 @@ class RaftCore:
             for voter in self._tracker.voters_silent_since(now - self.cfg.fetch_timeout_ms // 2):
                 self._send(voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id))
             self._begin_epoch_resend_ms = now + 2 * self.cfg.election_timeout_ms
-        for replica_id, fetch in list(self._parked.items()):
-            if now >= fetch.deadline_ms:
-                del self._parked[replica_id]
-                self._answer_fetch(fetch.envelope)
+        self._answer_expired_fetches()
 
     def _append(self, kind: BatchKind, records: tuple[bytes, ...]) -> Batch:
         batch = Batch(self.log.end_offset, self.epoch, self._now + self.wall_offset_ms, kind, records)
@@ -1083,7 +1124,7 @@ class RaftCore:
             deadlines.append(self._last_append_ms + self.cfg.idle_noop_interval_ms)
             deadlines.append(self._begin_epoch_resend_ms)
             deadlines.append(self._check_quorum_deadline())
-            deadlines.extend(f.deadline_ms for f in self._parked.values())
+            deadlines.extend(f.deadline_ms for waiting in self._parked.values() for f in waiting)
         elif self.role is Role.FOLLOWER or not self.is_voter:
             if self._fetch_sent_ms is not None:
                 deadlines.append(self._fetch_sent_ms + self._fetch_request_timeout())

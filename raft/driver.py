@@ -24,15 +24,22 @@ The layer above gets:
   committed, and so after every earlier batch has reached the state machine: the layer
   above may act as leader on its state at once. A resigned, stopped or failed node
   announces no leader.
+
+Fail-stop: an exception in any event (a bug in the core, a transport or storage that
+raises, a state machine that cannot apply) stops the node: it is logged with its
+traceback, ``fatal_error`` says why, pending appends fail and ``wait_stopped`` returns,
+so the process exits with the reason. A node that carried on after a half-handled event
+would stay up and say nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -50,6 +57,7 @@ from raft.transport.base import Transport
 log = structlog.get_logger("raft.driver")
 
 PENDING_APPENDS_MAX = 16384  # bound: appends awaiting commit on one leader
+OVERLAP_WARNING_INTERVAL_MS = 60_000  # at most one warning a minute about observers sharing an id
 GIL_SWITCH_INTERVAL_S = 0.0002
 
 
@@ -117,6 +125,8 @@ class RaftNode:
         self._stopped = asyncio.Event()
         self._closed = False
         self._foreign_peers_seen = 0
+        self._overlaps_seen = 0
+        self._overlap_warning_due_ms = 0
         self.fatal_error: str | None = None
         self._log = log.bind(node_id=core.node_id)
 
@@ -208,15 +218,21 @@ class RaftNode:
             self._flush()
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Persist the layer above's state at a committed offset, then compact the log."""
+        """Persist the layer above's state at a committed offset, then compact the log.
+        Dropped once the node has stopped: a stopped node's log stays as it is."""
         assert self._loop is not None
+        if self._stopped.is_set():
+            return
 
         def saved(done: concurrent.futures.Future[None]) -> None:
             if done.exception() is not None:
                 self._log.error("snapshot write failed", error=str(done.exception()))
                 return
-            self.core.snapshot_saved(snapshot)
-            self._log.info("snapshot saved", offset=snapshot.id.offset, bytes=len(snapshot.data))
+            if self._stopped.is_set():
+                return
+            with self._fail_stop():
+                self.core.snapshot_saved(snapshot)
+                self._log.info("snapshot saved", offset=snapshot.id.offset, bytes=len(snapshot.data))
 
         job = self._io.submit(self._storage.save_snapshot, snapshot)
         job.add_done_callback(lambda done: self._loop.call_soon_threadsafe(saved, done))  # type: ignore[union-attr]
@@ -228,13 +244,15 @@ class RaftNode:
     def deliver(self, envelope: Envelope) -> None:
         if self._stopped.is_set():
             return
-        self.core.step(envelope, self._clock())
+        with self._fail_stop():
+            self.core.step(envelope, self._clock())
         self._schedule_flush()
 
     def unreachable(self, peer_id: int) -> None:
         if self._stopped.is_set():
             return
-        self.core.unreachable(peer_id, self._clock())
+        with self._fail_stop():
+            self.core.unreachable(peer_id, self._clock())
         self._schedule_flush()
 
     # the loop -------------------------------------------------------------------------
@@ -251,6 +269,11 @@ class RaftNode:
         self._flush_scheduled = False
         if self._stopped.is_set():
             return
+        with self._fail_stop():
+            self._run_ready()
+
+    def _run_ready(self) -> None:
+        """Poll the core and carry out what it asks."""
         core = self.core
         wait_ms = core.poll(self._clock())
         ready = core.ready()
@@ -272,6 +295,7 @@ class RaftNode:
                 peers=sorted(core.foreign_peers),
                 cluster_id=core.cluster_id,
             )
+        self._notice_overlapping_observers()
         if ready.write is not None:
             self._start_write(ready.write)
         for envelope in ready.send:
@@ -318,6 +342,24 @@ class RaftNode:
         for listener in self._leadership_listeners:
             listener(leadership)
 
+    def _notice_overlapping_observers(self) -> None:
+        """Fetches from one observer id overlapped: two processes are probably configured
+        with that node id (see ``RaftCore._on_fetch_request``). Said once a minute at most."""
+        core = self.core
+        if core.observer_fetch_overlaps == self._overlaps_seen:
+            return
+        self._overlaps_seen = core.observer_fetch_overlaps
+        now = self._clock()
+        if now < self._overlap_warning_due_ms:
+            return
+        self._overlap_warning_due_ms = now + OVERLAP_WARNING_INTERVAL_MS
+        self._log.warning(
+            "fetches from one observer id overlap",
+            observer_id=core.overlapping_observer_id,
+            overlaps=core.observer_fetch_overlaps,
+            hint="two processes may be configured with this node_id",
+        )
+
     def _arm_timer(self, wait_ms: int) -> None:
         assert self._loop is not None
         when = self._loop.time() + wait_ms / 1000
@@ -340,13 +382,23 @@ class RaftNode:
             if error is not None:
                 self._fail(f"log write failed: {error}")
                 return
-            self.core.persisted(write.write_id, self._clock())
+            with self._fail_stop():
+                self.core.persisted(write.write_id, self._clock())
             self._flush()
 
         job = self._io.submit(self._storage.write, write)
         job.add_done_callback(lambda done: loop.call_soon_threadsafe(finished, done))
 
     # failure --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _fail_stop(self) -> Iterator[None]:
+        """Run one event; if anything in it raises, stop the node (see the module doc)."""
+        try:
+            yield
+        except Exception as e:
+            self._log.exception("raft node failed")
+            self._fail(f"unexpected error in the raft loop: {e!r} (traceback in the log)")
+
     def _fail(self, reason: str) -> None:
         """Something we cannot continue from safely: stop serving, say why."""
         self.fatal_error = reason

@@ -107,35 +107,40 @@ class Quorum:
     async def start(self, *node_ids: int) -> None:
         for node_id in node_ids or self.voter_ids:
             assert node_id not in self.members, f"node {node_id} is running"
-            storage = self.storages[node_id]
-            core = RaftCore(
-                node_id,
-                frozenset(self.voter_ids),
-                CLUSTER_ID,
-                self.raft,
-                storage.load(),
-                random.Random(self.rng.random()),
-                monotonic_ms(),
-            )
-            node: RaftNode
-            state_machine = MetadataStateMachine(
-                SnapshotPolicy(snapshot_interval_records=self.snapshot_interval_records),
-                lambda snapshot, n=node_id: self.members[n].node.save_snapshot(snapshot),
-            )
-            node = RaftNode(core, storage, MemoryTransport(self.network, node_id), state_machine)
-            controller = QuorumController(
-                node,
-                state_machine,
-                cluster_id=CLUSTER_ID,
-                addresses={v: address(v) for v in self.voter_ids},
-                session_timeout_ms=self.session_timeout_ms,
-                max_partitions_per_topic=self.max_partitions_per_topic,
-                offsets_retention_ms=self.offsets_retention_ms,
-                clock=self.clock,
-                wall_clock=self.wall_clock,
-            )
-            self.members[node_id] = Member(node, state_machine, controller)
-            await node.start()
+            self.members[node_id] = self._member(node_id)
+            await self.members[node_id].node.start()
+
+    def _member(self, node_id: int) -> Member:
+        storage = self.storages[node_id]
+        core = RaftCore(
+            node_id,
+            frozenset(self.voter_ids),
+            CLUSTER_ID,
+            self.raft,
+            storage.load(),
+            random.Random(self.rng.random()),
+            monotonic_ms(),
+        )
+        node: RaftNode
+        # Snapshots go to this incarnation's node only, as in a process: one still being
+        # encoded when the node crashes must not reach the node that restarts after it.
+        state_machine = MetadataStateMachine(
+            SnapshotPolicy(snapshot_interval_records=self.snapshot_interval_records),
+            lambda snapshot: node.save_snapshot(snapshot),
+        )
+        node = RaftNode(core, storage, MemoryTransport(self.network, node_id), state_machine)
+        controller = QuorumController(
+            node,
+            state_machine,
+            cluster_id=CLUSTER_ID,
+            addresses={v: address(v) for v in self.voter_ids},
+            session_timeout_ms=self.session_timeout_ms,
+            max_partitions_per_topic=self.max_partitions_per_topic,
+            offsets_retention_ms=self.offsets_retention_ms,
+            clock=self.clock,
+            wall_clock=self.wall_clock,
+        )
+        return Member(node, state_machine, controller)
 
     async def crash(self, node_id: int) -> None:
         """Stop without a goodbye; the storage keeps what was written."""

@@ -65,7 +65,8 @@ def check_invariants(image: MetadataImage) -> None:
             where = f"{topic.name}-{p}: {state}"
             assert set(state.isr) <= set(state.replicas), where
             assert state.leader == NO_LEADER or state.leader in state.isr, where
-            assert not set(state.isr) & fenced, f"fenced broker in ISR: {where}"
+            if set(state.isr) & fenced:  # only as the last member of an offline partition (Kafka's rule)
+                assert state.leader == NO_LEADER and len(state.isr) == 1, f"fenced broker in ISR: {where}"
     for group, offsets in image.offsets.items():
         for topic_id, partition in offsets:
             assert partition in image.topics_by_id[topic_id].partitions, (group, topic_id, partition)

@@ -7,9 +7,12 @@ import pytest
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
 
-from metadata import broker_ops
+from cli.topics import describe_view, format_describe
+from client.types import PartitionInfo, TopicDescription
+from metadata import broker_ops, elections
 from metadata.delta import MetadataDelta
 from metadata.image import EMPTY, MetadataImage
+from metadata.records import topic_id_str
 from tests.unit.metadata_controller_support import (
     E,
     create,
@@ -135,7 +138,7 @@ def test_session_expiry_fences_reelects_from_isr_and_return_restores_preferred_l
             assert state.partition_epoch == before[p].partition_epoch + 1
         for p in single_on_101:
             state = partitions_of(image, "single")[p]
-            assert (state.leader, state.isr) == (-1, ()), "no ISR left: offline"
+            assert (state.leader, state.isr) == (-1, (101,)), "offline, waiting for its last ISR member"
         described = await c.describe_topics(pb.DescribeTopicsRequest(names=["single"]))
         assert any(p.leader == -1 for p in described.topics[0].partitions)
 
@@ -150,6 +153,81 @@ def test_session_expiry_fences_reelects_from_isr_and_return_restores_preferred_l
         await quorum.close()
 
     run(body)
+
+
+def test_the_last_isr_member_fenced_stays_in_the_isr_offline_and_its_return_is_a_clean_election() -> None:
+    """Kafka (without ELR) keeps the last ISR member in the ISR when it is fenced and
+    sets the leader to -1: only a replica known to hold every committed record may lead
+    again, and when it returns it does, in a new leader epoch."""
+
+    async def body() -> None:
+        quorum, member = await single(session_timeout_ms=1000)
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "solo", 3, 1)
+        [(p, before)] = [
+            (p, s) for p, s in partitions_of(member.image, "solo").items() if s.replicas == (101,)
+        ]
+
+        quorum.clock.advance(600)
+        for broker_id in (102, 103):
+            await heartbeat(c, broker_id, epochs[broker_id])
+        quorum.clock.advance(600)
+        await c.tick()
+        assert member.image.brokers[101].fenced
+        offline = partitions_of(member.image, "solo")[p]
+        assert (offline.leader, offline.isr) == (-1, (101,)), offline
+        assert offline.leader_epoch == before.leader_epoch + 1, offline
+
+        described = await c.describe_topics(pb.DescribeTopicsRequest(names=["solo"]))
+        view = describe_view([described_topic(described.topics[0])])
+        [row] = [line.split() for line in format_describe(view).splitlines() if line.split()[:1] == [str(p)]]
+        assert row == [str(p), "none", str(offline.leader_epoch), "101", "101", "offline"], row
+
+        back = await heartbeat(c, 101, epochs[101])
+        assert not back.is_fenced
+        online = partitions_of(member.image, "solo")[p]
+        assert (online.leader, online.isr) == (101, (101,)), online
+        assert online.leader_epoch == offline.leader_epoch + 1, online
+        await quorum.close()
+
+    run(body)
+
+
+def test_an_offline_partition_waits_for_its_last_isr_member_not_the_first_replica_back() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c, [101, 102])
+        await create(c, "pair", 1, 2)
+        first, last = partitions_of(member.image, "pair")[0].replicas  # the leader is fenced first
+        for broker_id in (first, last):
+            await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+        offline = partitions_of(member.image, "pair")[0]
+        assert (offline.leader, offline.isr) == (-1, (last,)), offline
+
+        await heartbeat(c, first, epochs[first])
+        assert not member.image.brokers[first].fenced
+        assert partitions_of(member.image, "pair")[0] == offline, "it may lack later commits"
+
+        await heartbeat(c, last, epochs[last])
+        online = partitions_of(member.image, "pair")[0]
+        assert (online.leader, set(online.isr)) == (last, {first, last}), online
+        assert online.leader_epoch == offline.leader_epoch + 1, online
+        await quorum.close()
+
+    run(body)
+
+
+def described_topic(topic: pb.TopicDescription) -> TopicDescription:
+    """What ``Admin.describe_topics`` makes of the controller's answer."""
+    partitions = tuple(
+        PartitionInfo(
+            p.partition, p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr)
+        )
+        for p in topic.partitions
+    )
+    return TopicDescription(topic.name, topic_id_str(topic.topic_id), partitions, None, "")
 
 
 def test_controlled_shutdown_moves_leadership_then_fences() -> None:
@@ -348,6 +426,25 @@ def test_preferred_election_moves_leadership_back() -> None:
     assert [(r.topic, r.partition, r.error) for r in plan.response.partitions] == [("t", 0, E.NONE)]
     [record] = plan.records
     assert (record.partition_change.leader, record.partition_change.HasField("isr")) == (1, False)
+
+
+def test_an_isr_emptied_by_an_older_version_takes_the_first_replica_back() -> None:
+    topic_id = b"\x08" * 16
+    M = metadata_pb2.MetadataRecord
+    image = replay(
+        *[
+            M(
+                register_broker=metadata_pb2.RegisterBrokerRecord(
+                    broker_id=b, incarnation_id="i", broker_epoch=b, fenced=True
+                )
+            )
+            for b in (1, 2)
+        ],
+        M(topic=metadata_pb2.TopicRecord(name="t", topic_id=topic_id)),
+        M(partition=metadata_pb2.PartitionRecord(topic_id=topic_id, replicas=[1, 2], isr=[], leader=-1)),
+    )
+    [record] = elections.restore_broker(image, 2)
+    assert (record.partition_change.leader, list(record.partition_change.isr.ids)) == (2, [2])
 
 
 def test_producer_id_blocks_do_not_overlap() -> None:

@@ -7,9 +7,12 @@ they are; every script opens with a paragraph saying what it proves.
 
 Commands (ids are node ids; ``(1,2)`` is a list of ids):
 
-    add-nodes N voters=(1,2,3) [observers=(4)] [<RaftConfig field>=<int> ...]
+    add-nodes N voters=(1,2,3) [observers=(4)] [shared-id=(4,5)] [<RaftConfig field>=<int> ...]
                                  fresh cores with ids 1..N, each with a MemoryStorage, a
-                                 random.Random seeded from its id, and its own clock at 0
+                                 random.Random seeded from its id, and its own clock at 0;
+                                 the observers in shared-id all run with the first one's
+                                 id (processes configured alike), yet the script names and
+                                 prints each by its own number
     tick ID|all MS               advance the clock(s) by MS, polling at every timer that
                                  falls due on the way, as the driver's timer does
     elapse MS                    time passes with the network working: every 10 ms, all
@@ -43,6 +46,9 @@ followed by ``poll`` and ``ready``, as the driver does):
     1->2 FetchRequest epoch=1 fetch=3@1               a message leaves a core
     dropped 1->2 FetchRequest                         lost to a partition or a down node
 
+Requests are numbered afresh for their receiver and its answer goes back to the node
+that asked, as a transport does, so nodes sharing an id each get their own answers.
+
 A position is printed ``offset@epoch``; a batch ``base_offset@epoch:records``. The high
 watermark shown by ``status`` is the one the node exposes (a new leader: -1 until its
 LeaderChange batch commits).
@@ -51,6 +57,7 @@ LeaderChange batch commits).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +78,7 @@ from raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Message,
+    Response,
     VoteRequest,
     VoteResponse,
 )
@@ -155,12 +163,13 @@ def _fields(msg: Message) -> str:
     raise AssertionError(f"unknown message {msg!r}")
 
 
-def _envelope(env: Envelope) -> str:
-    error = getattr(env.msg, "error", Error.NONE)
-    head = f"{env.src}->{env.dst} {type(env.msg).__name__}"
+def _envelope(sent: InFlight) -> str:
+    msg = sent.envelope.msg
+    error = getattr(msg, "error", Error.NONE)
+    head = f"{sent.sender.name}->{sent.receiver.name} {type(msg).__name__}"
     if error is not Error.NONE:
         head += f" error={error.name}"
-    return f"{head} {_fields(env.msg)}"
+    return f"{head} {_fields(msg)}"
 
 
 # ======================================================================================
@@ -192,6 +201,7 @@ class StateMachine:
 
 @dataclass(slots=True)
 class Node:
+    name: int  # how the script calls it: its node id, unless it shares one (shared-id)
     node_id: int
     storage: MemoryStorage = field(default_factory=MemoryStorage)
     sm: StateMachine = field(default_factory=StateMachine)
@@ -204,8 +214,17 @@ class Node:
 
     def running(self) -> RaftCore:
         if self.core is None:
-            raise ScriptError(f"node {self.node_id} is down")
+            raise ScriptError(f"node {self.name} is down")
         return self.core
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A message on the network, with the node that sent it and the one it will reach."""
+
+    sender: Node
+    receiver: Node
+    envelope: Envelope  # rpc_id: the receiver's number for a request, the sender's for a response
 
 
 class Interaction:
@@ -215,7 +234,9 @@ class Interaction:
         self.nodes: dict[int, Node] = {}
         self.voters: frozenset[int] = frozenset()
         self.config = RaftConfig()
-        self.queue: list[Envelope] = []
+        self.queue: list[InFlight] = []
+        self.calls: dict[int, tuple[Node, int]] = {}  # request number -> (requester, its rpc_id)
+        self._call_numbers = itertools.count(1)
         self.isolated: set[int] = set()
         self.out: list[str] = []
 
@@ -235,18 +256,22 @@ class Interaction:
         count, options = _positional(args[:1], 1)[0], _options(args[1:])
         voters = _id_list(options.pop("voters", ""))
         observers = _id_list(options.pop("observers", "()"))
+        shared = _id_list(options.pop("shared-id", "()"))
         ids = set(range(1, int(count) + 1))
         if set(voters) | set(observers) != ids or set(voters) & set(observers):
             raise ScriptError(f"voters and observers must split the ids {sorted(ids)}")
+        if not set(shared) <= set(observers):
+            raise ScriptError("only observers may share an id: requests to a voter must find one node")
         fields = {f.name for f in dataclasses.fields(RaftConfig)}
         if unknown := set(options) - fields:
             raise ScriptError(f"unknown options {sorted(unknown)}")
         self.config = RaftConfig(**{k: int(v) for k, v in options.items()})
         self.config.validate()
         self.voters = frozenset(voters)
-        for node_id in sorted(ids):
-            self.nodes[node_id] = Node(node_id)
-            self._start(self.nodes[node_id])
+        for name in sorted(ids):
+            self.nodes[name] = Node(name, shared[0] if name in shared else name)
+        for node in self.nodes.values():
+            self._start(node)
 
     def _tick(self, args: list[str]) -> None:
         target, ms = _positional(args, 2)
@@ -269,7 +294,7 @@ class Interaction:
         # script fire exactly that timer, as etcd's ``campaign`` calls Campaign().
         deadline = node.running()._election_deadline
         if deadline >= NEVER:
-            raise ScriptError(f"node {node.node_id} has no election timer armed")
+            raise ScriptError(f"node {node.name} has no election timer armed")
         self._advance_to(node, max(deadline, node.now_ms))
 
     def _deliver_msgs(self, args: list[str]) -> None:
@@ -281,15 +306,16 @@ class Interaction:
         if options:
             raise ScriptError(f"unknown options {sorted(options)}")
 
-        def selected(env: Envelope) -> bool:
-            return src in (-1, env.src) and dst in (-1, env.dst) and kind in ("", type(env.msg).__name__)
+        def selected(sent: InFlight) -> bool:
+            kind_ok = kind in ("", type(sent.envelope.msg).__name__)
+            return src in (-1, sent.sender.name) and dst in (-1, sent.receiver.name) and kind_ok
 
         self._deliver(selected, drop)
 
     def _persist(self, args: list[str]) -> None:
         node = self._node(_positional(args, 1)[0])
         if node.write is None:
-            raise ScriptError(f"node {node.node_id} has no outstanding write")
+            raise ScriptError(f"node {node.name} has no outstanding write")
         self._complete_write(node)
 
     def _stabilize(self, args: list[str]) -> None:
@@ -310,9 +336,9 @@ class Interaction:
         try:
             position = node.running().propose([r.encode() for r in args[1:]], node.now_ms)
         except NotLeaderError as exc:
-            self.out.append(f"{node.node_id} error: {exc}")
+            self.out.append(f"{node.name} error: {exc}")
             return
-        self.out.append(f"{node.node_id} proposed at {_pos(position)}")
+        self.out.append(f"{node.name} proposed at {_pos(position)}")
         self._flush(node)
 
     def _resign(self, args: list[str]) -> None:
@@ -328,33 +354,33 @@ class Interaction:
         node.storage.save_snapshot(snapshot)
         core.snapshot_saved(snapshot)
         self.out.append(
-            f"{node.node_id} snapshot saved: {_pos(snapshot.id)} data={snapshot.data.decode()!r} "
+            f"{node.name} snapshot saved: {_pos(snapshot.id)} data={snapshot.data.decode()!r} "
             f"log=[{core.log_start_offset},{core.log_end_offset})"
         )
 
     def _crash(self, args: list[str]) -> None:
         node = self._node(_positional(args, 1)[0])
         if node.core is None:
-            raise ScriptError(f"node {node.node_id} is already down")
+            raise ScriptError(f"node {node.name} is already down")
         lost = f" (write#{node.write.write_id} lost)" if node.write else ""
         node.core, node.write, node.due_ms, node.seen = None, None, NEVER, None
-        self.out.append(f"{node.node_id} crashed{lost}")
+        self.out.append(f"{node.name} crashed{lost}")
 
     def _restart(self, args: list[str]) -> None:
         node = self._node(_positional(args, 1)[0])
         if node.core is not None:
-            raise ScriptError(f"node {node.node_id} is running")
+            raise ScriptError(f"node {node.name} is running")
         self._start(node)
 
     def _wipe(self, args: list[str]) -> None:
         node = self._node(_positional(args, 1)[0])
         if node.core is not None:
-            raise ScriptError(f"node {node.node_id} must be down to lose its disk")
+            raise ScriptError(f"node {node.name} must be down to lose its disk")
         node.storage.wipe()
-        self.out.append(f"{node.node_id} disk wiped")
+        self.out.append(f"{node.name} disk wiped")
 
     def _partition(self, args: list[str]) -> None:
-        self.isolated = {self._node(a).node_id for a in args}
+        self.isolated = {self._node(a).name for a in args}
         if not self.isolated:
             raise ScriptError("partition ID...")
 
@@ -366,11 +392,11 @@ class Interaction:
         nodes = [self._node(a) for a in args] or list(self.nodes.values())
         for node in nodes:
             if node.core is None:
-                self.out.append(f"{node.node_id} down")
+                self.out.append(f"{node.name} down")
                 continue
             core = node.core
             self.out.append(
-                f"{node.node_id} {_role(core)} epoch={core.epoch} leader={core.leader_id} "
+                f"{node.name} {_role(core)} epoch={core.epoch} leader={core.leader_id} "
                 f"voted={core.voted_id} hw={core.exposed_high_watermark()} "
                 f"log=[{core.log_start_offset},{core.log_end_offset}) "
                 f"sm=[{','.join(node.sm.records)}] t={node.now_ms}"
@@ -381,7 +407,7 @@ class Interaction:
         log = node.running().log
         snapshot = f"snapshot={_pos(log.snapshot.id)} " if log.snapshot else ""
         batches = log.batches_between(log.start_offset, log.end_offset)
-        self.out.append(f"{node.node_id} log: {snapshot}{_batches(batches) or '(empty)'}")
+        self.out.append(f"{node.name} log: {snapshot}{_batches(batches) or '(empty)'}")
 
     _COMMANDS = {
         "add-nodes": _add_nodes,
@@ -414,7 +440,7 @@ class Interaction:
         node.incarnation += 1
         loaded = node.storage.load()
         node.sm.reset(None)
-        rng = random.Random(node.node_id * 1000 + node.incarnation)
+        rng = random.Random(node.name * 1000 + node.incarnation)
         node.core = RaftCore(node.node_id, self.voters, CLUSTER_ID, self.config, loaded, rng, node.now_ms)
         self._flush(node)
 
@@ -426,22 +452,35 @@ class Interaction:
             node.now_ms = max(node.now_ms, node.due_ms)
             self._flush(node)
         else:
-            raise ScriptError(f"node {node.node_id}: more than {TIMER_FIRES_MAX} timers in one tick")
+            raise ScriptError(f"node {node.name}: more than {TIMER_FIRES_MAX} timers in one tick")
         node.now_ms = target_ms
         if node.core is not None:
             self._flush(node)
 
-    def _deliver(self, selected: Callable[[Envelope], bool], drop: set[int]) -> None:
-        batch = [e for e in self.queue if selected(e)]
-        self.queue = [e for e in self.queue if not selected(e)]
-        for env in batch:
-            node = self.nodes[env.dst]
-            cut = env.src in self.isolated or env.dst in self.isolated
-            if env.dst in drop or cut or node.core is None:
-                self.out.append(f"dropped {env.src}->{env.dst} {type(env.msg).__name__}")
+    def _deliver(self, selected: Callable[[InFlight], bool], drop: set[int]) -> None:
+        batch = [s for s in self.queue if selected(s)]
+        self.queue = [s for s in self.queue if not selected(s)]
+        for sent in batch:
+            node = sent.receiver
+            cut = sent.sender.name in self.isolated or node.name in self.isolated
+            if node.name in drop or cut or node.core is None:
+                self.out.append(f"dropped {sent.sender.name}->{node.name} {type(sent.envelope.msg).__name__}")
                 continue
-            node.core.step(env, node.now_ms)
+            node.core.step(sent.envelope, node.now_ms)
             self._flush(node)
+
+    def _route(self, sender: Node, env: Envelope) -> InFlight:
+        """Address a message as a transport does: a request to the node running its
+        destination id, under a fresh number; a response to the node that asked."""
+        if isinstance(env.msg, Response):
+            requester, rpc_id = self.calls.pop(env.rpc_id)
+            return InFlight(sender, requester, dataclasses.replace(env, rpc_id=rpc_id))
+        receivers = [n for n in self.nodes.values() if n.node_id == env.dst]
+        if len(receivers) != 1:
+            raise ScriptError(f"a request to id {env.dst} must reach one node, not {len(receivers)}")
+        number = next(self._call_numbers)
+        self.calls[number] = (sender, env.rpc_id)
+        return InFlight(sender, receivers[0], dataclasses.replace(env, rpc_id=number))
 
     def _complete_write(self, node: Node) -> None:
         write, core = node.write, node.running()
@@ -449,7 +488,7 @@ class Interaction:
         node.storage.write(write)
         node.write = None
         core.persisted(write.write_id, node.now_ms)
-        self.out.append(f"{node.node_id} persisted write#{write.write_id}")
+        self.out.append(f"{node.name} persisted write#{write.write_id}")
         self._flush(node)
 
     def _flush(self, node: Node) -> None:
@@ -460,18 +499,16 @@ class Interaction:
         self._report_state(node, core)
         self._apply(node, ready)
         if core.fatal_error is not None:
-            self.out.append(f"{node.node_id} fatal: {core.fatal_error}")
+            self.out.append(f"{node.name} fatal: {core.fatal_error}")
 
     def _report_state(self, node: Node, core: RaftCore) -> None:
         seen = (_role(core), core.epoch, core.leader_id, core.voted_id)
         if seen != node.seen:
             node.seen = seen
-            self.out.append(
-                f"{node.node_id} state: {seen[0]} epoch={seen[1]} leader={seen[2]} voted={seen[3]}"
-            )
+            self.out.append(f"{node.name} state: {seen[0]} epoch={seen[1]} leader={seen[2]} voted={seen[3]}")
 
     def _apply(self, node: Node, ready: Ready) -> None:
-        prefix = str(node.node_id)
+        prefix = str(node.name)
         if ready.restore is not None:
             node.sm.reset(ready.restore)
             data = ready.restore.data.decode()
@@ -485,8 +522,9 @@ class Interaction:
             node.write = ready.write
             self.out.append(f"{prefix} write#{ready.write.write_id}: {_write(ready.write)}")
         for env in ready.send:
-            self.out.append(_envelope(env))
-            self.queue.append(env)
+            sent = self._route(node, env)
+            self.out.append(_envelope(sent))
+            self.queue.append(sent)
 
 
 def _write(write: Write) -> str:

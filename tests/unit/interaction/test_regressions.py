@@ -24,6 +24,21 @@ def test_two_outstanding_fetches_settle_into_long_polling() -> None:
     interaction.run("stabilize")  # raises ScriptError while the fetches keep bouncing
 
 
+def test_two_observers_sharing_an_id_cost_the_leader_what_two_observers_cost() -> None:
+    shared = _replay("observers_sharing_an_id")  # raises ScriptError while the fetches keep bouncing
+    distinct = Interaction()
+    script = (REGRESSIONS / "observers_sharing_an_id.txt").read_text()
+    run_script(script.replace(" shared-id=(4,5)", ""), distinct)
+
+    def fetches_in_2s(interaction: Interaction) -> int:
+        return interaction.run("elapse 2000").count("FetchRequest")
+
+    assert fetches_in_2s(shared) == fetches_in_2s(distinct)
+    assert [shared.nodes[n].sm.records for n in (4, 5)] == [["x"], ["x"]]
+    leader = shared.nodes[1].running()
+    assert leader.observer_fetch_overlaps > 0 and leader.overlapping_observer_id == 4
+
+
 def test_a_committed_record_survives_a_wiped_voter_restarting_twice() -> None:
     interaction = _replay("wiped_voter_restarts_before_catching_up")
     batch = interaction.nodes[1].running().log.batch_at(1)
