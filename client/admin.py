@@ -12,6 +12,11 @@ A retried write may have taken effect before its answer was lost (a controller t
 died after committing): as with Kafka's AdminClient, the retry then reports what it
 finds, e.g. ``TOPIC_ALREADY_EXISTS``.
 
+The controller bounds the lists of one request (``metadata/validation.py``). A read that
+names more is split here into requests within the bounds, each answered on its own; a
+write never is: each write request commits as one atomic batch, so a write over a bound
+raises the controller's ``INVALID_REQUEST`` naming the list, rather than half-applying.
+
 ``AsyncAdmin`` is the asyncio client; ``Admin`` is a small synchronous facade that runs
 it on a private event loop, for scripts and the CLI.
 """
@@ -50,6 +55,10 @@ from client.types import (
 
 E = controller_pb2.ErrorCode
 T = TypeVar("T")
+
+# The controller's bounds on one request (metadata/validation.py; a test keeps them equal).
+TOPICS_PER_REQUEST_MAX = 1_000
+OFFSET_FETCH_PARTITIONS_MAX = 10_000
 
 RETRIABLE_CODES = frozenset({E.NOT_CONTROLLER, E.REQUEST_TIMED_OUT})
 RETRIABLE_STATUS = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -157,7 +166,14 @@ class AsyncAdmin:
 
     async def describe_topics(self, names: Sequence[str] = ()) -> list[TopicDescription]:
         """Every topic when ``names`` is empty; an unknown name comes back with its error."""
-        response = await self._call("DescribeTopics", controller_pb2.DescribeTopicsRequest(names=list(names)))
+        return [
+            description
+            for run in _runs(list(names), TOPICS_PER_REQUEST_MAX)
+            for description in await self._describe_topics(run)
+        ]
+
+    async def _describe_topics(self, names: list[str]) -> list[TopicDescription]:
+        response = await self._call("DescribeTopics", controller_pb2.DescribeTopicsRequest(names=names))
         return [
             TopicDescription(
                 name=t.name,
@@ -182,9 +198,14 @@ class AsyncAdmin:
     # configs --------------------------------------------------------------------------
 
     async def describe_configs(self, topics: Sequence[str]) -> list[TopicConfigs]:
-        response = await self._call(
-            "DescribeConfigs", controller_pb2.DescribeConfigsRequest(topics=list(topics))
-        )
+        return [
+            configs
+            for run in _runs(list(topics), TOPICS_PER_REQUEST_MAX)
+            for configs in await self._describe_configs(run)
+        ]
+
+    async def _describe_configs(self, topics: list[str]) -> list[TopicConfigs]:
+        response = await self._call("DescribeConfigs", controller_pb2.DescribeConfigsRequest(topics=topics))
         return [
             TopicConfigs(
                 topic=t.topic,
@@ -265,14 +286,14 @@ class AsyncAdmin:
         self, group: str, partitions: Mapping[str, Sequence[int]] | None = None
     ) -> list[FetchedOffset]:
         """``partitions`` topic -> ids (empty: every partition); None: all the group committed."""
-        request = controller_pb2.OffsetFetchRequest(group=group)
-        for topic, ids in (partitions or {}).items():
-            request.topics.add(topic=topic, partitions=list(ids))
-        response = await self._call("OffsetFetch", request)
-        return [
-            FetchedOffset(o.topic, o.partition, o.offset, o.metadata, _error_name(o.error), o.message)
-            for o in response.offsets
-        ]
+        fetched = []
+        for request in _offset_fetch_requests(group, partitions or {}):
+            response = await self._call("OffsetFetch", request)
+            fetched += [
+                FetchedOffset(o.topic, o.partition, o.offset, o.metadata, _error_name(o.error), o.message)
+                for o in response.offsets
+            ]
+        return fetched
 
     # the retry loop -------------------------------------------------------------------
 
@@ -421,6 +442,29 @@ def _stop_at(deadline: float) -> Any:
         return time.monotonic() >= deadline
 
     return stop
+
+
+def _runs(items: list[T], size: int) -> list[list[T]]:
+    """``items`` in runs of at most ``size``; no items is one empty run (it means "all")."""
+    return [items[start : start + size] for start in range(0, len(items), size)] or [items]
+
+
+def _offset_fetch_requests(
+    group: str, partitions: Mapping[str, Sequence[int]]
+) -> list[controller_pb2.OffsetFetchRequest]:
+    """The fewest requests within the controller's bounds that ask for ``partitions``."""
+    requests = [controller_pb2.OffsetFetchRequest(group=group)]
+    named = 0  # partitions named in the last request
+    for topic, ids in partitions.items():
+        for run in _runs(list(ids), OFFSET_FETCH_PARTITIONS_MAX):
+            last = requests[-1]
+            if len(last.topics) == TOPICS_PER_REQUEST_MAX or named + len(run) > OFFSET_FETCH_PARTITIONS_MAX:
+                last = controller_pb2.OffsetFetchRequest(group=group)
+                requests.append(last)
+                named = 0
+            last.topics.add(topic=topic, partitions=run)
+            named += len(run)
+    return requests
 
 
 def _error_name(code: int) -> str | None:

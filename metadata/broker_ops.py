@@ -20,7 +20,6 @@ from metadata.records import topic_id_str
 from metadata.validation import ValidationError
 
 BROKERS_MAX = 10_000  # bound: registrations the controller keeps sessions for
-LISTENERS_MAX = 16
 NAME_CHARS_MAX = 255  # incarnation ids, listener names, hosts, racks
 PRODUCER_ID_BLOCK = 1000
 
@@ -80,8 +79,6 @@ def _registration_problem(
         return f"incarnation_id: 1 to {NAME_CHARS_MAX} characters"
     if len(request.rack) > NAME_CHARS_MAX:
         return f"rack: at most {NAME_CHARS_MAX} characters"
-    if len(request.listeners) > LISTENERS_MAX:
-        return f"listeners: at most {LISTENERS_MAX}"
     for listener in request.listeners:
         if not 0 < len(listener.host) <= NAME_CHARS_MAX or len(listener.name) > NAME_CHARS_MAX:
             return f"listeners: host must be 1 to {NAME_CHARS_MAX} characters, got {listener.host!r}"
@@ -197,6 +194,11 @@ def _isr_change(
         raise ValidationError(
             ErrorCode.INVALID_UPDATE_VERSION,
             f"partition epoch {data.partition_epoch} is not the current {state.partition_epoch}",
+        )
+    if len(data.new_isr) > len(state.replicas):  # before the list is copied or printed
+        raise ValidationError(
+            ErrorCode.INVALID_REQUEST,
+            f"new_isr: {len(data.new_isr)} entries, the partition has {len(state.replicas)} replicas",
         )
     new_isr = tuple(data.new_isr)
     if (

@@ -6,7 +6,9 @@ image plus every batch this controller has appended and not yet seen commit. Pla
 replaying the records onto that image and proposing them to raft happen with no
 ``await`` in between, so requests are serialized exactly in log order and each sees
 the effect of every request before it; the answer is sent once the batch commits.
-Bad input is refused during planning, before anything is proposed.
+Bad input is refused during planning, before anything is proposed. A request with a
+list over its bound (``metadata.validation``) is refused before it is even planned, and
+a read before its barrier, so no client can hold the loop for long or make it write.
 
 Answers come from committed state only. A plan that writes nothing (a refusal, a
 duplicate create, a config already set, ``validate_only``, a heartbeat that finds its
@@ -60,6 +62,7 @@ from metadata.image import MetadataImage
 from metadata.plan import ErrorCode, MetadataRecord, Plan
 from metadata.records import RecordError, encode
 from metadata.sessions import BrokerSessions
+from metadata.validation import ValidationError, check_request_bounds
 from raft.core import NotLeaderError
 from raft.driver import BackpressureError, LeaderAndEpoch, RaftNode, monotonic_ms
 
@@ -185,17 +188,31 @@ class QuorumController:
             response.status.controller_address = self._addresses.get(self.node_id, "")
         return response
 
+    def _out_of_bounds(self, request: Any) -> Status | None:
+        """Why a client's request is refused before any work (a list over its bound), if it is."""
+        try:
+            check_request_bounds(request, self._records_max)
+        except ValidationError as e:
+            return Status(error=e.code, message=e.message)
+        return None
+
     # the write path --------------------------------------------------------------------
     async def _write(
         self,
         response_type: type,
         plan: Callable[[MetadataImage], Plan],
+        request: Any = None,
         planned: Callable[[Plan], None] | None = None,
     ) -> Any:
         """Plan against the latest image, propose, and answer once committed.
 
-        ``planned`` runs right after planning, before anything can interleave: the
-        controller's own bookkeeping for the request (sessions), kept out of the plan."""
+        ``request`` is the client's, checked against the request bounds first; internal
+        writes have none. ``planned`` runs right after planning, before anything can
+        interleave: the controller's own bookkeeping for the request (sessions), kept out
+        of the plan."""
+        status = None if request is None else self._out_of_bounds(request)
+        if status is not None:
+            return response_type(status=status)
         status = await self._ensure_active()
         if status is not None:
             return response_type(status=status)
@@ -279,8 +296,10 @@ class QuorumController:
         return None
 
     # the read path ---------------------------------------------------------------------
-    async def _read(self, response_type: type, answer: Callable[[MetadataImage], Any]) -> Any:
-        status = await self._ensure_active()
+    async def _read(self, response_type: type, answer: Callable[[MetadataImage], Any], request: Any) -> Any:
+        status = self._out_of_bounds(request)
+        if status is None:
+            status = await self._ensure_active()
         if status is None:
             status = await self._confirm_leadership()
         if status is not None:
@@ -312,13 +331,16 @@ class QuorumController:
         return await self._write(
             controller_pb2.CreateTopicsResponse,
             lambda image: topic_ops.create_topics(image, request, self._limits, _topic_id),
+            request,
         )
 
     async def delete_topics(
         self, request: controller_pb2.DeleteTopicsRequest
     ) -> controller_pb2.DeleteTopicsResponse:
         return await self._write(
-            controller_pb2.DeleteTopicsResponse, lambda image: topic_ops.delete_topics(image, request)
+            controller_pb2.DeleteTopicsResponse,
+            lambda image: topic_ops.delete_topics(image, request),
+            request,
         )
 
     async def create_partitions(
@@ -327,18 +349,21 @@ class QuorumController:
         return await self._write(
             controller_pb2.CreatePartitionsResponse,
             lambda image: topic_ops.create_partitions(image, request, self._limits),
+            request,
         )
 
     async def list_topics(
         self, request: controller_pb2.ListTopicsRequest
     ) -> controller_pb2.ListTopicsResponse:
-        return await self._read(controller_pb2.ListTopicsResponse, topic_ops.list_topics)
+        return await self._read(controller_pb2.ListTopicsResponse, topic_ops.list_topics, request)
 
     async def describe_topics(
         self, request: controller_pb2.DescribeTopicsRequest
     ) -> controller_pb2.DescribeTopicsResponse:
         return await self._read(
-            controller_pb2.DescribeTopicsResponse, lambda image: topic_ops.describe_topics(image, request)
+            controller_pb2.DescribeTopicsResponse,
+            lambda image: topic_ops.describe_topics(image, request),
+            request,
         )
 
     # configs ---------------------------------------------------------------------------
@@ -346,14 +371,14 @@ class QuorumController:
         self, request: controller_pb2.DescribeConfigsRequest
     ) -> controller_pb2.DescribeConfigsResponse:
         return await self._read(
-            controller_pb2.DescribeConfigsResponse, lambda image: config_ops.describe(image, request)
+            controller_pb2.DescribeConfigsResponse, lambda image: config_ops.describe(image, request), request
         )
 
     async def alter_configs(
         self, request: controller_pb2.AlterConfigsRequest
     ) -> controller_pb2.AlterConfigsResponse:
         return await self._write(
-            controller_pb2.AlterConfigsResponse, lambda image: config_ops.alter(image, request)
+            controller_pb2.AlterConfigsResponse, lambda image: config_ops.alter(image, request), request
         )
 
     # brokers ---------------------------------------------------------------------------
@@ -369,7 +394,7 @@ class QuorumController:
                 self._sessions.touch(request.broker_id, self._clock())
                 self._shutting_down.discard(request.broker_id)
 
-        return await self._write(controller_pb2.BrokerRegistrationResponse, plan, planned)
+        return await self._write(controller_pb2.BrokerRegistrationResponse, plan, request, planned)
 
     async def broker_heartbeat(
         self, request: controller_pb2.BrokerHeartbeatRequest
@@ -385,6 +410,7 @@ class QuorumController:
         return await self._write(
             controller_pb2.BrokerHeartbeatResponse,
             lambda image: broker_ops.heartbeat(image, request, self._shutting_down),
+            request,
             planned,
         )
 
@@ -396,20 +422,25 @@ class QuorumController:
             lambda image: broker_ops.describe_cluster(
                 image, self._cluster_id, self.node_id, self._shutting_down
             ),
+            request,
         )
 
     async def alter_partition(
         self, request: controller_pb2.AlterPartitionRequest
     ) -> controller_pb2.AlterPartitionResponse:
         return await self._write(
-            controller_pb2.AlterPartitionResponse, lambda image: broker_ops.alter_partition(image, request)
+            controller_pb2.AlterPartitionResponse,
+            lambda image: broker_ops.alter_partition(image, request),
+            request,
         )
 
     async def elect_leaders(
         self, request: controller_pb2.ElectLeadersRequest
     ) -> controller_pb2.ElectLeadersResponse:
         return await self._write(
-            controller_pb2.ElectLeadersResponse, lambda image: broker_ops.elect_leaders(image, request)
+            controller_pb2.ElectLeadersResponse,
+            lambda image: broker_ops.elect_leaders(image, request),
+            request,
         )
 
     async def allocate_producer_ids(
@@ -418,6 +449,7 @@ class QuorumController:
         return await self._write(
             controller_pb2.AllocateProducerIdsResponse,
             lambda image: broker_ops.allocate_producer_ids(image, request),
+            request,
         )
 
     # offsets ---------------------------------------------------------------------------
@@ -426,14 +458,15 @@ class QuorumController:
     ) -> controller_pb2.OffsetCommitResponse:
         return await self._write(
             controller_pb2.OffsetCommitResponse,
-            lambda image: offset_ops.commit(image, request, self._records_max, self._wall_clock()),
+            lambda image: offset_ops.commit(image, request, self._wall_clock()),
+            request,
         )
 
     async def fetch_offsets(
         self, request: controller_pb2.OffsetFetchRequest
     ) -> controller_pb2.OffsetFetchResponse:
         return await self._read(
-            controller_pb2.OffsetFetchResponse, lambda image: offset_ops.fetch(image, request)
+            controller_pb2.OffsetFetchResponse, lambda image: offset_ops.fetch(image, request), request
         )
 
     # sessions --------------------------------------------------------------------------

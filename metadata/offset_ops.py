@@ -23,9 +23,7 @@ from metadata.validation import ValidationError, validate_committed_offset, vali
 NOTHING_COMMITTED = -1
 
 
-def commit(
-    image: MetadataImage, request: controller_pb2.OffsetCommitRequest, records_max: int, now_wall_ms: int
-) -> Plan:
+def commit(image: MetadataImage, request: controller_pb2.OffsetCommitRequest, now_wall_ms: int) -> Plan:
     response = controller_pb2.OffsetCommitResponse()
     try:
         validate_group_id(request.group)
@@ -46,10 +44,6 @@ def commit(
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic.topic}-{entry.partition}"
                     )
                 validate_committed_offset(entry.offset, entry.metadata)
-                if len(records) >= records_max:
-                    raise ValidationError(
-                        ErrorCode.INVALID_REQUEST, f"at most {records_max} partitions per commit"
-                    )
             except ValidationError as e:
                 result.error, result.message = e.code, e.message
                 continue

@@ -11,6 +11,14 @@ goes to the inbox; a refused or reset connection (``UNAVAILABLE``) is reported w
 ``Inbox.unreachable``, the fast signal of a dead peer; any other failure is left to the
 core's timeouts.
 
+Every service of the node (the controller's, the journal's) shares the server, so that
+an operator opens one port. Two things keep client load from hurting the quorum there:
+calls are admitted against two budgets, one for the Raft protocol (Vote, BeginQuorumEpoch,
+EndQuorumEpoch, Fetch, FetchSnapshot) and one for everything else, so clients saturating
+theirs never refuse a Vote or a Fetch; and the server takes requests of at most 4 MiB
+(every Raft request is a few dozen bytes; only the answers to Fetch and FetchSnapshot are
+large, and a server sends up to 64 MiB).
+
 The module is not named ``grpc.py`` so that it can never shadow the grpc package.
 """
 
@@ -54,6 +62,9 @@ DescribeCallback = Callable[[], raft_pb2.DescribeQuorumResponse]
 AddServicer = Callable[[grpc.aio.Server], None]
 
 _MESSAGE_BYTES_MAX = 64 << 20  # a 1 MiB fetch or snapshot chunk fits with a wide margin
+# What the server takes from any caller: gRPC's default. Raft requests are tiny; clients'
+# lists are bounded by their services (metadata/validation.py), journal entries by 1 MiB.
+_REQUEST_BYTES_MAX = 4 << 20
 _STOP_GRACE_S = 0.2
 # The server gives up on the core this long before the caller's deadline, so the caller
 # hears UNAVAILABLE (the node is going away) rather than a bare DEADLINE_EXCEEDED.
@@ -81,7 +92,7 @@ _SERVER_OPTIONS = (
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.max_send_message_length", _MESSAGE_BYTES_MAX),
-    ("grpc.max_receive_message_length", _MESSAGE_BYTES_MAX),
+    ("grpc.max_receive_message_length", _REQUEST_BYTES_MAX),
 )
 
 
@@ -113,6 +124,11 @@ _RPC_BY_REQUEST: dict[type, _Rpc] = {
     FetchRequest: _FETCH,
     FetchSnapshotRequest: _FETCH_SNAPSHOT,
 }
+# The methods admitted against the Raft budget ("/package.Service/Method", as grpc names them).
+_RAFT_METHODS = frozenset(
+    f"/{raft_pb2.DESCRIPTOR.services_by_name['Raft'].full_name}/{rpc.method}"
+    for rpc in _RPC_BY_REQUEST.values()
+)
 
 
 class _ClosedError(Exception):
@@ -122,9 +138,10 @@ class _ClosedError(Exception):
 class GrpcTransport:
     """``raft.transport.base.Transport`` over gRPC; also serves DescribeQuorum.
 
-    Other services (the Journal, later the controller's) share the server: pass
-    ``servicers``, callables run as ``add(server)`` in ``start`` before the server
-    starts, e.g. ``lambda s: raft_pb2_grpc.add_JournalServicer_to_server(journal, s)``.
+    Other services (the Journal, the controller's) share the server: pass ``servicers``,
+    callables run as ``add(server)`` in ``start`` before the server starts, e.g.
+    ``lambda s: raft_pb2_grpc.add_JournalServicer_to_server(journal, s)``. Their methods
+    must be asyncio unary-unary ones, as every method of ours is (see ``_CallBudgets``).
     """
 
     def __init__(
@@ -139,14 +156,16 @@ class GrpcTransport:
         request_timeout_ms: int = 2000,
         fetch_timeout_margin_ms: int = 1000,
         peer_calls_max: int = 64,
-        inbound_calls_max: int = 1024,
+        raft_calls_max: int = 1024,
+        service_calls_max: int = 1024,
     ) -> None:
         """``listen`` and the ``peers`` values are "host:port"; ``peers`` maps every voter's
         id to its address and may include this node. Timeouts: a Fetch call's deadline is
         its ``max_wait_ms`` plus ``fetch_timeout_margin_ms``, any other call's is
         ``request_timeout_ms``. ``peer_calls_max`` bounds the calls in flight to one
-        peer (more are dropped, as a lossy network would); ``inbound_calls_max`` bounds
-        the calls the server runs at once, for every service on it.
+        peer (more are dropped, as a lossy network would). The server runs at most
+        ``raft_calls_max`` Raft protocol calls and, apart from those, at most
+        ``service_calls_max`` calls of its other methods at once; more are refused.
         """
         assert request_timeout_ms > _SERVER_HEADROOM_S * 1000, request_timeout_ms
         assert fetch_timeout_margin_ms > _SERVER_HEADROOM_S * 1000, fetch_timeout_margin_ms
@@ -159,7 +178,7 @@ class GrpcTransport:
         self._request_timeout_s = request_timeout_ms / 1000
         self._fetch_timeout_margin_s = fetch_timeout_margin_ms / 1000
         self._peer_calls_max = peer_calls_max
-        self._inbound_calls_max = inbound_calls_max
+        self._budgets = _CallBudgets(raft_calls_max, service_calls_max)
         self._log = structlog.get_logger(__name__).bind(node_id=node_id)
         self._inbox: Inbox | None = None
         self._server: grpc.aio.Server | None = None
@@ -167,7 +186,7 @@ class GrpcTransport:
         self._closed = False
         self._rpc_ids = itertools.count(1)
         # Inbound calls waiting for the core's response, by rpc_id. Bounded by
-        # ``inbound_calls_max``: grpc refuses calls beyond it (RESOURCE_EXHAUSTED).
+        # ``raft_calls_max``: calls beyond it are refused (RESOURCE_EXHAUSTED).
         self._pending: dict[int, asyncio.Future[Response]] = {}
 
     @property
@@ -178,7 +197,7 @@ class GrpcTransport:
     async def start(self, inbox: Inbox) -> None:
         assert self._inbox is None, "start() called twice"
         self._inbox = inbox
-        server = grpc.aio.server(options=_SERVER_OPTIONS, maximum_concurrent_rpcs=self._inbound_calls_max)
+        server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=[self._budgets])
         raft_pb2_grpc.add_RaftServicer_to_server(_RaftServicer(self._serve, self._describe), server)
         for add in self._servicers:
             add(server)
@@ -361,6 +380,71 @@ class _Peer:
             await self._channel.close()
         for task in list(self._closing):
             await task
+
+
+_Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+class _CallBudgets(grpc.aio.ServerInterceptor):
+    """Admits each call against its method's budget: the Raft protocol's, or the services'.
+
+    grpc's own ``maximum_concurrent_rpcs`` counts every call of the server together, so
+    clients holding their calls open (writes waiting for a commit) could use it all up
+    and have a Vote or a Fetch refused. Here each budget is counted on its own.
+    """
+
+    def __init__(self, raft_calls_max: int, service_calls_max: int) -> None:
+        assert raft_calls_max > 0 and service_calls_max > 0, (raft_calls_max, service_calls_max)
+        self._raft = _Budget("Raft protocol", raft_calls_max)
+        self._services = _Budget("service", service_calls_max)
+        self._admitting: dict[str, grpc.RpcMethodHandler] = {}  # one per method the server has
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        admitting = self._admitting.get(method)
+        if admitting is not None:
+            return admitting
+        handler = await continuation(handler_call_details)
+        if handler is None:  # a method the server does not have: grpc answers UNIMPLEMENTED
+            return None
+        assert handler.unary_unary is not None, f"{method}: only unary-unary methods have a budget"
+        budget = self._raft if method in _RAFT_METHODS else self._services
+        admitting = self._admitting[method] = grpc.unary_unary_rpc_method_handler(
+            budget.admit(handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+        return admitting
+
+
+class _Budget:
+    """At most ``calls_max`` calls in progress; one more is refused RESOURCE_EXHAUSTED."""
+
+    __slots__ = ("_name", "_calls_max", "_in_progress")
+
+    def __init__(self, name: str, calls_max: int) -> None:
+        self._name = name
+        self._calls_max = calls_max
+        self._in_progress = 0
+
+    def admit(self, behavior: _Behavior) -> _Behavior:
+        async def admitted(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if self._in_progress >= self._calls_max:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"node busy: {self._calls_max} {self._name} calls in progress already; retry later",
+                )
+            self._in_progress += 1
+            try:
+                return await behavior(request, context)
+            finally:
+                self._in_progress -= 1
+
+        return admitted
 
 
 _Serve = Callable[[_Rpc, Any, grpc.aio.ServicerContext], Awaitable[PbMessage]]

@@ -15,9 +15,11 @@ import grpc
 import pytest
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from client.admin import Admin, AsyncAdmin, RetryPolicy
+from client.admin import OFFSET_FETCH_PARTITIONS_MAX, TOPICS_PER_REQUEST_MAX, Admin, AsyncAdmin, RetryPolicy
 from client.errors import AdminError
 from client.types import NewTopic, OffsetCommit, PartitionInfo
+from metadata import validation
+from metadata.validation import ValidationError, check_request_bounds
 
 E = controller_pb2.ErrorCode
 T = TypeVar("T")
@@ -261,3 +263,77 @@ def test_sync_facade_describes_topics_as_dataclasses() -> None:
 def test_bootstrap_must_name_an_address() -> None:
     with pytest.raises(ValueError, match="bootstrap"):
         AsyncAdmin([" "])
+
+
+class BoundedController(controller_pb2_grpc.ControllerServicer):
+    """Enforces the real controller's request bounds and echoes what each read names."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def _status(self, method: str, request: Any) -> controller_pb2.Status:
+        self.calls.append((method, request))
+        try:
+            check_request_bounds(request, records_max=4096)
+        except ValidationError as e:
+            return controller_pb2.Status(error=e.code, message=e.message)
+        return controller_pb2.Status()
+
+    async def DescribeTopics(self, request: Any, context: Any) -> controller_pb2.DescribeTopicsResponse:
+        response = controller_pb2.DescribeTopicsResponse(status=self._status("DescribeTopics", request))
+        for name in request.names:
+            response.topics.add(name=name, topic_id=TOPIC_ID)
+        return response
+
+    async def DescribeConfigs(self, request: Any, context: Any) -> controller_pb2.DescribeConfigsResponse:
+        response = controller_pb2.DescribeConfigsResponse(status=self._status("DescribeConfigs", request))
+        for name in request.topics:
+            response.topics.add(topic=name)
+        return response
+
+    async def OffsetFetch(self, request: Any, context: Any) -> controller_pb2.OffsetFetchResponse:
+        response = controller_pb2.OffsetFetchResponse(status=self._status("OffsetFetch", request))
+        for topic in request.topics:
+            for partition in topic.partitions:
+                response.offsets.add(topic=topic.topic, partition=partition, offset=partition * 10)
+        return response
+
+    async def DeleteTopics(self, request: Any, context: Any) -> controller_pb2.DeleteTopicsResponse:
+        return controller_pb2.DeleteTopicsResponse(status=self._status("DeleteTopics", request))
+
+
+def test_the_client_splits_at_the_controllers_bounds() -> None:
+    assert TOPICS_PER_REQUEST_MAX == validation.TOPICS_PER_REQUEST_MAX
+    assert OFFSET_FETCH_PARTITIONS_MAX == validation.OFFSET_FETCH_PARTITIONS_MAX
+
+
+def test_reads_over_a_bound_are_split_transparently() -> None:
+    async def body() -> None:
+        controller = BoundedController()
+        names = [f"t{i}" for i in range(2 * TOPICS_PER_REQUEST_MAX + 1)]
+        wanted = {"big": list(range(OFFSET_FETCH_PARTITIONS_MAX + 5)), **{name: [0] for name in names}}
+        async with serving(controller) as [address], AsyncAdmin([address], FAST) as admin:
+            described = await admin.describe_topics(names)
+            configs = await admin.describe_configs(names)
+            offsets = await admin.fetch_offsets("g", wanted)
+        assert [t.name for t in described] == names and [c.topic for c in configs] == names
+        assert [(o.topic, o.partition) for o in offsets] == [(t, p) for t, ids in wanted.items() for p in ids]
+        assert all(o.offset == o.partition * 10 for o in offsets)
+        requests = [method for method, _ in controller.calls]
+        assert requests == ["DescribeTopics"] * 3 + ["DescribeConfigs"] * 3 + ["OffsetFetch"] * 4
+
+    run(body)
+
+
+def test_a_write_over_a_bound_is_not_split_and_raises_the_controllers_message() -> None:
+    async def body() -> None:
+        controller = BoundedController()
+        names = [f"t{i}" for i in range(TOPICS_PER_REQUEST_MAX + 1)]
+        async with serving(controller) as [address], AsyncAdmin([address], FAST) as admin:
+            with pytest.raises(
+                AdminError, match=r"INVALID_REQUEST: names: 1001 entries, at most 1000 per request"
+            ):
+                await admin.delete_topics(names)
+        assert len(controller.calls) == 1
+
+    run(body)

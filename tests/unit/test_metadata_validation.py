@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from raftka.v1 import controller_pb2
 
 from metadata.validation import (
+    LISTENERS_MAX,
+    OFFSET_FETCH_PARTITIONS_MAX,
+    TOPICS_PER_REQUEST_MAX,
     ValidationError,
+    check_request_bounds,
     validate_committed_offset,
     validate_group_id,
     validate_partition_count,
@@ -152,3 +160,114 @@ def test_bad_committed_offsets(offset: int, metadata: str, code: int, says: str)
         validate_committed_offset(offset, metadata)
     assert error.value.code == code
     assert says in error.value.message
+
+
+# ---- request bounds -------------------------------------------------------------------
+
+RECORDS_MAX = 8
+OVER_EVERY_BOUND = max(TOPICS_PER_REQUEST_MAX, OFFSET_FETCH_PARTITIONS_MAX, LISTENERS_MAX, RECORDS_MAX) + 1
+# The one list bounded by the image instead (see metadata.validation): a partition's ISR
+# must be distinct replicas of it, and broker_ops refuses a longer one.
+BOUNDED_BY_THE_IMAGE = ("AlterPartitionRequest", "topics[].partitions[].new_isr")
+
+
+def lists_of(message: Descriptor, prefix: str = "") -> Iterator[tuple[str, list[FieldDescriptor]]]:
+    """Every repeated field under ``message``, named as the bounds name it, with its path."""
+    for field in message.fields:
+        name = prefix + field.name
+        if field.is_repeated:
+            yield name, [field]
+        if field.message_type is not None and not _is_map(field):
+            for inner, path in lists_of(field.message_type, name + ("[]." if field.is_repeated else ".")):
+                yield inner, [field, *path]
+
+
+def with_long_list(request_type: Any, path: list[FieldDescriptor], n: int) -> Any:
+    """A request whose list at ``path`` has ``n`` entries (each list above it, one)."""
+    request = message = request_type()
+    for field in path[:-1]:
+        message = getattr(message, field.name)
+        if field.is_repeated:
+            message = message.add()
+    field = path[-1]
+    entries = getattr(message, field.name)
+    if _is_map(field):
+        entries.update({str(i): "" for i in range(n)})
+    elif field.message_type is not None:
+        for _ in range(n):
+            entries.add()
+    else:
+        entries.extend([_ZEROS.get(field.type, 0)] * n)
+    return request
+
+
+_ZEROS = {FieldDescriptor.TYPE_STRING: "", FieldDescriptor.TYPE_BYTES: b""}
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def client_request_lists() -> list[tuple[str, str, list[FieldDescriptor]]]:
+    service = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
+    return [
+        (method.input_type.name, name, path)
+        for method in service.methods
+        for name, path in lists_of(method.input_type)
+    ]
+
+
+def test_the_walk_finds_every_list_of_the_client_requests() -> None:
+    """The lists the next test bounds, written out: a new list shows up here first."""
+    assert {(request, name) for request, name, _ in client_request_lists()} == {
+        ("CreateTopicsRequest", "topics"),
+        ("CreateTopicsRequest", "topics[].configs"),
+        ("DeleteTopicsRequest", "names"),
+        ("CreatePartitionsRequest", "topics"),
+        ("DescribeTopicsRequest", "names"),
+        ("DescribeConfigsRequest", "topics"),
+        ("AlterConfigsRequest", "topics"),
+        ("AlterConfigsRequest", "topics[].ops"),
+        ("BrokerRegistrationRequest", "listeners"),
+        ("AlterPartitionRequest", "topics"),
+        ("AlterPartitionRequest", "topics[].partitions"),
+        ("AlterPartitionRequest", "topics[].partitions[].new_isr"),
+        ("ElectLeadersRequest", "topics"),
+        ("ElectLeadersRequest", "topics[].partitions"),
+        ("OffsetCommitRequest", "topics"),
+        ("OffsetCommitRequest", "topics[].partitions"),
+        ("OffsetFetchRequest", "topics"),
+        ("OffsetFetchRequest", "topics[].partitions"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("request_name", "field", "path"),
+    [case for case in client_request_lists() if case[:2] != BOUNDED_BY_THE_IMAGE],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
+def test_every_list_of_every_client_request_is_bounded(
+    request_name: str, field: str, path: list[FieldDescriptor]
+) -> None:
+    request = with_long_list(getattr(controller_pb2, request_name), path, OVER_EVERY_BOUND)
+    with pytest.raises(ValidationError) as refused:
+        check_request_bounds(request, RECORDS_MAX)
+    assert refused.value.code == E.INVALID_REQUEST
+    assert refused.value.message.startswith(f"{field}: {OVER_EVERY_BOUND} entries, at most ")
+
+
+def test_bounds_count_nested_lists_over_the_whole_request() -> None:
+    """Partitions spread over many topics count together: one batch holds them all."""
+    request = controller_pb2.OffsetCommitRequest(
+        group="g",
+        topics=[
+            controller_pb2.OffsetCommitTopic(
+                topic=f"t{i}", partitions=[controller_pb2.OffsetCommitPartition()] * 3
+            )
+            for i in range(3)
+        ],
+    )
+    with pytest.raises(ValidationError, match=r"^topics\[\]\.partitions: 9 entries, at most 8 per request "):
+        check_request_bounds(request, RECORDS_MAX)
+    del request.topics[-1]
+    check_request_bounds(request, RECORDS_MAX)  # 6

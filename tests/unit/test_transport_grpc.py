@@ -17,7 +17,8 @@ import grpc
 import pytest
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from raft.messages import Envelope, Error, FetchRequest, Request, VoteResponse
+from raft.batch import Batch, BatchKind
+from raft.messages import Envelope, Error, FetchRequest, FetchResponse, Request, VoteResponse
 from raft.transport import codec
 from raft.transport.grpc_transport import GrpcTransport
 from tests.unit.transport_fakes import (
@@ -337,5 +338,112 @@ def test_request_to_an_unknown_node_is_unreachable() -> None:
         async with node(1, inbox) as one:
             one.send(Envelope(1, 9, VOTE))
             assert await inbox.next_unreachable() == 9
+
+    run(body)
+
+
+class ParkedJournal(raft_pb2_grpc.JournalServicer):
+    """A client-facing service whose calls stay open until released, as writes waiting
+    for a commit do; ``parked`` counts the calls it holds."""
+
+    def __init__(self) -> None:
+        self.parked = 0
+        self.release = asyncio.Event()
+        self._changed = asyncio.Condition()
+
+    async def Read(self, request: Any, context: Any) -> raft_pb2.JournalReadResponse:
+        async with self._changed:
+            self.parked += 1
+            self._changed.notify_all()
+        await self.release.wait()
+        return raft_pb2.JournalReadResponse(entry_count=1)
+
+    async def parked_calls(self, n: int) -> None:
+        async with self._changed:
+            await within(self._changed.wait_for(lambda: self.parked == n))
+
+
+def test_client_calls_saturating_their_budget_never_refuse_a_vote_or_a_fetch() -> None:
+    async def body() -> None:
+        journal = ParkedJournal()
+        options = {
+            "servicers": [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(journal, server)],
+            "service_calls_max": 4,
+        }
+        async with (
+            node(2, FakeInbox(answering=True), **options) as two,
+            grpc.aio.insecure_channel(address(two)) as channel,
+        ):
+            clients, raft = raft_pb2_grpc.JournalStub(channel), raft_pb2_grpc.RaftStub(channel)
+            held = [
+                asyncio.ensure_future(clients.Read(raft_pb2.JournalReadRequest(), timeout=10))
+                for _ in range(4)
+            ]
+            await journal.parked_calls(4)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await clients.Read(raft_pb2.JournalReadRequest(), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "4 service calls in progress" in (refused.value.details() or "")
+
+            assert (await raft.Vote(codec.encode(VOTE), timeout=5)).vote_granted
+            fetch = next(r for r in REQUESTS if isinstance(r, FetchRequest))
+            assert codec.decode(await raft.Fetch(codec.encode(fetch), timeout=5)) == answer(fetch)
+
+            journal.release.set()
+            assert [r.entry_count for r in await within(asyncio.gather(*held))] == [1] * 4
+            assert (await clients.Read(raft_pb2.JournalReadRequest(), timeout=5)).entry_count == 1
+
+    run(body)
+
+
+def test_raft_calls_have_a_budget_of_their_own() -> None:
+    async def body() -> None:
+        inbox = FakeInbox()  # parks every Raft call
+        async with node(2, inbox, raft_calls_max=2) as two, raw_stub(two) as stub:
+            held = [asyncio.ensure_future(stub.Vote(codec.encode(VOTE), timeout=10)) for _ in range(2)]
+            parked = [await inbox.next_delivered() for _ in held]
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.Vote(codec.encode(VOTE), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            for call in parked:
+                two.send(Envelope(2, call.src, answer(call.msg), call.rpc_id))  # type: ignore[arg-type]
+            assert all(r.vote_granted for r in await within(asyncio.gather(*held)))
+
+    run(body)
+
+
+def test_a_request_over_4_mib_is_refused_and_the_server_keeps_serving() -> None:
+    async def body() -> None:
+        options = {
+            "servicers": [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(ParkedJournal(), server)]
+        }
+        async with (
+            node(2, FakeInbox(answering=True), **options) as two,
+            grpc.aio.insecure_channel(
+                address(two), options=[("grpc.max_send_message_length", -1)]
+            ) as channel,
+        ):
+            big = raft_pb2.JournalAppendRequest(entries=[bytes(1 << 20)] * 5)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await raft_pb2_grpc.JournalStub(channel).Append(big, timeout=5)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert (await raft_pb2_grpc.RaftStub(channel).Vote(codec.encode(VOTE), timeout=5)).vote_granted
+
+    run(body)
+
+
+def test_a_fetch_answer_larger_than_what_a_server_takes_still_arrives() -> None:
+    """Only requests are held to 4 MiB: a Fetch answer carries up to fetch_max_bytes and more."""
+
+    async def body() -> None:
+        inbox1, inbox2 = FakeInbox(), FakeInbox()
+        fetch = next(r for r in REQUESTS if isinstance(r, FetchRequest))
+        batch = Batch(fetch.fetch_offset, fetch.epoch, 1, BatchKind.DATA, (bytes(5 << 20),))
+        big = FetchResponse(Error.NONE, fetch.epoch, 2, batch.next_offset, 0, batches=(batch,))
+        async with node(2, inbox2) as two, node(1, inbox1, {2: address(two)}) as one:
+            one.send(Envelope(1, 2, fetch))
+            inbound = await inbox2.next_delivered()
+            two.send(Envelope(2, 1, big, inbound.rpc_id))
+            assert (await inbox1.next_delivered()).msg == big
 
     run(body)
