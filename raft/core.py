@@ -659,10 +659,20 @@ class RaftCore:
         # Advance the high watermark before parking: the fetch that moved it stays parked,
         # ready for the next append, instead of coming back at once just to carry the news.
         self._leader_progress()
-        if req.fetch_offset < self.log.end_offset or req.max_wait_ms == 0:
+        if req.max_wait_ms == 0 or req.fetch_offset < self._readable_end(req.replica_id):
             self._answer_fetch(env)
         else:
             self._park(env, req.replica_id, min(req.max_wait_ms, self.cfg.fetch_max_wait_ms))
+
+    def _readable_end(self, replica_id: int) -> int:
+        """Where a replica's fetch may read up to. Voters take every record: their
+        acknowledgements move the high watermark. Observers take committed records only:
+        uncommitted ones are of no use to them, and each commit then costs one answer per
+        observer rather than one for the records and another for the news that they
+        committed."""
+        if replica_id in self.voters:
+            return self.log.end_offset
+        return max(self.exposed_high_watermark(), self.log.start_offset)
 
     def _park(self, env: Envelope, replica_id: int, wait_ms: int) -> None:
         waiting = self._parked.setdefault(replica_id, [])
@@ -672,7 +682,12 @@ class RaftCore:
 
     def _answer_fetch(self, env: Envelope) -> None:
         req: FetchRequest = env.msg  # type: ignore[assignment]
-        batches = self.log.read(req.fetch_offset, self.cfg.fetch_max_bytes, self.cfg.fetch_max_batches)
+        batches = self.log.read(
+            req.fetch_offset,
+            self.cfg.fetch_max_bytes,
+            self.cfg.fetch_max_batches,
+            end=self._readable_end(req.replica_id),
+        )
         response = FetchResponse(
             Error.NONE,
             self.epoch,
@@ -683,10 +698,13 @@ class RaftCore:
         )
         self._reply(env, response)
 
-    def _answer_parked(self) -> None:
-        parked, self._parked = self._parked, {}
-        for waiting in parked.values():
-            for fetch in waiting:
+    def _answer_parked(self, *, voters: bool) -> None:
+        """Answer the parked fetches of voters (there are new records) or of observers (a
+        new high watermark). A voter learns the high watermark with its next records or
+        when its long poll ends: an answer carrying only that would cost every voter a
+        round trip per commit."""
+        for replica_id in [r for r in self._parked if (r in self.voters) is voters]:
+            for fetch in self._parked.pop(replica_id):
                 self._answer_fetch(fetch.envelope)
 
     def _answer_expired_fetches(self) -> None:
@@ -746,7 +764,7 @@ class RaftCore:
         if candidate > self._hw and candidate > self._epoch_start:
             self._hw = candidate
             self._deliver_committed()
-            self._answer_parked()
+            self._answer_parked(voters=False)
 
     def _poll_leader(self) -> None:
         assert self._tracker is not None
@@ -772,7 +790,7 @@ class RaftCore:
         self._pending_appends.append(batch)
         self._last_append_ms = self._now
         if self._parked:
-            self._answer_parked()
+            self._answer_parked(voters=True)
         return batch
 
     # ==================================================================================

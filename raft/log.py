@@ -114,16 +114,22 @@ class RaftLog:
         self._epoch_starts[0] = offset
 
     # reads ----------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, max_batches: int) -> tuple[Batch, ...]:
+    def read(
+        self, offset: int, max_bytes: int, max_batches: int, *, end: int | None = None
+    ) -> tuple[Batch, ...]:
         """Batches from ``offset`` (a boundary) on: at least one, then no more than
-        ``max_batches`` and ``max_bytes`` encoded (what each costs on disk and on the wire)."""
+        ``max_batches`` and ``max_bytes`` encoded (what each costs on disk and on the wire);
+        none that begins at or after ``end``."""
         index = bisect.bisect_left(self._bases, offset)
         if index == len(self._bases) or self._bases[index] != offset:
             return ()
-        end = min(len(self._batches), index + max_batches)
+        limit = len(self._batches) if end is None else bisect.bisect_left(self._bases, end)
+        if index >= limit:
+            return ()
+        last = min(limit, index + max_batches)
         size = frame_bytes(self._batches[index])
         stop = index + 1
-        while stop < end:
+        while stop < last:
             size += frame_bytes(self._batches[stop])
             if size > max_bytes:
                 break
