@@ -196,6 +196,13 @@ def test_read_returns_at_most_max_batches(log: RaftLog) -> None:
     assert offsets(log.read(2, max_bytes=1 << 20, max_batches=2)) == [2, 4]
 
 
+def test_read_stops_before_end_and_may_return_nothing(log: RaftLog) -> None:
+    """What an observer may read: committed batches only (``end`` = high watermark)."""
+    assert offsets(log.read(0, max_bytes=1 << 20, max_batches=10, end=4)) == [0, 2]
+    assert log.read(2, max_bytes=1 << 20, max_batches=10, end=2) == ()
+    assert log.read(2, max_bytes=1 << 20, max_batches=10, end=1) == ()
+
+
 def test_a_read_of_tiny_control_batches_is_bounded_by_count_and_by_encoded_bytes() -> None:
     """An idle leader's NoOps carry 2 payload bytes each: counting payload alone, one
     1 MiB fetch from offset 0 was half a million batches encoded on the leader's loop."""
