@@ -237,6 +237,38 @@ class DescribeQuorumResponse(_message.Message):
     leader_address: str
     def __init__(self, error: _Optional[_Union[RaftError, str]] = ..., cluster_id: _Optional[str] = ..., node_id: _Optional[int] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., high_watermark: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[ReplicaDescription, _Mapping]]] = ..., observers: _Optional[_Iterable[_Union[ReplicaDescription, _Mapping]]] = ..., role: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
 
+class RaftRequest(_message.Message):
+    __slots__ = ("call_id", "vote", "begin_quorum_epoch", "end_quorum_epoch", "fetch", "fetch_snapshot")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    VOTE_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_QUORUM_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    END_QUORUM_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FETCH_FIELD_NUMBER: _ClassVar[int]
+    FETCH_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    vote: VoteRequest
+    begin_quorum_epoch: BeginQuorumEpochRequest
+    end_quorum_epoch: EndQuorumEpochRequest
+    fetch: FetchRequest
+    fetch_snapshot: FetchSnapshotRequest
+    def __init__(self, call_id: _Optional[int] = ..., vote: _Optional[_Union[VoteRequest, _Mapping]] = ..., begin_quorum_epoch: _Optional[_Union[BeginQuorumEpochRequest, _Mapping]] = ..., end_quorum_epoch: _Optional[_Union[EndQuorumEpochRequest, _Mapping]] = ..., fetch: _Optional[_Union[FetchRequest, _Mapping]] = ..., fetch_snapshot: _Optional[_Union[FetchSnapshotRequest, _Mapping]] = ...) -> None: ...
+
+class RaftResponse(_message.Message):
+    __slots__ = ("call_id", "vote", "begin_quorum_epoch", "end_quorum_epoch", "fetch", "fetch_snapshot")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    VOTE_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_QUORUM_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    END_QUORUM_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FETCH_FIELD_NUMBER: _ClassVar[int]
+    FETCH_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    vote: VoteResponse
+    begin_quorum_epoch: BeginQuorumEpochResponse
+    end_quorum_epoch: EndQuorumEpochResponse
+    fetch: FetchResponse
+    fetch_snapshot: FetchSnapshotResponse
+    def __init__(self, call_id: _Optional[int] = ..., vote: _Optional[_Union[VoteResponse, _Mapping]] = ..., begin_quorum_epoch: _Optional[_Union[BeginQuorumEpochResponse, _Mapping]] = ..., end_quorum_epoch: _Optional[_Union[EndQuorumEpochResponse, _Mapping]] = ..., fetch: _Optional[_Union[FetchResponse, _Mapping]] = ..., fetch_snapshot: _Optional[_Union[FetchSnapshotResponse, _Mapping]] = ...) -> None: ...
+
 class JournalAppendRequest(_message.Message):
     __slots__ = ("entries",)
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
