@@ -102,18 +102,27 @@ def registered(image: MetadataImage, broker_id: int, broker_epoch: int) -> Broke
     return broker
 
 
-def fence(image: MetadataImage, broker: BrokerRegistration) -> list[MetadataRecord]:
-    """Out of every ISR, then fenced: for a missed session, want_fence and shutdown."""
-    return [
-        *elections.remove_broker(image, broker.broker_id),
-        MetadataRecord(fence_broker=metadata_pb2.FenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch)),
-    ]
+def fence(image: MetadataImage, broker: BrokerRegistration, records_max: int) -> list[MetadataRecord]:
+    """One step of fencing (a missed session, want_fence, shutdown): the broker leaves at
+    most ``records_max`` ISRs; once it is in none, the FenceBrokerRecord. A broker in
+    100,000 ISRs takes many steps, each planned on the image the last one produced, so
+    the controller's loop serves other requests between them instead of planning,
+    replaying and encoding every change in one turn."""
+    changes = elections.remove_broker(image, broker.broker_id, limit=records_max)
+    if changes:
+        return changes
+    return [MetadataRecord(fence_broker=metadata_pb2.FenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch))]
 
 
 def heartbeat(
-    image: MetadataImage, request: controller_pb2.BrokerHeartbeatRequest, shutting_down: Collection[int]
+    image: MetadataImage,
+    request: controller_pb2.BrokerHeartbeatRequest,
+    shutting_down: Collection[int],
+    records_max: int,
 ) -> Plan:
-    """``shutting_down``: brokers in controlled shutdown, which are never unfenced again."""
+    """``shutting_down``: brokers in controlled shutdown, which are never unfenced again.
+    A heartbeat that fences plans one step of it (``fence``): the answer says fenced only
+    once the FenceBrokerRecord is written, and the controller plans the next step."""
     response = controller_pb2.BrokerHeartbeatResponse()
     try:
         broker = registered(image, request.broker_id, request.broker_epoch)
@@ -124,8 +133,8 @@ def heartbeat(
     records: list[MetadataRecord] = []
     if request.want_shut_down or request.want_fence or broker.broker_id in shutting_down:
         if not broker.fenced:
-            records = fence(image, broker)
-        response.is_fenced = True
+            records = fence(image, broker, records_max)
+        response.is_fenced = broker.fenced or records[-1].HasField("fence_broker")
         response.should_shut_down = request.want_shut_down or broker.broker_id in shutting_down
     elif broker.fenced and caught_up:
         unfence = metadata_pb2.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch)

@@ -407,12 +407,21 @@ class QuorumController:
                 self._log.info("broker in controlled shutdown", broker_id=request.broker_id)
                 self._shutting_down.add(request.broker_id)
 
-        return await self._write(
-            controller_pb2.BrokerHeartbeatResponse,
-            lambda image: broker_ops.heartbeat(image, request, self._shutting_down),
-            request,
-            planned,
-        )
+        def fencing(response: controller_pb2.BrokerHeartbeatResponse) -> bool:
+            """A fence this heartbeat asked for has steps left (see ``broker_ops.fence``)."""
+            return response.status.error == ErrorCode.NONE and not response.is_fenced and (
+                request.want_fence or request.want_shut_down or request.broker_id in self._shutting_down
+            )
+
+        while True:
+            response = await self._write(
+                controller_pb2.BrokerHeartbeatResponse,
+                lambda image: broker_ops.heartbeat(image, request, self._shutting_down, self._records_max),
+                request,
+                planned,
+            )
+            if not fencing(response):
+                return response
 
     async def describe_cluster(
         self, request: controller_pb2.DescribeClusterRequest
@@ -476,9 +485,12 @@ class QuorumController:
         if not self.is_active:
             return
         for broker_id in self._sessions.expired(self._clock()):
-            await self._write(
-                controller_pb2.BrokerHeartbeatResponse, lambda image, b=broker_id: self._expire(image, b)
-            )
+            if self._still_expiring(broker_id):
+                self._log.info("broker session expired: fencing it", broker_id=broker_id)
+            while self._still_expiring(broker_id):
+                step = await self._write(controller_pb2.BrokerHeartbeatResponse, self._expiry_step(broker_id))
+                if step.status.error != ErrorCode.NONE:
+                    return
             image = self.latest_image
             if image is None:
                 return
@@ -489,14 +501,23 @@ class QuorumController:
             self._next_offset_expiry_ms = self._clock() + OFFSET_EXPIRY_INTERVAL_MS
             await self._write(controller_pb2.OffsetCommitResponse, self._expire_offsets)
 
-    def _expire(self, image: MetadataImage, broker_id: int) -> Plan:
-        """Fence the broker, unless it heartbeated while earlier fences were committing."""
-        broker = image.brokers.get(broker_id)
-        response = controller_pb2.BrokerHeartbeatResponse()
-        if broker is None or broker.fenced or self._sessions.is_live(broker_id, self._clock()):
-            return Plan(response)
-        self._log.info("broker session expired: fencing it", broker_id=broker_id, epoch=broker.epoch)
-        return Plan(response, broker_ops.fence(image, broker))
+    def _still_expiring(self, broker_id: int) -> bool:
+        image = self.latest_image
+        broker = None if image is None else image.brokers.get(broker_id)
+        return broker is not None and not broker.fenced and not self._sessions.is_live(broker_id, self._clock())
+
+    def _expiry_step(self, broker_id: int) -> Callable[[MetadataImage], Plan]:
+        """One step of fencing a broker whose session expired (``broker_ops.fence``),
+        unless it heartbeated while earlier steps or fences were committing."""
+
+        def plan(image: MetadataImage) -> Plan:
+            response = controller_pb2.BrokerHeartbeatResponse()
+            broker = image.brokers.get(broker_id)
+            if broker is None or broker.fenced or self._sessions.is_live(broker_id, self._clock()):
+                return Plan(response)
+            return Plan(response, broker_ops.fence(image, broker, self._records_max))
+
+        return plan
 
     def _expire_offsets(self, image: MetadataImage) -> Plan:
         made = offset_ops.expire(image, self._wall_clock(), self._offsets_retention_ms, self._records_max)

@@ -36,12 +36,15 @@ def partitions(image: MetadataImage) -> Iterator[tuple[bytes, int, PartitionStat
             yield topic_id, partition_id, state
 
 
-def remove_broker(image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
+def remove_broker(image: MetadataImage, broker_id: int, limit: int | None = None) -> list[MetadataRecord]:
     """``broker_id`` leaves every ISR but as its last member; the partitions it led elect
-    from what remains, or go offline."""
+    from what remains, or go offline. With ``limit``, only the first that many changes:
+    the rest are found again in the image the changes produce."""
     live = live_broker_ids(image) - {broker_id}
-    records = []
+    records: list[MetadataRecord] = []
     for topic_id, partition_id, state in partitions(image):
+        if len(records) == limit:
+            break
         if broker_id not in state.isr and state.leader != broker_id:
             continue
         isr = tuple(b for b in state.isr if b != broker_id) or state.isr

@@ -127,24 +127,33 @@ def test_a_heartbeat_is_not_told_unfenced_before_the_unfence_commits() -> None:
     run(body)
 
 
+async def fenced_broker_in_nine_isrs() -> tuple[Quorum, Any, dict[int, int]]:
+    """Broker 101 fenced out of 9 ISRs: unfencing it takes 10 records, 3 batches of 4."""
+    quorum, member = await single(raft=dataclasses.replace(QUIET_RAFT, append_max_records=4))
+    c = member.controller
+    epochs = await live_brokers(c, [101, 102])
+    for i in range(3):
+        await create(c, f"t{i}", 3, 2)
+    fenced = await heartbeat(c, 101, epochs[101], want_fence=True)
+    assert fenced.status.error == E.NONE and fenced.is_fenced
+    return quorum, member, epochs
+
+
 def test_a_change_too_big_for_pending_appends_is_refused_whole_and_the_controller_serves_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def body() -> None:
-        quorum, member = await single(raft=dataclasses.replace(QUIET_RAFT, append_max_records=4))
+        quorum, member, epochs = await fenced_broker_in_nine_isrs()
         c = member.controller
-        epochs = await live_brokers(c, [101, 102])
-        for i in range(3):  # 101 is in 9 ISRs: fencing it takes 10 records, 3 batches of 4
-            await create(c, f"t{i}", 3, 2)
         monkeypatch.setattr(raft.driver, "PENDING_APPENDS_MAX", 2)
         before = log_end(member)
-        response = await heartbeat(c, 101, epochs[101], want_fence=True)
+        response = await heartbeat(c, 101, epochs[101])
         assert response.status.error == E.REQUEST_TIMED_OUT, response.status
         assert log_end(member) == before, "nothing of the refused change is in the log"
-        assert c.is_active and not member.image.brokers[101].fenced
+        assert c.is_active and member.image.brokers[101].fenced
         monkeypatch.setattr(raft.driver, "PENDING_APPENDS_MAX", 16)
-        fenced = await heartbeat(c, 101, epochs[101], want_fence=True)
-        assert fenced.status.error == E.NONE and member.image.brokers[101].fenced
+        unfenced = await heartbeat(c, 101, epochs[101])
+        assert unfenced.status.error == E.NONE and not member.image.brokers[101].fenced
         await quorum.close()
 
     run(body)
@@ -152,11 +161,8 @@ def test_a_change_too_big_for_pending_appends_is_refused_whole_and_the_controlle
 
 def test_a_submission_failing_halfway_resigns_so_a_fresh_claim_serves(monkeypatch: pytest.MonkeyPatch) -> None:
     async def body() -> None:
-        quorum, member = await single(raft=dataclasses.replace(QUIET_RAFT, append_max_records=4))
+        quorum, member, epochs = await fenced_broker_in_nine_isrs()
         c = member.controller
-        epochs = await live_brokers(c, [101, 102])
-        for i in range(3):
-            await create(c, f"t{i}", 3, 2)
         submit = member.node.submit
         calls = 0
 
@@ -169,12 +175,43 @@ def test_a_submission_failing_halfway_resigns_so_a_fresh_claim_serves(monkeypatc
 
         monkeypatch.setattr(member.node, "submit", fails_second_time)
         epoch = member.node.leadership.epoch
-        response = await heartbeat(c, 101, epochs[101], want_fence=True)
+        response = await heartbeat(c, 101, epochs[101])
         assert response.status.error in (E.REQUEST_TIMED_OUT, E.NOT_CONTROLLER)
         monkeypatch.setattr(member.node, "submit", submit)
         await eventually(lambda: c.is_active and member.node.leadership.epoch > epoch, "a new claim")
         listing = await c.list_topics(pb.ListTopicsRequest())
         assert listing.status.error == E.NONE and len(listing.topics) == 3
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_broker_in_more_isrs_than_a_batch_holds_is_fenced_in_steps() -> None:
+    """Each step is planned on the image the last produced, so other requests are served
+    between them; the answer says fenced once the FenceBrokerRecord is written."""
+
+    async def body() -> None:
+        quorum, member = await single(raft=dataclasses.replace(QUIET_RAFT, append_max_records=4))
+        c = member.controller
+        epochs = await live_brokers(c, [101, 102])
+        for i in range(3):
+            await create(c, f"t{i}", 3, 2)
+        before = log_end(member)
+        step_ends: list[int] = []
+        submit = member.node.submit
+
+        def record_step(records: Any) -> Any:
+            step_ends.append(len(records))
+            return submit(records)
+
+        member.node.submit = record_step  # type: ignore[method-assign]
+        fenced = await heartbeat(c, 101, epochs[101], want_fence=True)
+        assert fenced.status.error == E.NONE and fenced.is_fenced
+        assert step_ends == [4, 4, 1, 1], "three steps of ISR changes, then the fence record"
+        assert log_end(member) == before + 10
+        image = member.image
+        assert image.brokers[101].fenced
+        assert all(101 not in p.isr for t in image.topics_by_id.values() for p in t.partitions.values())
         await quorum.close()
 
     run(body)
