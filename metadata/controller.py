@@ -34,12 +34,14 @@ next one, so the cost is one small record and one commit round per group of read
 not per read.
 
 Large changes. Fencing a broker that is in 100,000 ISRs takes a PartitionChangeRecord
-per partition, more than one raft batch may hold. Such a change is split into batches
-of ``raft.append_max_records``, submitted back to back with nothing between them, after
-checking that raft will accept all of them (a change refused halfway would leave the
-latest image unknown); each batch is atomic, the change as a whole is not (as in
-Kafka), which is harmless: a partially fenced broker is fenced again by the next
-controller once its session ends. Should a submission fail halfway all the same, the
+per partition. It runs in steps of at most ``raft.append_max_records`` changes
+(``broker_ops.fence``), each planned on the image the previous step produced and
+committed before the next, so the loop serves other requests in between; a partially
+fenced broker is fenced again by the next controller once its session ends (as in
+Kafka). Other changes that span batches (unfencing such a broker) are submitted back
+to back with nothing between them, after checking that raft will accept all of them (a
+change refused halfway would leave the latest image unknown); each batch is atomic,
+the change as a whole is not. Should a submission fail halfway all the same, the
 controller resigns raft leadership as Kafka's does, so a fresh claim starts from
 committed state instead of leaving a leader that cannot serve.
 """
