@@ -110,7 +110,6 @@ def test_keeps_n_one_record_commits_in_flight_at_the_active_controller(cluster) 
         assert r["p50_ms"] >= SERVICE_TIME_S * 1000 and r["p99_ms"] >= r["p50_ms"]
         assert r["error_codes"] == {"REQUEST_TIMED_OUT": r["errors"]} and r["errors"] > 0
         assert r["ops_per_s"] > 0 and r["controller"] != bootstrap[0]
-    assert results[1]["ops_per_s"] > 2 * results[0]["ops_per_s"]
 
 
 def test_prints_one_json_object_per_concurrency_and_reuses_the_topic(cluster, capsys) -> None:
