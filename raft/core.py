@@ -54,9 +54,22 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raft.role_state import (
+    CandidateState,
+    FetchingState,
+    FollowerState,
+    LeaderState,
+    ParkedFetch,
+    ProspectiveState,
+    ResignedState,
+    RoleState,
+    SnapshotDownload,
+    UnattachedState,
+    Votes,
+)
 from raft.roles import Role, check_transition
 from raft.storage.base import LoadedState
-from raft.tracker import Tracker, majority
+from raft.tracker import Tracker
 
 
 class NotLeaderError(Exception):
@@ -81,18 +94,6 @@ class QuorumDescription:
     high_watermark: int  # -1 until the leader's epoch has committed
     voters: tuple[ReplicaState, ...]
     observers: tuple[ReplicaState, ...]
-
-
-@dataclass(slots=True)
-class _ParkedFetch:
-    envelope: Envelope
-    deadline_ms: int
-
-
-@dataclass(slots=True)
-class _SnapshotDownload:
-    snapshot_id: OffsetAndEpoch
-    data: bytearray
 
 
 NEVER = 1 << 62
@@ -151,27 +152,12 @@ class RaftCore:
         self._committed_out: list[Batch] = []
         self._restore_out: Snapshot | None = loaded.snapshot
 
-        # timers and per-role state
+        # elections, across roles: the timer (armed in every role but Leader) and the
+        # failures that widen the next round's window until a leader is heard from
         self._election_deadline = NEVER
         self._failed_elections = 0
-        self._granted: set[int] = set()
-        self._rejected: set[int] = set()
+        # A leader of this epoch we stopped following: peers may still name it (_observe).
         self._lost_leader = NO_LEADER
-        self._last_fetch_ok_ms = now_ms
-        self._leader_lost = False
-        self._unreachable_strikes = 0
-        self._fetch_sent_ms: int | None = None
-        self._fetch_retry_ms = 0
-        self._bootstrap_target = NO_LEADER
-        self._download: _SnapshotDownload | None = None
-        self._tracker: Tracker | None = None
-        self._epoch_start = 0
-        self._leader_since_ms = 0
-        self._last_append_ms = 0
-        self._begin_epoch_resend_ms = NEVER
-        # Fetches waiting for news, by replica id: at most one per voter; an observer id
-        # holds more only while two processes share it (see _on_fetch_request).
-        self._parked: dict[int, list[_ParkedFetch]] = {}
         # Snapshots replaced by a newer one stay servable a while, so a download that began
         # just before cannot be outrun by a leader that snapshots faster than it downloads.
         self._superseded: dict[OffsetAndEpoch, tuple[Snapshot, int]] = {}  # id -> (snapshot, expiry)
@@ -185,15 +171,16 @@ class RaftCore:
         self._next_rpc_id = 0
         self._fetch_rpc_id = -1
 
+        self._state: RoleState
         if state.leader_id == node_id and self.is_voter:
-            self.role = Role.RESIGNED  # leadership is never resumed after a restart
+            self._state = ResignedState()  # leadership is never resumed after a restart
             self.leader_id = node_id
             self._election_deadline = now_ms + self._election_timeout()
         elif state.leader_id >= 0:
-            self.role = Role.FOLLOWER
+            self._state = FollowerState(last_fetch_ok_ms=now_ms)
             self.leader_id = state.leader_id
         else:
-            self.role = Role.UNATTACHED
+            self._state = UnattachedState()
             self._election_deadline = now_ms + self._election_timeout() if self.is_voter else NEVER
         if self._recovering:
             self._ask_peers_for_epochs()
@@ -201,6 +188,15 @@ class RaftCore:
     # ==================================================================================
     # introspection
     # ==================================================================================
+    @property
+    def role(self) -> Role:
+        return self._state.role
+
+    @property
+    def election_deadline_ms(self) -> int:
+        """When this node campaigns (or gives up its campaign) unless it hears a leader."""
+        return self._election_deadline
+
     @property
     def role_name(self) -> str:
         return self.role.value if self.is_voter else "observer"
@@ -229,12 +225,14 @@ class RaftCore:
 
     def exposed_high_watermark(self) -> int:
         """What a leader tells others: nothing until its own epoch has committed."""
-        if self.role is Role.LEADER and self._hw <= self._epoch_start:
+        state = self._state
+        if isinstance(state, LeaderState) and self._hw <= state.epoch_start:
             return -1
         return self._hw
 
     def describe(self) -> QuorumDescription:
-        if self.role is not Role.LEADER or self._tracker is None:
+        state = self._state
+        if not isinstance(state, LeaderState):
             return QuorumDescription(self.leader_id, self.epoch, -1, (), ())
 
         def states(progress: dict) -> tuple[ReplicaState, ...]:
@@ -247,8 +245,8 @@ class RaftCore:
             self.node_id,
             self.epoch,
             self.exposed_high_watermark(),
-            states(self._tracker.voters),
-            states(self._tracker.observers),
+            states(state.tracker.voters),
+            states(state.tracker.observers),
         )
 
     # ==================================================================================
@@ -269,24 +267,25 @@ class RaftCore:
     def unreachable(self, peer_id: int, now_ms: int) -> None:
         """A request to ``peer_id`` failed at once: its process is gone or restarting."""
         self._now = now_ms
-        if self.role is not Role.FOLLOWER and not (self.role is Role.UNATTACHED and not self.is_voter):
+        state = self._fetching_state()
+        if state is None:
             return
-        target = self.leader_id if self.role is Role.FOLLOWER else self._bootstrap_target
+        target = self.leader_id if isinstance(state, FollowerState) else state.bootstrap_target
         if peer_id != target:
             return
-        self._fetch_sent_ms = None
-        if self.role is not Role.FOLLOWER:
-            self._bootstrap_target = NO_LEADER
-            self._fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
+        state.fetch_sent_ms = None
+        if isinstance(state, UnattachedState):
+            state.bootstrap_target = NO_LEADER
+            state.fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
             return
         # One failure can be a stale connection to a leader that is back; two in a row,
         # a moment apart, mean it is gone.
-        self._unreachable_strikes += 1
-        if self._unreachable_strikes >= 2:
-            self._on_leader_lost()
-            self._fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
+        state.unreachable_strikes += 1
+        if state.unreachable_strikes >= 2:
+            self._on_leader_lost()  # an observer is unattached from here on: back off there
+            self._retry_fetch_after(self.cfg.election_timeout_ms)
         else:
-            self._fetch_retry_ms = now_ms + max(1, self.cfg.election_timeout_ms // 10)
+            state.fetch_retry_ms = now_ms + max(1, self.cfg.election_timeout_ms // 10)
 
     def poll(self, now_ms: int) -> int:
         """Run whatever is due; return how long until the core next needs a poll."""
@@ -295,8 +294,8 @@ class RaftCore:
             return NEVER
         if self.role is Role.LEADER:
             self._poll_leader()
-        elif self.role is Role.FOLLOWER or not self.is_voter:
-            self._poll_follower()
+        elif (fetching := self._fetching_state()) is not None:
+            self._poll_follower(fetching)
         if self.role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self.is_voter:
             if now_ms >= self._election_deadline:
                 self._become_prospective()
@@ -351,11 +350,10 @@ class RaftCore:
     def resign(self, now_ms: int) -> None:
         """Graceful shutdown of a leader: hand over to the most caught-up voters."""
         self._now = now_ms
-        if self.role is not Role.LEADER:
+        if not isinstance(self._state, LeaderState):
             return
-        assert self._tracker is not None
-        successors = self._tracker.successors()
-        self._transition(Role.RESIGNED, self.epoch, leader_id=self.node_id)
+        successors = self._state.tracker.successors()
+        self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
         self._election_deadline = now_ms + self._election_timeout()
         for voter in successors:
             req = EndQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id, successors)
@@ -381,37 +379,35 @@ class RaftCore:
     # ==================================================================================
     # transitions
     # ==================================================================================
-    def _transition(self, role: Role, epoch: int, *, leader_id: int = NO_LEADER) -> None:
-        check_transition(self.role, self.epoch, role, epoch, is_voter=self.is_voter)
-        was_leader = self.role is Role.LEADER
+    def _transition(self, state: RoleState, epoch: int, *, leader_id: int = NO_LEADER) -> None:
+        """Enter a role with fresh state of its own; what the previous role kept goes with it."""
+        check_transition(self.role, self.epoch, state.role, epoch, is_voter=self.is_voter)
+        previous = self._state
         if epoch > self.epoch:
             self.voted_id = NO_LEADER
             self._lost_leader = NO_LEADER
-        self.role = role
+        self._state = state
         self.epoch = epoch
         self.leader_id = leader_id
-        self._granted.clear()
-        self._rejected.clear()
-        self._download = None
-        self._fetch_sent_ms = None
         self._persist_state()
-        if was_leader:
-            self._abandon_leadership()
+        if isinstance(previous, LeaderState):
+            self._abandon_leadership(previous)
+
+    def _unattached_state(self) -> UnattachedState:
+        """An observer that loses its leader keeps backing off a fetch that failed: the
+        voters it now asks at random are likely no easier to reach."""
+        previous = self._fetching_state()
+        return UnattachedState(fetch_retry_ms=previous.fetch_retry_ms if previous is not None else 0)
 
     def _become_unattached(self, epoch: int, election_delay_ms: int | None = None) -> None:
-        self._transition(Role.UNATTACHED, epoch)
+        self._transition(self._unattached_state(), epoch)
         delay = self._election_timeout() if election_delay_ms is None else election_delay_ms
         self._election_deadline = self._now + delay if self.is_voter else NEVER
-        self._bootstrap_target = NO_LEADER
 
     def _become_follower(self, epoch: int, leader_id: int) -> None:
         assert leader_id != self.node_id
-        self._transition(Role.FOLLOWER, epoch, leader_id=leader_id)
+        self._transition(FollowerState(last_fetch_ok_ms=self._now), epoch, leader_id=leader_id)
         self._election_deadline = NEVER
-        self._leader_lost = False
-        self._unreachable_strikes = 0
-        self._last_fetch_ok_ms = self._now
-        self._fetch_retry_ms = 0
 
     def _become_prospective(self) -> None:
         if self._recovering:
@@ -419,27 +415,33 @@ class RaftCore:
             self._ask_peers_for_epochs()
             return
         self._lost_leader = self.leader_id if self.leader_id != self.node_id else NO_LEADER
-        self._transition(Role.PROSPECTIVE, self.epoch)
+        self._transition(ProspectiveState(self._new_votes()), self.epoch)
         self._election_deadline = self._now + self._election_window()
-        self._granted.add(self.node_id)
         self._campaign(pre_vote=True)
 
     def _become_candidate(self) -> None:
-        self._transition(Role.CANDIDATE, self.epoch + 1)
+        self._transition(CandidateState(self._new_votes()), self.epoch + 1)
         self.voted_id = self.node_id
         self._persist_state()
         self._election_deadline = self._now + self._election_window()
-        self._granted.add(self.node_id)
         self._campaign(pre_vote=False)
 
+    def _new_votes(self) -> Votes:
+        return Votes(voter_count=len(self.voters), granted={self.node_id})
+
     def _become_leader(self) -> None:
-        self._transition(Role.LEADER, self.epoch, leader_id=self.node_id)
+        tracker = Tracker(self.node_id, self.voters, self._now)
+        tracker.record_leader_end(self._durable_end, self._now)
+        state = LeaderState(
+            tracker=tracker,
+            epoch_start=self.log.end_offset,
+            since_ms=self._now,
+            begin_epoch_resend_ms=self._now + 2 * self.cfg.election_timeout_ms,
+            last_append_ms=self._now,
+        )
+        self._transition(state, self.epoch, leader_id=self.node_id)
         self._failed_elections = 0
         self._election_deadline = NEVER
-        self._tracker = Tracker(self.node_id, self.voters, self._now)
-        self._tracker.record_leader_end(self._durable_end, self._now)
-        self._leader_since_ms = self._now
-        self._epoch_start = self.log.end_offset
         self._append(
             BatchKind.LEADER_CHANGE, (control.encode_leader_change(self.node_id, self.voters, self.epoch),)
         )
@@ -447,12 +449,10 @@ class RaftCore:
             self._send(
                 voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id), durable=True
             )
-        self._begin_epoch_resend_ms = self._now + 2 * self.cfg.election_timeout_ms
 
-    def _abandon_leadership(self) -> None:
-        parked, self._parked = self._parked, {}
-        self._tracker = None
-        for waiting in parked.values():
+    def _abandon_leadership(self, leader: LeaderState) -> None:
+        """Parked fetches are answered at once: their replicas must look for the new leader."""
+        for waiting in leader.parked.values():
             for fetch in waiting:
                 self._reply(fetch.envelope, self._fetch_error(Error.NOT_LEADER))
 
@@ -460,7 +460,8 @@ class RaftCore:
     # elections
     # ==================================================================================
     def _campaign(self, *, pre_vote: bool) -> None:
-        if len(self._granted) >= majority(len(self.voters)):
+        assert isinstance(self._state, ProspectiveState | CandidateState)
+        if self._state.votes.won():
             self._election_won()
             return
         epoch = self.epoch + 1 if pre_vote else self.epoch
@@ -484,7 +485,7 @@ class RaftCore:
     def _stand_aside(self, delay_ms: int) -> None:
         if self.role is Role.PROSPECTIVE and self._lost_leader != NO_LEADER:
             self._become_follower(self.epoch, self._lost_leader)
-            self._leader_lost = True
+            self._follower().leader_lost = True
             self._election_deadline = self._now + delay_ms
         else:
             self._become_unattached(self.epoch, delay_ms)
@@ -511,7 +512,7 @@ class RaftCore:
         )
         if granted:
             if self.role is Role.PROSPECTIVE:
-                self._transition(Role.UNATTACHED, self.epoch)
+                self._transition(self._unattached_state(), self.epoch)
             self.voted_id = req.candidate_id
             self._persist_state()
             self._election_deadline = self._now + self._election_timeout()
@@ -523,22 +524,23 @@ class RaftCore:
     def _on_vote_response(self, env: Envelope) -> None:
         resp: VoteResponse = env.msg  # type: ignore[assignment]
         self._observe(resp.epoch, resp.leader_id)
-        expected = Role.PROSPECTIVE if resp.pre_vote else Role.CANDIDATE
-        if self.role is not expected or resp.epoch > self.epoch or env.src not in self.voters:
+        state = self._state
+        expected = ProspectiveState if resp.pre_vote else CandidateState
+        if not isinstance(state, expected) or resp.epoch > self.epoch or env.src not in self.voters:
             return
         if not resp.pre_vote and resp.epoch != self.epoch:
             return
-        (self._granted if resp.vote_granted else self._rejected).add(env.src)
-        needed = majority(len(self.voters))
-        if len(self._granted) >= needed:
+        state.votes.record(env.src, resp.vote_granted)
+        if state.votes.won():
             self._election_won()
-        elif len(self._rejected) > len(self.voters) - needed:
+        elif state.votes.lost():
             self._election_lost()
 
     def _has_live_leader(self) -> bool:
-        if self.role is Role.LEADER:
+        state = self._state
+        if isinstance(state, LeaderState):
             return True
-        return self.role is Role.FOLLOWER and not self._leader_lost
+        return isinstance(state, FollowerState) and not state.leader_lost
 
     # ==================================================================================
     # epoch announcements
@@ -629,10 +631,10 @@ class RaftCore:
         if req.epoch < self.epoch:
             self._reply(env, self._fetch_error(Error.FENCED_LEADER_EPOCH))
             return
-        assert self._tracker is not None
+        leader = self._leader()
         validation = self.log.validate_fetch(req.fetch_offset, req.last_fetched_epoch)
         if not validation.valid:
-            self._tracker.record_contact(req.replica_id, self._now)
+            leader.tracker.record_contact(req.replica_id, self._now)
             self._reply(
                 env,
                 FetchResponse(
@@ -649,11 +651,11 @@ class RaftCore:
         if req.fetch_offset > self.log.end_offset:
             self._reply(env, self._fetch_error(Error.INVALID_REQUEST))
             return
-        self._tracker.record_fetch(req.replica_id, req.fetch_offset, self.log.end_offset, self._now)
+        leader.tracker.record_fetch(req.replica_id, req.fetch_offset, self.log.end_offset, self._now)
         if req.replica_id in self.voters:
-            for previous in self._parked.pop(req.replica_id, ()):
+            for previous in leader.parked.pop(req.replica_id, ()):
                 self._answer_fetch(previous.envelope)
-        elif self._parked.get(req.replica_id):
+        elif leader.parked.get(req.replica_id):
             self.observer_fetch_overlaps += 1
             self.overlapping_observer_id = req.replica_id
         # Advance the high watermark before parking: the fetch that moved it stays parked,
@@ -662,7 +664,7 @@ class RaftCore:
         if req.max_wait_ms == 0 or req.fetch_offset < self._readable_end(req.replica_id):
             self._answer_fetch(env)
         else:
-            self._park(env, req.replica_id, min(req.max_wait_ms, self.cfg.fetch_max_wait_ms))
+            self._park(leader, env, req.replica_id, min(req.max_wait_ms, self.cfg.fetch_max_wait_ms))
 
     def _readable_end(self, replica_id: int) -> int:
         """Where a replica's fetch may read up to. Voters take every record: their
@@ -674,11 +676,11 @@ class RaftCore:
             return self.log.end_offset
         return max(self.exposed_high_watermark(), self.log.start_offset)
 
-    def _park(self, env: Envelope, replica_id: int, wait_ms: int) -> None:
-        waiting = self._parked.setdefault(replica_id, [])
+    def _park(self, leader: LeaderState, env: Envelope, replica_id: int, wait_ms: int) -> None:
+        waiting = leader.parked.setdefault(replica_id, [])
         if len(waiting) >= PARKED_PER_OBSERVER_MAX:
             self._answer_fetch(waiting.pop(0).envelope)
-        waiting.append(_ParkedFetch(env, self._now + wait_ms))
+        waiting.append(ParkedFetch(env, self._now + wait_ms))
 
     def _answer_fetch(self, env: Envelope) -> None:
         req: FetchRequest = env.msg  # type: ignore[assignment]
@@ -698,25 +700,25 @@ class RaftCore:
         )
         self._reply(env, response)
 
-    def _answer_parked(self, *, voters: bool) -> None:
+    def _answer_parked(self, leader: LeaderState, *, voters: bool) -> None:
         """Answer the parked fetches of voters (there are new records) or of observers (a
         new high watermark). A voter learns the high watermark with its next records or
         when its long poll ends: an answer carrying only that would cost every voter a
         round trip per commit."""
-        for replica_id in [r for r in self._parked if (r in self.voters) is voters]:
-            for fetch in self._parked.pop(replica_id):
+        for replica_id in [r for r in leader.parked if (r in self.voters) is voters]:
+            for fetch in leader.parked.pop(replica_id):
                 self._answer_fetch(fetch.envelope)
 
-    def _answer_expired_fetches(self) -> None:
-        for replica_id, waiting in list(self._parked.items()):
+    def _answer_expired_fetches(self, leader: LeaderState) -> None:
+        for replica_id, waiting in list(leader.parked.items()):
             due = [f for f in waiting if self._now >= f.deadline_ms]
             if not due:
                 continue
             remaining = [f for f in waiting if self._now < f.deadline_ms]
             if remaining:
-                self._parked[replica_id] = remaining
+                leader.parked[replica_id] = remaining
             else:
-                del self._parked[replica_id]
+                del leader.parked[replica_id]
             for fetch in due:
                 self._answer_fetch(fetch.envelope)
 
@@ -738,8 +740,7 @@ class RaftCore:
         elif not 0 <= req.position <= len(snapshot.data) or req.max_bytes <= 0:
             answer(Error.INVALID_REQUEST)
         else:
-            assert self._tracker is not None
-            self._tracker.record_contact(req.replica_id, self._now)
+            self._leader().tracker.record_contact(req.replica_id, self._now)
             data = snapshot.data
             size = min(req.max_bytes, self.cfg.snapshot_chunk_bytes)
             answer(Error.NONE, len(data), data[req.position : req.position + size])
@@ -758,66 +759,72 @@ class RaftCore:
 
     def _leader_progress(self) -> None:
         """Advance the high watermark from the voters' durable positions."""
-        assert self._tracker is not None
-        self._tracker.record_leader_end(self._durable_end, self._now)
-        candidate = self._tracker.quorum_end()
-        if candidate > self._hw and candidate > self._epoch_start:
+        leader = self._leader()
+        leader.tracker.record_leader_end(self._durable_end, self._now)
+        candidate = leader.tracker.quorum_end()
+        if candidate > self._hw and candidate > leader.epoch_start:
             self._hw = candidate
             self._deliver_committed()
-            self._answer_parked(voters=False)
+            self._answer_parked(leader, voters=False)
 
     def _poll_leader(self) -> None:
-        assert self._tracker is not None
+        leader = self._leader()
         now = self._now
-        self._tracker.record_leader_end(self._durable_end, now)
-        if now >= self._check_quorum_deadline():
-            self._transition(Role.RESIGNED, self.epoch, leader_id=self.node_id)
+        leader.tracker.record_leader_end(self._durable_end, now)
+        if now >= self._check_quorum_deadline(leader):
+            self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
             self._election_deadline = now + self._election_timeout()
             return
-        if now - self._last_append_ms >= self.cfg.idle_noop_interval_ms:
+        if now - leader.last_append_ms >= self.cfg.idle_noop_interval_ms:
             self._append(BatchKind.NOOP, (control.NOOP_RECORD,))
-        if now >= self._begin_epoch_resend_ms:
+        if now >= leader.begin_epoch_resend_ms:
             # Also to voters that went quiet: one stranded in a higher epoch answers with it,
             # and this leader steps down so that it can rejoin (Kafka does the same).
-            for voter in self._tracker.voters_silent_since(now - self.cfg.fetch_timeout_ms // 2):
+            for voter in leader.tracker.voters_silent_since(now - self.cfg.fetch_timeout_ms // 2):
                 self._send(voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id))
-            self._begin_epoch_resend_ms = now + 2 * self.cfg.election_timeout_ms
-        self._answer_expired_fetches()
+            leader.begin_epoch_resend_ms = now + 2 * self.cfg.election_timeout_ms
+        self._answer_expired_fetches(leader)
 
     def _append(self, kind: BatchKind, records: tuple[bytes, ...]) -> Batch:
+        leader = self._leader()
         batch = Batch(self.log.end_offset, self.epoch, self._now + self.wall_offset_ms, kind, records)
         self.log.append(batch)
         self._pending_appends.append(batch)
-        self._last_append_ms = self._now
-        if self._parked:
-            self._answer_parked(voters=True)
+        leader.last_append_ms = self._now
+        if leader.parked:
+            self._answer_parked(leader, voters=True)
         return batch
+
+    def _leader(self) -> LeaderState:
+        assert isinstance(self._state, LeaderState), self.role
+        return self._state
 
     # ==================================================================================
     # follower
     # ==================================================================================
     def _maybe_fetch(self) -> None:
         """Send the next fetch once everything we would acknowledge with it is durable."""
-        observer_bootstrap = self.role is Role.UNATTACHED and not self.is_voter
-        if self.role is not Role.FOLLOWER and not observer_bootstrap:
+        state = self._fetching_state()
+        if state is None:
             return
-        if self._fetch_sent_ms is not None or self._now < self._fetch_retry_ms or self._has_unflushed():
+        if state.fetch_sent_ms is not None or self._now < state.fetch_retry_ms or self._has_unflushed():
             return
-        if observer_bootstrap:
-            self._bootstrap_target = self.rng.choice(sorted(self.voters))
-            target = self._bootstrap_target
+        if isinstance(state, UnattachedState):  # an observer asks a voter who leads
+            state.bootstrap_target = self.rng.choice(sorted(self.voters))
+            target = state.bootstrap_target
         else:
             target = self.leader_id
-        self._fetch_sent_ms = self._now
+        state.fetch_sent_ms = self._now
         self._next_rpc_id += 1
         self._fetch_rpc_id = self._next_rpc_id
-        if self._download is not None:
+        download = state.download if isinstance(state, FollowerState) else None
+        if download is not None:
             request: Message = FetchSnapshotRequest(
                 self.cluster_id,
                 self.node_id,
                 self.epoch,
-                self._download.snapshot_id,
-                len(self._download.data),
+                download.snapshot_id,
+                len(download.data),
                 self.cfg.snapshot_chunk_bytes,
             )
         else:
@@ -838,22 +845,23 @@ class RaftCore:
         # position, but only the answer to the current fetch completes it: otherwise two
         # outstanding fetches would keep each other alive forever.
         current = env.rpc_id == self._fetch_rpc_id
-        if self.role is Role.UNATTACHED and not self.is_voter and env.src == self._bootstrap_target:
+        state = self._fetching_state()
+        if isinstance(state, UnattachedState) and env.src == state.bootstrap_target:
             if current:  # a bootstrap answer without a leader: try another voter
-                self._fetch_sent_ms = None
-                self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+                state.fetch_sent_ms = None
+                state.fetch_retry_ms = self._now + self.cfg.election_timeout_ms
             return
-        if self.role is not Role.FOLLOWER or env.src != self.leader_id or resp.epoch != self.epoch:
+        if not isinstance(state, FollowerState) or env.src != self.leader_id or resp.epoch != self.epoch:
             return
         if current:
-            self._fetch_sent_ms = None
+            state.fetch_sent_ms = None
         if resp.error is not Error.NONE:
             if resp.error is Error.NOT_LEADER:
-                self._on_leader_lost()
+                self._on_leader_lost()  # an observer is unattached from here on: back off there
             if current:
-                self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+                self._retry_fetch_after(self.cfg.election_timeout_ms)
             return
-        self._fetch_ok()
+        self._fetch_ok(state)
         if resp.diverging is None and resp.snapshot_id is None:
             self._append_fetched(resp)
         elif not current:
@@ -861,7 +869,7 @@ class RaftCore:
         elif resp.diverging is not None:
             self._truncate_diverging(resp.diverging)
         elif resp.snapshot_id.offset >= self._hw:  # type: ignore[union-attr]
-            self._download = _SnapshotDownload(resp.snapshot_id, bytearray())  # type: ignore[arg-type]
+            state.download = SnapshotDownload(resp.snapshot_id, bytearray())  # type: ignore[arg-type]
 
     def _append_fetched(self, resp: FetchResponse) -> None:
         batches = resp.batches
@@ -903,25 +911,25 @@ class RaftCore:
         self._observe(resp.epoch, resp.leader_id)
         if env.rpc_id != self._fetch_rpc_id:
             return
-        download = self._download
-        if self.role is not Role.FOLLOWER or env.src != self.leader_id or download is None:
+        state = self._state
+        if not isinstance(state, FollowerState) or env.src != self.leader_id or state.download is None:
             return
-        self._fetch_sent_ms = None
+        download = state.download
+        state.fetch_sent_ms = None
         if resp.error is not Error.NONE:
-            self._download = None
-            self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+            state.download = None
+            state.fetch_retry_ms = self._now + self.cfg.election_timeout_ms
             return
         if resp.snapshot_id != download.snapshot_id or resp.position != len(download.data):
             return
-        self._fetch_ok()
+        self._fetch_ok(state)
         download.data += resp.chunk
-        if len(download.data) > resp.size:
-            self._download = None
-        elif len(download.data) == resp.size:
-            self._install_snapshot(Snapshot(download.snapshot_id, bytes(download.data)))
+        if len(download.data) >= resp.size:
+            state.download = None  # complete, or longer than announced: start over
+            if len(download.data) == resp.size:
+                self._install_snapshot(Snapshot(download.snapshot_id, bytes(download.data)))
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
-        self._download = None
         if snapshot.id.offset < self._hw:
             return
         last = self.log.batch_at(snapshot.id.offset - 1)
@@ -936,10 +944,10 @@ class RaftCore:
         self._restore_out = snapshot
         self._committed_out = []
 
-    def _fetch_ok(self) -> None:
-        self._unreachable_strikes = 0
-        self._last_fetch_ok_ms = self._now
-        self._leader_lost = False
+    def _fetch_ok(self, state: FollowerState) -> None:
+        state.unreachable_strikes = 0
+        state.last_fetch_ok_ms = self._now
+        state.leader_lost = False
         self._failed_elections = 0
         self._election_deadline = NEVER
 
@@ -947,20 +955,34 @@ class RaftCore:
         if not self.is_voter:
             self._become_unattached(self.epoch)
             return
-        if not self._leader_lost:
-            self._leader_lost = True
+        state = self._follower()
+        if not state.leader_lost:
+            state.leader_lost = True
             self._election_deadline = self._now + self._election_timeout()
 
-    def _poll_follower(self) -> None:
-        if (
-            self._fetch_sent_ms is not None
-            and self._now - self._fetch_sent_ms >= self._fetch_request_timeout()
-        ):
-            self._fetch_sent_ms = None  # lost on the way: ask again
-        if self.role is not Role.FOLLOWER or self._leader_lost:
+    def _poll_follower(self, state: FetchingState) -> None:
+        if state.fetch_sent_ms is not None and self._now - state.fetch_sent_ms >= self._fetch_request_timeout():
+            state.fetch_sent_ms = None  # lost on the way: ask again
+        if not isinstance(state, FollowerState) or state.leader_lost:
             return
-        if self._now - self._last_fetch_ok_ms >= self.cfg.fetch_timeout_ms:
+        if self._now - state.last_fetch_ok_ms >= self.cfg.fetch_timeout_ms:
             self._on_leader_lost()
+
+    def _fetching_state(self) -> FetchingState | None:
+        """The state of a role that fetches: a follower, or an observer looking for a leader."""
+        state = self._state
+        if isinstance(state, FollowerState) or (isinstance(state, UnattachedState) and not self.is_voter):
+            return state
+        return None
+
+    def _follower(self) -> FollowerState:
+        assert isinstance(self._state, FollowerState), self.role
+        return self._state
+
+    def _retry_fetch_after(self, delay_ms: int) -> None:
+        state = self._fetching_state()
+        assert state is not None, self.role
+        state.fetch_retry_ms = self._now + delay_ms
 
     def _advance_hw(self, offset: int) -> None:
         if offset > self._hw:
@@ -1029,7 +1051,7 @@ class RaftCore:
             return
         self._recovering = False
         if top > self.epoch:
-            self._transition(Role.UNATTACHED, top)
+            self._transition(self._unattached_state(), top)
         if top == self.epoch and top > 0 and self.voted_id == NO_LEADER:
             self.voted_id = self.node_id  # abstain: we may have voted in this epoch before the wipe
         self._persist_state()
@@ -1130,26 +1152,26 @@ class RaftCore:
     def _fetch_request_timeout(self) -> int:
         return self.cfg.fetch_max_wait_ms + 4 * self.cfg.election_timeout_ms
 
-    def _check_quorum_deadline(self) -> int:
+    def _check_quorum_deadline(self, leader: LeaderState) -> int:
         """When the leader must resign unless a majority fetches again (check-quorum)."""
-        assert self._tracker is not None
-        contact = max(self._tracker.majority_contact_ms(), self._leader_since_ms)
+        contact = max(leader.tracker.majority_contact_ms(), leader.since_ms)
         return contact + self.cfg.check_quorum_timeout_ms
 
     def _next_deadline(self) -> int:
         deadlines = [self._election_deadline]
-        if self.role is Role.LEADER:
-            deadlines.append(self._last_append_ms + self.cfg.idle_noop_interval_ms)
-            deadlines.append(self._begin_epoch_resend_ms)
-            deadlines.append(self._check_quorum_deadline())
-            deadlines.extend(f.deadline_ms for waiting in self._parked.values() for f in waiting)
-        elif self.role is Role.FOLLOWER or not self.is_voter:
-            if self._fetch_sent_ms is not None:
-                deadlines.append(self._fetch_sent_ms + self._fetch_request_timeout())
-            elif self._fetch_retry_ms > self._now:
-                deadlines.append(self._fetch_retry_ms)
-            if not self._leader_lost and self.role is Role.FOLLOWER:
-                deadlines.append(self._last_fetch_ok_ms + self.cfg.fetch_timeout_ms)
+        state = self._state
+        if isinstance(state, LeaderState):
+            deadlines.append(state.last_append_ms + self.cfg.idle_noop_interval_ms)
+            deadlines.append(state.begin_epoch_resend_ms)
+            deadlines.append(self._check_quorum_deadline(state))
+            deadlines.extend(f.deadline_ms for waiting in state.parked.values() for f in waiting)
+        elif (fetching := self._fetching_state()) is not None:
+            if fetching.fetch_sent_ms is not None:
+                deadlines.append(fetching.fetch_sent_ms + self._fetch_request_timeout())
+            elif fetching.fetch_retry_ms > self._now:
+                deadlines.append(fetching.fetch_retry_ms)
+            if isinstance(fetching, FollowerState) and not fetching.leader_lost:
+                deadlines.append(fetching.last_fetch_ok_ms + self.cfg.fetch_timeout_ms)
         return min(deadlines)
 
     _HANDLERS = {
