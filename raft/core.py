@@ -51,6 +51,8 @@ from raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Message,
+    Request,
+    Response,
     VoteRequest,
     VoteResponse,
 )
@@ -253,6 +255,8 @@ class RaftCore:
     # events
     # ==================================================================================
     def step(self, envelope: Envelope, now_ms: int) -> None:
+        """Take one message: what every message teaches (a foreign cluster, a recovering
+        voter's peers' epochs, a newer epoch or a leader) first, then its handler."""
         self._now = now_ms
         if self.fatal_error is not None:
             return
@@ -261,8 +265,11 @@ class RaftCore:
             self._on_foreign_peer(envelope.src)
             return
         self._hear(envelope.src, msg)
-        handler = self._HANDLERS[type(msg)]
-        handler(self, envelope)
+        if isinstance(msg, Response):
+            self._observe(msg.epoch, msg.leader_id)
+        elif not self._admit(envelope):
+            return
+        self._HANDLERS[type(msg)](self, envelope)
 
     def unreachable(self, peer_id: int, now_ms: int) -> None:
         """A request to ``peer_id`` failed at once: its process is gone or restarting."""
@@ -492,8 +499,6 @@ class RaftCore:
 
     def _on_vote_request(self, env: Envelope) -> None:
         req: VoteRequest = env.msg  # type: ignore[assignment]
-        if not req.pre_vote and req.candidate_epoch > self.epoch:
-            self._become_unattached(req.candidate_epoch)
         log_ok = (req.last_epoch, req.log_end_offset) >= (self.log.last_epoch, self.log.end_offset)
         may_vote = self.is_voter and req.candidate_id in self.voters and not self._recovering and log_ok
         if req.pre_vote:
@@ -506,7 +511,6 @@ class RaftCore:
             return
         granted = (
             may_vote
-            and req.candidate_epoch == self.epoch
             and self.role in (Role.UNATTACHED, Role.PROSPECTIVE)
             and self.voted_id in (NO_LEADER, req.candidate_id)
         )
@@ -516,20 +520,18 @@ class RaftCore:
             self.voted_id = req.candidate_id
             self._persist_state()
             self._election_deadline = self._now + self._election_timeout()
-        error = Error.FENCED_LEADER_EPOCH if req.candidate_epoch < self.epoch else Error.NONE
         self._reply(
-            env, VoteResponse(error, self.epoch, self._advertised_leader(), granted, False), durable=True
+            env, VoteResponse(Error.NONE, self.epoch, self._advertised_leader(), granted, False), durable=True
         )
 
     def _on_vote_response(self, env: Envelope) -> None:
         resp: VoteResponse = env.msg  # type: ignore[assignment]
-        self._observe(resp.epoch, resp.leader_id)
         state = self._state
         expected = ProspectiveState if resp.pre_vote else CandidateState
-        if not isinstance(state, expected) or resp.epoch > self.epoch or env.src not in self.voters:
+        if not isinstance(state, expected) or env.src not in self.voters:
             return
         if not resp.pre_vote and resp.epoch != self.epoch:
-            return
+            return  # a pre-vote counts from any epoch: it only asks whether a leader is alive
         state.votes.record(env.src, resp.vote_granted)
         if state.votes.won():
             self._election_won()
@@ -547,45 +549,24 @@ class RaftCore:
     # ==================================================================================
     def _on_begin_quorum_epoch(self, env: Envelope) -> None:
         req: BeginQuorumEpochRequest = env.msg  # type: ignore[assignment]
-        if req.leader_id not in self.voters or req.leader_id == self.node_id:
-            self._reply(
-                env, BeginQuorumEpochResponse(Error.INVALID_REQUEST, self.epoch, self._advertised_leader())
-            )
-            return
-        if req.epoch < self.epoch:
-            self._reply(
-                env,
-                BeginQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self._advertised_leader()),
-            )
-            return
         if self._ended == (req.epoch, req.leader_id):
             # It resigned before this announcement reached us: following it would wait out a timeout.
             self._reply(env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()))
             return
-        if req.epoch > self.epoch or self.leader_id != req.leader_id:
-            assert not (req.epoch == self.epoch and self.role is Role.LEADER), "two leaders in one epoch"
-            self._become_follower(req.epoch, req.leader_id)
+        if self.leader_id != req.leader_id:
+            assert self.role is not Role.LEADER, "two leaders in one epoch"
+            self._become_follower(self.epoch, req.leader_id)
         self._reply(
             env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()), durable=True
         )
 
     def _on_end_quorum_epoch(self, env: Envelope) -> None:
         req: EndQuorumEpochRequest = env.msg  # type: ignore[assignment]
-        if req.epoch < self.epoch:
-            self._reply(
-                env, EndQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self._advertised_leader())
-            )
-            return
-        if req.leader_id == self.node_id or req.leader_id not in self.voters:
-            self._reply(
-                env, EndQuorumEpochResponse(Error.INVALID_REQUEST, self.epoch, self._advertised_leader())
-            )
-            return
         self._ended = (req.epoch, req.leader_id)
-        resigned = (
-            req.epoch > self.epoch
-            or (self.role is Role.FOLLOWER and self.leader_id == req.leader_id)
-            or (self.role is Role.UNATTACHED and self.leader_id == NO_LEADER)  # it never reached us
+        # Our leader resigned, or one we never heard announce itself (its epoch may be the
+        # newer one that step has just left us unattached in).
+        resigned = (self.role is Role.FOLLOWER and self.leader_id == req.leader_id) or (
+            self.role is Role.UNATTACHED and self.leader_id == NO_LEADER
         )
         if resigned:
             # The first named successor campaigns at once; the others give it a head start.
@@ -594,12 +575,12 @@ class RaftCore:
             delay = position * self.cfg.election_timeout_ms
             if position > 0 or not self.is_voter:
                 delay += self._election_timeout()
-            self._become_unattached(req.epoch, delay)
+            self._become_unattached(self.epoch, delay)
         self._reply(env, EndQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()))
 
     def _on_epoch_response(self, env: Envelope) -> None:
-        resp = env.msg
-        self._observe(resp.epoch, resp.leader_id)  # type: ignore[union-attr]
+        """All an answer to BeginQuorumEpoch or EndQuorumEpoch teaches is an epoch and a
+        leader, learned in ``step``."""
 
     # ==================================================================================
     # leader
@@ -620,17 +601,6 @@ class RaftCore:
         that knows what the id means (a broker's registration), not to the log.
         """
         req: FetchRequest = env.msg  # type: ignore[assignment]
-        if min(req.fetch_offset, req.last_fetched_epoch, req.max_wait_ms, req.replica_id) < 0 or (
-            req.replica_id == self.node_id
-        ):
-            self._reply(env, self._fetch_error(Error.INVALID_REQUEST))
-            return
-        if self.role is not Role.LEADER or req.epoch > self.epoch:
-            self._reply(env, self._fetch_error(Error.NOT_LEADER))
-            return
-        if req.epoch < self.epoch:
-            self._reply(env, self._fetch_error(Error.FENCED_LEADER_EPOCH))
-            return
         leader = self._leader()
         validation = self.log.validate_fetch(req.fetch_offset, req.last_fetched_epoch)
         if not validation.valid:
@@ -731,11 +701,7 @@ class RaftCore:
             )
             self._reply(env, resp)
 
-        if self.role is not Role.LEADER or req.epoch > self.epoch:
-            answer(Error.NOT_LEADER)
-        elif req.epoch < self.epoch:
-            answer(Error.FENCED_LEADER_EPOCH)
-        elif (snapshot := self._servable_snapshot(req.snapshot_id)) is None:
+        if (snapshot := self._servable_snapshot(req.snapshot_id)) is None:
             answer(Error.UNKNOWN_SNAPSHOT)
         elif not 0 <= req.position <= len(snapshot.data) or req.max_bytes <= 0:
             answer(Error.INVALID_REQUEST)
@@ -840,7 +806,6 @@ class RaftCore:
 
     def _on_fetch_response(self, env: Envelope) -> None:
         resp: FetchResponse = env.msg  # type: ignore[assignment]
-        self._observe(resp.epoch, resp.leader_id)
         # A late answer to a fetch we gave up on still carries valid data for the same
         # position, but only the answer to the current fetch completes it: otherwise two
         # outstanding fetches would keep each other alive forever.
@@ -908,7 +873,6 @@ class RaftCore:
 
     def _on_fetch_snapshot_response(self, env: Envelope) -> None:
         resp: FetchSnapshotResponse = env.msg  # type: ignore[assignment]
-        self._observe(resp.epoch, resp.leader_id)
         if env.rpc_id != self._fetch_rpc_id:
             return
         state = self._state
@@ -1000,8 +964,76 @@ class RaftCore:
     # ==================================================================================
     # epochs and recovery common to every role
     # ==================================================================================
+    def _admit(self, env: Envelope) -> bool:
+        """What every request goes through before its handler (etcd's ``Step``, Kafka's
+        request validation): a request that is malformed, meant for a leader we are not,
+        or from an older epoch is answered with the error here; one from a newer epoch
+        moves us into that epoch first. A handler so sees only requests of our epoch, but
+        pre-votes: they carry the epoch their sender would campaign in and never move ours.
+        """
+        req: Request = env.msg  # type: ignore[assignment]
+        error = self._refusal(req)
+        if error is not None:
+            # A vote's answer waits until the state it reports is durable, granted or not.
+            self._reply(env, self._error_response(req, error), durable=isinstance(req, VoteRequest))
+            return False
+        epoch = _sender_epoch(req)
+        if epoch is not None and epoch > self.epoch:
+            self._enter_newer_epoch(req)
+        return True
+
+    def _refusal(self, req: Request) -> Error | None:
+        """The error that answers ``req`` before its handler runs, if any. The order of the
+        checks decides which error a request with several faults gets: keep it."""
+        epoch = _sender_epoch(req)
+        stale = epoch is not None and epoch < self.epoch
+        if isinstance(req, EndQuorumEpochRequest) and stale:
+            return Error.FENCED_LEADER_EPOCH  # a stale resignation is fenced before what it names
+        if self._malformed(req):
+            return Error.INVALID_REQUEST
+        if isinstance(req, FetchRequest | FetchSnapshotRequest) and (
+            self.role is not Role.LEADER or req.epoch > self.epoch
+        ):
+            return Error.NOT_LEADER  # a fetch teaches no epoch: only a leader answers it
+        if stale:
+            return Error.FENCED_LEADER_EPOCH
+        return None
+
+    def _malformed(self, req: Request) -> bool:
+        if isinstance(req, FetchRequest):
+            fields = (req.fetch_offset, req.last_fetched_epoch, req.max_wait_ms, req.replica_id)
+            return min(fields) < 0 or req.replica_id == self.node_id
+        if isinstance(req, BeginQuorumEpochRequest | EndQuorumEpochRequest):
+            return req.leader_id == self.node_id or req.leader_id not in self.voters
+        return False
+
+    def _enter_newer_epoch(self, req: Request) -> None:
+        """A vote request leaves us unattached in its epoch, to be decided there; an
+        announcement makes us follow its leader; a resignation leaves us unattached, and
+        its handler arms the timer that lets the successors it names campaign first."""
+        if isinstance(req, VoteRequest):
+            self._become_unattached(req.candidate_epoch)
+        elif isinstance(req, BeginQuorumEpochRequest):
+            self._become_follower(req.epoch, req.leader_id)
+        elif isinstance(req, EndQuorumEpochRequest):
+            self._transition(self._unattached_state(), req.epoch)
+
+    def _error_response(self, req: Request, error: Error) -> Response:
+        epoch, leader_id = self.epoch, self._advertised_leader()
+        if isinstance(req, VoteRequest):
+            return VoteResponse(error, epoch, leader_id, False, False)
+        if isinstance(req, BeginQuorumEpochRequest):
+            return BeginQuorumEpochResponse(error, epoch, leader_id)
+        if isinstance(req, EndQuorumEpochRequest):
+            return EndQuorumEpochResponse(error, epoch, leader_id)
+        if isinstance(req, FetchSnapshotRequest):
+            return FetchSnapshotResponse(error, epoch, leader_id, req.snapshot_id, 0, req.position)
+        return self._fetch_error(error)
+
     def _observe(self, epoch: int, leader_id: int) -> None:
-        """Adopt a newer epoch, or a leader for our epoch, learned from any response."""
+        """Adopt a newer epoch, or a leader for our epoch, learned from any response (Kafka's
+        ``maybeHandleCommonResponse``). A response from an older epoch is left to its
+        handler: a pre-vote counts from any epoch."""
         knows_leader = leader_id >= 0 and leader_id != self.node_id and (epoch, leader_id) != self._ended
         if epoch > self.epoch:
             if knows_leader:
@@ -1186,3 +1218,11 @@ class RaftCore:
         FetchSnapshotRequest: _on_fetch_snapshot_request,
         FetchSnapshotResponse: _on_fetch_snapshot_response,
     }
+
+
+def _sender_epoch(req: Request) -> int | None:
+    """The epoch a request was sent in; None for a pre-vote, which carries only the epoch
+    its sender would campaign in."""
+    if isinstance(req, VoteRequest):
+        return None if req.pre_vote else req.candidate_epoch
+    return req.epoch
