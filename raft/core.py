@@ -184,6 +184,8 @@ class RaftCore:
         else:
             self._state = UnattachedState()
             self._election_deadline = now_ms + self._election_timeout() if self.is_voter else NEVER
+        # The leader of this epoch once known: it never changes within the epoch (raft.roles).
+        self._epoch_leader = self.leader_id
         if self._recovering:
             self._ask_peers_for_epochs()
 
@@ -388,11 +390,22 @@ class RaftCore:
     # ==================================================================================
     def _transition(self, state: RoleState, epoch: int, *, leader_id: int = NO_LEADER) -> None:
         """Enter a role with fresh state of its own; what the previous role kept goes with it."""
-        check_transition(self.role, self.epoch, state.role, epoch, is_voter=self.is_voter)
+        check_transition(
+            self.role,
+            self.epoch,
+            state.role,
+            epoch,
+            is_voter=self.is_voter,
+            epoch_leader=self._epoch_leader,
+            new_leader=leader_id,
+        )
         previous = self._state
         if epoch > self.epoch:
             self.voted_id = NO_LEADER
             self._lost_leader = NO_LEADER
+            self._epoch_leader = NO_LEADER
+        if leader_id != NO_LEADER:
+            self._epoch_leader = leader_id
         self._state = state
         self.epoch = epoch
         self.leader_id = leader_id
@@ -554,8 +567,7 @@ class RaftCore:
             self._reply(env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()))
             return
         if self.leader_id != req.leader_id:
-            assert self.role is not Role.LEADER, "two leaders in one epoch"
-            self._become_follower(self.epoch, req.leader_id)
+            self._become_follower(self.epoch, req.leader_id)  # IllegalTransition if another leads it
         self._reply(
             env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()), durable=True
         )
