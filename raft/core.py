@@ -237,20 +237,27 @@ class RaftCore:
     def describe(self) -> QuorumDescription:
         state = self._state
         if not isinstance(state, LeaderState):
-            return QuorumDescription(self.leader_id, self.epoch, -1, (), ())
+            return QuorumDescription(
+                leader_id=self.leader_id, leader_epoch=self.epoch, high_watermark=-1, voters=(), observers=()
+            )
 
         def states(progress: dict) -> tuple[ReplicaState, ...]:
             return tuple(
-                ReplicaState(p.node_id, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms)
+                ReplicaState(
+                    node_id=p.node_id,
+                    log_end_offset=p.end_offset,
+                    last_fetch_ms=p.last_fetch_ms,
+                    last_caught_up_ms=p.last_caught_up_ms,
+                )
                 for _, p in sorted(progress.items())
             )
 
         return QuorumDescription(
-            self.node_id,
-            self.epoch,
-            self.exposed_high_watermark(),
-            states(state.tracker.voters),
-            states(state.tracker.observers),
+            leader_id=self.node_id,
+            leader_epoch=self.epoch,
+            high_watermark=self.exposed_high_watermark(),
+            voters=states(state.tracker.voters),
+            observers=states(state.tracker.observers),
         )
 
     # ==================================================================================
@@ -322,7 +329,7 @@ class RaftCore:
         if len(records) > self.cfg.append_max_records:
             raise ValueError(f"records: at most {self.cfg.append_max_records} records in one batch")
         batch = self._append(BatchKind.DATA, tuple(records))
-        return OffsetAndEpoch(batch.base_offset, batch.epoch)
+        return OffsetAndEpoch(offset=batch.base_offset, epoch=batch.epoch)
 
     def persisted(self, write_id: int, now_ms: int) -> None:
         """The driver made write ``write_id`` durable: release what waited for it."""
@@ -364,8 +371,10 @@ class RaftCore:
         successors = self._state.tracker.successors()
         self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
         self._election_deadline = now_ms + self._election_timeout()
+        req = EndQuorumEpochRequest(
+            cluster_id=self.cluster_id, epoch=self.epoch, leader_id=self.node_id, preferred_successors=successors
+        )
         for voter in successors:
-            req = EndQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id, successors)
             self._send(voter, req)
 
     def ready(self) -> Ready:
@@ -435,12 +444,12 @@ class RaftCore:
             self._ask_peers_for_epochs()
             return
         self._lost_leader = self.leader_id if self.leader_id != self.node_id else NO_LEADER
-        self._transition(ProspectiveState(self._new_votes()), self.epoch)
+        self._transition(ProspectiveState(votes=self._new_votes()), self.epoch)
         self._election_deadline = self._now + self._election_window()
         self._campaign(pre_vote=True)
 
     def _become_candidate(self) -> None:
-        self._transition(CandidateState(self._new_votes()), self.epoch + 1)
+        self._transition(CandidateState(votes=self._new_votes()), self.epoch + 1)
         self.voted_id = self.node_id
         self._persist_state()
         self._election_deadline = self._now + self._election_window()
@@ -450,7 +459,7 @@ class RaftCore:
         return Votes(voter_count=len(self.voters), granted={self.node_id})
 
     def _become_leader(self) -> None:
-        tracker = Tracker(self.node_id, self.voters, self._now)
+        tracker = Tracker(leader_id=self.node_id, voters=self.voters, now_ms=self._now)
         tracker.record_leader_end(self._durable_end, self._now)
         state = LeaderState(
             tracker=tracker,
@@ -466,9 +475,7 @@ class RaftCore:
             BatchKind.LEADER_CHANGE, (control.encode_leader_change(self.node_id, self.voters, self.epoch),)
         )
         for voter in sorted(self.voters - {self.node_id}):
-            self._send(
-                voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id), durable=True
-            )
+            self._send(voter, self._begin_quorum_epoch(), durable=True)
 
     def _abandon_leadership(self, leader: LeaderState) -> None:
         """Parked fetches are answered at once: their replicas must look for the new leader."""
@@ -486,7 +493,12 @@ class RaftCore:
             return
         epoch = self.epoch + 1 if pre_vote else self.epoch
         request = VoteRequest(
-            self.cluster_id, epoch, self.node_id, self.log.last_epoch, self.log.end_offset, pre_vote
+            cluster_id=self.cluster_id,
+            candidate_epoch=epoch,
+            candidate_id=self.node_id,
+            last_epoch=self.log.last_epoch,
+            log_end_offset=self.log.end_offset,
+            pre_vote=pre_vote,
         )
         for voter in sorted(self.voters - {self.node_id}):
             self._send(voter, request, durable=not pre_vote)
@@ -516,7 +528,7 @@ class RaftCore:
         may_vote = self.is_voter and req.candidate_id in self.voters and not self._recovering and log_ok
         if req.pre_vote:
             granted = may_vote and req.candidate_epoch > self.epoch and not self._has_live_leader()
-            self._reply(env, VoteResponse(Error.NONE, self.epoch, self._advertised_leader(), granted, True))
+            self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=True))
             if granted and self.role is Role.PROSPECTIVE and req.candidate_id < self.node_id:
                 # Two voters that noticed the loss together would split the vote; the lower id
                 # goes first and this one stands aside (it campaigns later if that fails).
@@ -533,9 +545,7 @@ class RaftCore:
             self.voted_id = req.candidate_id
             self._persist_state()
             self._election_deadline = self._now + self._election_timeout()
-        self._reply(
-            env, VoteResponse(Error.NONE, self.epoch, self._advertised_leader(), granted, False), durable=True
-        )
+        self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=False), durable=True)
 
     def _on_vote_response(self, env: Envelope) -> None:
         resp: VoteResponse = env.msg  # type: ignore[assignment]
@@ -564,13 +574,11 @@ class RaftCore:
         req: BeginQuorumEpochRequest = env.msg  # type: ignore[assignment]
         if self._ended == (req.epoch, req.leader_id):
             # It resigned before this announcement reached us: following it would wait out a timeout.
-            self._reply(env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()))
+            self._reply(env, self._begin_quorum_epoch_response(Error.NONE))
             return
         if self.leader_id != req.leader_id:
             self._become_follower(self.epoch, req.leader_id)  # IllegalTransition if another leads it
-        self._reply(
-            env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()), durable=True
-        )
+        self._reply(env, self._begin_quorum_epoch_response(Error.NONE), durable=True)
 
     def _on_end_quorum_epoch(self, env: Envelope) -> None:
         req: EndQuorumEpochRequest = env.msg  # type: ignore[assignment]
@@ -588,7 +596,7 @@ class RaftCore:
             if position > 0 or not self.is_voter:
                 delay += self._election_timeout()
             self._become_unattached(self.epoch, delay)
-        self._reply(env, EndQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()))
+        self._reply(env, self._end_quorum_epoch_response(Error.NONE))
 
     def _on_epoch_response(self, env: Envelope) -> None:
         """All an answer to BeginQuorumEpoch or EndQuorumEpoch teaches is an epoch and a
@@ -620,11 +628,11 @@ class RaftCore:
             self._reply(
                 env,
                 FetchResponse(
-                    Error.NONE,
-                    self.epoch,
-                    self.node_id,
-                    self.exposed_high_watermark(),
-                    self.log.start_offset,
+                    error=Error.NONE,
+                    epoch=self.epoch,
+                    leader_id=self.node_id,
+                    high_watermark=self.exposed_high_watermark(),
+                    log_start_offset=self.log.start_offset,
                     diverging=validation.diverging,
                     snapshot_id=validation.snapshot_id,
                 ),
@@ -662,7 +670,7 @@ class RaftCore:
         waiting = leader.parked.setdefault(replica_id, [])
         if len(waiting) >= PARKED_PER_OBSERVER_MAX:
             self._answer_fetch(waiting.pop(0).envelope)
-        waiting.append(ParkedFetch(env, self._now + wait_ms))
+        waiting.append(ParkedFetch(envelope=env, deadline_ms=self._now + wait_ms))
 
     def _answer_fetch(self, env: Envelope) -> None:
         req: FetchRequest = env.msg  # type: ignore[assignment]
@@ -673,12 +681,12 @@ class RaftCore:
             end=self._readable_end(req.replica_id),
         )
         response = FetchResponse(
-            Error.NONE,
-            self.epoch,
-            self.node_id,
-            self.exposed_high_watermark(),
-            self.log.start_offset,
-            batches,
+            error=Error.NONE,
+            epoch=self.epoch,
+            leader_id=self.node_id,
+            high_watermark=self.exposed_high_watermark(),
+            log_start_offset=self.log.start_offset,
+            batches=batches,
         )
         self._reply(env, response)
 
@@ -708,10 +716,7 @@ class RaftCore:
         req: FetchSnapshotRequest = env.msg  # type: ignore[assignment]
 
         def answer(error: Error, size: int = 0, chunk: bytes = b"") -> None:
-            resp = FetchSnapshotResponse(
-                error, self.epoch, self._advertised_leader(), req.snapshot_id, size, req.position, chunk
-            )
-            self._reply(env, resp)
+            self._reply(env, self._fetch_snapshot_response(req, error, size=size, chunk=chunk))
 
         if (snapshot := self._servable_snapshot(req.snapshot_id)) is None:
             answer(Error.UNKNOWN_SNAPSHOT)
@@ -759,13 +764,19 @@ class RaftCore:
             # Also to voters that went quiet: one stranded in a higher epoch answers with it,
             # and this leader steps down so that it can rejoin (Kafka does the same).
             for voter in leader.tracker.voters_silent_since(now - self.cfg.fetch_timeout_ms // 2):
-                self._send(voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id))
+                self._send(voter, self._begin_quorum_epoch())
             leader.begin_epoch_resend_ms = now + 2 * self.cfg.election_timeout_ms
         self._answer_expired_fetches(leader)
 
     def _append(self, kind: BatchKind, records: tuple[bytes, ...]) -> Batch:
         leader = self._leader()
-        batch = Batch(self.log.end_offset, self.epoch, self._now + self.wall_offset_ms, kind, records)
+        batch = Batch(
+            base_offset=self.log.end_offset,
+            epoch=self.epoch,
+            timestamp_ms=self._now + self.wall_offset_ms,
+            kind=kind,
+            records=records,
+        )
         self.log.append(batch)
         self._pending_appends.append(batch)
         leader.last_append_ms = self._now
@@ -798,23 +809,23 @@ class RaftCore:
         download = state.download if isinstance(state, FollowerState) else None
         if download is not None:
             request: Message = FetchSnapshotRequest(
-                self.cluster_id,
-                self.node_id,
-                self.epoch,
-                download.snapshot_id,
-                len(download.data),
-                self.cfg.snapshot_chunk_bytes,
+                cluster_id=self.cluster_id,
+                replica_id=self.node_id,
+                epoch=self.epoch,
+                snapshot_id=download.snapshot_id,
+                position=len(download.data),
+                max_bytes=self.cfg.snapshot_chunk_bytes,
             )
         else:
             request = FetchRequest(
-                self.cluster_id,
-                self.node_id,
-                self.epoch,
-                self.log.end_offset,
-                self.log.last_epoch,
-                self.cfg.fetch_max_wait_ms,
+                cluster_id=self.cluster_id,
+                replica_id=self.node_id,
+                epoch=self.epoch,
+                fetch_offset=self.log.end_offset,
+                last_fetched_epoch=self.log.last_epoch,
+                max_wait_ms=self.cfg.fetch_max_wait_ms,
             )
-        self._outbox.append(Envelope(self.node_id, target, request, self._fetch_rpc_id))
+        self._outbox.append(Envelope(src=self.node_id, dst=target, msg=request, rpc_id=self._fetch_rpc_id))
 
     def _on_fetch_response(self, env: Envelope) -> None:
         resp: FetchResponse = env.msg  # type: ignore[assignment]
@@ -846,7 +857,7 @@ class RaftCore:
         elif resp.diverging is not None:
             self._truncate_diverging(resp.diverging)
         elif resp.snapshot_id.offset >= self._hw:  # type: ignore[union-attr]
-            state.download = SnapshotDownload(resp.snapshot_id, bytearray())  # type: ignore[arg-type]
+            state.download = SnapshotDownload(snapshot_id=resp.snapshot_id, data=bytearray())  # type: ignore[arg-type]
 
     def _append_fetched(self, resp: FetchResponse) -> None:
         batches = resp.batches
@@ -903,7 +914,7 @@ class RaftCore:
         if len(download.data) >= resp.size:
             state.download = None  # complete, or longer than announced: start over
             if len(download.data) == resp.size:
-                self._install_snapshot(Snapshot(download.snapshot_id, bytes(download.data)))
+                self._install_snapshot(Snapshot(id=download.snapshot_id, data=bytes(download.data)))
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
         if snapshot.id.offset < self._hw:
@@ -1031,15 +1042,14 @@ class RaftCore:
             self._transition(self._unattached_state(), req.epoch)
 
     def _error_response(self, req: Request, error: Error) -> Response:
-        epoch, leader_id = self.epoch, self._advertised_leader()
         if isinstance(req, VoteRequest):
-            return VoteResponse(error, epoch, leader_id, False, False)
+            return self._vote_response(error, granted=False, pre_vote=req.pre_vote)
         if isinstance(req, BeginQuorumEpochRequest):
-            return BeginQuorumEpochResponse(error, epoch, leader_id)
+            return self._begin_quorum_epoch_response(error)
         if isinstance(req, EndQuorumEpochRequest):
-            return EndQuorumEpochResponse(error, epoch, leader_id)
+            return self._end_quorum_epoch_response(error)
         if isinstance(req, FetchSnapshotRequest):
-            return FetchSnapshotResponse(error, epoch, leader_id, req.snapshot_id, 0, req.position)
+            return self._fetch_snapshot_response(req, error)
         return self._fetch_error(error)
 
     def _observe(self, epoch: int, leader_id: int) -> None:
@@ -1103,7 +1113,14 @@ class RaftCore:
     def _ask_peers_for_epochs(self) -> None:
         """A recovering voter learns its peers' epochs from their answers to a pre-vote that
         asks for nothing (epoch 0 can never be granted)."""
-        request = VoteRequest(self.cluster_id, 0, self.node_id, 0, 0, True)
+        request = VoteRequest(
+            cluster_id=self.cluster_id,
+            candidate_epoch=0,
+            candidate_id=self.node_id,
+            last_epoch=0,
+            log_end_offset=0,
+            pre_vote=True,
+        )
         for voter in sorted(self.voters - {self.node_id}):
             self._send(voter, request)
 
@@ -1111,7 +1128,9 @@ class RaftCore:
     # durability and output
     # ==================================================================================
     def _persist_state(self) -> None:
-        state = QuorumStateData(self.epoch, self.voted_id, self.leader_id, self._recovering)
+        state = QuorumStateData(
+            epoch=self.epoch, voted_id=self.voted_id, leader_id=self.leader_id, recovering=self._recovering
+        )
         if state != (self._pending_state or self._persisted_state):
             self._pending_state = state
 
@@ -1154,10 +1173,10 @@ class RaftCore:
         return None
 
     def _send(self, dst: int, msg: Message, *, durable: bool = False) -> None:
-        self._emit(Envelope(self.node_id, dst, msg), durable)
+        self._emit(Envelope(src=self.node_id, dst=dst, msg=msg), durable)
 
     def _reply(self, request: Envelope, msg: Message, *, durable: bool = False) -> None:
-        self._emit(Envelope(self.node_id, request.src, msg, request.rpc_id), durable)
+        self._emit(Envelope(src=self.node_id, dst=request.src, msg=msg, rpc_id=request.rpc_id), durable)
 
     def _emit(self, envelope: Envelope, durable: bool) -> None:
         tag = self._durability_tag() if durable else None
@@ -1170,8 +1189,46 @@ class RaftCore:
         """The leader we tell others about: never ourselves once we have resigned."""
         return NO_LEADER if self.role is Role.RESIGNED else self.leader_id
 
+    # Every answer carries our epoch and the leader we know: any message can teach a newer one.
+    def _vote_response(self, error: Error, *, granted: bool, pre_vote: bool) -> VoteResponse:
+        return VoteResponse(
+            error=error,
+            epoch=self.epoch,
+            leader_id=self._advertised_leader(),
+            vote_granted=granted,
+            pre_vote=pre_vote,
+        )
+
+    def _begin_quorum_epoch(self) -> BeginQuorumEpochRequest:
+        return BeginQuorumEpochRequest(cluster_id=self.cluster_id, epoch=self.epoch, leader_id=self.node_id)
+
+    def _begin_quorum_epoch_response(self, error: Error) -> BeginQuorumEpochResponse:
+        return BeginQuorumEpochResponse(error=error, epoch=self.epoch, leader_id=self._advertised_leader())
+
+    def _end_quorum_epoch_response(self, error: Error) -> EndQuorumEpochResponse:
+        return EndQuorumEpochResponse(error=error, epoch=self.epoch, leader_id=self._advertised_leader())
+
     def _fetch_error(self, error: Error) -> FetchResponse:
-        return FetchResponse(error, self.epoch, self._advertised_leader(), -1, self.log.start_offset)
+        return FetchResponse(
+            error=error,
+            epoch=self.epoch,
+            leader_id=self._advertised_leader(),
+            high_watermark=-1,
+            log_start_offset=self.log.start_offset,
+        )
+
+    def _fetch_snapshot_response(
+        self, req: FetchSnapshotRequest, error: Error, *, size: int = 0, chunk: bytes = b""
+    ) -> FetchSnapshotResponse:
+        return FetchSnapshotResponse(
+            error=error,
+            epoch=self.epoch,
+            leader_id=self._advertised_leader(),
+            snapshot_id=req.snapshot_id,
+            size=size,
+            position=req.position,
+            chunk=chunk,
+        )
 
     # ==================================================================================
     # time
