@@ -58,11 +58,13 @@ from raft.messages import (
 )
 from raft.role_state import (
     CandidateState,
+    EpochLeadership,
     FetchingState,
     FollowerState,
     LeaderState,
     ParkedFetch,
     ProspectiveState,
+    Recovery,
     ResignedState,
     RoleState,
     SnapshotDownload,
@@ -158,18 +160,14 @@ class RaftCore:
         # failures that widen the next round's window until a leader is heard from
         self._election_deadline = NEVER
         self._failed_elections = 0
-        # A leader of this epoch we stopped following: peers may still name it (_observe).
-        self._lost_leader = NO_LEADER
         # Snapshots replaced by a newer one stay servable a while, so a download that began
         # just before cannot be outrun by a leader that snapshots faster than it downloads.
         self._superseded: dict[OffsetAndEpoch, tuple[Snapshot, int]] = {}  # id -> (snapshot, expiry)
 
         # a voter with new or wiped storage must not vote until it is safe (see module doc)
-        self._recovering = self.is_voter and len(voters) > 1 and state.recovering
-        self._heard_epochs: dict[int, int] = {}
-        self._caught_up = False
+        recovering = self.is_voter and len(voters) > 1 and state.recovering
+        self._recovery: Recovery | None = Recovery() if recovering else None
         self._persisted_state = state
-        self._ended: tuple[int, int] | None = None  # (epoch, leader) that announced its resignation
         self._next_rpc_id = 0
         self._fetch_rpc_id = -1
 
@@ -184,9 +182,8 @@ class RaftCore:
         else:
             self._state = UnattachedState()
             self._election_deadline = now_ms + self._election_timeout() if self.is_voter else NEVER
-        # The leader of this epoch once known: it never changes within the epoch (raft.roles).
-        self._epoch_leader = self.leader_id
-        if self._recovering:
+        self._leadership = EpochLeadership(leader=self.leader_id)
+        if self._recovery is not None:
             self._ask_peers_for_epochs()
 
     # ==================================================================================
@@ -225,7 +222,7 @@ class RaftCore:
     @property
     def recovering(self) -> bool:
         """A voter with new or wiped storage that may not vote yet (see the module doc)."""
-        return self._recovering
+        return self._recovery is not None
 
     def exposed_high_watermark(self) -> int:
         """What a leader tells others: nothing until its own epoch has committed."""
@@ -405,16 +402,15 @@ class RaftCore:
             state.role,
             epoch,
             is_voter=self.is_voter,
-            epoch_leader=self._epoch_leader,
+            epoch_leader=self._leadership.leader,
             new_leader=leader_id,
         )
         previous = self._state
         if epoch > self.epoch:
             self.voted_id = NO_LEADER
-            self._lost_leader = NO_LEADER
-            self._epoch_leader = NO_LEADER
+            self._leadership = EpochLeadership()
         if leader_id != NO_LEADER:
-            self._epoch_leader = leader_id
+            self._leadership.leader = leader_id
         self._state = state
         self.epoch = epoch
         self.leader_id = leader_id
@@ -439,11 +435,11 @@ class RaftCore:
         self._election_deadline = NEVER
 
     def _become_prospective(self) -> None:
-        if self._recovering:
+        if self._recovery is not None:
             self._election_deadline = self._now + self._election_timeout()
             self._ask_peers_for_epochs()
             return
-        self._lost_leader = self.leader_id if self.leader_id != self.node_id else NO_LEADER
+        self._leadership.lost = self.leader_id if self.leader_id != self.node_id else NO_LEADER
         self._transition(ProspectiveState(votes=self._new_votes()), self.epoch)
         self._election_deadline = self._now + self._election_window()
         self._campaign(pre_vote=True)
@@ -515,8 +511,8 @@ class RaftCore:
         self._stand_aside(self._backoff())
 
     def _stand_aside(self, delay_ms: int) -> None:
-        if self.role is Role.PROSPECTIVE and self._lost_leader != NO_LEADER:
-            self._become_follower(self.epoch, self._lost_leader)
+        if self.role is Role.PROSPECTIVE and self._leadership.lost != NO_LEADER:
+            self._become_follower(self.epoch, self._leadership.lost)
             self._follower().leader_lost = True
             self._election_deadline = self._now + delay_ms
         else:
@@ -525,7 +521,7 @@ class RaftCore:
     def _on_vote_request(self, env: Envelope) -> None:
         req: VoteRequest = env.msg  # type: ignore[assignment]
         log_ok = (req.last_epoch, req.log_end_offset) >= (self.log.last_epoch, self.log.end_offset)
-        may_vote = self.is_voter and req.candidate_id in self.voters and not self._recovering and log_ok
+        may_vote = self.is_voter and req.candidate_id in self.voters and self._recovery is None and log_ok
         if req.pre_vote:
             granted = may_vote and req.candidate_epoch > self.epoch and not self._has_live_leader()
             self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=True))
@@ -572,7 +568,7 @@ class RaftCore:
     # ==================================================================================
     def _on_begin_quorum_epoch(self, env: Envelope) -> None:
         req: BeginQuorumEpochRequest = env.msg  # type: ignore[assignment]
-        if self._ended == (req.epoch, req.leader_id):
+        if self._leadership.ended == req.leader_id:
             # It resigned before this announcement reached us: following it would wait out a timeout.
             self._reply(env, self._begin_quorum_epoch_response(Error.NONE))
             return
@@ -582,7 +578,7 @@ class RaftCore:
 
     def _on_end_quorum_epoch(self, env: Envelope) -> None:
         req: EndQuorumEpochRequest = env.msg  # type: ignore[assignment]
-        self._ended = (req.epoch, req.leader_id)
+        self._leadership.ended = req.leader_id
         # Our leader resigned, or one we never heard announce itself (its epoch may be the
         # newer one that step has just left us unattached in).
         resigned = (self.role is Role.FOLLOWER and self.leader_id == req.leader_id) or (
@@ -873,9 +869,9 @@ class RaftCore:
             self._pending_appends.append(batch)
         if resp.high_watermark >= 0:
             self._advance_hw(min(resp.high_watermark, self.log.end_offset))
-            if self._recovering and self.log.end_offset >= resp.high_watermark:
-                self._caught_up = True
-                self._maybe_finish_recovery()
+            if self._recovery is not None and self.log.end_offset >= resp.high_watermark:
+                self._recovery.caught_up = True
+                self._maybe_finish_recovery(self._recovery)
 
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
         local = self.log.end_offset_for_epoch(diverging.epoch)
@@ -1056,7 +1052,8 @@ class RaftCore:
         """Adopt a newer epoch, or a leader for our epoch, learned from any response (Kafka's
         ``maybeHandleCommonResponse``). A response from an older epoch is left to its
         handler: a pre-vote counts from any epoch."""
-        knows_leader = leader_id >= 0 and leader_id != self.node_id and (epoch, leader_id) != self._ended
+        ended = epoch == self.epoch and leader_id == self._leadership.ended
+        knows_leader = leader_id >= 0 and leader_id != self.node_id and not ended
         if epoch > self.epoch:
             if knows_leader:
                 self._become_follower(epoch, leader_id)
@@ -1065,7 +1062,7 @@ class RaftCore:
         elif (
             epoch == self.epoch
             and knows_leader
-            and leader_id != self._lost_leader  # peers may not have noticed yet; our election decides
+            and leader_id != self._leadership.lost  # peers may not have noticed yet; our election decides
             and self.leader_id == NO_LEADER
             and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
         ):
@@ -1084,26 +1081,27 @@ class RaftCore:
             )
 
     def _hear(self, src: int, msg: Message) -> None:
-        if not self._recovering or src not in self.voters or src == self.node_id:
+        recovery = self._recovery
+        if recovery is None or src not in self.voters or src == self.node_id:
             return
         if isinstance(msg, VoteRequest):
             epoch = msg.candidate_epoch - 1 if msg.pre_vote else msg.candidate_epoch
         else:
             epoch = msg.epoch  # type: ignore[union-attr]
-        self._heard_epochs[src] = max(epoch, self._heard_epochs.get(src, 0))
-        self._maybe_finish_recovery()
+        recovery.heard_epochs[src] = max(epoch, recovery.heard_epochs.get(src, 0))
+        self._maybe_finish_recovery(recovery)
 
-    def _maybe_finish_recovery(self) -> None:
+    def _maybe_finish_recovery(self, recovery: Recovery) -> None:
         """Vote again once every peer's epoch is known and we hold what was committed.
 
         A brand-new cluster (every peer at epoch 0) has committed and voted nothing.
         """
-        if len(self._heard_epochs) < len(self.voters) - 1:
+        if len(recovery.heard_epochs) < len(self.voters) - 1:
             return
-        top = max(self._heard_epochs.values())
-        if top > 0 and not self._caught_up:
+        top = max(recovery.heard_epochs.values())
+        if top > 0 and not recovery.caught_up:
             return
-        self._recovering = False
+        self._recovery = None
         if top > self.epoch:
             self._transition(self._unattached_state(), top)
         if top == self.epoch and top > 0 and self.voted_id == NO_LEADER:
@@ -1129,7 +1127,7 @@ class RaftCore:
     # ==================================================================================
     def _persist_state(self) -> None:
         state = QuorumStateData(
-            epoch=self.epoch, voted_id=self.voted_id, leader_id=self.leader_id, recovering=self._recovering
+            epoch=self.epoch, voted_id=self.voted_id, leader_id=self.leader_id, recovering=self._recovery is not None
         )
         if state != (self._pending_state or self._persisted_state):
             self._pending_state = state

@@ -1,10 +1,13 @@
-"""What a node keeps only while it holds one role (Kafka's ``EpochState`` classes).
+"""What a node keeps only while it holds one role (Kafka's ``EpochState`` classes), one
+epoch, or one recovery.
 
-``RaftCore`` builds a fresh one on every transition (``raft.roles`` lists the legal
-ones) and drops it when the role ends, so nothing a role kept can leak into the next:
-a leader's parked fetches and replica tracker, a follower's fetch timers and snapshot
-download, a campaign's votes. What outlives a role stays on the core: the epoch, the
-vote, the log, the high watermark, durability bookkeeping and the election timer.
+``RaftCore`` builds a fresh role state on every transition (``raft.roles`` lists the
+legal ones) and drops it when the role ends, so nothing a role kept can leak into the
+next: a leader's parked fetches and replica tracker, a follower's fetch timers and
+snapshot download, a campaign's votes. Likewise what it knows of an epoch's leader is
+replaced with the epoch, and a recovering voter's bookkeeping goes once it may vote.
+What outlives all of these stays on the core: the epoch, the vote, the log, the high
+watermark, durability bookkeeping and the election timer.
 
 These are plain records with no clock and no I/O: the core passes time in.
 """
@@ -115,3 +118,20 @@ class FollowerState:
 
 RoleState = UnattachedState | ProspectiveState | CandidateState | LeaderState | ResignedState | FollowerState
 FetchingState = UnattachedState | FollowerState  # the roles that send fetches (Unattached: observers only)
+
+
+@dataclass(slots=True)
+class EpochLeadership:
+    """What a node knows of its epoch's leader, across the roles it holds in that epoch."""
+
+    leader: int = NO_LEADER  # once known, no other may lead this epoch (raft.roles)
+    lost: int = NO_LEADER  # stopped following it: peers may still name it; our election decides
+    ended: int = NO_LEADER  # announced its resignation (EndQuorumEpoch)
+
+
+@dataclass(slots=True)
+class Recovery:
+    """A voter with new or wiped storage, until it may vote again (see ``raft.core``)."""
+
+    heard_epochs: dict[int, int] = field(default_factory=dict)  # each peer's highest epoch
+    caught_up: bool = False  # holds everything the leader had committed when it last said
