@@ -155,6 +155,7 @@ class RaftCore:
         self._outbox: list[Envelope] = []
         self._committed_out: list[Batch] = []
         self._restore_out: Snapshot | None = loaded.snapshot
+        self._persisted_state = state
 
         # elections, across roles: the timer (armed in every role but Leader) and the
         # failures that widen the next round's window until a leader is heard from
@@ -164,13 +165,15 @@ class RaftCore:
         # just before cannot be outrun by a leader that snapshots faster than it downloads.
         self._superseded: dict[OffsetAndEpoch, tuple[Snapshot, int]] = {}  # id -> (snapshot, expiry)
 
+        # Our latest fetch's id: only its answer completes it, whatever role we are in by then.
+        self._next_rpc_id = 0
+        self._fetch_rpc_id = -1
         # a voter with new or wiped storage must not vote until it is safe (see module doc)
         recovering = self.is_voter and len(voters) > 1 and state.recovering
         self._recovery: Recovery | None = Recovery() if recovering else None
-        self._persisted_state = state
-        self._next_rpc_id = 0
-        self._fetch_rpc_id = -1
 
+        # the role, with state of its own (raft.role_state), and what we know of this
+        # epoch's leader whatever our role
         self._state: RoleState
         if state.leader_id == node_id and self.is_voter:
             self._state = ResignedState()  # leadership is never resumed after a restart
