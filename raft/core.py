@@ -308,14 +308,15 @@ class RaftCore:
         self._now = now_ms
         if self.fatal_error is not None:
             return NEVER
-        if self.role is Role.LEADER:
+        if isinstance(self._state, LeaderState):
             self._poll_leader()
         elif (fetching := self._fetching_state()) is not None:
             self._poll_follower(fetching)
-        if self.role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self.is_voter:
+        role = self.role  # as the polls above may have left it
+        if role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self.is_voter:
             if now_ms >= self._election_deadline:
                 self._become_prospective()
-        elif self.role in (Role.PROSPECTIVE, Role.CANDIDATE) and now_ms >= self._election_deadline:
+        elif role in (Role.PROSPECTIVE, Role.CANDIDATE) and now_ms >= self._election_deadline:
             self._election_lost()
         return max(0, self._next_deadline() - now_ms)
 
@@ -344,7 +345,7 @@ class RaftCore:
             else:
                 still_held.append((tag, envelope))
         self._held = still_held
-        if self.role is Role.LEADER:
+        if isinstance(self._state, LeaderState):
             self._leader_progress()
 
     def snapshot_saved(self, snapshot: Snapshot) -> None:
@@ -994,20 +995,20 @@ class RaftCore:
         pre-votes: they carry the epoch their sender would campaign in and never move ours.
         """
         req: Request = env.msg  # type: ignore[assignment]
-        error = self._refusal(req)
+        epoch = _sender_epoch(req)
+        error = self._refusal(req, epoch)
         if error is not None:
             # A vote's answer waits until the state it reports is durable, granted or not.
             self._reply(env, self._error_response(req, error), durable=isinstance(req, VoteRequest))
             return False
-        epoch = _sender_epoch(req)
         if epoch is not None and epoch > self.epoch:
             self._enter_newer_epoch(req)
         return True
 
-    def _refusal(self, req: Request) -> Error | None:
-        """The error that answers ``req`` before its handler runs, if any. The order of the
-        checks decides which error a request with several faults gets: keep it."""
-        epoch = _sender_epoch(req)
+    def _refusal(self, req: Request, epoch: int | None) -> Error | None:
+        """The error that answers ``req`` (sent in ``epoch``) before its handler runs, if
+        any. The order of the checks decides which error a request with several faults
+        gets: keep it."""
         stale = epoch is not None and epoch < self.epoch
         if isinstance(req, EndQuorumEpochRequest) and stale:
             return Error.FENCED_LEADER_EPOCH  # a stale resignation is fenced before what it names
