@@ -84,6 +84,8 @@ class CandidateState:
 
 @dataclass(slots=True)
 class LeaderState:
+    """Leading this epoch: every replica's progress, and the fetches waiting for news."""
+
     role: ClassVar[Role] = Role.LEADER
     tracker: Tracker
     epoch_start: int  # the log end when elected: no high watermark is exposed until past it
@@ -125,7 +127,7 @@ class EpochLeadership:
     """What a node knows of its epoch's leader, across the roles it holds in that epoch."""
 
     leader: int = NO_LEADER  # once known, no other may lead this epoch (raft.roles)
-    lost: int = NO_LEADER  # stopped following it: peers may still name it; our election decides
+    lost: int = NO_LEADER  # a leader we stopped following: peers may still name it; our election decides
     ended: int = NO_LEADER  # announced its resignation (EndQuorumEpoch)
 
 
