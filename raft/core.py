@@ -51,12 +51,29 @@ from raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Message,
+    Request,
+    Response,
     VoteRequest,
     VoteResponse,
 )
+from raft.role_state import (
+    CandidateState,
+    EpochLeadership,
+    FetchingState,
+    FollowerState,
+    LeaderState,
+    ParkedFetch,
+    ProspectiveState,
+    Recovery,
+    ResignedState,
+    RoleState,
+    SnapshotDownload,
+    UnattachedState,
+    Votes,
+)
 from raft.roles import Role, check_transition
 from raft.storage.base import LoadedState
-from raft.tracker import Tracker, majority
+from raft.tracker import Tracker
 
 
 class NotLeaderError(Exception):
@@ -81,18 +98,6 @@ class QuorumDescription:
     high_watermark: int  # -1 until the leader's epoch has committed
     voters: tuple[ReplicaState, ...]
     observers: tuple[ReplicaState, ...]
-
-
-@dataclass(slots=True)
-class _ParkedFetch:
-    envelope: Envelope
-    deadline_ms: int
-
-
-@dataclass(slots=True)
-class _SnapshotDownload:
-    snapshot_id: OffsetAndEpoch
-    data: bytearray
 
 
 NEVER = 1 << 62
@@ -150,57 +155,52 @@ class RaftCore:
         self._outbox: list[Envelope] = []
         self._committed_out: list[Batch] = []
         self._restore_out: Snapshot | None = loaded.snapshot
+        self._persisted_state = state
 
-        # timers and per-role state
+        # elections, across roles: the timer (armed in every role but Leader) and the
+        # failures that widen the next round's window until a leader is heard from
         self._election_deadline = NEVER
         self._failed_elections = 0
-        self._granted: set[int] = set()
-        self._rejected: set[int] = set()
-        self._lost_leader = NO_LEADER
-        self._last_fetch_ok_ms = now_ms
-        self._leader_lost = False
-        self._unreachable_strikes = 0
-        self._fetch_sent_ms: int | None = None
-        self._fetch_retry_ms = 0
-        self._bootstrap_target = NO_LEADER
-        self._download: _SnapshotDownload | None = None
-        self._tracker: Tracker | None = None
-        self._epoch_start = 0
-        self._leader_since_ms = 0
-        self._last_append_ms = 0
-        self._begin_epoch_resend_ms = NEVER
-        # Fetches waiting for news, by replica id: at most one per voter; an observer id
-        # holds more only while two processes share it (see _on_fetch_request).
-        self._parked: dict[int, list[_ParkedFetch]] = {}
         # Snapshots replaced by a newer one stay servable a while, so a download that began
         # just before cannot be outrun by a leader that snapshots faster than it downloads.
         self._superseded: dict[OffsetAndEpoch, tuple[Snapshot, int]] = {}  # id -> (snapshot, expiry)
 
-        # a voter with new or wiped storage must not vote until it is safe (see module doc)
-        self._recovering = self.is_voter and len(voters) > 1 and state.recovering
-        self._heard_epochs: dict[int, int] = {}
-        self._caught_up = False
-        self._persisted_state = state
-        self._ended: tuple[int, int] | None = None  # (epoch, leader) that announced its resignation
+        # Our latest fetch's id: only its answer completes it, whatever role we are in by then.
         self._next_rpc_id = 0
         self._fetch_rpc_id = -1
+        # a voter with new or wiped storage must not vote until it is safe (see module doc)
+        recovering = self.is_voter and len(voters) > 1 and state.recovering
+        self._recovery: Recovery | None = Recovery() if recovering else None
 
+        # the role, with state of its own (raft.role_state), and what we know of this
+        # epoch's leader whatever our role
+        self._state: RoleState
         if state.leader_id == node_id and self.is_voter:
-            self.role = Role.RESIGNED  # leadership is never resumed after a restart
+            self._state = ResignedState()  # leadership is never resumed after a restart
             self.leader_id = node_id
             self._election_deadline = now_ms + self._election_timeout()
         elif state.leader_id >= 0:
-            self.role = Role.FOLLOWER
+            self._state = FollowerState(last_fetch_ok_ms=now_ms)
             self.leader_id = state.leader_id
         else:
-            self.role = Role.UNATTACHED
+            self._state = UnattachedState()
             self._election_deadline = now_ms + self._election_timeout() if self.is_voter else NEVER
-        if self._recovering:
+        self._leadership = EpochLeadership(leader=self.leader_id)
+        if self._recovery is not None:
             self._ask_peers_for_epochs()
 
     # ==================================================================================
     # introspection
     # ==================================================================================
+    @property
+    def role(self) -> Role:
+        return self._state.role
+
+    @property
+    def election_deadline_ms(self) -> int:
+        """When this node campaigns (or gives up its campaign) unless it hears a leader."""
+        return self._election_deadline
+
     @property
     def role_name(self) -> str:
         return self.role.value if self.is_voter else "observer"
@@ -225,36 +225,47 @@ class RaftCore:
     @property
     def recovering(self) -> bool:
         """A voter with new or wiped storage that may not vote yet (see the module doc)."""
-        return self._recovering
+        return self._recovery is not None
 
     def exposed_high_watermark(self) -> int:
         """What a leader tells others: nothing until its own epoch has committed."""
-        if self.role is Role.LEADER and self._hw <= self._epoch_start:
+        state = self._state
+        if isinstance(state, LeaderState) and self._hw <= state.epoch_start:
             return -1
         return self._hw
 
     def describe(self) -> QuorumDescription:
-        if self.role is not Role.LEADER or self._tracker is None:
-            return QuorumDescription(self.leader_id, self.epoch, -1, (), ())
+        state = self._state
+        if not isinstance(state, LeaderState):
+            return QuorumDescription(
+                leader_id=self.leader_id, leader_epoch=self.epoch, high_watermark=-1, voters=(), observers=()
+            )
 
         def states(progress: dict) -> tuple[ReplicaState, ...]:
             return tuple(
-                ReplicaState(p.node_id, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms)
+                ReplicaState(
+                    node_id=p.node_id,
+                    log_end_offset=p.end_offset,
+                    last_fetch_ms=p.last_fetch_ms,
+                    last_caught_up_ms=p.last_caught_up_ms,
+                )
                 for _, p in sorted(progress.items())
             )
 
         return QuorumDescription(
-            self.node_id,
-            self.epoch,
-            self.exposed_high_watermark(),
-            states(self._tracker.voters),
-            states(self._tracker.observers),
+            leader_id=self.node_id,
+            leader_epoch=self.epoch,
+            high_watermark=self.exposed_high_watermark(),
+            voters=states(state.tracker.voters),
+            observers=states(state.tracker.observers),
         )
 
     # ==================================================================================
     # events
     # ==================================================================================
     def step(self, envelope: Envelope, now_ms: int) -> None:
+        """Take one message: what every message teaches (a foreign cluster, a recovering
+        voter's peers' epochs, a newer epoch or a leader) first, then its handler."""
         self._now = now_ms
         if self.fatal_error is not None:
             return
@@ -263,44 +274,49 @@ class RaftCore:
             self._on_foreign_peer(envelope.src)
             return
         self._hear(envelope.src, msg)
-        handler = self._HANDLERS[type(msg)]
-        handler(self, envelope)
+        if isinstance(msg, Response):
+            self._observe(msg.epoch, msg.leader_id)
+        elif not self._admit(envelope):
+            return
+        self._HANDLERS[type(msg)](self, envelope)
 
     def unreachable(self, peer_id: int, now_ms: int) -> None:
         """A request to ``peer_id`` failed at once: its process is gone or restarting."""
         self._now = now_ms
-        if self.role is not Role.FOLLOWER and not (self.role is Role.UNATTACHED and not self.is_voter):
+        state = self._fetching_state()
+        if state is None:
             return
-        target = self.leader_id if self.role is Role.FOLLOWER else self._bootstrap_target
+        target = self.leader_id if isinstance(state, FollowerState) else state.bootstrap_target
         if peer_id != target:
             return
-        self._fetch_sent_ms = None
-        if self.role is not Role.FOLLOWER:
-            self._bootstrap_target = NO_LEADER
-            self._fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
+        state.fetch_sent_ms = None
+        if isinstance(state, UnattachedState):
+            state.bootstrap_target = NO_LEADER
+            state.fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
             return
         # One failure can be a stale connection to a leader that is back; two in a row,
         # a moment apart, mean it is gone.
-        self._unreachable_strikes += 1
-        if self._unreachable_strikes >= 2:
-            self._on_leader_lost()
-            self._fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
+        state.unreachable_strikes += 1
+        if state.unreachable_strikes >= 2:
+            self._on_leader_lost()  # an observer is unattached from here on: back off there
+            self._retry_fetch_after(self.cfg.election_timeout_ms)
         else:
-            self._fetch_retry_ms = now_ms + max(1, self.cfg.election_timeout_ms // 10)
+            state.fetch_retry_ms = now_ms + max(1, self.cfg.election_timeout_ms // 10)
 
     def poll(self, now_ms: int) -> int:
         """Run whatever is due; return how long until the core next needs a poll."""
         self._now = now_ms
         if self.fatal_error is not None:
             return NEVER
-        if self.role is Role.LEADER:
+        if isinstance(self._state, LeaderState):
             self._poll_leader()
-        elif self.role is Role.FOLLOWER or not self.is_voter:
-            self._poll_follower()
-        if self.role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self.is_voter:
+        elif (fetching := self._fetching_state()) is not None:
+            self._poll_follower(fetching)
+        role = self.role  # as the polls above may have left it
+        if role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self.is_voter:
             if now_ms >= self._election_deadline:
                 self._become_prospective()
-        elif self.role in (Role.PROSPECTIVE, Role.CANDIDATE) and now_ms >= self._election_deadline:
+        elif role in (Role.PROSPECTIVE, Role.CANDIDATE) and now_ms >= self._election_deadline:
             self._election_lost()
         return max(0, self._next_deadline() - now_ms)
 
@@ -314,7 +330,7 @@ class RaftCore:
         if len(records) > self.cfg.append_max_records:
             raise ValueError(f"records: at most {self.cfg.append_max_records} records in one batch")
         batch = self._append(BatchKind.DATA, tuple(records))
-        return OffsetAndEpoch(batch.base_offset, batch.epoch)
+        return OffsetAndEpoch(offset=batch.base_offset, epoch=batch.epoch)
 
     def persisted(self, write_id: int, now_ms: int) -> None:
         """The driver made write ``write_id`` durable: release what waited for it."""
@@ -329,7 +345,7 @@ class RaftCore:
             else:
                 still_held.append((tag, envelope))
         self._held = still_held
-        if self.role is Role.LEADER:
+        if isinstance(self._state, LeaderState):
             self._leader_progress()
 
     def snapshot_saved(self, snapshot: Snapshot) -> None:
@@ -351,14 +367,15 @@ class RaftCore:
     def resign(self, now_ms: int) -> None:
         """Graceful shutdown of a leader: hand over to the most caught-up voters."""
         self._now = now_ms
-        if self.role is not Role.LEADER:
+        if not isinstance(self._state, LeaderState):
             return
-        assert self._tracker is not None
-        successors = self._tracker.successors()
-        self._transition(Role.RESIGNED, self.epoch, leader_id=self.node_id)
+        successors = self._state.tracker.successors()
+        self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
         self._election_deadline = now_ms + self._election_timeout()
+        req = EndQuorumEpochRequest(
+            cluster_id=self.cluster_id, epoch=self.epoch, leader_id=self.node_id, preferred_successors=successors
+        )
         for voter in successors:
-            req = EndQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id, successors)
             self._send(voter, req)
 
     def ready(self) -> Ready:
@@ -381,78 +398,88 @@ class RaftCore:
     # ==================================================================================
     # transitions
     # ==================================================================================
-    def _transition(self, role: Role, epoch: int, *, leader_id: int = NO_LEADER) -> None:
-        check_transition(self.role, self.epoch, role, epoch, is_voter=self.is_voter)
-        was_leader = self.role is Role.LEADER
+    def _transition(self, state: RoleState, epoch: int, *, leader_id: int = NO_LEADER) -> None:
+        """Enter a role with fresh state of its own; what the previous role kept goes with it."""
+        check_transition(
+            self.role,
+            self.epoch,
+            state.role,
+            epoch,
+            is_voter=self.is_voter,
+            epoch_leader=self._leadership.leader,
+            new_leader=leader_id,
+        )
+        previous = self._state
         if epoch > self.epoch:
             self.voted_id = NO_LEADER
-            self._lost_leader = NO_LEADER
-        self.role = role
+            self._leadership = EpochLeadership()
+        if leader_id != NO_LEADER:
+            self._leadership.leader = leader_id
+        self._state = state
         self.epoch = epoch
         self.leader_id = leader_id
-        self._granted.clear()
-        self._rejected.clear()
-        self._download = None
-        self._fetch_sent_ms = None
         self._persist_state()
-        if was_leader:
-            self._abandon_leadership()
+        if isinstance(previous, LeaderState):
+            self._abandon_leadership(previous)
+
+    def _unattached_state(self) -> UnattachedState:
+        """An observer that loses its leader keeps backing off a fetch that failed: the
+        voters it now asks at random are likely no easier to reach."""
+        previous = self._fetching_state()
+        return UnattachedState(fetch_retry_ms=previous.fetch_retry_ms if previous is not None else 0)
 
     def _become_unattached(self, epoch: int, election_delay_ms: int | None = None) -> None:
-        self._transition(Role.UNATTACHED, epoch)
+        self._transition(self._unattached_state(), epoch)
         delay = self._election_timeout() if election_delay_ms is None else election_delay_ms
         self._election_deadline = self._now + delay if self.is_voter else NEVER
-        self._bootstrap_target = NO_LEADER
 
     def _become_follower(self, epoch: int, leader_id: int) -> None:
         assert leader_id != self.node_id
-        self._transition(Role.FOLLOWER, epoch, leader_id=leader_id)
+        self._transition(FollowerState(last_fetch_ok_ms=self._now), epoch, leader_id=leader_id)
         self._election_deadline = NEVER
-        self._leader_lost = False
-        self._unreachable_strikes = 0
-        self._last_fetch_ok_ms = self._now
-        self._fetch_retry_ms = 0
 
     def _become_prospective(self) -> None:
-        if self._recovering:
+        if self._recovery is not None:
             self._election_deadline = self._now + self._election_timeout()
             self._ask_peers_for_epochs()
             return
-        self._lost_leader = self.leader_id if self.leader_id != self.node_id else NO_LEADER
-        self._transition(Role.PROSPECTIVE, self.epoch)
+        self._leadership.lost = self.leader_id if self.leader_id != self.node_id else NO_LEADER
+        self._transition(ProspectiveState(votes=self._new_votes()), self.epoch)
         self._election_deadline = self._now + self._election_window()
-        self._granted.add(self.node_id)
         self._campaign(pre_vote=True)
 
     def _become_candidate(self) -> None:
-        self._transition(Role.CANDIDATE, self.epoch + 1)
+        self._transition(CandidateState(votes=self._new_votes()), self.epoch + 1)
         self.voted_id = self.node_id
         self._persist_state()
         self._election_deadline = self._now + self._election_window()
-        self._granted.add(self.node_id)
         self._campaign(pre_vote=False)
 
+    def _new_votes(self) -> Votes:
+        return Votes(voter_count=len(self.voters), granted={self.node_id})
+
     def _become_leader(self) -> None:
-        self._transition(Role.LEADER, self.epoch, leader_id=self.node_id)
+        tracker = Tracker(leader_id=self.node_id, voters=self.voters, now_ms=self._now)
+        tracker.record_leader_end(self._durable_end, self._now)
+        state = LeaderState(
+            tracker=tracker,
+            epoch_start=self.log.end_offset,
+            since_ms=self._now,
+            begin_epoch_resend_ms=self._now + 2 * self.cfg.election_timeout_ms,
+            last_append_ms=self._now,
+        )
+        self._transition(state, self.epoch, leader_id=self.node_id)
         self._failed_elections = 0
         self._election_deadline = NEVER
-        self._tracker = Tracker(self.node_id, self.voters, self._now)
-        self._tracker.record_leader_end(self._durable_end, self._now)
-        self._leader_since_ms = self._now
-        self._epoch_start = self.log.end_offset
         self._append(
             BatchKind.LEADER_CHANGE, (control.encode_leader_change(self.node_id, self.voters, self.epoch),)
         )
         for voter in sorted(self.voters - {self.node_id}):
-            self._send(
-                voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id), durable=True
-            )
-        self._begin_epoch_resend_ms = self._now + 2 * self.cfg.election_timeout_ms
+            self._send(voter, self._begin_quorum_epoch(), durable=True)
 
-    def _abandon_leadership(self) -> None:
-        parked, self._parked = self._parked, {}
-        self._tracker = None
-        for waiting in parked.values():
+    def _abandon_leadership(self, leader: LeaderState) -> None:
+        """Parked fetches are answered at once: their replicas must look for the new leader."""
+        for waiting in leader.parked.values():
             for fetch in waiting:
                 self._reply(fetch.envelope, self._fetch_error(Error.NOT_LEADER))
 
@@ -460,12 +487,18 @@ class RaftCore:
     # elections
     # ==================================================================================
     def _campaign(self, *, pre_vote: bool) -> None:
-        if len(self._granted) >= majority(len(self.voters)):
+        assert isinstance(self._state, ProspectiveState | CandidateState)
+        if self._state.votes.won():
             self._election_won()
             return
         epoch = self.epoch + 1 if pre_vote else self.epoch
         request = VoteRequest(
-            self.cluster_id, epoch, self.node_id, self.log.last_epoch, self.log.end_offset, pre_vote
+            cluster_id=self.cluster_id,
+            candidate_epoch=epoch,
+            candidate_id=self.node_id,
+            last_epoch=self.log.last_epoch,
+            log_end_offset=self.log.end_offset,
+            pre_vote=pre_vote,
         )
         for voter in sorted(self.voters - {self.node_id}):
             self._send(voter, request, durable=not pre_vote)
@@ -482,22 +515,20 @@ class RaftCore:
         self._stand_aside(self._backoff())
 
     def _stand_aside(self, delay_ms: int) -> None:
-        if self.role is Role.PROSPECTIVE and self._lost_leader != NO_LEADER:
-            self._become_follower(self.epoch, self._lost_leader)
-            self._leader_lost = True
+        if self.role is Role.PROSPECTIVE and self._leadership.lost != NO_LEADER:
+            self._become_follower(self.epoch, self._leadership.lost)
+            self._follower().leader_lost = True
             self._election_deadline = self._now + delay_ms
         else:
             self._become_unattached(self.epoch, delay_ms)
 
     def _on_vote_request(self, env: Envelope) -> None:
         req: VoteRequest = env.msg  # type: ignore[assignment]
-        if not req.pre_vote and req.candidate_epoch > self.epoch:
-            self._become_unattached(req.candidate_epoch)
         log_ok = (req.last_epoch, req.log_end_offset) >= (self.log.last_epoch, self.log.end_offset)
-        may_vote = self.is_voter and req.candidate_id in self.voters and not self._recovering and log_ok
+        may_vote = self.is_voter and req.candidate_id in self.voters and self._recovery is None and log_ok
         if req.pre_vote:
             granted = may_vote and req.candidate_epoch > self.epoch and not self._has_live_leader()
-            self._reply(env, VoteResponse(Error.NONE, self.epoch, self._advertised_leader(), granted, True))
+            self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=True))
             if granted and self.role is Role.PROSPECTIVE and req.candidate_id < self.node_id:
                 # Two voters that noticed the loss together would split the vote; the lower id
                 # goes first and this one stands aside (it campaigns later if that fails).
@@ -505,85 +536,57 @@ class RaftCore:
             return
         granted = (
             may_vote
-            and req.candidate_epoch == self.epoch
             and self.role in (Role.UNATTACHED, Role.PROSPECTIVE)
             and self.voted_id in (NO_LEADER, req.candidate_id)
         )
         if granted:
             if self.role is Role.PROSPECTIVE:
-                self._transition(Role.UNATTACHED, self.epoch)
+                self._transition(self._unattached_state(), self.epoch)
             self.voted_id = req.candidate_id
             self._persist_state()
             self._election_deadline = self._now + self._election_timeout()
-        error = Error.FENCED_LEADER_EPOCH if req.candidate_epoch < self.epoch else Error.NONE
-        self._reply(
-            env, VoteResponse(error, self.epoch, self._advertised_leader(), granted, False), durable=True
-        )
+        self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=False), durable=True)
 
     def _on_vote_response(self, env: Envelope) -> None:
         resp: VoteResponse = env.msg  # type: ignore[assignment]
-        self._observe(resp.epoch, resp.leader_id)
-        expected = Role.PROSPECTIVE if resp.pre_vote else Role.CANDIDATE
-        if self.role is not expected or resp.epoch > self.epoch or env.src not in self.voters:
+        state = self._state
+        expected = ProspectiveState if resp.pre_vote else CandidateState
+        if not isinstance(state, expected) or env.src not in self.voters:
             return
         if not resp.pre_vote and resp.epoch != self.epoch:
-            return
-        (self._granted if resp.vote_granted else self._rejected).add(env.src)
-        needed = majority(len(self.voters))
-        if len(self._granted) >= needed:
+            return  # a pre-vote counts from any epoch: it only asks whether a leader is alive
+        state.votes.record(env.src, resp.vote_granted)
+        if state.votes.won():
             self._election_won()
-        elif len(self._rejected) > len(self.voters) - needed:
+        elif state.votes.lost():
             self._election_lost()
 
     def _has_live_leader(self) -> bool:
-        if self.role is Role.LEADER:
+        state = self._state
+        if isinstance(state, LeaderState):
             return True
-        return self.role is Role.FOLLOWER and not self._leader_lost
+        return isinstance(state, FollowerState) and not state.leader_lost
 
     # ==================================================================================
     # epoch announcements
     # ==================================================================================
     def _on_begin_quorum_epoch(self, env: Envelope) -> None:
         req: BeginQuorumEpochRequest = env.msg  # type: ignore[assignment]
-        if req.leader_id not in self.voters or req.leader_id == self.node_id:
-            self._reply(
-                env, BeginQuorumEpochResponse(Error.INVALID_REQUEST, self.epoch, self._advertised_leader())
-            )
-            return
-        if req.epoch < self.epoch:
-            self._reply(
-                env,
-                BeginQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self._advertised_leader()),
-            )
-            return
-        if self._ended == (req.epoch, req.leader_id):
+        if self._leadership.ended == req.leader_id:
             # It resigned before this announcement reached us: following it would wait out a timeout.
-            self._reply(env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()))
+            self._reply(env, self._begin_quorum_epoch_response(Error.NONE))
             return
-        if req.epoch > self.epoch or self.leader_id != req.leader_id:
-            assert not (req.epoch == self.epoch and self.role is Role.LEADER), "two leaders in one epoch"
-            self._become_follower(req.epoch, req.leader_id)
-        self._reply(
-            env, BeginQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()), durable=True
-        )
+        if self.leader_id != req.leader_id:
+            self._become_follower(self.epoch, req.leader_id)  # IllegalTransition if another leads it
+        self._reply(env, self._begin_quorum_epoch_response(Error.NONE), durable=True)
 
     def _on_end_quorum_epoch(self, env: Envelope) -> None:
         req: EndQuorumEpochRequest = env.msg  # type: ignore[assignment]
-        if req.epoch < self.epoch:
-            self._reply(
-                env, EndQuorumEpochResponse(Error.FENCED_LEADER_EPOCH, self.epoch, self._advertised_leader())
-            )
-            return
-        if req.leader_id == self.node_id or req.leader_id not in self.voters:
-            self._reply(
-                env, EndQuorumEpochResponse(Error.INVALID_REQUEST, self.epoch, self._advertised_leader())
-            )
-            return
-        self._ended = (req.epoch, req.leader_id)
-        resigned = (
-            req.epoch > self.epoch
-            or (self.role is Role.FOLLOWER and self.leader_id == req.leader_id)
-            or (self.role is Role.UNATTACHED and self.leader_id == NO_LEADER)  # it never reached us
+        self._leadership.ended = req.leader_id
+        # Our leader resigned, or one we never heard announce itself (its epoch may be the
+        # newer one that step has just left us unattached in).
+        resigned = (self.role is Role.FOLLOWER and self.leader_id == req.leader_id) or (
+            self.role is Role.UNATTACHED and self.leader_id == NO_LEADER
         )
         if resigned:
             # The first named successor campaigns at once; the others give it a head start.
@@ -592,12 +595,12 @@ class RaftCore:
             delay = position * self.cfg.election_timeout_ms
             if position > 0 or not self.is_voter:
                 delay += self._election_timeout()
-            self._become_unattached(req.epoch, delay)
-        self._reply(env, EndQuorumEpochResponse(Error.NONE, self.epoch, self._advertised_leader()))
+            self._become_unattached(self.epoch, delay)
+        self._reply(env, self._end_quorum_epoch_response(Error.NONE))
 
     def _on_epoch_response(self, env: Envelope) -> None:
-        resp = env.msg
-        self._observe(resp.epoch, resp.leader_id)  # type: ignore[union-attr]
+        """All an answer to BeginQuorumEpoch or EndQuorumEpoch teaches is an epoch and a
+        leader, learned in ``step``."""
 
     # ==================================================================================
     # leader
@@ -618,29 +621,18 @@ class RaftCore:
         that knows what the id means (a broker's registration), not to the log.
         """
         req: FetchRequest = env.msg  # type: ignore[assignment]
-        if min(req.fetch_offset, req.last_fetched_epoch, req.max_wait_ms, req.replica_id) < 0 or (
-            req.replica_id == self.node_id
-        ):
-            self._reply(env, self._fetch_error(Error.INVALID_REQUEST))
-            return
-        if self.role is not Role.LEADER or req.epoch > self.epoch:
-            self._reply(env, self._fetch_error(Error.NOT_LEADER))
-            return
-        if req.epoch < self.epoch:
-            self._reply(env, self._fetch_error(Error.FENCED_LEADER_EPOCH))
-            return
-        assert self._tracker is not None
+        leader = self._leader()
         validation = self.log.validate_fetch(req.fetch_offset, req.last_fetched_epoch)
         if not validation.valid:
-            self._tracker.record_contact(req.replica_id, self._now)
+            leader.tracker.record_contact(req.replica_id, self._now)
             self._reply(
                 env,
                 FetchResponse(
-                    Error.NONE,
-                    self.epoch,
-                    self.node_id,
-                    self.exposed_high_watermark(),
-                    self.log.start_offset,
+                    error=Error.NONE,
+                    epoch=self.epoch,
+                    leader_id=self.node_id,
+                    high_watermark=self.exposed_high_watermark(),
+                    log_start_offset=self.log.start_offset,
                     diverging=validation.diverging,
                     snapshot_id=validation.snapshot_id,
                 ),
@@ -649,11 +641,11 @@ class RaftCore:
         if req.fetch_offset > self.log.end_offset:
             self._reply(env, self._fetch_error(Error.INVALID_REQUEST))
             return
-        self._tracker.record_fetch(req.replica_id, req.fetch_offset, self.log.end_offset, self._now)
+        leader.tracker.record_fetch(req.replica_id, req.fetch_offset, self.log.end_offset, self._now)
         if req.replica_id in self.voters:
-            for previous in self._parked.pop(req.replica_id, ()):
+            for previous in leader.parked.pop(req.replica_id, ()):
                 self._answer_fetch(previous.envelope)
-        elif self._parked.get(req.replica_id):
+        elif leader.parked.get(req.replica_id):
             self.observer_fetch_overlaps += 1
             self.overlapping_observer_id = req.replica_id
         # Advance the high watermark before parking: the fetch that moved it stays parked,
@@ -662,7 +654,7 @@ class RaftCore:
         if req.max_wait_ms == 0 or req.fetch_offset < self._readable_end(req.replica_id):
             self._answer_fetch(env)
         else:
-            self._park(env, req.replica_id, min(req.max_wait_ms, self.cfg.fetch_max_wait_ms))
+            self._park(leader, env, req.replica_id, min(req.max_wait_ms, self.cfg.fetch_max_wait_ms))
 
     def _readable_end(self, replica_id: int) -> int:
         """Where a replica's fetch may read up to. Voters take every record: their
@@ -674,11 +666,11 @@ class RaftCore:
             return self.log.end_offset
         return max(self.exposed_high_watermark(), self.log.start_offset)
 
-    def _park(self, env: Envelope, replica_id: int, wait_ms: int) -> None:
-        waiting = self._parked.setdefault(replica_id, [])
+    def _park(self, leader: LeaderState, env: Envelope, replica_id: int, wait_ms: int) -> None:
+        waiting = leader.parked.setdefault(replica_id, [])
         if len(waiting) >= PARKED_PER_OBSERVER_MAX:
             self._answer_fetch(waiting.pop(0).envelope)
-        waiting.append(_ParkedFetch(env, self._now + wait_ms))
+        waiting.append(ParkedFetch(envelope=env, deadline_ms=self._now + wait_ms))
 
     def _answer_fetch(self, env: Envelope) -> None:
         req: FetchRequest = env.msg  # type: ignore[assignment]
@@ -689,34 +681,34 @@ class RaftCore:
             end=self._readable_end(req.replica_id),
         )
         response = FetchResponse(
-            Error.NONE,
-            self.epoch,
-            self.node_id,
-            self.exposed_high_watermark(),
-            self.log.start_offset,
-            batches,
+            error=Error.NONE,
+            epoch=self.epoch,
+            leader_id=self.node_id,
+            high_watermark=self.exposed_high_watermark(),
+            log_start_offset=self.log.start_offset,
+            batches=batches,
         )
         self._reply(env, response)
 
-    def _answer_parked(self, *, voters: bool) -> None:
+    def _answer_parked(self, leader: LeaderState, *, voters: bool) -> None:
         """Answer the parked fetches of voters (there are new records) or of observers (a
         new high watermark). A voter learns the high watermark with its next records or
         when its long poll ends: an answer carrying only that would cost every voter a
         round trip per commit."""
-        for replica_id in [r for r in self._parked if (r in self.voters) is voters]:
-            for fetch in self._parked.pop(replica_id):
+        for replica_id in [r for r in leader.parked if (r in self.voters) is voters]:
+            for fetch in leader.parked.pop(replica_id):
                 self._answer_fetch(fetch.envelope)
 
-    def _answer_expired_fetches(self) -> None:
-        for replica_id, waiting in list(self._parked.items()):
+    def _answer_expired_fetches(self, leader: LeaderState) -> None:
+        for replica_id, waiting in list(leader.parked.items()):
             due = [f for f in waiting if self._now >= f.deadline_ms]
             if not due:
                 continue
             remaining = [f for f in waiting if self._now < f.deadline_ms]
             if remaining:
-                self._parked[replica_id] = remaining
+                leader.parked[replica_id] = remaining
             else:
-                del self._parked[replica_id]
+                del leader.parked[replica_id]
             for fetch in due:
                 self._answer_fetch(fetch.envelope)
 
@@ -724,22 +716,14 @@ class RaftCore:
         req: FetchSnapshotRequest = env.msg  # type: ignore[assignment]
 
         def answer(error: Error, size: int = 0, chunk: bytes = b"") -> None:
-            resp = FetchSnapshotResponse(
-                error, self.epoch, self._advertised_leader(), req.snapshot_id, size, req.position, chunk
-            )
-            self._reply(env, resp)
+            self._reply(env, self._fetch_snapshot_response(req, error, size=size, chunk=chunk))
 
-        if self.role is not Role.LEADER or req.epoch > self.epoch:
-            answer(Error.NOT_LEADER)
-        elif req.epoch < self.epoch:
-            answer(Error.FENCED_LEADER_EPOCH)
-        elif (snapshot := self._servable_snapshot(req.snapshot_id)) is None:
+        if (snapshot := self._servable_snapshot(req.snapshot_id)) is None:
             answer(Error.UNKNOWN_SNAPSHOT)
         elif not 0 <= req.position <= len(snapshot.data) or req.max_bytes <= 0:
             answer(Error.INVALID_REQUEST)
         else:
-            assert self._tracker is not None
-            self._tracker.record_contact(req.replica_id, self._now)
+            self._leader().tracker.record_contact(req.replica_id, self._now)
             data = snapshot.data
             size = min(req.max_bytes, self.cfg.snapshot_chunk_bytes)
             answer(Error.NONE, len(data), data[req.position : req.position + size])
@@ -758,102 +742,114 @@ class RaftCore:
 
     def _leader_progress(self) -> None:
         """Advance the high watermark from the voters' durable positions."""
-        assert self._tracker is not None
-        self._tracker.record_leader_end(self._durable_end, self._now)
-        candidate = self._tracker.quorum_end()
-        if candidate > self._hw and candidate > self._epoch_start:
+        leader = self._leader()
+        leader.tracker.record_leader_end(self._durable_end, self._now)
+        candidate = leader.tracker.quorum_end()
+        if candidate > self._hw and candidate > leader.epoch_start:
             self._hw = candidate
             self._deliver_committed()
-            self._answer_parked(voters=False)
+            self._answer_parked(leader, voters=False)
 
     def _poll_leader(self) -> None:
-        assert self._tracker is not None
+        leader = self._leader()
         now = self._now
-        self._tracker.record_leader_end(self._durable_end, now)
-        if now >= self._check_quorum_deadline():
-            self._transition(Role.RESIGNED, self.epoch, leader_id=self.node_id)
+        leader.tracker.record_leader_end(self._durable_end, now)
+        if now >= self._check_quorum_deadline(leader):
+            self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
             self._election_deadline = now + self._election_timeout()
             return
-        if now - self._last_append_ms >= self.cfg.idle_noop_interval_ms:
+        if now - leader.last_append_ms >= self.cfg.idle_noop_interval_ms:
             self._append(BatchKind.NOOP, (control.NOOP_RECORD,))
-        if now >= self._begin_epoch_resend_ms:
+        if now >= leader.begin_epoch_resend_ms:
             # Also to voters that went quiet: one stranded in a higher epoch answers with it,
             # and this leader steps down so that it can rejoin (Kafka does the same).
-            for voter in self._tracker.voters_silent_since(now - self.cfg.fetch_timeout_ms // 2):
-                self._send(voter, BeginQuorumEpochRequest(self.cluster_id, self.epoch, self.node_id))
-            self._begin_epoch_resend_ms = now + 2 * self.cfg.election_timeout_ms
-        self._answer_expired_fetches()
+            for voter in leader.tracker.voters_silent_since(now - self.cfg.fetch_timeout_ms // 2):
+                self._send(voter, self._begin_quorum_epoch())
+            leader.begin_epoch_resend_ms = now + 2 * self.cfg.election_timeout_ms
+        self._answer_expired_fetches(leader)
 
     def _append(self, kind: BatchKind, records: tuple[bytes, ...]) -> Batch:
-        batch = Batch(self.log.end_offset, self.epoch, self._now + self.wall_offset_ms, kind, records)
+        leader = self._leader()
+        batch = Batch(
+            base_offset=self.log.end_offset,
+            epoch=self.epoch,
+            timestamp_ms=self._now + self.wall_offset_ms,
+            kind=kind,
+            records=records,
+        )
         self.log.append(batch)
         self._pending_appends.append(batch)
-        self._last_append_ms = self._now
-        if self._parked:
-            self._answer_parked(voters=True)
+        leader.last_append_ms = self._now
+        if leader.parked:
+            self._answer_parked(leader, voters=True)
         return batch
+
+    def _leader(self) -> LeaderState:
+        assert isinstance(self._state, LeaderState), self.role
+        return self._state
 
     # ==================================================================================
     # follower
     # ==================================================================================
     def _maybe_fetch(self) -> None:
         """Send the next fetch once everything we would acknowledge with it is durable."""
-        observer_bootstrap = self.role is Role.UNATTACHED and not self.is_voter
-        if self.role is not Role.FOLLOWER and not observer_bootstrap:
+        state = self._fetching_state()
+        if state is None:
             return
-        if self._fetch_sent_ms is not None or self._now < self._fetch_retry_ms or self._has_unflushed():
+        if state.fetch_sent_ms is not None or self._now < state.fetch_retry_ms or self._has_unflushed():
             return
-        if observer_bootstrap:
-            self._bootstrap_target = self.rng.choice(sorted(self.voters))
-            target = self._bootstrap_target
+        if isinstance(state, UnattachedState):  # an observer asks a voter who leads
+            state.bootstrap_target = self.rng.choice(sorted(self.voters))
+            target = state.bootstrap_target
         else:
             target = self.leader_id
-        self._fetch_sent_ms = self._now
+        state.fetch_sent_ms = self._now
         self._next_rpc_id += 1
         self._fetch_rpc_id = self._next_rpc_id
-        if self._download is not None:
+        download = state.download if isinstance(state, FollowerState) else None
+        if download is not None:
             request: Message = FetchSnapshotRequest(
-                self.cluster_id,
-                self.node_id,
-                self.epoch,
-                self._download.snapshot_id,
-                len(self._download.data),
-                self.cfg.snapshot_chunk_bytes,
+                cluster_id=self.cluster_id,
+                replica_id=self.node_id,
+                epoch=self.epoch,
+                snapshot_id=download.snapshot_id,
+                position=len(download.data),
+                max_bytes=self.cfg.snapshot_chunk_bytes,
             )
         else:
             request = FetchRequest(
-                self.cluster_id,
-                self.node_id,
-                self.epoch,
-                self.log.end_offset,
-                self.log.last_epoch,
-                self.cfg.fetch_max_wait_ms,
+                cluster_id=self.cluster_id,
+                replica_id=self.node_id,
+                epoch=self.epoch,
+                fetch_offset=self.log.end_offset,
+                last_fetched_epoch=self.log.last_epoch,
+                max_wait_ms=self.cfg.fetch_max_wait_ms,
             )
-        self._outbox.append(Envelope(self.node_id, target, request, self._fetch_rpc_id))
+        self._outbox.append(Envelope(src=self.node_id, dst=target, msg=request, rpc_id=self._fetch_rpc_id))
 
     def _on_fetch_response(self, env: Envelope) -> None:
         resp: FetchResponse = env.msg  # type: ignore[assignment]
-        self._observe(resp.epoch, resp.leader_id)
         # A late answer to a fetch we gave up on still carries valid data for the same
         # position, but only the answer to the current fetch completes it: otherwise two
         # outstanding fetches would keep each other alive forever.
         current = env.rpc_id == self._fetch_rpc_id
-        if self.role is Role.UNATTACHED and not self.is_voter and env.src == self._bootstrap_target:
+        state = self._fetching_state()
+        if isinstance(state, UnattachedState) and env.src == state.bootstrap_target:
             if current:  # a bootstrap answer without a leader: try another voter
-                self._fetch_sent_ms = None
-                self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+                state.fetch_sent_ms = None
+                state.fetch_retry_ms = self._now + self.cfg.election_timeout_ms
             return
-        if self.role is not Role.FOLLOWER or env.src != self.leader_id or resp.epoch != self.epoch:
+        if not isinstance(state, FollowerState) or env.src != self.leader_id or resp.epoch != self.epoch:
             return
         if current:
-            self._fetch_sent_ms = None
+            state.fetch_sent_ms = None
         if resp.error is not Error.NONE:
             if resp.error is Error.NOT_LEADER:
-                self._on_leader_lost()
+                self._on_leader_lost()  # an observer is unattached from here on: back off there
             if current:
-                self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+                self._retry_fetch_after(self.cfg.election_timeout_ms)
             return
-        self._fetch_ok()
+        self._fetch_ok(state)
         if resp.diverging is None and resp.snapshot_id is None:
             self._append_fetched(resp)
         elif not current:
@@ -861,7 +857,7 @@ class RaftCore:
         elif resp.diverging is not None:
             self._truncate_diverging(resp.diverging)
         elif resp.snapshot_id.offset >= self._hw:  # type: ignore[union-attr]
-            self._download = _SnapshotDownload(resp.snapshot_id, bytearray())  # type: ignore[arg-type]
+            state.download = SnapshotDownload(snapshot_id=resp.snapshot_id, data=bytearray())  # type: ignore[arg-type]
 
     def _append_fetched(self, resp: FetchResponse) -> None:
         batches = resp.batches
@@ -877,9 +873,9 @@ class RaftCore:
             self._pending_appends.append(batch)
         if resp.high_watermark >= 0:
             self._advance_hw(min(resp.high_watermark, self.log.end_offset))
-            if self._recovering and self.log.end_offset >= resp.high_watermark:
-                self._caught_up = True
-                self._maybe_finish_recovery()
+            if self._recovery is not None and self.log.end_offset >= resp.high_watermark:
+                self._recovery.caught_up = True
+                self._maybe_finish_recovery(self._recovery)
 
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
         local = self.log.end_offset_for_epoch(diverging.epoch)
@@ -900,28 +896,27 @@ class RaftCore:
 
     def _on_fetch_snapshot_response(self, env: Envelope) -> None:
         resp: FetchSnapshotResponse = env.msg  # type: ignore[assignment]
-        self._observe(resp.epoch, resp.leader_id)
         if env.rpc_id != self._fetch_rpc_id:
             return
-        download = self._download
-        if self.role is not Role.FOLLOWER or env.src != self.leader_id or download is None:
+        state = self._state
+        if not isinstance(state, FollowerState) or env.src != self.leader_id or state.download is None:
             return
-        self._fetch_sent_ms = None
+        download = state.download
+        state.fetch_sent_ms = None
         if resp.error is not Error.NONE:
-            self._download = None
-            self._fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+            state.download = None
+            state.fetch_retry_ms = self._now + self.cfg.election_timeout_ms
             return
         if resp.snapshot_id != download.snapshot_id or resp.position != len(download.data):
             return
-        self._fetch_ok()
+        self._fetch_ok(state)
         download.data += resp.chunk
-        if len(download.data) > resp.size:
-            self._download = None
-        elif len(download.data) == resp.size:
-            self._install_snapshot(Snapshot(download.snapshot_id, bytes(download.data)))
+        if len(download.data) >= resp.size:
+            state.download = None  # complete, or longer than announced: start over
+            if len(download.data) == resp.size:
+                self._install_snapshot(Snapshot(id=download.snapshot_id, data=bytes(download.data)))
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
-        self._download = None
         if snapshot.id.offset < self._hw:
             return
         last = self.log.batch_at(snapshot.id.offset - 1)
@@ -936,10 +931,10 @@ class RaftCore:
         self._restore_out = snapshot
         self._committed_out = []
 
-    def _fetch_ok(self) -> None:
-        self._unreachable_strikes = 0
-        self._last_fetch_ok_ms = self._now
-        self._leader_lost = False
+    def _fetch_ok(self, state: FollowerState) -> None:
+        state.unreachable_strikes = 0
+        state.last_fetch_ok_ms = self._now
+        state.leader_lost = False
         self._failed_elections = 0
         self._election_deadline = NEVER
 
@@ -947,20 +942,34 @@ class RaftCore:
         if not self.is_voter:
             self._become_unattached(self.epoch)
             return
-        if not self._leader_lost:
-            self._leader_lost = True
+        state = self._follower()
+        if not state.leader_lost:
+            state.leader_lost = True
             self._election_deadline = self._now + self._election_timeout()
 
-    def _poll_follower(self) -> None:
-        if (
-            self._fetch_sent_ms is not None
-            and self._now - self._fetch_sent_ms >= self._fetch_request_timeout()
-        ):
-            self._fetch_sent_ms = None  # lost on the way: ask again
-        if self.role is not Role.FOLLOWER or self._leader_lost:
+    def _poll_follower(self, state: FetchingState) -> None:
+        if state.fetch_sent_ms is not None and self._now - state.fetch_sent_ms >= self._fetch_request_timeout():
+            state.fetch_sent_ms = None  # lost on the way: ask again
+        if not isinstance(state, FollowerState) or state.leader_lost:
             return
-        if self._now - self._last_fetch_ok_ms >= self.cfg.fetch_timeout_ms:
+        if self._now - state.last_fetch_ok_ms >= self.cfg.fetch_timeout_ms:
             self._on_leader_lost()
+
+    def _fetching_state(self) -> FetchingState | None:
+        """The state of a role that fetches: a follower, or an observer looking for a leader."""
+        state = self._state
+        if isinstance(state, FollowerState) or (isinstance(state, UnattachedState) and not self.is_voter):
+            return state
+        return None
+
+    def _follower(self) -> FollowerState:
+        assert isinstance(self._state, FollowerState), self.role
+        return self._state
+
+    def _retry_fetch_after(self, delay_ms: int) -> None:
+        state = self._fetching_state()
+        assert state is not None, self.role
+        state.fetch_retry_ms = self._now + delay_ms
 
     def _advance_hw(self, offset: int) -> None:
         if offset > self._hw:
@@ -978,9 +987,77 @@ class RaftCore:
     # ==================================================================================
     # epochs and recovery common to every role
     # ==================================================================================
+    def _admit(self, env: Envelope) -> bool:
+        """What every request goes through before its handler (etcd's ``Step``, Kafka's
+        request validation): a request that is malformed, meant for a leader we are not,
+        or from an older epoch is answered with the error here; one from a newer epoch
+        moves us into that epoch first. A handler so sees only requests of our epoch, but
+        pre-votes: they carry the epoch their sender would campaign in and never move ours.
+        """
+        req: Request = env.msg  # type: ignore[assignment]
+        epoch = _sender_epoch(req)
+        error = self._refusal(req, epoch)
+        if error is not None:
+            # A vote's answer waits until the state it reports is durable, granted or not.
+            self._reply(env, self._error_response(req, error), durable=isinstance(req, VoteRequest))
+            return False
+        if epoch is not None and epoch > self.epoch:
+            self._enter_newer_epoch(req)
+        return True
+
+    def _refusal(self, req: Request, epoch: int | None) -> Error | None:
+        """The error that answers ``req`` (sent in ``epoch``) before its handler runs, if
+        any. The order of the checks decides which error a request with several faults
+        gets: keep it."""
+        stale = epoch is not None and epoch < self.epoch
+        if isinstance(req, EndQuorumEpochRequest) and stale:
+            return Error.FENCED_LEADER_EPOCH  # a stale resignation is fenced before what it names
+        if self._malformed(req):
+            return Error.INVALID_REQUEST
+        if isinstance(req, FetchRequest | FetchSnapshotRequest) and (
+            self.role is not Role.LEADER or req.epoch > self.epoch
+        ):
+            return Error.NOT_LEADER  # a fetch teaches no epoch: only a leader answers it
+        if stale:
+            return Error.FENCED_LEADER_EPOCH
+        return None
+
+    def _malformed(self, req: Request) -> bool:
+        if isinstance(req, FetchRequest):
+            fields = (req.fetch_offset, req.last_fetched_epoch, req.max_wait_ms, req.replica_id)
+            return min(fields) < 0 or req.replica_id == self.node_id
+        if isinstance(req, BeginQuorumEpochRequest | EndQuorumEpochRequest):
+            return req.leader_id == self.node_id or req.leader_id not in self.voters
+        return False
+
+    def _enter_newer_epoch(self, req: Request) -> None:
+        """A vote request leaves us unattached in its epoch, to be decided there; an
+        announcement makes us follow its leader; a resignation leaves us unattached, and
+        its handler arms the timer that lets the successors it names campaign first."""
+        if isinstance(req, VoteRequest):
+            self._become_unattached(req.candidate_epoch)
+        elif isinstance(req, BeginQuorumEpochRequest):
+            self._become_follower(req.epoch, req.leader_id)
+        elif isinstance(req, EndQuorumEpochRequest):
+            self._transition(self._unattached_state(), req.epoch)
+
+    def _error_response(self, req: Request, error: Error) -> Response:
+        if isinstance(req, VoteRequest):
+            return self._vote_response(error, granted=False, pre_vote=req.pre_vote)
+        if isinstance(req, BeginQuorumEpochRequest):
+            return self._begin_quorum_epoch_response(error)
+        if isinstance(req, EndQuorumEpochRequest):
+            return self._end_quorum_epoch_response(error)
+        if isinstance(req, FetchSnapshotRequest):
+            return self._fetch_snapshot_response(req, error)
+        return self._fetch_error(error)
+
     def _observe(self, epoch: int, leader_id: int) -> None:
-        """Adopt a newer epoch, or a leader for our epoch, learned from any response."""
-        knows_leader = leader_id >= 0 and leader_id != self.node_id and (epoch, leader_id) != self._ended
+        """Adopt a newer epoch, or a leader for our epoch, learned from any response (Kafka's
+        ``maybeHandleCommonResponse``). A response from an older epoch is left to its
+        handler: a pre-vote counts from any epoch."""
+        ended = epoch == self.epoch and leader_id == self._leadership.ended
+        knows_leader = leader_id >= 0 and leader_id != self.node_id and not ended
         if epoch > self.epoch:
             if knows_leader:
                 self._become_follower(epoch, leader_id)
@@ -989,7 +1066,7 @@ class RaftCore:
         elif (
             epoch == self.epoch
             and knows_leader
-            and leader_id != self._lost_leader  # peers may not have noticed yet; our election decides
+            and leader_id != self._leadership.lost  # peers may not have noticed yet; our election decides
             and self.leader_id == NO_LEADER
             and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
         ):
@@ -1008,28 +1085,29 @@ class RaftCore:
             )
 
     def _hear(self, src: int, msg: Message) -> None:
-        if not self._recovering or src not in self.voters or src == self.node_id:
+        recovery = self._recovery
+        if recovery is None or src not in self.voters or src == self.node_id:
             return
         if isinstance(msg, VoteRequest):
             epoch = msg.candidate_epoch - 1 if msg.pre_vote else msg.candidate_epoch
         else:
             epoch = msg.epoch  # type: ignore[union-attr]
-        self._heard_epochs[src] = max(epoch, self._heard_epochs.get(src, 0))
-        self._maybe_finish_recovery()
+        recovery.heard_epochs[src] = max(epoch, recovery.heard_epochs.get(src, 0))
+        self._maybe_finish_recovery(recovery)
 
-    def _maybe_finish_recovery(self) -> None:
+    def _maybe_finish_recovery(self, recovery: Recovery) -> None:
         """Vote again once every peer's epoch is known and we hold what was committed.
 
         A brand-new cluster (every peer at epoch 0) has committed and voted nothing.
         """
-        if len(self._heard_epochs) < len(self.voters) - 1:
+        if len(recovery.heard_epochs) < len(self.voters) - 1:
             return
-        top = max(self._heard_epochs.values())
-        if top > 0 and not self._caught_up:
+        top = max(recovery.heard_epochs.values())
+        if top > 0 and not recovery.caught_up:
             return
-        self._recovering = False
+        self._recovery = None
         if top > self.epoch:
-            self._transition(Role.UNATTACHED, top)
+            self._transition(self._unattached_state(), top)
         if top == self.epoch and top > 0 and self.voted_id == NO_LEADER:
             self.voted_id = self.node_id  # abstain: we may have voted in this epoch before the wipe
         self._persist_state()
@@ -1037,7 +1115,14 @@ class RaftCore:
     def _ask_peers_for_epochs(self) -> None:
         """A recovering voter learns its peers' epochs from their answers to a pre-vote that
         asks for nothing (epoch 0 can never be granted)."""
-        request = VoteRequest(self.cluster_id, 0, self.node_id, 0, 0, True)
+        request = VoteRequest(
+            cluster_id=self.cluster_id,
+            candidate_epoch=0,
+            candidate_id=self.node_id,
+            last_epoch=0,
+            log_end_offset=0,
+            pre_vote=True,
+        )
         for voter in sorted(self.voters - {self.node_id}):
             self._send(voter, request)
 
@@ -1045,7 +1130,9 @@ class RaftCore:
     # durability and output
     # ==================================================================================
     def _persist_state(self) -> None:
-        state = QuorumStateData(self.epoch, self.voted_id, self.leader_id, self._recovering)
+        state = QuorumStateData(
+            epoch=self.epoch, voted_id=self.voted_id, leader_id=self.leader_id, recovering=self._recovery is not None
+        )
         if state != (self._pending_state or self._persisted_state):
             self._pending_state = state
 
@@ -1088,10 +1175,10 @@ class RaftCore:
         return None
 
     def _send(self, dst: int, msg: Message, *, durable: bool = False) -> None:
-        self._emit(Envelope(self.node_id, dst, msg), durable)
+        self._emit(Envelope(src=self.node_id, dst=dst, msg=msg), durable)
 
     def _reply(self, request: Envelope, msg: Message, *, durable: bool = False) -> None:
-        self._emit(Envelope(self.node_id, request.src, msg, request.rpc_id), durable)
+        self._emit(Envelope(src=self.node_id, dst=request.src, msg=msg, rpc_id=request.rpc_id), durable)
 
     def _emit(self, envelope: Envelope, durable: bool) -> None:
         tag = self._durability_tag() if durable else None
@@ -1104,8 +1191,46 @@ class RaftCore:
         """The leader we tell others about: never ourselves once we have resigned."""
         return NO_LEADER if self.role is Role.RESIGNED else self.leader_id
 
+    # Every answer carries our epoch and the leader we know: any message can teach a newer one.
+    def _vote_response(self, error: Error, *, granted: bool, pre_vote: bool) -> VoteResponse:
+        return VoteResponse(
+            error=error,
+            epoch=self.epoch,
+            leader_id=self._advertised_leader(),
+            vote_granted=granted,
+            pre_vote=pre_vote,
+        )
+
+    def _begin_quorum_epoch(self) -> BeginQuorumEpochRequest:
+        return BeginQuorumEpochRequest(cluster_id=self.cluster_id, epoch=self.epoch, leader_id=self.node_id)
+
+    def _begin_quorum_epoch_response(self, error: Error) -> BeginQuorumEpochResponse:
+        return BeginQuorumEpochResponse(error=error, epoch=self.epoch, leader_id=self._advertised_leader())
+
+    def _end_quorum_epoch_response(self, error: Error) -> EndQuorumEpochResponse:
+        return EndQuorumEpochResponse(error=error, epoch=self.epoch, leader_id=self._advertised_leader())
+
     def _fetch_error(self, error: Error) -> FetchResponse:
-        return FetchResponse(error, self.epoch, self._advertised_leader(), -1, self.log.start_offset)
+        return FetchResponse(
+            error=error,
+            epoch=self.epoch,
+            leader_id=self._advertised_leader(),
+            high_watermark=-1,
+            log_start_offset=self.log.start_offset,
+        )
+
+    def _fetch_snapshot_response(
+        self, req: FetchSnapshotRequest, error: Error, *, size: int = 0, chunk: bytes = b""
+    ) -> FetchSnapshotResponse:
+        return FetchSnapshotResponse(
+            error=error,
+            epoch=self.epoch,
+            leader_id=self._advertised_leader(),
+            snapshot_id=req.snapshot_id,
+            size=size,
+            position=req.position,
+            chunk=chunk,
+        )
 
     # ==================================================================================
     # time
@@ -1130,26 +1255,26 @@ class RaftCore:
     def _fetch_request_timeout(self) -> int:
         return self.cfg.fetch_max_wait_ms + 4 * self.cfg.election_timeout_ms
 
-    def _check_quorum_deadline(self) -> int:
+    def _check_quorum_deadline(self, leader: LeaderState) -> int:
         """When the leader must resign unless a majority fetches again (check-quorum)."""
-        assert self._tracker is not None
-        contact = max(self._tracker.majority_contact_ms(), self._leader_since_ms)
+        contact = max(leader.tracker.majority_contact_ms(), leader.since_ms)
         return contact + self.cfg.check_quorum_timeout_ms
 
     def _next_deadline(self) -> int:
         deadlines = [self._election_deadline]
-        if self.role is Role.LEADER:
-            deadlines.append(self._last_append_ms + self.cfg.idle_noop_interval_ms)
-            deadlines.append(self._begin_epoch_resend_ms)
-            deadlines.append(self._check_quorum_deadline())
-            deadlines.extend(f.deadline_ms for waiting in self._parked.values() for f in waiting)
-        elif self.role is Role.FOLLOWER or not self.is_voter:
-            if self._fetch_sent_ms is not None:
-                deadlines.append(self._fetch_sent_ms + self._fetch_request_timeout())
-            elif self._fetch_retry_ms > self._now:
-                deadlines.append(self._fetch_retry_ms)
-            if not self._leader_lost and self.role is Role.FOLLOWER:
-                deadlines.append(self._last_fetch_ok_ms + self.cfg.fetch_timeout_ms)
+        state = self._state
+        if isinstance(state, LeaderState):
+            deadlines.append(state.last_append_ms + self.cfg.idle_noop_interval_ms)
+            deadlines.append(state.begin_epoch_resend_ms)
+            deadlines.append(self._check_quorum_deadline(state))
+            deadlines.extend(f.deadline_ms for waiting in state.parked.values() for f in waiting)
+        elif (fetching := self._fetching_state()) is not None:
+            if fetching.fetch_sent_ms is not None:
+                deadlines.append(fetching.fetch_sent_ms + self._fetch_request_timeout())
+            elif fetching.fetch_retry_ms > self._now:
+                deadlines.append(fetching.fetch_retry_ms)
+            if isinstance(fetching, FollowerState) and not fetching.leader_lost:
+                deadlines.append(fetching.last_fetch_ok_ms + self.cfg.fetch_timeout_ms)
         return min(deadlines)
 
     _HANDLERS = {
@@ -1164,3 +1289,11 @@ class RaftCore:
         FetchSnapshotRequest: _on_fetch_snapshot_request,
         FetchSnapshotResponse: _on_fetch_snapshot_response,
     }
+
+
+def _sender_epoch(req: Request) -> int | None:
+    """The epoch a request was sent in; None for a pre-vote, which carries only the epoch
+    its sender would campaign in."""
+    if isinstance(req, VoteRequest):
+        return None if req.pre_vote else req.candidate_epoch
+    return req.epoch

@@ -16,12 +16,17 @@
 A node outside the voter set (an observer) is only ever Unattached or Follower: it
 fetches but never campaigns or votes. Epochs: Prospective and Leader keep the epoch,
 Candidate takes epoch + 1, Follower and Unattached take any epoch not below the
-current one. Anything else is a bug and raises ``IllegalTransition``.
+current one. An epoch has one leader: once a node knows it (it follows or is it), no
+transition within that epoch may name another, not even after Prospective or
+Unattached in between (Follower(L) -> Prospective -> Follower(M)). Anything else is a
+bug and raises ``IllegalTransition``.
 """
 
 from __future__ import annotations
 
 import enum
+
+from raft.messages import NO_LEADER
 
 
 class Role(enum.Enum):
@@ -49,7 +54,18 @@ LEGAL: dict[Role, frozenset[Role]] = {
 OBSERVER_ROLES = frozenset({Role.UNATTACHED, Role.FOLLOWER})
 
 
-def check_transition(current: Role, epoch: int, target: Role, new_epoch: int, *, is_voter: bool) -> None:
+def check_transition(
+    current: Role,
+    epoch: int,
+    target: Role,
+    new_epoch: int,
+    *,
+    is_voter: bool,
+    epoch_leader: int = NO_LEADER,
+    new_leader: int = NO_LEADER,
+) -> None:
+    """``epoch_leader``: the leader known for ``epoch`` (whatever the current role);
+    ``new_leader``: the leader the target role names (Follower, Leader, Resigned)."""
     if target not in LEGAL[current]:
         raise IllegalTransition(f"{current.value} -> {target.value}")
     if not is_voter and target not in OBSERVER_ROLES:
@@ -62,3 +78,8 @@ def check_transition(current: Role, epoch: int, target: Role, new_epoch: int, *,
         ok = new_epoch >= epoch
     if not ok:
         raise IllegalTransition(f"{current.value}@{epoch} -> {target.value}@{new_epoch}")
+    if new_epoch == epoch and NO_LEADER not in (epoch_leader, new_leader) and new_leader != epoch_leader:
+        raise IllegalTransition(
+            f"{current.value}@{epoch} -> {target.value}@{new_epoch}: "
+            f"epoch {epoch} is led by {epoch_leader}, not {new_leader}"
+        )

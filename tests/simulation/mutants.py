@@ -25,8 +25,8 @@ class GrantEveryVoteCore(RaftCore):
     def _grant(env: Envelope) -> Envelope:
         msg = env.msg
         if isinstance(msg, VoteResponse) and not msg.vote_granted:
-            granted = VoteResponse(Error.NONE, msg.epoch, msg.leader_id, True, msg.pre_vote)
-            return Envelope(env.src, env.dst, granted, env.rpc_id)
+            granted = dataclasses.replace(msg, error=Error.NONE, vote_granted=True)
+            return dataclasses.replace(env, msg=granted)
         return env
 
 
@@ -37,7 +37,7 @@ class LogBlindCore(RaftCore):
         msg = envelope.msg
         if isinstance(msg, VoteRequest):
             msg = dataclasses.replace(msg, last_epoch=1 << 40, log_end_offset=1 << 40)
-            envelope = Envelope(envelope.src, envelope.dst, msg, envelope.rpc_id)
+            envelope = dataclasses.replace(envelope, msg=msg)
         super().step(envelope, now_ms)
 
 

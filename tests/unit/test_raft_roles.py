@@ -1,12 +1,19 @@
-"""The transition table: legal moves pass, everything else raises IllegalTransition."""
+"""The transition table: legal moves pass, everything else raises IllegalTransition;
+and within one epoch, never a second leader."""
 
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
+from raft.config import RaftConfig
+from raft.core import RaftCore
+from raft.effects import QuorumStateData
+from raft.messages import NO_LEADER, BeginQuorumEpochRequest, Envelope
 from raft.roles import IllegalTransition, Role, check_transition
+from raft.storage.base import LoadedState
 
 U, P, C, L, R, F = (
     Role.UNATTACHED,
@@ -70,3 +77,67 @@ def test_an_illegal_transition_is_an_assertion_error() -> None:
     assert issubclass(IllegalTransition, AssertionError)
     with pytest.raises(AssertionError, match="unattached -> leader"):
         check_transition(U, 5, L, 5, is_voter=True)
+
+
+# One leader per epoch: once a node knows its epoch's leader, no transition in that epoch
+# may name another. Leader and Resigned name the node itself.
+LEADER_NAMING = [(F, F), (U, F), (P, F), (C, F), (R, F), (L, R), (C, L)]
+
+
+@pytest.mark.parametrize(("current", "target"), LEADER_NAMING)
+def test_within_an_epoch_another_leader_is_refused(current: Role, target: Role) -> None:
+    with pytest.raises(IllegalTransition, match="epoch 5 is led by 2, not 3"):
+        check_transition(current, 5, target, 5, is_voter=True, epoch_leader=2, new_leader=3)
+
+
+@pytest.mark.parametrize(("current", "target"), LEADER_NAMING)
+def test_within_an_epoch_its_own_leader_may_be_named_again(current: Role, target: Role) -> None:
+    check_transition(current, 5, target, 5, is_voter=True, epoch_leader=2, new_leader=2)
+
+
+@pytest.mark.parametrize(("current", "target"), [(U, F), (P, F), (C, F), (L, F), (R, F), (F, F)])
+def test_a_newer_epoch_may_have_any_leader(current: Role, target: Role) -> None:
+    check_transition(current, 5, target, 6, is_voter=True, epoch_leader=2, new_leader=3)
+
+
+def test_the_first_leader_of_an_epoch_may_be_anyone() -> None:
+    check_transition(U, 5, F, 5, is_voter=True, epoch_leader=NO_LEADER, new_leader=3)
+    check_transition(U, 5, F, 5, is_voter=False, epoch_leader=NO_LEADER, new_leader=3)
+
+
+def test_roles_without_a_leader_keep_the_epochs_leader_known() -> None:
+    """Follower(2) -> Prospective -> Follower(3), all in epoch 5: the middle step names no
+    leader, but the epoch still has one, so the last step is refused."""
+    check_transition(F, 5, P, 5, is_voter=True, epoch_leader=2, new_leader=NO_LEADER)
+    check_transition(P, 5, U, 5, is_voter=True, epoch_leader=2, new_leader=NO_LEADER)
+    with pytest.raises(IllegalTransition):
+        check_transition(P, 5, F, 5, is_voter=True, epoch_leader=2, new_leader=3)
+    with pytest.raises(IllegalTransition):
+        check_transition(U, 5, F, 5, is_voter=False, epoch_leader=2, new_leader=3)
+
+
+def _follower_of_2_in_epoch_5_now_prospective() -> tuple[RaftCore, int]:
+    config = RaftConfig()
+    loaded = LoadedState(QuorumStateData(epoch=5, voted_id=NO_LEADER, leader_id=2), snapshot=None)
+    core = RaftCore(1, frozenset({1, 2, 3}), "c", config, loaded, random.Random(1), now_ms=0)
+    assert (core.role, core.epoch, core.leader_id) == (F, 5, 2)
+    now = config.fetch_timeout_ms  # no answer from 2 for this long: the leader is lost
+    core.poll(now)
+    now = core.election_deadline_ms
+    core.poll(now)
+    assert (core.role, core.epoch, core.leader_id) == (P, 5, NO_LEADER)
+    return core, now
+
+
+def test_a_core_never_follows_a_second_leader_in_one_epoch() -> None:
+    core, now = _follower_of_2_in_epoch_5_now_prospective()
+    claim = Envelope(src=3, dst=1, msg=BeginQuorumEpochRequest(cluster_id="c", epoch=5, leader_id=3))
+    with pytest.raises(IllegalTransition, match="epoch 5 is led by 2, not 3"):
+        core.step(claim, now)
+
+
+def test_a_core_follows_its_epochs_leader_again_after_campaigning() -> None:
+    core, now = _follower_of_2_in_epoch_5_now_prospective()
+    again = Envelope(src=2, dst=1, msg=BeginQuorumEpochRequest(cluster_id="c", epoch=5, leader_id=2))
+    core.step(again, now)
+    assert (core.role, core.epoch, core.leader_id) == (F, 5, 2)

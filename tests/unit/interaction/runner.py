@@ -290,9 +290,8 @@ class Interaction:
 
     def _campaign(self, args: list[str]) -> None:
         node = self._node(_positional(args, 1)[0])
-        # The election deadline is private to the core: reading it is what lets a
-        # script fire exactly that timer, as etcd's ``campaign`` calls Campaign().
-        deadline = node.running()._election_deadline
+        # Firing exactly the election timer, as etcd's ``campaign`` calls Campaign().
+        deadline = node.running().election_deadline_ms
         if deadline >= NEVER:
             raise ScriptError(f"node {node.name} has no election timer armed")
         self._advance_to(node, max(deadline, node.now_ms))
