@@ -98,6 +98,9 @@ _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 500),
+    # Each channel gets subchannels of its own: the fresh channel made after a peer went
+    # away (``_Peer.reset``) must really dial again, not inherit the old one's backoff.
+    ("grpc.use_local_subchannel_pool", 1),
     # Pings find a half-open connection (peer host gone, no RST) within ~3 s.
     ("grpc.keepalive_time_ms", 2000),
     ("grpc.keepalive_timeout_ms", 1000),
