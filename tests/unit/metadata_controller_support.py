@@ -22,6 +22,22 @@ def run(body: Callable[[], Awaitable[None]], timeout_s: float = 60.0) -> None:
     asyncio.run(asyncio.wait_for(body(), timeout_s))
 
 
+async def three() -> tuple[Quorum, int]:
+    """Three voters with an active controller that every node follows; its node id."""
+    quorum = Quorum(size=3)
+    await quorum.start()
+    leader = await quorum.active()
+    await quorum.converged()
+    return quorum, leader.node.node_id
+
+
+def isolate(quorum: Quorum, node_id: int) -> None:
+    """Cut ``node_id`` off from every other voter."""
+    for peer in quorum.voter_ids:
+        if peer != node_id:
+            quorum.network.cut(node_id, peer)
+
+
 async def single(**kwargs: object) -> tuple[Quorum, Member]:
     quorum = Quorum(size=1, **{"raft": QUIET_RAFT, **kwargs})  # type: ignore[arg-type]
     await quorum.start()

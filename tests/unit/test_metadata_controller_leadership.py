@@ -16,18 +16,13 @@ from tests.unit.metadata_controller_support import (
     E,
     create,
     heartbeat,
+    isolate,
     live_brokers,
     log_end,
     run,
     single,
+    three,
 )
-
-
-async def three() -> tuple[Quorum, int]:
-    quorum = Quorum(size=3)
-    await quorum.start()
-    leader = await quorum.active()
-    return quorum, leader.node.core.node_id
 
 
 def test_standbys_answer_not_controller_with_the_leaders_address() -> None:
@@ -57,9 +52,7 @@ def test_leadership_lost_before_commit_is_not_controller() -> None:
         quorum, leader_id = await three()
         controller = quorum.members[leader_id].controller
         await live_brokers(controller, [101])
-        for peer in quorum.voter_ids:
-            if peer != leader_id:
-                quorum.network.cut(leader_id, peer)
+        isolate(quorum, leader_id)
         write = controller.create_topics(
             pb.CreateTopicsRequest(
                 topics=[pb.CreatableTopic(name="t", num_partitions=1, replication_factor=1)]

@@ -29,28 +29,16 @@ from tests.unit.metadata_controller_support import (
     E,
     create,
     heartbeat,
+    isolate,
     live_brokers,
     log_end,
     register,
     run,
     single,
+    three,
 )
 
 Topic = pb.CreatableTopic
-
-
-async def three() -> tuple[Quorum, int]:
-    quorum = Quorum(size=3)
-    await quorum.start()
-    leader = await quorum.active()
-    await quorum.converged()
-    return quorum, leader.node.node_id
-
-
-def isolate(quorum: Quorum, node_id: int) -> None:
-    for peer in quorum.voter_ids:
-        if peer != node_id:
-            quorum.network.cut(node_id, peer)
 
 
 def retention(value: str, *, validate_only: bool = False) -> pb.AlterConfigsRequest:
