@@ -246,7 +246,7 @@ class QuorumController:
             self._last_proposed = None
         return None
 
-    def _propose(self, records: Sequence[MetadataRecord]) -> list[asyncio.Future[int]]:
+    def _propose(self, records: Sequence[MetadataRecord]) -> None:
         """Replay onto the latest image (a record that does not apply raises here, before
         anything is proposed), then submit, in batches raft accepts, back to back."""
         assert self.is_active and self._image is not None
@@ -272,13 +272,13 @@ class QuorumController:
                 future.add_done_callback(_retrieve)
         self._image = image
         self._last_proposed = futures[-1]
-        return futures
 
     async def _commit(self, records: Sequence[MetadataRecord]) -> Status | None:
         """Propose now (the caller planned against the latest image with no await since);
-        None once every batch committed, else why not."""
+        None once every batch committed, else why not. Batches commit in log order, so
+        waiting for the last is waiting for all."""
         try:
-            futures = self._propose(records)
+            self._propose(records)
         except NotLeaderError:
             return self._not_controller()
         except BackpressureError:
@@ -287,15 +287,7 @@ class QuorumController:
             # A request field no record may carry (a port of 0, an empty host...): refused
             # before anything was proposed, with the field named.
             return Status(error=ErrorCode.INVALID_REQUEST, message=str(e))
-        self._writes_in_flight += 1
-        try:
-            for future in futures:
-                await future
-        except NotLeaderError:
-            return self._not_controller()
-        finally:
-            self._writes_in_flight -= 1
-        return None
+        return await self._pending_committed()
 
     # the read path ---------------------------------------------------------------------
     async def _read(self, response_type: type, answer: Callable[[MetadataImage], Any], request: Any) -> Any:
