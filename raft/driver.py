@@ -31,8 +31,7 @@ The layer above gets:
   This node's own leadership is announced only once its epoch's LeaderChange batch has
   committed and every committed batch has been applied (slices included), so every
   earlier batch has reached the state machine: the layer above may act as leader on its
-  state at once. A resigned, stopped or failed node
-  announces no leader.
+  state at once. A resigned, stopped or failed node announces no leader.
 
 Fail-stop: an exception in any event (a bug in the core, a transport or storage that
 raises, a state machine that cannot apply) stops the node: it is logged with its
