@@ -32,6 +32,17 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OFFSET_METADATA_TOO_LARGE: _ClassVar[ErrorCode]
     UNKNOWN_SERVER_ERROR: _ClassVar[ErrorCode]
     INVALID_REPLICA_ASSIGNMENT: _ClassVar[ErrorCode]
+    NOT_LEADER_OR_FOLLOWER: _ClassVar[ErrorCode]
+    LEADER_NOT_AVAILABLE: _ClassVar[ErrorCode]
+    UNKNOWN_LEADER_EPOCH: _ClassVar[ErrorCode]
+    CORRUPT_MESSAGE: _ClassVar[ErrorCode]
+    INVALID_RECORD: _ClassVar[ErrorCode]
+    MESSAGE_TOO_LARGE: _ClassVar[ErrorCode]
+    INVALID_TIMESTAMP: _ClassVar[ErrorCode]
+    OFFSET_OUT_OF_RANGE: _ClassVar[ErrorCode]
+    NOT_ENOUGH_REPLICAS: _ClassVar[ErrorCode]
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ClassVar[ErrorCode]
+    KAFKA_STORAGE_ERROR: _ClassVar[ErrorCode]
 
 class AlterConfigOpType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -59,6 +70,17 @@ INVALID_GROUP_ID: ErrorCode
 OFFSET_METADATA_TOO_LARGE: ErrorCode
 UNKNOWN_SERVER_ERROR: ErrorCode
 INVALID_REPLICA_ASSIGNMENT: ErrorCode
+NOT_LEADER_OR_FOLLOWER: ErrorCode
+LEADER_NOT_AVAILABLE: ErrorCode
+UNKNOWN_LEADER_EPOCH: ErrorCode
+CORRUPT_MESSAGE: ErrorCode
+INVALID_RECORD: ErrorCode
+MESSAGE_TOO_LARGE: ErrorCode
+INVALID_TIMESTAMP: ErrorCode
+OFFSET_OUT_OF_RANGE: ErrorCode
+NOT_ENOUGH_REPLICAS: ErrorCode
+NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode
+KAFKA_STORAGE_ERROR: ErrorCode
 ALTER_CONFIG_SET: AlterConfigOpType
 ALTER_CONFIG_DELETE: AlterConfigOpType
 

@@ -1,0 +1,286 @@
+from raftka.v1 import controller_pb2 as _controller_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class MetadataRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BrokerMetadata(_message.Message):
+    __slots__ = ("broker_id", "host", "port", "rack", "fenced")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    host: str
+    port: int
+    rack: str
+    fenced: bool
+    def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., fenced: _Optional[bool] = ...) -> None: ...
+
+class PartitionMetadata(_message.Message):
+    __slots__ = ("partition", "leader", "leader_epoch", "replicas", "isr", "offline")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    offline: bool
+    def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline: _Optional[bool] = ...) -> None: ...
+
+class TopicMetadata(_message.Message):
+    __slots__ = ("name", "topic_id", "error", "message", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic_id: bytes
+    error: _controller_pb2.ErrorCode
+    message: str
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionMetadata]
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[bytes] = ..., error: _Optional[_Union[_controller_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ...) -> None: ...
+
+class MetadataResponse(_message.Message):
+    __slots__ = ("status", "cluster_id", "controller_id", "brokers", "topics", "metadata_offset")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    status: _controller_pb2.Status
+    cluster_id: str
+    controller_id: int
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerMetadata]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicMetadata]
+    metadata_offset: int
+    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerMetadata, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
+
+class ProducePartition(_message.Message):
+    __slots__ = ("partition", "records")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    records: bytes
+    def __init__(self, partition: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class ProduceTopic(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedCompositeFieldContainer[ProducePartition]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ProducePartition, _Mapping]]] = ...) -> None: ...
+
+class ProduceRequest(_message.Message):
+    __slots__ = ("acks", "timeout_ms", "topics")
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    acks: int
+    timeout_ms: int
+    topics: _containers.RepeatedCompositeFieldContainer[ProduceTopic]
+    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[ProduceTopic, _Mapping]]] = ...) -> None: ...
+
+class ProducePartitionResult(_message.Message):
+    __slots__ = ("partition", "error", "message", "base_offset", "log_append_time_ms", "log_start_offset", "leader_id", "leader_epoch")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_APPEND_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    error: _controller_pb2.ErrorCode
+    message: str
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    leader_id: int
+    leader_epoch: int
+    def __init__(self, partition: _Optional[int] = ..., error: _Optional[_Union[_controller_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+
+class ProduceTopicResult(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedCompositeFieldContainer[ProducePartitionResult]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ProducePartitionResult, _Mapping]]] = ...) -> None: ...
+
+class ProduceResponse(_message.Message):
+    __slots__ = ("status", "topics")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    status: _controller_pb2.Status
+    topics: _containers.RepeatedCompositeFieldContainer[ProduceTopicResult]
+    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[ProduceTopicResult, _Mapping]]] = ...) -> None: ...
+
+class FetchPartition(_message.Message):
+    __slots__ = ("partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset", "partition_max_bytes")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+    def __init__(self, partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., partition_max_bytes: _Optional[int] = ...) -> None: ...
+
+class FetchTopic(_message.Message):
+    __slots__ = ("name", "topic_id", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic_id: bytes
+    partitions: _containers.RepeatedCompositeFieldContainer[FetchPartition]
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[bytes] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("replica_id", "replica_epoch", "max_wait_ms", "min_bytes", "max_bytes", "topics")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    replica_id: int
+    replica_epoch: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    topics: _containers.RepeatedCompositeFieldContainer[FetchTopic]
+    def __init__(self, replica_id: _Optional[int] = ..., replica_epoch: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[FetchTopic, _Mapping]]] = ...) -> None: ...
+
+class EpochEndOffset(_message.Message):
+    __slots__ = ("epoch", "end_offset")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    end_offset: int
+    def __init__(self, epoch: _Optional[int] = ..., end_offset: _Optional[int] = ...) -> None: ...
+
+class FetchPartitionResult(_message.Message):
+    __slots__ = ("partition", "error", "message", "high_watermark", "log_start_offset", "log_end_offset", "diverging_epoch", "leader_id", "leader_epoch", "records")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DIVERGING_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    error: _controller_pb2.ErrorCode
+    message: str
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    diverging_epoch: EpochEndOffset
+    leader_id: int
+    leader_epoch: int
+    records: bytes
+    def __init__(self, partition: _Optional[int] = ..., error: _Optional[_Union[_controller_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., diverging_epoch: _Optional[_Union[EpochEndOffset, _Mapping]] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class FetchTopicResult(_message.Message):
+    __slots__ = ("name", "topic_id", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    topic_id: bytes
+    partitions: _containers.RepeatedCompositeFieldContainer[FetchPartitionResult]
+    def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[bytes] = ..., partitions: _Optional[_Iterable[_Union[FetchPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class FetchResponse(_message.Message):
+    __slots__ = ("status", "topics")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    status: _controller_pb2.Status
+    topics: _containers.RepeatedCompositeFieldContainer[FetchTopicResult]
+    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[FetchTopicResult, _Mapping]]] = ...) -> None: ...
+
+class ListOffsetsPartition(_message.Message):
+    __slots__ = ("partition", "current_leader_epoch", "timestamp")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    current_leader_epoch: int
+    timestamp: int
+    def __init__(self, partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
+
+class ListOffsetsTopic(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedCompositeFieldContainer[ListOffsetsPartition]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ListOffsetsPartition, _Mapping]]] = ...) -> None: ...
+
+class ListOffsetsRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[ListOffsetsTopic]
+    def __init__(self, topics: _Optional[_Iterable[_Union[ListOffsetsTopic, _Mapping]]] = ...) -> None: ...
+
+class ListOffsetsPartitionResult(_message.Message):
+    __slots__ = ("partition", "error", "message", "timestamp", "offset", "leader_epoch", "leader_id")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    error: _controller_pb2.ErrorCode
+    message: str
+    timestamp: int
+    offset: int
+    leader_epoch: int
+    leader_id: int
+    def __init__(self, partition: _Optional[int] = ..., error: _Optional[_Union[_controller_pb2.ErrorCode, str]] = ..., message: _Optional[str] = ..., timestamp: _Optional[int] = ..., offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., leader_id: _Optional[int] = ...) -> None: ...
+
+class ListOffsetsTopicResult(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedCompositeFieldContainer[ListOffsetsPartitionResult]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ListOffsetsPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class ListOffsetsResponse(_message.Message):
+    __slots__ = ("status", "topics")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    status: _controller_pb2.Status
+    topics: _containers.RepeatedCompositeFieldContainer[ListOffsetsTopicResult]
+    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[ListOffsetsTopicResult, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,126 @@
+"""Kafka's RecordBatch v2 (magic 2) frame: the 61-byte header, read and patched in place.
+
+A batch on the wire and on disk is::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
+    crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
+    maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32 |
+    recordsCount int32 | records...
+
+``batchLength`` counts the bytes after itself; the CRC-32C covers everything from
+``attributes`` to the end. ``baseOffset`` and ``partitionLeaderEpoch`` lie outside the
+CRC, so a leader assigns them by writing 12 bytes, and the producer's CRC stays valid.
+This module knows the frame only; records inside a batch are ``records.codec``'s.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import crc32c
+
+MAGIC = 2
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the part batchLength does not count
+HEADER_SIZE = 61
+CRC_START = 21  # attributes: where the CRC-covered part begins
+NO_PARTITION_LEADER_EPOCH = -1
+NO_PRODUCER_ID = -1
+NO_TIMESTAMP = -1
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08  # set: LogAppendTime, clear: CreateTime
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_AND_EPOCH = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_BATCH_LENGTH_MIN = HEADER_SIZE - LOG_OVERHEAD
+
+
+class BatchFramingError(ValueError):
+    """Bytes that are not a whole RecordBatch v2 frame (short, bad length or magic)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """The whole batch, header included."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """The header of the batch at ``pos``; BatchFramingError unless the whole batch,
+    as its length says, lies within ``buf`` and its magic is 2."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise BatchFramingError(f"{len(buf) - pos} bytes at {pos}: shorter than a batch header")
+    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if header.batch_length < _BATCH_LENGTH_MIN:
+        raise BatchFramingError(f"batch at {pos}: batchLength {header.batch_length} is below the header's")
+    if pos + header.size > len(buf):
+        raise BatchFramingError(
+            f"batch at {pos}: batchLength {header.batch_length} runs past the end ({len(buf) - pos} bytes)"
+        )
+    if header.magic != MAGIC:
+        raise BatchFramingError(f"batch at {pos}: magic {header.magic}, only {MAGIC} is supported")
+    return header
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each batch in ``buf``; BatchFramingError at the first bad frame
+    (a trailing partial batch included)."""
+    pos = 0
+    while pos < len(buf):
+        header = parse_header(buf, pos)
+        yield pos, header
+        pos += header.size
+
+
+def crc_matches(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:
+    """Whether the CRC-32C stored in the header matches the batch's bytes."""
+    covered = memoryview(buf)[pos + CRC_START : pos + header.size]
+    return crc32c.crc32c(covered) == header.crc
+
+
+def assign(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
+    """Write the leader's base offset and partition leader epoch into the batch at ``pos``
+    (both outside the CRC)."""
+    _OFFSET_AND_EPOCH.pack_into(buf, pos, base_offset)
+    _EPOCH.pack_into(buf, pos + 12, partition_leader_epoch)
