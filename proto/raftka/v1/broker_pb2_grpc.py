@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from raftka.v1 import broker_pb2 as raftka_dot_v1_dot_broker__pb2
+from raftka.v1 import controller_pb2 as raftka_dot_v1_dot_controller__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -54,6 +55,16 @@ class BrokerStub:
                 request_serializer=raftka_dot_v1_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_broker__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/raftka.broker.v1.Broker/OffsetCommit',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/raftka.broker.v1.Broker/OffsetFetch',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -83,6 +94,20 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetCommit(self, request, context):
+        """Committed consumer offsets live in the metadata quorum: the broker forwards these to
+        the active controller, so clients need only brokers' addresses (as Kafka's do).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +130,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=raftka_dot_v1_dot_broker__pb2.ListOffsetsRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_broker__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +250,60 @@ class Broker:
             '/raftka.broker.v1.Broker/ListOffsets',
             raftka_dot_v1_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
             raftka_dot_v1_dot_broker__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/OffsetCommit',
+            raftka_dot_v1_dot_controller__pb2.OffsetCommitRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/OffsetFetch',
+            raftka_dot_v1_dot_controller__pb2.OffsetFetchRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.OffsetFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
