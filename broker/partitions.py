@@ -35,6 +35,8 @@ class PartitionRole:
     leader: int  # -1: offline (this broker still follows, waiting for a leader)
     leader_epoch: int
     partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
 
     @property
     def name(self) -> str:
@@ -57,7 +59,9 @@ class StoppedPartition:
 class RoleChanges:
     """What changed between two images, for this broker. A partition whose leader epoch
     moved appears again even if its role did not: a follower must then fetch from the
-    new leader and truncate by leader epoch, a leader must fence older epochs."""
+    new leader and truncate by leader epoch, a leader must fence older epochs. A leader's
+    partition also appears when only its partition epoch moved (an ISR change committed),
+    which is the answer to its AlterPartition."""
 
     leading: tuple[PartitionRole, ...] = ()
     following: tuple[PartitionRole, ...] = ()
@@ -108,7 +112,7 @@ class BrokerPartitions:
                     continue
                 new[partition_id] = role
                 before = old.get(partition_id)
-                if before is None or before.role is not role.role or before.leader_epoch != role.leader_epoch:
+                if _changed(before, role):
                     (leading if role.role is Role.LEADER else following).append(role)
             if new:
                 self._roles[topic_id] = new
@@ -132,4 +136,12 @@ class BrokerPartitions:
             leader=state.leader,
             leader_epoch=state.leader_epoch,
             partition_epoch=state.partition_epoch,
+            replicas=state.replicas,
+            isr=state.isr,
         )
+
+
+def _changed(before: PartitionRole | None, now: PartitionRole) -> bool:
+    if before is None or before.role is not now.role or before.leader_epoch != now.leader_epoch:
+        return True
+    return now.role is Role.LEADER and before.partition_epoch != now.partition_epoch

@@ -1,10 +1,13 @@
-"""One broker process: a Raft observer of the metadata log, its image, and its lifecycle.
+"""One broker process: a Raft observer of the metadata log, its partition logs, and its
+lifecycle.
 
 The broker runs the same RaftCore as the controllers, with a node id outside the voter
 set, so it only fetches the metadata log (and snapshots) from the leader and never
 votes. Committed batches are replayed into a ``MetadataStateMachine``; every new image
-becomes role changes in ``BrokerPartitions`` (the data plane's hook); the lifecycle
-task registers the broker and heartbeats the active controller.
+becomes role changes in ``BrokerPartitions``, which the replica manager turns into
+leaders and followers of partition logs; the lifecycle task registers the broker and
+heartbeats the active controller. The data API (``broker.data_service``) shares the
+node's gRPC server.
 
 SIGTERM or SIGINT is a controlled shutdown: the broker heartbeats ``want_shut_down``
 until the controller has moved its leaderships away, waiting at most
@@ -17,13 +20,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
+from collections.abc import Callable
 
 import structlog
-from raftka.v1 import metadata_pb2
+from raftka.v1 import broker_pb2_grpc, metadata_pb2
 
 from broker.controller_link import ControllerLink
+from broker.data_service import BrokerService
 from broker.lifecycle import BrokerLifecycle, State
+from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions, RoleChanges
+from broker.replica.fetcher import ReplicaFetchers
+from broker.replica.isr import IsrChanges
+from broker.replica.manager import ReplicaManager
 from metadata.image import MetadataImage
 from metadata.state_machine import MetadataStateMachine
 from raft.driver import RaftNode
@@ -31,6 +41,7 @@ from raft.logs import configure_logging
 from raft.node_config import NodeConfig, parse_host_port
 from raft.server import ServerError, open_node
 
+PARTITIONS_DIR = "partitions"  # under data_dir, beside the metadata log
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0  # within `raftka cluster down`'s grace before SIGKILL
 CONTROLLER_REQUEST_TIMEOUT_S = 2.0
 LISTENER_NAME = "PLAINTEXT"
@@ -40,7 +51,7 @@ log = structlog.get_logger("broker.server")
 
 
 class Broker:
-    """A started broker: its raft node, image, partition roles and lifecycle."""
+    """A started broker: its raft node, image, partition roles, replicas and lifecycle."""
 
     def __init__(
         self,
@@ -49,11 +60,13 @@ class Broker:
         partitions: BrokerPartitions,
         lifecycle: BrokerLifecycle,
         link: ControllerLink,
+        data: DataPlane,
     ) -> None:
         self.node = node
         self.state_machine = state_machine
         self.partitions = partitions
         self.lifecycle = lifecycle
+        self.data = data
         self._link = link
         self.lifecycle_task = asyncio.create_task(
             lifecycle.run(), name=f"broker-{lifecycle.broker_id}-lifecycle"
@@ -77,8 +90,69 @@ class Broker:
         self.lifecycle_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.lifecycle_task
+        await self.data.close()
         await self._link.close()
         await self.node.shutdown(graceful=True)
+
+
+class DataPlane:
+    """The partition logs and their replication, and the periodic work they need."""
+
+    def __init__(self, config: NodeConfig, link: ControllerLink, broker_epoch: Callable[[], int]) -> None:
+        self.logs = LogManager(config.data_dir / PARTITIONS_DIR)
+        self.logs.open_all()
+        self.fetchers = ReplicaFetchers(
+            config.node_id, self._address, config.broker, broker_epoch, lambda p: self.replicas.fail_reads_of(p)
+        )
+        self.isr_changes = IsrChanges(
+            link, config.node_id, broker_epoch, lambda p: self.replicas.isr_change_done(p)
+        )
+        self.replicas = ReplicaManager(
+            config.node_id,
+            self.logs,
+            config.broker,
+            request_isr_change=self.isr_changes.request,
+            on_follow=self.fetchers.follow,
+            on_stop_following=self.fetchers.stop_following,
+            high_watermarks=self.logs.read_high_watermarks(),
+        )
+        broker = config.broker
+        self._tasks = [
+            asyncio.create_task(self.isr_changes.run(), name="isr-changes"),
+            _every(broker.replica_lag_time_max_ms / 2, self.replicas.shrink_isrs, "isr-expiration"),
+            _every(broker.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "hw-checkpoint"),
+            _every(broker.log_retention_check_interval_ms, self._maintain, "log-maintenance"),
+        ]
+
+    def _address(self, broker_id: int) -> str | None:
+        broker = self.replicas.image.brokers.get(broker_id)
+        if broker is None or not broker.endpoints:
+            return None
+        return f"{broker.endpoints[0].host}:{broker.endpoints[0].port}"
+
+    def _checkpoint(self) -> None:
+        self.logs.write_high_watermarks(self.replicas.high_watermarks())
+        self.logs.checkpoint_recovery_points()
+
+    def _maintain(self) -> None:
+        self.logs.maintenance(int(time.time() * 1000))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.fetchers.close()
+        self.logs.write_high_watermarks(self.replicas.high_watermarks())
+        self.logs.close()
+
+
+def _every(interval_ms: float, work: Callable[[], None], name: str) -> asyncio.Task:
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            work()
+
+    return asyncio.create_task(loop(), name=name)
 
 
 async def start_broker(config: NodeConfig) -> Broker:
@@ -87,13 +161,24 @@ async def start_broker(config: NodeConfig) -> Broker:
         raise ServerError(f"node_id: a broker's id must not be a voter, got {config.node_id}")
     addresses = config.voter_addresses
     node: RaftNode
+    lifecycle: BrokerLifecycle
     state_machine = MetadataStateMachine(config.metadata, lambda snapshot: node.save_snapshot(snapshot))
     partitions = BrokerPartitions(config.node_id)
-    roles_log = log.bind(node_id=config.node_id, role="broker")  # runs in raft's callbacks: bind here
-    state_machine.add_listener(lambda image: log_role_changes(roles_log, partitions.update(image)))
-    node = await open_node(config, state_machine)
-    await node.start()
     link = ControllerLink(addresses, lambda: node.leadership.leader_id, CONTROLLER_REQUEST_TIMEOUT_S)
+    data = DataPlane(config, link, lambda: lifecycle.broker_epoch)
+    roles_log = log.bind(node_id=config.node_id, role="broker")  # runs in raft's callbacks: bind here
+
+    def adopt(image: MetadataImage) -> None:
+        changes = partitions.update(image)
+        log_role_changes(roles_log, changes)
+        data.replicas.apply(image, changes)
+
+    state_machine.add_listener(adopt)
+    service: BrokerService
+    node = await open_node(
+        config, state_machine, [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(service, server)]
+    )
+    service = BrokerService(data.replicas, link, node.cluster_id, lambda: node.leadership.leader_id)
     host, port = parse_host_port(config.listener, "listener")
     lifecycle = BrokerLifecycle(
         config.node_id,
@@ -103,7 +188,8 @@ async def start_broker(config: NodeConfig) -> Broker:
         link,
         lambda: state_machine.image.offset - 1,  # the last offset replayed (image.offset is the next)
     )
-    return Broker(node, state_machine, partitions, lifecycle, link)
+    await node.start()
+    return Broker(node, state_machine, partitions, lifecycle, link, data)
 
 
 async def run_broker(config: NodeConfig) -> None:

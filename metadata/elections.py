@@ -7,19 +7,15 @@ member stays in the ISR, as in Kafka (without ELR): it is the one replica known 
 every committed record, so the partition waits for it, and when it returns it is
 elected, cleanly, in a new leader epoch.
 
-When a broker is unfenced, the partitions it replicates should take it back into their
-ISR only once it has caught up on their data, through AlterPartition from the partition
-leader. There is no data plane yet, so there is nothing to catch up on: until there is,
-unfencing adds the broker straight back to the ISR of every partition that has a leader,
-and restores it as leader where it is the preferred replica (the automatic
-preferred-leader election Kafka runs on return). An offline partition has no leader to
-take anyone back: only its last ISR member's return brings it online (a clean
-election), and the live replicas then rejoin its ISR with it.
+When a broker is unfenced, the partitions it replicates take it back into their ISR
+only once it has caught up on their data, through AlterPartition from the partition
+leader (Kafka's rule). The one thing its return changes at once is an offline
+partition whose ISR names it: it is elected there, cleanly, in a new leader epoch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 
 from metadata.image import LEADER_UNCHANGED, NO_LEADER, MetadataImage, PartitionState
 from metadata.plan import MetadataRecord, live_broker_ids, partition_change
@@ -59,36 +55,18 @@ def remove_broker(image: MetadataImage, broker_id: int, limit: int | None = None
     return records
 
 
-def _isr_with(state: PartitionState, brokers: Collection[int]) -> tuple[int, ...]:
-    """The ISR with ``brokers`` added, in replica order."""
-    return tuple(b for b in state.replicas if b in state.isr or b in brokers)
-
-
 def restore_broker(image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
-    """Pre-data-plane return of ``broker_id`` (see the module doc): back into the ISRs of
-    partitions with a leader, preferred leadership comes back to it; an offline partition
-    whose last ISR member it is elects it."""
-    live = live_broker_ids(image) | {broker_id}
+    """The return of ``broker_id``: offline partitions whose ISR names it elect it. (An
+    ISR emptied by versions before the last member was kept takes it too.)"""
     records = []
     for topic_id, partition_id, state in partitions(image):
-        if broker_id not in state.replicas:
+        if state.leader != NO_LEADER or broker_id not in state.replicas:
             continue
-        if state.leader != NO_LEADER:
-            isr = _isr_with(state, {broker_id})
-            leader = broker_id if state.replicas[0] == broker_id else state.leader
-        else:
-            # An ISR emptied by older versions (which did not keep the last member) takes
-            # the first replica to return, as they did.
-            leader = elect(state.replicas, state.isr or (broker_id,), live.__contains__)
-            isr = _isr_with(state, live) if leader != NO_LEADER else state.isr
-        if isr == state.isr and leader == state.leader:
-            continue
-        records.append(
-            partition_change(
-                topic_id,
-                partition_id,
-                isr=isr if isr != state.isr else None,
-                leader=leader if leader != state.leader else LEADER_UNCHANGED,
+        if broker_id in state.isr or not state.isr:
+            isr = state.isr or (broker_id,)
+            records.append(
+                partition_change(
+                    topic_id, partition_id, isr=isr if isr != state.isr else None, leader=broker_id
+                )
             )
-        )
     return records

@@ -74,6 +74,14 @@ class MetadataConfig(SnapshotPolicy):
 class BrokerConfig:
     rack: str = ""  # "": no rack
     heartbeat_interval_ms: int = 2_000
+    replica_lag_time_max_ms: int = 30_000  # a follower not caught up this long leaves the ISR
+    replica_fetch_wait_max_ms: int = 500  # a follower's fetch long-polls the leader this long
+    replica_fetch_max_bytes: int = MIB  # per partition in a follower's fetch
+    replica_fetch_response_max_bytes: int = 10 * MIB  # a follower's whole fetch answer
+    replica_high_watermark_checkpoint_interval_ms: int = 5_000
+    log_retention_check_interval_ms: int = 300_000  # how often retention and flush.ms run
+    produce_waiting_bytes_max: int = 64 * MIB  # acks=all bytes waiting for the ISR; more is refused
+    fetch_parked_max: int = 1_000  # long-polling fetches parked at once; more are answered at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +148,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "controller.max_partitions_per_topic": (int, ControllerConfig().max_partitions_per_topic),
     "controller.offsets_retention_minutes": (int, ControllerConfig().offsets_retention_minutes),
     **_declare("metadata", MetadataConfig),
-    "broker.rack": (str, BrokerConfig().rack),
-    "broker.heartbeat_interval_ms": (int, BrokerConfig().heartbeat_interval_ms),
+    **_declare("broker", BrokerConfig),
     "logging.level": (str, LoggingConfig().level),
     "logging.format": (str, LoggingConfig().format),
 }
@@ -155,7 +162,7 @@ _POSITIVE = (
     "controller.offsets_retention_minutes",
     "metadata.snapshot_interval_records",
     "metadata.snapshot_interval_bytes",
-    "broker.heartbeat_interval_ms",
+    *(f"broker.{f.name}" for f in dataclasses.fields(BrokerConfig) if f.type == "int"),
 )
 _NOT_NEGATIVE = ("journal.snapshot_interval_ms", "metadata.snapshot_interval_ms")  # 0: off
 RACK_CHARS_MAX = 255
@@ -228,7 +235,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
             values["controller.offsets_retention_minutes"],
         ),
         metadata=MetadataConfig(**_table(values, "metadata", MetadataConfig)),
-        broker=BrokerConfig(values["broker.rack"], values["broker.heartbeat_interval_ms"]),
+        broker=BrokerConfig(**_table(values, "broker", BrokerConfig)),
         logging=LoggingConfig(level, fmt),
     )
 
@@ -298,8 +305,7 @@ def render_toml(config: NodeConfig) -> str:
         "controller.max_partitions_per_topic": config.controller.max_partitions_per_topic,
         "controller.offsets_retention_minutes": config.controller.offsets_retention_minutes,
         **_render("metadata", config.metadata),
-        "broker.rack": config.broker.rack,
-        "broker.heartbeat_interval_ms": config.broker.heartbeat_interval_ms,
+        **_render("broker", config.broker),
         "logging.level": config.logging.level,
         "logging.format": config.logging.format,
     }

@@ -1,0 +1,108 @@
+"""The broker's data API (proto/raftka/v1/broker.proto) over gRPC.
+
+Metadata is answered from the broker's own image (as a Kafka broker answers from its
+metadata cache); Produce, Fetch and ListOffsets go to the replica manager; committed
+offsets are forwarded to the active controller, so clients need only brokers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+
+from broker.controller_link import ControllerLink, LinkError
+from broker.replica.manager import ReplicaManager
+from metadata.image import NO_LEADER, MetadataImage
+
+E = controller_pb2.ErrorCode
+Pb = broker_pb2
+TOPICS_PER_METADATA_MAX = 1_000
+
+
+class BrokerService(broker_pb2_grpc.BrokerServicer):
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        link: ControllerLink,
+        cluster_id: str,
+        controller_id: Callable[[], int],
+    ) -> None:
+        self._replicas = replicas
+        self._link = link
+        self._cluster_id = cluster_id
+        self._controller_id = controller_id
+
+    async def Metadata(self, request: Pb.MetadataRequest, context: grpc.aio.ServicerContext) -> Pb.MetadataResponse:
+        return metadata_response(self._replicas.image, request, self._cluster_id, self._controller_id())
+
+    async def Produce(self, request: Pb.ProduceRequest, context: grpc.aio.ServicerContext) -> Pb.ProduceResponse:
+        return await self._replicas.produce(request)
+
+    async def Fetch(self, request: Pb.FetchRequest, context: grpc.aio.ServicerContext) -> Pb.FetchResponse:
+        return await self._replicas.fetch(request)
+
+    async def ListOffsets(
+        self, request: Pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.ListOffsetsResponse:
+        return self._replicas.list_offsets(request)
+
+    async def OffsetCommit(
+        self, request: controller_pb2.OffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.OffsetCommitResponse:
+        return await self._forward("OffsetCommit", request, controller_pb2.OffsetCommitResponse)
+
+    async def OffsetFetch(
+        self, request: controller_pb2.OffsetFetchRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.OffsetFetchResponse:
+        return await self._forward("OffsetFetch", request, controller_pb2.OffsetFetchResponse)
+
+    async def _forward(self, method: str, request, response_type):  # noqa: ANN001: a controller request
+        try:
+            return await self._link.call(method, request)
+        except LinkError as e:
+            response = response_type()
+            response.status.error = E.REQUEST_TIMED_OUT
+            response.status.message = f"no active controller answered: {e}"
+            return response
+
+
+def metadata_response(
+    image: MetadataImage, request: Pb.MetadataRequest, cluster_id: str, controller_id: int
+) -> Pb.MetadataResponse:
+    response = Pb.MetadataResponse(cluster_id=cluster_id, controller_id=controller_id, metadata_offset=image.offset - 1)
+    if len(request.topics) > TOPICS_PER_METADATA_MAX:
+        response.status.error = E.INVALID_REQUEST
+        response.status.message = f"topics: {len(request.topics)} names, at most {TOPICS_PER_METADATA_MAX}"
+        return response
+    for broker in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+        endpoint = broker.endpoints[0] if broker.endpoints else None
+        response.brokers.add(
+            broker_id=broker.broker_id,
+            host=endpoint.host if endpoint else "",
+            port=endpoint.port if endpoint else 0,
+            rack=broker.rack,
+            fenced=broker.fenced,
+        )
+    names = list(request.topics) or sorted(image.topic_ids_by_name)
+    for name in names:
+        topic = image.topic(name)
+        answer = response.topics.add(name=name)
+        if topic is None:
+            answer.error = E.UNKNOWN_TOPIC_OR_PARTITION
+            answer.message = f"no topic {name!r}"
+            continue
+        answer.topic_id = topic.topic_id
+        for partition_id in sorted(topic.partitions):
+            state = topic.partitions[partition_id]
+            leader = image.brokers.get(state.leader)
+            answer.partitions.add(
+                partition=partition_id,
+                leader=state.leader,
+                leader_epoch=state.leader_epoch,
+                replicas=state.replicas,
+                isr=state.isr,
+                offline=state.leader == NO_LEADER or leader is None or leader.fenced,
+            )
+    return response

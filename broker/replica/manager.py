@@ -1,0 +1,491 @@
+"""The broker's replicas: metadata in, Produce/Fetch/ListOffsets answered (Kafka's
+ReplicaManager).
+
+Each metadata image that changes this broker's roles (``broker.partitions``) makes it
+leader or follower of partitions at the epochs the image gives; followers are handed
+to the replica fetchers, leaders serve producers and consumers and track their
+followers through the followers' own fetches. Requests are validated per partition:
+a bad partition gets its error and nothing written, the others proceed.
+
+Bounds: acks=all bytes waiting for the ISR (``produce_waiting_bytes_max``) and parked
+fetches (``fetch_parked_max``); a request over the first is refused, a fetch over the
+second is answered at once with what there is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+import structlog
+from broker.log.config import LogConfig
+from broker.log.manager import LogManager
+from raftka.v1 import broker_pb2, controller_pb2
+from records.validation import BatchLimits, BatchValidationError, validate_batches
+
+from broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
+from broker.replica.partition import Partition, PartitionError
+from broker.replica.waiters import OffsetWaiters, Wakeups
+from metadata.image import TOPIC, MetadataImage
+from metadata.topic_configs import TOPIC_CONFIGS
+from raft.node_config import BrokerConfig
+
+E = controller_pb2.ErrorCode
+Pb = broker_pb2
+log = structlog.get_logger("broker.replica")
+
+ACKS = (-1, 0, 1)
+TIMEOUT_MS_MAX = 5 * 60_000
+FETCH_WAIT_MS_MAX = 60_000
+FETCH_BYTES_MAX = 64 << 20
+LIST_EARLIEST = -2
+LIST_LATEST = -1
+Key = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        local_id: int,
+        logs: LogManager,
+        config: BrokerConfig,
+        *,
+        request_isr_change: Callable[[Partition, tuple[int, ...]], None],
+        on_follow: Callable[[Partition], None],
+        on_stop_following: Callable[[Partition], None],
+        high_watermarks: Mapping[str, int],
+    ) -> None:
+        self.local_id = local_id
+        self.config = config
+        self._logs = logs
+        self._request_isr_change = request_isr_change
+        self._on_follow = on_follow
+        self._on_stop_following = on_stop_following
+        self._partitions: dict[Key, Partition] = {}
+        self._image = MetadataImage()
+        self._acks = OffsetWaiters()
+        self._appended = Wakeups()  # log end moved: followers' fetches
+        self._committed = Wakeups()  # high watermark moved: consumers' fetches
+        self._bytes_waiting = 0
+        self._checkpointed_high_watermarks = dict(high_watermarks)  # read at start; used once per partition
+
+    # metadata ---------------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def partitions(self) -> Iterable[Partition]:
+        return self._partitions.values()
+
+    def get(self, topic: str, partition: int) -> Partition | None:
+        return self._partitions.get((topic, partition))
+
+    def apply(self, image: MetadataImage, changes: RoleChanges) -> None:
+        """Adopt a metadata image: role changes first, then any topic config changes."""
+        configs_changed = image.configs is not self._image.configs
+        self._image = image
+        now = _monotonic_ms()
+        for gone in changes.stopped:
+            self._stop(gone)
+        for role in changes.leading:
+            self._lead(role, now)
+        for role in changes.following:
+            self._follow(role)
+        if configs_changed:
+            for partition in self._partitions.values():
+                partition.log.update_config(self.log_config(partition.topic))
+
+    def log_config(self, topic: str) -> LogConfig:
+        return LogConfig.from_topic_configs(self._topic_configs(topic))
+
+    def _topic_configs(self, topic: str) -> Mapping[str, str]:
+        return self._image.configs.get((TOPIC, topic), {})
+
+    def _topic_value(self, topic: str, key: str) -> str:
+        return self._topic_configs(topic).get(key, TOPIC_CONFIGS[key].default)
+
+    def _partition_for(self, role: PartitionRole) -> Partition:
+        key = (role.topic, role.partition)
+        partition = self._partitions.get(key)
+        if partition is None or partition.topic_id != role.topic_id:
+            if partition is not None:  # the topic was re-created under its name
+                self._drop(partition, E.NOT_LEADER_OR_FOLLOWER)
+            partition_log = self._logs.get_or_create(
+                role.topic, role.partition, role.topic_id, self.log_config(role.topic)
+            )
+            partition = Partition(role.topic, role.partition, role.topic_id, partition_log, self.local_id)
+            partition.high_watermark = min(
+                self._checkpointed_high_watermarks.pop(role.name, 0), partition_log.log_end_offset
+            )
+            self._partitions[key] = partition
+        return partition
+
+    def _lead(self, role: PartitionRole, now_ms: int) -> None:
+        partition = self._partition_for(role)
+        was_follower = partition.role is Role.FOLLOWER
+        if partition.become_leader(role, now_ms):
+            if was_follower:
+                self._on_stop_following(partition)
+            log.info("leading", partition=partition.name, leader_epoch=role.leader_epoch, isr=list(role.isr))
+        self._after_isr_change(partition)
+
+    def _follow(self, role: PartitionRole) -> None:
+        partition = self._partition_for(role)
+        was_leader = partition.is_leader
+        if partition.become_follower(role):
+            if was_leader:
+                self._acks.fail(partition, E.NOT_LEADER_OR_FOLLOWER)
+            self._on_stop_following(partition)
+            if role.leader >= 0:
+                self._on_follow(partition)
+            self._wake(partition)
+            log.debug("following", partition=partition.name, leader=role.leader, leader_epoch=role.leader_epoch)
+
+    def _stop(self, gone: StoppedPartition) -> None:
+        partition = self._partitions.pop((gone.topic, gone.partition), None)
+        if partition is not None and partition.topic_id == gone.topic_id:
+            self._drop(partition, E.NOT_LEADER_OR_FOLLOWER if not gone.deleted else E.UNKNOWN_TOPIC_OR_PARTITION)
+            log.info("partition removed", partition=gone.name, deleted=gone.deleted)
+
+    def _drop(self, partition: Partition, code: int) -> None:
+        self._on_stop_following(partition)
+        self._acks.fail(partition, code)
+        self._wake(partition)
+        self._logs.remove(partition.name)
+
+    def _wake(self, partition: Partition) -> None:
+        self._appended.wake(partition)
+        self._committed.wake(partition)
+
+    # the leader's bookkeeping -----------------------------------------------------------
+
+    def _after_isr_change(self, partition: Partition) -> None:
+        """The ISR or a follower moved: the high watermark may advance."""
+        if partition.maybe_advance_high_watermark():
+            self._high_watermark_moved(partition)
+
+    def _high_watermark_moved(self, partition: Partition) -> None:
+        min_isr = int(self._topic_value(partition.topic, "min.insync.replicas"))
+        code = E.NONE if len(partition.isr) >= min_isr else E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        self._acks.reached(partition, partition.high_watermark, code)
+        self._committed.wake(partition)
+
+    def shrink_isrs(self) -> None:
+        """Drop followers that have not caught up for ``replica_lag_time_max_ms``."""
+        now = _monotonic_ms()
+        for partition in self._partitions.values():
+            new_isr = partition.isr_to_shrink(now, self.config.replica_lag_time_max_ms)
+            if new_isr is not None:
+                log.info("shrinking isr", partition=partition.name, isr=list(partition.isr), new_isr=list(new_isr))
+                partition.isr_change_sent(new_isr)
+                self._request_isr_change(partition, new_isr)
+
+    def isr_change_done(self, partition: Partition) -> None:
+        """An AlterPartition answer arrived for ``partition``."""
+        self._after_isr_change(partition)
+
+    # produce ----------------------------------------------------------------------------
+
+    async def produce(self, request: Pb.ProduceRequest) -> Pb.ProduceResponse:
+        response = Pb.ProduceResponse()
+        problem = _produce_problem(request)
+        if problem:
+            response.status.error, response.status.message = E.INVALID_REQUEST, problem
+            return response
+        size = request.ByteSize()
+        if request.acks == -1 and self._bytes_waiting + size > self.config.produce_waiting_bytes_max:
+            response.status.error = E.REQUEST_TIMED_OUT
+            response.status.message = "too many bytes wait for in-sync replicas on this broker; retry"
+            return response
+        now = _now_ms()
+        waits: list[tuple[Pb.ProducePartitionResult, asyncio.Future[int]]] = []
+        for topic in request.topics:
+            topic_result = response.topics.add(name=topic.name)
+            for data in topic.partitions:
+                result = topic_result.partitions.add(partition=data.partition, base_offset=-1, log_append_time_ms=-1)
+                try:
+                    partition, required = self._append(topic.name, data, request.acks, now, result)
+                except PartitionError as e:
+                    _set_error(result, e)
+                    continue
+                if request.acks == -1 and partition.high_watermark < required:
+                    waits.append((result, self._acks.wait_for(partition, required)))
+        if waits:
+            self._bytes_waiting += size
+            try:
+                await self._await_acks(waits, request.timeout_ms)
+            finally:
+                self._bytes_waiting -= size
+        return response
+
+    def _append(
+        self, topic: str, data: Pb.ProducePartition, acks: int, now_ms: int, result: Pb.ProducePartitionResult
+    ) -> tuple[Partition, int]:
+        partition = self._leader_partition(topic, data.partition, -1)
+        try:
+            validated = validate_batches(data.records, self._limits(topic), now_ms)
+        except BatchValidationError as e:
+            raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
+        if acks == -1:
+            min_isr = int(self._topic_value(topic, "min.insync.replicas"))
+            if len(partition.isr) < min_isr:
+                raise PartitionError(
+                    E.NOT_ENOUGH_REPLICAS,
+                    f"{partition.name}: ISR {list(partition.isr)} is below min.insync.replicas {min_isr}",
+                )
+        info = partition.log.append_as_leader(validated.payload, validated.batches, partition.leader_epoch, now_ms)
+        result.base_offset = info.first_offset
+        result.log_start_offset = partition.log.log_start_offset
+        if validated.log_append_time_ms >= 0:
+            result.log_append_time_ms = validated.log_append_time_ms
+        self._appended.wake(partition)
+        if partition.maybe_advance_high_watermark():
+            self._high_watermark_moved(partition)
+        return partition, info.last_offset + 1
+
+    def _limits(self, topic: str) -> BatchLimits:
+        value = lambda key: self._topic_value(topic, key)  # noqa: E731
+        return BatchLimits(
+            max_message_bytes=int(value("max.message.bytes")),
+            timestamp_type=value("message.timestamp.type"),
+            timestamp_before_max_ms=int(value("message.timestamp.before.max.ms")),
+            timestamp_after_max_ms=int(value("message.timestamp.after.max.ms")),
+        )
+
+    async def _await_acks(
+        self, waits: list[tuple[Pb.ProducePartitionResult, asyncio.Future[int]]], timeout_ms: int
+    ) -> None:
+        futures = [future for _, future in waits]
+        await asyncio.wait(futures, timeout=timeout_ms / 1000)
+        for result, future in waits:
+            if not future.done():
+                future.cancel()
+                result.error = E.REQUEST_TIMED_OUT
+                result.message = f"the in-sync replicas did not confirm within {timeout_ms} ms"
+            elif future.result() != E.NONE:
+                result.error = future.result()
+                result.message = _ACK_MESSAGES.get(future.result(), "")
+
+    def _leader_partition(self, topic: str, partition_id: int, current_leader_epoch: int) -> Partition:
+        partition = self._partitions.get((topic, partition_id))
+        if partition is None:
+            raise self._not_here(topic, partition_id)
+        partition.check_leader(current_leader_epoch)
+        return partition
+
+    def _not_here(self, topic: str, partition_id: int) -> PartitionError:
+        """UNKNOWN_TOPIC_OR_PARTITION, or NOT_LEADER_OR_FOLLOWER naming the leader the image knows."""
+        image_topic = self._image.topic(topic)
+        state = None if image_topic is None else image_topic.partitions.get(partition_id)
+        if state is None:
+            return PartitionError(E.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic}-{partition_id}")
+        return PartitionError(
+            E.NOT_LEADER_OR_FOLLOWER,
+            f"broker {self.local_id} is not a replica of {topic}-{partition_id}",
+            state.leader,
+            state.leader_epoch,
+        )
+
+    # fetch ------------------------------------------------------------------------------
+
+    async def fetch(self, request: Pb.FetchRequest) -> Pb.FetchResponse:
+        problem = _fetch_problem(request)
+        if problem:
+            response = Pb.FetchResponse()
+            response.status.error, response.status.message = E.INVALID_REQUEST, problem
+            return response
+        deadline = time.monotonic() + request.max_wait_ms / 1000
+        wakeups = self._appended if request.replica_id >= 0 else self._committed
+        while True:
+            response, size, stop, keys = self._read(request)
+            remaining = deadline - time.monotonic()
+            if stop or size >= request.min_bytes or remaining <= 0 or wakeups.count >= self.config.fetch_parked_max:
+                return response
+            await wakeups.wait(keys, remaining)
+
+    def _read(self, request: Pb.FetchRequest) -> tuple[Pb.FetchResponse, int, bool, list[Partition]]:
+        """One pass over the asked partitions: (answer, bytes, answer at once, partitions to park on)."""
+        response = Pb.FetchResponse()
+        budget = request.max_bytes
+        size = 0
+        stop = False
+        keys: list[Partition] = []
+        now = _monotonic_ms()
+        for topic in request.topics:
+            topic_result = response.topics.add(name=topic.name, topic_id=topic.topic_id)
+            for data in topic.partitions:
+                result = topic_result.partitions.add(partition=data.partition, high_watermark=-1, log_start_offset=-1)
+                try:
+                    partition = self._fetch_partition(topic, data, request, now, result)
+                except PartitionError as e:
+                    _set_error(result, e)
+                    stop = True
+                    continue
+                if result.HasField("diverging_epoch"):
+                    stop = True
+                    continue
+                keys.append(partition)
+                max_bytes = min(data.partition_max_bytes, budget)
+                if max_bytes <= 0 and size > 0:
+                    continue
+                read = partition.log.read(
+                    data.fetch_offset,
+                    max(max_bytes, 1),
+                    max_offset=None if request.replica_id >= 0 else partition.high_watermark,
+                    min_one_batch=size == 0,
+                )
+                result.records = read.records
+                size += len(read.records)
+                budget -= len(read.records)
+        return response, size, stop, keys
+
+    def _fetch_partition(
+        self,
+        topic: Pb.FetchTopic,
+        data: Pb.FetchPartition,
+        request: Pb.FetchRequest,
+        now_ms: int,
+        result: Pb.FetchPartitionResult,
+    ) -> Partition:
+        partition = self._leader_partition(topic.name, data.partition, data.current_leader_epoch)
+        if topic.topic_id and topic.topic_id != partition.topic_id:
+            raise PartitionError(E.UNKNOWN_TOPIC_OR_PARTITION, f"{partition.name} is another topic by that name now")
+        result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
+        log_start, log_end = partition.log.log_start_offset, partition.log.log_end_offset
+        result.high_watermark = partition.high_watermark
+        result.log_start_offset, result.log_end_offset = log_start, log_end
+        follower = request.replica_id
+        if follower >= 0:
+            if follower not in partition.replicas or follower == self.local_id:
+                raise PartitionError(E.NOT_LEADER_OR_FOLLOWER, f"broker {follower} is not a follower of {partition.name}")
+            diverging = partition.diverging_epoch(data.fetch_offset, data.last_fetched_epoch)
+            if diverging is not None:
+                result.diverging_epoch.epoch, result.diverging_epoch.end_offset = diverging
+                return partition
+        if not log_start <= data.fetch_offset <= log_end:
+            raise PartitionError(
+                E.OFFSET_OUT_OF_RANGE,
+                f"{partition.name}: offset {data.fetch_offset} is outside [{log_start}, {log_end}]",
+                partition.leader_id,
+                partition.leader_epoch,
+            )
+        if follower >= 0:
+            self._follower_fetched(partition, follower, data.fetch_offset, now_ms)
+            result.high_watermark = partition.high_watermark
+        return partition
+
+    def _follower_fetched(self, partition: Partition, follower: int, fetch_offset: int, now_ms: int) -> None:
+        partition.update_follower(follower, fetch_offset, now_ms)
+        if partition.maybe_advance_high_watermark():
+            self._high_watermark_moved(partition)
+        broker = self._image.brokers.get(follower)
+        new_isr = partition.isr_to_expand(follower) if broker is not None and not broker.fenced else None
+        if new_isr is not None:
+            log.info("expanding isr", partition=partition.name, isr=list(partition.isr), new_isr=list(new_isr))
+            partition.isr_change_sent(new_isr)
+            self._request_isr_change(partition, new_isr)
+
+    # list offsets -----------------------------------------------------------------------
+
+    def list_offsets(self, request: Pb.ListOffsetsRequest) -> Pb.ListOffsetsResponse:
+        response = Pb.ListOffsetsResponse()
+        count = sum(len(t.partitions) for t in request.topics)
+        if count > PARTITIONS_PER_REQUEST_MAX:
+            response.status.error = E.INVALID_REQUEST
+            response.status.message = f"topics: {count} partitions, at most {PARTITIONS_PER_REQUEST_MAX} per request"
+            return response
+        for topic in request.topics:
+            topic_result = response.topics.add(name=topic.name)
+            for data in topic.partitions:
+                result = topic_result.partitions.add(partition=data.partition, timestamp=-1, offset=-1)
+                try:
+                    self._list_offset(topic.name, data, result)
+                except PartitionError as e:
+                    _set_error(result, e)
+        return response
+
+    def _list_offset(self, topic: str, data: Pb.ListOffsetsPartition, result: Pb.ListOffsetsPartitionResult) -> None:
+        partition = self._leader_partition(topic, data.partition, data.current_leader_epoch)
+        result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
+        if data.timestamp == LIST_EARLIEST:
+            result.offset = partition.log.log_start_offset
+        elif data.timestamp == LIST_LATEST:
+            result.offset = partition.high_watermark
+        elif data.timestamp < 0:
+            raise PartitionError(E.INVALID_REQUEST, f"timestamp: {data.timestamp} is not -2, -1 or a time in ms")
+        else:
+            found = partition.log.offset_for_timestamp(data.timestamp)
+            if found is not None and found[0] < partition.high_watermark:
+                result.offset, result.timestamp = found
+
+    # upkeep -----------------------------------------------------------------------------
+
+    def high_watermarks(self) -> dict[str, int]:
+        return {p.name: p.high_watermark for p in self._partitions.values()}
+
+    def fail_reads_of(self, partition: Partition) -> None:
+        """A follower's log moved under it (truncation): nothing parked reads stale state."""
+        self._wake(partition)
+
+
+PARTITIONS_PER_REQUEST_MAX = 10_000
+_ACK_MESSAGES = {
+    E.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "written, but the ISR shrank below min.insync.replicas while waiting",
+    E.NOT_LEADER_OR_FOLLOWER: "leadership moved while waiting for the in-sync replicas",
+    E.UNKNOWN_TOPIC_OR_PARTITION: "the partition was deleted while waiting for the in-sync replicas",
+}
+
+
+def _set_error(result, error: PartitionError) -> None:  # noqa: ANN001: any per-partition result
+    result.error = error.code
+    result.message = error.message
+    if hasattr(result, "leader_id"):
+        result.leader_id, result.leader_epoch = error.leader_id, error.leader_epoch
+
+
+def _produce_problem(request: Pb.ProduceRequest) -> str:
+    if request.acks not in ACKS:
+        return f"acks: {request.acks} is not one of -1 (all), 0 or 1"
+    if not 0 <= request.timeout_ms <= TIMEOUT_MS_MAX:
+        return f"timeout_ms: {request.timeout_ms} is outside 0..{TIMEOUT_MS_MAX}"
+    return _partition_count_problem(request.topics)
+
+
+def _fetch_problem(request: Pb.FetchRequest) -> str:
+    if request.replica_id < -1:
+        return f"replica_id: {request.replica_id} is not -1 (a consumer) or a broker id"
+    if not 0 <= request.max_wait_ms <= FETCH_WAIT_MS_MAX:
+        return f"max_wait_ms: {request.max_wait_ms} is outside 0..{FETCH_WAIT_MS_MAX}"
+    if not 0 <= request.min_bytes <= FETCH_BYTES_MAX:
+        return f"min_bytes: {request.min_bytes} is outside 0..{FETCH_BYTES_MAX}"
+    if not 0 < request.max_bytes <= FETCH_BYTES_MAX:
+        return f"max_bytes: {request.max_bytes} is outside 1..{FETCH_BYTES_MAX}"
+    for topic in request.topics:
+        for data in topic.partitions:
+            if not 0 < data.partition_max_bytes <= FETCH_BYTES_MAX:
+                return f"partition_max_bytes: {data.partition_max_bytes} for {topic.name}-{data.partition} is outside 1..{FETCH_BYTES_MAX}"
+    return _partition_count_problem(request.topics)
+
+
+def _partition_count_problem(topics) -> str:  # noqa: ANN001: repeated Produce/FetchTopic
+    count = sum(len(t.partitions) for t in topics)
+    if count > PARTITIONS_PER_REQUEST_MAX:
+        return f"topics: {count} partitions, at most {PARTITIONS_PER_REQUEST_MAX} per request"
+    seen: set[tuple[str, int]] = set()
+    for topic in topics:
+        for data in topic.partitions:
+            key = (topic.name, data.partition)
+            if key in seen:
+                return f"topics: {topic.name}-{data.partition} appears more than once"
+            seen.add(key)
+    return ""
