@@ -45,80 +45,27 @@ _CHANNEL_OPTIONS = (
 )
 
 
-class ReplicaFetcher:
-    """Fetches every partition this broker follows from one leader broker."""
+class FollowerFetch:
+    """What one fetcher asks its leader and how it applies the answer, with no I/O: the
+    fetcher's loop and the replication tests share it."""
 
     def __init__(
         self,
         local_id: int,
-        leader_id: int,
-        address: Callable[[int], str | None],
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
         on_truncated: Callable[[Partition], None],
     ) -> None:
         self.local_id = local_id
-        self.leader_id = leader_id
-        self._address = address
         self._config = config
         self._broker_epoch = broker_epoch
         self._on_truncated = on_truncated
         self.partitions: dict[Partition, float] = {}  # -> monotonic time before which it is not fetched
-        self._changed = asyncio.Event()
-        self._channel: grpc.aio.Channel | None = None
-        self._channel_address = ""
-        self._task = asyncio.create_task(self._run(), name=f"fetcher-{local_id}-from-{leader_id}")
 
-    def add(self, partition: Partition) -> None:
-        self.partitions[partition] = 0.0
-        self._changed.set()
+    def ready(self, now: float) -> list[Partition]:
+        return [p for p, not_before in self.partitions.items() if not_before <= now]
 
-    def remove(self, partition: Partition) -> None:
-        self.partitions.pop(partition, None)
-
-    async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        if self._channel is not None:
-            await self._channel.close()
-
-    async def _run(self) -> None:
-        backoff_s = ERROR_BACKOFF_S
-        while True:
-            now = time.monotonic()
-            ready = [p for p, not_before in self.partitions.items() if not_before <= now]
-            stub = self._stub()
-            if not ready or stub is None:
-                self._changed.clear()
-                wake_in = min((nb - now for nb in self.partitions.values()), default=None)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), max(wake_in or 1.0, 0.01))
-                continue
-            request, sent = self._request(ready)
-            timeout_s = self._config.replica_fetch_wait_max_ms / 1000 + 5
-            try:
-                response = await stub.Fetch(request, timeout=timeout_s)
-            except grpc.aio.AioRpcError as e:
-                log.debug("fetch failed", leader=self.leader_id, code=e.code().name, detail=e.details())
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(UNREACHABLE_BACKOFF_MAX_S, backoff_s * 2)
-                continue
-            backoff_s = ERROR_BACKOFF_S
-            self._apply(response, sent)
-
-    def _stub(self) -> broker_pb2_grpc.BrokerStub | None:
-        address = self._address(self.leader_id)
-        if address is None:
-            return None
-        if address != self._channel_address or self._channel is None:
-            if self._channel is not None:
-                asyncio.create_task(self._channel.close())
-            self._channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channel_address = address
-        return broker_pb2_grpc.BrokerStub(self._channel)
-
-    def _request(self, ready: list[Partition]) -> tuple[broker_pb2.FetchRequest, dict[tuple[bytes, int], tuple[Partition, int, int]]]:
+    def request(self, ready: list[Partition]) -> tuple[broker_pb2.FetchRequest, dict[tuple[bytes, int], tuple[Partition, int, int]]]:
         request = broker_pb2.FetchRequest(
             replica_id=self.local_id,
             replica_epoch=self._broker_epoch(),
@@ -145,9 +92,9 @@ class ReplicaFetcher:
             sent[(partition.topic_id, partition.partition)] = (partition, partition.leader_epoch, fetch_offset)
         return request, sent
 
-    def _apply(self, response: broker_pb2.FetchResponse, sent: dict[tuple[bytes, int], tuple[Partition, int, int]]) -> None:
+    def apply(self, response: broker_pb2.FetchResponse, sent: dict[tuple[bytes, int], tuple[Partition, int, int]]) -> None:
         if response.status.error != E.NONE:
-            log.warning("fetch refused", leader=self.leader_id, error=E.Name(response.status.error), detail=response.status.message)
+            log.warning("fetch refused", error=E.Name(response.status.error), detail=response.status.message)
             self._delay(p for p, _, _ in sent.values())
             return
         for topic in response.topics:
@@ -225,6 +172,77 @@ class ReplicaFetcher:
         for partition in partitions:
             if partition in self.partitions:
                 self.partitions[partition] = not_before
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows from one leader broker."""
+
+    def __init__(
+        self,
+        local_id: int,
+        leader_id: int,
+        address: Callable[[int], str | None],
+        config: BrokerConfig,
+        broker_epoch: Callable[[], int],
+        on_truncated: Callable[[Partition], None],
+    ) -> None:
+        self.leader_id = leader_id
+        self._address = address
+        self._config = config
+        self._fetch = FollowerFetch(local_id, config, broker_epoch, on_truncated)
+        self._changed = asyncio.Event()
+        self._channel: grpc.aio.Channel | None = None
+        self._channel_address = ""
+        self._task = asyncio.create_task(self._run(), name=f"fetcher-{local_id}-from-{leader_id}")
+
+    def add(self, partition: Partition) -> None:
+        self._fetch.partitions[partition] = 0.0
+        self._changed.set()
+
+    def remove(self, partition: Partition) -> None:
+        self._fetch.partitions.pop(partition, None)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def _run(self) -> None:
+        backoff_s = ERROR_BACKOFF_S
+        while True:
+            now = time.monotonic()
+            ready = self._fetch.ready(now)
+            stub = self._stub()
+            if not ready or stub is None:
+                self._changed.clear()
+                wake_in = min((nb - now for nb in self._fetch.partitions.values()), default=1.0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), max(wake_in, 0.01))
+                continue
+            request, sent = self._fetch.request(ready)
+            timeout_s = self._config.replica_fetch_wait_max_ms / 1000 + 5
+            try:
+                response = await stub.Fetch(request, timeout=timeout_s)
+            except grpc.aio.AioRpcError as e:
+                log.debug("fetch failed", leader=self.leader_id, code=e.code().name, detail=e.details())
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(UNREACHABLE_BACKOFF_MAX_S, backoff_s * 2)
+                continue
+            backoff_s = ERROR_BACKOFF_S
+            self._fetch.apply(response, sent)
+
+    def _stub(self) -> broker_pb2_grpc.BrokerStub | None:
+        address = self._address(self.leader_id)
+        if address is None:
+            return None
+        if address != self._channel_address or self._channel is None:
+            if self._channel is not None:
+                asyncio.create_task(self._channel.close())
+            self._channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            self._channel_address = address
+        return broker_pb2_grpc.BrokerStub(self._channel)
 
 
 class ReplicaFetchers:

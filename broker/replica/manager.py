@@ -63,9 +63,11 @@ class ReplicaManager:
         on_follow: Callable[[Partition], None],
         on_stop_following: Callable[[Partition], None],
         high_watermarks: Mapping[str, int],
+        clock_ms: Callable[[], int] = _monotonic_ms,
     ) -> None:
         self.local_id = local_id
         self.config = config
+        self._clock_ms = clock_ms
         self._logs = logs
         self._request_isr_change = request_isr_change
         self._on_follow = on_follow
@@ -94,7 +96,7 @@ class ReplicaManager:
         """Adopt a metadata image: role changes first, then any topic config changes."""
         configs_changed = image.configs is not self._image.configs
         self._image = image
-        now = _monotonic_ms()
+        now = self._clock_ms()
         for gone in changes.stopped:
             self._stop(gone)
         for role in changes.leading:
@@ -182,7 +184,7 @@ class ReplicaManager:
 
     def shrink_isrs(self) -> None:
         """Drop followers that have not caught up for ``replica_lag_time_max_ms``."""
-        now = _monotonic_ms()
+        now = self._clock_ms()
         for partition in self._partitions.values():
             new_isr = partition.isr_to_shrink(now, self.config.replica_lag_time_max_ms)
             if new_isr is not None:
@@ -231,7 +233,7 @@ class ReplicaManager:
     def _append(
         self, topic: str, data: Pb.ProducePartition, acks: int, now_ms: int, result: Pb.ProducePartitionResult
     ) -> tuple[Partition, int]:
-        partition = self._leader_partition(topic, data.partition, -1)
+        partition = self._leader_partition(topic, data.partition, _leader_epoch(data))
         try:
             validated = validate_batches(data.records, self._limits(topic), now_ms)
         except BatchValidationError as e:
@@ -320,7 +322,7 @@ class ReplicaManager:
         size = 0
         stop = False
         keys: list[Partition] = []
-        now = _monotonic_ms()
+        now = self._clock_ms()
         for topic in request.topics:
             topic_result = response.topics.add(name=topic.name, topic_id=topic.topic_id)
             for data in topic.partitions:
@@ -357,7 +359,7 @@ class ReplicaManager:
         now_ms: int,
         result: Pb.FetchPartitionResult,
     ) -> Partition:
-        partition = self._leader_partition(topic.name, data.partition, data.current_leader_epoch)
+        partition = self._leader_partition(topic.name, data.partition, _leader_epoch(data))
         if topic.topic_id and topic.topic_id != partition.topic_id:
             raise PartitionError(E.UNKNOWN_TOPIC_OR_PARTITION, f"{partition.name} is another topic by that name now")
         result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
@@ -415,7 +417,7 @@ class ReplicaManager:
         return response
 
     def _list_offset(self, topic: str, data: Pb.ListOffsetsPartition, result: Pb.ListOffsetsPartitionResult) -> None:
-        partition = self._leader_partition(topic, data.partition, data.current_leader_epoch)
+        partition = self._leader_partition(topic, data.partition, _leader_epoch(data))
         result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
         if data.timestamp == LIST_EARLIEST:
             result.offset = partition.log.log_start_offset
@@ -444,6 +446,11 @@ _ACK_MESSAGES = {
     E.NOT_LEADER_OR_FOLLOWER: "leadership moved while waiting for the in-sync replicas",
     E.UNKNOWN_TOPIC_OR_PARTITION: "the partition was deleted while waiting for the in-sync replicas",
 }
+
+
+def _leader_epoch(data) -> int:  # noqa: ANN001: a Produce/Fetch/ListOffsets partition
+    """The leader epoch the client knows, -1 when it sent none (not checked)."""
+    return data.current_leader_epoch if data.HasField("current_leader_epoch") else -1
 
 
 def _set_error(result, error: PartitionError) -> None:  # noqa: ANN001: any per-partition result

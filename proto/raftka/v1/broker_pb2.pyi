@@ -74,12 +74,14 @@ class MetadataResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerMetadata, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
 
 class ProducePartition(_message.Message):
-    __slots__ = ("partition", "records")
+    __slots__ = ("partition", "records", "current_leader_epoch")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     partition: int
     records: bytes
-    def __init__(self, partition: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+    current_leader_epoch: int
+    def __init__(self, partition: _Optional[int] = ..., records: _Optional[bytes] = ..., current_leader_epoch: _Optional[int] = ...) -> None: ...
 
 class ProduceTopic(_message.Message):
     __slots__ = ("name", "partitions")
