@@ -97,6 +97,7 @@ class QuorumController:
         session_timeout_ms: int,
         max_partitions_per_topic: int,
         offsets_retention_ms: int,
+        leader_rebalance_interval_ms: int = 0,
         clock: Callable[[], int] = monotonic_ms,
         wall_clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -111,6 +112,8 @@ class QuorumController:
         self._sessions = BrokerSessions(session_timeout_ms)
         self._offsets_retention_ms = offsets_retention_ms
         self._next_offset_expiry_ms = 0  # monotonic: the first tick as active controller looks
+        self._leader_rebalance_interval_ms = leader_rebalance_interval_ms  # 0: off
+        self._next_leader_rebalance_ms = clock() + leader_rebalance_interval_ms
         self._shutting_down: set[int] = set()  # brokers in controlled shutdown
         self._leadership = node.leadership
         self._active_epoch: int | None = None
@@ -475,7 +478,7 @@ class QuorumController:
     # sessions --------------------------------------------------------------------------
     async def tick(self) -> None:
         """Fence brokers whose session has expired; now and then, expire the offsets of
-        idle groups."""
+        idle groups and give partitions back to their preferred leaders."""
         if not self.is_active:
             return
         for broker_id in self._sessions.expired(self._clock()):
@@ -494,6 +497,17 @@ class QuorumController:
         if self._clock() >= self._next_offset_expiry_ms:
             self._next_offset_expiry_ms = self._clock() + OFFSET_EXPIRY_INTERVAL_MS
             await self._write(controller_pb2.OffsetCommitResponse, self._expire_offsets)
+        if self._leader_rebalance_interval_ms and self._clock() >= self._next_leader_rebalance_ms:
+            self._next_leader_rebalance_ms = self._clock() + self._leader_rebalance_interval_ms
+            await self._write(controller_pb2.ElectLeadersResponse, self._rebalance_leaders)
+
+    def _rebalance_leaders(self, image: MetadataImage) -> Plan:
+        """Kafka's auto leader rebalance: every partition whose preferred replica is back
+        in its ISR and unfenced is led by it again (at most one batch per check)."""
+        plan = broker_ops.elect_leaders(image, controller_pb2.ElectLeadersRequest())
+        if plan.records:
+            self._log.info("rebalancing leaders to preferred replicas", partitions=len(plan.records))
+        return Plan(plan.response, plan.records[: self._records_max])
 
     def _still_expiring(self, broker_id: int) -> bool:
         image = self.latest_image

@@ -63,6 +63,7 @@ class ControllerConfig:
     session_timeout_ms: int = 9_000  # a broker without a heartbeat this long is fenced
     max_partitions_per_topic: int = 10_000
     offsets_retention_minutes: int = 10_080  # a group that commits nothing this long loses its offsets
+    leader_rebalance_interval_ms: int = 300_000  # preferred leaders take their partitions back; 0: off
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "controller.session_timeout_ms": (int, ControllerConfig().session_timeout_ms),
     "controller.max_partitions_per_topic": (int, ControllerConfig().max_partitions_per_topic),
     "controller.offsets_retention_minutes": (int, ControllerConfig().offsets_retention_minutes),
+    "controller.leader_rebalance_interval_ms": (int, ControllerConfig().leader_rebalance_interval_ms),
     **_declare("metadata", MetadataConfig),
     **_declare("broker", BrokerConfig),
     "logging.level": (str, LoggingConfig().level),
@@ -164,7 +166,11 @@ _POSITIVE = (
     "metadata.snapshot_interval_bytes",
     *(f"broker.{f.name}" for f in dataclasses.fields(BrokerConfig) if f.type == "int"),
 )
-_NOT_NEGATIVE = ("journal.snapshot_interval_ms", "metadata.snapshot_interval_ms")  # 0: off
+_NOT_NEGATIVE = (  # 0: off
+    "journal.snapshot_interval_ms",
+    "metadata.snapshot_interval_ms",
+    "controller.leader_rebalance_interval_ms",
+)
 RACK_CHARS_MAX = 255
 _TYPE_NAMES = {int: "an integer", bool: "true or false", str: "a string", list: "a list"}
 
@@ -233,6 +239,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
             values["controller.session_timeout_ms"],
             values["controller.max_partitions_per_topic"],
             values["controller.offsets_retention_minutes"],
+            values["controller.leader_rebalance_interval_ms"],
         ),
         metadata=MetadataConfig(**_table(values, "metadata", MetadataConfig)),
         broker=BrokerConfig(**_table(values, "broker", BrokerConfig)),
@@ -304,6 +311,7 @@ def render_toml(config: NodeConfig) -> str:
         "controller.session_timeout_ms": config.controller.session_timeout_ms,
         "controller.max_partitions_per_topic": config.controller.max_partitions_per_topic,
         "controller.offsets_retention_minutes": config.controller.offsets_retention_minutes,
+        "controller.leader_rebalance_interval_ms": config.controller.leader_rebalance_interval_ms,
         **_render("metadata", config.metadata),
         **_render("broker", config.broker),
         "logging.level": config.logging.level,

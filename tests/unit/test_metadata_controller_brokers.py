@@ -461,3 +461,49 @@ def test_producer_id_blocks_do_not_overlap() -> None:
         await quorum.close()
 
     run(body)
+
+
+def test_preferred_leaders_take_their_partitions_back_once_in_the_isr_again() -> None:
+    """Kafka's auto leader rebalance: a returning broker leads again only after the
+    leader took it back into the ISR, and only at the periodic check."""
+
+    async def body() -> None:
+        quorum, member = await single(session_timeout_ms=1000, leader_rebalance_interval_ms=5000)
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "t", 3, 3)
+        preferred_101 = [p for p, s in partitions_of(member.image, "t").items() if s.replicas[0] == 101]
+        quorum.clock.advance(600)
+        for broker_id in (102, 103):
+            await heartbeat(c, broker_id, epochs[broker_id])
+        quorum.clock.advance(600)
+        await c.tick()
+        assert all(partitions_of(member.image, "t")[p].leader != 101 for p in preferred_101)
+        await heartbeat(c, 101, epochs[101])  # back, unfenced, but in no ISR
+        quorum.clock.advance(5000)
+        for broker_id in (101, 102, 103):
+            await heartbeat(c, broker_id, epochs[broker_id])
+        await c.tick()
+        assert all(partitions_of(member.image, "t")[p].leader != 101 for p in preferred_101), "not in the ISR"
+
+        topic_id = member.image.topic_ids_by_name["t"]
+        for p in preferred_101:  # each leader takes 101 back once it has caught up
+            state = partitions_of(member.image, "t")[p]
+            request = pb.AlterPartitionRequest(broker_id=state.leader, broker_epoch=epochs[state.leader])
+            request.topics.add(topic_id=topic_id).partitions.add(
+                partition=p,
+                leader_epoch=state.leader_epoch,
+                new_isr=[b for b in state.replicas if b in state.isr or b == 101],
+                partition_epoch=state.partition_epoch,
+            )
+            assert (await c.alter_partition(request)).partitions[0].error == E.NONE
+        await c.tick()
+        assert all(partitions_of(member.image, "t")[p].leader != 101 for p in preferred_101), "not yet time"
+        quorum.clock.advance(5000)
+        for broker_id in (101, 102, 103):
+            await heartbeat(c, broker_id, epochs[broker_id])
+        await c.tick()
+        assert all(partitions_of(member.image, "t")[p].leader == 101 for p in preferred_101)
+        await quorum.close()
+
+    run(body)
