@@ -73,6 +73,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
     output.add_output_option(kill)
     kill.set_defaults(func=run_kill_leader)
+    from cli import chaos_broker  # it builds on this module's LocalTarget: imported once this one is
+
+    chaos_broker.register(actions)
 
 
 def run_kill_leader(args: argparse.Namespace) -> int:

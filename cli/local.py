@@ -56,6 +56,10 @@ class LocalCluster:
         """The controllers' addresses: where admin clients and quorum tools bootstrap."""
         return [node.address for node in self.controllers()]
 
+    def broker_addresses(self) -> list[str]:
+        """The brokers' addresses: where producers and consumers bootstrap."""
+        return [node.address for node in self.brokers()]
+
 
 def resolve_dir(explicit: Path | None) -> Path:
     """``--dir`` if given; else the nearest ``.raftka/local`` holding a cluster from the

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli import local, output, perf_metadata, perf_rpc, stability
+from cli import local, output, perf_data, perf_metadata, perf_rpc, stability
 from cli.cluster import LOOPBACK, free_ports
 from cli.errors import CliError
 from raft.config import RaftConfig
@@ -38,7 +38,7 @@ NEVER_SNAPSHOT = JournalConfig(
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    perf = commands.add_parser("perf", help="measure the quorum's performance")
+    perf = commands.add_parser("perf", help="measure the quorum's and the brokers' performance")
     kinds = perf.add_subparsers(dest="kind", required=True, metavar="KIND")
     quorum = kinds.add_parser(
         "quorum", help="append throughput/latency with the load in the leader's process"
@@ -50,6 +50,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     stability.register(kinds)
     perf_metadata.register(kinds)
     perf_rpc.register(kinds)
+    perf_data.register(kinds)
 
 
 def add_load_options(parser: argparse.ArgumentParser, unit: str) -> None:

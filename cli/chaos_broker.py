@@ -1,0 +1,239 @@
+"""``raftka chaos kill-broker``: kill or pause partition leaders under an acks=all load,
+then prove nothing acknowledged was lost.
+
+A producer (acks=all) writes numbered records to a fresh topic (RF 3,
+``min.insync.replicas`` 2) for the whole run. A round: wait until every partition has a
+leader and a full ISR, signal the broker leading the most partitions, time until every
+partition has a leader again, bring the broker back (restart after KILL, SIGCONT after
+STOP) and time until it is in every ISR again. At the end the producer flushes, a
+consumer reads every partition from the beginning to its high watermark, and the audit
+compares what was read with what was acknowledged: ``lost`` (acknowledged, never read),
+``duplicated`` (a number read twice), ``out_of_order`` (a partition whose numbers go
+down between acknowledged records) and ``unknown`` (a record never sent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import statistics
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from cli import local, output
+from cli.chaos import SIGNALS, LocalTarget
+from cli.errors import CliError
+from cli.quorum_client import QuorumClient
+from client.admin import Admin, RetryPolicy
+from client.consumer import Consumer
+from client.producer import Producer
+from client.types import NewTopic, PartitionInfo, RecordMetadata, TopicPartition
+
+POLL_INTERVAL_S = 0.01
+PARTITIONS = 6
+_NUMBER = struct.Struct(">q")
+
+
+def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    kill = actions.add_parser(
+        "kill-broker", help="signal the busiest partition leader under acks=all load; audit what survived"
+    )
+    kill.add_argument("--rounds", type=int, default=1, help="how many brokers to kill (default 1)")
+    kill.add_argument("--signal", choices=sorted(SIGNALS), default="KILL", help="KILL (crash) or STOP (pause)")
+    kill.add_argument("--rate", type=int, default=2_000, help="records per second the producer offers")
+    kill.add_argument("--timeout-s", type=float, default=60.0, help="bound on each wait in a round")
+    kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
+    output.add_output_option(kill)
+    kill.set_defaults(func=run_kill_broker)
+
+
+class NumberedLoad:
+    """A producer thread sending 0, 1, 2, ... and remembering where each acknowledged one went."""
+
+    def __init__(self, producer: Producer, topic: str, rate: int) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._rate = rate
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.sent = 0
+        self.acknowledged: dict[int, tuple[int, int]] = {}  # number -> (partition, offset)
+        self.failures = 0
+        self.first_failure = ""
+        self._thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.is_set():
+            ahead_s = self.sent / self._rate - (time.monotonic() - start)
+            if ahead_s > 0:
+                time.sleep(min(ahead_s, 0.05))
+                continue
+            number = self.sent
+            future = self._producer.send(self._topic, _NUMBER.pack(number))
+            future.add_done_callback(lambda f, n=number: self._done(n, f))
+            self.sent += 1
+
+    def _done(self, number: int, future: Future[RecordMetadata]) -> None:
+        with self._lock:
+            error = future.exception()
+            if error is None:
+                metadata = future.result()
+                self.acknowledged[number] = (metadata.partition, metadata.offset)
+            else:
+                self.failures += 1
+                self.first_failure = self.first_failure or str(error)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._producer.flush()
+
+
+def audit(acknowledged: dict[int, tuple[int, int]], read: Iterable[tuple[int, int, bytes | None]], sent: int) -> dict[str, int]:
+    """Compare the records read, (partition, offset, value), with what was acknowledged."""
+    seen: dict[int, int] = {}
+    by_partition: dict[int, list[tuple[int, int]]] = {}
+    unknown = 0
+    for partition, offset, value in read:
+        number = _NUMBER.unpack(value)[0] if value is not None and len(value) == _NUMBER.size else -1
+        if not 0 <= number < sent:
+            unknown += 1
+            continue
+        seen[number] = seen.get(number, 0) + 1
+        if number in acknowledged:
+            by_partition.setdefault(partition, []).append((offset, number))
+    out_of_order = 0
+    for records in by_partition.values():
+        records.sort()
+        out_of_order += sum(1 for a, b in zip(records, records[1:], strict=False) if b[1] < a[1])
+    return {
+        "sent": sent,
+        "acknowledged": len(acknowledged),
+        "read": sum(seen.values()) + unknown,
+        "lost": sum(1 for number in acknowledged if number not in seen),
+        "duplicated": sum(count - 1 for count in seen.values() if count > 1),
+        "out_of_order": out_of_order,
+        "unknown": unknown,
+    }
+
+
+def run_kill_broker(args: argparse.Namespace) -> int:
+    if args.rounds < 1:
+        raise CliError(f"--rounds: expected 1 or more, got {args.rounds}")
+    if args.rate < 1:
+        raise CliError(f"--rate: expected 1 or more, got {args.rate}")
+    cluster = local.load(local.resolve_dir(args.dir))
+    brokers = [n.id for n in cluster.brokers()]
+    if len(brokers) < 3:
+        raise CliError("kill-broker needs at least 3 brokers (RF 3, min.insync.replicas 2)")
+    topic = f"chaos-{uuid.uuid4().hex[:8]}"
+    json_out = args.output == "json"
+    with Admin(cluster.addresses(), RetryPolicy(total_timeout_s=args.timeout_s)) as admin:
+        result = admin.create_topics([NewTopic(topic, PARTITIONS, 3, {"min.insync.replicas": "2"})])[0]
+        result.check()
+        producer = Producer(cluster.broker_addresses(), acks=-1, linger_ms=5, delivery_timeout_ms=120_000)
+        load = NumberedLoad(producer, topic, args.rate)
+        rounds = []
+        try:
+            with QuorumClient(call_timeout_s=0.5) as client:
+                target = LocalTarget(cluster, client)
+                for number in range(1, args.rounds + 1):
+                    outcome = _round(admin, target, topic, number, SIGNALS[args.signal], args.timeout_s)
+                    rounds.append(outcome)
+                    if not json_out:
+                        print(format_round(outcome), flush=True)
+        finally:
+            load.stop()
+            producer.close()
+        report = audit(load.acknowledged, read_everything(cluster.broker_addresses(), topic), load.sent)
+    report["send_failures"] = load.failures
+    report["first_send_failure"] = load.first_failure or None
+    failovers = [r["failover_ms"] for r in rounds]
+    summary = {
+        "topic": topic,
+        **report,
+        "failover_median_ms": round(statistics.median(failovers), 1),
+        "failover_max_ms": max(failovers),
+        "rejoin_median_ms": round(statistics.median(r["rejoin_ms"] for r in rounds), 1),
+    }
+    if json_out:
+        print(output.to_json({"rounds": rounds, "summary": summary}))
+    else:
+        print(output.fields([(k.replace("_", " "), v) for k, v in summary.items()]))
+    return 0 if report["lost"] == report["duplicated"] == report["out_of_order"] == report["unknown"] == 0 else 1
+
+
+def _round(
+    admin: Admin, target: LocalTarget, topic: str, number: int, sig: signal.Signals, timeout_s: float
+) -> dict[str, Any]:
+    def wait(what: str, done: Callable[[list[PartitionInfo]], bool]) -> float:
+        start = time.monotonic()
+        while True:
+            partitions = _partitions(admin, topic)
+            if partitions and done(partitions):
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout_s:
+                raise CliError(f"round {number}: {what} within {timeout_s:g} s; see the broker logs")
+            time.sleep(POLL_INTERVAL_S)
+
+    wait("the partitions did not all have a leader and a full ISR", _healthy)
+    counts: dict[int, int] = {}
+    for p in _partitions(admin, topic):
+        counts[p.leader] = counts.get(p.leader, 0) + 1
+    victim = max(sorted(counts), key=counts.__getitem__)
+    led = counts[victim]
+    target.send_signal(victim, sig)
+    try:
+        failover_s = wait(
+            f"not every partition had a leader other than broker {victim}",
+            lambda ps: all(p.leader not in (-1, victim) for p in ps),
+        )
+    finally:
+        if sig is signal.SIGSTOP:
+            target.send_signal(victim, signal.SIGCONT)
+        else:
+            target.restart(victim)
+    rejoin_s = wait(f"broker {victim} did not rejoin every ISR", lambda ps: all(victim in p.isr for p in ps))
+    return {
+        "round": number,
+        "signal": sig.name,
+        "victim": victim,
+        "partitions_led": led,
+        "failover_ms": round(failover_s * 1000, 1),
+        "rejoin_ms": round(rejoin_s * 1000, 1),
+    }
+
+
+def _partitions(admin: Admin, topic: str) -> list[PartitionInfo]:
+    description = admin.describe_topics([topic])[0]
+    return list(description.partitions) if description.error is None else []
+
+
+def _healthy(partitions: list[PartitionInfo]) -> bool:
+    return all(p.leader >= 0 and len(p.isr) == len(p.replicas) for p in partitions)
+
+
+def read_everything(addresses: list[str], topic: str) -> list[tuple[int, int, bytes | None]]:
+    """Every record of every partition, from the log start to the high watermark."""
+    consumer = Consumer(addresses, auto_offset_reset="earliest")
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        read: list[tuple[int, int, bytes | None]] = []
+        deadline = time.monotonic() + 120
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise CliError("reading the topic back did not reach the high watermarks within 120 s")
+            read += [(r.partition, r.offset, r.value) for r in consumer.poll(500, 10_000)]
+        return read
+    finally:
+        consumer.close()

@@ -1,0 +1,54 @@
+"""What the data commands (produce, consume, offsets list, perf) share: where the brokers
+are. ``--bootstrap-server`` as Kafka's tools spell it; without it, the brokers of the
+local cluster from ``raftka cluster up``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cli import local, output
+from cli.errors import CliError
+from raft.node_config import ConfigError, parse_host_port
+
+
+def add_broker_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT,...",
+        help="brokers to ask (default: the local cluster from 'raftka cluster up')",
+    )
+    parser.add_argument("--dir", type=Path, help="local cluster directory (default: .raftka/local)")
+    output.add_output_option(parser)
+
+
+def broker_addresses(args: argparse.Namespace) -> list[str]:
+    if args.bootstrap_server is None:
+        addresses = local.load(local.resolve_dir(args.dir)).broker_addresses()
+        if not addresses:
+            raise CliError("the local cluster has no brokers; pass --bootstrap-server")
+        return addresses
+    addresses = [a.strip() for a in args.bootstrap_server.split(",") if a.strip()]
+    if not addresses:
+        raise CliError("--bootstrap-server: expected HOST:PORT,...")
+    for address in addresses:
+        try:
+            parse_host_port(address, "--bootstrap-server")
+        except ConfigError as e:
+            raise CliError(str(e)) from None
+    return addresses
+
+
+def positive(value: str) -> int:
+    """argparse type: an integer of 1 or more."""
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {number}")
+    return number
+
+
+def not_negative(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {number}")
+    return number

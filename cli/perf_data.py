@@ -1,0 +1,287 @@
+"""``raftka perf produce|consume|e2e``: Kafka's producer-perf-test, consumer-perf-test and
+end-to-end latency tool, against a running cluster.
+
+The load runs in this process with raftka's own asyncio Producer and Consumer, so the
+figures are what an application gets. The topic (``--topic``, default ``raftka-perf``)
+is created if missing with ``--partitions``, ``--replication-factor`` and
+``--min-insync-replicas``. With the local cluster, each run also reports the CPU
+seconds every process spent per million records (this one included), read from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import struct
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cli import local, output, proc_cpu, quorum
+from cli.data_args import add_broker_options, broker_addresses, not_negative, positive
+from cli.errors import CliError
+from cli.perf_metadata import percentile
+from client.admin import Admin, RetryPolicy
+from client.consumer import AsyncConsumer
+from client.errors import AdminError
+from client.producer import AsyncProducer
+from client.types import NewTopic
+
+DEFAULT_TOPIC = "raftka-perf"
+ACKS = {"all": -1, "1": 1, "0": 0}
+REPORT_INTERVAL_S = 5.0
+_STAMP = struct.Struct(">q")  # e2e: the send time in ns, at the start of each value
+
+
+def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    produce = kinds.add_parser("produce", help="producer throughput and latency (kafka-producer-perf-test)")
+    produce.add_argument("--records", type=positive, required=True, help="how many records to send")
+    produce.add_argument("--record-size", type=positive, default=100, help="bytes per record value")
+    produce.add_argument("--throughput", type=int, default=-1, help="records/s cap; -1: as fast as it goes")
+    produce.add_argument("--acks", choices=sorted(ACKS), default="all")
+    produce.add_argument("--batch-size", type=positive, default=256 * 1024, help="bytes per partition batch")
+    produce.add_argument("--linger-ms", type=not_negative, default=5)
+    produce.add_argument("--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd"))
+    _topic_options(produce)
+    produce.set_defaults(func=run_produce)
+
+    consume = kinds.add_parser("consume", help="consumer throughput from the beginning (kafka-consumer-perf-test)")
+    consume.add_argument("--records", type=positive, required=True, help="how many records to read")
+    consume.add_argument("--timeout-s", type=float, default=60.0, help="give up if the topic has fewer")
+    _topic_options(consume)
+    consume.set_defaults(func=run_consume)
+
+    e2e = kinds.add_parser("e2e", help="produce-to-consume latency at a fixed rate")
+    e2e.add_argument("--rate", type=positive, default=10_000, help="records per second")
+    e2e.add_argument("--duration", type=float, default=10.0, help="seconds of load")
+    e2e.add_argument("--record-size", type=positive, default=100, help="bytes per record value (at least 8)")
+    e2e.add_argument("--acks", choices=sorted(ACKS), default="all")
+    _topic_options(e2e)
+    e2e.set_defaults(func=run_e2e)
+
+
+def _topic_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topic", default=DEFAULT_TOPIC)
+    parser.add_argument("--partitions", type=positive, default=6, help="if the topic is created")
+    parser.add_argument("--replication-factor", type=positive, default=3, help="if the topic is created")
+    parser.add_argument("--min-insync-replicas", type=positive, default=2, help="if the topic is created")
+    parser.add_argument(
+        "--bootstrap-controller", metavar="HOST:PORT,...", help="controllers, to create the topic"
+    )
+    add_broker_options(parser)
+
+
+def ensure_topic(args: argparse.Namespace) -> None:
+    topic = NewTopic(
+        args.topic,
+        args.partitions,
+        args.replication_factor,
+        {"min.insync.replicas": str(args.min_insync_replicas)},
+    )
+    addresses = quorum.bootstrap_addresses(args.bootstrap_controller, args.dir)
+    with Admin(addresses, RetryPolicy(total_timeout_s=30)) as admin:
+        result = admin.create_topics([topic])[0]
+    if result.error not in ("NONE", "TOPIC_ALREADY_EXISTS"):
+        raise AdminError(result.error, result.message)
+
+
+class CpuMeter:
+    """CPU seconds per million records of every local node and of this process."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._nodes = []
+        if args.bootstrap_server is None:
+            self._nodes = [n for n in local.load(local.resolve_dir(args.dir)).nodes if n.pid is not None]
+        self._before = self._sample()
+
+    def _sample(self) -> dict[str, float]:
+        samples = proc_cpu.sample(self._nodes) if self._nodes else {}
+        samples["perf-client"] = proc_cpu.cpu_seconds(os.getpid())
+        return samples
+
+    def per_million(self, records: int) -> dict[str, float]:
+        after = self._sample()
+        return {k: round((after[k] - self._before[k]) * 1e6 / max(records, 1), 2) for k in self._before}
+
+
+def _latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(latencies_ms)
+    if not ordered:
+        return {"avg_ms": 0.0, "p50_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0, "max_ms": 0.0}
+    return {
+        "avg_ms": round(sum(ordered) / len(ordered), 2),
+        "p50_ms": round(percentile(ordered, 50), 2),
+        "p99_ms": round(percentile(ordered, 99), 2),
+        "p999_ms": round(percentile(ordered, 99.9), 2),
+        "max_ms": round(ordered[-1], 2),
+    }
+
+
+# produce ----------------------------------------------------------------------------------
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    ensure_topic(args)
+    result = asyncio.run(measure_produce(args))
+    _print(args, result, "produce")
+    return 0 if result["errors"] == 0 else 1
+
+
+async def measure_produce(args: argparse.Namespace) -> dict[str, Any]:
+    producer = AsyncProducer(
+        broker_addresses(args),
+        acks=ACKS[args.acks],
+        batch_size=args.batch_size,
+        linger_ms=args.linger_ms,
+        compression=args.compression,
+    )
+    value = os.urandom(args.record_size)
+    latencies_ms: list[float] = []
+    errors: list[str] = []
+    clock = time.perf_counter
+
+    def done(sent_at: float) -> Callable[[asyncio.Future], None]:
+        def record(future: asyncio.Future) -> None:
+            if future.cancelled() or future.exception() is not None:
+                errors.append(str(future.exception()) if not future.cancelled() else "cancelled")
+            else:
+                latencies_ms.append((clock() - sent_at) * 1000)
+
+        return record
+
+    try:
+        await producer.wait_ready(args.topic)
+        cpu = CpuMeter(args)
+        start = clock()
+        for i in range(args.records):
+            if args.throughput > 0:
+                ahead_s = i / args.throughput - (clock() - start)
+                if ahead_s > 0.001:
+                    await asyncio.sleep(ahead_s)
+            future = await producer.send(args.topic, value)
+            future.add_done_callback(done(clock()))
+        await producer.flush()
+        elapsed = clock() - start
+        cpu_per_million = cpu.per_million(args.records)
+    finally:
+        await producer.close()
+    return {
+        "records": args.records,
+        "record_size": args.record_size,
+        "acks": args.acks,
+        "records_per_s": round(args.records / elapsed),
+        "mb_per_s": round(args.records * args.record_size / elapsed / 1e6, 2),
+        **_latency_summary(latencies_ms),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "cpu_s_per_million_records": cpu_per_million,
+    }
+
+
+# consume ----------------------------------------------------------------------------------
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    result = asyncio.run(measure_consume(args))
+    _print(args, result, "consume")
+    return 0 if result["records"] >= args.records else 1
+
+
+async def measure_consume(args: argparse.Namespace) -> dict[str, Any]:
+    consumer = AsyncConsumer(broker_addresses(args), auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20)
+    records = 0
+    size = 0
+    try:
+        await consumer.assign_topic(args.topic)
+        cpu = CpuMeter(args)
+        start = time.perf_counter()
+        deadline = start + args.timeout_s
+        while records < args.records and time.perf_counter() < deadline:
+            batch = await consumer.poll(500, 10_000)
+            records += len(batch)
+            size += sum(len(r.value or b"") for r in batch)
+        elapsed = time.perf_counter() - start
+        cpu_per_million = cpu.per_million(records)
+    finally:
+        await consumer.close()
+    return {
+        "records": records,
+        "seconds": round(elapsed, 2),
+        "records_per_s": round(records / elapsed),
+        "mb_per_s": round(size / elapsed / 1e6, 2),
+        "cpu_s_per_million_records": cpu_per_million,
+    }
+
+
+# e2e --------------------------------------------------------------------------------------
+
+
+def run_e2e(args: argparse.Namespace) -> int:
+    if args.record_size < _STAMP.size:
+        raise CliError(f"--record-size: at least {_STAMP.size} bytes (the send time rides in the value)")
+    if args.duration <= 0:
+        raise CliError(f"--duration: expected a positive number of seconds, got {args.duration:g}")
+    ensure_topic(args)
+    result = asyncio.run(measure_e2e(args))
+    _print(args, result, "e2e")
+    return 0 if result["errors"] == 0 else 1
+
+
+async def measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
+    addresses = broker_addresses(args)
+    producer = AsyncProducer(addresses, acks=ACKS[args.acks], linger_ms=0)
+    consumer = AsyncConsumer(addresses, auto_offset_reset="latest", fetch_max_wait_ms=100)
+    padding = os.urandom(args.record_size - _STAMP.size)
+    total = int(args.rate * args.duration)
+    latencies_ms: list[float] = []
+    errors = 0
+    try:
+        await producer.wait_ready(args.topic)
+        await consumer.assign_topic(args.topic)
+        await consumer.seek_to_end()
+        await consumer.poll(0, 1)  # positions resolved before the first send
+
+        async def read_all() -> None:
+            while len(latencies_ms) < total:
+                for record in await consumer.poll(100, 10_000):
+                    sent_ns = _STAMP.unpack_from(record.value)[0]
+                    latencies_ms.append((time.perf_counter_ns() - sent_ns) / 1e6)
+
+        reader = asyncio.create_task(read_all())
+        cpu = CpuMeter(args)
+        start = time.perf_counter()
+        futures = []
+        for i in range(total):
+            ahead_s = i / args.rate - (time.perf_counter() - start)
+            if ahead_s > 0.0005:
+                await asyncio.sleep(ahead_s)
+            futures.append(await producer.send(args.topic, _STAMP.pack(time.perf_counter_ns()) + padding))
+        await producer.flush()
+        errors = sum(1 for f in futures if f.exception() is not None)
+        try:
+            await asyncio.wait_for(reader, timeout=30)
+        except TimeoutError:
+            pass
+        cpu_per_million = cpu.per_million(total)
+    finally:
+        await producer.close()
+        await consumer.close()
+    return {
+        "rate": args.rate,
+        "sent": total,
+        "received": len(latencies_ms),
+        **_latency_summary(latencies_ms),
+        "errors": errors,
+        "cpu_s_per_million_records": cpu_per_million,
+    }
+
+
+def _print(args: argparse.Namespace, result: dict[str, Any], kind: str) -> None:
+    if args.output == "json":
+        print(output.to_json(result))
+        return
+    cpu = result.pop("cpu_s_per_million_records")
+    print(output.fields([(k.replace("_", " "), v) for k, v in result.items()]))
+    print(f"CPU seconds per million records ({kind}):")
+    print(output.table(["PROCESS", "CPU S"], sorted(cpu.items())))

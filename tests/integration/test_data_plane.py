@@ -1,0 +1,148 @@
+"""The data plane on real processes: ``raftka cluster up`` (3 controllers, 3 brokers).
+
+- ``raftka chaos kill-broker`` SIGKILLs (then SIGSTOPs) the busiest partition leader five
+  times under an acks=all load (RF 3, min.insync.replicas 2); afterwards every
+  acknowledged record is read back in its partition's order, and nothing appears that
+  was never sent. A SIGKILL lands mid-write: each victim recovers its logs and rejoins
+  every ISR before the next round starts.
+- Every per-partition error a producer or consumer can get, from a real broker, with
+  the partition's log unchanged after each and the broker still serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from raftka.v1 import broker_pb2 as pb
+from raftka.v1 import broker_pb2_grpc, controller_pb2
+
+from client.admin import Admin, RetryPolicy
+from client.types import NewTopic
+from records.batch import CRC_START
+from records.codec import BatchBuilder
+from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
+from tests.integration.polling import wait_until
+
+pytestmark = pytest.mark.integration
+E = controller_pb2.ErrorCode
+SESSION_TIMEOUT_MS = 2_000  # short, so a killed leader is fenced (and replaced) quickly
+HEARTBEAT_MS = 300
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):  # noqa: ANN201
+    cluster = MetadataCluster(tmp_path / "cluster")
+    try:
+        cluster.up()
+        cluster.down()
+        cluster.configure("controller", "controller", session_timeout_ms=SESSION_TIMEOUT_MS)
+        cluster.configure("broker", "broker", heartbeat_interval_ms=HEARTBEAT_MS)
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("signal_name", ["KILL", "STOP"])
+def test_acknowledged_records_survive_five_leader_failures(cluster: MetadataCluster, signal_name: str) -> None:
+    done = subprocess.run(
+        [*RAFTKA, "chaos", "kill-broker", "--rounds", "5", "--signal", signal_name, "--rate", "500",
+         "--output", "json", "--dir", str(cluster.dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode in (0, 1), f"chaos failed to run: {done.stderr[-3000:]}\n{cluster.log_tails()}"
+    report = json.loads(done.stdout)
+    summary = report["summary"]
+    assert len(report["rounds"]) == 5
+    assert summary["acknowledged"] > 0
+    assert summary["lost"] == 0, summary
+    assert summary["duplicated"] == 0, summary
+    assert summary["out_of_order"] == 0, summary
+    assert summary["unknown"] == 0, summary
+    assert done.returncode == 0
+
+
+def _batch(*values: bytes, timestamp_ms: int | None = None) -> bytearray:
+    builder = BatchBuilder()
+    for value in values:
+        builder.append(timestamp_ms if timestamp_ms is not None else int(time.time() * 1000), None, value)
+    return builder.build()
+
+
+def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: MetadataCluster) -> None:
+    with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
+        admin.create_topics([NewTopic("errors", 1, 3, {"max.message.bytes": "2000"})])[0].check()
+        leader = wait_until(
+            lambda: _leader(admin), timeout_s=30, what="topic 'errors' to have a leader"
+        )
+    address = cluster.node(leader).address
+
+    async def scenario() -> None:
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            good = await _produce(stub, bytes(_batch(b"ok")))
+            assert good.error == E.NONE, good
+            end = await _log_end(stub)
+
+            corrupt = _batch(b"x")
+            corrupt[CRC_START + 5] ^= 0xFF
+            old_magic = _batch(b"x")
+            old_magic[16] = 1
+            cases = {
+                E.CORRUPT_MESSAGE: bytes(corrupt),
+                E.INVALID_RECORD: bytes(old_magic),
+                E.MESSAGE_TOO_LARGE: bytes(_batch(b"v" * 3000)),
+                E.INVALID_TIMESTAMP: bytes(_batch(b"x", timestamp_ms=1)),
+            }
+            for code, payload in cases.items():
+                result = await _produce(stub, payload)
+                assert result.error == code, (E.Name(code), result)
+                assert result.message
+                assert await _log_end(stub) == end, f"{E.Name(code)} wrote to the log"
+            unknown = await _produce(stub, bytes(_batch(b"x")), topic="no-such-topic")
+            assert unknown.error == E.UNKNOWN_TOPIC_OR_PARTITION
+
+            fetch = pb.FetchRequest(replica_id=-1, max_bytes=1 << 20)
+            fetch.topics.add(name="errors").partitions.add(partition=0, fetch_offset=end + 10, partition_max_bytes=1 << 20)
+            answer = (await stub.Fetch(fetch, timeout=10)).topics[0].partitions[0]
+            assert answer.error == E.OFFSET_OUT_OF_RANGE
+
+            bad = pb.ProduceRequest(acks=7, timeout_ms=1000)
+            response = await stub.Produce(bad, timeout=10)
+            assert response.status.error == E.INVALID_REQUEST and "acks" in response.status.message
+            bad_fetch = pb.FetchRequest(replica_id=-1, max_bytes=-5)
+            response = await stub.Fetch(bad_fetch, timeout=10)
+            assert response.status.error == E.INVALID_REQUEST and "max_bytes" in response.status.message
+
+            assert (await _produce(stub, bytes(_batch(b"still serving")))).error == E.NONE
+            assert await _log_end(stub) == end + 1
+
+    asyncio.run(scenario())
+
+
+def _leader(admin: Admin) -> int | None:
+    description = admin.describe_topics(["errors"])[0]
+    partitions = description.partitions
+    if not partitions or partitions[0].leader < 0 or len(partitions[0].isr) < 3:
+        return None
+    return partitions[0].leader
+
+
+async def _produce(stub: broker_pb2_grpc.BrokerStub, payload: bytes, topic: str = "errors") -> pb.ProducePartitionResult:
+    request = pb.ProduceRequest(acks=-1, timeout_ms=10_000)
+    request.topics.add(name=topic).partitions.add(partition=0, records=payload)
+    return (await stub.Produce(request, timeout=15)).topics[0].partitions[0]
+
+
+async def _log_end(stub: broker_pb2_grpc.BrokerStub) -> int:
+    request = pb.ListOffsetsRequest()
+    request.topics.add(name="errors").partitions.add(partition=0, timestamp=-1)
+    return (await stub.ListOffsets(request, timeout=10)).topics[0].partitions[0].offset
