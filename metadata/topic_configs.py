@@ -27,6 +27,7 @@ SEGMENT_BYTES = "segment.bytes"
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 CLEANUP_POLICY = "cleanup.policy"
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
 class _BadValue(Exception):
@@ -69,6 +70,12 @@ def _at_most(limit: int, parse: Callable[[str], str]) -> Callable[[str], str]:
     return bounded
 
 
+def _timestamp_type(value: str) -> str:
+    if value not in TIMESTAMP_TYPES:
+        raise _BadValue(f"must be one of {', '.join(TIMESTAMP_TYPES)}")
+    return value
+
+
 def _cleanup_policy(value: str) -> str:
     policies = {policy.strip() for policy in value.split(",")}
     if "compact" in policies:
@@ -99,6 +106,48 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 str(GIB),
                 "the size at which a partition's log rolls to a new segment (1 KiB to 1 GiB)",
                 _at_most(GIB, _integer(1024, INT32_MAX, "INT")),
+            ),
+            ConfigDef(
+                "segment.ms",
+                "604800000",
+                "the age (ms) at which the active segment rolls even if not full",
+                _integer(1, INT64_MAX, "LONG"),
+            ),
+            ConfigDef(
+                "index.interval.bytes",
+                "4096",
+                "bytes of log between two entries of the sparse offset index",
+                _integer(0, INT32_MAX, "INT"),
+            ),
+            ConfigDef(
+                "flush.messages",
+                str(INT64_MAX),
+                "fsync once this many records are unflushed; 1 fsyncs each batch before it counts as written",
+                _integer(1, INT64_MAX, "LONG"),
+            ),
+            ConfigDef(
+                "flush.ms",
+                str(INT64_MAX),
+                "fsync once the oldest unflushed write is this old (ms); durability comes from replication",
+                _integer(0, INT64_MAX, "LONG"),
+            ),
+            ConfigDef(
+                "message.timestamp.type",
+                "CreateTime",
+                "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch on append",
+                _timestamp_type,
+            ),
+            ConfigDef(
+                "message.timestamp.before.max.ms",
+                str(INT64_MAX),
+                "how far (ms) before the broker's clock a CreateTime timestamp may be",
+                _integer(0, INT64_MAX, "LONG"),
+            ),
+            ConfigDef(
+                "message.timestamp.after.max.ms",
+                "3600000",
+                "how far (ms) after the broker's clock a CreateTime timestamp may be",
+                _integer(0, INT64_MAX, "LONG"),
             ),
             ConfigDef(
                 MIN_INSYNC_REPLICAS,

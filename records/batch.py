@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import crc32c
 
@@ -37,6 +37,11 @@ CONTROL_MASK = 0x20
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_AND_EPOCH = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
+_ATTRIBUTES = struct.Struct(">h")
+_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+_CRC_AT = 17
+_MAX_TIMESTAMP_AT = 35
 _BATCH_LENGTH_MIN = HEADER_SIZE - LOG_OVERHEAD
 
 
@@ -86,14 +91,20 @@ class BatchHeader:
         return bool(self.attributes & CONTROL_MASK)
 
 
-def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """The header of the batch at ``pos``; BatchFramingError unless the whole batch,
-    as its length says, lies within ``buf`` and its magic is 2."""
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """The header at ``pos``, checked as a header only (its batch may lie beyond ``buf``)."""
     if len(buf) - pos < HEADER_SIZE:
         raise BatchFramingError(f"{len(buf) - pos} bytes at {pos}: shorter than a batch header")
     header = BatchHeader(*_HEADER.unpack_from(buf, pos))
     if header.batch_length < _BATCH_LENGTH_MIN:
         raise BatchFramingError(f"batch at {pos}: batchLength {header.batch_length} is below the header's")
+    return header
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """The header of the batch at ``pos``; BatchFramingError unless the whole batch,
+    as its length says, lies within ``buf`` and its magic is 2."""
+    header = read_header(buf, pos)
     if pos + header.size > len(buf):
         raise BatchFramingError(
             f"batch at {pos}: batchLength {header.batch_length} runs past the end ({len(buf) - pos} bytes)"
@@ -124,3 +135,14 @@ def assign(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: i
     (both outside the CRC)."""
     _OFFSET_AND_EPOCH.pack_into(buf, pos, base_offset)
     _EPOCH.pack_into(buf, pos + 12, partition_leader_epoch)
+
+
+def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:
+    """Stamp the batch at ``pos`` with LogAppendTime ``now_ms``: the timestamp-type bit and
+    the max timestamp change, both CRC-covered, so the CRC is written again."""
+    attributes = header.attributes | TIMESTAMP_TYPE_MASK
+    _ATTRIBUTES.pack_into(buf, pos + CRC_START, attributes)
+    _TIMESTAMP.pack_into(buf, pos + _MAX_TIMESTAMP_AT, now_ms)
+    crc = crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + header.size])
+    _CRC.pack_into(buf, pos + _CRC_AT, crc)
+    return replace(header, attributes=attributes, max_timestamp=now_ms, crc=crc)

@@ -100,6 +100,16 @@ class BatchBuilder:
         return self._builder.build()
 
 
+def iter_batch_records(batch: bytes, *, implementation: Implementation = FAST) -> Iterator[Record]:
+    """The records of one whole batch, control batches included; RecordError if they do
+    not decode (the codec checks each record's length and the batch's record count)."""
+    try:
+        for record in implementation.batch(batch):
+            yield Record(record.offset, record.timestamp, record.key, record.value, tuple(record.headers))
+    except (CorruptRecordException, ValueError, IndexError, AssertionError, RuntimeError) as e:
+        raise RecordError(str(e) or type(e).__name__) from None
+
+
 def read_records(buf: bytes | bytearray | memoryview, *, implementation: Implementation = FAST) -> Iterator[Record]:
     """Every data record of every batch in ``buf`` (control batches skipped), in order;
     RecordError for bytes that do not decode."""

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from raftka.v1 import controller_pb2 as pb
 
+from metadata.topic_configs import TOPIC_CONFIGS
 from tests.unit.metadata_controller_support import E, create, live_brokers, log_end, run, single
 
 Topic = pb.CreatableTopic
@@ -222,7 +223,7 @@ def test_configs_describe_and_incremental_alter() -> None:
         await create(c, "t", 1, 2)
         described = await c.describe_configs(pb.DescribeConfigsRequest(topics=["t"]))
         entries = {e.name: (e.value, e.is_default) for e in described.topics[0].entries}
-        assert entries["retention.ms"] == ("604800000", True) and len(entries) == 6
+        assert entries["retention.ms"] == ("604800000", True) and len(entries) == len(TOPIC_CONFIGS)
         alter = pb.AlterConfigsRequest(
             topics=[
                 pb.AlterTopicConfigs(

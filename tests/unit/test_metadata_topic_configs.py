@@ -18,6 +18,13 @@ INT64_MAX = str(2**63 - 1)
 
 DEFAULTS = {
     "cleanup.policy": "delete",
+    "flush.messages": "9223372036854775807",
+    "flush.ms": "9223372036854775807",
+    "index.interval.bytes": "4096",
+    "message.timestamp.after.max.ms": "3600000",
+    "message.timestamp.before.max.ms": "9223372036854775807",
+    "message.timestamp.type": "CreateTime",
+    "segment.ms": "604800000",
     "max.message.bytes": "1048588",
     "min.insync.replicas": "1",
     "retention.bytes": "-1",

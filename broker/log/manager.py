@@ -1,0 +1,137 @@
+"""A broker's partition logs under one directory (Kafka's LogManager, one log dir).
+
+At start every ``<topic>-<partition>`` folder is opened; whether it needs recovery
+comes from two files Kafka keeps too: a clean-shutdown marker (written by ``close``,
+removed at start) and ``recovery-point-offset-checkpoint``. The high watermarks are
+checkpointed here as well (``replication-offset-checkpoint``), since a restarted
+replica must not serve or count what it cannot know was committed.
+
+A removed partition's folder is renamed to ``<name>.<hex>-delete`` first (an atomic
+step a crash cannot undo halfway) and then deleted; leftovers are deleted at start.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import structlog
+
+from broker.log import checkpoint
+from broker.log.config import LogConfig
+from broker.log.partition_log import PartitionLog, stored_topic_id
+
+log = structlog.get_logger("broker.log")
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+RECOVERY_POINTS_FILE = "recovery-point-offset-checkpoint"
+HIGH_WATERMARKS_FILE = "replication-offset-checkpoint"
+DELETE_SUFFIX = "-delete"
+
+
+def _partition_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class LogManager:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._logs: dict[str, PartitionLog] = {}
+        self._clean_shutdown = False
+        self._recovery_points: dict[str, int] = {}
+
+    def open_all(self) -> None:
+        """Find the folders, remember how the last run ended; logs open on first use
+        (``get_or_create``), when the metadata says which topic id each must hold."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for leftover in self.directory.glob(f"*{DELETE_SUFFIX}"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        self._clean_shutdown = marker.exists()
+        marker.unlink(missing_ok=True)
+        checkpoint.fsync_dir(self.directory)
+        self._recovery_points = dict(_read_offsets(self.directory / RECOVERY_POINTS_FILE))
+
+    def names(self) -> list[str]:
+        return sorted(self._logs)
+
+    def get(self, name: str) -> PartitionLog | None:
+        return self._logs.get(name)
+
+    def get_or_create(self, topic: str, partition: int, topic_id: bytes, config: LogConfig) -> PartitionLog:
+        name = _partition_name(topic, partition)
+        existing = self._logs.get(name)
+        if existing is not None and existing.topic_id == topic_id:
+            return existing
+        if existing is not None:
+            self.remove(name)
+        directory = self.directory / name
+        if directory.exists() and stored_topic_id(directory) not in (None, topic_id):
+            log.info("replacing the log of a deleted topic with the same name", partition=name)
+            self._rename_and_delete(directory)
+        opened = PartitionLog.open(
+            directory,
+            topic_id,
+            config,
+            clean_shutdown=self._clean_shutdown,
+            recovery_point=self._recovery_points.get(name, 0),
+        )
+        self._logs[name] = opened
+        return opened
+
+    def remove(self, name: str) -> None:
+        partition_log = self._logs.pop(name, None)
+        if partition_log is not None:
+            partition_log.close()
+        directory = self.directory / name
+        if directory.exists():
+            self._rename_and_delete(directory)
+
+    def _rename_and_delete(self, directory: Path) -> None:
+        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+        directory.rename(doomed)
+        checkpoint.fsync_dir(self.directory)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    # upkeep -----------------------------------------------------------------------------
+
+    def maintenance(self, now_ms: int) -> None:
+        """Retention on every log, and fsync of logs whose oldest unflushed write is older
+        than their ``flush.ms``."""
+        monotonic_ms = int(time.monotonic() * 1000)
+        for name, partition_log in self._logs.items():
+            deleted = partition_log.delete_old_segments(now_ms)
+            if deleted:
+                log.info("retention deleted segments", partition=name, segments=deleted)
+            since = partition_log.first_unflushed_ms
+            if since is not None and monotonic_ms - since >= partition_log.config.flush_ms:
+                partition_log.flush()
+
+    def checkpoint_recovery_points(self) -> None:
+        points = {**self._recovery_points, **{n: pl.recovery_point for n, pl in self._logs.items()}}
+        checkpoint.write(self.directory / RECOVERY_POINTS_FILE, sorted(points.items()))
+
+    def write_high_watermarks(self, high_watermarks: Mapping[str, int]) -> None:
+        checkpoint.write(self.directory / HIGH_WATERMARKS_FILE, sorted(high_watermarks.items()))
+
+    def read_high_watermarks(self) -> dict[str, int]:
+        return dict(_read_offsets(self.directory / HIGH_WATERMARKS_FILE))
+
+    def close(self) -> None:
+        """Flush every log, checkpoint, and mark the shutdown clean."""
+        for partition_log in self._logs.values():
+            partition_log.close()
+        self.checkpoint_recovery_points()
+        (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+        checkpoint.fsync_dir(self.directory)
+        self._logs.clear()
+
+
+def _read_offsets(path: Path) -> list[tuple[str, int]]:
+    try:
+        return checkpoint.read(path)
+    except checkpoint.CheckpointError as e:
+        log.warning("ignoring an unreadable checkpoint; logs will be recovered", detail=str(e))
+        return []

@@ -1,0 +1,341 @@
+"""One partition's log: segments, the leader-epoch cache and the log start offset
+(Kafka's UnifiedLog, smaller).
+
+Appends go to the active (last) segment, which rolls on ``segment.bytes``, on
+``segment.ms`` and when its index is full. Retention deletes whole inactive segments
+and moves the log start offset. Durability is Kafka's default: data reaches the page
+cache on append and is fsynced on roll, on close, every ``flush.ms`` (through the
+manager) and, with ``flush.messages``, once that many records are unflushed
+(``flush.messages=1``: before the append returns, so before it can count toward the
+high watermark). ``recovery_point`` is the offset below which everything is on disk;
+after a crash, segments from there on are scanned and cut after their last good batch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import structlog
+
+from broker.log import checkpoint
+from broker.log.config import LogConfig
+from broker.log.epoch_cache import LeaderEpochCache
+from broker.log.segment import LogSegment
+from records.batch import BatchFramingError, BatchHeader, assign, crc_matches, iter_batches
+from records.codec import read_records
+
+log = structlog.get_logger("broker.log")
+LOG_START_FILE = "log-start-offset"
+METADATA_FILE = "partition.metadata"
+_SUFFIXES = (".log", ".index", ".timeindex")
+
+
+class LogAppendError(ValueError):
+    """Batches a follower cannot append (bad frame, CRC, or not continuing the log)."""
+
+
+class OffsetOutOfRange(LookupError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: bytes
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PartitionLog:
+    def __init__(self, directory: Path, topic_id: bytes, config: LogConfig) -> None:
+        self.directory = directory
+        self.topic_id = topic_id
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self.epochs = LeaderEpochCache(directory)
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self._unflushed_records = 0
+        self.first_unflushed_ms: int | None = None  # monotonic: when unflushed data first appeared
+
+    @classmethod
+    def open(
+        cls, directory: Path, topic_id: bytes, config: LogConfig, *, clean_shutdown: bool, recovery_point: int
+    ) -> PartitionLog:
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_metadata(directory, topic_id)
+        partition_log = cls(directory, topic_id, config)
+        partition_log._load(clean_shutdown, recovery_point)
+        return partition_log
+
+    def _load(self, clean_shutdown: bool, recovery_point: int) -> None:
+        for stray in self.directory.iterdir():
+            if stray.name.endswith((".tmp", ".deleted")):
+                stray.unlink()
+        bases = sorted(int(p.stem) for p in self.directory.glob("*.log"))
+        for i, base in enumerate(bases):
+            segment = LogSegment(self.directory, base, self.config.index_interval_bytes, _wall_ms())
+            wholly_flushed = i + 1 < len(bases) and bases[i + 1] <= recovery_point
+            segment.load(trust_indexes=clean_shutdown or wholly_flushed)
+            self.segments.append(segment)
+        for base in {int(p.stem) for p in self.directory.glob("*.index")} - set(bases):
+            for suffix in (".index", ".timeindex"):
+                (self.directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
+        self._drop_segments_past_a_gap()
+        if not self.segments:
+            self.segments.append(LogSegment(self.directory, 0, self.config.index_interval_bytes, _wall_ms()))
+        stored_start = checkpoint.read(self.directory / LOG_START_FILE)
+        self.log_start_offset = max(self.segments[0].base_offset, stored_start[0][1] if stored_start else 0)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.recovery_point = self.log_end_offset if clean_shutdown else min(recovery_point, self.log_end_offset)
+
+    def _drop_segments_past_a_gap(self) -> None:
+        """A segment cut short by recovery ends the log: later segments cannot follow it."""
+        for i in range(1, len(self.segments)):
+            if self.segments[i].base_offset != self.segments[i - 1].next_offset:
+                for later in self.segments[i:]:
+                    log.warning("deleting a segment after a gap", segment=str(later.path))
+                    later.delete()
+                del self.segments[i:]
+                return
+
+    # state ------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.epochs.latest_epoch
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    # appends ----------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        payload: bytearray,
+        batch_positions: Sequence[tuple[int, BatchHeader]],
+        leader_epoch: int,
+        now_ms: int,
+    ) -> AppendInfo:
+        """Assign offsets and the epoch in place, then write (the batches are validated)."""
+        first = self.log_end_offset
+        offset = first
+        headers = []
+        for position, header in batch_positions:
+            assign(payload, position, offset, leader_epoch)
+            headers.append((position, _rebased(header, offset, leader_epoch)))
+            offset += header.last_offset_delta + 1
+        self.epochs.assign(leader_epoch, first)
+        return self._append(payload, headers, now_ms)
+
+    def append_as_follower(self, payload: bytes) -> AppendInfo | None:
+        """Batches as the leader wrote them; nothing is written unless all are whole,
+        pass their CRC and continue this log."""
+        if not payload:
+            return None
+        expected = self.log_end_offset
+        headers = []
+        try:
+            for position, header in iter_batches(payload):
+                if not crc_matches(payload, position, header):
+                    raise LogAppendError(f"batch at {header.base_offset}: CRC mismatch")
+                if header.base_offset != expected:
+                    raise LogAppendError(f"batch at {header.base_offset} does not continue the log at {expected}")
+                headers.append((position, header))
+                expected = header.next_offset
+        except BatchFramingError as e:
+            raise LogAppendError(str(e)) from None
+        for _, header in headers:
+            self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+        return self._append(payload, headers, _wall_ms())
+
+    def _append(self, payload: bytes | bytearray, headers: list[tuple[int, BatchHeader]], now_ms: int) -> AppendInfo:
+        self._maybe_roll(len(payload), now_ms)
+        self.active.append(payload, headers)
+        records = sum(h.record_count for _, h in headers)
+        self._unflushed_records += records
+        if self.first_unflushed_ms is None:
+            self.first_unflushed_ms = int(time.monotonic() * 1000)
+        if self._unflushed_records >= self.config.flush_messages:
+            self.flush()
+        last = headers[-1][1]
+        return AppendInfo(
+            first_offset=headers[0][1].base_offset,
+            last_offset=last.last_offset,
+            max_timestamp=max(h.max_timestamp for _, h in headers),
+            record_count=records,
+        )
+
+    def _maybe_roll(self, incoming_bytes: int, now_ms: int) -> None:
+        active = self.active
+        if active.size == 0:
+            active.created_ms = now_ms
+            return
+        if (
+            active.size + incoming_bytes > self.config.segment_bytes
+            or now_ms - active.created_ms >= self.config.segment_ms
+            or active.offset_index.full
+            or active.time_index.full
+        ):
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int | None = None) -> None:
+        """Start a new active segment at the log end; the old one is fsynced."""
+        if self.active.size == 0:
+            return
+        self.active.flush()
+        self.recovery_point = max(self.recovery_point, self.log_end_offset)
+        self.segments.append(
+            LogSegment(self.directory, self.log_end_offset, self.config.index_interval_bytes, now_ms or _wall_ms())
+        )
+        checkpoint.fsync_dir(self.directory)
+
+    # reads ------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True) -> ReadResult:
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise OffsetOutOfRange(f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]")
+        for segment in self._segments_from(offset):
+            found = segment.find(offset)
+            if found is not None:
+                return ReadResult(segment.read(found, max_bytes, max_offset, min_one_batch))
+        return ReadResult(b"")
+
+    def _segments_from(self, offset: int) -> list[LogSegment]:
+        for i in range(len(self.segments) - 1, -1, -1):
+            if self.segments[i].base_offset <= offset:
+                return self.segments[i:]
+        return self.segments
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``timestamp_ms``."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp_ms:
+                continue
+            found = segment.first_batch_reaching(timestamp_ms)
+            if found is None:
+                continue
+            for record in read_records(segment.read_batch(found)):
+                if record.timestamp >= timestamp_ms and record.offset >= self.log_start_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    # truncation and retention -------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record at ``offset`` and after."""
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self.log_start_offset:
+            self.truncate_fully_and_start_at(self.log_start_offset)
+            return
+        while len(self.segments) > 1 and self.active.base_offset >= offset:
+            self.segments.pop().delete()
+        self.active.truncate_to(offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        for segment in self.segments:
+            segment.delete()
+        self.segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes, _wall_ms())]
+        self.epochs.clear()
+        self._set_log_start(offset)
+        self.recovery_point = offset
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention on whole inactive segments; the number deleted."""
+        deleted = 0
+        while len(self.segments) > 1 and self._expired(self.segments[0], now_ms):
+            self.segments.pop(0).delete()
+            deleted += 1
+        if deleted:
+            self._set_log_start(max(self.log_start_offset, self.segments[0].base_offset))
+            self.epochs.truncate_from_start(self.log_start_offset)
+        return deleted
+
+    def _expired(self, segment: LogSegment, now_ms: int) -> bool:
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        if retention_ms >= 0 and segment.max_timestamp >= 0 and now_ms - segment.max_timestamp > retention_ms:
+            return True
+        return retention_bytes >= 0 and self.size_in_bytes - segment.size >= retention_bytes
+
+    def _set_log_start(self, offset: int) -> None:
+        self.log_start_offset = offset
+        checkpoint.write(self.directory / LOG_START_FILE, [("log-start-offset", offset)])
+
+    # durability -------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        for segment in self.segments:
+            if segment.next_offset > self.recovery_point:
+                segment.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_records = 0
+        self.first_unflushed_ms = None
+
+    def close(self) -> None:
+        self.flush()
+        for segment in self.segments:
+            segment.close()
+
+    def delete(self) -> None:
+        for segment in self.segments:
+            segment.delete()
+        self.segments = []
+
+
+def _rebased(header: BatchHeader, base_offset: int, epoch: int) -> BatchHeader:
+    return replace(header, base_offset=base_offset, partition_leader_epoch=epoch)
+
+
+def _write_metadata(directory: Path, topic_id: bytes) -> None:
+    if stored_topic_id(directory) == topic_id:
+        return
+    path = directory / METADATA_FILE
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(f"version: 0\ntopic_id: {topic_id.hex()}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+    checkpoint.fsync_dir(directory)
+
+
+def stored_topic_id(directory: Path) -> bytes | None:
+    try:
+        for line in (directory / METADATA_FILE).read_text(encoding="utf-8").splitlines():
+            if line.startswith("topic_id: "):
+                return bytes.fromhex(line.removeprefix("topic_id: "))
+    except (OSError, ValueError):
+        return None
+    return None

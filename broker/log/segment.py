@@ -1,0 +1,263 @@
+"""One segment of a partition log: ``<20-digit base offset>.log`` with its two indexes.
+
+Batches are stored exactly as they arrived (offsets already assigned), appended with one
+write per append. Reads never decode records: the sparse offset index gives a position
+at or before the wanted batch, batch headers are walked from there, and the answer is
+one ``pread`` of whole batches.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from broker.log.index import IndexError_, OffsetIndex, TimeIndex
+from records.batch import (
+    HEADER_SIZE,
+    MAGIC,
+    BatchFramingError,
+    BatchHeader,
+    crc_matches,
+    iter_batches,
+    parse_header,
+    read_header,
+)
+
+log = structlog.get_logger("broker.log")
+SCAN_CHUNK_BYTES = 1 << 20
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(slots=True)
+class Position:
+    """Where a batch starts in a segment, and its header."""
+
+    position: int
+    header: BatchHeader
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int) -> None:
+        self.base_offset = base_offset
+        self.path = directory / file_name(base_offset, ".log")
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(directory / file_name(base_offset, ".index"))
+        self.time_index = TimeIndex(directory / file_name(base_offset, ".timeindex"))
+        self.index_interval_bytes = index_interval_bytes
+        self.next_offset = base_offset  # one past the last record
+        self.max_timestamp = -1
+        self.created_ms = created_ms  # for segment.ms: the first batch's arrival
+        self._bytes_since_index = 0
+
+    # loading ------------------------------------------------------------------------
+
+    def load(self, trust_indexes: bool) -> None:
+        """Learn the segment's end from its indexes' last entry plus a short scan, or
+        rebuild everything by a full scan (``recover``) when they cannot be trusted."""
+        if trust_indexes:
+            try:
+                self.offset_index.load(self.size)
+                start = self.offset_index.values[-1] if len(self.offset_index) else 0
+                self._scan_tail(start)
+                self.time_index.load(self.next_offset - self.base_offset + 1)
+                return
+            except (IndexError_, BatchFramingError) as e:
+                log.warning("index does not fit its log; rebuilding", segment=str(self.path), reason=str(e))
+        self.recover()
+
+    def _scan_tail(self, start: int) -> None:
+        """Headers from ``start`` (an indexed batch) to the end: the segment's next offset."""
+        position = start
+        while position < self.size:
+            header = self._header_at(position)
+            self._note(header)
+            position += header.size
+
+    def _header_at(self, position: int) -> BatchHeader:
+        header = read_header(os.pread(self._fd, HEADER_SIZE, position))
+        if header.magic != MAGIC or position + header.size > self.size:
+            raise BatchFramingError(f"batch at {position} of {self.path.name}: magic {header.magic} or past the end")
+        return header
+
+    def recover(self) -> int:
+        """Scan every batch (framing and CRC), rebuild both indexes, and cut the file
+        after the last good batch; the bytes cut."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self._bytes_since_index = 0
+        position = 0
+        problem = ""
+        while position < self.size and not problem:
+            chunk = os.pread(self._fd, max(SCAN_CHUNK_BYTES, HEADER_SIZE), position)
+            consumed = 0
+            try:
+                for offset_in_chunk, header in iter_batches(chunk):
+                    if not crc_matches(chunk, offset_in_chunk, header):
+                        problem = f"CRC mismatch in the batch at {position + offset_in_chunk}"
+                        break
+                    self._index(header, position + offset_in_chunk)
+                    consumed = offset_in_chunk + header.size
+            except BatchFramingError as e:
+                if consumed == 0:
+                    big = self._big_batch(position)  # one batch larger than the chunk
+                    if big is None:
+                        problem = str(e)
+                    else:
+                        self._index(big, position)
+                        consumed = big.size
+            position += consumed
+            if consumed == 0 and not problem:
+                problem = "no whole batch"
+        cut = self.size - position
+        if cut:
+            log.warning(
+                "truncating a torn or corrupt segment tail",
+                segment=str(self.path),
+                position=position,
+                bytes=cut,
+                reason=problem,
+            )
+            os.ftruncate(self._fd, position)
+            self.size = position
+        return cut
+
+    def _big_batch(self, position: int) -> BatchHeader | None:
+        try:
+            header = self._header_at(position)
+            data = os.pread(self._fd, header.size, position)
+            parse_header(data)
+        except BatchFramingError:
+            return None
+        return header if crc_matches(data, 0, header) else None
+
+    # writing ------------------------------------------------------------------------
+
+    def append(self, payload: bytes | bytearray | memoryview, headers: list[tuple[int, BatchHeader]]) -> None:
+        """Write batches whose headers (positions within ``payload``) are given."""
+        start = self.size
+        os.write(self._fd, payload)
+        self.size += len(payload)
+        for position, header in headers:
+            self._index(header, start + position)
+
+    def _index(self, header: BatchHeader, position: int) -> None:
+        if self._bytes_since_index >= self.index_interval_bytes or len(self.offset_index) == 0:
+            self.offset_index.append(header.base_offset - self.base_offset, position)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        if header.max_timestamp > self.max_timestamp:
+            self.time_index.append(header.max_timestamp, header.base_offset - self.base_offset)
+        self._note(header)
+
+    def _note(self, header: BatchHeader) -> None:
+        self.next_offset = header.next_offset
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+
+    # reading ------------------------------------------------------------------------
+
+    def find(self, offset: int) -> Position | None:
+        """The batch holding ``offset`` (or the first after it), None past the end."""
+        floor = self.offset_index.floor(offset - self.base_offset)
+        position = floor[1] if floor is not None else 0
+        while position < self.size:
+            header = self._header_at(position)
+            if header.last_offset >= offset:
+                return Position(position, header)
+            position += header.size
+        return None
+
+    def read(self, start: Position, max_bytes: int, max_offset: int | None, min_one_batch: bool) -> bytes:
+        """Whole batches from ``start`` within ``max_bytes`` (the first whole regardless
+        with ``min_one_batch``), none starting at or past ``max_offset``."""
+        if max_offset is not None and start.header.base_offset >= max_offset:
+            return b""
+        length = min(max_bytes, self.size - start.position)
+        if start.header.size > length:
+            if not min_one_batch:
+                return b""
+            return os.pread(self._fd, start.header.size, start.position)
+        data = os.pread(self._fd, length, start.position)
+        end = 0
+        for position, header in _whole_batches(data):
+            if max_offset is not None and header.base_offset >= max_offset:
+                break
+            end = position + header.size
+        return data[:end]
+
+    def first_batch_reaching(self, timestamp: int) -> Position | None:
+        """The first batch whose max timestamp is at least ``timestamp``: the time index
+        names the batch where the segment's max timestamp first reached it, and the scan
+        starts from the offset index entry at or before the one just before it."""
+        i = bisect.bisect_left(self.time_index.keys, timestamp)
+        if i == len(self.time_index):
+            return None
+        before = self.time_index.values[i - 1] if i > 0 else 0
+        floor = self.offset_index.floor(before)
+        position = floor[1] if floor is not None else 0
+        while position < self.size:
+            header = self._header_at(position)
+            if header.max_timestamp >= timestamp:
+                return Position(position, header)
+            position += header.size
+        return None
+
+    def read_batch(self, at: Position) -> bytes:
+        return os.pread(self._fd, at.header.size, at.position)
+
+    # upkeep -------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch holding ``offset`` or later."""
+        at = self.find(offset)
+        if at is None:
+            return
+        os.ftruncate(self._fd, at.position)
+        self.size = at.position
+        self.offset_index.truncate_after(at.header.base_offset - self.base_offset)
+        self.time_index.truncate_to_offset(at.header.base_offset - self.base_offset)
+        self.recover_end()
+
+    def recover_end(self) -> None:
+        """Recompute the end and max timestamp from what the indexes and file still hold."""
+        self.next_offset = self.base_offset
+        self.max_timestamp = self.time_index.keys[-1] if len(self.time_index) else -1
+        self._bytes_since_index = 0
+        start = self.offset_index.values[-1] if len(self.offset_index) else 0
+        self._scan_tail(start)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+
+
+def _whole_batches(data: bytes) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of the whole batches at the start of ``data``."""
+    position = 0
+    while len(data) - position >= HEADER_SIZE:
+        header = read_header(data, position)
+        if position + header.size > len(data):
+            return
+        yield position, header
+        position += header.size

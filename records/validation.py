@@ -1,0 +1,120 @@
+"""The partition leader's check of a producer's batches (Kafka's LogValidator for magic 2).
+
+Everything the leader will store is checked before anything is written: the frame and
+CRC of every batch, its size against ``max.message.bytes``, every record (decoded by the
+codec, so a malformed varint or a count that lies is caught), offset deltas 0..n-1, and
+CreateTime timestamps within the topic's bounds of the broker's clock. One bad batch
+refuses the whole partition's payload. With ``LogAppendTime`` the batch is stamped here
+(which changes CRC-covered bytes, so the CRC is recomputed, as Kafka does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raftka.v1 import controller_pb2
+
+from records.batch import (
+    CONTROL_MASK,
+    MAGIC,
+    TRANSACTIONAL_MASK,
+    BatchFramingError,
+    BatchHeader,
+    crc_matches,
+    parse_header,
+    set_log_append_time,
+)
+from records.codec import RecordError, iter_batch_records
+
+E = controller_pb2.ErrorCode
+_MAGIC_AT = 16
+
+
+class BatchValidationError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    max_message_bytes: int
+    timestamp_type: str = "CreateTime"
+    timestamp_before_max_ms: int = 2**63 - 1
+    timestamp_after_max_ms: int = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedBatches:
+    payload: bytearray
+    batches: list[tuple[int, BatchHeader]]
+    record_count: int
+    log_append_time_ms: int  # -1 unless the topic stamps LogAppendTime
+
+
+def validate_batches(payload: bytes, limits: BatchLimits, now_ms: int) -> ValidatedBatches:
+    if not payload:
+        raise BatchValidationError(E.CORRUPT_MESSAGE, "records: empty; at least one batch is needed")
+    buf = bytearray(payload)
+    batches: list[tuple[int, BatchHeader]] = []
+    position = 0
+    records = 0
+    while position < len(buf):
+        index = len(batches)
+        if len(buf) - position > _MAGIC_AT and buf[position + _MAGIC_AT] != MAGIC:
+            raise BatchValidationError(
+                E.INVALID_RECORD, f"batch {index} at byte {position}: magic {buf[position + _MAGIC_AT]}, only {MAGIC} is accepted"
+            )
+        try:
+            header = parse_header(buf, position)
+        except BatchFramingError as e:
+            raise BatchValidationError(E.CORRUPT_MESSAGE, f"batch {index}: {e}") from None
+        if header.size > limits.max_message_bytes:
+            raise BatchValidationError(
+                E.MESSAGE_TOO_LARGE,
+                f"batch {index} is {header.size} bytes, over max.message.bytes {limits.max_message_bytes}",
+            )
+        if not crc_matches(buf, position, header):
+            raise BatchValidationError(E.CORRUPT_MESSAGE, f"batch {index} at byte {position}: CRC-32C mismatch")
+        _check_records(buf, position, header, index, limits, now_ms)
+        batches.append((position, header))
+        records += header.record_count
+        position += header.size
+    append_time = -1
+    if limits.timestamp_type == "LogAppendTime":
+        append_time = now_ms
+        batches = [(pos, set_log_append_time(buf, pos, header, now_ms)) for pos, header in batches]
+    return ValidatedBatches(buf, batches, records, append_time)
+
+
+def _check_records(
+    buf: bytearray, position: int, header: BatchHeader, index: int, limits: BatchLimits, now_ms: int
+) -> None:
+    def invalid(why: str) -> BatchValidationError:
+        return BatchValidationError(E.INVALID_RECORD, f"batch {index}: {why}")
+
+    if header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
+        raise invalid("control and transactional batches are not accepted (no transactions)")
+    if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
+        raise invalid(f"{header.record_count} records with lastOffsetDelta {header.last_offset_delta}")
+    check_time = limits.timestamp_type == "CreateTime"
+    earliest = now_ms - min(limits.timestamp_before_max_ms, now_ms + 2**62)
+    latest = now_ms + min(limits.timestamp_after_max_ms, 2**62)
+    count = 0
+    try:
+        for expected, record in enumerate(iter_batch_records(bytes(buf[position : position + header.size]))):
+            if record.offset - header.base_offset != expected:
+                raise invalid(f"record {expected} has offset delta {record.offset - header.base_offset}")
+            if check_time and not earliest <= record.timestamp <= latest:
+                raise BatchValidationError(
+                    E.INVALID_TIMESTAMP,
+                    f"batch {index}, record {expected}: timestamp {record.timestamp} is outside "
+                    f"[{earliest}, {latest}] (message.timestamp.before/after.max.ms)",
+                )
+            count += 1
+    except RecordError as e:
+        raise invalid(f"records do not decode: {e}") from None
+    if count != header.record_count:
+        raise invalid(f"header says {header.record_count} records, {count} decoded")
+
