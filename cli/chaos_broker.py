@@ -212,6 +212,14 @@ def _round(
     }
 
 
+def format_round(r: dict[str, Any]) -> str:
+    return (
+        f"round {r['round']}: SIG{r['signal'].removeprefix('SIG')} broker {r['victim']} "
+        f"(leading {r['partitions_led']} partitions) -> every partition led again after {r['failover_ms']} ms; "
+        f"back in every ISR after {r['rejoin_ms']} ms"
+    )
+
+
 def _partitions(admin: Admin, topic: str) -> list[PartitionInfo]:
     description = admin.describe_topics([topic])[0]
     return list(description.partitions) if description.error is None else []

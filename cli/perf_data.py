@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import struct
 import time
@@ -259,10 +260,8 @@ async def measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
             futures.append(await producer.send(args.topic, _STAMP.pack(time.perf_counter_ns()) + padding))
         await producer.flush()
         errors = sum(1 for f in futures if f.exception() is not None)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(reader, timeout=30)
-        except TimeoutError:
-            pass
         cpu_per_million = cpu.per_million(total)
     finally:
         await producer.close()

@@ -15,3 +15,24 @@ class AdminError(Exception):
         super().__init__(f"{code}: {message}" if message else code)
         self.code = code
         self.message = message
+
+
+class KafkaError(Exception):
+    """A produce or consume failure: ``code`` is Kafka's error name, with the server's message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+
+
+class ProducerError(KafkaError):
+    """A record that was not (or may not have been) written."""
+
+
+class ConsumerError(KafkaError):
+    """A fetch, offset lookup or commit that retrying cannot fix."""
+
+
+class OffsetOutOfRangeError(ConsumerError):
+    """No valid position and ``auto_offset_reset='none'``: the partitions are named."""

@@ -167,3 +167,36 @@ class FetchedOffset:
     def check(self) -> None:
         where = f"{self.topic}-{self.partition}"
         _check(self.error, f"{where}: {self.message}" if self.message else where)
+
+
+# the data plane ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record went; offset -1 with acks=0 (the broker says nothing)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]

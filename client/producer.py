@@ -1,0 +1,412 @@
+"""The producer: records into per-partition batches, batches into one Produce per broker.
+
+``send`` picks the partition (Kafka's murmur2 for keys, sticky without), appends to that
+partition's open batch (aiokafka's codec) and returns a future. A sender task ships
+batches that are full, older than ``linger_ms``, or asked for by ``flush``: every ready
+batch led by one broker goes in one request (up to ``max_request_size``). Each
+partition has at most one batch in flight, so its order holds when a batch is retried.
+Retriable answers (leader moved, ISR too small, timeouts, an unreachable broker) are
+retried after ``retry_backoff_ms`` and a metadata refresh, until the batch is
+``delivery_timeout_ms`` old; anything else fails the batch's futures at once with the
+broker's error and message. ``buffer_memory`` bounds the bytes waiting: ``send`` waits
+for room up to ``max_block_ms``.
+
+``AsyncProducer`` is the asyncio producer; ``Producer`` runs one on a private thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+import structlog
+from raftka.v1 import broker_pb2, controller_pb2
+
+from client.cluster_metadata import RETRIABLE, ClusterMetadata
+from client.errors import KafkaError, ProducerError
+from client.partitioner import StickyPartitioner, default_partition
+from client.types import RecordMetadata, TopicPartition
+from records.codec import BatchBuilder, Compression
+
+E = controller_pb2.ErrorCode
+log = structlog.get_logger("client.producer")
+ACKS = (-1, 0, 1)
+RECORD_OVERHEAD_BYTES = 24  # what a record adds to a batch besides key, value and headers
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(eq=False)
+class _Batch:
+    tp: TopicPartition
+    builder: BatchBuilder
+    created: float  # monotonic
+    futures: list[tuple[asyncio.Future[RecordMetadata], int]] = field(default_factory=list)  # (future, timestamp)
+    size: int = 0  # bytes charged to buffer_memory
+    payload: bytes | None = None  # built once, when first sent
+    retry_at: float = 0.0
+    last_error: str = ""
+    closed: bool = False
+
+
+class AsyncProducer:
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        *,
+        acks: int | str = -1,
+        linger_ms: int = 5,
+        batch_size: int = 16_384,
+        buffer_memory: int = 32 << 20,
+        compression: str = "none",
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        max_block_ms: int = 60_000,
+        max_request_size: int = 1 << 20,
+    ) -> None:
+        acks = -1 if acks == "all" else int(acks)
+        if acks not in ACKS:
+            raise ValueError(f"acks: {acks} is not one of all (-1), 0 or 1")
+        for name, value in (("batch_size", batch_size), ("buffer_memory", buffer_memory), ("max_request_size", max_request_size)):
+            if value <= 0:
+                raise ValueError(f"{name}: must be positive, got {value}")
+        self.acks = acks
+        self._linger_s = linger_ms / 1000
+        self._batch_size = batch_size
+        self._buffer_memory = buffer_memory
+        self._compression = Compression.parse(compression)
+        self._delivery_timeout_s = delivery_timeout_ms / 1000
+        self._request_timeout_ms = request_timeout_ms
+        self._retry_backoff_s = retry_backoff_ms / 1000
+        self._max_block_s = max_block_ms / 1000
+        self._max_request_size = max_request_size
+        self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=request_timeout_ms / 1000)
+        self._partitioner = StickyPartitioner()
+        self._batches: dict[TopicPartition, collections.deque[_Batch]] = {}
+        self._in_flight: set[TopicPartition] = set()
+        self._requests: set[asyncio.Task[None]] = set()
+        self._buffered = 0
+        self._room = asyncio.Condition()
+        self._wake = asyncio.Event()
+        self._flushing = 0
+        self._closed = False
+        self._sender = asyncio.create_task(self._send_loop(), name="producer-sender")
+
+    # the API ----------------------------------------------------------------------------
+
+    async def wait_ready(self, topic: str) -> None:
+        """Until every partition of ``topic`` has a leader (bounded by ``max_block_ms``)."""
+        deadline = time.monotonic() + self._max_block_s
+        while True:
+            info = await self.metadata.topic(topic)
+            if len(info.available()) == len(info.partitions):
+                return
+            if time.monotonic() > deadline:
+                raise ProducerError("LEADER_NOT_AVAILABLE", f"{topic} has partitions without a leader")
+            await asyncio.sleep(self._retry_backoff_s)
+            await self.metadata.refresh(force=True)
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        if self._closed:
+            raise ProducerError("PRODUCER_CLOSED", "send after close")
+        headers = list(headers or ())
+        size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+        if size > self._max_request_size:
+            raise ProducerError("RECORD_TOO_LARGE", f"a record of {size} bytes is over max_request_size {self._max_request_size}")
+        info = await self.metadata.topic(topic)
+        count = len(info.partitions)
+        if partition is None:
+            partition = (
+                default_partition(key, count) if key is not None else self._partitioner.partition(topic, count, info.available())
+            )
+        elif not 0 <= partition < count:
+            raise ProducerError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic} has {count} partitions, not {partition + 1}")
+        await self._wait_for_room(size)
+        tp = TopicPartition(topic, partition)
+        timestamp = int(time.time() * 1000) if timestamp is None else timestamp
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        batch = self._open_batch(tp)
+        if not batch.builder.append(timestamp, key, value, headers):
+            self._close_batch(batch, key is None)
+            batch = self._open_batch(tp)
+            batch.builder.append(timestamp, key, value, headers)  # the first record always fits
+        batch.futures.append((future, timestamp))
+        batch.size += size
+        self._buffered += size
+        if batch.builder.size_in_bytes() >= self._batch_size:
+            self._close_batch(batch, key is None)
+        return future
+
+    async def flush(self) -> None:
+        """Until every record sent so far is acknowledged or failed."""
+        self._flushing += 1
+        self._wake.set()
+        try:
+            pending = [f for queue in self._batches.values() for b in queue for f, _ in b.futures]
+            if pending:
+                await asyncio.wait(pending)
+        finally:
+            self._flushing -= 1
+
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Flush (for up to ``timeout_s``), then fail what is left and stop."""
+        if self._closed:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.flush(), timeout_s)
+        self._closed = True
+        self._sender.cancel()
+        for task in list(self._requests):
+            task.cancel()
+        await asyncio.gather(self._sender, *self._requests, return_exceptions=True)
+        for queue in self._batches.values():
+            for batch in queue:
+                self._fail(batch, ProducerError("PRODUCER_CLOSED", f"closed before {batch.tp} was acknowledged"))
+        self._batches.clear()
+        await self.metadata.close()
+
+    # batching ---------------------------------------------------------------------------
+
+    async def _wait_for_room(self, size: int) -> None:
+        if self._buffered + size <= self._buffer_memory:
+            return
+        self._wake.set()
+        async with self._room:
+            try:
+                await asyncio.wait_for(
+                    self._room.wait_for(lambda: self._buffered + size <= self._buffer_memory or self._buffered == 0),
+                    self._max_block_s,
+                )
+            except TimeoutError:
+                raise ProducerError(
+                    "BUFFER_EXHAUSTED", f"no room in buffer_memory ({self._buffer_memory} bytes) within max_block_ms"
+                ) from None
+
+    def _open_batch(self, tp: TopicPartition) -> _Batch:
+        queue = self._batches.setdefault(tp, collections.deque())
+        if queue and not queue[-1].closed:
+            return queue[-1]
+        batch = _Batch(tp, BatchBuilder(self._compression, self._batch_size), time.monotonic())
+        queue.append(batch)
+        if len(queue) == 1:
+            self._wake.set()
+        return batch
+
+    def _close_batch(self, batch: _Batch, keyless: bool) -> None:
+        batch.closed = True
+        self._wake.set()
+        if keyless:
+            info = self.metadata.topics.get(batch.tp.topic)
+            if info is not None:
+                self._partitioner.on_new_batch(batch.tp.topic, len(info.partitions), info.available(), batch.tp.partition)
+
+    # sending ----------------------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        while True:
+            wait_s = self._ship_ready()
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_s)
+
+    def _ship_ready(self) -> float | None:
+        """Send what is ready; how long until something else may be (None: until woken)."""
+        now = time.monotonic()
+        next_s: float | None = None
+        by_leader: dict[int, list[_Batch]] = {}
+        for tp, queue in self._batches.items():
+            if not queue or tp in self._in_flight:
+                continue
+            batch = queue[0]
+            if now - batch.created > self._delivery_timeout_s:
+                queue.popleft()
+                self._fail(batch, ProducerError("REQUEST_TIMED_OUT", f"{tp}: not acknowledged within delivery_timeout_ms ({batch.last_error or 'no answer'})"))
+                continue
+            ready_at = max(batch.retry_at, batch.created + (0 if batch.closed or len(queue) > 1 or self._flushing else self._linger_s))
+            if ready_at > now:
+                next_s = min(next_s if next_s is not None else ready_at - now, ready_at - now)
+                continue
+            state = self.metadata.leader(tp)
+            if state is None or state.leader < 0 or self.metadata.stub(state.leader) is None:
+                batch.retry_at = now + self._retry_backoff_s
+                batch.last_error = f"no leader for {tp}"
+                self._refresh_soon()
+                next_s = min(next_s if next_s is not None else self._retry_backoff_s, self._retry_backoff_s)
+                continue
+            by_leader.setdefault(state.leader, []).append(batch)
+        for leader, batches in by_leader.items():
+            request_batches: list[_Batch] = []
+            size = 0
+            for batch in batches:
+                if batch.payload is None:
+                    batch.closed = True
+                    batch.payload = bytes(batch.builder.build())
+                if request_batches and size + len(batch.payload) > self._max_request_size:
+                    self._launch(leader, request_batches)
+                    request_batches, size = [], 0
+                request_batches.append(batch)
+                size += len(batch.payload)
+            self._launch(leader, request_batches)
+        return next_s
+
+    def _launch(self, leader: int, batches: list[_Batch]) -> None:
+        for batch in batches:
+            self._in_flight.add(batch.tp)
+        task = asyncio.create_task(self._produce(leader, batches))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    async def _produce(self, leader: int, batches: list[_Batch]) -> None:
+        request = broker_pb2.ProduceRequest(acks=self.acks, timeout_ms=self._request_timeout_ms)
+        topics: dict[str, broker_pb2.ProduceTopic] = {}
+        for batch in batches:
+            topic = topics.get(batch.tp.topic)
+            if topic is None:
+                topic = topics[batch.tp.topic] = request.topics.add(name=batch.tp.topic)
+            topic.partitions.add(partition=batch.tp.partition, records=batch.payload)
+        results: dict[TopicPartition, broker_pb2.ProducePartitionResult] = {}
+        failure = ""
+        stub = self.metadata.stub(leader)
+        try:
+            if stub is None:
+                raise KafkaError("BROKER_NOT_AVAILABLE", f"broker {leader} is unknown")
+            response = await stub.Produce(request, timeout=self._request_timeout_ms / 1000 + 5)
+            if response.status.error != E.NONE:
+                failure = f"{E.Name(response.status.error)}: {response.status.message}"
+            for topic_result in response.topics:
+                for p in topic_result.partitions:
+                    results[TopicPartition(topic_result.name, p.partition)] = p
+        except grpc.aio.AioRpcError as e:
+            failure = f"broker {leader}: {e.code().name}: {e.details()}"
+        except KafkaError as e:
+            failure = str(e)
+        finally:
+            for batch in batches:
+                self._in_flight.discard(batch.tp)
+        retry = False
+        for batch in batches:
+            result = results.get(batch.tp)
+            if result is not None and result.error == E.NONE:
+                self._complete(batch, result.base_offset)
+            elif self.acks == 0:
+                self._complete(batch, -1)
+            elif result is not None and result.error not in RETRIABLE:
+                self._done(batch)
+                self._fail(batch, ProducerError(E.Name(result.error), result.message))
+            else:
+                batch.last_error = failure or (f"{E.Name(result.error)}: {result.message}" if result else "no answer")
+                batch.retry_at = time.monotonic() + self._retry_backoff_s
+                retry = True
+        if retry:
+            self._refresh_soon()
+        self._wake.set()
+
+    def _refresh_soon(self) -> None:
+        task = asyncio.create_task(self._refresh_quietly())
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.metadata.refresh()
+        except KafkaError as e:
+            log.debug("metadata refresh failed", detail=str(e))
+
+    def _done(self, batch: _Batch) -> None:
+        queue = self._batches.get(batch.tp)
+        if queue and queue[0] is batch:
+            queue.popleft()
+        self._buffered -= batch.size
+        batch.size = 0
+        asyncio.get_running_loop().create_task(self._notify_room())
+
+    async def _notify_room(self) -> None:
+        async with self._room:
+            self._room.notify_all()
+
+    def _complete(self, batch: _Batch, base_offset: int) -> None:
+        self._done(batch)
+        for i, (future, timestamp) in enumerate(batch.futures):
+            if not future.done():
+                offset = base_offset + i if base_offset >= 0 else -1
+                future.set_result(RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp))
+
+    def _fail(self, batch: _Batch, error: ProducerError) -> None:
+        for future, _ in batch.futures:
+            if not future.done():
+                future.set_exception(error)
+
+
+class Producer:
+    """The synchronous producer: an AsyncProducer on a private event-loop thread.
+    ``send`` returns a ``concurrent.futures.Future`` of the record's metadata."""
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], **options: object) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="producer-loop", daemon=True)
+        self._thread.start()
+        self._producer: AsyncProducer = self._call(_make(bootstrap_servers, options))
+
+    def _call(self, coroutine):  # noqa: ANN001, ANN202
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+
+        async def send() -> None:
+            try:
+                future = await self._producer.send(topic, value, key, headers, partition, timestamp)
+            except Exception as e:  # noqa: BLE001: handed to the caller's future
+                result.set_exception(e)
+                return
+            future.add_done_callback(lambda f: _copy(f, result))
+
+        self._call(send())
+        return result
+
+    def flush(self) -> None:
+        self._call(self._producer.flush())
+
+    def close(self, timeout_s: float | None = None) -> None:
+        if self._loop.is_closed():
+            return
+        self._call(self._producer.close(timeout_s))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+
+async def _make(bootstrap_servers: str | Sequence[str], options: dict) -> AsyncProducer:
+    return AsyncProducer(bootstrap_servers, **options)
+
+
+def _copy(source: asyncio.Future, target: concurrent.futures.Future) -> None:
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())
+    else:
+        target.set_result(source.result())
