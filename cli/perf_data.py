@@ -26,7 +26,7 @@ from cli.perf_metadata import percentile
 from client.admin import Admin, RetryPolicy
 from client.consumer import AsyncConsumer
 from client.errors import AdminError
-from client.producer import AsyncProducer
+from client.producer import AsyncProducer, RecordFuture
 from client.types import NewTopic
 
 DEFAULT_TOPIC = "raftka-perf"
@@ -142,10 +142,10 @@ async def measure_produce(args: argparse.Namespace) -> dict[str, Any]:
     errors: list[str] = []
     clock = time.perf_counter
 
-    def done(sent_at: float) -> Callable[[asyncio.Future], None]:
-        def record(future: asyncio.Future) -> None:
-            if future.cancelled() or future.exception() is not None:
-                errors.append(str(future.exception()) if not future.cancelled() else "cancelled")
+    def done(sent_at: float) -> Callable[[RecordFuture], None]:
+        def record(future: RecordFuture) -> None:
+            if future.exception() is not None:
+                errors.append(str(future.exception()))
             else:
                 latencies_ms.append((clock() - sent_at) * 1000)
 

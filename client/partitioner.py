@@ -9,7 +9,7 @@ partitioner), so keyless records fill batches instead of spreading thin.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiokafka.partitioner import murmur2
 
@@ -23,10 +23,11 @@ class StickyPartitioner:
         self._rng = rng or random.Random()
         self._sticky: dict[str, int] = {}
 
-    def partition(self, topic: str, num_partitions: int, available: Sequence[int]) -> int:
+    def partition(self, topic: str, num_partitions: int, available: Callable[[], Sequence[int]]) -> int:
+        """``available`` is only called when a partition must be chosen."""
         current = self._sticky.get(topic)
         if current is None or current >= num_partitions:
-            current = self._choose(num_partitions, available, previous=None)
+            current = self._choose(num_partitions, available(), previous=None)
             self._sticky[topic] = current
         return current
 

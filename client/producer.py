@@ -22,7 +22,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -42,12 +42,48 @@ RECORD_OVERHEAD_BYTES = 24  # what a record adds to a batch besides key, value a
 Headers = Sequence[tuple[str, bytes | None]]
 
 
+class RecordFuture:
+    """One record's outcome, settled with its whole batch (Kafka's FutureRecordMetadata):
+    no event-loop future per record, callbacks run when the batch's answer is applied.
+    Awaitable; ``done``, ``result``, ``exception`` and ``add_done_callback`` as a future."""
+
+    __slots__ = ("_batch", "_index", "timestamp")
+
+    def __init__(self, batch: _Batch, index: int, timestamp: int) -> None:
+        self._batch = batch
+        self._index = index
+        self.timestamp = timestamp
+
+    def done(self) -> bool:
+        return self._batch.outcome.done()
+
+    def exception(self) -> BaseException | None:
+        return self._batch.outcome.exception()
+
+    def result(self) -> RecordMetadata:
+        base_offset = self._batch.outcome.result()
+        tp = self._batch.tp
+        return RecordMetadata(tp.topic, tp.partition, base_offset + self._index if base_offset >= 0 else -1, self.timestamp)
+
+    def add_done_callback(self, callback: Callable[[RecordFuture], None]) -> None:
+        if self.done():
+            callback(self)
+        else:
+            self._batch.callbacks.append((callback, self))
+
+    def __await__(self):  # noqa: ANN204
+        yield from asyncio.shield(self._batch.outcome).__await__()
+        return self.result()
+
+
 @dataclass(eq=False)
 class _Batch:
     tp: TopicPartition
     builder: BatchBuilder
     created: float  # monotonic
-    futures: list[tuple[asyncio.Future[RecordMetadata], int]] = field(default_factory=list)  # (future, timestamp)
+    outcome: asyncio.Future[int]  # the base offset, or the error
+    callbacks: list[tuple[Callable[[RecordFuture], None], RecordFuture]] = field(default_factory=list)
+    records: int = 0
     size: int = 0  # bytes charged to buffer_memory
     payload: bytes | None = None  # built once, when first sent
     retry_at: float = 0.0
@@ -97,6 +133,7 @@ class AsyncProducer:
         self._wake = asyncio.Event()
         self._flushing = 0
         self._closed = False
+        self._loop = asyncio.get_running_loop()
         self._sender = asyncio.create_task(self._send_loop(), name="producer-sender")
 
     # the API ----------------------------------------------------------------------------
@@ -121,31 +158,35 @@ class AsyncProducer:
         headers: Headers | None = None,
         partition: int | None = None,
         timestamp: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordFuture:
         if self._closed:
             raise ProducerError("PRODUCER_CLOSED", "send after close")
-        headers = list(headers or ())
-        size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+        headers = list(headers) if headers else []
+        size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
+        if headers:
+            size += sum(len(k) + len(v or b"") for k, v in headers)
         if size > self._max_request_size:
             raise ProducerError("RECORD_TOO_LARGE", f"a record of {size} bytes is over max_request_size {self._max_request_size}")
-        info = await self.metadata.topic(topic)
+        info = self.metadata.topics.get(topic) or await self.metadata.topic(topic)
         count = len(info.partitions)
         if partition is None:
             partition = (
-                default_partition(key, count) if key is not None else self._partitioner.partition(topic, count, info.available())
+                default_partition(key, count) if key is not None else self._partitioner.partition(topic, count, info.available)
             )
         elif not 0 <= partition < count:
             raise ProducerError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic} has {count} partitions, not {partition + 1}")
-        await self._wait_for_room(size)
+        if self._buffered + size > self._buffer_memory:
+            await self._wait_for_room(size)
         tp = TopicPartition(topic, partition)
-        timestamp = int(time.time() * 1000) if timestamp is None else timestamp
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        if timestamp is None:
+            timestamp = int(time.time() * 1000)
         batch = self._open_batch(tp)
         if not batch.builder.append(timestamp, key, value, headers):
             self._close_batch(batch, key is None)
             batch = self._open_batch(tp)
             batch.builder.append(timestamp, key, value, headers)  # the first record always fits
-        batch.futures.append((future, timestamp))
+        future = RecordFuture(batch, batch.records, timestamp)
+        batch.records += 1
         batch.size += size
         self._buffered += size
         if batch.builder.size_in_bytes() >= self._batch_size:
@@ -157,7 +198,7 @@ class AsyncProducer:
         self._flushing += 1
         self._wake.set()
         try:
-            pending = [f for queue in self._batches.values() for b in queue for f, _ in b.futures]
+            pending = [b.outcome for queue in self._batches.values() for b in queue]
             if pending:
                 await asyncio.wait(pending)
         finally:
@@ -201,7 +242,7 @@ class AsyncProducer:
         queue = self._batches.setdefault(tp, collections.deque())
         if queue and not queue[-1].closed:
             return queue[-1]
-        batch = _Batch(tp, BatchBuilder(self._compression, self._batch_size), time.monotonic())
+        batch = _Batch(tp, BatchBuilder(self._compression, self._batch_size), time.monotonic(), self._loop.create_future())
         queue.append(batch)
         if len(queue) == 1:
             self._wake.set()
@@ -341,15 +382,22 @@ class AsyncProducer:
 
     def _complete(self, batch: _Batch, base_offset: int) -> None:
         self._done(batch)
-        for i, (future, timestamp) in enumerate(batch.futures):
-            if not future.done():
-                offset = base_offset + i if base_offset >= 0 else -1
-                future.set_result(RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp))
+        self._settle(batch, lambda outcome: outcome.set_result(base_offset))
 
     def _fail(self, batch: _Batch, error: ProducerError) -> None:
-        for future, _ in batch.futures:
-            if not future.done():
-                future.set_exception(error)
+        self._settle(batch, lambda outcome: outcome.set_exception(error))
+
+    def _settle(self, batch: _Batch, settle: Callable[[asyncio.Future[int]], None]) -> None:
+        if batch.outcome.done():
+            return
+        settle(batch.outcome)
+        batch.outcome.exception()  # retrieved: the records' futures report it
+        callbacks, batch.callbacks = batch.callbacks, []
+        for callback, future in callbacks:
+            try:
+                callback(future)
+            except Exception:  # a caller's callback must not stop the others (asyncio's rule too)
+                log.exception("producer callback failed")
 
 
 class Producer:
@@ -379,7 +427,7 @@ class Producer:
         async def send() -> None:
             try:
                 future = await self._producer.send(topic, value, key, headers, partition, timestamp)
-            except Exception as e:  # noqa: BLE001: handed to the caller's future
+            except Exception as e:  # noqa: BLE001 - handed to the caller's future
                 result.set_exception(e)
                 return
             future.add_done_callback(lambda f: _copy(f, result))
@@ -403,10 +451,8 @@ async def _make(bootstrap_servers: str | Sequence[str], options: dict) -> AsyncP
     return AsyncProducer(bootstrap_servers, **options)
 
 
-def _copy(source: asyncio.Future, target: concurrent.futures.Future) -> None:
-    if source.cancelled():
-        target.cancel()
-    elif source.exception() is not None:
+def _copy(source: RecordFuture, target: concurrent.futures.Future) -> None:
+    if source.exception() is not None:
         target.set_exception(source.exception())
     else:
         target.set_result(source.result())

@@ -24,9 +24,9 @@ from collections.abc import Callable
 
 import grpc
 import structlog
-from broker.log.partition_log import LogAppendError
 from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 
+from broker.log.partition_log import LogAppendError
 from broker.partitions import Role
 from broker.replica.partition import Partition
 from raft.node_config import BrokerConfig

@@ -19,17 +19,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 import structlog
+from raftka.v1 import broker_pb2, controller_pb2
+
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
-from raftka.v1 import broker_pb2, controller_pb2
-from records.validation import BatchLimits, BatchValidationError, validate_batches
-
 from broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
 from broker.replica.partition import Partition, PartitionError
 from broker.replica.waiters import OffsetWaiters, Wakeups
 from metadata.image import TOPIC, MetadataImage
 from metadata.topic_configs import TOPIC_CONFIGS
 from raft.node_config import BrokerConfig
+from records.validation import BatchLimits, BatchValidationError, validate_batches
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
