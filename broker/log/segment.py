@@ -66,6 +66,8 @@ class LogSegment:
         if trust_indexes:
             try:
                 self.offset_index.load(self.size)
+                if self.size and not len(self.offset_index):
+                    raise IndexError_(f"{self.offset_index.path}: empty beside a non-empty log")
                 start = self.offset_index.values[-1] if len(self.offset_index) else 0
                 self._scan_tail(start)
                 self.time_index.load(self.next_offset - self.base_offset + 1)

@@ -1,0 +1,218 @@
+"""Partition logs on disk: append and read across segments, indexes, roll, retention,
+recovery of a torn tail, a corrupt batch and a stale index, the epoch cache, flushing,
+removal. Kafka's LogSegmentTest, OffsetIndexTest and LogLoaderTest are the list."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from broker.log.config import LogConfig
+from broker.log.manager import LogManager
+from broker.log.partition_log import LogAppendError, OffsetOutOfRange, PartitionLog
+from records.batch import CRC_START, iter_batches
+from records.codec import BatchBuilder, read_records
+from records.validation import BatchLimits, validate_batches
+
+TOPIC_ID = uuid.UUID(int=1).bytes
+NOW = 1_700_000_000_000
+
+
+def batch(*values: bytes, timestamp: int = NOW) -> bytes:
+    builder = BatchBuilder()
+    for value in values:
+        assert builder.append(timestamp, None, value)
+    return bytes(builder.build())
+
+
+def append(log: PartitionLog, *values: bytes, epoch: int = 0, timestamp: int = NOW) -> None:
+    validated = validate_batches(batch(*values, timestamp=timestamp), BatchLimits(1 << 20), now_ms=timestamp)
+    log.append_as_leader(validated.payload, validated.batches, epoch, timestamp)
+
+
+def open_log(path: Path, clean: bool = True, recovery_point: int = 0, **config: int) -> PartitionLog:
+    return PartitionLog.open(path, TOPIC_ID, LogConfig(**config), clean_shutdown=clean, recovery_point=recovery_point)
+
+
+def values(log: PartitionLog, start: int = 0) -> list[bytes]:
+    """Every value from ``start``: a read answers from one segment, so read on (as a fetcher does)."""
+    found: list[bytes] = []
+    while start < log.log_end_offset:
+        records = list(read_records(log.read(start, 1 << 30).records))
+        found += [r.value for r in records]
+        start = records[-1].offset + 1
+    return found
+
+
+def test_appends_get_consecutive_offsets_and_read_back_across_segments(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=300, index_interval_bytes=1)
+    for i in range(20):
+        append(log, b"v%02d" % i)
+    assert log.log_end_offset == 20 and len(log.segments) > 3
+    assert values(log) == [b"v%02d" % i for i in range(20)]
+    assert values(log, 13)[0] == b"v13"
+    assert [r.offset for r in read_records(log.read(7, 1 << 20).records)][0] == 7
+
+
+def test_a_read_stops_before_max_offset_and_keeps_the_first_batch_whole(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, b"a", b"b")
+    append(log, b"c")
+    assert values(log) == [b"a", b"b", b"c"]
+    assert [r.value for r in read_records(log.read(0, 1 << 20, max_offset=2).records)] == [b"a", b"b"]
+    assert log.read(0, 1 << 20, max_offset=0).records == b""
+    first = log.read(0, 1)  # smaller than one batch: the first batch still comes
+    assert [r.value for r in read_records(first.records)] == [b"a", b"b"]
+    assert log.read(0, 1, min_one_batch=False).records == b""
+    assert log.read(3, 1 << 20).records == b""
+    with pytest.raises(OffsetOutOfRange):
+        log.read(4, 100)
+
+
+def test_rolls_on_segment_ms(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_ms=1000)
+    append(log, b"a", timestamp=NOW)
+    append(log, b"b", timestamp=NOW + 500)
+    assert len(log.segments) == 1
+    append(log, b"c", timestamp=NOW + 1000)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_retention_by_bytes_and_by_time_deletes_whole_inactive_segments(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=200, retention_bytes=400)
+    for i in range(12):
+        append(log, b"x" * 50, timestamp=NOW + i)
+    before = len(log.segments)
+    assert log.delete_old_segments(NOW) > 0
+    assert log.size_in_bytes <= 400 + 200 and len(log.segments) < before
+    assert log.log_start_offset == log.segments[0].base_offset > 0
+    with pytest.raises(OffsetOutOfRange):
+        log.read(0, 100)
+    timed = open_log(tmp_path / "timed", segment_bytes=200, retention_ms=1000)
+    for i in range(6):
+        append(timed, b"y" * 50, timestamp=NOW + i)
+    timed.delete_old_segments(NOW + 1_000_000)
+    assert len(timed.segments) == 1, "the active segment is never deleted"
+    assert values(timed, timed.log_start_offset)
+
+
+def test_a_torn_tail_is_cut_at_the_last_whole_batch_and_appends_continue(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, b"a")
+    append(log, b"b")
+    log.close()
+    segment = tmp_path / f"{0:020d}.log"
+    whole = segment.read_bytes()
+    segment.write_bytes(whole + batch(b"torn")[:30])
+    reopened = open_log(tmp_path, clean=False)
+    assert reopened.log_end_offset == 2 and segment.stat().st_size == len(whole)
+    append(reopened, b"c")
+    assert values(reopened) == [b"a", b"b", b"c"]
+
+
+def test_a_corrupt_batch_mid_segment_truncates_from_there(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    for v in (b"a", b"b", b"c"):
+        append(log, v)
+    log.close()
+    segment = tmp_path / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    second = [pos for pos, _ in iter_batches(data)][1]
+    data[second + CRC_START + 3] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    reopened = open_log(tmp_path, clean=False)
+    assert values(reopened) == [b"a"] and reopened.log_end_offset == 1
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbled"])
+def test_an_index_that_does_not_fit_its_log_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    log = open_log(tmp_path, index_interval_bytes=1)
+    for i in range(10):
+        append(log, b"v%d" % i)
+    log.close()
+    index = tmp_path / f"{0:020d}.index"
+    if damage == "deleted":
+        index.unlink()
+    else:
+        index.write_bytes(b"\x00\x00\x00\x09\x7f\xff\xff\xff" * 3)
+    reopened = open_log(tmp_path, clean=True, index_interval_bytes=1)
+    assert reopened.log_end_offset == 10
+    assert values(reopened, 6)[0] == b"v6"
+    assert len(reopened.active.offset_index) == 10
+
+
+def test_follower_appends_must_continue_the_log(tmp_path: Path) -> None:
+    leader, follower = open_log(tmp_path / "l"), open_log(tmp_path / "f")
+    append(leader, b"a", b"b", epoch=3)
+    follower.append_as_follower(leader.read(0, 1 << 20).records)
+    assert values(follower) == [b"a", b"b"] and follower.latest_epoch == 3
+    with pytest.raises(LogAppendError):
+        follower.append_as_follower(leader.read(0, 1 << 20).records)  # starts at 0, the log ends at 2
+    assert follower.log_end_offset == 2
+
+
+def test_the_epoch_cache_answers_end_offsets_and_follows_truncation(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, b"a", epoch=1)
+    append(log, b"b", epoch=1)
+    append(log, b"c", epoch=3)
+    append(log, b"d", epoch=5)
+    assert log.end_offset_for_epoch(0) == (-1, -1)
+    assert log.end_offset_for_epoch(1) == (1, 2)
+    assert log.end_offset_for_epoch(2) == (1, 2)
+    assert log.end_offset_for_epoch(3) == (3, 3)
+    assert log.end_offset_for_epoch(9) == (5, 4)
+    log.truncate_to(3)
+    assert log.latest_epoch == 3 and log.log_end_offset == 3
+    log.close()
+    reopened = open_log(tmp_path)
+    assert reopened.end_offset_for_epoch(5) == (3, 3), "the checkpoint file keeps the cache"
+
+
+def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path: Path) -> None:
+    log = open_log(tmp_path, index_interval_bytes=1)
+    for i in range(5):
+        append(log, b"v%d" % i, timestamp=NOW + 10 * i)
+    assert log.offset_for_timestamp(NOW + 15) == (2, NOW + 20)
+    assert log.offset_for_timestamp(NOW) == (0, NOW)
+    assert log.offset_for_timestamp(NOW + 1000) is None
+
+
+def test_flush_messages_one_fsyncs_each_append_before_it_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fsynced: list[str] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsynced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    eager = open_log(tmp_path / "eager", flush_messages=1)
+    append(eager, b"a")
+    assert str(tmp_path / "eager" / f"{0:020d}.log") in fsynced, "fsynced before the append returns"
+    assert eager.recovery_point == 1
+    lazy = open_log(tmp_path / "lazy")
+    append(lazy, b"a")
+    assert str(tmp_path / "lazy" / f"{0:020d}.log") not in fsynced and lazy.recovery_point == 0
+    lazy.roll()
+    assert str(tmp_path / "lazy" / f"{0:020d}.log") in fsynced, "a roll fsyncs the segment it closes"
+
+
+def test_the_manager_recovers_after_an_unclean_stop_and_removes_by_renaming(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    manager.open_all()
+    log = manager.get_or_create("t", 0, TOPIC_ID, LogConfig())
+    append(log, b"a")
+    manager.write_high_watermarks({"t-0": 1})
+    # no close(): an unclean stop; a torn write at the end
+    segment = tmp_path / "t-0" / f"{0:020d}.log"
+    segment.write_bytes(segment.read_bytes() + b"\x00" * 17)
+    again = LogManager(tmp_path)
+    again.open_all()
+    recovered = again.get_or_create("t", 0, TOPIC_ID, LogConfig())
+    assert values(recovered) == [b"a"] and again.read_high_watermarks() == {"t-0": 1}
+    other_topic = uuid.UUID(int=2).bytes
+    replaced = again.get_or_create("t", 0, other_topic, LogConfig())
+    assert replaced.log_end_offset == 0, "a folder of a deleted topic with the same name is replaced"
+    again.remove("t-0")
+    assert not (tmp_path / "t-0").exists() and not list(tmp_path.glob("*-delete"))
+    again.close()
+    assert (tmp_path / ".clean-shutdown").exists()
