@@ -8,8 +8,10 @@ partition has a leader again, bring the broker back (restart after KILL, SIGCONT
 STOP) and time until it is in every ISR again. At the end the producer flushes, a
 consumer reads every partition from the beginning to its high watermark, and the audit
 compares what was read with what was acknowledged: ``lost`` (acknowledged, never read),
-``duplicated`` (a number read twice), ``out_of_order`` (a partition whose numbers go
-down between acknowledged records) and ``unknown`` (a record never sent).
+``duplicated`` (a number read twice: a retry of a batch whose acknowledgement was lost,
+which the producer without idempotence may write twice, as Kafka's does),
+``out_of_order`` (a partition whose acknowledged numbers, first copies only, go down)
+and ``unknown`` (a record never sent). Lost, out-of-order or unknown records fail it.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def audit(acknowledged: dict[int, tuple[int, int]], read: Iterable[tuple[int, in
             unknown += 1
             continue
         seen[number] = seen.get(number, 0) + 1
-        if number in acknowledged:
+        if number in acknowledged and seen[number] == 1:  # a retried batch's copy is a duplicate, not disorder
             by_partition.setdefault(partition, []).append((offset, number))
     out_of_order = 0
     for records in by_partition.values():
@@ -122,6 +124,7 @@ def audit(acknowledged: dict[int, tuple[int, int]], read: Iterable[tuple[int, in
         "duplicated": sum(count - 1 for count in seen.values() if count > 1),
         "out_of_order": out_of_order,
         "unknown": unknown,
+        "unacknowledged_read": sum(1 for number in seen if number not in acknowledged),
     }
 
 
@@ -168,7 +171,9 @@ def run_kill_broker(args: argparse.Namespace) -> int:
         print(output.to_json({"rounds": rounds, "summary": summary}))
     else:
         print(output.fields([(k.replace("_", " "), v) for k, v in summary.items()]))
-    return 0 if report["lost"] == report["duplicated"] == report["out_of_order"] == report["unknown"] == 0 else 1
+    # Duplicates are reported, not failed: without idempotence (a later issue) a batch whose
+    # acknowledgement died with its leader is sent again, as Kafka's at-least-once producer does.
+    return 0 if report["lost"] == report["out_of_order"] == report["unknown"] == 0 else 1
 
 
 def _round(

@@ -1,7 +1,8 @@
 """SIGKILL a broker: the controller fences it once its session times out, it leaves every
 ISR, and each partition it led gets a new leader from the ISR, all within the session
-timeout + 1 s. Restart it: it registers again, rejoins the ISRs, and the preferred
-leaders (the first replica) lead again without anyone asking."""
+timeout + 1 s. Restart it: it registers again, its leaders take it back into their ISRs
+once it has caught up, and the controller's periodic rebalance gives the preferred
+leaders (the first replica) their partitions back without anyone asking."""
 
 from __future__ import annotations
 
@@ -22,11 +23,15 @@ TOPIC = "ha"
 PARTITIONS = 6
 POLL_INTERVAL_S = 0.05
 RESTORE_TIMEOUT_S = 30.0
+LEADER_REBALANCE_INTERVAL_MS = 1_000  # Kafka checks every 300 s; the test cannot wait that long
 
 
 def test_a_killed_brokers_partitions_move_within_the_session_timeout_and_come_back(tmp_path: Path) -> None:
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
+        cluster.up()
+        cluster.down()
+        cluster.configure("controller", "controller", leader_rebalance_interval_ms=LEADER_REBALANCE_INTERVAL_MS)
         cluster.up()
         with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
             scenario(cluster, admin)
