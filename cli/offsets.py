@@ -1,13 +1,20 @@
 """``raftka offsets commit|fetch --group G``: consumer offsets, which raftka keeps in
-the metadata quorum (``OffsetCommitRecord``) rather than in a ``__consumer_offsets`` topic."""
+the metadata quorum (``OffsetCommitRecord``) rather than in a ``__consumer_offsets`` topic.
+``raftka offsets list TOPIC``: each partition's earliest, latest (the high watermark) or
+first offset at a time, from its leader (kafka-get-offsets)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 
 from cli import output
 from cli.admin_args import add_connection_options, open_admin, single
-from client.types import OffsetCommit
+from cli.data_args import add_broker_options, broker_addresses
+from cli.errors import CliError
+from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
+from client.errors import KafkaError
+from client.types import OffsetCommit, TopicPartition
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,6 +35,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     fetch.add_argument("--topic", metavar="T", help="only this topic (default: all the group committed)")
     add_connection_options(fetch)
     fetch.set_defaults(func=run_fetch)
+
+    listing = actions.add_parser("list", help="each partition's earliest, latest or by-time offset")
+    listing.add_argument("topic", metavar="TOPIC")
+    listing.add_argument(
+        "--time", default="latest", metavar="earliest|latest|MS", help="latest (default: the high watermark), earliest, or ms since the epoch"
+    )
+    add_broker_options(listing)
+    listing.set_defaults(func=run_list)
 
 
 def run_commit(args: argparse.Namespace) -> int:
@@ -73,3 +88,35 @@ def run_fetch(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def parse_time(text: str) -> int:
+    named = {"earliest": LIST_EARLIEST, "latest": LIST_LATEST}
+    if text in named:
+        return named[text]
+    if not text.isdigit():
+        raise CliError(f"--time: expected earliest, latest or a time in ms, got {text!r}")
+    return int(text)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    timestamp = parse_time(args.time)
+    try:
+        offsets = asyncio.run(list_offsets(broker_addresses(args), args.topic, timestamp))
+    except KafkaError as e:
+        raise CliError(str(e)) from None
+    rows = [{"topic": tp.topic, "partition": tp.partition, "offset": o, "timestamp": t} for tp, (o, t) in sorted(offsets.items())]
+    if args.output == "json":
+        print(output.to_json(rows))
+    else:
+        print(output.table(("TOPIC", "PARTITION", "OFFSET"), [(r["topic"], r["partition"], r["offset"]) for r in rows]))
+    return 0
+
+
+async def list_offsets(addresses: list[str], topic: str, timestamp: int) -> dict[TopicPartition, tuple[int, int]]:
+    metadata = ClusterMetadata(addresses)
+    try:
+        info = await metadata.topic(topic)
+        return await metadata.list_offsets([TopicPartition(topic, p) for p in sorted(info.partitions)], timestamp)
+    finally:
+        await metadata.close()

@@ -2,18 +2,24 @@
 
 The controller validates names, counts and configs; this command only checks its own
 syntax (``--config k=v``), so the rules live in one place and every client gets the same
-answer. Offline partitions (no leader) and under-replicated ones (ISR smaller than the
+answer. ``describe`` also asks the partition leaders for each log start offset and high
+watermark, when brokers can be reached. Offline partitions (no leader) and under-replicated ones (ISR smaller than the
 replicas) are flagged in ``describe``, since those are what an operator looks for.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 from typing import Any
 
 from cli import output
 from cli.admin_args import add_connection_options, open_admin, parse_key_values, single
-from client.types import NewTopic, PartitionInfo, TopicDescription
+from cli.data_args import broker_addresses
+from cli.errors import CliError
+from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
+from client.errors import KafkaError
+from client.types import NewTopic, PartitionInfo, TopicDescription, TopicPartition
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,8 +41,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_connection_options(list_cmd)
     list_cmd.set_defaults(func=run_list)
 
-    describe = actions.add_parser("describe", help="leader, epochs, replicas and ISR of every partition")
+    describe = actions.add_parser(
+        "describe", help="leader, epochs, replicas, ISR, log start and high watermark of every partition"
+    )
     describe.add_argument("name", metavar="NAME", nargs="?", help="one topic (default: every topic)")
+    describe.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT,...",
+        help="brokers to ask for log start offsets and high watermarks (default: the local cluster's)",
+    )
     add_connection_options(describe)
     describe.set_defaults(func=run_describe)
 
@@ -96,24 +109,55 @@ def run_describe(args: argparse.Namespace) -> int:
         topics = admin.describe_topics([args.name] if args.name else [])
     for topic in topics:
         topic.check()
-    view = describe_view(topics)
+    view = describe_view(topics, leader_offsets(args, topics))
     print(output.to_json(view) if args.output == "json" else format_describe(view))
     return 0
 
 
-def describe_view(topics: list[TopicDescription]) -> list[dict[str, Any]]:
+Offsets = dict[TopicPartition, tuple[int, int]]  # (log start offset, high watermark)
+
+
+def leader_offsets(args: argparse.Namespace, topics: list[TopicDescription]) -> Offsets:
+    """What each partition's leader reports; empty when no broker can be asked (a
+    metadata-only cluster, or brokers down): the columns then show '-'."""
+    if args.bootstrap_server is None and args.bootstrap_controller is not None:
+        return {}  # another cluster's controllers: the local cluster's brokers are not its own
+    try:
+        addresses = broker_addresses(args)
+    except CliError:
+        return {}
+    wanted = [TopicPartition(t.name, p.partition) for t in topics for p in t.partitions if not p.offline]
+    return asyncio.run(_leader_offsets(addresses, wanted)) if wanted else {}
+
+
+async def _leader_offsets(addresses: list[str], partitions: list[TopicPartition]) -> Offsets:
+    metadata = ClusterMetadata(addresses, request_timeout_s=5)
+    try:
+        starts = await metadata.list_offsets(partitions, LIST_EARLIEST)
+        ends = await metadata.list_offsets(partitions, LIST_LATEST)
+    except KafkaError:
+        return {}
+    finally:
+        await metadata.close()
+    return {tp: (starts[tp][0], ends[tp][0]) for tp in partitions if tp in starts and tp in ends}
+
+
+def describe_view(topics: list[TopicDescription], offsets: Offsets | None = None) -> list[dict[str, Any]]:
+    offsets = offsets or {}
     return [
         {
             "name": t.name,
             "topic_id": t.topic_id,
-            "partitions": [_partition_view(p) for p in t.partitions],
+            "partitions": [_partition_view(p, offsets.get(TopicPartition(t.name, p.partition))) for p in t.partitions],
         }
         for t in sorted(topics, key=lambda t: t.name)
     ]
 
 
-def _partition_view(p: PartitionInfo) -> dict[str, Any]:
+def _partition_view(p: PartitionInfo, offsets: tuple[int, int] | None) -> dict[str, Any]:
     return {
+        "log_start_offset": offsets[0] if offsets else None,
+        "high_watermark": offsets[1] if offsets else None,
         "partition": p.partition,
         "leader": p.leader,
         "leader_epoch": p.leader_epoch,
@@ -139,6 +183,8 @@ def format_describe(view: list[dict[str, Any]]) -> str:
                 p["leader_epoch"],
                 _ids(p["replicas"]),
                 _ids(p["isr"]),
+                p["log_start_offset"],
+                p["high_watermark"],
                 "offline" if p["offline"] else ("under-replicated" if p["under_replicated"] else "ok"),
             )
             for p in parts
@@ -146,7 +192,10 @@ def format_describe(view: list[dict[str, Any]]) -> str:
         blocks.append(
             head
             + "\n"
-            + output.table(("PARTITION", "LEADER", "LEADER_EPOCH", "REPLICAS", "ISR", "STATUS"), rows)
+            + output.table(
+                ("PARTITION", "LEADER", "LEADER_EPOCH", "REPLICAS", "ISR", "LOG_START", "HIGH_WATERMARK", "STATUS"),
+                rows,
+            )
         )
     return "\n\n".join(blocks) if blocks else "No topics."
 

@@ -3,7 +3,8 @@
 - SIGTERM is a controlled shutdown: the broker exits 0 only after the controller has
   moved its leaderships away, so by the time it is gone no partition names it leader;
 - a restarted broker is a new incarnation with a new (higher) broker epoch, is unfenced
-  once caught up, and gets its preferred leaderships back;
+  once caught up, rejoins the ISRs through their leaders, and gets its preferred
+  leaderships back at the controller's leader rebalance (every second here);
 - a SIGKILLed broker is fenced after the session timeout and its partitions get new
   leaders from the ISR within session timeout + 1 s.
 """
@@ -22,6 +23,7 @@ from cli import cluster, local
 from client.admin import Admin
 from client.types import NewTopic, TopicDescription
 from raft.node_config import ControllerConfig
+from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
 
 pytestmark = pytest.mark.integration
@@ -35,6 +37,9 @@ EXIT_TIMEOUT_S = 10.0
 def cluster_dir(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "local"
     cluster.up(path, 3, UP_TIMEOUT_S, brokers=3)
+    cluster.down(path, timeout_s=10)
+    MetadataCluster(path).configure("controller", "controller", leader_rebalance_interval_ms=1_000)
+    cluster.up(path, None, UP_TIMEOUT_S)
     try:
         yield path
     finally:

@@ -238,6 +238,8 @@ def test_topics_list_and_describe_shapes(
     assert orders["name"] == "orders" and orders["topic_id"] == TOPIC_ID_STR
     assert orders["partitions"] == [
         {
+            "log_start_offset": None,  # no brokers to ask: a controller-only fake
+            "high_watermark": None,
             "partition": 0,
             "leader": 101,
             "leader_epoch": 2,
@@ -248,6 +250,8 @@ def test_topics_list_and_describe_shapes(
             "under_replicated": False,
         },
         {
+            "log_start_offset": None,
+            "high_watermark": None,
             "partition": 1,
             "leader": -1,
             "leader_epoch": 3,
@@ -261,9 +265,11 @@ def test_topics_list_and_describe_shapes(
     table = cli(controller, capsys, "topics", "describe").splitlines()
     assert controller.requests[-1][1].names == []  # no name: every topic
     assert table[0] == f"Topic: orders  TopicId: {TOPIC_ID_STR}  PartitionCount: 2  ReplicationFactor: 2"
-    assert table[1].split() == ["PARTITION", "LEADER", "LEADER_EPOCH", "REPLICAS", "ISR", "STATUS"]
-    assert table[2].split() == ["0", "101", "2", "101,102", "101,102", "ok"]
-    assert table[3].split() == ["1", "none", "3", "102,103", "-", "offline"]
+    assert table[1].split() == [
+        "PARTITION", "LEADER", "LEADER_EPOCH", "REPLICAS", "ISR", "LOG_START", "HIGH_WATERMARK", "STATUS"
+    ]
+    assert table[2].split() == ["0", "101", "2", "101,102", "101,102", "-", "-", "ok"]
+    assert table[3].split() == ["1", "none", "3", "102,103", "-", "-", "-", "offline"]
 
 
 def test_topics_delete_and_alter(controller: FakeController, capsys: pytest.CaptureFixture[str]) -> None:
