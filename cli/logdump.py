@@ -1,4 +1,7 @@
-"""``raftka log dump PATH``: the metadata log as it is on disk, like kafka-dump-log.sh.
+"""``raftka log dump PATH``: a metadata log or a partition log as it is on disk, like
+kafka-dump-log.sh. A folder holding ``partition.metadata`` (or a segment in one) is a
+partition log (``broker.log.dump``; ``--print-data`` adds every record); anything else
+is the metadata log.
 
 JSON output is one object per batch (snapshot, damaged region) per line: jq-friendly and
 streamed, so a large log never sits in memory. The table is one line per entry in
@@ -14,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from broker.log.dump import is_partition_path, iter_partition_dump
 from cli import output
 from cli.errors import CliError
 from raft.control import decode_control
@@ -21,12 +25,13 @@ from raft.storage.dump import iter_dump
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    log = commands.add_parser("log", help="inspect a node's metadata log files")
+    log = commands.add_parser("log", help="inspect a node's metadata log or partition log files")
     actions = log.add_subparsers(dest="action", required=True, metavar="ACTION")
     dump = actions.add_parser("dump", help="print every batch of a data dir, log dir or segment file")
     dump.add_argument(
-        "path", type=Path, metavar="PATH", help="a node's data_dir, its log directory or one file"
+        "path", type=Path, metavar="PATH", help="a node's data_dir, its log directory, a partition folder or one file"
     )
+    dump.add_argument("--print-data", action="store_true", help="partition logs: every record's key, value and headers")
     output.add_output_option(dump)
     dump.set_defaults(func=run_dump)
 
@@ -35,14 +40,16 @@ def run_dump(args: argparse.Namespace) -> int:
     if not args.path.exists():
         raise CliError(f"{args.path}: no such file or directory")
     current_file = None
-    for entry in iter_dump(args.path):
+    partition = is_partition_path(args.path)
+    entries = iter_partition_dump(args.path, args.print_data) if partition else iter_dump(args.path)
+    for entry in entries:
         if args.output == "json":
             print(json.dumps(entry))
             continue
         if entry["file"] != current_file:
             current_file = entry["file"]
             print(f"Dumping {current_file}")
-        print(format_entry(entry))
+        print(format_partition_entry(entry) if partition else format_entry(entry))
     return 0
 
 
@@ -68,4 +75,23 @@ def format_entry(entry: dict[str, Any]) -> str:
     if entry["kind"] != "DATA" and entry.get("records"):
         controls = [decode_control(base64.b64decode(r)) for r in entry["records"]]
         line += " | " + " ".join(json.dumps(c, separators=(",", ":")) for c in controls)
+    return line
+
+
+def format_partition_entry(entry: dict[str, Any]) -> str:
+    if entry["type"] == "damaged":
+        return f"position: {entry['position']} isvalid: false error: {entry['error']}"
+    line = (
+        f"baseOffset: {entry['base_offset']} lastOffset: {entry['last_offset']} count: {entry['record_count']} "
+        f"partitionLeaderEpoch: {entry['partition_leader_epoch']} position: {entry['position']} "
+        f"{entry['timestamp_type']}: {entry['max_timestamp']} size: {entry['size_bytes']} "
+        f"compresscodec: {entry['compression']} isvalid: {str(entry['crc_valid']).lower()}"
+    )
+    records = entry.get("records")
+    if isinstance(records, str):
+        return f"{line}\n| {records}"
+    for r in records or ():
+        line += f"\n| offset: {r['offset']} CreateTime: {r['timestamp']} key: {r['key']} payload: {r['value']}"
+        if r["headers"]:
+            line += f" headers: {json.dumps(r['headers'])}"
     return line

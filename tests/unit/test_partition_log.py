@@ -13,6 +13,7 @@ import pytest
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.log.partition_log import LogAppendError, OffsetOutOfRange, PartitionLog
+from cli.main import main
 from records.batch import CRC_START, iter_batches
 from records.codec import BatchBuilder, read_records
 from records.validation import BatchLimits, validate_batches
@@ -216,3 +217,18 @@ def test_the_manager_recovers_after_an_unclean_stop_and_removes_by_renaming(tmp_
     assert not (tmp_path / "t-0").exists() and not list(tmp_path.glob("*-delete"))
     again.close()
     assert (tmp_path / ".clean-shutdown").exists()
+
+
+def test_log_dump_decodes_partition_segments_and_names_damage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, b"hello", b"world")
+    log.close()
+    assert main(["log", "dump", str(tmp_path / "t-0"), "--print-data"]) == 0
+    text = capsys.readouterr().out
+    assert "baseOffset: 0 lastOffset: 1 count: 2" in text and "isvalid: true" in text
+    assert "payload: hello" in text and "payload: world" in text
+    segment = tmp_path / "t-0" / f"{0:020d}.log"
+    segment.write_bytes(segment.read_bytes() + b"\x00" * 20)
+    assert main(["log", "dump", str(segment), "--output", "json"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert '"type": "damaged"' in lines[-1] and '"position": ' in lines[-1]
