@@ -42,6 +42,7 @@ from raft.node_config import NodeConfig, parse_host_port
 from raft.server import ServerError, open_node
 
 PARTITIONS_DIR = "partitions"  # under data_dir, beside the metadata log
+FLUSH_CHECK_INTERVAL_MS = 1_000  # how often logs are checked against their flush.ms (Kafka's scheduler: 1 s too)
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0  # within `raftka cluster down`'s grace before SIGKILL
 CONTROLLER_REQUEST_TIMEOUT_S = 2.0
 LISTENER_NAME = "PLAINTEXT"
@@ -121,7 +122,8 @@ class DataPlane:
             asyncio.create_task(self.isr_changes.run(), name="isr-changes"),
             _every(broker.replica_lag_time_max_ms / 2, self.replicas.shrink_isrs, "isr-expiration"),
             _every(broker.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "hw-checkpoint"),
-            _every(broker.log_retention_check_interval_ms, self._maintain, "log-maintenance"),
+            _every(broker.log_retention_check_interval_ms, self._apply_retention, "log-retention"),
+            _every(FLUSH_CHECK_INTERVAL_MS, self.logs.flush_due, "log-flush"),
         ]
 
     def _address(self, broker_id: int) -> str | None:
@@ -134,8 +136,8 @@ class DataPlane:
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
         self.logs.checkpoint_recovery_points()
 
-    def _maintain(self) -> None:
-        self.logs.maintenance(int(time.time() * 1000))
+    def _apply_retention(self) -> None:
+        self.logs.apply_retention(int(time.time() * 1000))
 
     async def close(self) -> None:
         for task in self._tasks:

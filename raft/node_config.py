@@ -80,7 +80,7 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = MIB  # per partition in a follower's fetch
     replica_fetch_response_max_bytes: int = 10 * MIB  # a follower's whole fetch answer
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
-    log_retention_check_interval_ms: int = 300_000  # how often retention and flush.ms run
+    log_retention_check_interval_ms: int = 300_000  # how often retention deletes old segments
     produce_waiting_bytes_max: int = 64 * MIB  # acks=all bytes waiting for the ISR; more is refused
     fetch_parked_max: int = 1_000  # long-polling fetches parked at once; more are answered at once
 

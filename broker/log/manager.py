@@ -97,14 +97,16 @@ class LogManager:
 
     # upkeep -----------------------------------------------------------------------------
 
-    def maintenance(self, now_ms: int) -> None:
-        """Retention on every log, and fsync of logs whose oldest unflushed write is older
-        than their ``flush.ms``."""
-        monotonic_ms = int(time.monotonic() * 1000)
+    def apply_retention(self, now_ms: int) -> None:
         for name, partition_log in self._logs.items():
             deleted = partition_log.delete_old_segments(now_ms)
             if deleted:
                 log.info("retention deleted segments", partition=name, segments=deleted)
+
+    def flush_due(self) -> None:
+        """fsync the logs whose oldest unflushed write is older than their ``flush.ms``."""
+        monotonic_ms = int(time.monotonic() * 1000)
+        for partition_log in self._logs.values():
             since = partition_log.first_unflushed_ms
             if since is not None and monotonic_ms - since >= partition_log.config.flush_ms:
                 partition_log.flush()
