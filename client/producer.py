@@ -342,10 +342,10 @@ class AsyncProducer:
         retry = False
         for batch in batches:
             result = results.get(batch.tp)
-            if result is not None and result.error == E.NONE:
-                self._complete(batch, result.base_offset)
-            elif self.acks == 0:
+            if self.acks == 0:  # fire and forget: no offsets, no retries (Kafka's acks=0)
                 self._complete(batch, -1)
+            elif result is not None and result.error == E.NONE:
+                self._complete(batch, result.base_offset)
             elif result is not None and result.error not in RETRIABLE:
                 self._done(batch)
                 self._fail(batch, ProducerError(E.Name(result.error), result.message))

@@ -1,0 +1,233 @@
+"""Producer and Consumer against a real broker's data service in this process: one
+broker (replication factor 1) with its replica manager and partition logs on disk,
+served over gRPC on a loopback port, the metadata image given by the test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from raftka.v1 import broker_pb2_grpc, controller_pb2
+
+from broker.data_service import BrokerService
+from broker.log.manager import LogManager
+from broker.partitions import BrokerPartitions
+from broker.replica.manager import ReplicaManager
+from client.cluster_metadata import PartitionLeader, TopicInfo
+from client.consumer import AsyncConsumer
+from client.errors import OffsetOutOfRangeError, ProducerError
+from client.partitioner import default_partition
+from client.producer import AsyncProducer
+from client.types import TopicPartition
+from metadata.image import (
+    TOPIC,
+    BrokerRegistration,
+    Endpoint,
+    MetadataImage,
+    PartitionState,
+    TopicImage,
+    frozen,
+)
+from raft.node_config import BrokerConfig
+
+BROKER = 101
+PARTITIONS = 3
+TOPIC_NAME = "t"
+TOPIC_ID = uuid.UUID(int=9).bytes
+
+
+class OffsetStore:
+    """Stands in for the controller link: OffsetCommit/OffsetFetch in memory."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[tuple[str, str, int], int] = {}
+
+    async def call(self, method: str, request: Any) -> Any:
+        if method == "OffsetCommit":
+            for topic in request.topics:
+                for p in topic.partitions:
+                    self.offsets[(request.group, topic.topic, p.partition)] = p.offset
+            return controller_pb2.OffsetCommitResponse()
+        response = controller_pb2.OffsetFetchResponse()
+        for topic in request.topics:
+            for partition in topic.partitions:
+                offset = self.offsets.get((request.group, topic.topic, partition), -1)
+                response.offsets.add(topic=topic.topic, partition=partition, offset=offset)
+        return response
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path) -> AsyncIterator[str]:
+    """A broker's data service on a loopback port; yields its address."""
+    logs = LogManager(tmp_path)
+    logs.open_all()
+    replicas = ReplicaManager(
+        BROKER,
+        logs,
+        BrokerConfig(),
+        request_isr_change=lambda p, isr: None,
+        on_follow=lambda p: None,
+        on_stop_following=lambda p: None,
+        high_watermarks={},
+    )
+    server = grpc.aio.server()
+    broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(replicas, OffsetStore(), "c", lambda: 1), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    state = PartitionState(replicas=(BROKER,), isr=(BROKER,), leader=BROKER, leader_epoch=0, partition_epoch=0)
+    image = MetadataImage(
+        offset=5,
+        brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, (Endpoint("PLAINTEXT", "127.0.0.1", port),), "", False)}),
+        topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen(dict.fromkeys(range(PARTITIONS), state)))}),
+        topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
+        configs=frozen({(TOPIC, TOPIC_NAME): frozen({"max.message.bytes": "4000"})}),
+    )
+    replicas.apply(image, BrokerPartitions(BROKER).update(image))
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)
+        logs.close()
+
+
+def run(tmp_path: Path, scenario: Callable[[str], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with serving(tmp_path) as address:
+            await scenario(address)
+
+    asyncio.run(main())
+
+
+async def produce(address: str, records: list[tuple[bytes | None, bytes]], **options: Any) -> list[Any]:
+    producer = AsyncProducer(address, **options)
+    try:
+        futures = [await producer.send(TOPIC_NAME, value, key=key) for key, value in records]
+        await producer.flush()
+        return [await f for f in futures]
+    finally:
+        await producer.close()
+
+
+def test_keyed_records_land_on_murmur2_partitions_in_send_order(tmp_path: Path) -> None:
+    async def scenario(broker: str) -> None:
+        records = [(b"key-%d" % (i % 7), b"v%d" % i) for i in range(300)]
+        sent = await produce(broker, records, linger_ms=20)
+        for (key, _), metadata in zip(records, sent, strict=True):
+            assert metadata.partition == default_partition(key, PARTITIONS)
+        for p in range(PARTITIONS):
+            offsets = [m.offset for m in sent if m.partition == p]
+            assert offsets == list(range(len(offsets))), "each partition's records in send order"
+    run(tmp_path, scenario)
+
+
+def test_a_consumer_reads_everything_back_and_seeks(tmp_path: Path) -> None:
+    async def scenario(broker: str) -> None:
+        sent = await produce(broker, [(None, b"v%d" % i) for i in range(100)])
+        consumer = AsyncConsumer(broker, auto_offset_reset="earliest", fetch_max_wait_ms=50)
+        try:
+            await consumer.assign_topic(TOPIC_NAME)
+            got = []
+            while len(got) < 100:
+                got += await consumer.poll(2000, 1000)
+            assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(100))
+            assert {(r.partition, r.offset) for r in got} == {(m.partition, m.offset) for m in sent}
+            tp = TopicPartition(TOPIC_NAME, sent[-1].partition)
+            consumer.seek(tp, sent[-1].offset)
+            again = [r for r in await consumer.poll(2000, 10) if r.partition == tp.partition]
+            assert again and again[0].offset == sent[-1].offset and again[0].value == b"v99"
+            assert await consumer.position(tp) == sent[-1].offset + 1
+        finally:
+            await consumer.close()
+    run(tmp_path, scenario)
+
+
+def test_reset_policies_and_out_of_range(tmp_path: Path) -> None:
+    async def scenario(broker: str) -> None:
+        await produce(broker, [(b"k", b"x")] * 5)
+        tp = TopicPartition(TOPIC_NAME, default_partition(b"k", PARTITIONS))
+        latest = AsyncConsumer(broker, auto_offset_reset="latest")
+        strict = AsyncConsumer(broker, auto_offset_reset="none")
+        earliest = AsyncConsumer(broker, auto_offset_reset="earliest", fetch_max_wait_ms=50)
+        try:
+            await latest.assign([tp])
+            assert await latest.position(tp) == 5
+            await strict.assign([tp])
+            with pytest.raises(OffsetOutOfRangeError, match=str(tp)):
+                await strict.poll(100)
+            await earliest.assign([tp])
+            earliest.seek(tp, 500)  # past the end: OFFSET_OUT_OF_RANGE, then the policy
+            records = []
+            while len(records) < 5:
+                records += await earliest.poll(2000)
+            assert [r.offset for r in records] == [0, 1, 2, 3, 4]
+        finally:
+            for consumer in (latest, strict, earliest):
+                await consumer.close()
+    run(tmp_path, scenario)
+
+
+def test_a_non_retriable_error_fails_fast_with_the_brokers_message(tmp_path: Path) -> None:
+    async def scenario(broker: str) -> None:
+        producer = AsyncProducer(broker, delivery_timeout_ms=60_000)
+        try:
+            future = await producer.send(TOPIC_NAME, b"x" * 5000, partition=0)  # over max.message.bytes 4000
+            with pytest.raises(ProducerError) as failed:
+                await asyncio.wait_for(future, 10)
+            assert failed.value.code == "MESSAGE_TOO_LARGE" and "max.message.bytes 4000" in failed.value.message
+            ok = await producer.send(TOPIC_NAME, b"small", partition=0)
+            assert (await ok).offset == 0, "the partition serves on, nothing was written"
+        finally:
+            await producer.close()
+    run(tmp_path, scenario)
+
+
+def test_commit_and_committed_round_trip_and_resume(tmp_path: Path) -> None:
+    async def scenario(broker: str) -> None:
+        await produce(broker, [(b"k", b"v%d" % i) for i in range(10)])
+        tp = TopicPartition(TOPIC_NAME, default_partition(b"k", PARTITIONS))
+        first = AsyncConsumer(broker, group_id="g", auto_offset_reset="earliest", fetch_max_wait_ms=50)
+        try:
+            await first.assign([tp])
+            taken = await first.poll(2000, 4)
+            assert [r.offset for r in taken] == [0, 1, 2, 3]
+            await first.commit()
+            assert await first.committed([tp]) == {tp: 4}
+        finally:
+            await first.close()
+        resumed = AsyncConsumer(broker, group_id="g", auto_offset_reset="earliest", fetch_max_wait_ms=50)
+        try:
+            await resumed.assign([tp])
+            assert (await resumed.poll(2000, 1))[0].offset == 4
+        finally:
+            await resumed.close()
+    run(tmp_path, scenario)
+
+
+def test_acks_zero_completes_without_offsets(tmp_path: Path) -> None:
+    async def scenario(broker: str) -> None:
+        sent = await produce(broker, [(None, b"fire")] * 3, acks=0)
+        assert {m.offset for m in sent} == {-1}
+    run(tmp_path, scenario)
+
+
+def test_buffer_memory_back_pressure_gives_up_after_max_block() -> None:
+    """Nothing can be delivered (no leader): the second record finds no room and waits
+    max_block_ms, then fails naming buffer_memory."""
+
+    async def scenario() -> None:
+        producer = AsyncProducer("127.0.0.1:1", buffer_memory=1000, max_block_ms=200, linger_ms=0)
+        producer.metadata.topics[TOPIC_NAME] = TopicInfo(TOPIC_NAME, TOPIC_ID, {0: PartitionLeader(-1, 0)})
+        try:
+            await producer.send(TOPIC_NAME, b"x" * 900, partition=0)
+            with pytest.raises(ProducerError, match="buffer_memory"):
+                await producer.send(TOPIC_NAME, b"y" * 900, partition=0)
+        finally:
+            await producer.close(timeout_s=0.1)
+
+    asyncio.run(scenario())
