@@ -83,7 +83,7 @@ def ensure_topic(args: argparse.Namespace) -> None:
     addresses = quorum.bootstrap_addresses(args.bootstrap_controller, args.dir)
     with Admin(addresses, RetryPolicy(total_timeout_s=30)) as admin:
         result = admin.create_topics([topic])[0]
-    if result.error not in ("NONE", "TOPIC_ALREADY_EXISTS"):
+    if result.error not in (None, "TOPIC_ALREADY_EXISTS"):
         raise AdminError(result.error, result.message)
 
 
