@@ -7,9 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cli import local, output
+from cli import local, output, quorum
 from cli.errors import CliError
-from raft.node_config import ConfigError, parse_host_port
 
 
 def add_broker_options(parser: argparse.ArgumentParser) -> None:
@@ -28,15 +27,7 @@ def broker_addresses(args: argparse.Namespace) -> list[str]:
         if not addresses:
             raise CliError("the local cluster has no brokers; pass --bootstrap-server")
         return addresses
-    addresses = [a.strip() for a in args.bootstrap_server.split(",") if a.strip()]
-    if not addresses:
-        raise CliError("--bootstrap-server: expected HOST:PORT,...")
-    for address in addresses:
-        try:
-            parse_host_port(address, "--bootstrap-server")
-        except ConfigError as e:
-            raise CliError(str(e)) from None
-    return addresses
+    return quorum.parse_addresses(args.bootstrap_server, "--bootstrap-server")
 
 
 def positive(value: str) -> int:

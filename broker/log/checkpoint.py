@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from raft.storage.fsio import fsync_dir
+
 VERSION = 0
 
 
@@ -44,11 +46,3 @@ def read(path: Path) -> list[tuple[str, int]]:
     if len(entries) != count:
         raise CheckpointError(f"{path}: {count} entries announced, {len(entries)} found")
     return entries
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -23,6 +23,7 @@ import structlog
 from broker.log import checkpoint
 from broker.log.config import LogConfig
 from broker.log.partition_log import PartitionLog, stored_topic_id
+from raft.storage.fsio import fsync_dir
 
 log = structlog.get_logger("broker.log")
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
@@ -51,7 +52,7 @@ class LogManager:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         self._clean_shutdown = marker.exists()
         marker.unlink(missing_ok=True)
-        checkpoint.fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self._recovery_points = dict(_read_offsets(self.directory / RECOVERY_POINTS_FILE))
 
     def names(self) -> list[str]:
@@ -92,7 +93,7 @@ class LogManager:
     def _rename_and_delete(self, directory: Path) -> None:
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         directory.rename(doomed)
-        checkpoint.fsync_dir(self.directory)
+        fsync_dir(self.directory)
         shutil.rmtree(doomed, ignore_errors=True)
 
     # upkeep -----------------------------------------------------------------------------
@@ -127,7 +128,7 @@ class LogManager:
             partition_log.close()
         self.checkpoint_recovery_points()
         (self.directory / CLEAN_SHUTDOWN_FILE).touch()
-        checkpoint.fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self._logs.clear()
 
 

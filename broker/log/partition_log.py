@@ -25,6 +25,7 @@ from broker.log import checkpoint
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import LeaderEpochCache
 from broker.log.segment import LogSegment
+from raft.storage.fsio import fsync_dir
 from records.batch import BatchFramingError, BatchHeader, assign, crc_matches, iter_batches
 from records.codec import read_records
 
@@ -214,7 +215,7 @@ class PartitionLog:
         self.segments.append(
             LogSegment(self.directory, self.log_end_offset, self.config.index_interval_bytes, now_ms or _wall_ms())
         )
-        checkpoint.fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     # reads ------------------------------------------------------------------------------
 
@@ -328,7 +329,7 @@ def _write_metadata(directory: Path, topic_id: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(temporary, path)
-    checkpoint.fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def stored_topic_id(directory: Path) -> bytes | None:
