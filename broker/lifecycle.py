@@ -64,9 +64,10 @@ class BrokerLifecycle:
         heartbeat_interval_ms: int,
         link: ControllerLink,
         metadata_offset: Callable[[], int],
+        incarnation_id: str = "",
     ) -> None:
         self.broker_id = broker_id
-        self.incarnation_id = new_incarnation_id()
+        self.incarnation_id = incarnation_id or new_incarnation_id()
         self.broker_epoch = -1
         self.state = State.REGISTERING
         self._listeners = list(listeners)

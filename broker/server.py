@@ -28,7 +28,7 @@ from raftka.v1 import broker_pb2_grpc, metadata_pb2
 
 from broker.controller_link import ControllerLink
 from broker.data_service import BrokerService
-from broker.lifecycle import BrokerLifecycle, State
+from broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions, RoleChanges
 from broker.replica.fetcher import ReplicaFetchers
@@ -99,7 +99,9 @@ class Broker:
 class DataPlane:
     """The partition logs and their replication, and the periodic work they need."""
 
-    def __init__(self, config: NodeConfig, link: ControllerLink, broker_epoch: Callable[[], int]) -> None:
+    def __init__(
+        self, config: NodeConfig, link: ControllerLink, broker_epoch: Callable[[], int], incarnation_id: str
+    ) -> None:
         self.logs = LogManager(config.data_dir / PARTITIONS_DIR)
         self.logs.open_all()
         self.fetchers = ReplicaFetchers(
@@ -116,6 +118,7 @@ class DataPlane:
             on_follow=self.fetchers.follow,
             on_stop_following=self.fetchers.stop_following,
             high_watermarks=self.logs.read_high_watermarks(),
+            incarnation_id=incarnation_id,
         )
         broker = config.broker
         self._tasks = [
@@ -167,7 +170,8 @@ async def start_broker(config: NodeConfig) -> Broker:
     state_machine = MetadataStateMachine(config.metadata, lambda snapshot: node.save_snapshot(snapshot))
     partitions = BrokerPartitions(config.node_id)
     link = ControllerLink(addresses, lambda: node.leadership.leader_id, CONTROLLER_REQUEST_TIMEOUT_S)
-    data = DataPlane(config, link, lambda: lifecycle.broker_epoch)
+    incarnation_id = new_incarnation_id()
+    data = DataPlane(config, link, lambda: lifecycle.broker_epoch, incarnation_id)
     roles_log = log.bind(node_id=config.node_id, role="broker")  # runs in raft's callbacks: bind here
 
     def adopt(image: MetadataImage) -> None:
@@ -189,6 +193,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         config.broker.heartbeat_interval_ms,
         link,
         lambda: state_machine.image.offset - 1,  # the last offset replayed (image.offset is the next)
+        incarnation_id,
     )
     await node.start()
     return Broker(node, state_machine, partitions, lifecycle, link, data)

@@ -31,7 +31,7 @@ from cli import (
 )
 from cli.errors import CliError
 from client.errors import AdminError
-from raft.logs import configure_logging
+from raft.logs import command_logging
 from raft.node_config import ConfigError
 from raft.storage.base import StorageError
 
@@ -78,10 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command != "server":  # a server sets up its own logs from its config
-        # The clients' logs (retries, leader moves) go to stderr, problems only: stdout
-        # is the command's answer (``--output json``), and must stay parseable.
-        configure_logging("warning", "console")
+    if args.command == "server":  # a server sets up its own logs from its config
+        return _run(args)
+    # The clients' logs (retries, leader moves) go to stderr, problems only: stdout is
+    # the command's answer (``--output json``) and must stay parseable.
+    with command_logging():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except (CliError, AdminError, ConfigError, StorageError) as e:

@@ -19,10 +19,12 @@ while its methods run (prefetching happens inside ``poll``, as in Kafka's Java c
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -69,7 +71,8 @@ class AsyncConsumer:
         self._assigned: list[TopicPartition] = []
         self._fetch_position: dict[TopicPartition, int] = {}  # next offset to fetch
         self._position: dict[TopicPartition, int] = {}  # next offset poll returns
-        self._buffer: collections.deque[ConsumerRecord] = collections.deque()
+        # Fetched records, one chunk per partition answer: (records, bytes they came in).
+        self._buffer: collections.deque[_Chunk] = collections.deque()
         self._buffered_bytes = 0
         self._arrived = asyncio.Event()
         self._room = asyncio.Event()
@@ -90,7 +93,7 @@ class AsyncConsumer:
             for tp in list(positions):
                 if tp not in keep:
                     del positions[tp]
-        self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) not in keep)
+        self._drop_buffered(lambda tp: tp not in keep)
 
     async def assign_topic(self, topic: str) -> None:
         info = await self.metadata.topic(topic)
@@ -105,7 +108,7 @@ class AsyncConsumer:
         if offset < 0:
             raise ValueError(f"offset: {offset} is negative")
         self._position[tp] = self._fetch_position[tp] = offset
-        self._drop_buffered(lambda r: r.topic == tp.topic and r.partition == tp.partition)
+        self._drop_buffered(lambda buffered: buffered == tp)
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         await self._seek_to(partitions or self._assigned, LIST_EARLIEST)
@@ -158,15 +161,18 @@ class AsyncConsumer:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        records = []
+        records: list[ConsumerRecord] = []
         while self._buffer and len(records) < max_records:
-            record = self._buffer.popleft()
-            self._buffered_bytes -= _size(record)
-            tp = TopicPartition(record.topic, record.partition)
-            if self._position.get(tp, -1) > record.offset:
-                continue  # a seek back happened after this was prefetched... or a duplicate
-            self._position[tp] = record.offset + 1
-            records.append(record)
+            chunk = self._buffer[0]
+            start = max(chunk.next, _first_at(chunk.records, self._position.get(chunk.tp, -1)))
+            end = min(len(chunk.records), start + max_records - len(records))
+            records += chunk.records[start:end]
+            chunk.next = end
+            if end > start:
+                self._position[chunk.tp] = chunk.records[end - 1].offset + 1
+            if chunk.next >= len(chunk.records):
+                self._buffer.popleft()
+                self._buffered_bytes -= chunk.size
         self._room.set()
         return records
 
@@ -273,13 +279,13 @@ class AsyncConsumer:
         next_offset = fetch_offset
         for _, header in iter_batches(payload):
             next_offset = header.next_offset
-        for record in read_records(payload):
-            if record.offset >= fetch_offset:
-                consumer_record = ConsumerRecord(
-                    tp.topic, tp.partition, record.offset, record.timestamp, record.key, record.value, record.headers
-                )
-                self._buffer.append(consumer_record)
-                self._buffered_bytes += _size(consumer_record)
+        topic, partition = tp.topic, tp.partition
+        records = [
+            ConsumerRecord(topic, partition, *record) for record in read_records(payload) if record.offset >= fetch_offset
+        ]
+        if records:
+            self._buffer.append(_Chunk(tp, records, len(payload)))
+            self._buffered_bytes += len(payload)
         self._fetch_position[tp] = max(next_offset, fetch_offset)
         self._arrived.set()
 
@@ -290,7 +296,7 @@ class AsyncConsumer:
             return
         self._position.pop(tp, None)
         self._fetch_position.pop(tp, None)
-        self._drop_buffered(lambda r: r.topic == tp.topic and r.partition == tp.partition)
+        self._drop_buffered(lambda buffered: buffered == tp)
 
     async def _refresh(self) -> None:
         try:
@@ -298,10 +304,10 @@ class AsyncConsumer:
         except KafkaError as e:
             log.debug("metadata refresh failed", detail=str(e))
 
-    def _drop_buffered(self, drop: Any) -> None:
-        kept = collections.deque(r for r in self._buffer if not drop(r))
-        self._buffered_bytes = sum(_size(r) for r in kept)
-        self._buffer = kept
+    def _drop_buffered(self, drop: Callable[[TopicPartition], bool]) -> None:
+        """Forget prefetched records of the partitions ``drop`` names (a seek, a reset)."""
+        self._buffer = collections.deque(chunk for chunk in self._buffer if not drop(chunk.tp))
+        self._buffered_bytes = sum(chunk.size for chunk in self._buffer)
 
     # offsets ---------------------------------------------------------------------------
 
@@ -362,8 +368,19 @@ class AsyncConsumer:
         await self.metadata.close()
 
 
-def _size(record: ConsumerRecord) -> int:
-    return len(record.value or b"") + len(record.key or b"") + 64
+@dataclass(eq=False, slots=True)
+class _Chunk:
+    tp: TopicPartition
+    records: list[ConsumerRecord]
+    size: int  # bytes fetched: what the prefetch bound counts
+    next: int = 0  # the first record not yet returned
+
+
+def _first_at(records: list[ConsumerRecord], offset: int) -> int:
+    """Index of the first record at ``offset`` or later (records are in offset order)."""
+    if offset <= records[0].offset:
+        return 0
+    return bisect.bisect_left(records, offset, key=lambda r: r.offset)
 
 
 class Consumer:

@@ -12,6 +12,7 @@ import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 from client.errors import AdminError
 
@@ -191,8 +192,9 @@ class RecordMetadata:
     timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
+    """A named tuple: a consumer makes one per record, on its hot path."""
+
     topic: str
     partition: int
     offset: int

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 
 import structlog
 
@@ -24,3 +26,30 @@ def configure_logging(level: str = "info", fmt: str = "json", **bound: object) -
         cache_logger_on_first_use=True,
     )
     structlog.contextvars.bind_contextvars(**bound)
+
+
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when a line is written (tests swap it)."""
+
+    def write(self, text: str) -> None:
+        sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def command_logging() -> Iterator[None]:
+    """For a command (not a server): library logs go to stderr, warnings and worse only,
+    so stdout holds just the command's answer; the previous set-up comes back after."""
+    saved = structlog.get_config()
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(colors=False)],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
+        cache_logger_on_first_use=False,
+    )
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record import default_records
@@ -55,8 +56,9 @@ class RecordError(ValueError):
     """Records that cannot be read: malformed, or a codec that fails on them."""
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
+    """A named tuple, not a dataclass: one is made per record read, on the hot path."""
+
     offset: int
     timestamp: int  # ms since the epoch
     key: bytes | None

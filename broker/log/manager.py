@@ -22,7 +22,7 @@ import structlog
 
 from broker.log import checkpoint
 from broker.log.config import LogConfig
-from broker.log.partition_log import PartitionLog, stored_topic_id
+from broker.log.partition_log import METADATA_FILE, PartitionLog, stored_topic_id
 from raft.storage.fsio import fsync_dir
 
 log = structlog.get_logger("broker.log")
@@ -42,6 +42,7 @@ class LogManager:
         self._logs: dict[str, PartitionLog] = {}
         self._clean_shutdown = False
         self._recovery_points: dict[str, int] = {}
+        self._found_at_start: set[str] = set()
 
     def open_all(self) -> None:
         """Find the folders, remember how the last run ended; logs open on first use
@@ -54,6 +55,19 @@ class LogManager:
         marker.unlink(missing_ok=True)
         fsync_dir(self.directory)
         self._recovery_points = dict(_read_offsets(self.directory / RECOVERY_POINTS_FILE))
+        self._found_at_start = {p.parent.name for p in self.directory.glob(f"*/{METADATA_FILE}")}
+
+    def remove_strays(self, assigned: set[str]) -> list[str]:
+        """Delete the folders found at start that the metadata no longer gives this broker
+        (their topic was deleted, or the partition moved, while it was down: Kafka's stray
+        logs). Call once the image holds this broker's own registration, so it reflects
+        every change made before the broker came back."""
+        strays = sorted(self._found_at_start - assigned - self._logs.keys())
+        for name in strays:
+            log.info("deleting a stray partition log", partition=name)
+            self._rename_and_delete(self.directory / name)
+        self._found_at_start = set()
+        return strays
 
     def names(self) -> list[str]:
         return sorted(self._logs)

@@ -63,11 +63,14 @@ class ReplicaManager:
         on_follow: Callable[[Partition], None],
         on_stop_following: Callable[[Partition], None],
         high_watermarks: Mapping[str, int],
+        incarnation_id: str = "",
         clock_ms: Callable[[], int] = _monotonic_ms,
     ) -> None:
         self.local_id = local_id
         self.config = config
         self._clock_ms = clock_ms
+        self._incarnation_id = incarnation_id  # strays are removed once its registration is in the image
+        self._strays_removed = not incarnation_id
         self._logs = logs
         self._request_isr_change = request_isr_change
         self._on_follow = on_follow
@@ -103,6 +106,11 @@ class ReplicaManager:
             self._lead(role, now)
         for role in changes.following:
             self._follow(role)
+        if not self._strays_removed:
+            registration = image.brokers.get(self.local_id)
+            if registration is not None and registration.incarnation_id == self._incarnation_id:
+                self._logs.remove_strays({p.name for p in self._partitions.values()})
+                self._strays_removed = True
         if configs_changed:
             for partition in self._partitions.values():
                 partition.log.update_config(self.log_config(partition.topic))

@@ -232,3 +232,17 @@ def test_log_dump_decodes_partition_segments_and_names_damage(tmp_path: Path, ca
     assert main(["log", "dump", str(segment), "--output", "json"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line]
     assert '"type": "damaged"' in lines[-1] and '"position": ' in lines[-1]
+
+
+def test_stray_partition_folders_are_deleted_once_the_broker_knows_its_assignment(tmp_path: Path) -> None:
+    first = LogManager(tmp_path)
+    first.open_all()
+    for partition in (0, 1):
+        append(first.get_or_create("t", partition, TOPIC_ID, LogConfig()), b"a")
+    first.close()
+    again = LogManager(tmp_path)
+    again.open_all()
+    again.get_or_create("t", 0, TOPIC_ID, LogConfig())
+    assert again.remove_strays({"t-0"}) == ["t-1"]
+    assert (tmp_path / "t-0").exists() and not (tmp_path / "t-1").exists()
+    assert again.remove_strays(set()) == [], "only what was found at start, once"
