@@ -142,16 +142,23 @@ class ClusterMetadata:
         raise KafkaError("BROKER_NOT_AVAILABLE", "no broker answered: " + ", ".join(problems))
 
     def _adopt(self, response: broker_pb2.MetadataResponse) -> None:
+        """Take a broker's answer, but never a partition's older leader epoch: a broker
+        that lags the metadata log must not send the client back to a deposed leader
+        (Kafka's KIP-320)."""
         self.brokers = {b.broker_id: f"{b.host}:{b.port}" for b in response.brokers if b.port}
-        self.topics = {
-            t.name: TopicInfo(
-                t.name,
-                t.topic_id,
-                {p.partition: PartitionLeader(p.leader if not p.offline else -1, p.leader_epoch) for p in t.partitions},
-            )
-            for t in response.topics
-            if t.error == E.NONE
-        }
+        topics = {}
+        for t in response.topics:
+            if t.error != E.NONE:
+                continue
+            known = self.topics.get(t.name)
+            same_topic = known is not None and known.topic_id == t.topic_id
+            partitions = {}
+            for p in t.partitions:
+                answer = PartitionLeader(p.leader if not p.offline else -1, p.leader_epoch)
+                before = known.partitions.get(p.partition) if same_topic else None
+                partitions[p.partition] = before if before is not None and before.leader_epoch > answer.leader_epoch else answer
+            topics[t.name] = TopicInfo(t.name, t.topic_id, partitions)
+        self.topics = topics
 
     # offsets ----------------------------------------------------------------------------
 

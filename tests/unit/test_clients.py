@@ -13,13 +13,13 @@ from typing import Any
 
 import grpc
 import pytest
-from raftka.v1 import broker_pb2_grpc, controller_pb2
+from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 
 from broker.data_service import BrokerService
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions
 from broker.replica.manager import ReplicaManager
-from client.cluster_metadata import PartitionLeader, TopicInfo
+from client.cluster_metadata import ClusterMetadata, PartitionLeader, TopicInfo
 from client.consumer import AsyncConsumer
 from client.errors import OffsetOutOfRangeError, ProducerError
 from client.partitioner import default_partition
@@ -231,3 +231,22 @@ def test_buffer_memory_back_pressure_gives_up_after_max_block() -> None:
             await producer.close(timeout_s=0.1)
 
     asyncio.run(scenario())
+
+
+def test_metadata_from_a_lagging_broker_never_sends_the_client_back_to_an_older_leader() -> None:
+    def answer(leader: int, epoch: int, topic_id: bytes = TOPIC_ID) -> broker_pb2.MetadataResponse:
+        response = broker_pb2.MetadataResponse()
+        response.brokers.add(broker_id=leader, host="127.0.0.1", port=9000 + leader)
+        response.topics.add(name=TOPIC_NAME, topic_id=topic_id).partitions.add(
+            partition=0, leader=leader, leader_epoch=epoch, replicas=[1, 2], isr=[1, 2]
+        )
+        return response
+
+    metadata = ClusterMetadata("127.0.0.1:1")
+    metadata._adopt(answer(2, 5))
+    metadata._adopt(answer(1, 4))  # a broker that has not replayed the election yet
+    assert metadata.leader(TopicPartition(TOPIC_NAME, 0)) == PartitionLeader(2, 5)
+    metadata._adopt(answer(1, 6))
+    assert metadata.leader(TopicPartition(TOPIC_NAME, 0)) == PartitionLeader(1, 6)
+    metadata._adopt(answer(1, 0, topic_id=uuid.UUID(int=77).bytes))  # re-created: its epochs start over
+    assert metadata.leader(TopicPartition(TOPIC_NAME, 0)) == PartitionLeader(1, 0)
