@@ -239,7 +239,9 @@ class AsyncProducer:
                 ) from None
 
     def _open_batch(self, tp: TopicPartition) -> _Batch:
-        queue = self._batches.setdefault(tp, collections.deque())
+        queue = self._batches.get(tp)
+        if queue is None:
+            queue = self._batches[tp] = collections.deque()
         if queue and not queue[-1].closed:
             return queue[-1]
         batch = _Batch(tp, BatchBuilder(self._compression, self._batch_size), time.monotonic(), self._loop.create_future())

@@ -173,8 +173,9 @@ class FetchedOffset:
 # the data plane ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):
+    """A named tuple: hashed per record by the producer, so its hash must be C's."""
+
     topic: str
     partition: int
 
