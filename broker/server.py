@@ -6,8 +6,10 @@ set, so it only fetches the metadata log (and snapshots) from the leader and nev
 votes. Committed batches are replayed into a ``MetadataStateMachine``; every new image
 becomes role changes in ``BrokerPartitions``, which the replica manager turns into
 leaders and followers of partition logs; the lifecycle task registers the broker and
-heartbeats the active controller. The data API (``broker.data_service``) shares the
-node's gRPC server.
+heartbeats the active controller. The data API (``broker.data_service``) is served on
+the broker's data listener (``broker.data_listener``, the raw-TCP data protocol of
+``wire``) for producers, consumers and followers, and on the node's gRPC server for
+tools.
 
 SIGTERM or SIGINT is a controlled shutdown: the broker heartbeats ``want_shut_down``
 until the controller has moved its leaderships away, waiting at most
@@ -27,7 +29,7 @@ import structlog
 from raftka.v1 import broker_pb2_grpc, metadata_pb2
 
 from broker.controller_link import ControllerLink
-from broker.data_service import BrokerService
+from broker.data_service import BrokerApi, BrokerService
 from broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions, RoleChanges
@@ -40,12 +42,14 @@ from raft.driver import RaftNode
 from raft.logs import configure_logging
 from raft.node_config import NodeConfig, parse_host_port
 from raft.server import ServerError, open_node
+from wire.frames import DATA_LISTENER
+from wire.server import FrameServer
 
 PARTITIONS_DIR = "partitions"  # under data_dir, beside the metadata log
 FLUSH_CHECK_INTERVAL_MS = 1_000  # how often logs are checked against their flush.ms (Kafka's scheduler: 1 s too)
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0  # within `raftka cluster down`'s grace before SIGKILL
 CONTROLLER_REQUEST_TIMEOUT_S = 2.0
-LISTENER_NAME = "PLAINTEXT"
+GRPC_LISTENER = "GRPC"  # the node's gRPC server: the Broker service for tools
 ROLE_CHANGES_LOGGED_MAX = 10  # partitions named in one INFO line; the rest are counted
 
 log = structlog.get_logger("broker.server")
@@ -107,6 +111,7 @@ class DataPlane:
         self.fetchers = ReplicaFetchers(
             config.node_id, self._address, config.broker, broker_epoch, lambda p: self.replicas.fail_reads_of(p)
         )
+        self.listener: FrameServer | None = None
         self.isr_changes = IsrChanges(
             link, config.node_id, broker_epoch, lambda p: self.replicas.isr_change_done(p)
         )
@@ -129,11 +134,15 @@ class DataPlane:
             _every(FLUSH_CHECK_INTERVAL_MS, self.logs.flush_due, "log-flush"),
         ]
 
+    async def serve(self, api: BrokerApi, address: str) -> None:
+        host, port = parse_host_port(address, "broker.data_listener")
+        self.listener = FrameServer(api.wire_handlers())
+        await self.listener.start(host, port)
+
     def _address(self, broker_id: int) -> str | None:
         broker = self.replicas.image.brokers.get(broker_id)
-        if broker is None or not broker.endpoints:
-            return None
-        return f"{broker.endpoints[0].host}:{broker.endpoints[0].port}"
+        endpoint = None if broker is None else broker.endpoint(DATA_LISTENER)
+        return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"
 
     def _checkpoint(self) -> None:
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
@@ -143,6 +152,8 @@ class DataPlane:
         self.logs.apply_retention(int(time.time() * 1000))
 
     async def close(self) -> None:
+        if self.listener is not None:
+            await self.listener.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -180,15 +191,14 @@ async def start_broker(config: NodeConfig) -> Broker:
         data.replicas.apply(image, changes)
 
     state_machine.add_listener(adopt)
-    service: BrokerService
+    api: BrokerApi
     node = await open_node(
-        config, state_machine, [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(service, server)]
+        config, state_machine, [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)]
     )
-    service = BrokerService(data.replicas, link, node.cluster_id, lambda: node.leadership.leader_id)
-    host, port = parse_host_port(config.listener, "listener")
+    api = BrokerApi(data.replicas, link, node.cluster_id, lambda: node.leadership.leader_id)
     lifecycle = BrokerLifecycle(
         config.node_id,
-        [metadata_pb2.BrokerEndpoint(name=LISTENER_NAME, host=host, port=port)],
+        [_endpoint(DATA_LISTENER, config.broker.data_listener), _endpoint(GRPC_LISTENER, config.listener)],
         config.broker.rack,
         config.broker.heartbeat_interval_ms,
         link,
@@ -196,7 +206,18 @@ async def start_broker(config: NodeConfig) -> Broker:
         incarnation_id,
     )
     await node.start()
+    try:
+        await data.serve(api, config.broker.data_listener)
+    except OSError as e:
+        await data.close()
+        await node.shutdown(graceful=False)
+        raise ServerError(f"broker.data_listener: cannot listen on {config.broker.data_listener}: {e.strerror or e}") from None
     return Broker(node, state_machine, partitions, lifecycle, link, data)
+
+
+def _endpoint(name: str, address: str) -> metadata_pb2.BrokerEndpoint:
+    host, port = parse_host_port(address, name)
+    return metadata_pb2.BrokerEndpoint(name=name, host=host, port=port)
 
 
 async def run_broker(config: NodeConfig) -> None:
@@ -206,7 +227,12 @@ async def run_broker(config: NodeConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("broker listening", listener=config.listener, incarnation_id=broker.lifecycle.incarnation_id)
+    log.info(
+        "broker listening",
+        data_listener=config.broker.data_listener,
+        listener=config.listener,
+        incarnation_id=broker.lifecycle.incarnation_id,
+    )
     stopped = asyncio.create_task(broker.node.wait_stopped())
     asked = asyncio.create_task(stop.wait())
     await asyncio.wait({stopped, asked, broker.lifecycle_task}, return_when=asyncio.FIRST_COMPLETED)

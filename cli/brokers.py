@@ -48,9 +48,11 @@ def run_list(args: argparse.Namespace) -> int:
 def broker_view(broker: BrokerInfo) -> dict[str, Any]:
     return {
         "id": broker.broker_id,
-        "address": broker.endpoints[0].address if broker.endpoints else "",
+        "address": broker.data_address,
+        "listeners": [f"{e.name}://{e.address}" for e in broker.endpoints],
         "rack": broker.rack,
         "fenced": broker.fenced,
         "epoch": broker.epoch,
         "in_controlled_shutdown": broker.in_controlled_shutdown,
     }
+

@@ -27,7 +27,7 @@ from cli.errors import CliError
 from cli.quorum_client import DescribeQuorumResponse, QuorumClient
 from client.admin import Admin, RetryPolicy
 from client.errors import AdminError
-from raft.node_config import BROKER, NodeConfig, Voter, render_toml
+from raft.node_config import BROKER, BrokerConfig, NodeConfig, Voter, render_toml
 from raft.storage import meta
 
 LOOPBACK = "127.0.0.1"
@@ -119,7 +119,15 @@ def up(
         "leader_id": leader.leader_id,
         "leader_epoch": leader.leader_epoch,
         "nodes": [
-            {"id": n.id, "role": n.role, "address": n.address, "pid": n.pid, "config": n.config, "log": n.log}
+            {
+                "id": n.id,
+                "role": n.role,
+                "address": n.address,
+                "data_address": n.data_address or None,
+                "pid": n.pid,
+                "config": n.config,
+                "log": n.log,
+            }
             for n in cluster.nodes
         ],
     }
@@ -133,7 +141,7 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
         raise CliError(f"--brokers: expected 0 to {MAX_BROKERS}, got {brokers}")
     if cluster_dir.exists() and any(cluster_dir.iterdir()):
         raise CliError(f"{cluster_dir} is not empty but holds no {local.STATE_FILE}; remove it or use --dir")
-    ports = free_ports(controllers + brokers)
+    ports = free_ports(controllers + 2 * brokers)  # a broker has a gRPC and a data listener
     voters = tuple(Voter(i, LOOPBACK, port) for i, port in enumerate(ports[:controllers], start=1))
     cluster_id = meta.new_cluster_id()
     nodes = []
@@ -146,13 +154,15 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
         )
         # A brand-new cluster: every voter may vote before it has heard its peers.
         nodes.append(_write_node(config, local.CONTROLLER, cluster_id, initial_cluster=True))
-    for broker_id, port in enumerate(ports[controllers:], start=FIRST_BROKER_ID):
+    broker_ports = ports[controllers:]
+    for i, broker_id in enumerate(range(FIRST_BROKER_ID, FIRST_BROKER_ID + brokers)):
         config = NodeConfig(
             node_id=broker_id,
             data_dir=_node_dir(cluster_dir, broker_id) / "data",
             voters=voters,
-            listener=f"{LOOPBACK}:{port}",
+            listener=f"{LOOPBACK}:{broker_ports[2 * i]}",
             process_roles=(BROKER,),
+            broker=BrokerConfig(data_listener=f"{LOOPBACK}:{broker_ports[2 * i + 1]}"),
         )
         nodes.append(_write_node(config, local.BROKER, cluster_id, initial_cluster=False))
     cluster = local.LocalCluster(cluster_dir, cluster_id, nodes)
@@ -174,6 +184,7 @@ def _write_node(config: NodeConfig, role: str, cluster_id: str, *, initial_clust
         id=config.node_id,
         role=role,
         address=config.listener,
+        data_address=config.broker.data_listener,
         data_dir=str(config.data_dir),
         config=str(config_path),
         log=str(node_dir / "server.log"),
@@ -269,13 +280,15 @@ def _check_started(cluster: local.LocalCluster, started: dict[int, subprocess.Po
 def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
     suffix = f" --dir {dir_flag}" if dir_flag is not None else ""
     started = ", ".join(str(i) for i in result["started"]) or "none (all were running)"
-    rows = [(n["id"], n["role"], n["address"], n["pid"], n["log"]) for n in result["nodes"]]
+    rows = [(n["id"], n["role"], n["address"], n["data_address"], n["pid"], n["log"]) for n in result["nodes"]]
+    bootstrap = ",".join(n["data_address"] for n in result["nodes"] if n["data_address"])
     return "\n".join(
         [
             f"{'Created' if result['created'] else 'Local'} cluster {result['cluster_id']} in {result['dir']}; "
             f"started: {started}",
-            output.table(("ID", "ROLE", "ADDRESS", "PID", "LOG"), rows),
+            output.table(("ID", "ROLE", "ADDRESS", "DATA LISTENER", "PID", "LOG"), rows),
             f"Leader: node {result['leader_id']} (epoch {result['leader_epoch']})",
+            *([f"Bootstrap:   {bootstrap}  (producers and consumers: --bootstrap-server)"] if bootstrap else []),
             f"Describe it: raftka quorum describe --status{suffix}",
             f"Brokers:     raftka brokers list{suffix}",
             f"Stop it:     raftka cluster down{suffix}",
@@ -347,8 +360,8 @@ def run_status(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(output.to_json(result))
     else:
-        rows = [(n["id"], n["role"], n["address"], n["pid"], n["alive"]) for n in result["nodes"]]
-        print(output.table(("ID", "ROLE", "ADDRESS", "PID", "ALIVE"), rows))
+        rows = [(n["id"], n["role"], n["address"], n["data_address"], n["pid"], n["alive"]) for n in result["nodes"]]
+        print(output.table(("ID", "ROLE", "ADDRESS", "DATA LISTENER", "PID", "ALIVE"), rows))
         leader = result["leader_id"]
         print(
             f"Leader: node {leader} (epoch {result['leader_epoch']})"
@@ -379,6 +392,7 @@ def status(cluster_dir: Path) -> dict[str, Any]:
                     "id": node.id,
                     "role": role,
                     "address": node.address,
+                    "data_address": node.data_address or None,
                     "pid": node.pid if alive else None,
                     "alive": alive,
                 }

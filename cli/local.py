@@ -32,6 +32,7 @@ class NodeRecord:
     config: str  # absolute path of the node's server.toml
     log: str  # absolute path of the node's stdout/stderr
     pid: int | None = None  # None: never started or stopped by `cluster down`
+    data_address: str = ""  # a broker's data listener (broker.data_listener); "" for controllers
 
 
 @dataclass(slots=True)
@@ -57,8 +58,13 @@ class LocalCluster:
         return [node.address for node in self.controllers()]
 
     def broker_addresses(self) -> list[str]:
-        """The brokers' addresses: where producers and consumers bootstrap."""
-        return [node.address for node in self.brokers()]
+        """The brokers' data listeners: where producers and consumers bootstrap."""
+        if any(not node.data_address for node in self.brokers()):
+            raise CliError(
+                f"the cluster in {self.dir} predates the brokers' data listeners: "
+                f"raftka cluster down, then remove {self.dir} to start over"
+            )
+        return [node.data_address for node in self.brokers()]
 
 
 def resolve_dir(explicit: Path | None) -> Path:

@@ -4,7 +4,8 @@ Learned from any broker's ``Metadata`` answer (each broker answers from its own 
 the metadata log), starting from the bootstrap addresses and then from every broker it
 has heard of. A refresh is asked for when a leader turns out to be wrong; refreshes are
 at least ``refresh_backoff_s`` apart, so a storm of NOT_LEADER answers costs one call.
-One channel per broker address is shared by everything the client sends.
+One connection per broker (the data protocol of ``wire``) is shared by everything the
+client sends.
 """
 
 from __future__ import annotations
@@ -14,20 +15,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import grpc
-from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+from raftka.v1 import broker_pb2, controller_pb2
 
 from client.errors import KafkaError
 from client.types import TopicPartition
+from wire.client import BrokerClient, BrokerClients, WireError
 
 E = controller_pb2.ErrorCode
-CHANNEL_OPTIONS = (
-    ("grpc.max_receive_message_length", 64 << 20),
-    ("grpc.max_send_message_length", 64 << 20),
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 500),
-)
 LIST_EARLIEST = -2
 LIST_LATEST = -1
 
@@ -62,34 +56,26 @@ class ClusterMetadata:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self.request_timeout_s = request_timeout_s
         self._refresh_backoff_s = refresh_backoff_s
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._clients = BrokerClients()
         self.brokers: dict[int, str] = {}
         self.topics: dict[str, TopicInfo] = {}
         self._refreshed_at = 0.0
         self._refreshing: asyncio.Future[None] | None = None
         self._next = 0
 
-    # channels ---------------------------------------------------------------------------
+    # connections ------------------------------------------------------------------------
 
-    def stub_for(self, address: str) -> broker_pb2_grpc.BrokerStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-        return broker_pb2_grpc.BrokerStub(channel)
-
-    def stub(self, broker_id: int) -> broker_pb2_grpc.BrokerStub | None:
+    def broker(self, broker_id: int) -> BrokerClient | None:
         address = self.brokers.get(broker_id)
-        return None if address is None else self.stub_for(address)
+        return None if address is None else self._clients.get(address)
 
-    def any_stub(self) -> broker_pb2_grpc.BrokerStub:
+    def any_broker(self) -> BrokerClient:
         addresses = list(self.brokers.values()) or self._bootstrap
         self._next += 1
-        return self.stub_for(addresses[self._next % len(addresses)])
+        return self._clients.get(addresses[self._next % len(addresses)])
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
-            await channel.close()
+        self._clients.close()
 
     # metadata ---------------------------------------------------------------------------
 
@@ -131,11 +117,11 @@ class ClusterMetadata:
         for i in range(len(candidates)):
             address = candidates[(self._next + i) % len(candidates)]
             try:
-                response = await self.stub_for(address).Metadata(
+                response = await self._clients.get(address).Metadata(
                     broker_pb2.MetadataRequest(), timeout=self.request_timeout_s
                 )
-            except grpc.aio.AioRpcError as e:
-                problems.append(f"{address}: {e.code().name}")
+            except WireError as e:
+                problems.append(f"{address}: {e.code}")
                 continue
             self._adopt(response)
             return
@@ -180,8 +166,8 @@ class ClusterMetadata:
             retry: list[TopicPartition] = []
             problem = ""
             for leader, group in by_leader.items():
-                stub = self.stub(leader) if leader >= 0 else None
-                if stub is None:
+                broker = self.broker(leader) if leader >= 0 else None
+                if broker is None:
                     retry += group
                     problem = f"no leader for {group[0]}"
                     continue
@@ -189,10 +175,10 @@ class ClusterMetadata:
                 for tp in group:
                     request.topics.add(name=tp.topic).partitions.add(partition=tp.partition, timestamp=timestamp)
                 try:
-                    response = await stub.ListOffsets(request, timeout=self.request_timeout_s)
-                except grpc.aio.AioRpcError as e:
+                    response = await broker.ListOffsets(request, timeout=self.request_timeout_s)
+                except WireError as e:
                     retry += group
-                    problem = f"broker {leader}: {e.code().name}"
+                    problem = f"broker {leader}: {e.code}"
                     continue
                 for topic in response.topics:
                     for p in topic.partitions:

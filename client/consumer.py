@@ -23,11 +23,10 @@ import bisect
 import collections
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 import structlog
 from raftka.v1 import broker_pb2, controller_pb2
 
@@ -36,6 +35,7 @@ from client.errors import ConsumerError, KafkaError, OffsetOutOfRangeError
 from client.types import ConsumerRecord, TopicPartition
 from records.batch import iter_batches
 from records.codec import read_records
+from wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("client.consumer")
@@ -220,8 +220,8 @@ class AsyncConsumer:
         return grouped
 
     async def _fetch(self, leader: int, partitions: list[TopicPartition]) -> None:
-        stub = self.metadata.stub(leader)
-        if stub is None:
+        broker = self.metadata.broker(leader)
+        if broker is None:
             await self._refresh()
             return
         request = broker_pb2.FetchRequest(
@@ -246,9 +246,9 @@ class AsyncConsumer:
             )
             sent[tp] = offset
         try:
-            response = await stub.Fetch(request, timeout=self._timeout_s + self._fetch_max_wait_ms / 1000)
-        except grpc.aio.AioRpcError as e:
-            log.debug("fetch failed", broker=leader, code=e.code().name)
+            response = await broker.Fetch(request, timeout=self._timeout_s + self._fetch_max_wait_ms / 1000)
+        except WireError as e:
+            log.debug("fetch failed", broker=leader, code=e.code)
             await asyncio.sleep(ERROR_BACKOFF_S)
             await self._refresh()
             return
@@ -323,7 +323,7 @@ class AsyncConsumer:
             if topic is None:
                 topic = by_topic[tp.topic] = request.topics.add(topic=tp.topic)
             topic.partitions.add(partition=tp.partition, offset=offset)
-        response = await self._controller_call("OffsetCommit", request)
+        response = await self._controller_call(lambda broker: broker.OffsetCommit(request, timeout=self._timeout_s))
         for result in response.partitions:
             if result.error != E.NONE:
                 raise ConsumerError(E.Name(result.error), f"{result.topic}-{result.partition}: {result.message}")
@@ -334,7 +334,7 @@ class AsyncConsumer:
         request = controller_pb2.OffsetFetchRequest(group=self.group_id)
         for topic in sorted({tp.topic for tp in partitions}):
             request.topics.add(topic=topic, partitions=[tp.partition for tp in partitions if tp.topic == topic])
-        response = await self._controller_call("OffsetFetch", request)
+        response = await self._controller_call(lambda broker: broker.OffsetFetch(request, timeout=self._timeout_s))
         found: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
         for entry in response.offsets:
             tp = TopicPartition(entry.topic, entry.partition)
@@ -342,15 +342,15 @@ class AsyncConsumer:
                 found[tp] = entry.offset
         return found
 
-    async def _controller_call(self, method: str, request: Any) -> Any:
+    async def _controller_call(self, call: Callable[[BrokerClient], Awaitable[Any]]) -> Any:
         """Through any broker; the controller's retriable answers are retried a while."""
         deadline = time.monotonic() + self._timeout_s
         problem = ""
         while time.monotonic() < deadline:
             try:
-                response = await getattr(self.metadata.any_stub(), method)(request, timeout=self._timeout_s)
-            except grpc.aio.AioRpcError as e:
-                problem = e.code().name
+                response = await call(self.metadata.any_broker())
+            except WireError as e:
+                problem = e.code
             else:
                 if response.status.error == E.NONE:
                     return response
@@ -358,7 +358,7 @@ class AsyncConsumer:
                     raise ConsumerError(E.Name(response.status.error), response.status.message)
                 problem = f"{E.Name(response.status.error)}: {response.status.message}"
             await asyncio.sleep(ERROR_BACKOFF_S)
-        raise ConsumerError("REQUEST_TIMED_OUT", f"{method}: {problem}")
+        raise ConsumerError("REQUEST_TIMED_OUT", f"committed offsets: {problem}")
 
     async def close(self) -> None:
         self._closed = True

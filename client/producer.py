@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import grpc
 import structlog
 from raftka.v1 import broker_pb2, controller_pb2
 
@@ -34,6 +33,7 @@ from client.errors import KafkaError, ProducerError
 from client.partitioner import StickyPartitioner, default_partition
 from client.types import RecordMetadata, TopicPartition
 from records.codec import BatchBuilder, Compression
+from wire.client import WireError
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("client.producer")
@@ -285,7 +285,7 @@ class AsyncProducer:
                 next_s = min(next_s if next_s is not None else ready_at - now, ready_at - now)
                 continue
             state = self.metadata.leader(tp)
-            if state is None or state.leader < 0 or self.metadata.stub(state.leader) is None:
+            if state is None or state.leader < 0 or self.metadata.broker(state.leader) is None:
                 batch.retry_at = now + self._retry_backoff_s
                 batch.last_error = f"no leader for {tp}"
                 self._refresh_soon()
@@ -324,18 +324,18 @@ class AsyncProducer:
             topic.partitions.add(partition=batch.tp.partition, records=batch.payload)
         results: dict[TopicPartition, broker_pb2.ProducePartitionResult] = {}
         failure = ""
-        stub = self.metadata.stub(leader)
+        broker = self.metadata.broker(leader)
         try:
-            if stub is None:
+            if broker is None:
                 raise KafkaError("BROKER_NOT_AVAILABLE", f"broker {leader} is unknown")
-            response = await stub.Produce(request, timeout=self._request_timeout_ms / 1000 + 5)
+            response = await broker.Produce(request, timeout=self._request_timeout_ms / 1000 + 5)
             if response.status.error != E.NONE:
                 failure = f"{E.Name(response.status.error)}: {response.status.message}"
             for topic_result in response.topics:
                 for p in topic_result.partitions:
                     results[TopicPartition(topic_result.name, p.partition)] = p
-        except grpc.aio.AioRpcError as e:
-            failure = f"broker {leader}: {e.code().name}: {e.details()}"
+        except WireError as e:
+            failure = f"broker {leader}: {e}"
         except KafkaError as e:
             failure = str(e)
         finally:

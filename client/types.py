@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from client.errors import AdminError
+from wire.frames import DATA_LISTENER
 
 NO_LEADER = -1
 
@@ -133,6 +134,14 @@ class BrokerInfo:
     fenced: bool
     epoch: int
     in_controlled_shutdown: bool
+
+    @property
+    def data_address(self) -> str:
+        """Where producers and consumers reach the broker: its data listener."""
+        for endpoint in self.endpoints:
+            if endpoint.name == DATA_LISTENER:
+                return endpoint.address
+        return ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,10 @@ class BrokerRegistration:
     rack: str  # "" when none
     fenced: bool
 
+    def endpoint(self, name: str) -> Endpoint | None:
+        """The listener called ``name`` (a broker registers one per protocol it serves)."""
+        return next((e for e in self.endpoints if e.name == name), None)
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:

@@ -73,6 +73,7 @@ class MetadataConfig(SnapshotPolicy):
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
+    data_listener: str = ""  # host:port of the data protocol (wire/): required for a broker
     rack: str = ""  # "": no rack
     heartbeat_interval_ms: int = 2_000
     replica_lag_time_max_ms: int = 30_000  # a follower not caught up this long leaves the ISR
@@ -218,6 +219,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     for key in _NOT_NEGATIVE:
         if values[key] < 0:
             raise ConfigError(f"{key}: must be 0 (off) or more, got {values[key]}")
+    _check_data_listener(values["broker.data_listener"], listener, roles)
     if len(values["broker.rack"]) > RACK_CHARS_MAX:
         raise ConfigError(f"broker.rack: at most {RACK_CHARS_MAX} characters")
     level = values["logging.level"].lower()
@@ -264,6 +266,18 @@ def _listener(value: Any, node_id: int, roles: tuple[str, ...], voters: tuple[Vo
     if not mine:
         raise ConfigError("listener: required for a broker (it has no voter address to default to)")
     return mine[0].address
+
+
+def _check_data_listener(value: str, listener: str, roles: tuple[str, ...]) -> None:
+    """A broker serves producers, consumers and its followers on a second port of its own."""
+    key = "broker.data_listener"
+    if BROKER not in roles:
+        return
+    if not value:
+        raise ConfigError(f"{key}: required for a broker (HOST:PORT that producers, consumers and followers connect to)")
+    parse_host_port(value, key)
+    if value == listener:
+        raise ConfigError(f"{key}: must differ from listener ({listener}), which serves gRPC")
 
 
 def parse_host_port(text: str, key: str) -> tuple[str, int]:

@@ -22,27 +22,20 @@ import contextlib
 import time
 from collections.abc import Callable
 
-import grpc
 import structlog
-from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+from raftka.v1 import broker_pb2, controller_pb2
 
 from broker.log.partition_log import LogAppendError
 from broker.partitions import Role
 from broker.replica.partition import Partition
 from raft.node_config import BrokerConfig
+from wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("broker.fetcher")
 
 ERROR_BACKOFF_S = 0.1  # after a failed call, and for a partition its leader refused
 UNREACHABLE_BACKOFF_MAX_S = 1.0
-_CHANNEL_OPTIONS = (
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 500),
-    ("grpc.use_local_subchannel_pool", 1),
-    ("grpc.max_receive_message_length", 64 << 20),
-)
 
 
 class FollowerFetch:
@@ -191,8 +184,7 @@ class ReplicaFetcher:
         self._config = config
         self._fetch = FollowerFetch(local_id, config, broker_epoch, on_truncated)
         self._changed = asyncio.Event()
-        self._channel: grpc.aio.Channel | None = None
-        self._channel_address = ""
+        self._client: BrokerClient | None = None
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{local_id}-from-{leader_id}")
 
     def add(self, partition: Partition) -> None:
@@ -206,16 +198,16 @@ class ReplicaFetcher:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        if self._channel is not None:
-            await self._channel.close()
+        if self._client is not None:
+            self._client.close()
 
     async def _run(self) -> None:
         backoff_s = ERROR_BACKOFF_S
         while True:
             now = time.monotonic()
             ready = self._fetch.ready(now)
-            stub = self._stub()
-            if not ready or stub is None:
+            client = self._leader()
+            if not ready or client is None:
                 self._changed.clear()
                 wake_in = min((nb - now for nb in self._fetch.partitions.values()), default=1.0)
                 with contextlib.suppress(TimeoutError):
@@ -224,25 +216,25 @@ class ReplicaFetcher:
             request, sent = self._fetch.request(ready)
             timeout_s = self._config.replica_fetch_wait_max_ms / 1000 + 5
             try:
-                response = await stub.Fetch(request, timeout=timeout_s)
-            except grpc.aio.AioRpcError as e:
-                log.debug("fetch failed", leader=self.leader_id, code=e.code().name, detail=e.details())
+                response = await client.Fetch(request, timeout=timeout_s)
+            except WireError as e:
+                log.debug("fetch failed", leader=self.leader_id, code=e.code, detail=e.message)
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(UNREACHABLE_BACKOFF_MAX_S, backoff_s * 2)
                 continue
             backoff_s = ERROR_BACKOFF_S
             self._fetch.apply(response, sent)
 
-    def _stub(self) -> broker_pb2_grpc.BrokerStub | None:
+    def _leader(self) -> BrokerClient | None:
+        """The leader broker's data listener, reconnected if it moved (a restart)."""
         address = self._address(self.leader_id)
         if address is None:
             return None
-        if address != self._channel_address or self._channel is None:
-            if self._channel is not None:
-                asyncio.create_task(self._channel.close())
-            self._channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channel_address = address
-        return broker_pb2_grpc.BrokerStub(self._channel)
+        if self._client is None or self._client.address != address:
+            if self._client is not None:
+                self._client.close()
+            self._client = BrokerClient(address)
+        return self._client
 
 
 class ReplicaFetchers:

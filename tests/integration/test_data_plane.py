@@ -6,16 +6,22 @@
   was never sent. A SIGKILL lands mid-write: each victim recovers its logs and rejoins
   every ISR before the next round starts.
 - Every per-partition error a producer or consumer can get, from a real broker, with
-  the partition's log unchanged after each and the broker still serving.
+  the partition's log unchanged after each and the broker still serving: over the data
+  protocol (what clients use) and over the gRPC Broker service (for tools); and frames
+  the data protocol cannot read close that one connection only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import struct
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -28,6 +34,8 @@ from records.batch import CRC_START
 from records.codec import BatchBuilder
 from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
 from tests.integration.polling import wait_until
+from wire.client import BrokerClient
+from wire.frames import REQUEST_FRAME_MAX_BYTES
 
 pytestmark = pytest.mark.integration
 E = controller_pb2.ErrorCode
@@ -77,17 +85,31 @@ def _batch(*values: bytes, timestamp_ms: int | None = None) -> bytearray:
     return builder.build()
 
 
-def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: MetadataCluster) -> None:
+@contextlib.asynccontextmanager
+async def _data_client(cluster: MetadataCluster, broker_id: int) -> AsyncIterator[Any]:
+    client = BrokerClient(cluster.node(broker_id).data_address)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@contextlib.asynccontextmanager
+async def _grpc_stub(cluster: MetadataCluster, broker_id: int) -> AsyncIterator[Any]:
+    async with grpc.aio.insecure_channel(cluster.node(broker_id).address) as channel:
+        yield broker_pb2_grpc.BrokerStub(channel)
+
+
+@pytest.mark.parametrize("transport", [_data_client, _grpc_stub], ids=["data-protocol", "grpc"])
+def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: MetadataCluster, transport: Any) -> None:
     with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
         admin.create_topics([NewTopic("errors", 1, 3, {"max.message.bytes": "2000"})])[0].check()
         leader = wait_until(
             lambda: _leader(admin), timeout_s=30, what="topic 'errors' to have a leader"
         )
-    address = cluster.node(leader).address
 
     async def scenario() -> None:
-        async with grpc.aio.insecure_channel(address) as channel:
-            stub = broker_pb2_grpc.BrokerStub(channel)
+        async with transport(cluster, leader) as stub:
             good = await _produce(stub, bytes(_batch(b"ok")))
             assert good.error == E.NONE, good
             end = await _log_end(stub)
@@ -128,6 +150,38 @@ def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: M
     asyncio.run(scenario())
 
 
+def test_frames_the_data_protocol_cannot_read_close_that_connection_only(cluster: MetadataCluster) -> None:
+    broker = cluster.nodes("broker")[0]
+    host, _, port = broker.data_address.rpartition(":")
+
+    async def raw(frame: bytes) -> bytes:
+        """What the broker sends back before it closes the connection or 2 s pass."""
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(frame)
+        try:
+            return await asyncio.wait_for(reader.read(1 << 16), 2.0)
+        except TimeoutError:
+            return b"(still open)"
+        finally:
+            writer.close()
+
+    async def scenario() -> None:
+        unknown_api = struct.pack(">IHHI", 8, 999, 0, 7)
+        answer = await raw(unknown_api)
+        (length, correlation_id), body = struct.unpack_from(">II", answer), answer[8:]
+        assert correlation_id == 7 and length == len(answer) - 4
+        status = pb.MetadataResponse.FromString(body).status
+        assert status.error == E.UNSUPPORTED_VERSION and "999" in status.message
+        assert await raw(struct.pack(">I", REQUEST_FRAME_MAX_BYTES + 1)) == b""  # closed, nothing buffered
+        assert await raw(struct.pack(">IH", 8, 1)) == b"(still open)"  # half a frame: waits for the rest
+        assert await raw(struct.pack(">I", 3) + b"abc") == b""  # a frame shorter than a header: closed
+        async with _data_client(cluster, broker.id) as client:
+            metadata = await client.Metadata(pb.MetadataRequest(), timeout=10)
+        assert metadata.status.error == E.NONE and len(metadata.brokers) == 3
+
+    asyncio.run(scenario())
+
+
 def _leader(admin: Admin) -> int | None:
     description = admin.describe_topics(["errors"])[0]
     partitions = description.partitions
@@ -136,13 +190,13 @@ def _leader(admin: Admin) -> int | None:
     return partitions[0].leader
 
 
-async def _produce(stub: broker_pb2_grpc.BrokerStub, payload: bytes, topic: str = "errors") -> pb.ProducePartitionResult:
+async def _produce(stub: Any, payload: bytes, topic: str = "errors") -> pb.ProducePartitionResult:
     request = pb.ProduceRequest(acks=-1, timeout_ms=10_000)
     request.topics.add(name=topic).partitions.add(partition=0, records=payload)
     return (await stub.Produce(request, timeout=15)).topics[0].partitions[0]
 
 
-async def _log_end(stub: broker_pb2_grpc.BrokerStub) -> int:
+async def _log_end(stub: Any) -> int:
     request = pb.ListOffsetsRequest()
     request.topics.add(name="errors").partitions.add(partition=0, timestamp=-1)
     return (await stub.ListOffsets(request, timeout=10)).topics[0].partitions[0].offset

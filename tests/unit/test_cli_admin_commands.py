@@ -121,12 +121,10 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         response = controller_pb2.DescribeClusterResponse(
             status=controller_pb2.Status(), cluster_id="c1", controller_id=2
         )
-        response.brokers.add(broker_id=102, rack="", fenced=True, epoch=40).endpoints.add(
-            name="PLAINTEXT", host="127.0.0.1", port=9102
-        )
-        response.brokers.add(broker_id=101, rack="r1", fenced=False, epoch=12).endpoints.add(
-            name="PLAINTEXT", host="127.0.0.1", port=9101
-        )
+        for broker_id, rack, fenced, epoch in ((102, "", True, 40), (101, "r1", False, 12)):
+            broker = response.brokers.add(broker_id=broker_id, rack=rack, fenced=fenced, epoch=epoch)
+            broker.endpoints.add(name="GRPC", host="127.0.0.1", port=19000 + broker_id)
+            broker.endpoints.add(name="DATA", host="127.0.0.1", port=9000 + broker_id)
         return response
 
     def OffsetCommit(self, request: Any, context: Any) -> controller_pb2.OffsetCommitResponse:
@@ -416,7 +414,7 @@ def test_without_flags_the_local_cluster_is_used(
     nodes = [
         local.NodeRecord(1, "controller", controller.address, "d", "c", "l"),  # type: ignore[attr-defined]
         local.NodeRecord(
-            101, "broker", "127.0.0.1:1", "d", "c", "l"
+            101, "broker", "127.0.0.1:1", "d", "c", "l", data_address="127.0.0.1:2"
         ),  # never asked: brokers serve no admin API
     ]
     local.save(local.LocalCluster(cluster_dir, "c1", nodes))
@@ -473,6 +471,7 @@ def test_brokers_list(controller: FakeController, capsys: pytest.CaptureFixture[
         {
             "id": 101,
             "address": "127.0.0.1:9101",
+            "listeners": ["GRPC://127.0.0.1:19101", "DATA://127.0.0.1:9101"],
             "rack": "r1",
             "fenced": False,
             "epoch": 12,
@@ -481,6 +480,7 @@ def test_brokers_list(controller: FakeController, capsys: pytest.CaptureFixture[
         {
             "id": 102,
             "address": "127.0.0.1:9102",
+            "listeners": ["GRPC://127.0.0.1:19102", "DATA://127.0.0.1:9102"],
             "rack": "",
             "fenced": True,
             "epoch": 40,

@@ -28,15 +28,18 @@ def test_create_writes_configs_and_formats_every_node(tmp_path: Path) -> None:
     assert len({c.voters for c in configs.values()}) == 1  # every node has the same voter set
     voters = configs[1].voters
     assert [v.node_id for v in voters] == [1, 2, 3]
-    assert len({n.address for n in created.nodes}) == 6  # every node has its own port
+    listeners = [n.address for n in created.nodes] + [n.data_address for n in created.brokers()]
+    assert len(set(listeners)) == 9  # every listener has its own port
     for node in created.nodes:
         config = configs[node.id]
         assert node.address == config.listener
+        assert node.data_address == config.broker.data_listener
         assert config.process_roles == (node.role,)
         if node.role == "controller":
             assert node.address == config.voter_addresses[node.id]
         else:
             assert node.id not in config.voter_ids  # a broker is an observer
+            assert node.data_address in created.broker_addresses()
         assert str(config.data_dir) == node.data_dir
         assert meta.check_meta(config.data_dir, node.id, created.cluster_id).node_id == node.id
         assert node.pid is None
@@ -80,7 +83,14 @@ def test_down_and_status_of_a_stopped_cluster(tmp_path: Path) -> None:
     local.save(created)
     assert cluster.status(tmp_path) == {
         "nodes": [
-            {"id": n.id, "role": "down", "address": n.address, "pid": None, "alive": False}
+            {
+                "id": n.id,
+                "role": "down",
+                "address": n.address,
+                "data_address": n.data_address or None,
+                "pid": None,
+                "alive": False,
+            }
             for n in created.nodes
         ],
         "leader_id": None,

@@ -1,6 +1,6 @@
 """Producer and Consumer against a real broker's data service in this process: one
 broker (replication factor 1) with its replica manager and partition logs on disk,
-served over gRPC on a loopback port, the metadata image given by the test."""
+served over the data protocol on a loopback port, the metadata image given by the test."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.data_service import BrokerService
+from broker.data_service import BrokerApi
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions
 from broker.replica.manager import ReplicaManager
@@ -35,6 +34,8 @@ from metadata.image import (
     frozen,
 )
 from raft.node_config import BrokerConfig
+from wire.frames import DATA_LISTENER
+from wire.server import FrameServer
 
 BROKER = 101
 PARTITIONS = 3
@@ -76,14 +77,12 @@ async def serving(tmp_path: Path) -> AsyncIterator[str]:
         on_stop_following=lambda p: None,
         high_watermarks={},
     )
-    server = grpc.aio.server()
-    broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(replicas, OffsetStore(), "c", lambda: 1), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+    server = FrameServer(BrokerApi(replicas, OffsetStore(), "c", lambda: 1).wire_handlers())
+    port = await server.start("127.0.0.1", 0)
     state = PartitionState(replicas=(BROKER,), isr=(BROKER,), leader=BROKER, leader_epoch=0, partition_epoch=0)
     image = MetadataImage(
         offset=5,
-        brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, (Endpoint("PLAINTEXT", "127.0.0.1", port),), "", False)}),
+        brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, (Endpoint(DATA_LISTENER, "127.0.0.1", port),), "", False)}),
         topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen(dict.fromkeys(range(PARTITIONS), state)))}),
         topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
         configs=frozen({(TOPIC, TOPIC_NAME): frozen({"max.message.bytes": "4000"})}),
@@ -92,7 +91,7 @@ async def serving(tmp_path: Path) -> AsyncIterator[str]:
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        await server.stop(None)
+        await server.close()
         logs.close()
 
 

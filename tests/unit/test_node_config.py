@@ -189,8 +189,9 @@ BROKER_SAMPLE = SAMPLE.with_name("broker.toml")
 
 
 def broker(**overrides: Any) -> dict[str, Any]:
+    table = {"data_listener": "127.0.0.1:19201", **overrides.pop("broker", {})}
     return minimal(
-        **{"node_id": 101, "process_roles": ["broker"], "listener": "127.0.0.1:19101", **overrides}
+        **{"node_id": 101, "process_roles": ["broker"], "listener": "127.0.0.1:19101", "broker": table, **overrides}
     )
 
 
@@ -218,6 +219,7 @@ def test_broker_is_an_observer_with_its_own_listener(tmp_path: Path) -> None:
         "r1",
         500,
     )
+    assert config.broker.data_listener == "127.0.0.1:19201"
     path = tmp_path / "broker.toml"
     path.write_text(render_toml(config))
     assert load_config(path) == config
@@ -258,6 +260,9 @@ def test_broker_sample_loads_and_documents_every_key() -> None:
         (broker(broker={"heartbeat_interval_ms": -1}), "broker.heartbeat_interval_ms"),
         (broker(broker={"rack": "r" * 256}), "broker.rack"),
         (broker(broker={"rack": 5}), "broker.rack"),
+        (broker(broker={"data_listener": ""}), "broker.data_listener"),
+        (broker(broker={"data_listener": "localhost"}), "broker.data_listener"),
+        (broker(broker={"data_listener": "127.0.0.1:19101"}), "broker.data_listener"),  # the gRPC listener's
     ],
 )
 def test_bad_role_or_new_key_names_its_key(data: dict[str, Any], key: str) -> None:

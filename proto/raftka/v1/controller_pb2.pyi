@@ -43,6 +43,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NOT_ENOUGH_REPLICAS: _ClassVar[ErrorCode]
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ClassVar[ErrorCode]
     KAFKA_STORAGE_ERROR: _ClassVar[ErrorCode]
+    UNSUPPORTED_VERSION: _ClassVar[ErrorCode]
 
 class AlterConfigOpType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -81,6 +82,7 @@ OFFSET_OUT_OF_RANGE: ErrorCode
 NOT_ENOUGH_REPLICAS: ErrorCode
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode
 KAFKA_STORAGE_ERROR: ErrorCode
+UNSUPPORTED_VERSION: ErrorCode
 ALTER_CONFIG_SET: AlterConfigOpType
 ALTER_CONFIG_DELETE: AlterConfigOpType
 

@@ -1,0 +1,233 @@
+"""The client side of the data protocol (``wire.frames``): one pipelined TCP connection
+per broker, with typed calls shaped like the gRPC ``BrokerStub``.
+
+A call is sent at once, whatever else is in flight, and its answer is matched by
+correlation id (aiokafka's connection works the same way). A call that outlives its
+timeout closes the connection, as Kafka's clients do: the broker is stuck or gone, and
+nothing queued on that connection should reach it later. A lost connection fails every
+call in flight on it with ``WireError("UNAVAILABLE")``; the next call opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+
+from google.protobuf.message import DecodeError, Message
+from raftka.v1 import broker_pb2, controller_pb2
+
+from wire.frames import (
+    FETCH,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    PRODUCE,
+    RESPONSE_FRAME_MAX_BYTES,
+    RESPONSE_HEADER,
+    ApiSpec,
+    FrameDecoder,
+    FrameError,
+    encode_request,
+)
+
+CONNECT_TIMEOUT_S = 5.0
+IN_FLIGHT_MAX = 1_024
+_CORRELATION_ID_MODULUS = 1 << 32
+
+
+class WireError(Exception):
+    """A call that got no answer: ``code`` is ``UNAVAILABLE`` (no connection, or it was
+    lost), ``DEADLINE_EXCEEDED`` or ``RESOURCE_EXHAUSTED`` (too many calls in flight)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Connection(asyncio.Protocol):
+    """One open connection; calls in flight are futures keyed by correlation id."""
+
+    def __init__(self, address: str, max_frame_bytes: int = RESPONSE_FRAME_MAX_BYTES) -> None:
+        self.address = address
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, tuple[ApiSpec, asyncio.Future[Message], asyncio.TimerHandle]] = {}
+        self._ids = itertools.count(1)
+        self._lost: WireError | None = None
+
+    @classmethod
+    async def open(cls, address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Connection:
+        host, _, port = address.rpartition(":")
+        loop = asyncio.get_running_loop()
+        try:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: cls(address), host.strip("[]"), int(port)), timeout_s
+            )
+        except TimeoutError:
+            raise WireError("UNAVAILABLE", f"{address}: no connection within {timeout_s:g} s") from None
+        except OSError as e:
+            raise WireError("UNAVAILABLE", f"{address}: {e.strerror or e}") from None
+        return connection
+
+    @property
+    def closed(self) -> bool:
+        return self._lost is not None
+
+    def call(self, spec: ApiSpec, request: Message, timeout_s: float) -> asyncio.Future[Message]:
+        """Send ``request``; a future of its answer (``WireError`` if none comes)."""
+        if self._lost is not None:
+            raise self._lost
+        if len(self._pending) >= IN_FLIGHT_MAX:
+            raise WireError("RESOURCE_EXHAUSTED", f"{self.address}: {IN_FLIGHT_MAX} calls already in flight")
+        assert self._transport is not None
+        correlation_id = next(self._ids) % _CORRELATION_ID_MODULUS
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Message] = loop.create_future()
+        timer = loop.call_later(timeout_s, self._expire, correlation_id, spec, timeout_s)
+        self._pending[correlation_id] = (spec, future, timer)
+        self._transport.write(encode_request(spec, correlation_id, request))
+        return future
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = f"{self.address}: connection lost" + (f" ({exc})" if exc else "")
+        self._fail_all(WireError("UNAVAILABLE", reason))
+
+    def data_received(self, data: bytes) -> None:
+        self._decoder.feed(data)
+        while True:
+            try:
+                frame = self._decoder.next_frame()
+            except FrameError as e:
+                self._fail_all(WireError("UNAVAILABLE", f"{self.address}: {e}"))
+                self.close()
+                return
+            if frame is None:
+                return
+            try:
+                self._settle(frame)
+            finally:
+                frame.release()
+
+    # ------------------------------------------------------------------------------------
+
+    def _settle(self, frame: memoryview) -> None:
+        if len(frame) < RESPONSE_HEADER.size:
+            return
+        (correlation_id,) = RESPONSE_HEADER.unpack_from(frame)
+        entry = self._pending.pop(correlation_id, None)
+        if entry is None:
+            return  # its call timed out and the connection is closing
+        spec, future, timer = entry
+        timer.cancel()
+        if future.done():
+            return
+        try:
+            future.set_result(spec.response.FromString(frame[RESPONSE_HEADER.size :]))
+        except DecodeError as e:
+            future.set_exception(WireError("UNAVAILABLE", f"{self.address}: a {spec.name} answer does not decode: {e}"))
+
+    def _expire(self, correlation_id: int, spec: ApiSpec, timeout_s: float) -> None:
+        entry = self._pending.pop(correlation_id, None)
+        if entry is not None and not entry[1].done():
+            entry[1].set_exception(
+                WireError("DEADLINE_EXCEEDED", f"{self.address}: no {spec.name} answer within {timeout_s:g} s")
+            )
+        self.close()
+
+    def _fail_all(self, error: WireError) -> None:
+        self._lost = self._lost or error
+        pending, self._pending = self._pending, {}
+        for _, future, timer in pending.values():
+            timer.cancel()
+            if not future.done():
+                future.set_exception(error)
+
+
+class BrokerClient:
+    """Typed calls to one broker over a connection opened on first use and again after
+    it is lost; concurrent callers share one connection attempt."""
+
+    def __init__(self, address: str, *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        self.address = address
+        self._connect_timeout_s = connect_timeout_s
+        self._connection: Connection | None = None
+        self._connecting: asyncio.Future[Connection] | None = None
+
+    async def Metadata(self, request: broker_pb2.MetadataRequest, *, timeout: float) -> broker_pb2.MetadataResponse:
+        return await self._call(METADATA, request, timeout)
+
+    async def Produce(self, request: broker_pb2.ProduceRequest, *, timeout: float) -> broker_pb2.ProduceResponse:
+        return await self._call(PRODUCE, request, timeout)
+
+    async def Fetch(self, request: broker_pb2.FetchRequest, *, timeout: float) -> broker_pb2.FetchResponse:
+        return await self._call(FETCH, request, timeout)
+
+    async def ListOffsets(
+        self, request: broker_pb2.ListOffsetsRequest, *, timeout: float
+    ) -> broker_pb2.ListOffsetsResponse:
+        return await self._call(LIST_OFFSETS, request, timeout)
+
+    async def OffsetCommit(
+        self, request: controller_pb2.OffsetCommitRequest, *, timeout: float
+    ) -> controller_pb2.OffsetCommitResponse:
+        return await self._call(OFFSET_COMMIT, request, timeout)
+
+    async def OffsetFetch(
+        self, request: controller_pb2.OffsetFetchRequest, *, timeout: float
+    ) -> controller_pb2.OffsetFetchResponse:
+        return await self._call(OFFSET_FETCH, request, timeout)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    async def _call(self, spec: ApiSpec, request: Message, timeout_s: float) -> Message:
+        connection = self._connection
+        if connection is None or connection.closed:
+            connection = await self._connect()
+        return await connection.call(spec, request, timeout_s)
+
+    async def _connect(self) -> Connection:
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(Connection.open(self.address, timeout_s=self._connect_timeout_s))
+            self._connecting.add_done_callback(self._connected)
+        return await asyncio.shield(self._connecting)
+
+    def _connected(self, attempt: asyncio.Future[Connection]) -> None:
+        self._connecting = None
+        if not attempt.cancelled() and attempt.exception() is None:
+            self.close()
+            self._connection = attempt.result()
+
+
+class BrokerClients:
+    """One ``BrokerClient`` per address, shared by everything a client process sends."""
+
+    def __init__(self, factory: Callable[[str], BrokerClient] = BrokerClient) -> None:
+        self._factory = factory
+        self._clients: dict[str, BrokerClient] = {}
+
+    def get(self, address: str) -> BrokerClient:
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = self._factory(address)
+        return client
+
+    def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            client.close()
