@@ -5,7 +5,10 @@ without one gets it from the group's committed offset (with ``group_id``) or fro
 ``auto_offset_reset`` (earliest, latest, or none: ``OffsetOutOfRangeError``), and so
 does one whose fetch answers OFFSET_OUT_OF_RANGE. A background loop keeps one Fetch in
 flight per leader broker, covering every assigned partition it leads, and decodes the
-answers into a buffer bounded by ``prefetch_max_bytes``; ``poll`` takes from it. A
+answers' raw record batches, bounded by ``prefetch_max_bytes``; ``poll`` decodes records
+as it takes them (Kafka's CompletedFetch), so the buffer never holds a Python object per
+record (a prefetch of millions of them made the garbage collector the consumer's
+largest cost). A
 leader that moved (NOT_LEADER_OR_FOLLOWER, a fenced or unknown leader epoch) sends the
 loop to the metadata again. A seek drops what was prefetched for that partition.
 
@@ -19,11 +22,11 @@ while its methods run (prefetching happens inside ``poll``, as in Kafka's Java c
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import contextlib
+import itertools
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +37,7 @@ from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, RETRIABLE, Clust
 from client.errors import ConsumerError, KafkaError, OffsetOutOfRangeError
 from client.types import ConsumerRecord, TopicPartition
 from records.batch import iter_batches
-from records.codec import read_records
+from records.codec import RecordError, data_batches
 from wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
@@ -71,7 +74,7 @@ class AsyncConsumer:
         self._assigned: list[TopicPartition] = []
         self._fetch_position: dict[TopicPartition, int] = {}  # next offset to fetch
         self._position: dict[TopicPartition, int] = {}  # next offset poll returns
-        # Fetched records, one chunk per partition answer: (records, bytes they came in).
+        # Fetched records, one chunk per partition answer, decoded as poll takes them.
         self._buffer: collections.deque[_Chunk] = collections.deque()
         self._buffered_bytes = 0
         self._arrived = asyncio.Event()
@@ -164,17 +167,35 @@ class AsyncConsumer:
         records: list[ConsumerRecord] = []
         while self._buffer and len(records) < max_records:
             chunk = self._buffer[0]
-            start = max(chunk.next, _first_at(chunk.records, self._position.get(chunk.tp, -1)))
-            end = min(len(chunk.records), start + max_records - len(records))
-            records += chunk.records[start:end]
-            chunk.next = end
-            if end > start:
-                self._position[chunk.tp] = chunk.records[end - 1].offset + 1
-            if chunk.next >= len(chunk.records):
+            wanted = max_records - len(records)
+            before = len(records)
+            problem = None
+            try:
+                records += itertools.islice(chunk.records, wanted)  # on an error, what came before it stays
+            except RecordError as e:
+                problem = e
+            taken = len(records) - before
+            if taken:
+                self._position[chunk.tp] = records[-1].offset + 1
+            if problem is not None:
+                self._corrupt(chunk.tp, problem)
+                break
+            if taken < wanted:
                 self._buffer.popleft()
                 self._buffered_bytes -= chunk.size
         self._room.set()
+        if not records and self._error is not None:
+            error, self._error = self._error, None
+            raise error
         return records
+
+    def _corrupt(self, tp: TopicPartition, problem: RecordError) -> None:
+        """Records of ``tp`` that do not decode: what came before them is returned, the
+        next poll raises, and the partition is fetched again from its position, so it
+        raises again until the application seeks past them (as Kafka's consumer does)."""
+        self._drop_buffered(lambda buffered: buffered == tp)
+        self._fetch_position[tp] = self._position[tp]
+        self._error = ConsumerError("CORRUPT_MESSAGE", f"{tp} at offset {self._position[tp]}: records do not decode: {problem}")
 
     async def _fetch_loop(self) -> None:
         in_flight: dict[int, asyncio.Task[None]] = {}
@@ -279,12 +300,8 @@ class AsyncConsumer:
         next_offset = fetch_offset
         for _, header in iter_batches(payload):
             next_offset = header.next_offset
-        topic, partition = tp.topic, tp.partition
-        records = [
-            ConsumerRecord(topic, partition, *record) for record in read_records(payload) if record.offset >= fetch_offset
-        ]
-        if records:
-            self._buffer.append(_Chunk(tp, records, len(payload)))
+        if next_offset > fetch_offset:
+            self._buffer.append(_Chunk(tp, _records(tp, payload, fetch_offset), len(payload)))
             self._buffered_bytes += len(payload)
         self._fetch_position[tp] = max(next_offset, fetch_offset)
         self._arrived.set()
@@ -371,16 +388,24 @@ class AsyncConsumer:
 @dataclass(eq=False, slots=True)
 class _Chunk:
     tp: TopicPartition
-    records: list[ConsumerRecord]
+    records: Iterator[ConsumerRecord]  # decoded as poll takes them
     size: int  # bytes fetched: what the prefetch bound counts
-    next: int = 0  # the first record not yet returned
 
 
-def _first_at(records: list[ConsumerRecord], offset: int) -> int:
-    """Index of the first record at ``offset`` or later (records are in offset order)."""
-    if offset <= records[0].offset:
-        return 0
-    return bisect.bisect_left(records, offset, key=lambda r: r.offset)
+def _records(tp: TopicPartition, payload: bytes, fetch_offset: int) -> Iterator[ConsumerRecord]:
+    """The records of a fetched payload from ``fetch_offset`` on (a batch may begin before
+    it), each built once, straight from the codec's record."""
+    topic, partition = tp
+    make = tuple.__new__  # what ConsumerRecord(...) calls, without its Python-level __new__
+    for batch in data_batches(payload):
+        for record in batch:
+            offset = record.offset
+            if offset >= fetch_offset:
+                headers = record.headers
+                yield make(
+                    ConsumerRecord,
+                    (topic, partition, offset, record.timestamp, record.key, record.value, tuple(headers) if headers else ()),
+                )
 
 
 class Consumer:

@@ -40,6 +40,7 @@ log = structlog.get_logger("client.producer")
 ACKS = (-1, 0, 1)
 RECORD_OVERHEAD_BYTES = 24  # what a record adds to a batch besides key, value and headers
 Headers = Sequence[tuple[str, bytes | None]]
+_NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared by every record without headers: never mutated
 
 
 class RecordFuture:
@@ -133,6 +134,8 @@ class AsyncProducer:
         self._wake = asyncio.Event()
         self._flushing = 0
         self._closed = False
+        self.acknowledged_records = 0  # Kafka's record-send-total, counted on acknowledgement (acks=0: on send)
+        self.failed_records = 0  # Kafka's record-error-total
         self._loop = asyncio.get_running_loop()
         self._sender = asyncio.create_task(self._send_loop(), name="producer-sender")
 
@@ -159,12 +162,18 @@ class AsyncProducer:
         partition: int | None = None,
         timestamp: int | None = None,
     ) -> RecordFuture:
+        """Append a record to its partition's open batch; a future of where it landed.
+        The hot path of every application: one dict lookup per record when the batch and
+        the topic's metadata are known, nothing allocated that outlives the call but the
+        returned future."""
         if self._closed:
             raise ProducerError("PRODUCER_CLOSED", "send after close")
-        headers = list(headers) if headers else []
-        size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
+        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         if headers:
+            headers = list(headers)
             size += sum(len(k) + len(v or b"") for k, v in headers)
+        else:
+            headers = _NO_HEADERS
         if size > self._max_request_size:
             raise ProducerError("RECORD_TOO_LARGE", f"a record of {size} bytes is over max_request_size {self._max_request_size}")
         info = self.metadata.topics.get(topic) or await self.metadata.topic(topic)
@@ -177,13 +186,13 @@ class AsyncProducer:
             raise ProducerError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic} has {count} partitions, not {partition + 1}")
         if self._buffered + size > self._buffer_memory:
             await self._wait_for_room(size)
-        tp = TopicPartition(topic, partition)
         if timestamp is None:
-            timestamp = int(time.time() * 1000)
-        batch = self._open_batch(tp)
+            timestamp = time.time_ns() // 1_000_000
+        queue = self._batches.get((topic, partition))  # a plain tuple hashes as its TopicPartition
+        batch = queue[-1] if queue and not queue[-1].closed else self._open_batch(TopicPartition(topic, partition))
         if not batch.builder.append(timestamp, key, value, headers):
             self._close_batch(batch, key is None)
-            batch = self._open_batch(tp)
+            batch = self._open_batch(batch.tp)
             batch.builder.append(timestamp, key, value, headers)  # the first record always fits
         future = RecordFuture(batch, batch.records, timestamp)
         batch.records += 1
@@ -384,14 +393,17 @@ class AsyncProducer:
 
     def _complete(self, batch: _Batch, base_offset: int) -> None:
         self._done(batch)
-        self._settle(batch, lambda outcome: outcome.set_result(base_offset))
+        if self._settle(batch, lambda outcome: outcome.set_result(base_offset)):
+            self.acknowledged_records += batch.records
 
     def _fail(self, batch: _Batch, error: ProducerError) -> None:
-        self._settle(batch, lambda outcome: outcome.set_exception(error))
+        if self._settle(batch, lambda outcome: outcome.set_exception(error)):
+            self.failed_records += batch.records
 
-    def _settle(self, batch: _Batch, settle: Callable[[asyncio.Future[int]], None]) -> None:
+    def _settle(self, batch: _Batch, settle: Callable[[asyncio.Future[int]], None]) -> bool:
+        """Settle the batch and run its records' callbacks; False if it was settled before."""
         if batch.outcome.done():
-            return
+            return False
         settle(batch.outcome)
         batch.outcome.exception()  # retrieved: the records' futures report it
         callbacks, batch.callbacks = batch.callbacks, []
@@ -400,6 +412,7 @@ class AsyncProducer:
                 callback(future)
             except Exception:  # a caller's callback must not stop the others (asyncio's rule too)
                 log.exception("producer callback failed")
+        return True
 
 
 class Producer:

@@ -8,10 +8,10 @@ tested here against the same vectors (``IMPLEMENTATIONS``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record import default_records
@@ -84,19 +84,18 @@ class BatchBuilder:
             MAGIC, int(compression), 0, producer_id, producer_epoch, base_sequence, batch_size
         )
         self.record_count = 0
+        self.size_in_bytes = self._builder.size  # the batch's size if built now (before compression)
 
     def append(self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Headers = ()) -> bool:
         """Add a record; False (nothing added) when the batch is full. The first record
         always fits, however large: a batch over the broker's limit is the broker's to refuse."""
-        added = self._builder.append(self.record_count, timestamp_ms, key, value, list(headers))
+        added = self._builder.append(
+            self.record_count, timestamp_ms, key, value, headers if type(headers) is list else list(headers)
+        )
         if added is None:
             return False
         self.record_count += 1
         return True
-
-    def size_in_bytes(self) -> int:
-        """The batch's size if built now (before compression)."""
-        return self._builder.size()
 
     def build(self) -> bytearray:
         return self._builder.build()
@@ -108,6 +107,28 @@ def iter_batch_records(batch: bytes, *, implementation: Implementation = FAST) -
     try:
         for record in implementation.batch(batch):
             yield Record(record.offset, record.timestamp, record.key, record.value, tuple(record.headers))
+    except (CorruptRecordException, ValueError, IndexError, AssertionError, RuntimeError) as e:
+        raise RecordError(str(e) or type(e).__name__) from None
+
+
+def data_batches(buf: bytes | bytearray | memoryview, *, implementation: Implementation = FAST) -> Iterator[Iterable[Any]]:
+    """Each data batch of ``buf`` (control batches skipped) as an iterable of the codec's
+    own record objects (``offset``, ``timestamp``, ``key``, ``value``, ``headers`` as a
+    list), decoded as they are iterated: a consumer builds its records straight from them.
+    RecordError, raised while iterating, for bytes that do not decode."""
+    view = memoryview(buf)
+    try:
+        for pos, header in iter_batches(view):
+            batch = implementation.batch(bytes(view[pos : pos + header.size]))
+            if not batch.is_control_batch:
+                yield _checked(batch)
+    except (CorruptRecordException, ValueError, IndexError, AssertionError, RuntimeError) as e:
+        raise RecordError(str(e) or type(e).__name__) from None
+
+
+def _checked(batch: Iterable[Any]) -> Iterator[Any]:
+    try:
+        yield from batch
     except (CorruptRecordException, ValueError, IndexError, AssertionError, RuntimeError) as e:
         raise RecordError(str(e) or type(e).__name__) from None
 
