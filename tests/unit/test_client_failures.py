@@ -1,0 +1,176 @@
+"""Producer and Consumer when brokers move leadership, refuse, vanish or send records that
+do not decode: against fake brokers (``fake_brokers``) that the test steers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from raftka.v1 import controller_pb2
+
+from client.consumer import AsyncConsumer
+from client.errors import ConsumerError, ProducerError
+from client.producer import AsyncProducer
+from client.types import TopicPartition
+from records.batch import HEADER_SIZE
+from records.codec import BatchBuilder
+from tests.unit.fake_brokers import TOPIC, FakeCluster
+
+E = controller_pb2.ErrorCode
+P0 = TopicPartition(TOPIC, 0)
+
+
+def run(scenario: Callable[[FakeCluster], Awaitable[None]]) -> None:
+    async def main() -> None:
+        cluster = await FakeCluster().start()
+        try:
+            await asyncio.wait_for(scenario(cluster), 30)
+        finally:
+            await cluster.close()
+
+    asyncio.run(main())
+
+
+async def values_in(cluster: FakeCluster, partition: int) -> list[bytes]:
+    consumer = AsyncConsumer(cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=10)
+    try:
+        await consumer.assign([TopicPartition(TOPIC, partition)])
+        got: list[bytes] = []
+        while len(got) < cluster.logs[partition].end:
+            got += [r.value for r in await consumer.poll(1000)]
+        return got
+    finally:
+        await consumer.close()
+
+
+def test_a_producer_follows_a_moved_leader_and_keeps_the_partitions_order() -> None:
+    async def scenario(cluster: FakeCluster) -> None:
+        producer = AsyncProducer(cluster.bootstrap, linger_ms=0, retry_backoff_ms=10)
+        try:
+            first = [await producer.send(TOPIC, b"a%d" % i, partition=0) for i in range(5)]
+            await producer.flush()
+            cluster.move_leader(0, to=2)  # the producer still thinks broker 1 leads
+            second = [await producer.send(TOPIC, b"b%d" % i, partition=0) for i in range(5)]
+            await producer.flush()
+            offsets = [(await f).offset for f in first + second]
+        finally:
+            await producer.close()
+        assert offsets == list(range(10))
+        asked = [broker for broker, partition in cluster.produced if partition == 0]
+        moved = asked.index(2)
+        assert asked[moved - 1] == 1 and set(asked[moved:]) == {2}  # refused by 1 once, then only 2
+        assert await values_in(cluster, 0) == [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)]
+
+    run(scenario)
+
+
+def test_retriable_refusals_are_retried_and_later_records_wait_their_turn() -> None:
+    async def scenario(cluster: FakeCluster) -> None:
+        cluster.fail_next_produces(0, E.NOT_ENOUGH_REPLICAS, times=3)
+        producer = AsyncProducer(cluster.bootstrap, linger_ms=0, retry_backoff_ms=10, batch_size=100)
+        try:
+            futures = [await producer.send(TOPIC, b"r%d" % i, partition=0) for i in range(6)]
+            await producer.flush()
+            assert [(await f).offset for f in futures] == list(range(6))
+        finally:
+            await producer.close()
+        assert await values_in(cluster, 0) == [b"r%d" % i for i in range(6)]
+
+    run(scenario)
+
+
+def test_a_batch_refused_until_its_delivery_timeout_fails_naming_the_last_refusal() -> None:
+    async def scenario(cluster: FakeCluster) -> None:
+        cluster.fail_next_produces(1, E.NOT_ENOUGH_REPLICAS, times=10_000)
+        producer = AsyncProducer(cluster.bootstrap, linger_ms=0, retry_backoff_ms=20, delivery_timeout_ms=300)
+        try:
+            future = await producer.send(TOPIC, b"never", partition=1)
+            other = await producer.send(TOPIC, b"fine", partition=0)
+            with pytest.raises(ProducerError) as failed:
+                await future
+            assert failed.value.code == "REQUEST_TIMED_OUT"
+            assert "NOT_ENOUGH_REPLICAS" in failed.value.message and "delivery_timeout_ms" in failed.value.message
+            assert (await other).offset == 0, "another partition is not held up"
+            assert (producer.acknowledged_records, producer.failed_records) == (1, 1)
+        finally:
+            await producer.close()
+
+    run(scenario)
+
+
+def test_close_fails_what_cannot_be_delivered_with_a_clear_error() -> None:
+    async def scenario(cluster: FakeCluster) -> None:
+        cluster.fail_next_produces(0, E.NOT_LEADER_OR_FOLLOWER, times=10_000)
+        producer = AsyncProducer(cluster.bootstrap, linger_ms=0, retry_backoff_ms=20)
+        future = await producer.send(TOPIC, b"stuck", partition=0)
+        await producer.close(timeout_s=0.2)
+        with pytest.raises(ProducerError) as failed:
+            await future
+        assert failed.value.code == "PRODUCER_CLOSED" and str(P0) in failed.value.message
+        with pytest.raises(ProducerError, match="send after close"):
+            await producer.send(TOPIC, b"late", partition=0)
+
+    run(scenario)
+
+
+def test_a_consumer_follows_a_moved_leader_without_gaps_or_repeats() -> None:
+    async def scenario(cluster: FakeCluster) -> None:
+        for i in range(3):
+            cluster.logs[0].append(bytes(_batch(b"v%d" % i)))
+        consumer = AsyncConsumer(cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=10)
+        try:
+            await consumer.assign([P0])
+            got = await _poll_until(consumer, 3)
+            cluster.move_leader(0, to=2)
+            for i in range(3, 6):
+                cluster.logs[0].append(bytes(_batch(b"v%d" % i)))
+            got += await _poll_until(consumer, 3)
+        finally:
+            await consumer.close()
+        assert [(r.offset, r.value) for r in got] == [(i, b"v%d" % i) for i in range(6)]
+        assert (1, 0) in cluster.fetched and (2, 0) in cluster.fetched
+
+    run(scenario)
+
+
+def test_records_that_do_not_decode_are_an_error_after_those_before_them() -> None:
+    """As Kafka's consumer: poll returns what decoded, the next poll raises, and so does
+    every poll until the application seeks past the damage."""
+
+    async def scenario(cluster: FakeCluster) -> None:
+        cluster.logs[0].append(bytes(_batch(b"good0", b"good1")))
+        damaged = _batch(b"bad")
+        damaged[HEADER_SIZE] = 0x7F  # the first record's length varint: far past the batch's end
+        cluster.logs[0].append(bytes(damaged))
+        cluster.logs[0].append(bytes(_batch(b"after")))
+        consumer = AsyncConsumer(cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=10)
+        try:
+            await consumer.assign([P0])
+            first = await _poll_until(consumer, 2)
+            assert [r.value for r in first] == [b"good0", b"good1"]
+            for _ in range(2):
+                with pytest.raises(ConsumerError) as err:
+                    await _poll_until(consumer, 1)
+                assert err.value.code == "CORRUPT_MESSAGE" and "offset 2" in err.value.message
+            assert await consumer.position(P0) == 2
+            consumer.seek(P0, 3)
+            assert [r.value for r in await _poll_until(consumer, 1)] == [b"after"]
+        finally:
+            await consumer.close()
+
+    run(scenario)
+
+
+def _batch(*values: bytes) -> bytearray:
+    builder = BatchBuilder()
+    for value in values:
+        builder.append(1_700_000_000_000, None, value)
+    return builder.build()
+
+
+async def _poll_until(consumer: AsyncConsumer, count: int) -> list:
+    got: list = []
+    while len(got) < count:
+        got += await consumer.poll(1000)
+    return got
