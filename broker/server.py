@@ -31,6 +31,7 @@ from raftka.v1 import broker_pb2_grpc, metadata_pb2
 from broker.controller_link import ControllerLink
 from broker.data_service import BrokerApi, BrokerService
 from broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
+from broker.log.flusher import BackgroundFlusher
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions, RoleChanges
 from broker.replica.fetcher import ReplicaFetchers
@@ -106,7 +107,7 @@ class DataPlane:
     def __init__(
         self, config: NodeConfig, link: ControllerLink, broker_epoch: Callable[[], int], incarnation_id: str
     ) -> None:
-        self.logs = LogManager(config.data_dir / PARTITIONS_DIR)
+        self.logs = LogManager(config.data_dir / PARTITIONS_DIR, BackgroundFlusher(asyncio.get_running_loop()))
         self.logs.open_all()
         self.fetchers = ReplicaFetchers(
             config.node_id, self._address, config.broker, broker_epoch, lambda p: self.replicas.fail_reads_of(p)

@@ -3,7 +3,8 @@ appended to a file beside the segment.
 
 An offset index entry maps a relative offset to the byte position of the batch that
 starts there; a time index entry maps a timestamp to the relative offset of the batch
-where the segment's largest timestamp first reached it. Both only grow, so lookups are
+where the segment's largest timestamp first reached it. The segment adds an entry to
+each every ``index.interval.bytes``. Both only grow, so lookups are
 a bisect. The files exist so a cleanly closed segment does not need a scan at start;
 ``load`` refuses entries a log could not have produced, and the caller then rebuilds
 from the log, which is always the truth.
@@ -71,6 +72,9 @@ class _Index:
     def flush(self) -> None:
         os.fsync(self._fd)
 
+    def duplicate_fd(self) -> int:
+        return os.dup(self._fd)
+
     def close(self) -> None:
         os.close(self._fd)
 
@@ -98,16 +102,18 @@ class OffsetIndex(_Index):
 
 
 class TimeIndex(_Index):
-    """timestamp -> relative offset of the first batch reaching it; keys are timestamps."""
+    """timestamp -> relative offset of the batch where the segment's largest timestamp
+    first reached it; keys are timestamps. Whether the last entry lies within the log is
+    the segment's to check, once it knows its end."""
 
     entry = TIME_ENTRY
 
-    def load(self, next_relative_offset: int) -> None:
+    def load(self) -> None:
         entries = self.read_entries()
         last_ts, last_key = -(2**63), -1
         for timestamp, relative in entries:
-            if timestamp <= last_ts or relative < last_key or relative >= next_relative_offset:
-                raise IndexError_(f"{self.path}: entry ({timestamp}, {relative}) out of order or past the log")
+            if timestamp <= last_ts or relative < last_key:
+                raise IndexError_(f"{self.path}: entry ({timestamp}, {relative}) out of order")
             last_ts, last_key = timestamp, relative
         self.keys = [t for t, _ in entries]
         self.values = [r for _, r in entries]

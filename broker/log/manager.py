@@ -8,6 +8,9 @@ replica must not serve or count what it cannot know was committed.
 
 A removed partition's folder is renamed to ``<name>.<hex>-delete`` first (an atomic
 step a crash cannot undo halfway) and then deleted; leftovers are deleted at start.
+
+With a ``BackgroundFlusher`` (the broker's case), rolled segments, ``flush.ms`` flushes
+and the checkpoint files are synced on its thread; without one (tools, tests), at once.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import structlog
 
 from broker.log import checkpoint
 from broker.log.config import LogConfig
+from broker.log.flusher import BackgroundFlusher
 from broker.log.partition_log import METADATA_FILE, PartitionLog, stored_topic_id
 from raft.storage.fsio import fsync_dir
 
@@ -37,8 +41,9 @@ def _partition_name(topic: str, partition: int) -> str:
 
 
 class LogManager:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, flusher: BackgroundFlusher | None = None) -> None:
         self.directory = directory
+        self._flusher = flusher
         self._logs: dict[str, PartitionLog] = {}
         self._clean_shutdown = False
         self._recovery_points: dict[str, int] = {}
@@ -92,6 +97,7 @@ class LogManager:
             config,
             clean_shutdown=self._clean_shutdown,
             recovery_point=self._recovery_points.get(name, 0),
+            background=self._flusher,
         )
         self._logs[name] = opened
         return opened
@@ -124,20 +130,33 @@ class LogManager:
         for partition_log in self._logs.values():
             since = partition_log.first_unflushed_ms
             if since is not None and monotonic_ms - since >= partition_log.config.flush_ms:
-                partition_log.flush()
+                if self._flusher is None:
+                    partition_log.flush()
+                elif (job := partition_log.flush_job()) is not None:
+                    self._flusher(partition_log, job)
 
     def checkpoint_recovery_points(self) -> None:
         points = {**self._recovery_points, **{n: pl.recovery_point for n, pl in self._logs.items()}}
-        checkpoint.write(self.directory / RECOVERY_POINTS_FILE, sorted(points.items()))
+        self._write_checkpoint(RECOVERY_POINTS_FILE, sorted(points.items()))
 
     def write_high_watermarks(self, high_watermarks: Mapping[str, int]) -> None:
-        checkpoint.write(self.directory / HIGH_WATERMARKS_FILE, sorted(high_watermarks.items()))
+        self._write_checkpoint(HIGH_WATERMARKS_FILE, sorted(high_watermarks.items()))
+
+    def _write_checkpoint(self, name: str, entries: list[tuple[str | int, int]]) -> None:
+        path = self.directory / name
+        if self._flusher is None:
+            checkpoint.write(path, entries)
+        else:
+            self._flusher.submit(lambda: checkpoint.write(path, entries), name)
 
     def read_high_watermarks(self) -> dict[str, int]:
         return dict(_read_offsets(self.directory / HIGH_WATERMARKS_FILE))
 
     def close(self) -> None:
         """Flush every log, checkpoint, and mark the shutdown clean."""
+        if self._flusher is not None:
+            self._flusher.close()
+            self._flusher = None
         for partition_log in self._logs.values():
             partition_log.close()
         self.checkpoint_recovery_points()

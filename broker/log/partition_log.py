@@ -9,13 +9,19 @@ manager) and, with ``flush.messages``, once that many records are unflushed
 (``flush.messages=1``: before the append returns, so before it can count toward the
 high watermark). ``recovery_point`` is the offset below which everything is on disk;
 after a crash, segments from there on are scanned and cut after their last good batch.
+
+The fsync of a rolled segment (up to a gigabyte of page cache) would stall a broker's
+event loop, so with ``background`` it runs elsewhere, as Kafka schedules it on another
+thread: a ``FlushJob`` holds duplicates of the segment's file descriptors (a segment
+deleted meanwhile is unharmed) and the recovery point moves when it is done, unless
+the log was truncated below it in the meantime.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -56,15 +62,39 @@ class ReadResult:
     records: bytes
 
 
+@dataclass(slots=True)
+class FlushJob:
+    """fsyncs that bring a log's recovery point to ``upto``; safe to run on any thread."""
+
+    fds: list[int]  # duplicates, closed by run
+    directory: Path
+    upto: int
+    generation: int  # the log's truncation count when the job was made
+
+    def run(self) -> None:
+        try:
+            for fd in self.fds:
+                os.fsync(fd)
+            fsync_dir(self.directory)
+        finally:
+            for fd in self.fds:
+                os.close(fd)
+
+
+Background = Callable[["PartitionLog", FlushJob], None]
+
+
 def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
 class PartitionLog:
-    def __init__(self, directory: Path, topic_id: bytes, config: LogConfig) -> None:
+    def __init__(self, directory: Path, topic_id: bytes, config: LogConfig, background: Background | None = None) -> None:
         self.directory = directory
         self.topic_id = topic_id
         self.config = config
+        self._background = background  # None: rolled segments are fsynced before roll returns
+        self._generation = 0
         self.segments: list[LogSegment] = []
         self.epochs = LeaderEpochCache(directory)
         self.log_start_offset = 0
@@ -74,11 +104,18 @@ class PartitionLog:
 
     @classmethod
     def open(
-        cls, directory: Path, topic_id: bytes, config: LogConfig, *, clean_shutdown: bool, recovery_point: int
+        cls,
+        directory: Path,
+        topic_id: bytes,
+        config: LogConfig,
+        *,
+        clean_shutdown: bool,
+        recovery_point: int,
+        background: Background | None = None,
     ) -> PartitionLog:
         directory.mkdir(parents=True, exist_ok=True)
         _write_metadata(directory, topic_id)
-        partition_log = cls(directory, topic_id, config)
+        partition_log = cls(directory, topic_id, config, background)
         partition_log._load(clean_shutdown, recovery_point)
         return partition_log
 
@@ -207,15 +244,21 @@ class PartitionLog:
             self.roll(now_ms)
 
     def roll(self, now_ms: int | None = None) -> None:
-        """Start a new active segment at the log end; the old one is fsynced."""
+        """Start a new active segment at the log end; the old one is fsynced (in the
+        background, when the log has one)."""
         if self.active.size == 0:
             return
-        self.active.flush()
-        self.recovery_point = max(self.recovery_point, self.log_end_offset)
+        job = self._flush_job(self.segments)
         self.segments.append(
             LogSegment(self.directory, self.log_end_offset, self.config.index_interval_bytes, now_ms or _wall_ms())
         )
-        fsync_dir(self.directory)
+        if job is None:
+            return
+        if self._background is None:
+            job.run()
+            self.flushed(job)
+        else:
+            self._background(self, job)
 
     # reads ------------------------------------------------------------------------------
 
@@ -259,6 +302,7 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             self.truncate_fully_and_start_at(self.log_start_offset)
             return
+        self._generation += 1
         while len(self.segments) > 1 and self.active.base_offset >= offset:
             self.segments.pop().delete()
         self.active.truncate_to(offset)
@@ -266,6 +310,7 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._generation += 1
         for segment in self.segments:
             segment.delete()
         self.segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes, _wall_ms())]
@@ -303,6 +348,24 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self._unflushed_records = 0
         self.first_unflushed_ms = None
+
+    def flush_job(self) -> FlushJob | None:
+        """A flush up to the log end to run off the loop (``flush.ms``); None if all is on disk."""
+        self._unflushed_records = 0
+        self.first_unflushed_ms = None
+        return self._flush_job(self.segments)
+
+    def _flush_job(self, segments: list[LogSegment]) -> FlushJob | None:
+        unflushed = [s for s in segments if s.next_offset > self.recovery_point]
+        if not unflushed:
+            return None
+        fds = [fd for segment in unflushed for fd in segment.duplicate_fds()]
+        return FlushJob(fds, self.directory, unflushed[-1].next_offset, self._generation)
+
+    def flushed(self, job: FlushJob) -> None:
+        """``job`` has run: what it covered is on disk, unless the log was cut below it since."""
+        if job.generation == self._generation:
+            self.recovery_point = max(self.recovery_point, job.upto)
 
     def close(self) -> None:
         self.flush()

@@ -3,7 +3,11 @@
 Batches are stored exactly as they arrived (offsets already assigned), appended with one
 write per append. Reads never decode records: the sparse offset index gives a position
 at or before the wanted batch, batch headers are walked from there, and the answer is
-one ``pread`` of whole batches.
+one ``pread`` of whole batches. Both indexes get an entry once ``index.interval.bytes``
+have been written since the last (Kafka's rule: the time index records the largest
+timestamp so far and the batch that reached it), and the batches written since the
+last entry are also kept in memory (``tail``, at most an interval's worth), so the
+reads followers and caught-up consumers make at the log end walk no headers on disk.
 """
 
 from __future__ import annotations
@@ -55,8 +59,11 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset  # one past the last record
         self.max_timestamp = -1
+        self._max_timestamp_offset = 0  # relative offset of the batch that reached max_timestamp
         self.created_ms = created_ms  # for segment.ms: the first batch's arrival
         self._bytes_since_index = 0
+        self._tail: list[Position] = []  # the batches from the last offset index entry on
+        self._tail_offsets: list[int] = []  # their base offsets, for bisect
 
     # loading ------------------------------------------------------------------------
 
@@ -68,20 +75,28 @@ class LogSegment:
                 self.offset_index.load(self.size)
                 if self.size and not len(self.offset_index):
                     raise IndexError_(f"{self.offset_index.path}: empty beside a non-empty log")
-                start = self.offset_index.values[-1] if len(self.offset_index) else 0
-                self._scan_tail(start)
-                self.time_index.load(self.next_offset - self.base_offset + 1)
+                self.time_index.load()
+                self._resume_from_indexes()
+                if len(self.time_index) and self.time_index.values[-1] >= self.next_offset - self.base_offset:
+                    raise IndexError_(f"{self.time_index.path}: an entry points past the log")
                 return
             except (IndexError_, BatchFramingError) as e:
                 log.warning("index does not fit its log; rebuilding", segment=str(self.path), reason=str(e))
         self.recover()
 
-    def _scan_tail(self, start: int) -> None:
-        """Headers from ``start`` (an indexed batch) to the end: the segment's next offset."""
-        position = start
+    def _resume_from_indexes(self) -> None:
+        """The end, the largest timestamp and the tail, from the indexes' last entries and
+        the batches after them."""
+        self.next_offset = self.base_offset
+        self.max_timestamp, self._max_timestamp_offset = (
+            (self.time_index.keys[-1], self.time_index.values[-1]) if len(self.time_index) else (-1, 0)
+        )
+        self._tail, self._tail_offsets = [], []
+        position = self.offset_index.values[-1] if len(self.offset_index) else 0
+        self._bytes_since_index = 0
         while position < self.size:
             header = self._header_at(position)
-            self._note(header)
+            self._remember(header, position)
             position += header.size
 
     def _header_at(self, position: int) -> BatchHeader:
@@ -96,8 +111,9 @@ class LogSegment:
         self.offset_index.reset()
         self.time_index.reset()
         self.next_offset = self.base_offset
-        self.max_timestamp = -1
+        self.max_timestamp, self._max_timestamp_offset = -1, 0
         self._bytes_since_index = 0
+        self._tail, self._tail_offsets = [], []
         position = 0
         problem = ""
         while position < self.size and not problem:
@@ -155,21 +171,33 @@ class LogSegment:
 
     def _index(self, header: BatchHeader, position: int) -> None:
         if self._bytes_since_index >= self.index_interval_bytes or len(self.offset_index) == 0:
-            self.offset_index.append(header.base_offset - self.base_offset, position)
+            relative = header.base_offset - self.base_offset
+            self.offset_index.append(relative, position)
             self._bytes_since_index = 0
-        self._bytes_since_index += header.size
-        if header.max_timestamp > self.max_timestamp:
-            self.time_index.append(header.max_timestamp, header.base_offset - self.base_offset)
-        self._note(header)
+            self._tail, self._tail_offsets = [], []
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self._max_timestamp_offset = header.max_timestamp, relative
+            if self.max_timestamp >= 0 and (not len(self.time_index) or self.max_timestamp > self.time_index.keys[-1]):
+                self.time_index.append(self.max_timestamp, self._max_timestamp_offset)
+        self._remember(header, position)
 
-    def _note(self, header: BatchHeader) -> None:
+    def _remember(self, header: BatchHeader, position: int) -> None:
+        """A batch after the last index entry: its place in the tail, the end, the max timestamp."""
+        self._bytes_since_index += header.size
+        self._tail.append(Position(position, header))
+        self._tail_offsets.append(header.base_offset)
         self.next_offset = header.next_offset
-        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp, self._max_timestamp_offset = header.max_timestamp, header.base_offset - self.base_offset
 
     # reading ------------------------------------------------------------------------
 
     def find(self, offset: int) -> Position | None:
         """The batch holding ``offset`` (or the first after it), None past the end."""
+        if offset >= self.next_offset:
+            return None
+        if self._tail_offsets and offset >= self._tail_offsets[0]:  # offsets are contiguous: this batch holds it
+            return self._tail[bisect.bisect_right(self._tail_offsets, offset) - 1]
         floor = self.offset_index.floor(offset - self.base_offset)
         position = floor[1] if floor is not None else 0
         while position < self.size:
@@ -201,9 +229,9 @@ class LogSegment:
         """The first batch whose max timestamp is at least ``timestamp``: the time index
         names the batch where the segment's max timestamp first reached it, and the scan
         starts from the offset index entry at or before the one just before it."""
-        i = bisect.bisect_left(self.time_index.keys, timestamp)
-        if i == len(self.time_index):
+        if timestamp > self.max_timestamp:
             return None
+        i = bisect.bisect_left(self.time_index.keys, timestamp)
         before = self.time_index.values[i - 1] if i > 0 else 0
         floor = self.offset_index.floor(before)
         position = floor[1] if floor is not None else 0
@@ -232,16 +260,16 @@ class LogSegment:
 
     def recover_end(self) -> None:
         """Recompute the end and max timestamp from what the indexes and file still hold."""
-        self.next_offset = self.base_offset
-        self.max_timestamp = self.time_index.keys[-1] if len(self.time_index) else -1
-        self._bytes_since_index = 0
-        start = self.offset_index.values[-1] if len(self.offset_index) else 0
-        self._scan_tail(start)
+        self._resume_from_indexes()
 
     def flush(self) -> None:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+
+    def duplicate_fds(self) -> list[int]:
+        """Descriptors of the log and both indexes that stay valid after ``close``."""
+        return [os.dup(self._fd), self.offset_index.duplicate_fd(), self.time_index.duplicate_fd()]
 
     def close(self) -> None:
         os.close(self._fd)

@@ -4,6 +4,7 @@ removal. Kafka's LogSegmentTest, OffsetIndexTest and LogLoaderTest are the list.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from pathlib import Path
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from broker.log.config import LogConfig
-from broker.log.manager import LogManager
-from broker.log.partition_log import LogAppendError, OffsetOutOfRange, PartitionLog
+from broker.log.flusher import BackgroundFlusher
+from broker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
+from broker.log.partition_log import FlushJob, LogAppendError, OffsetOutOfRange, PartitionLog
 from cli.main import main
 from records.batch import CRC_START, iter_batches
 from records.codec import BatchBuilder, read_records
@@ -195,6 +197,66 @@ def test_flush_messages_one_fsyncs_each_append_before_it_returns(tmp_path: Path,
     assert str(tmp_path / "lazy" / f"{0:020d}.log") not in fsynced and lazy.recovery_point == 0
     lazy.roll()
     assert str(tmp_path / "lazy" / f"{0:020d}.log") in fsynced, "a roll fsyncs the segment it closes"
+
+
+def test_a_rolled_segment_is_fsynced_in_the_background_and_only_then_counts_as_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsynced: list[str] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsynced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    queued: list[FlushJob] = []
+    log = PartitionLog.open(
+        tmp_path, TOPIC_ID, LogConfig(), clean_shutdown=True, recovery_point=0, background=lambda _, job: queued.append(job)
+    )
+    append(log, b"a", b"b")
+    log.roll()
+    first = str(tmp_path / f"{0:020d}.log")
+    assert first not in fsynced and log.recovery_point == 0 and len(queued) == 1, "roll returned without an fsync"
+    append(log, b"c")
+    queued[0].run()
+    assert first in fsynced and log.recovery_point == 0, "on disk, but not counted until the log hears it"
+    log.flushed(queued[0])
+    assert log.recovery_point == 2
+
+    append(log, b"d")
+    log.roll()
+    late = queued[-1]
+    log.truncate_to(2)  # a follower cut below what the job covers: its data is gone
+    append(log, b"new")
+    late.run()
+    log.flushed(late)
+    assert log.recovery_point == 2, "a job from before a truncation moves nothing"
+
+
+def test_a_job_runs_after_its_segment_was_deleted(tmp_path: Path) -> None:
+    queued: list[FlushJob] = []
+    log = PartitionLog.open(
+        tmp_path, TOPIC_ID, LogConfig(retention_bytes=0), clean_shutdown=True, recovery_point=0,
+        background=lambda _, job: queued.append(job),
+    )
+    append(log, b"a")
+    log.roll()
+    append(log, b"b")
+    assert log.delete_old_segments(NOW) == 1 and not (tmp_path / f"{0:020d}.log").exists()
+    queued[0].run()  # fsyncs the deleted file through its duplicate descriptors; no error
+
+
+def test_the_manager_syncs_rolls_and_checkpoints_on_its_flusher_thread(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        manager = LogManager(tmp_path, BackgroundFlusher(asyncio.get_running_loop()))
+        manager.open_all()
+        log = manager.get_or_create("t", 0, TOPIC_ID, LogConfig())
+        append(log, b"a", b"b")
+        log.roll()
+        while log.recovery_point < 2:
+            await asyncio.sleep(0.01)
+        manager.write_high_watermarks({"t-0": 2})
+        manager.close()  # waits for the queued checkpoint, then declares a clean shutdown
+        assert manager.read_high_watermarks() == {"t-0": 2}
+        assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
 def test_the_manager_recovers_after_an_unclean_stop_and_removes_by_renaming(tmp_path: Path) -> None:

@@ -1,0 +1,51 @@
+"""Disk syncs off the event loop: a broker's fsyncs of rolled segments, ``flush.ms``
+flushes and its checkpoint files run here, one at a time and in order, on one worker
+thread, so a gigabyte of page cache being written back never stalls produce and fetch
+(Kafka schedules the same work on its scheduler thread).
+
+A partition log is only ever touched on the event loop: a finished flush is handed back
+there (``PartitionLog.flushed``). A sync that fails is logged and its recovery point
+stays where it was, so after a crash that log is scanned from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+
+import structlog
+
+from broker.log.partition_log import FlushJob, PartitionLog
+
+log = structlog.get_logger("broker.log")
+
+
+class BackgroundFlusher:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="log-flush")
+
+    def __call__(self, partition_log: PartitionLog, job: FlushJob) -> None:
+        """Run ``job``; then, on the loop, tell ``partition_log``."""
+        future = self._executor.submit(job.run)
+        future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(self._finished, partition_log, job, f))
+
+    def submit(self, work: Callable[[], None], what: str) -> None:
+        self._executor.submit(work).add_done_callback(lambda f: self._log_failure(f, what))
+
+    def close(self) -> None:
+        """Wait for every queued sync (a clean shutdown is declared after them)."""
+        self._executor.shutdown(wait=True)
+
+    @staticmethod
+    def _finished(partition_log: PartitionLog, job: FlushJob, future: concurrent.futures.Future[None]) -> None:
+        if future.exception() is None:
+            partition_log.flushed(job)
+        else:
+            log.error("fsync failed; the recovery point stays", log_dir=str(job.directory), error=str(future.exception()))
+
+    @staticmethod
+    def _log_failure(future: concurrent.futures.Future[None], what: str) -> None:
+        if future.exception() is not None:
+            log.error("writing a checkpoint failed", checkpoint=what, error=str(future.exception()))
