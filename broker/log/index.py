@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from array import array
 from pathlib import Path
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
@@ -31,8 +32,8 @@ class _Index:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.keys: list[int] = []
-        self.values: list[int] = []
+        self.keys = array("q")  # 8 bytes an entry, not a Python int object each: a segment may hold
+        self.values = array("q")  # a million entries, and inactive segments keep theirs
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     def __len__(self) -> int:
@@ -60,8 +61,7 @@ class _Index:
             os.ftruncate(self._fd, i * self.entry.size)
 
     def reset(self) -> None:
-        self.keys.clear()
-        self.values.clear()
+        del self.keys[:], self.values[:]
         os.ftruncate(self._fd, 0)
 
     def read_entries(self) -> list[tuple[int, int]]:
@@ -97,8 +97,8 @@ class OffsetIndex(_Index):
             if key <= last_key or position <= last_position or position >= log_size:
                 raise IndexError_(f"{self.path}: entry ({key}, {position}) out of order or past the log")
             last_key, last_position = key, position
-        self.keys = [k for k, _ in entries]
-        self.values = [p for _, p in entries]
+        self.keys = array("q", (k for k, _ in entries))
+        self.values = array("q", (p for _, p in entries))
 
 
 class TimeIndex(_Index):
@@ -115,8 +115,8 @@ class TimeIndex(_Index):
             if timestamp <= last_ts or relative < last_key:
                 raise IndexError_(f"{self.path}: entry ({timestamp}, {relative}) out of order")
             last_ts, last_key = timestamp, relative
-        self.keys = [t for t, _ in entries]
-        self.values = [r for _, r in entries]
+        self.keys = array("q", (t for t, _ in entries))
+        self.values = array("q", (r for _, r in entries))
 
     def truncate_to_offset(self, relative: int) -> None:
         """Drop entries pointing at ``relative`` or later."""
