@@ -1,4 +1,5 @@
-"""``raftka topics create|list|describe|delete|alter``: kafka-topics.sh for raftka.
+"""``raftka topics create|list|describe|delete|alter|elect-leaders``: kafka-topics.sh (and
+kafka-leader-election.sh's preferred election) for raftka.
 
 The controller validates names, counts and configs; this command only checks its own
 syntax (``--config k=v``), so the rules live in one place and every client gets the same
@@ -63,6 +64,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     alter.add_argument("--partitions", type=int, required=True, help="the new total (increase only)")
     add_connection_options(alter)
     alter.set_defaults(func=run_alter)
+
+    elect = actions.add_parser(
+        "elect-leaders", help="give partitions back to their preferred replica (kafka-leader-election, preferred)"
+    )
+    elect.add_argument("name", metavar="NAME", nargs="?", help="one topic (default: every partition of the cluster)")
+    elect.add_argument("--partition", type=int, action="append", default=[], help="with NAME: only this one; repeatable")
+    add_connection_options(elect)
+    elect.set_defaults(func=run_elect_leaders)
 
 
 def run_create(args: argparse.Namespace) -> int:
@@ -220,6 +229,29 @@ def run_alter(args: argparse.Namespace) -> int:
     else:
         print(f"Topic {result.name} now has {args.partitions} partitions.")
     return 0
+
+
+def run_elect_leaders(args: argparse.Namespace) -> int:
+    if args.partition and args.name is None:
+        raise CliError("--partition: needs a topic NAME")
+    with open_admin(args) as admin:
+        results = admin.elect_leaders(None if args.name is None else {args.name: args.partition})
+    rows = [
+        {"topic": r.topic, "partition": r.partition, "error": r.error, "message": r.message}
+        for r in sorted(results, key=lambda r: (r.topic, r.partition))
+    ]
+    failed = [r for r in rows if r["error"] not in (None, "ELECTION_NOT_NEEDED")]
+    if args.output == "json":
+        print(output.to_json(rows))
+    else:
+        outcome = {None: "elected its preferred leader", "ELECTION_NOT_NEEDED": "already led by its preferred leader"}
+        print(
+            output.table(
+                ("TOPIC", "PARTITION", "RESULT"),
+                [(r["topic"], r["partition"], outcome.get(r["error"], f"{r['error']}: {r['message']}")) for r in rows],
+            )
+        )
+    return 1 if failed else 0
 
 
 def _ids(ids: list[int]) -> str:

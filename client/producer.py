@@ -41,6 +41,7 @@ ACKS = (-1, 0, 1)
 RECORD_OVERHEAD_BYTES = 24  # what a record adds to a batch besides key, value and headers
 Headers = Sequence[tuple[str, bytes | None]]
 _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared by every record without headers: never mutated
+HANDOFF_RECORDS_MAX = 10_000  # records a synchronous Producer's send may queue ahead of its loop
 
 
 class RecordFuture:
@@ -122,7 +123,7 @@ class AsyncProducer:
         self._delivery_timeout_s = delivery_timeout_ms / 1000
         self._request_timeout_ms = request_timeout_ms
         self._retry_backoff_s = retry_backoff_ms / 1000
-        self._max_block_s = max_block_ms / 1000
+        self.max_block_s = max_block_ms / 1000
         self._max_request_size = max_request_size
         self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=request_timeout_ms / 1000)
         self._partitioner = StickyPartitioner()
@@ -143,7 +144,7 @@ class AsyncProducer:
 
     async def wait_ready(self, topic: str) -> None:
         """Until every partition of ``topic`` has a leader (bounded by ``max_block_ms``)."""
-        deadline = time.monotonic() + self._max_block_s
+        deadline = time.monotonic() + self.max_block_s
         while True:
             info = await self.metadata.topic(topic)
             if len(info.available()) == len(info.partitions):
@@ -240,7 +241,7 @@ class AsyncProducer:
             try:
                 await asyncio.wait_for(
                     self._room.wait_for(lambda: self._buffered + size <= self._buffer_memory or self._buffered == 0),
-                    self._max_block_s,
+                    self.max_block_s,
                 )
             except TimeoutError:
                 raise ProducerError(
@@ -417,13 +418,23 @@ class AsyncProducer:
 
 class Producer:
     """The synchronous producer: an AsyncProducer on a private event-loop thread.
-    ``send`` returns a ``concurrent.futures.Future`` of the record's metadata."""
+    ``send`` returns a ``concurrent.futures.Future`` of the record's metadata.
+
+    ``send`` hands the record over without waiting for the loop: records queue in a
+    hand-off list (at most ``HANDOFF_RECORDS_MAX``; beyond, ``send`` blocks up to
+    ``max_block_ms``) that one task on the loop drains in order, so a thread sending in
+    a loop pays a lock and a future per record, not a round trip to the loop."""
 
     def __init__(self, bootstrap_servers: str | Sequence[str], **options: object) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="producer-loop", daemon=True)
         self._thread.start()
         self._producer: AsyncProducer = self._call(_make(bootstrap_servers, options))
+        self._handoff: list[tuple] = []
+        self._handoff_lock = threading.Lock()
+        self._handoff_room = threading.Semaphore(HANDOFF_RECORDS_MAX)
+        self._draining = False  # a drain is scheduled or running; guarded by the lock
+        self._drain_task: asyncio.Task[None] | None = None
 
     def _call(self, coroutine):  # noqa: ANN001, ANN202
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -437,26 +448,57 @@ class Producer:
         partition: int | None = None,
         timestamp: int | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
+        if not self._handoff_room.acquire(timeout=self._producer.max_block_s):
+            raise ProducerError("BUFFER_EXHAUSTED", f"{HANDOFF_RECORDS_MAX} records wait for the producer's loop")
         result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-
-        async def send() -> None:
-            try:
-                future = await self._producer.send(topic, value, key, headers, partition, timestamp)
-            except Exception as e:  # noqa: BLE001 - handed to the caller's future
-                result.set_exception(e)
-                return
-            future.add_done_callback(lambda f: _copy(f, result))
-
-        self._call(send())
+        with self._handoff_lock:
+            self._handoff.append((topic, value, key, headers, partition, timestamp, result))
+            wake, self._draining = not self._draining, True
+        if wake:
+            self._loop.call_soon_threadsafe(self._start_drain)
         return result
 
+    def _start_drain(self) -> None:
+        self._drain_task = self._loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        """Hand queued records to the AsyncProducer in the order they were sent."""
+        while True:
+            with self._handoff_lock:
+                records, self._handoff = self._handoff, []
+                if not records:
+                    self._draining = False
+                    return
+            for topic, value, key, headers, partition, timestamp, result in records:
+                self._handoff_room.release()
+                try:
+                    future = await self._producer.send(topic, value, key, headers, partition, timestamp)
+                except Exception as e:  # noqa: BLE001 - handed to the caller's future
+                    result.set_exception(e)
+                    continue
+                future.add_done_callback(lambda f, result=result: _copy(f, result))
+
+    async def _handed_over(self) -> None:
+        """Until every record sent before this call is in the AsyncProducer."""
+        if self._drain_task is not None:
+            await self._drain_task
+
     def flush(self) -> None:
-        self._call(self._producer.flush())
+        async def flush() -> None:
+            await self._handed_over()
+            await self._producer.flush()
+
+        self._call(flush())
 
     def close(self, timeout_s: float | None = None) -> None:
         if self._loop.is_closed():
             return
-        self._call(self._producer.close(timeout_s))
+
+        async def close() -> None:
+            await self._handed_over()
+            await self._producer.close(timeout_s)
+
+        self._call(close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()

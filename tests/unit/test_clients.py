@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -18,12 +19,13 @@ from broker.data_service import BrokerApi
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions
 from broker.replica.manager import ReplicaManager
+from client import producer as producer_module
 from client.cluster_metadata import ClusterMetadata, PartitionLeader, TopicInfo
 from client.consumer import AsyncConsumer
 from client.errors import OffsetOutOfRangeError, ProducerError
 from client.partitioner import default_partition
-from client.producer import AsyncProducer
-from client.types import TopicPartition
+from client.producer import AsyncProducer, Producer
+from client.types import RecordMetadata, TopicPartition
 from metadata.image import (
     TOPIC,
     BrokerRegistration,
@@ -212,6 +214,56 @@ def test_acks_zero_completes_without_offsets(tmp_path: Path) -> None:
     async def scenario(broker: str) -> None:
         sent = await produce(broker, [(None, b"fire")] * 3, acks=0)
         assert {m.offset for m in sent} == {-1}
+    run(tmp_path, scenario)
+
+
+def test_the_synchronous_producer_keeps_send_order_and_reports_through_futures(tmp_path: Path) -> None:
+    """``send`` returns at once from any thread; the records reach the partition in the
+    order sent, ``flush`` waits for all of them, and a bad record fails its own future."""
+
+    def use(broker: str) -> tuple[list[RecordMetadata], BaseException | None]:
+        producer = Producer(broker, linger_ms=50, batch_size=2000)  # the broker takes batches of 4000 bytes at most
+        try:
+            futures = [producer.send(TOPIC_NAME, b"v%d" % i, key=b"k") for i in range(500)]
+            bad = producer.send(TOPIC_NAME, b"x", partition=PARTITIONS)  # no such partition
+            producer.flush()
+            assert all(f.done() for f in futures)
+            return [f.result() for f in futures], bad.exception(timeout=10)
+        finally:
+            producer.close()
+
+    async def scenario(broker: str) -> None:
+        sent, problem = await asyncio.to_thread(use, broker)
+        assert [m.offset for m in sent] == list(range(500))
+        assert {m.partition for m in sent} == {default_partition(b"k", PARTITIONS)}
+        assert isinstance(problem, ProducerError) and problem.code == "UNKNOWN_TOPIC_OR_PARTITION"
+
+    run(tmp_path, scenario)
+
+
+def test_a_synchronous_send_blocks_while_its_hand_off_is_full_then_gives_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(producer_module, "HANDOFF_RECORDS_MAX", 2)
+
+    def use(broker: str) -> int:
+        producer = Producer(broker, max_block_ms=200)
+        held = threading.Event()
+        try:
+            producer._loop.call_soon_threadsafe(held.wait)  # the loop cannot drain meanwhile
+            queued = [producer.send(TOPIC_NAME, b"q%d" % i, partition=0) for i in range(2)]
+            with pytest.raises(ProducerError) as full:
+                producer.send(TOPIC_NAME, b"one too many", partition=0)
+            assert full.value.code == "BUFFER_EXHAUSTED"
+            held.set()
+            return sum(1 for f in queued if f.result(timeout=10).offset >= 0)
+        finally:
+            held.set()
+            producer.close()
+
+    async def scenario(broker: str) -> None:
+        assert await asyncio.to_thread(use, broker) == 2
+
     run(tmp_path, scenario)
 
 
