@@ -95,6 +95,13 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
             )
         return response
 
+    def ElectLeaders(self, request: Any, context: Any) -> controller_pb2.ElectLeadersResponse:
+        self._seen("ElectLeaders", request)
+        response = controller_pb2.ElectLeadersResponse(status=controller_pb2.Status())
+        response.partitions.add(topic="orders", partition=1, error=E.PREFERRED_LEADER_NOT_AVAILABLE, message="102 is fenced")
+        response.partitions.add(topic="orders", partition=0)
+        return response
+
     def DescribeConfigs(self, request: Any, context: Any) -> controller_pb2.DescribeConfigsResponse:
         self._seen("DescribeConfigs", request)
         response = controller_pb2.DescribeConfigsResponse(status=controller_pb2.Status())
@@ -464,6 +471,20 @@ def test_configs_describe_and_alter(controller: FakeController, capsys: pytest.C
         ("retention.ms", "5", controller_pb2.ALTER_CONFIG_SET),
         ("segment.bytes", "", controller_pb2.ALTER_CONFIG_DELETE),
     ]
+
+
+def test_elect_leaders_reports_each_partition_and_fails_if_one_could_not_move(
+    controller: FakeController, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["topics", "elect-leaders", "orders", "--partition", "0", "--partition", "1"]
+    assert main([*argv, "--bootstrap-controller", controller.address, "--output", "json"]) == 1  # type: ignore[attr-defined]
+    assert json.loads(capsys.readouterr().out) == [
+        {"topic": "orders", "partition": 0, "error": None, "message": ""},
+        {"topic": "orders", "partition": 1, "error": "PREFERRED_LEADER_NOT_AVAILABLE", "message": "102 is fenced"},
+    ]
+    (request,) = [r for name, r in controller.requests if name == "ElectLeaders"]  # type: ignore[attr-defined]
+    assert [(t.topic, list(t.partitions)) for t in request.topics] == [("orders", [0, 1])]
+    failure(capsys, "topics", "elect-leaders", "--partition", "3", status=1)
 
 
 def test_brokers_list(controller: FakeController, capsys: pytest.CaptureFixture[str]) -> None:
