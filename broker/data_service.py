@@ -21,7 +21,7 @@ from broker.replica.manager import ReplicaManager
 from metadata.image import NO_LEADER, MetadataImage
 from wire import frames
 from wire.frames import DATA_LISTENER
-from wire.server import Handler
+from wire.server import CloseConnection, Handler
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
@@ -46,12 +46,15 @@ class BrokerApi:
     def wire_handlers(self) -> dict[int, Handler]:
         return {
             frames.METADATA.key: self.metadata,
-            frames.PRODUCE.key: self.produce,
+            frames.PRODUCE.key: self._produce_over_the_wire,
             frames.FETCH.key: self.fetch,
             frames.LIST_OFFSETS.key: self.list_offsets,
             frames.OFFSET_COMMIT.key: self.offset_commit,
             frames.OFFSET_FETCH.key: self.offset_fetch,
         }
+
+    async def _produce_over_the_wire(self, request: Pb.ProduceRequest) -> Pb.ProduceResponse | None:
+        return wire_produce_answer(request, await self.produce(request))
 
     async def metadata(self, request: Pb.MetadataRequest) -> Pb.MetadataResponse:
         return metadata_response(self._replicas.image, request, self._cluster_id, self._controller_id())
@@ -104,6 +107,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: controller_pb2.OffsetFetchRequest, context: grpc.aio.ServicerContext
     ) -> controller_pb2.OffsetFetchResponse:
         return await self._api.offset_fetch(request)
+
+
+def wire_produce_answer(request: Pb.ProduceRequest, response: Pb.ProduceResponse) -> Pb.ProduceResponse | None:
+    """As Kafka answers a produce: not at all with acks=0, and then a refusal closes the
+    connection, so the producer notices and looks the leaders up again."""
+    if request.acks != 0:
+        return response
+    refused = [p for t in response.topics for p in t.partitions if p.error != E.NONE]
+    if response.status.error != E.NONE or refused:
+        why = response.status.message or f"{len(refused)} partitions refused, the first: {refused[0].message}"
+        raise CloseConnection(f"acks=0 produce refused: {why}")
+    return None
 
 
 def metadata_response(

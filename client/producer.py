@@ -338,12 +338,15 @@ class AsyncProducer:
         try:
             if broker is None:
                 raise KafkaError("BROKER_NOT_AVAILABLE", f"broker {leader} is unknown")
-            response = await broker.Produce(request, timeout=self._request_timeout_ms / 1000 + 5)
-            if response.status.error != E.NONE:
-                failure = f"{E.Name(response.status.error)}: {response.status.message}"
-            for topic_result in response.topics:
-                for p in topic_result.partitions:
-                    results[TopicPartition(topic_result.name, p.partition)] = p
+            if self.acks == 0:
+                await broker.ProduceWithoutAnswer(request)
+            else:
+                response = await broker.Produce(request, timeout=self._request_timeout_ms / 1000 + 5)
+                if response.status.error != E.NONE:
+                    failure = f"{E.Name(response.status.error)}: {response.status.message}"
+                for topic_result in response.topics:
+                    for p in topic_result.partitions:
+                        results[TopicPartition(topic_result.name, p.partition)] = p
         except WireError as e:
             failure = f"broker {leader}: {e}"
         except KafkaError as e:
@@ -354,7 +357,7 @@ class AsyncProducer:
         retry = False
         for batch in batches:
             result = results.get(batch.tp)
-            if self.acks == 0:  # fire and forget: no offsets, no retries (Kafka's acks=0)
+            if self.acks == 0 and not failure:  # written to the socket: sent, no offsets (Kafka's acks=0)
                 self._complete(batch, -1)
             elif result is not None and result.error == E.NONE:
                 self._complete(batch, result.base_offset)

@@ -57,6 +57,7 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, tuple[ApiSpec, asyncio.Future[Message], asyncio.TimerHandle]] = {}
         self._ids = itertools.count(1)
         self._lost: WireError | None = None
+        self._writable: asyncio.Future[None] | None = None  # set while the socket's buffer is over its limit
 
     @classmethod
     async def open(cls, address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Connection:
@@ -76,6 +77,11 @@ class Connection(asyncio.Protocol):
     def closed(self) -> bool:
         return self._lost is not None
 
+    @property
+    def lost(self) -> WireError:
+        assert self._lost is not None, "the connection is open"
+        return self._lost
+
     def call(self, spec: ApiSpec, request: Message, timeout_s: float) -> asyncio.Future[Message]:
         """Send ``request``; a future of its answer (``WireError`` if none comes)."""
         if self._lost is not None:
@@ -91,6 +97,16 @@ class Connection(asyncio.Protocol):
         self._transport.write(encode_request(spec, correlation_id, request))
         return future
 
+    async def send(self, spec: ApiSpec, request: Message) -> None:
+        """Send a request that gets no answer (a produce with acks=0); waits while the
+        socket's buffer is full, so a fast sender is held back by a slow broker."""
+        if self._lost is not None:
+            raise self._lost
+        assert self._transport is not None
+        self._transport.write(encode_request(spec, next(self._ids) % _CORRELATION_ID_MODULUS, request))
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+
     def close(self) -> None:
         if self._transport is not None:
             self._transport.abort()
@@ -104,6 +120,16 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         reason = f"{self.address}: connection lost" + (f" ({exc})" if exc else "")
         self._fail_all(WireError("UNAVAILABLE", reason))
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None:
+            self._writable.set_result(None)
+            self._writable = None
 
     def data_received(self, data: bytes) -> None:
         self._decoder.feed(data)
@@ -171,6 +197,18 @@ class BrokerClient:
 
     async def Produce(self, request: broker_pb2.ProduceRequest, *, timeout: float) -> broker_pb2.ProduceResponse:
         return await self._call(PRODUCE, request, timeout)
+
+    async def ProduceWithoutAnswer(self, request: broker_pb2.ProduceRequest) -> None:
+        """acks=0: the broker answers nothing (Kafka's rule) and closes the connection if
+        a partition was refused, which the next send sees as ``UNAVAILABLE``."""
+        assert request.acks == 0, "only an acks=0 produce goes unanswered"
+        connection = self._connection
+        if connection is not None and connection.closed:
+            self._connection = None
+            raise connection.lost  # once: the next send connects again
+        if connection is None:
+            connection = await self._connect()
+        await connection.send(PRODUCE, request)
 
     async def Fetch(self, request: broker_pb2.FetchRequest, *, timeout: float) -> broker_pb2.FetchResponse:
         return await self._call(FETCH, request, timeout)

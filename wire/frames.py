@@ -16,7 +16,8 @@ A frame is Kafka's shape: a 4-byte big-endian length of what follows, then::
 ``message`` is the protobuf encoding of the API's request or response type. A client
 may send requests without waiting for answers (pipelining); a broker answers each as
 soon as it is done, so answers may come back in another order, matched by correlation
-id. Every response type has ``Status status = 1``, so an answer about the frame itself
+id. A Produce with acks=0 gets no answer at all; if the broker refuses any of it, it
+closes the connection instead (Kafka's rule), which is how such a producer learns. Every response type has ``Status status = 1``, so an answer about the frame itself
 (an unknown API or version, a message that does not decode) is a message holding that
 field alone, which reads as any response type. This module does no I/O.
 """

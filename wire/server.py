@@ -39,7 +39,12 @@ from wire.frames import (
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("wire.server")
 
-Handler = Callable[[Message], Awaitable[Message]]
+Handler = Callable[[Message], Awaitable[Message | None]]  # None: the request gets no answer
+
+
+class CloseConnection(Exception):
+    """Raised by a handler that cannot answer but must tell the client something went
+    wrong (Kafka's rule for a refused acks=0 produce): the connection is closed."""
 CONNECTIONS_MAX = 4_096
 IN_FLIGHT_MAX = 64
 WRITE_BUFFER_HIGH_BYTES = 4 << 20
@@ -188,10 +193,15 @@ class _Connection(asyncio.Protocol):
     async def _handle(self, handler: Handler, name: str, correlation_id: int, request: Message) -> None:
         try:
             response = await handler(request)
+        except CloseConnection as e:
+            log.debug("closing a data connection", peer=self._peer, reason=str(e))
+            self.abort()
+            return
         except Exception as e:  # a bug in a handler must not take the listener down
             log.exception("data request failed", api=name, peer=self._peer)
             response = status_only(E.UNKNOWN_SERVER_ERROR, f"{name} failed on the broker: {type(e).__name__}")
-        self._answer(correlation_id, response)
+        if response is not None:
+            self._answer(correlation_id, response)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

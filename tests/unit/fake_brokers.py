@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
 
+from broker.data_service import wire_produce_answer
 from records.batch import assign, iter_batches
 from wire import frames
 from wire.server import FrameServer, Handler
@@ -106,7 +107,7 @@ class _FakeBroker:
             topic.partitions.add(partition=partition, leader=leader, leader_epoch=epoch, replicas=replicas, isr=replicas)
         return response
 
-    async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse | None:
         response = pb.ProduceResponse()
         for topic in request.topics:
             answer = response.topics.add(name=topic.name)
@@ -121,7 +122,7 @@ class _FakeBroker:
                     result.message = "scripted by the test"
                     continue
                 result.base_offset = self.cluster.logs[data.partition].append(data.records)
-        return response
+        return wire_produce_answer(request, response)
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         response = pb.FetchResponse()

@@ -99,6 +99,38 @@ def test_a_batch_refused_until_its_delivery_timeout_fails_naming_the_last_refusa
     run(scenario)
 
 
+def test_with_acks_zero_a_refusal_closes_the_connection_and_the_producer_finds_the_new_leader() -> None:
+    """Kafka's acks=0: nothing is answered, so a broker that refuses closes the connection;
+    records sent into the refusal are lost (what acks=0 allows), later ones reach the new
+    leader in order."""
+
+    async def scenario(cluster: FakeCluster) -> None:
+        producer = AsyncProducer(cluster.bootstrap, acks=0, linger_ms=0, retry_backoff_ms=10)
+        try:
+            await producer.send(TOPIC, b"before", partition=0)
+            await producer.flush()  # acks=0: written to the socket, not yet taken by the broker
+            while cluster.logs[0].end < 1:
+                await asyncio.sleep(0.01)
+            cluster.move_leader(0, to=2)
+            for i in range(20):
+                await producer.send(TOPIC, b"after%d" % i, partition=0)
+                await producer.flush()
+            await producer.metadata.refresh(force=True)
+            assert producer.metadata.leader(P0).leader == 2
+            last = await producer.send(TOPIC, b"last", partition=0)
+            await producer.flush()
+            assert (await last).offset == -1, "acks=0: no offsets"
+        finally:
+            await producer.close()
+        landed = await values_in(cluster, 0)
+        assert landed[0] == b"before" and landed[-1] == b"last"
+        after = [int(v.removeprefix(b"after")) for v in landed[1:-1]]
+        assert after == sorted(after) and after[-1] == 19, "the rest in order, once the new leader was found"
+        assert any(broker == 2 for broker, _ in cluster.produced)
+
+    run(scenario)
+
+
 def test_close_fails_what_cannot_be_delivered_with_a_clear_error() -> None:
     async def scenario(cluster: FakeCluster) -> None:
         cluster.fail_next_produces(0, E.NOT_LEADER_OR_FOLLOWER, times=10_000)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -36,6 +37,8 @@ from metadata.image import (
     frozen,
 )
 from raft.node_config import BrokerConfig
+from records.codec import BatchBuilder
+from wire.client import BrokerClient, WireError
 from wire.frames import DATA_LISTENER
 from wire.server import FrameServer
 
@@ -215,6 +218,47 @@ def test_acks_zero_completes_without_offsets(tmp_path: Path) -> None:
         sent = await produce(broker, [(None, b"fire")] * 3, acks=0)
         assert {m.offset for m in sent} == {-1}
     run(tmp_path, scenario)
+
+
+def test_an_acks_zero_produce_is_not_answered_and_a_refused_one_closes_the_connection(tmp_path: Path) -> None:
+    def request(payload: bytes) -> broker_pb2.ProduceRequest:
+        produce = broker_pb2.ProduceRequest(acks=0, timeout_ms=1000)
+        produce.topics.add(name=TOPIC_NAME).partitions.add(partition=0, records=payload)
+        return produce
+
+    good = bytes(_batch(b"kept"))
+    corrupt = bytearray(_batch(b"x"))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches
+
+    async def log_end(client: BrokerClient) -> int:
+        offsets = broker_pb2.ListOffsetsRequest()
+        offsets.topics.add(name=TOPIC_NAME).partitions.add(partition=0, timestamp=-1)
+        return (await client.ListOffsets(offsets, timeout=5)).topics[0].partitions[0].offset
+
+    async def scenario(broker: str) -> None:
+        client = BrokerClient(broker)
+        try:
+            await client.ProduceWithoutAnswer(request(good))
+            assert await log_end(client) == 1  # answered in order on the same connection: the produce was taken
+            await client.ProduceWithoutAnswer(request(bytes(corrupt)))
+            with pytest.raises(WireError) as closed:
+                await client.Metadata(broker_pb2.MetadataRequest(), timeout=5)  # in flight as the broker hangs up
+            assert closed.value.code == "UNAVAILABLE"
+            with pytest.raises(WireError):
+                await client.ProduceWithoutAnswer(request(good))  # the loss is reported to the sender once
+            await client.ProduceWithoutAnswer(request(good))  # then a new connection
+            assert await log_end(client) == 2, "nothing of the refused batch was written"
+        finally:
+            client.close()
+
+    run(tmp_path, scenario)
+
+
+def _batch(*values: bytes) -> bytearray:
+    builder = BatchBuilder()
+    for value in values:
+        builder.append(int(time.time() * 1000), None, value)
+    return builder.build()
 
 
 def test_the_synchronous_producer_keeps_send_order_and_reports_through_futures(tmp_path: Path) -> None:
