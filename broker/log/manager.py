@@ -1,8 +1,11 @@
 """A broker's partition logs under one directory (Kafka's LogManager, one log dir).
 
-At start every ``<topic>-<partition>`` folder is opened; whether it needs recovery
-comes from two files Kafka keeps too: a clean-shutdown marker (written by ``close``,
-removed at start) and ``recovery-point-offset-checkpoint``. The high watermarks are
+At start every ``<topic>-<partition>`` folder is opened before the broker serves, on a
+few threads (Kafka's log loading): whether it needs recovery comes from two files Kafka
+keeps too, a clean-shutdown marker (written by ``close``, removed at start) and
+``recovery-point-offset-checkpoint``, and after a crash the scan of everything past the
+recovery point can take seconds per gigabyte, which must not happen on the event loop
+once the broker heartbeats. The high watermarks are
 checkpointed here as well (``replication-offset-checkpoint``), since a restarted
 replica must not serve or count what it cannot know was committed.
 
@@ -15,6 +18,7 @@ and the checkpoint files are synced on its thread; without one (tools, tests), a
 
 from __future__ import annotations
 
+import concurrent.futures
 import shutil
 import time
 import uuid
@@ -34,6 +38,7 @@ CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINTS_FILE = "recovery-point-offset-checkpoint"
 HIGH_WATERMARKS_FILE = "replication-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
+RECOVERY_THREADS = 2  # Kafka's num.recovery.threads.per.data.dir; CRC-32C and reads leave the GIL
 
 
 def _partition_name(topic: str, partition: int) -> str:
@@ -48,10 +53,12 @@ class LogManager:
         self._clean_shutdown = False
         self._recovery_points: dict[str, int] = {}
         self._found_at_start: set[str] = set()
+        self._claimed: set[str] = set()  # logs the metadata has given this broker since start
 
     def open_all(self) -> None:
-        """Find the folders, remember how the last run ended; logs open on first use
-        (``get_or_create``), when the metadata says which topic id each must hold."""
+        """Open (and after a crash recover) every log found, in parallel; the metadata
+        later claims each (``get_or_create``) with its topic's configs, or the broker
+        deletes it as a stray."""
         self.directory.mkdir(parents=True, exist_ok=True)
         for leftover in self.directory.glob(f"*{DELETE_SUFFIX}"):
             shutil.rmtree(leftover, ignore_errors=True)
@@ -61,16 +68,27 @@ class LogManager:
         fsync_dir(self.directory)
         self._recovery_points = dict(_read_offsets(self.directory / RECOVERY_POINTS_FILE))
         self._found_at_start = {p.parent.name for p in self.directory.glob(f"*/{METADATA_FILE}")}
+        names = sorted(self._found_at_start)
+        with concurrent.futures.ThreadPoolExecutor(RECOVERY_THREADS, thread_name_prefix="log-recovery") as pool:
+            for name, opened in zip(names, pool.map(self._open_found, names), strict=True):
+                if opened is not None:
+                    self._logs[name] = opened
+
+    def _open_found(self, name: str) -> PartitionLog | None:
+        topic_id = stored_topic_id(self.directory / name)
+        if topic_id is None:
+            return None
+        return self._open(name, topic_id, LogConfig())
 
     def remove_strays(self, assigned: set[str]) -> list[str]:
         """Delete the folders found at start that the metadata no longer gives this broker
         (their topic was deleted, or the partition moved, while it was down: Kafka's stray
         logs). Call once the image holds this broker's own registration, so it reflects
         every change made before the broker came back."""
-        strays = sorted(self._found_at_start - assigned - self._logs.keys())
+        strays = sorted(self._found_at_start - assigned - self._claimed)
         for name in strays:
             log.info("deleting a stray partition log", partition=name)
-            self._rename_and_delete(self.directory / name)
+            self.remove(name)
         self._found_at_start = set()
         return strays
 
@@ -82,27 +100,29 @@ class LogManager:
 
     def get_or_create(self, topic: str, partition: int, topic_id: bytes, config: LogConfig) -> PartitionLog:
         name = _partition_name(topic, partition)
+        self._claimed.add(name)
         existing = self._logs.get(name)
         if existing is not None and existing.topic_id == topic_id:
+            existing.update_config(config)
             return existing
         if existing is not None:
-            self.remove(name)
-        directory = self.directory / name
-        if directory.exists() and stored_topic_id(directory) not in (None, topic_id):
             log.info("replacing the log of a deleted topic with the same name", partition=name)
-            self._rename_and_delete(directory)
-        opened = PartitionLog.open(
-            directory,
+            self.remove(name)
+        opened = self._logs[name] = self._open(name, topic_id, config)
+        return opened
+
+    def _open(self, name: str, topic_id: bytes, config: LogConfig) -> PartitionLog:
+        return PartitionLog.open(
+            self.directory / name,
             topic_id,
             config,
             clean_shutdown=self._clean_shutdown,
             recovery_point=self._recovery_points.get(name, 0),
             background=self._flusher,
         )
-        self._logs[name] = opened
-        return opened
 
     def remove(self, name: str) -> None:
+        self._claimed.discard(name)
         partition_log = self._logs.pop(name, None)
         if partition_log is not None:
             partition_log.close()

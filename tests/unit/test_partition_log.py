@@ -269,9 +269,11 @@ def test_the_manager_recovers_after_an_unclean_stop_and_removes_by_renaming(tmp_
     segment = tmp_path / "t-0" / f"{0:020d}.log"
     segment.write_bytes(segment.read_bytes() + b"\x00" * 17)
     again = LogManager(tmp_path)
-    again.open_all()
-    recovered = again.get_or_create("t", 0, TOPIC_ID, LogConfig())
-    assert values(recovered) == [b"a"] and again.read_high_watermarks() == {"t-0": 1}
+    again.open_all()  # recovered here, before the broker serves, not when the metadata claims it
+    loaded = again.get("t-0")
+    assert loaded is not None and values(loaded) == [b"a"] and again.read_high_watermarks() == {"t-0": 1}
+    recovered = again.get_or_create("t", 0, TOPIC_ID, LogConfig(retention_ms=5))
+    assert recovered is loaded and recovered.config.retention_ms == 5, "claimed with its topic's configs"
     other_topic = uuid.UUID(int=2).bytes
     replaced = again.get_or_create("t", 0, other_topic, LogConfig())
     assert replaced.log_end_offset == 0, "a folder of a deleted topic with the same name is replaced"
