@@ -4,13 +4,14 @@ Positions are Kafka's: ``position(tp)`` is the next offset ``poll`` returns. A p
 without one gets it from the group's committed offset (with ``group_id``) or from
 ``auto_offset_reset`` (earliest, latest, or none: ``OffsetOutOfRangeError``), and so
 does one whose fetch answers OFFSET_OUT_OF_RANGE. A background loop keeps one Fetch in
-flight per leader broker, covering every assigned partition it leads, and decodes the
+flight per leader broker, covering every assigned partition it leads, and buffers the
 answers' raw record batches, bounded by ``prefetch_max_bytes``; ``poll`` decodes records
 as it takes them (Kafka's CompletedFetch), so the buffer never holds a Python object per
 record (a prefetch of millions of them made the garbage collector the consumer's
-largest cost). A
-leader that moved (NOT_LEADER_OR_FOLLOWER, a fenced or unknown leader epoch) sends the
-loop to the metadata again. A seek drops what was prefetched for that partition.
+largest cost). Records that do not decode are returned up to the damage, then ``poll``
+raises ``CORRUPT_MESSAGE`` until the application seeks past them. A leader that moved
+(NOT_LEADER_OR_FOLLOWER, a fenced or unknown leader epoch) sends the loop to the
+metadata again. A seek drops what was prefetched for that partition.
 
 Committed offsets go through any broker to the controller (``commit``/``committed``):
 the committed offset is the next offset to read, as in Kafka.

@@ -9,7 +9,10 @@ Retriable answers (leader moved, ISR too small, timeouts, an unreachable broker)
 retried after ``retry_backoff_ms`` and a metadata refresh, until the batch is
 ``delivery_timeout_ms`` old; anything else fails the batch's futures at once with the
 broker's error and message. ``buffer_memory`` bounds the bytes waiting: ``send`` waits
-for room up to ``max_block_ms``.
+for room up to ``max_block_ms``. With acks=0 the broker answers nothing: a batch counts
+as sent once written to the socket, and a broker that refused it closes the connection,
+which the next send to it reports (then the leaders are looked up again).
+``acknowledged_records`` and ``failed_records`` count outcomes.
 
 ``AsyncProducer`` is the asyncio producer; ``Producer`` runs one on a private thread.
 """
@@ -164,9 +167,10 @@ class AsyncProducer:
         timestamp: int | None = None,
     ) -> RecordFuture:
         """Append a record to its partition's open batch; a future of where it landed.
-        The hot path of every application: one dict lookup per record when the batch and
-        the topic's metadata are known, nothing allocated that outlives the call but the
-        returned future."""
+        The hot path of every application: when the topic and the partition's open batch
+        are known it only looks them up and appends, and allocates nothing that outlives
+        the call but the returned future (objects kept per buffered record are what the
+        garbage collector would scan, again and again)."""
         if self._closed:
             raise ProducerError("PRODUCER_CLOSED", "send after close")
         size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
