@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from raftka.v1 import controller_pb2, metadata_pb2
 
-from metadata import broker_ops, config_ops, offset_ops, topic_ops
+from metadata import broker_ops, config_ops, group_ops, offset_ops, topic_ops
 from metadata.delta import MetadataDelta, ReplayError
 from metadata.image import MetadataImage
 from metadata.plan import ErrorCode, MetadataRecord, Plan
@@ -473,6 +473,30 @@ class QuorumController:
     ) -> controller_pb2.OffsetFetchResponse:
         return await self._read(
             controller_pb2.OffsetFetchResponse, lambda image: offset_ops.fetch(image, request), request
+        )
+
+    # consumer groups (written by their coordinators) -----------------------------------
+    async def commit_group_offsets(
+        self, request: controller_pb2.CommitGroupOffsetsRequest
+    ) -> controller_pb2.CommitGroupOffsetsResponse:
+        return await self._write(
+            controller_pb2.CommitGroupOffsetsResponse,
+            lambda image: group_ops.commit_batch(image, request, self._wall_clock()),
+            request,
+        )
+
+    async def record_group_rebalance(
+        self, request: controller_pb2.RecordGroupRebalanceRequest
+    ) -> controller_pb2.RecordGroupRebalanceResponse:
+        return await self._write(
+            controller_pb2.RecordGroupRebalanceResponse,
+            lambda image: group_ops.record_rebalance(image, request, self._wall_clock()),
+            request,
+        )
+
+    async def delete_groups(self, request: controller_pb2.DeleteGroupsRequest) -> controller_pb2.DeleteGroupsResponse:
+        return await self._write(
+            controller_pb2.DeleteGroupsResponse, lambda image: group_ops.delete(image, request), request
         )
 
     # sessions --------------------------------------------------------------------------

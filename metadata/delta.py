@@ -28,6 +28,8 @@ from metadata.image import (
     BrokerRegistration,
     CommittedOffset,
     Endpoint,
+    GroupGeneration,
+    GroupMember,
     MetadataImage,
     PartitionState,
     TopicImage,
@@ -127,6 +129,7 @@ class MetadataDelta:
         self._offsets: _Nested[str, tuple[bytes, int], CommittedOffset] = _Nested(image.offsets)
         self._features: _Cow[str, int] = _Cow(image.features)
         self._next_producer_id = image.next_producer_id
+        self._groups: _Cow[str, GroupGeneration] = _Cow(image.groups)
         self._applied = False
 
     def replay(self, record: MetadataRecord) -> None:
@@ -155,6 +158,7 @@ class MetadataDelta:
             offsets=self._offsets.result(),
             next_producer_id=self._next_producer_id,
             features=self._features.result(),
+            groups=self._groups.result(),
         )
 
     # brokers ----------------------------------------------------------------------------
@@ -300,9 +304,31 @@ class MetadataDelta:
         )
 
     def _remove_group_offsets(self, r: metadata_pb2.RemoveGroupOffsetsRecord) -> None:
-        if not self._offsets.get(r.group):
-            raise ReplayError(f"RemoveGroupOffsetsRecord: group {r.group!r} has no committed offsets")
+        if not self._offsets.get(r.group) and r.group not in self._groups.view:
+            raise ReplayError(f"RemoveGroupOffsetsRecord: group {r.group!r} has no offsets and no rebalance")
         self._offsets.drop(r.group)
+        self._groups.edit().pop(r.group, None)
+
+    def _group_rebalance(self, r: metadata_pb2.GroupRebalanceRecord) -> None:
+        previous = self._groups.view.get(r.group)
+        if previous is not None and r.generation_id <= previous.generation_id:
+            raise ReplayError(
+                f"GroupRebalanceRecord: group {r.group!r} generation {r.generation_id} is not above "
+                f"the recorded {previous.generation_id}"
+            )
+        members = tuple(
+            GroupMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                tuple((a.topic, tuple(a.partitions)) for a in m.assignment),
+            )
+            for m in r.members
+        )
+        self._groups.edit()[r.group] = GroupGeneration(
+            r.generation_id, r.protocol_type, r.protocol_name, r.leader, members, r.coordinator, r.timestamp_ms
+        )
 
 
 _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
@@ -320,5 +346,6 @@ _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "no_op": MetadataDelta._no_op,
     "offset_commit": MetadataDelta._offset_commit,
     "remove_group_offsets": MetadataDelta._remove_group_offsets,
+    "group_rebalance": MetadataDelta._group_rebalance,
 }
 assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

@@ -68,6 +68,28 @@ class CommittedOffset:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupMember:
+    member_id: str
+    group_instance_id: str  # "": not a static member
+    client_id: str
+    client_host: str
+    assignment: tuple[tuple[str, tuple[int, ...]], ...]  # (topic, partitions); empty when opaque
+
+
+@dataclass(frozen=True, slots=True)
+class GroupGeneration:
+    """A consumer group as its last completed rebalance left it (GroupRebalanceRecord)."""
+
+    generation_id: int
+    protocol_type: str
+    protocol_name: str
+    leader: str
+    members: tuple[GroupMember, ...]
+    coordinator: int
+    timestamp_ms: int  # the controller's wall clock when it recorded the rebalance
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     offset: int = 0  # the next offset after the last record this image includes (raft's own too)
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=frozen)
@@ -79,6 +101,7 @@ class MetadataImage:
     offsets: Mapping[str, Mapping[tuple[bytes, int], CommittedOffset]] = field(default_factory=frozen)
     next_producer_id: int = 0
     features: Mapping[str, int] = field(default_factory=frozen)
+    groups: Mapping[str, GroupGeneration] = field(default_factory=frozen)  # group -> last rebalance
 
     def topic(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids_by_name.get(name)

@@ -7,9 +7,9 @@ write nothing while the rest of the request goes ahead.
 Offsets expire as Kafka's do after ``offsets.retention.minutes``, so groups that are
 gone cannot grow the image without bound. Kafka expires a group's offsets once the
 group has no members and the retention has passed; the quorum knows no members, so here
-the group's newest commit decides: a group that has committed nothing for the retention
-loses all its offsets (one RemoveGroupOffsetsRecord), a group with any recent commit
-keeps all of them.
+the group's newest activity decides: a group that has neither committed nor completed a
+rebalance for the retention loses all its offsets and its last rebalance (one
+RemoveGroupOffsetsRecord), a group with any recent commit or rebalance keeps everything.
 """
 
 from __future__ import annotations
@@ -67,11 +67,15 @@ def expire(image: MetadataImage, now_wall_ms: int, retention_ms: int, records_ma
     is for no one (the controller expires on its own), so it is an empty response.
     """
     cutoff_ms = now_wall_ms - retention_ms
-    expired = sorted(
-        group
-        for group, committed in image.offsets.items()
-        if all(c.commit_timestamp_ms <= cutoff_ms for c in committed.values())
-    )
+
+    def idle(group: str) -> bool:
+        rebalance = image.groups.get(group)
+        committed = image.offsets.get(group, {})
+        return (rebalance is None or rebalance.timestamp_ms <= cutoff_ms) and all(
+            c.commit_timestamp_ms <= cutoff_ms for c in committed.values()
+        )
+
+    expired = sorted(group for group in {*image.offsets, *image.groups} if idle(group))
     records = [
         MetadataRecord(remove_group_offsets=metadata_pb2.RemoveGroupOffsetsRecord(group=group))
         for group in expired[:records_max]

@@ -224,6 +224,23 @@ def _check_remove_group_offsets(r: metadata_pb2.RemoveGroupOffsetsRecord) -> Non
         raise RecordError("RemoveGroupOffsetsRecord.group: empty")
 
 
+def _check_group_rebalance(r: metadata_pb2.GroupRebalanceRecord) -> None:
+    kind = "GroupRebalanceRecord"
+    if not r.group:
+        raise RecordError(f"{kind}.group: empty")
+    if r.generation_id <= 0:
+        raise RecordError(f"{kind}.generation_id: {r.generation_id} is not positive")
+    member_ids = [m.member_id for m in r.members]
+    if not all(member_ids) or len(set(member_ids)) != len(member_ids):
+        raise RecordError(f"{kind}.members: member ids must be non-empty and distinct")
+    if r.members and r.leader not in member_ids:
+        raise RecordError(f"{kind}.leader: {r.leader!r} is not a member")
+    for member in r.members:
+        for topic in member.assignment:
+            if not topic.topic or any(p < 0 for p in topic.partitions):
+                raise RecordError(f"{kind}.members[].assignment: bad entry for member {member.member_id!r}")
+
+
 def _no_fields(_: Message) -> None:
     pass
 
@@ -243,5 +260,6 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "no_op": _no_fields,
     "offset_commit": _check_offset_commit,
     "remove_group_offsets": _check_remove_group_offsets,
+    "group_rebalance": _check_group_rebalance,
 }
 assert set(_CHECKS) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

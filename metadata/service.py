@@ -94,3 +94,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def OffsetFetch(self, request: Pb.OffsetFetchRequest, context: grpc.aio.ServicerContext) -> Any:
         return await self._call(self._c.fetch_offsets, request, Pb.OffsetFetchResponse)
+
+    async def CommitGroupOffsets(
+        self, request: Pb.CommitGroupOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.commit_group_offsets, request, Pb.CommitGroupOffsetsResponse)
+
+    async def RecordGroupRebalance(
+        self, request: Pb.RecordGroupRebalanceRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.record_group_rebalance, request, Pb.RecordGroupRebalanceResponse)
+
+    async def DeleteGroups(self, request: Pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.delete_groups, request, Pb.DeleteGroupsResponse)

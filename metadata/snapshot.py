@@ -15,8 +15,8 @@ Layout, big-endian::
     records       record_count x (u32 length, MetadataRecord)
 
 Records come in a fixed order (features, brokers, producer ids, topics by name with
-their configs and partitions, other configs, offsets), so every replica writes the
-same bytes for the same image. A partition costs about 45 bytes.
+their configs and partitions, other configs, offsets, groups' last rebalances), so every
+replica writes the same bytes for the same image. A partition costs about 45 bytes.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from raftka.v1 import metadata_pb2
 
 from metadata import records
 from metadata.delta import MetadataDelta, ReplayError
-from metadata.image import TOPIC, MetadataImage
+from metadata.image import TOPIC, GroupGeneration, MetadataImage
 from metadata.records import MetadataRecord, RecordError
 
 _HEADER = struct.Struct(">4sHqqII")
@@ -163,6 +163,30 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
                     commit_timestamp_ms=c.commit_timestamp_ms,
                 )
             )
+    for group, g in sorted(image.groups.items()):
+        yield MetadataRecord(group_rebalance=group_rebalance_record(group, g))
+
+
+def group_rebalance_record(group: str, g: GroupGeneration) -> metadata_pb2.GroupRebalanceRecord:
+    return metadata_pb2.GroupRebalanceRecord(
+        group=group,
+        generation_id=g.generation_id,
+        protocol_type=g.protocol_type,
+        protocol_name=g.protocol_name,
+        leader=g.leader,
+        members=[
+            metadata_pb2.GroupMemberRecord(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                assignment=[metadata_pb2.GroupAssignedTopic(topic=t, partitions=ps) for t, ps in m.assignment],
+            )
+            for m in g.members
+        ],
+        coordinator=g.coordinator,
+        timestamp_ms=g.timestamp_ms,
+    )
 
 
 def _config_records(resource: tuple[int, str], configs: dict[str, str]) -> Iterator[MetadataRecord]:

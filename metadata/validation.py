@@ -38,6 +38,13 @@ TOPICS_PER_REQUEST_MAX = 1_000
 OFFSET_FETCH_PARTITIONS_MAX = 10_000
 # Listeners of one broker: Kafka brokers have a handful (PLAINTEXT, SSL, SASL_SSL, ...).
 LISTENERS_MAX = 16
+# Groups named in one request (DeleteGroups, a coordinator's batch of commits).
+GROUPS_PER_REQUEST_MAX = 1_000
+# Members of one group (Kafka's group.max.size is unbounded by default; a rebalance record
+# holds every member and its assignment in one record, so it is bounded here) and the
+# partitions their assignments name in total.
+GROUP_MEMBERS_MAX = 1_000
+GROUP_ASSIGNED_PARTITIONS_MAX = 100_000
 # Lists whose entries each become a record (partitions in AlterPartition, ElectLeaders and
 # OffsetCommit; config entries in CreateTopics and AlterConfigs) are bounded, in total over
 # the request, by raft.append_max_records (``records_max``, 4096 by default), so such a
@@ -181,6 +188,20 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
             yield "topics", len(request.topics), TOPICS_PER_REQUEST_MAX, ""
             partitions = sum(len(t.partitions) for t in request.topics)
             yield "topics[].partitions", partitions, OFFSET_FETCH_PARTITIONS_MAX, ""
+        case Pb.DeleteGroupsRequest():
+            yield "groups", len(request.groups), GROUPS_PER_REQUEST_MAX, ""
+        case Pb.CommitGroupOffsetsRequest():
+            yield "groups", len(request.groups), GROUPS_PER_REQUEST_MAX, ""
+            topics = [t for g in request.groups for t in g.topics]
+            yield "groups[].topics", len(topics), records_max, per_batch
+            yield "groups[].topics[].partitions", sum(len(t.partitions) for t in topics), records_max, per_batch
+        case Pb.RecordGroupRebalanceRequest():
+            members = request.rebalance.members
+            yield "rebalance.members", len(members), GROUP_MEMBERS_MAX, ""
+            assigned = [a for m in members for a in m.assignment]
+            yield "rebalance.members[].assignment", len(assigned), GROUP_ASSIGNED_PARTITIONS_MAX, ""
+            partitions = sum(len(a.partitions) for a in assigned)
+            yield "rebalance.members[].assignment[].partitions", partitions, GROUP_ASSIGNED_PARTITIONS_MAX, ""
 
 
 def _invalid_topic(message: str) -> ValidationError:

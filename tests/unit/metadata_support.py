@@ -133,6 +133,32 @@ def remove_group_offsets(group: str) -> Record:
     return Record(remove_group_offsets=pb.RemoveGroupOffsetsRecord(group=group))
 
 
+def group_rebalance(
+    group: str, generation: int, members: Sequence[str] = ("m1",), *, assignment: Sequence[tuple[str, Sequence[int]]] = ()
+) -> Record:
+    """A completed rebalance; the first member leads and gets ``assignment``."""
+    return Record(
+        group_rebalance=pb.GroupRebalanceRecord(
+            group=group,
+            generation_id=generation,
+            protocol_type="consumer",
+            protocol_name="range",
+            leader=members[0] if members else "",
+            members=[
+                pb.GroupMemberRecord(
+                    member_id=member,
+                    client_id="c",
+                    client_host="/127.0.0.1",
+                    assignment=[pb.GroupAssignedTopic(topic=t, partitions=ps) for t, ps in assignment] if i == 0 else [],
+                )
+                for i, member in enumerate(members)
+            ],
+            coordinator=101,
+            timestamp_ms=5,
+        )
+    )
+
+
 def replay(image: MetadataImage, *records: Record, offset: int | None = None) -> MetadataImage:
     """``records`` as one delta; the next offset defaults to one past the image per record."""
     delta = MetadataDelta(image)
@@ -177,7 +203,8 @@ def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
     options += ["fence", "unfence", "unregister"] if brokers else []
     options += ["partition", "remove", "config_topic"] if topics else []
     options += ["change", "change", "commit", "commit"] if with_partitions else []
-    options += ["remove_group_offsets"] if image.offsets else []
+    options += ["remove_group_offsets"] if image.offsets or image.groups else []
+    options += ["group_rebalance"]
     kind = _pick(draw, options)
     if kind == "register":
         broker_id = _pick(draw, BROKER_IDS)
@@ -236,7 +263,13 @@ def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
     if kind == "no_op":
         return no_op()
     if kind == "remove_group_offsets":
-        return remove_group_offsets(_pick(draw, sorted(image.offsets)))
+        return remove_group_offsets(_pick(draw, sorted({*image.offsets, *image.groups})))
+    if kind == "group_rebalance":
+        group = _pick(draw, GROUPS)
+        previous = image.groups.get(group)
+        generation = (previous.generation_id if previous else 0) + draw(st.integers(1, 3))
+        members = draw(st.lists(st.sampled_from(["m1", "m2", "m3"]), unique=True, max_size=3))
+        return group_rebalance(group, generation, members, assignment=[("t", [0, 1])] if members else [])
     tid = _pick(draw, with_partitions)
     partition_id = _pick(draw, sorted(topics[tid].partitions))
     return commit(_pick(draw, GROUPS), tid, partition_id, draw(st.integers(0, 10**6)), "m", ts=7)

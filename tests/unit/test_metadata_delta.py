@@ -238,10 +238,24 @@ def test_a_group_removed_and_committed_again_in_one_delta_starts_afresh(cluster:
 
 
 def test_remove_group_offsets_of_a_group_with_none_is_refused(cluster: MetadataImage) -> None:
-    with pytest.raises(ReplayError, match="RemoveGroupOffsetsRecord: group 'g' has no committed offsets"):
+    with pytest.raises(ReplayError, match="RemoveGroupOffsetsRecord: group 'g' has no offsets and no rebalance"):
         replay(cluster, m.remove_group_offsets("g"))
-    with pytest.raises(ReplayError, match="group 'g' has no committed offsets"):
+    with pytest.raises(ReplayError, match="group 'g' has no offsets and no rebalance"):
         replay(cluster, m.commit("g", T1, 0, 5), m.remove_group_offsets("g"), m.remove_group_offsets("g"))
+
+
+def test_a_group_keeps_its_last_rebalance_and_generations_only_increase(cluster: MetadataImage) -> None:
+    image = replay(cluster, m.group_rebalance("g", 1, ["a", "b"], assignment=[("orders", [0, 2])]))
+    rebalance = image.groups["g"]
+    assert (rebalance.generation_id, rebalance.leader, [x.member_id for x in rebalance.members]) == (1, "a", ["a", "b"])
+    assert rebalance.members[0].assignment == (("orders", (0, 2)),)
+    image = replay(image, m.group_rebalance("g", 4, ["b"]))
+    assert image.groups["g"].generation_id == 4 and image.groups["g"].leader == "b"
+    for stale in (4, 3):
+        with pytest.raises(ReplayError, match=f"generation {stale} is not above the recorded 4"):
+            replay(image, m.group_rebalance("g", stale))
+    removed = replay(image, m.remove_group_offsets("g"))  # a group with no offsets can be removed too
+    assert "g" not in removed.groups
 
 
 def test_no_op_changes_only_the_offset(cluster: MetadataImage) -> None:

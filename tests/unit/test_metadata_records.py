@@ -28,6 +28,7 @@ EVERY_TYPE = {
     "NO_OP_RECORD": m.no_op(),
     "OFFSET_COMMIT_RECORD": m.commit("g", TID, 3, 42, "meta", ts=1_700_000_000_000),
     "REMOVE_GROUP_OFFSETS_RECORD": m.remove_group_offsets("g"),
+    "GROUP_REBALANCE_RECORD": m.group_rebalance("g", 3, ["m1", "m2"], assignment=[("orders", [0, 1])]),
 }
 
 

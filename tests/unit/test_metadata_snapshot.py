@@ -33,6 +33,8 @@ def populated() -> MetadataImage:
         m.config("1", "log.retention.ms", "7", resource_type=BROKER),
         m.commit("g", T1, 0, 42, "meta", ts=99),
         m.commit("g", T2, 0, 1),
+        m.group_rebalance("g", 3, ["m1", "m2"], assignment=[("a", [0, 1])]),
+        m.group_rebalance("only-members", 1, ["x"]),
         offset=1234,
     )
 
@@ -61,7 +63,7 @@ def test_the_same_image_always_encodes_to_the_same_bytes() -> None:
 def test_header_carries_offset_and_timestamp() -> None:
     contents = read_snapshot(encode_image(populated(), timestamp_ms=1_700_000_000_123))
     assert contents.offset == 1234 and contents.timestamp_ms == 1_700_000_000_123
-    assert len(contents.records) == 13
+    assert len(contents.records) == 15  # one per record of populated(), two groups among them
 
 
 def test_about_forty_bytes_per_partition() -> None:

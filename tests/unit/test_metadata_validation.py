@@ -10,6 +10,9 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from raftka.v1 import controller_pb2
 
 from metadata.validation import (
+    GROUP_ASSIGNED_PARTITIONS_MAX,
+    GROUP_MEMBERS_MAX,
+    GROUPS_PER_REQUEST_MAX,
     LISTENERS_MAX,
     OFFSET_FETCH_PARTITIONS_MAX,
     TOPICS_PER_REQUEST_MAX,
@@ -165,7 +168,18 @@ def test_bad_committed_offsets(offset: int, metadata: str, code: int, says: str)
 # ---- request bounds -------------------------------------------------------------------
 
 RECORDS_MAX = 8
-OVER_EVERY_BOUND = max(TOPICS_PER_REQUEST_MAX, OFFSET_FETCH_PARTITIONS_MAX, LISTENERS_MAX, RECORDS_MAX) + 1
+OVER_EVERY_BOUND = (
+    max(
+        TOPICS_PER_REQUEST_MAX,
+        OFFSET_FETCH_PARTITIONS_MAX,
+        LISTENERS_MAX,
+        RECORDS_MAX,
+        GROUPS_PER_REQUEST_MAX,
+        GROUP_MEMBERS_MAX,
+        GROUP_ASSIGNED_PARTITIONS_MAX,
+    )
+    + 1
+)
 # The one list bounded by the image instead (see metadata.validation): a partition's ISR
 # must be distinct replicas of it, and broker_ops refuses a longer one.
 BOUNDED_BY_THE_IMAGE = ("AlterPartitionRequest", "topics[].partitions[].new_isr")
@@ -238,6 +252,13 @@ def test_the_walk_finds_every_list_of_the_client_requests() -> None:
         ("OffsetCommitRequest", "topics[].partitions"),
         ("OffsetFetchRequest", "topics"),
         ("OffsetFetchRequest", "topics[].partitions"),
+        ("CommitGroupOffsetsRequest", "groups"),
+        ("CommitGroupOffsetsRequest", "groups[].topics"),
+        ("CommitGroupOffsetsRequest", "groups[].topics[].partitions"),
+        ("RecordGroupRebalanceRequest", "rebalance.members"),
+        ("RecordGroupRebalanceRequest", "rebalance.members[].assignment"),
+        ("RecordGroupRebalanceRequest", "rebalance.members[].assignment[].partitions"),
+        ("DeleteGroupsRequest", "groups"),
     }
 
 

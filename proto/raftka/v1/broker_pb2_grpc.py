@@ -65,6 +65,46 @@ class BrokerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/raftka.broker.v1.Broker/FindCoordinator',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/raftka.broker.v1.Broker/JoinGroup',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
+        self.SyncGroup = channel.unary_unary(
+                '/raftka.broker.v1.Broker/SyncGroup',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.SyncGroupRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.SyncGroupResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/raftka.broker.v1.Broker/Heartbeat',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/raftka.broker.v1.Broker/LeaveGroup',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/raftka.broker.v1.Broker/DescribeGroups',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/raftka.broker.v1.Broker/ListGroups',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/raftka.broker.v1.Broker/DeleteGroups',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -108,6 +148,54 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SyncGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -140,6 +228,46 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.OffsetFetch,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.JoinGroupRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'SyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncGroup,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.SyncGroupRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.SyncGroupResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.HeartbeatRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.ListGroupsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -304,6 +432,222 @@ class Broker:
             '/raftka.broker.v1.Broker/OffsetFetch',
             raftka_dot_v1_dot_controller__pb2.OffsetFetchRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/FindCoordinator',
+            raftka_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/JoinGroup',
+            raftka_dot_v1_dot_broker__pb2.JoinGroupRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/SyncGroup',
+            raftka_dot_v1_dot_broker__pb2.SyncGroupRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.SyncGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/Heartbeat',
+            raftka_dot_v1_dot_broker__pb2.HeartbeatRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/LeaveGroup',
+            raftka_dot_v1_dot_broker__pb2.LeaveGroupRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/DescribeGroups',
+            raftka_dot_v1_dot_broker__pb2.DescribeGroupsRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/ListGroups',
+            raftka_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/DeleteGroups',
+            raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -109,6 +109,21 @@ class ControllerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchResponse.FromString,
                 _registered_method=True)
+        self.CommitGroupOffsets = channel.unary_unary(
+                '/raftka.v1.Controller/CommitGroupOffsets',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.CommitGroupOffsetsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.CommitGroupOffsetsResponse.FromString,
+                _registered_method=True)
+        self.RecordGroupRebalance = channel.unary_unary(
+                '/raftka.v1.Controller/RecordGroupRebalance',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.RecordGroupRebalanceRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.RecordGroupRebalanceResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/raftka.v1.Controller/DeleteGroups',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -204,6 +219,24 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CommitGroupOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordGroupRebalance(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -281,6 +314,21 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.OffsetFetch,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'CommitGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitGroupOffsets,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.CommitGroupOffsetsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.CommitGroupOffsetsResponse.SerializeToString,
+            ),
+            'RecordGroupRebalance': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordGroupRebalance,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.RecordGroupRebalanceRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.RecordGroupRebalanceResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -688,6 +736,87 @@ class Controller:
             '/raftka.v1.Controller/OffsetFetch',
             raftka_dot_v1_dot_controller__pb2.OffsetFetchRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/CommitGroupOffsets',
+            raftka_dot_v1_dot_controller__pb2.CommitGroupOffsetsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.CommitGroupOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordGroupRebalance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/RecordGroupRebalance',
+            raftka_dot_v1_dot_controller__pb2.RecordGroupRebalanceRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.RecordGroupRebalanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/DeleteGroups',
+            raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
