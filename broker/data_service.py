@@ -5,8 +5,9 @@ and over gRPC as the ``Broker`` service, for tools.
 
 Metadata is answered from the broker's own image (as a Kafka broker answers from its
 metadata cache), naming each broker's data listener; Produce, Fetch and ListOffsets go
-to the replica manager; committed offsets are forwarded to the active controller, so
-clients need only brokers.
+to the replica manager; the group APIs and OffsetCommit go to the group coordinator
+(``broker.groups``); OffsetFetch is forwarded to the active controller (a linearizable
+read of the quorum), so clients need only brokers.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import grpc
 from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 
 from broker.controller_link import ControllerLink, LinkError
+from broker.groups.coordinator import GroupCoordinator
 from broker.replica.manager import ReplicaManager
 from metadata.image import NO_LEADER, MetadataImage
 from wire import frames
@@ -32,6 +34,7 @@ class BrokerApi:
     def __init__(
         self,
         replicas: ReplicaManager,
+        groups: GroupCoordinator,
         link: ControllerLink,
         cluster_id: str,
         controller_id: Callable[[], int],
@@ -42,6 +45,15 @@ class BrokerApi:
         self._controller_id = controller_id
         self.produce = replicas.produce
         self.fetch = replicas.fetch
+        self.offset_commit = groups.commit
+        self.find_coordinator = groups.find_coordinator
+        self.join_group = groups.join
+        self.sync_group = groups.sync
+        self.heartbeat = groups.heartbeat
+        self.leave_group = groups.leave
+        self.describe_groups = groups.describe
+        self.list_groups = groups.list_groups
+        self.delete_groups = groups.delete
 
     def wire_handlers(self) -> dict[int, Handler]:
         return {
@@ -51,6 +63,14 @@ class BrokerApi:
             frames.LIST_OFFSETS.key: self.list_offsets,
             frames.OFFSET_COMMIT.key: self.offset_commit,
             frames.OFFSET_FETCH.key: self.offset_fetch,
+            frames.FIND_COORDINATOR.key: self.find_coordinator,
+            frames.JOIN_GROUP.key: self.join_group,
+            frames.SYNC_GROUP.key: self.sync_group,
+            frames.HEARTBEAT.key: self.heartbeat,
+            frames.LEAVE_GROUP.key: self.leave_group,
+            frames.DESCRIBE_GROUPS.key: self.describe_groups,
+            frames.LIST_GROUPS.key: self.list_groups,
+            frames.DELETE_GROUPS.key: self.delete_groups,
         }
 
     async def _produce_over_the_wire(self, request: Pb.ProduceRequest) -> Pb.ProduceResponse | None:
@@ -61,9 +81,6 @@ class BrokerApi:
 
     async def list_offsets(self, request: Pb.ListOffsetsRequest) -> Pb.ListOffsetsResponse:
         return self._replicas.list_offsets(request)
-
-    async def offset_commit(self, request: controller_pb2.OffsetCommitRequest) -> controller_pb2.OffsetCommitResponse:
-        return await self._forward("OffsetCommit", request, controller_pb2.OffsetCommitResponse)
 
     async def offset_fetch(self, request: controller_pb2.OffsetFetchRequest) -> controller_pb2.OffsetFetchResponse:
         return await self._forward("OffsetFetch", request, controller_pb2.OffsetFetchResponse)
@@ -107,6 +124,36 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: controller_pb2.OffsetFetchRequest, context: grpc.aio.ServicerContext
     ) -> controller_pb2.OffsetFetchResponse:
         return await self._api.offset_fetch(request)
+
+    async def FindCoordinator(
+        self, request: Pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.FindCoordinatorResponse:
+        return await self._api.find_coordinator(request)
+
+    async def JoinGroup(self, request: Pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> Pb.JoinGroupResponse:
+        return await self._api.join_group(request)
+
+    async def SyncGroup(self, request: Pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> Pb.SyncGroupResponse:
+        return await self._api.sync_group(request)
+
+    async def Heartbeat(self, request: Pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> Pb.HeartbeatResponse:
+        return await self._api.heartbeat(request)
+
+    async def LeaveGroup(self, request: Pb.LeaveGroupRequest, context: grpc.aio.ServicerContext) -> Pb.LeaveGroupResponse:
+        return await self._api.leave_group(request)
+
+    async def DescribeGroups(
+        self, request: Pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.DescribeGroupsResponse:
+        return await self._api.describe_groups(request)
+
+    async def ListGroups(self, request: Pb.ListGroupsRequest, context: grpc.aio.ServicerContext) -> Pb.ListGroupsResponse:
+        return await self._api.list_groups(request)
+
+    async def DeleteGroups(
+        self, request: controller_pb2.DeleteGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.DeleteGroupsResponse:
+        return await self._api.delete_groups(request)
 
 
 def wire_produce_answer(request: Pb.ProduceRequest, response: Pb.ProduceResponse) -> Pb.ProduceResponse | None:

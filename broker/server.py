@@ -30,6 +30,8 @@ from raftka.v1 import broker_pb2_grpc, metadata_pb2
 
 from broker.controller_link import ControllerLink
 from broker.data_service import BrokerApi, BrokerService
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.group import GroupLimits
 from broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
 from broker.log.flusher import BackgroundFlusher
 from broker.log.manager import LogManager
@@ -39,6 +41,7 @@ from broker.replica.isr import IsrChanges
 from broker.replica.manager import ReplicaManager
 from metadata.image import MetadataImage
 from metadata.state_machine import MetadataStateMachine
+from metadata.validation import GROUP_MEMBERS_MAX
 from raft.driver import RaftNode
 from raft.logs import configure_logging
 from raft.node_config import NodeConfig, parse_host_port
@@ -102,11 +105,29 @@ class Broker:
 
 
 class DataPlane:
-    """The partition logs and their replication, and the periodic work they need."""
+    """The partition logs and their replication, the group coordinator, and the periodic
+    work they need."""
 
     def __init__(
         self, config: NodeConfig, link: ControllerLink, broker_epoch: Callable[[], int], incarnation_id: str
     ) -> None:
+        broker = config.broker
+        if broker.group_max_size > GROUP_MEMBERS_MAX:
+            raise ServerError(
+                f"broker.group_max_size: at most {GROUP_MEMBERS_MAX} (a rebalance is one metadata record), "
+                f"got {broker.group_max_size}"
+            )
+        self.groups = GroupCoordinator(
+            config.node_id,
+            GroupLimits(
+                min_session_timeout_ms=broker.group_min_session_timeout_ms,
+                max_session_timeout_ms=broker.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=broker.group_initial_rebalance_delay_ms,
+                max_size=broker.group_max_size,
+            ),
+            link,
+            config.raft.append_max_records,
+        )
         self.logs = LogManager(config.data_dir / PARTITIONS_DIR, BackgroundFlusher(asyncio.get_running_loop()))
         self.logs.open_all()
         self.fetchers = ReplicaFetchers(
@@ -126,9 +147,9 @@ class DataPlane:
             high_watermarks=self.logs.read_high_watermarks(),
             incarnation_id=incarnation_id,
         )
-        broker = config.broker
         self._tasks = [
             asyncio.create_task(self.isr_changes.run(), name="isr-changes"),
+            asyncio.create_task(self.groups.run(), name="group-coordinator"),
             _every(broker.replica_lag_time_max_ms / 2, self.replicas.shrink_isrs, "isr-expiration"),
             _every(broker.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "hw-checkpoint"),
             _every(broker.log_retention_check_interval_ms, self._apply_retention, "log-retention"),
@@ -155,6 +176,7 @@ class DataPlane:
     async def close(self) -> None:
         if self.listener is not None:
             await self.listener.close()
+        await self.groups.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -190,13 +212,14 @@ async def start_broker(config: NodeConfig) -> Broker:
         changes = partitions.update(image)
         log_role_changes(roles_log, changes)
         data.replicas.apply(image, changes)
+        data.groups.update(image)
 
     state_machine.add_listener(adopt)
     api: BrokerApi
     node = await open_node(
         config, state_machine, [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)]
     )
-    api = BrokerApi(data.replicas, link, node.cluster_id, lambda: node.leadership.leader_id)
+    api = BrokerApi(data.replicas, data.groups, link, node.cluster_id, lambda: node.leadership.leader_id)
     lifecycle = BrokerLifecycle(
         config.node_id,
         [_endpoint(DATA_LISTENER, config.broker.data_listener), _endpoint(GRPC_LISTENER, config.listener)],

@@ -69,6 +69,9 @@ class ClusterMetadata:
         address = self.brokers.get(broker_id)
         return None if address is None else self._clients.get(address)
 
+    def broker_at(self, address: str) -> BrokerClient:
+        return self._clients.get(address)
+
     def any_broker(self) -> BrokerClient:
         addresses = list(self.brokers.values()) or self._bootstrap
         self._next += 1

@@ -13,11 +13,22 @@ raises ``CORRUPT_MESSAGE`` until the application seeks past them. A leader that 
 (NOT_LEADER_OR_FOLLOWER, a fenced or unknown leader epoch) sends the loop to the
 metadata again. A seek drops what was prefetched for that partition.
 
-Committed offsets go through any broker to the controller (``commit``/``committed``):
-the committed offset is the next offset to read, as in Kafka.
+Partitions come from ``assign`` (chosen by the application) or from ``subscribe`` (a
+consumer group shares the topics' partitions among its members; ``client.group`` runs
+the membership). In a group, ``poll`` joins again when a rebalance is due and calls the
+rebalance listener: ``on_partitions_revoked`` before partitions go (after committing
+their positions with ``enable_auto_commit``), ``on_partitions_assigned`` when new ones
+come, ``on_partitions_lost`` when the member was dropped and another may already own
+them (nothing is committed then). With ``enable_auto_commit`` the positions are also
+committed every ``auto_commit_interval_ms`` from ``poll`` and on ``close``.
 
-``AsyncConsumer`` is the asyncio consumer; ``Consumer`` runs one on a private loop
-while its methods run (prefetching happens inside ``poll``, as in Kafka's Java client).
+Commits go to the group's coordinator (a broker), as a member of its current generation
+when subscribed; a commit refused for a stale generation or membership raises
+``CommitFailedError`` and the member joins again. ``committed`` reads through any broker
+from the controller: the committed offset is the next offset to read, as in Kafka.
+
+``AsyncConsumer`` is the asyncio consumer; ``Consumer`` runs one on a private event-loop
+thread, so prefetching and the group's heartbeats go on between calls.
 """
 
 from __future__ import annotations
@@ -35,7 +46,9 @@ import structlog
 from raftka.v1 import broker_pb2, controller_pb2
 
 from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, RETRIABLE, ClusterMetadata
-from client.errors import ConsumerError, KafkaError, OffsetOutOfRangeError
+from client.errors import CommitFailedError, ConsumerError, KafkaError, OffsetOutOfRangeError
+from client.group import GroupMember
+from client.loop_thread import LoopThread
 from client.types import ConsumerRecord, TopicPartition
 from records.batch import iter_batches
 from records.codec import RecordError, data_batches
@@ -60,9 +73,21 @@ class AsyncConsumer:
         max_partition_fetch_bytes: int = 1 << 20,
         prefetch_max_bytes: int = 64 << 20,
         request_timeout_ms: int = 30_000,
+        client_id: str = "raftka-consumer",
+        group_instance_id: str | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(f"auto_offset_reset: {auto_offset_reset!r} is not one of {', '.join(RESETS)}")
+        if group_id is not None and not group_id:
+            raise ValueError("group_id: must not be empty")
         self.group_id = group_id
         self._reset = auto_offset_reset
         self._fetch_max_wait_ms = fetch_max_wait_ms
@@ -83,14 +108,103 @@ class AsyncConsumer:
         self._error: ConsumerError | None = None
         self._fetcher: asyncio.Task[None] | None = None
         self._closed = False
+        self._subscription: frozenset[str] = frozenset()
+        self._listener: RebalanceListener = RebalanceListener()
+        self._auto_commit = enable_auto_commit and group_id is not None
+        self._auto_commit_s = auto_commit_interval_ms / 1000
+        self._next_auto_commit = time.monotonic() + self._auto_commit_s
+        self._auto_committing: asyncio.Task[None] | None = None
+        self._metadata_max_age_s = metadata_max_age_ms / 1000
+        self._metadata_checked = time.monotonic()
+        self._partition_counts: dict[str, int] | None = None  # of the subscribed topics, at the last join
+        self._group = (
+            None
+            if group_id is None
+            else GroupMember(
+                self.metadata,
+                group_id,
+                client_id=client_id,
+                assignors=partition_assignment_strategy,
+                session_timeout_ms=session_timeout_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                max_poll_interval_ms=max_poll_interval_ms,
+                group_instance_id=group_instance_id,
+                retry_backoff_ms=retry_backoff_ms,
+                request_timeout_s=self._timeout_s,
+            )
+        )
+
+    # subscription (a consumer group) --------------------------------------------------
+
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener | None = None) -> None:
+        """Share ``topics``' partitions with the other members of ``group_id``; the next
+        ``poll`` joins the group."""
+        if self._group is None:
+            raise ConsumerError("INVALID_GROUP_ID", "subscribe needs a group_id")
+        if self._assigned and not self._subscription:
+            raise ConsumerError("ILLEGAL_STATE", "subscribe after assign: call unsubscribe first")
+        if not topics:
+            raise ValueError("topics: at least one topic to subscribe to")
+        if frozenset(topics) != self._subscription:
+            self._subscription = frozenset(topics)
+            self._group.rejoin_needed = True
+        self._listener = listener or RebalanceListener()
+
+    def subscription(self) -> frozenset[str]:
+        return self._subscription
+
+    async def unsubscribe(self) -> None:
+        """Leave the group (committing first with ``enable_auto_commit``) and drop every partition."""
+        if self._group is not None and self._subscription:
+            await self._revoked(frozenset(self._assigned))
+            await self._group.leave("the consumer unsubscribed")
+        self._subscription = frozenset()
+        self._set_assignment([])
+
+    async def _ensure_group(self, timeout_s: float) -> None:
+        """In a group: join again if a rebalance is due (the listener runs here). A
+        subscribed topic that gained partitions, or came into being, since the last join
+        is a reason too, as every Kafka consumer checks (``metadata_max_age_ms``)."""
+        assert self._group is not None
+        if time.monotonic() - self._metadata_checked > self._metadata_max_age_s:
+            self._metadata_checked = time.monotonic()
+            await self._refresh()
+        for topic in self._subscription:
+            with contextlib.suppress(KafkaError):  # a topic that does not exist yet gets no partitions
+                await self.metadata.topic(topic)
+        counts = {t: len(self.metadata.topics[t].partitions) for t in self._subscription if t in self.metadata.topics}
+        if self._partition_counts is not None and counts != self._partition_counts:
+            self._group.rejoin_needed = True
+        self._partition_counts = counts
+        await self._group.ensure_active(self._subscription, self._revoked, self._assigned_more, self._lost, timeout_s)
+
+    async def _revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        if self._auto_commit and partitions:
+            await self._commit_quietly({tp: self._position[tp] for tp in partitions if tp in self._position})
+        await _call_listener(self._listener.on_partitions_revoked, partitions)
+        self._set_assignment([tp for tp in self._assigned if tp not in partitions])
+
+    async def _assigned_more(self, partitions: frozenset[TopicPartition]) -> None:
+        self._set_assignment([*self._assigned, *sorted(partitions)])
+        await _call_listener(self._listener.on_partitions_assigned, partitions)
+
+    async def _lost(self, partitions: frozenset[TopicPartition]) -> None:
+        await _call_listener(self._listener.on_partitions_lost, partitions)
+        self._set_assignment([tp for tp in self._assigned if tp not in partitions])
 
     # assignment and positions ----------------------------------------------------------
 
     async def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        if self._subscription:
+            raise ConsumerError("ILLEGAL_STATE", "assign while subscribed: call unsubscribe first")
         for tp in partitions:
             info = await self.metadata.topic(tp.topic)
             if tp.partition not in info.partitions:
                 raise ConsumerError("UNKNOWN_TOPIC_OR_PARTITION", f"no partition {tp}")
+        self._set_assignment(partitions)
+
+    def _set_assignment(self, partitions: Sequence[TopicPartition]) -> None:
+        """Take ``partitions``; positions and prefetched records of the others are dropped."""
         self._assigned = list(dict.fromkeys(partitions))
         keep = set(self._assigned)
         for positions in (self._position, self._fetch_position):
@@ -152,7 +266,13 @@ class AsyncConsumer:
     # polling ---------------------------------------------------------------------------
 
     async def poll(self, timeout_ms: int, max_records: int = 500) -> list[ConsumerRecord]:
-        """Records from the buffer, waiting up to ``timeout_ms`` for the first."""
+        """Records from the buffer, waiting up to ``timeout_ms`` for the first (a group's
+        rebalance included: while it goes on, poll returns what the member still owns)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        if self._subscription:
+            await self._ensure_group(timeout_ms / 1000)
+            timeout_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        self._maybe_auto_commit()
         await self._resolve_positions()
         if self._fetcher is None or self._fetcher.done():
             if self._fetcher is not None and self._fetcher.exception() is not None:
@@ -330,21 +450,49 @@ class AsyncConsumer:
     # offsets ---------------------------------------------------------------------------
 
     async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit ``offsets`` (default: every position) for ``group_id``."""
-        if self.group_id is None:
+        """Commit ``offsets`` (default: every position) for ``group_id``, through the group's
+        coordinator; in a group, as a member of its current generation."""
+        if self._group is None:
             raise ConsumerError("INVALID_GROUP_ID", "commit needs a group_id")
         offsets = dict(self._position) if offsets is None else offsets
-        request = controller_pb2.OffsetCommitRequest(group=self.group_id)
+        request = controller_pb2.OffsetCommitRequest(group=self._group.group_id)
+        if self._subscription and self._group.generation >= 0:
+            request.generation_id, request.member_id = self._group.generation, self._group.member_id
+            if self._group.group_instance_id is not None:
+                request.group_instance_id = self._group.group_instance_id
         by_topic: dict[str, controller_pb2.OffsetCommitTopic] = {}
         for tp, offset in sorted(offsets.items()):
             topic = by_topic.get(tp.topic)
             if topic is None:
                 topic = by_topic[tp.topic] = request.topics.add(topic=tp.topic)
             topic.partitions.add(partition=tp.partition, offset=offset)
-        response = await self._controller_call(lambda broker: broker.OffsetCommit(request, timeout=self._timeout_s))
+        response = await self._coordinator_call(lambda broker: broker.OffsetCommit(request, timeout=self._timeout_s))
+        if response.status.error in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.FENCED_INSTANCE_ID, E.REBALANCE_IN_PROGRESS):
+            self._group.commit_failed(response.status.error)
+            raise CommitFailedError(E.Name(response.status.error), response.status.message)
+        if response.status.error != E.NONE:
+            raise ConsumerError(E.Name(response.status.error), response.status.message)
         for result in response.partitions:
             if result.error != E.NONE:
                 raise ConsumerError(E.Name(result.error), f"{result.topic}-{result.partition}: {result.message}")
+
+    async def _commit_quietly(self, offsets: dict[TopicPartition, int]) -> None:
+        """An automatic commit: a failure is logged, the next one tries again."""
+        if not offsets:
+            return
+        try:
+            await self.commit(offsets)
+        except KafkaError as e:
+            log.warning("automatic commit failed", group=self.group_id, error=str(e))
+
+    def _maybe_auto_commit(self) -> None:
+        now = time.monotonic()
+        if not self._auto_commit or now < self._next_auto_commit:
+            return
+        if self._auto_committing is None or self._auto_committing.done():
+            self._next_auto_commit = now + self._auto_commit_s
+            positions = {tp: self._position[tp] for tp in self._assigned if tp in self._position}
+            self._auto_committing = asyncio.create_task(self._commit_quietly(positions))
 
     async def committed(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
         if self.group_id is None:
@@ -362,24 +510,56 @@ class AsyncConsumer:
 
     async def _controller_call(self, call: Callable[[BrokerClient], Awaitable[Any]]) -> Any:
         """Through any broker; the controller's retriable answers are retried a while."""
+        return await self._retried(lambda: call(self.metadata.any_broker()), (E.NOT_CONTROLLER, E.REQUEST_TIMED_OUT))
+
+    async def _coordinator_call(self, call: Callable[[BrokerClient], Awaitable[Any]]) -> Any:
+        """To the group's coordinator, found again when it moved."""
+        assert self._group is not None
+        group = self._group
+
+        async def attempt() -> Any:
+            return await call(await group.coordinator())
+
+        def moved(response: Any) -> None:
+            if response.status.error in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE):
+                group.forget_coordinator()
+
+        return await self._retried(attempt, (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.REQUEST_TIMED_OUT), moved)
+
+    async def _retried(
+        self, attempt: Callable[[], Awaitable[Any]], retriable: tuple[int, ...], seen: Callable[[Any], None] = lambda r: None
+    ) -> Any:
         deadline = time.monotonic() + self._timeout_s
         problem = ""
         while time.monotonic() < deadline:
             try:
-                response = await call(self.metadata.any_broker())
+                response = await attempt()
             except WireError as e:
                 problem = e.code
+                if self._group is not None:
+                    self._group.forget_coordinator()
             else:
-                if response.status.error == E.NONE:
+                seen(response)
+                if response.status.error not in retriable:
                     return response
-                if response.status.error not in (E.NOT_CONTROLLER, E.REQUEST_TIMED_OUT):
-                    raise ConsumerError(E.Name(response.status.error), response.status.message)
                 problem = f"{E.Name(response.status.error)}: {response.status.message}"
             await asyncio.sleep(ERROR_BACKOFF_S)
-        raise ConsumerError("REQUEST_TIMED_OUT", f"committed offsets: {problem}")
+        raise ConsumerError("REQUEST_TIMED_OUT", f"no answer within {self._timeout_s:g} s: {problem}")
 
     async def close(self) -> None:
+        """Commit (with ``enable_auto_commit``), leave the group, stop."""
+        if self._closed:
+            return
         self._closed = True
+        if self._auto_committing is not None:
+            await asyncio.gather(self._auto_committing, return_exceptions=True)
+        if self._auto_commit and self._assigned:
+            await self._commit_quietly({tp: self._position[tp] for tp in self._assigned if tp in self._position})
+        if self._group is not None:
+            if self._subscription:
+                with contextlib.suppress(KafkaError):
+                    await self._group.leave("the consumer is closing")
+            await self._group.close()
         if self._fetcher is not None:
             self._fetcher.cancel()
             await asyncio.gather(self._fetcher, return_exceptions=True)
@@ -410,14 +590,22 @@ def _records(tp: TopicPartition, payload: bytes, fetch_offset: int) -> Iterator[
 
 
 class Consumer:
-    """The synchronous consumer: each method runs AsyncConsumer's on a private loop."""
+    """The synchronous consumer: AsyncConsumer on a private event-loop thread, so it keeps
+    prefetching and its group keeps heartbeating between calls. A rebalance listener's
+    methods run on that thread, inside ``poll``."""
 
     def __init__(self, bootstrap_servers: str | Sequence[str], **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._consumer: AsyncConsumer = self._loop.run_until_complete(_make(bootstrap_servers, options))
+        self._thread = LoopThread("consumer-loop")
+        self._consumer: AsyncConsumer = self._thread.run(_make(bootstrap_servers, options))
 
     def _run(self, call: Any) -> Any:
-        return self._loop.run_until_complete(call)
+        return self._thread.run(call)
+
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener | None = None) -> None:
+        self._consumer.subscribe(topics, listener)
+
+    def unsubscribe(self) -> None:
+        self._run(self._consumer.unsubscribe())
 
     def assign(self, partitions: Sequence[TopicPartition]) -> None:
         self._run(self._consumer.assign(partitions))
@@ -429,7 +617,7 @@ class Consumer:
         return self._consumer.assignment()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        self._consumer.seek(tp, offset)
+        self._thread.loop.call_soon_threadsafe(self._consumer.seek, tp, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._run(self._consumer.seek_to_beginning(*partitions))
@@ -453,9 +641,34 @@ class Consumer:
         return self._run(self._consumer.committed(partitions))
 
     def close(self) -> None:
-        if not self._loop.is_closed():
+        if not self._thread.closed:
             self._run(self._consumer.close())
-            self._loop.close()
+            self._thread.stop()
+
+
+class RebalanceListener:
+    """Kafka's ConsumerRebalanceListener; override what you need (plain or async methods).
+    ``on_partitions_lost`` defaults to ``on_partitions_revoked``, as in Kafka."""
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> Any:
+        return None
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> Any:
+        return None
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> Any:
+        return self.on_partitions_revoked(partitions)
+
+
+async def _call_listener(method: Callable[[frozenset[TopicPartition]], Any], partitions: frozenset[TopicPartition]) -> None:
+    """Run a listener method; its exception is logged, as Kafka's consumer logs it, and
+    the rebalance goes on."""
+    try:
+        result = method(partitions)
+        if asyncio.iscoroutine(result):
+            await result
+    except Exception:
+        log.exception("rebalance listener failed", method=getattr(method, "__name__", "?"))
 
 
 async def _make(bootstrap_servers: str | Sequence[str], options: dict) -> AsyncConsumer:

@@ -36,3 +36,8 @@ class ConsumerError(KafkaError):
 
 class OffsetOutOfRangeError(ConsumerError):
     """No valid position and ``auto_offset_reset='none'``: the partitions are named."""
+
+
+class CommitFailedError(ConsumerError):
+    """A commit refused because the member's generation or membership is stale (Kafka's
+    CommitFailedException): its partitions may have moved; the consumer joins again."""

@@ -33,6 +33,7 @@ from raftka.v1 import broker_pb2, controller_pb2
 
 from client.cluster_metadata import RETRIABLE, ClusterMetadata
 from client.errors import KafkaError, ProducerError
+from client.loop_thread import LoopThread
 from client.partitioner import StickyPartitioner, default_partition
 from client.types import RecordMetadata, TopicPartition
 from records.codec import BatchBuilder, Compression
@@ -433,18 +434,14 @@ class Producer:
     a loop pays a lock and a future per record, not a round trip to the loop."""
 
     def __init__(self, bootstrap_servers: str | Sequence[str], **options: object) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="producer-loop", daemon=True)
-        self._thread.start()
-        self._producer: AsyncProducer = self._call(_make(bootstrap_servers, options))
+        self._thread = LoopThread("producer-loop")
+        self._loop = self._thread.loop
+        self._producer: AsyncProducer = self._thread.run(_make(bootstrap_servers, options))
         self._handoff: list[tuple] = []
         self._handoff_lock = threading.Lock()
         self._handoff_room = threading.Semaphore(HANDOFF_RECORDS_MAX)
         self._draining = False  # a drain is scheduled or running; guarded by the lock
         self._drain_task: asyncio.Task[None] | None = None
-
-    def _call(self, coroutine):  # noqa: ANN001, ANN202
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def send(
         self,
@@ -495,20 +492,18 @@ class Producer:
             await self._handed_over()
             await self._producer.flush()
 
-        self._call(flush())
+        self._thread.run(flush())
 
     def close(self, timeout_s: float | None = None) -> None:
-        if self._loop.is_closed():
+        if self._thread.closed:
             return
 
         async def close() -> None:
             await self._handed_over()
             await self._producer.close(timeout_s)
 
-        self._call(close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._thread.run(close())
+        self._thread.stop()
 
 
 async def _make(bootstrap_servers: str | Sequence[str], options: dict) -> AsyncProducer:

@@ -29,6 +29,7 @@ def record_rebalance(
         return refuse_with(response, e)
     previous = image.groups.get(rebalance.group)
     if previous is not None and rebalance.generation_id <= previous.generation_id:
+        response.recorded_generation_id = previous.generation_id
         return refuse(
             response,
             ErrorCode.ILLEGAL_GENERATION,

@@ -84,6 +84,10 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = 300_000  # how often retention deletes old segments
     produce_waiting_bytes_max: int = 64 * MIB  # acks=all bytes waiting for the ISR; more is refused
     fetch_parked_max: int = 1_000  # long-polling fetches parked at once; more are answered at once
+    group_min_session_timeout_ms: int = 6_000  # Kafka's group.min.session.timeout.ms
+    group_max_session_timeout_ms: int = 1_800_000  # Kafka's group.max.session.timeout.ms
+    group_initial_rebalance_delay_ms: int = 3_000  # an empty group's first rebalance waits this long for others
+    group_max_size: int = 1_000  # members of one group (Kafka's group.max.size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +169,14 @@ _POSITIVE = (
     "controller.offsets_retention_minutes",
     "metadata.snapshot_interval_records",
     "metadata.snapshot_interval_bytes",
-    *(f"broker.{f.name}" for f in dataclasses.fields(BrokerConfig) if f.type == "int"),
+    *(
+        f"broker.{f.name}"
+        for f in dataclasses.fields(BrokerConfig)
+        if f.type == "int" and f.name != "group_initial_rebalance_delay_ms"
+    ),
 )
 _NOT_NEGATIVE = (  # 0: off
+    "broker.group_initial_rebalance_delay_ms",
     "journal.snapshot_interval_ms",
     "metadata.snapshot_interval_ms",
     "controller.leader_rebalance_interval_ms",
@@ -220,6 +229,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         if values[key] < 0:
             raise ConfigError(f"{key}: must be 0 (off) or more, got {values[key]}")
     _check_data_listener(values["broker.data_listener"], listener, roles)
+    _check_group_settings(values)
     if len(values["broker.rack"]) > RACK_CHARS_MAX:
         raise ConfigError(f"broker.rack: at most {RACK_CHARS_MAX} characters")
     level = values["logging.level"].lower()
@@ -278,6 +288,13 @@ def _check_data_listener(value: str, listener: str, roles: tuple[str, ...]) -> N
     parse_host_port(value, key)
     if value == listener:
         raise ConfigError(f"{key}: must differ from listener ({listener}), which serves gRPC")
+
+
+def _check_group_settings(values: Mapping[str, Any]) -> None:
+    """The broker checks group_max_size against the metadata's bound when it starts."""
+    low, high = values["broker.group_min_session_timeout_ms"], values["broker.group_max_session_timeout_ms"]
+    if low > high:
+        raise ConfigError(f"broker.group_min_session_timeout_ms: {low} is above group_max_session_timeout_ms {high}")
 
 
 def parse_host_port(text: str, key: str) -> tuple[str, int]:

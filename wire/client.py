@@ -18,7 +18,14 @@ from google.protobuf.message import DecodeError, Message
 from raftka.v1 import broker_pb2, controller_pb2
 
 from wire.frames import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
     FETCH,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
     LIST_OFFSETS,
     METADATA,
     OFFSET_COMMIT,
@@ -26,6 +33,7 @@ from wire.frames import (
     PRODUCE,
     RESPONSE_FRAME_MAX_BYTES,
     RESPONSE_HEADER,
+    SYNC_GROUP,
     ApiSpec,
     FrameDecoder,
     FrameError,
@@ -227,6 +235,36 @@ class BrokerClient:
         self, request: controller_pb2.OffsetFetchRequest, *, timeout: float
     ) -> controller_pb2.OffsetFetchResponse:
         return await self._call(OFFSET_FETCH, request, timeout)
+
+    async def FindCoordinator(
+        self, request: broker_pb2.FindCoordinatorRequest, *, timeout: float
+    ) -> broker_pb2.FindCoordinatorResponse:
+        return await self._call(FIND_COORDINATOR, request, timeout)
+
+    async def JoinGroup(self, request: broker_pb2.JoinGroupRequest, *, timeout: float) -> broker_pb2.JoinGroupResponse:
+        return await self._call(JOIN_GROUP, request, timeout)
+
+    async def SyncGroup(self, request: broker_pb2.SyncGroupRequest, *, timeout: float) -> broker_pb2.SyncGroupResponse:
+        return await self._call(SYNC_GROUP, request, timeout)
+
+    async def Heartbeat(self, request: broker_pb2.HeartbeatRequest, *, timeout: float) -> broker_pb2.HeartbeatResponse:
+        return await self._call(HEARTBEAT, request, timeout)
+
+    async def LeaveGroup(self, request: broker_pb2.LeaveGroupRequest, *, timeout: float) -> broker_pb2.LeaveGroupResponse:
+        return await self._call(LEAVE_GROUP, request, timeout)
+
+    async def DescribeGroups(
+        self, request: broker_pb2.DescribeGroupsRequest, *, timeout: float
+    ) -> broker_pb2.DescribeGroupsResponse:
+        return await self._call(DESCRIBE_GROUPS, request, timeout)
+
+    async def ListGroups(self, request: broker_pb2.ListGroupsRequest, *, timeout: float) -> broker_pb2.ListGroupsResponse:
+        return await self._call(LIST_GROUPS, request, timeout)
+
+    async def DeleteGroups(
+        self, request: controller_pb2.DeleteGroupsRequest, *, timeout: float
+    ) -> controller_pb2.DeleteGroupsResponse:
+        return await self._call(DELETE_GROUPS, request, timeout)
 
     def close(self) -> None:
         if self._connection is not None:

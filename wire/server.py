@@ -18,6 +18,7 @@ reading its answers (asyncio's write-buffer limits), and requests of at most
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -49,6 +50,9 @@ CONNECTIONS_MAX = 4_096
 IN_FLIGHT_MAX = 64
 WRITE_BUFFER_HIGH_BYTES = 4 << 20
 REFUSAL_LOG_INTERVAL_S = 60.0
+# The address of the client whose request a handler is serving ("host:port"): each
+# request's task starts with it set (a group coordinator shows it as the member's host).
+current_peer: contextvars.ContextVar[str] = contextvars.ContextVar("current_peer", default="")
 
 
 class FrameServer:
@@ -186,7 +190,11 @@ class _Connection(asyncio.Protocol):
         except DecodeError as e:
             self._answer(correlation_id, status_only(E.INVALID_REQUEST, f"{spec.name} request does not decode: {e}"))
             return
-        task = asyncio.get_running_loop().create_task(self._handle(handler, spec.name, correlation_id, request))
+        context = contextvars.copy_context()
+        context.run(current_peer.set, self._peer)
+        task = asyncio.get_running_loop().create_task(
+            self._handle(handler, spec.name, correlation_id, request), context=context
+        )
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 

@@ -14,12 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from raftka.v1 import broker_pb2, controller_pb2
+from raftka.v1 import broker_pb2
 
-from broker.data_service import BrokerApi
-from broker.log.manager import LogManager
-from broker.partitions import BrokerPartitions
-from broker.replica.manager import ReplicaManager
 from client import producer as producer_module
 from client.cluster_metadata import ClusterMetadata, PartitionLeader, TopicInfo
 from client.consumer import AsyncConsumer
@@ -27,20 +23,9 @@ from client.errors import OffsetOutOfRangeError, ProducerError
 from client.partitioner import default_partition
 from client.producer import AsyncProducer, Producer
 from client.types import RecordMetadata, TopicPartition
-from metadata.image import (
-    TOPIC,
-    BrokerRegistration,
-    Endpoint,
-    MetadataImage,
-    PartitionState,
-    TopicImage,
-    frozen,
-)
-from raft.node_config import BrokerConfig
 from records.codec import BatchBuilder
+from tests.unit.broker_in_process import broker_in_process
 from wire.client import BrokerClient, WireError
-from wire.frames import DATA_LISTENER
-from wire.server import FrameServer
 
 BROKER = 101
 PARTITIONS = 3
@@ -48,56 +33,11 @@ TOPIC_NAME = "t"
 TOPIC_ID = uuid.UUID(int=9).bytes
 
 
-class OffsetStore:
-    """Stands in for the controller link: OffsetCommit/OffsetFetch in memory."""
-
-    def __init__(self) -> None:
-        self.offsets: dict[tuple[str, str, int], int] = {}
-
-    async def call(self, method: str, request: Any) -> Any:
-        if method == "OffsetCommit":
-            for topic in request.topics:
-                for p in topic.partitions:
-                    self.offsets[(request.group, topic.topic, p.partition)] = p.offset
-            return controller_pb2.OffsetCommitResponse()
-        response = controller_pb2.OffsetFetchResponse()
-        for topic in request.topics:
-            for partition in topic.partitions:
-                offset = self.offsets.get((request.group, topic.topic, partition), -1)
-                response.offsets.add(topic=topic.topic, partition=partition, offset=offset)
-        return response
-
-
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path) -> AsyncIterator[str]:
     """A broker's data service on a loopback port; yields its address."""
-    logs = LogManager(tmp_path)
-    logs.open_all()
-    replicas = ReplicaManager(
-        BROKER,
-        logs,
-        BrokerConfig(),
-        request_isr_change=lambda p, isr: None,
-        on_follow=lambda p: None,
-        on_stop_following=lambda p: None,
-        high_watermarks={},
-    )
-    server = FrameServer(BrokerApi(replicas, OffsetStore(), "c", lambda: 1).wire_handlers())
-    port = await server.start("127.0.0.1", 0)
-    state = PartitionState(replicas=(BROKER,), isr=(BROKER,), leader=BROKER, leader_epoch=0, partition_epoch=0)
-    image = MetadataImage(
-        offset=5,
-        brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, (Endpoint(DATA_LISTENER, "127.0.0.1", port),), "", False)}),
-        topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen(dict.fromkeys(range(PARTITIONS), state)))}),
-        topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
-        configs=frozen({(TOPIC, TOPIC_NAME): frozen({"max.message.bytes": "4000"})}),
-    )
-    replicas.apply(image, BrokerPartitions(BROKER).update(image))
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await server.close()
-        logs.close()
+    async with broker_in_process(tmp_path, {TOPIC_NAME: PARTITIONS}, {TOPIC_NAME: {"max.message.bytes": "4000"}}) as broker:
+        yield broker.address
 
 
 def run(tmp_path: Path, scenario: Callable[[str], Awaitable[None]]) -> None:

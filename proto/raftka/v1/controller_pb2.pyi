@@ -552,10 +552,12 @@ class RecordGroupRebalanceRequest(_message.Message):
     def __init__(self, rebalance: _Optional[_Union[_metadata_pb2.GroupRebalanceRecord, _Mapping]] = ...) -> None: ...
 
 class RecordGroupRebalanceResponse(_message.Message):
-    __slots__ = ("status",)
+    __slots__ = ("status", "recorded_generation_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
     status: Status
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+    recorded_generation_id: int
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., recorded_generation_id: _Optional[int] = ...) -> None: ...
 
 class DeleteGroupsRequest(_message.Message):
     __slots__ = ("groups",)

@@ -1,0 +1,89 @@
+"""One real broker in this process for client tests: its replica manager and partition
+logs on disk, its group coordinator, served over the data protocol on a loopback port;
+the controller is ``ControllerInMemory`` and the test sets the topics' partitions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from broker.data_service import BrokerApi
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.group import GroupLimits
+from broker.log.manager import LogManager
+from broker.partitions import BrokerPartitions
+from broker.replica.manager import ReplicaManager
+from metadata.image import (
+    TOPIC,
+    BrokerRegistration,
+    Endpoint,
+    MetadataImage,
+    PartitionState,
+    TopicImage,
+    frozen,
+)
+from raft.node_config import BrokerConfig
+from tests.unit.controller_in_memory import ControllerInMemory
+from wire.frames import DATA_LISTENER
+from wire.server import FrameServer
+
+BROKER = 101
+GROUP_LIMITS = GroupLimits(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)
+
+
+class InProcessBroker:
+    def __init__(self, replicas: ReplicaManager, controller: ControllerInMemory, port: int) -> None:
+        self.replicas = replicas
+        self.controller = controller
+        self.address = f"127.0.0.1:{port}"
+        self._port = port
+        self._partitions = BrokerPartitions(BROKER)
+
+    def set_topics(self, topics: dict[str, int], configs: dict[str, dict[str, str]] | None = None) -> None:
+        """Topic name -> partition count, all led by this broker (ids derive from the name)."""
+        state = PartitionState(replicas=(BROKER,), isr=(BROKER,), leader=BROKER, leader_epoch=0, partition_epoch=0)
+        ids = {name: uuid.uuid5(uuid.NAMESPACE_OID, name).bytes for name in topics}
+        image = MetadataImage(
+            offset=self.controller.image.offset + 1,
+            brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, (Endpoint(DATA_LISTENER, "127.0.0.1", self._port),), "", False)}),
+            topics_by_id=frozen({ids[n]: TopicImage(n, ids[n], frozen(dict.fromkeys(range(c), state))) for n, c in topics.items()}),
+            topic_ids_by_name=frozen(ids),
+            configs=frozen({(TOPIC, n): frozen(v) for n, v in (configs or {}).items()}),
+            offsets=self.controller.image.offsets,
+            groups=self.controller.image.groups,
+        )
+        self.replicas.apply(image, self._partitions.update(image))
+        self.controller.set_image(image)
+
+
+@contextlib.asynccontextmanager
+async def broker_in_process(tmp_path: Path, topics: dict[str, int], configs: dict[str, dict[str, str]] | None = None) -> AsyncIterator[InProcessBroker]:
+    logs = LogManager(tmp_path)
+    logs.open_all()
+    replicas = ReplicaManager(
+        BROKER,
+        logs,
+        BrokerConfig(),
+        request_isr_change=lambda p, isr: None,
+        on_follow=lambda p: None,
+        on_stop_following=lambda p: None,
+        high_watermarks={},
+    )
+    controller = ControllerInMemory(MetadataImage())
+    groups = GroupCoordinator(BROKER, GROUP_LIMITS, controller, 4096)  # type: ignore[arg-type]
+    controller.listeners.append(groups.update)
+    server = FrameServer(BrokerApi(replicas, groups, controller, "c", lambda: 1).wire_handlers())  # type: ignore[arg-type]
+    port = await server.start("127.0.0.1", 0)
+    coordinating = asyncio.create_task(groups.run())
+    broker = InProcessBroker(replicas, controller, port)
+    broker.set_topics(topics, configs)
+    try:
+        yield broker
+    finally:
+        coordinating.cancel()
+        await groups.close()
+        await server.close()
+        logs.close()
