@@ -1,9 +1,11 @@
 """``raftka consume TOPIC``: kafka-console-consumer for raftka.
 
 Reads every partition of the topic (or ``--partition N``) from the end, from the
-beginning, or from ``--offset K``; with ``--group G`` it resumes from that group's
-committed offsets and commits what it printed (group membership comes later: every
-consumer of a group reads every partition it is given). It stops after
+beginning, or from ``--offset K``. With ``--group G`` it joins consumer group G and reads
+the partitions the group gives it (several ``raftka consume --group G`` share the topic),
+starting from G's committed offsets, and commits what it printed; with ``--partition``
+too it reads that partition from outside the group (the coordinator then takes its
+commits only while G has no members, as Kafka's does). It stops after
 ``--max-messages``, or once ``--timeout-ms`` passes without a record, else at Ctrl-C.
 Values print one per line; ``--output json`` prints one JSON object per record.
 """
@@ -19,6 +21,7 @@ from typing import Any
 from cli.data_args import add_broker_options, broker_addresses, not_negative, positive
 from cli.errors import CliError
 from client.consumer import Consumer
+from client.errors import CommitFailedError
 from client.types import ConsumerRecord, TopicPartition
 
 POLL_MS = 200
@@ -32,7 +35,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     start.add_argument("--from-beginning", action="store_true", help="start at each partition's log start")
     start.add_argument("--offset", type=not_negative, metavar="K", help="start at offset K (needs --partition)")
     consume.add_argument("--partition", type=not_negative, metavar="N", help="only partition N")
-    consume.add_argument("--group", metavar="G", help="resume from and commit to group G's offsets")
+    consume.add_argument("--group", metavar="G", help="join consumer group G: share the topic, resume from and commit its offsets")
     consume.add_argument("--max-messages", type=positive, metavar="N", help="stop after N records")
     consume.add_argument("--timeout-ms", type=positive, metavar="T", help="stop after T ms without a record")
     consume.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
@@ -48,6 +51,7 @@ def run_consume(args: argparse.Namespace) -> int:
         broker_addresses(args),
         group_id=args.group,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
+        enable_auto_commit=False,  # it commits what it printed, after printing it
     )
     printed = 0
     try:
@@ -56,17 +60,28 @@ def run_consume(args: argparse.Namespace) -> int:
             consumer.assign([tp])
             if args.offset is not None:
                 consumer.seek(tp, args.offset)
+        elif args.group is not None:
+            consumer.subscribe([args.topic])
         else:
             consumer.assign_topic(args.topic)
         printed = consume_until_done(consumer, args)
     finally:
         try:
             if args.group is not None and printed:
-                consumer.commit()
+                commit_printed(consumer)
         finally:
             consumer.close()
             print(f"Processed a total of {printed} messages", file=sys.stderr)
     return 0
+
+
+def commit_printed(consumer: Consumer) -> None:
+    """A commit refused in a rebalance is not fatal: another member reads on from the
+    last commit (at least once)."""
+    try:
+        consumer.commit()
+    except CommitFailedError as e:
+        print(f"raftka: warning: commit skipped: {e}", file=sys.stderr)
 
 
 def consume_until_done(consumer: Consumer, args: argparse.Namespace) -> int:
@@ -82,7 +97,7 @@ def consume_until_done(consumer: Consumer, args: argparse.Namespace) -> int:
             sys.stdout.flush()
             printed += len(records)
             if args.group is not None:
-                consumer.commit()
+                commit_printed(consumer)
         elif args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
             break
     return printed

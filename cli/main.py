@@ -19,6 +19,7 @@ from cli import (
     cluster,
     configs,
     consume,
+    groups,
     logdump,
     metadata_cmd,
     offsets,
@@ -30,7 +31,7 @@ from cli import (
     topics,
 )
 from cli.errors import CliError
-from client.errors import AdminError
+from client.errors import AdminError, KafkaError
 from raft.logs import command_logging
 from raft.node_config import ConfigError
 from raft.storage.base import StorageError
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         brokers,
         produce,
         consume,
+        groups,
         offsets,
         metadata_cmd,
         logdump,
@@ -89,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
-    except (CliError, AdminError, ConfigError, StorageError) as e:
+    except (CliError, AdminError, KafkaError, ConfigError, StorageError) as e:
         fail(str(e), EXIT_FAILURE)
     except BrokenPipeError:  # `raftka log dump DIR | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush

@@ -308,20 +308,8 @@ class GroupMember:
         self._coordinator = None
 
     async def _find(self) -> BrokerClient:
-        while self._coordinator is None:
-            try:
-                found = await self._metadata.any_broker().FindCoordinator(
-                    broker_pb2.FindCoordinatorRequest(group_id=self.group_id), timeout=self._timeout_s
-                )
-            except WireError:
-                await asyncio.sleep(self._backoff_s)
-                continue
-            if found.status.error == E.NONE:
-                self._coordinator = self._metadata.broker_at(f"{found.host}:{found.port}")
-            elif found.status.error in _RETRY:
-                await asyncio.sleep(self._backoff_s)
-            else:
-                raise ConsumerError(E.Name(found.status.error), found.status.message)
+        if self._coordinator is None:
+            self._coordinator = await find_coordinator(self._metadata, self.group_id, self._timeout_s, self._backoff_s)
         return self._coordinator
 
     async def _call(self, call: Callable[[BrokerClient], Awaitable], coordinator: BrokerClient | None = None):  # noqa: ANN202
@@ -338,3 +326,27 @@ class GroupMember:
             self._coordinator = None
             await asyncio.sleep(self._backoff_s)
         return answer
+
+
+async def find_coordinator(
+    metadata: ClusterMetadata, group_id: str, timeout_s: float, backoff_s: float, *, give_up_after_s: float | None = None
+) -> BrokerClient:
+    """The group's coordinator, asked of brokers until one answers (a consumer keeps
+    trying, as Kafka's does; a tool gives up after ``give_up_after_s``)."""
+    deadline = None if give_up_after_s is None else time.monotonic() + give_up_after_s
+    problem = ""
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            found = await metadata.any_broker().FindCoordinator(
+                broker_pb2.FindCoordinatorRequest(group_id=group_id), timeout=timeout_s
+            )
+        except WireError as e:
+            problem = str(e)
+        else:
+            if found.status.error == E.NONE:
+                return metadata.broker_at(f"{found.host}:{found.port}")
+            if found.status.error not in _RETRY:
+                raise ConsumerError(E.Name(found.status.error), found.status.message)
+            problem = f"{E.Name(found.status.error)}: {found.status.message}"
+        await asyncio.sleep(backoff_s)
+    raise ConsumerError("COORDINATOR_NOT_AVAILABLE", f"group {group_id!r}: no coordinator found: {problem}")

@@ -212,3 +212,50 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+
+
+# consumer groups (client.group_admin) -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group: str
+    protocol_type: str
+    state: str  # Kafka's: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...]  # decoded for protocol type "consumer"; empty otherwise
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartitionOffsets:
+    """One partition of a group: where it committed, where the log ends, who reads it."""
+
+    partition: TopicPartition
+    committed: int | None  # None: nothing committed
+    log_end: int | None  # the high watermark; None: its leader did not answer
+    member_id: str | None  # the member it is assigned to, if any
+
+    @property
+    def lag(self) -> int | None:
+        if self.committed is None or self.log_end is None:
+            return None
+        return max(self.log_end - self.committed, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation: int
+    coordinator: int
+    members: tuple[GroupMemberDescription, ...]
+    offsets: tuple[GroupPartitionOffsets, ...]

@@ -178,9 +178,15 @@ class GroupCoordinator:
                 described = response.groups.add()
                 described.CopyFrom(group.describe(self.broker_id))
             else:
-                known = group_id in self._image.offsets or group_id in self._image.groups
-                state = State.EMPTY if known else State.DEAD
-                described = response.groups.add(group_id=group_id, state=state.value, coordinator=self.broker_id)
+                recorded = self._image.groups.get(group_id)
+                known = recorded is not None or group_id in self._image.offsets
+                described = response.groups.add(
+                    group_id=group_id,
+                    state=(State.EMPTY if known else State.DEAD).value,
+                    coordinator=self.broker_id,
+                    protocol_type=recorded.protocol_type if recorded else "",
+                    generation_id=recorded.generation_id if recorded else 0,
+                )
         return response
 
     async def list_groups(self, request: Pb.ListGroupsRequest) -> Pb.ListGroupsResponse:
