@@ -76,6 +76,7 @@ def write_history(
     records_wanted: int,
     *,
     seed: int = 0,
+    node_id: int = 1,
     shape: Shape = Shape(),
     snapshot_policy: SnapshotPolicy = DEFAULT_SNAPSHOTS,
     segment_bytes: int = 8 << 20,
@@ -88,7 +89,7 @@ def write_history(
     the planning goes on from the batch as planned, so a test can damage one spot of an
     otherwise valid history.
     """
-    format_storage(data_dir, "synthetic-history-000000", 1, initial_cluster=True)
+    format_storage(data_dir, "synthetic-history-000000", node_id, initial_cluster=True)
     storage = FileStorage(data_dir, segment_bytes=segment_bytes, archive=archive, archive_max_bytes=0)
     storage.load()
     writer = _Writer(storage, snapshot_policy, mutate)
