@@ -14,6 +14,7 @@ from importlib.metadata import version
 from typing import NoReturn
 
 from cli import (
+    audit_cmd,
     brokers,
     chaos,
     cluster,
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         offsets,
         metadata_cmd,
         logdump,
+        audit_cmd,
         chaos,
         perf,
     ):
