@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -64,3 +66,16 @@ def session(master: str | None = "local[2]", *, driver_memory: str = "4g") -> Sp
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(MetadataDataSource)
     return spark
+
+
+@contextmanager
+def owned_session(master: str | None, *, driver_memory: str = "4g") -> Iterator[SparkSession]:
+    """``session``, stopped afterwards unless it was already running in this process
+    (a notebook's, or a test's shared one): a command never stops a session it did not start."""
+    running = SparkSession.getActiveSession()
+    spark = session(master, driver_memory=driver_memory)
+    try:
+        yield spark
+    finally:
+        if running is None:
+            spark.stop()

@@ -55,20 +55,15 @@ def run_audit(args: argparse.Namespace) -> int:
     try:
         from audit.files import AuditInputError
         from audit.job import run
-        from audit.spark import JavaMissing, session
+        from audit.spark import JavaMissing, owned_session
     except ImportError as exc:
         raise CliError(f"{INSTALL_HELP} ({exc})") from None
     try:
-        spark = session(args.master, driver_memory=args.driver_memory)
-    except JavaMissing as exc:
+        with owned_session(args.master, driver_memory=args.driver_memory) as spark:
+            summary = run(spark, [str(p) for p in paths], args.out, include_archive=not args.no_archive,
+                          include_snapshots=not args.no_snapshots)  # fmt: skip
+    except (JavaMissing, AuditInputError) as exc:
         raise CliError(str(exc)) from None
-    try:
-        summary = run(spark, [str(p) for p in paths], args.out, include_archive=not args.no_archive,
-                      include_snapshots=not args.no_snapshots)  # fmt: skip
-    except AuditInputError as exc:
-        raise CliError(str(exc)) from None
-    finally:
-        spark.stop()
     print(output.to_json(summary) if args.output == "json" else format_summary(summary, args.out))
     return int(summary["exit_status"])
 

@@ -43,7 +43,7 @@ def run_perf_audit(args: argparse.Namespace) -> int:
         raise CliError(f"--records: expected 1 to {RECORDS_MAX}, got {args.records}")
     try:
         from audit.job import run
-        from audit.spark import JavaMissing, session
+        from audit.spark import JavaMissing, owned_session
         from audit.synthetic import write_history
     except ImportError as exc:
         raise CliError(f"the audit extra is missing: pip install 'raftka[audit]' ({exc})") from None
@@ -58,15 +58,12 @@ def run_perf_audit(args: argparse.Namespace) -> int:
                          "batches": stats.batches, "snapshots": stats.snapshots, "epochs": stats.epochs}  # fmt: skip
         sample = python_costs(data_dir)
         try:
-            spark = session(args.master, driver_memory=args.driver_memory)
+            with owned_session(args.master, driver_memory=args.driver_memory) as spark:
+                started = time.monotonic()
+                summary = run(spark, [str(data_dir)], root / "audit")
+                seconds = time.monotonic() - started
         except JavaMissing as exc:
             raise CliError(str(exc)) from None
-        try:
-            started = time.monotonic()
-            summary = run(spark, [str(data_dir)], root / "audit")
-            seconds = time.monotonic() - started
-        finally:
-            spark.stop()
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
