@@ -16,25 +16,26 @@ import pytest
 from tests.unit.audit_incident import Incident, build_incident
 
 
-def _unavailable() -> str | None:
+def require_spark() -> None:
+    """Skip (fail under CI=true) when pyspark or Java is missing, saying what to install."""
     try:
         from audit.spark import JavaMissing, java_version
     except ImportError as exc:
-        return f"pyspark is not installed ({exc}): pip install -e '.[dev,audit]' (make test does)"
-    try:
-        java_version()
-    except JavaMissing as exc:
-        return str(exc)
-    return None
+        problem = f"pyspark is not installed ({exc}): pip install -e '.[dev,audit]' (make test does)"
+    else:
+        try:
+            java_version()
+            return
+        except JavaMissing as exc:
+            problem = str(exc)
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the Spark tests must run in CI: {problem}")
+    pytest.skip(f"Spark tests skipped: {problem}")
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    problem = _unavailable()
-    if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the Spark tests must run in CI: {problem}")
-        pytest.skip(f"Spark tests skipped: {problem}")
+    require_spark()
     from audit.spark import session
 
     spark = session("local[2]", driver_memory="2g")
