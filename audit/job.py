@@ -34,7 +34,8 @@ from audit.decode import DAMAGED, SNAPSHOT_KIND
 from audit.files import SEGMENT, AuditInputError, discover
 from audit.merge import merge
 from audit.plain import head_order
-from audit.replay import EVENT_SCHEMA, SKIPPED, replay
+from audit.replay import EVENT_SCHEMA, REPLAY_COLUMNS, SKIPPED, replay
+from audit.replay import Row as ReplayRow
 from audit.schema import ROW_SCHEMA, Row, record_batches, rows_of, to_batch
 from audit.source import NAME
 from audit.walk import walk_node
@@ -113,18 +114,11 @@ def run(
     violations += merged.violations
     timings.mark("walk_and_merge")
 
-    chosen = spark.createDataFrame(
-        pa.table({"node": [c[0] for c in merged.chosen], "file_seq": [c[1] for c in merged.chosen],
-                  "position": [c[2] for c in merged.chosen]}, schema=pa.schema(
-                      [ROW_SCHEMA.field("node"), ROW_SCHEMA.field("file_seq"), ROW_SCHEMA.field("position")]))
-    )  # fmt: skip
-    segments = rows.filter(F.col("source") == SEGMENT).join(
-        chosen, ["node", "file_seq", "position"], "left_semi"
-    )
-    canonical = segments.select(*ROW_SCHEMA.names).persist(StorageLevel.MEMORY_AND_DISK)
+    canonical = _canonical(spark, rows, merge_heads, merged.chosen).persist(StorageLevel.MEMORY_AND_DISK)
     snapshot_rows = rows.filter((F.col("kind") == SNAPSHOT_KIND) & F.col("batch_offset").isNotNull())
     ordered = (
         canonical.unionByName(snapshot_rows)
+        .select(*REPLAY_COLUMNS)
         .repartition(1)
         .sortWithinPartitions(
             "batch_offset", F.col("kind") != SNAPSHOT_KIND, "node", "file_seq", "batch_index"
@@ -176,6 +170,34 @@ def run(
     return summary
 
 
+def _canonical(
+    spark: SparkSession, rows: DataFrame, heads: pa.Table, chosen: list[tuple[str, int, int]]
+) -> DataFrame:
+    """The rows of the chosen copies. The merge prefers one node's copy wherever several
+    hold a batch, so most files are chosen whole or not at all: those are picked by file,
+    and only the batches of partly chosen files by position."""
+    per_file: dict[tuple[str, int], int] = {}
+    for node, seq in zip(heads["node"].to_pylist(), heads["file_seq"].to_pylist(), strict=True):
+        per_file[(node, seq)] = per_file.get((node, seq), 0) + 1
+    chosen_per_file: dict[tuple[str, int], list[int]] = {}
+    for node, seq, position in chosen:
+        chosen_per_file.setdefault((node, seq), []).append(position)
+    whole = [
+        f"{node}/{seq}"
+        for (node, seq), positions in chosen_per_file.items()
+        if len(positions) == per_file[(node, seq)]
+    ]
+    partly = [(n, s, p) for (n, s), ps in chosen_per_file.items() if len(ps) != per_file[(n, s)] for p in ps]
+    segments = rows.filter(F.col("source") == SEGMENT)
+    by_file = segments.filter(F.concat_ws("/", "node", F.col("file_seq").cast("string")).isin(whole))
+    if partly:
+        keys = spark.createDataFrame(partly, "node string, file_seq int, position long")
+        by_file = by_file.unionByName(
+            segments.join(F.broadcast(keys), ["node", "file_seq", "position"], "left_semi")
+        )
+    return by_file.select(*ROW_SCHEMA.names)
+
+
 _UNCOMMITTED = "epoch int, leader int, offset long, timestamp_ms long, nodes array<string>"
 
 
@@ -190,7 +212,7 @@ def _walk(table: pa.Table) -> pa.Table:
 
 
 def _replay(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    rows = (Row._make(r) for batch in batches for r in rows_of(batch))
+    rows = (ReplayRow._make(r) for batch in batches for r in rows_of(batch))
     yield from record_batches(replay(rows), EVENT_SCHEMA, _EVENT_BATCH_ROWS)
 
 

@@ -14,6 +14,7 @@ topic, config and group events, and violations; ``audit.tables`` turns them into
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Iterable, Iterator
 from itertools import groupby
 from typing import Any
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 from audit.checks import ERROR, INFO, VIOLATION_COLUMNS, violation
 from audit.decode import DAMAGED, SNAPSHOT_KIND
-from audit.schema import INT_LIST, Row
+from audit.schema import INT_LIST
 from metadata import records
 from metadata.delta import MetadataDelta, ReplayError
 from metadata.image import EMPTY, NO_LEADER, TOPIC, MetadataImage, PartitionState
@@ -78,6 +79,10 @@ EVENT_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("count", pa.int64()),
     *((name, kind) for name, kind in VIOLATION_COLUMNS if name != "offset"),
 )
+# The columns the replay reads: all it is given on Spark, so rows cost what replay needs.
+REPLAY_COLUMNS = ("node", "file", "file_seq", "position", "kind", "batch_offset", "batch_index", "batch_records",
+                  "offset", "epoch", "timestamp_ms", "type", "error", "raw")  # fmt: skip
+Row = namedtuple("Row", REPLAY_COLUMNS)  # type: ignore[misc]  # audit.schema.Row has these fields too
 EVENT_SCHEMA = pa.schema([pa.field(n, t) for n, t in EVENT_COLUMNS])
 EVENT_NAMES = tuple(n for n, _ in EVENT_COLUMNS)
 
