@@ -6,7 +6,7 @@
 Steps, each on Spark: read every file of every node (``raftka-metadata``, one partition
 per file); walk each node's log (one task per node: ``audit.walk``); merge the nodes'
 copies into the canonical history on the driver (``audit.merge``, batch heads only);
-replay it in one ordered task (``audit.replay``); build the tables with window functions
+replay it in order (``audit.replay``), in pieces cut at snapshots that run in parallel; build the tables with window functions
 (``audit.tables``). Exit status 1 when an error-level check fails.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import structlog
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -34,7 +34,7 @@ from audit.decode import DAMAGED, SNAPSHOT_KIND
 from audit.files import SEGMENT, AuditInputError, discover
 from audit.merge import merge
 from audit.plain import head_order
-from audit.replay import EVENT_SCHEMA, REPLAY_COLUMNS, SKIPPED, replay
+from audit.replay import BASE, EVENT_SCHEMA, REPLAY_COLUMNS, SKIPPED, replay
 from audit.replay import Row as ReplayRow
 from audit.schema import ROW_SCHEMA, Row, record_batches, rows_of, to_batch
 from audit.source import NAME
@@ -115,15 +115,10 @@ def run(
     timings.mark("walk_and_merge")
 
     canonical = _canonical(spark, rows, merge_heads, merged.chosen).persist(StorageLevel.MEMORY_AND_DISK)
-    snapshot_rows = rows.filter((F.col("kind") == SNAPSHOT_KIND) & F.col("batch_offset").isNotNull())
-    ordered = (
-        canonical.unionByName(snapshot_rows)
-        .select(*REPLAY_COLUMNS)
-        .repartition(1)
-        .sortWithinPartitions(
-            "batch_offset", F.col("kind") != SNAPSHOT_KIND, "node", "file_seq", "batch_index"
-        )
-    )
+    snapshots = heads.filter((F.col("kind") == SNAPSHOT_KIND) & F.col("batch_offset").isNotNull())
+    snapshot_files = [(r.file, r.batch_offset) for r in snapshots.select("file", "batch_offset").collect()]
+    pieces = spark.sparkContext.defaultParallelism * 2
+    ordered = _replay_input(rows, canonical, snapshot_files, merged.start_offset or 0, pieces)
     events = ordered.mapInArrow(_replay, from_arrow_schema(EVENT_SCHEMA)).persist(
         StorageLevel.MEMORY_AND_DISK
     )
@@ -196,6 +191,40 @@ def _canonical(
             segments.join(F.broadcast(keys), ["node", "file_seq", "position"], "left_semi")
         )
     return by_file.select(*ROW_SCHEMA.names)
+
+
+def _replay_input(
+    rows: DataFrame, canonical: DataFrame, snapshot_files: list[tuple[str, int]], start: int, pieces: int
+) -> DataFrame:
+    """The replay's rows in order, cut at snapshots into up to ``pieces`` pieces replayed in
+    parallel. Piece i starts from a copy of the snapshot at its first offset (role BASE);
+    every snapshot at a piece's end is compared with the replay of that piece, so each
+    snapshot is checked against the log once, as in one replay from the start."""
+    offsets = sorted({offset for _, offset in snapshot_files if offset > start})
+    count = max(1, min(pieces, len(offsets) + 1))
+    boundaries = sorted({offsets[len(offsets) * k // count] for k in range(1, count)}) if offsets else []
+
+    def piece(column: Column) -> Column:
+        return sum((F.when(column >= b, 1).otherwise(0) for b in boundaries), F.lit(0))
+
+    is_snapshot = F.col("kind") == SNAPSHOT_KIND
+    # a snapshot at S holds the log below S: it belongs to the piece that replays up to S
+    upto = F.when(is_snapshot & (F.col("batch_offset") > start), F.col("batch_offset") - 1).otherwise(
+        F.col("batch_offset")
+    )
+    logged = canonical.unionByName(rows.filter(is_snapshot & F.col("batch_offset").isNotNull()))
+    logged = logged.withColumn("chunk", piece(upto)).withColumn("role", F.lit(None).cast("string"))
+    bases = [next(file for file, offset in sorted(snapshot_files) if offset == b) for b in boundaries]
+    base_rows = rows.filter(is_snapshot & F.col("file").isin(bases)).withColumn(
+        "chunk", piece(F.col("batch_offset"))
+    )
+    base_rows = base_rows.withColumn("role", F.lit(BASE))
+    return (
+        logged.unionByName(base_rows)
+        .repartitionByRange(count, "chunk")
+        .sortWithinPartitions("chunk", "batch_offset", ~is_snapshot, "node", "file_seq", "batch_index")
+        .select(*REPLAY_COLUMNS)
+    )
 
 
 _UNCOMMITTED = "epoch int, leader int, offset long, timestamp_ms long, nodes array<string>"

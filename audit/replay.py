@@ -81,7 +81,11 @@ EVENT_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 )
 # The columns the replay reads: all it is given on Spark, so rows cost what replay needs.
 REPLAY_COLUMNS = ("node", "file", "file_seq", "position", "kind", "batch_offset", "batch_index", "batch_records",
-                  "offset", "epoch", "timestamp_ms", "type", "error", "raw")  # fmt: skip
+                  "offset", "epoch", "timestamp_ms", "type", "error", "raw", "role")  # fmt: skip
+# ``role`` of a snapshot's rows: BASE copies only start a replay that begins mid-history
+# (a parallel piece of it); any other snapshot starts the history or is compared with it.
+BASE = "base"
+SEQ_PER_OFFSET = 1 << 20  # event order: offset first, then the order of the events of one record
 Row = namedtuple("Row", REPLAY_COLUMNS)  # type: ignore[misc]  # audit.schema.Row has these fields too
 EVENT_SCHEMA = pa.schema([pa.field(n, t) for n, t in EVENT_COLUMNS])
 EVENT_NAMES = tuple(n for n, _ in EVENT_COLUMNS)
@@ -106,18 +110,22 @@ def event_dicts(rows: Iterable[Row]) -> list[dict[str, Any]]:
 class _Replay:
     def __init__(self) -> None:
         self.image: MetadataImage | None = None  # None: not started (no offset 0, no snapshot yet)
-        self.seq = 0
         self._waiting_since: int | None = None  # first offset that could not be replayed
+        self._last: tuple[int, int] = (-1, 0)  # (offset, events at it so far): for seq
 
     def run(self, rows: Iterable[Row]) -> Iterator[tuple[Any, ...]]:
-        for _, group in groupby(
-            rows, key=lambda r: (r.kind == SNAPSHOT_KIND, r.node, r.file, r.batch_offset)
-        ):
+        """Events carry ``seq``, their place in the history's order: offset, then order at
+        that offset. It needs no counter shared between replays, so pieces of one history
+        replayed in parallel (each from a snapshot) give the same seqs as one replay."""
+        key = lambda r: (r.kind == SNAPSHOT_KIND, r.node, r.file, r.batch_offset, getattr(r, "role", None))  # noqa: E731
+        for _, group in groupby(rows, key=key):
             batch = list(group)
             events = self._snapshot(batch) if batch[0].kind == SNAPSHOT_KIND else self._batch(batch)
             for event in events:
-                self.seq += 1
-                event["seq"] = self.seq
+                offset = event["offset"] if event["offset"] is not None else batch[0].batch_offset
+                count = self._last[1] + 1 if self._last[0] == offset else 0
+                self._last = (offset, count)
+                event["seq"] = offset * SEQ_PER_OFFSET + count
                 yield tuple(event.get(name) for name in EVENT_NAMES)
 
     # batches ---------------------------------------------------------------------------
@@ -214,11 +222,12 @@ class _Replay:
         except SnapshotError as exc:
             message = f"snapshot {_name(first)} of node {first.node} does not rebuild an image: {exc}"
             return [_violation(first, "snapshot_equals_replay", ERROR, message, offset, f"node {first.node}")]
+        base = getattr(first, "role", None) == BASE
         if self.image is None or self.image.offset < offset:
             self.image = image
             self._waiting_since = None
-            return _start_events(first, image)
-        if self.image.offset > offset:
+            return [] if base else _start_events(first, image)
+        if base or self.image.offset > offset:
             return []
         difference = _difference(image, self.image)
         if difference is None:
