@@ -1,13 +1,13 @@
 """The audit job: metadata log files in, Parquet tables, ``summary.json`` and ``report.html`` out.
 
-    raftka audit DIR... --out OUT                                  # embedded Spark, local[2]
-    spark-submit --master spark://host:7077 -m audit.job DIR... --out OUT   # on a cluster
+    raftka audit DIR... --out OUT                                    # embedded Spark, local[2]
+    spark-submit --master spark://host:7077 audit/job.py DIR... --out OUT     # on a cluster
 
 Steps, each on Spark: read every file of every node (``raftka-metadata``, one partition
 per file); walk each node's log (one task per node: ``audit.walk``); merge the nodes'
 copies into the canonical history on the driver (``audit.merge``, batch heads only);
-replay it in order (``audit.replay``), in pieces cut at snapshots that run in parallel; build the tables with window functions
-(``audit.tables``). Exit status 1 when an error-level check fails.
+replay it in order (``audit.replay``), in pieces cut at snapshots that run in parallel;
+build the tables with window functions (``audit.tables``). Exit status 1 when an error-level check fails.
 """
 
 from __future__ import annotations

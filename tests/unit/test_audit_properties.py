@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audit.checks import ERROR
-from audit.plain import audit_paths
+from audit.plain import audit_paths, replay_input
+from audit.replay import BASE, REPLAY_COLUMNS, replay, replay_order
+from audit.replay import Row as ReplayRow
 from audit.synthetic import Shape, write_history
 from metadata import records
 from metadata.delta import MetadataDelta
@@ -287,3 +289,22 @@ def test_two_committed_copies_of_one_offset_disagree(seed: int, after: int) -> N
         write_history(root / "node-3" / "data", RECORDS, seed=seed, node_id=3, shape=SMALL, snapshot_policy=NEVER,
                       mutate=_single(lambda b, d: _as(b, m.commit("other", m.topic_id(5), 0, 1)) if len(d) == 1 else b)(after))  # fmt: skip
         assert "nodes_agree" not in _errors(root)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32), cut=st.integers(0, 1_000))
+def test_a_history_replayed_in_pieces_cut_at_a_snapshot_gives_the_same_events(seed: int, cut: int) -> None:
+    """What the Spark job does to replay in parallel: the piece after the cut starts from
+    a copy of the snapshot there (role BASE), the snapshot itself is checked by the piece before."""
+    with _folder() as root:
+        write_history(root / "node-1" / "data", RECORDS, seed=seed, shape=SMALL,
+                      snapshot_policy=SnapshotPolicy(snapshot_interval_records=50))  # fmt: skip
+        audited = audit_paths([root])
+        rows = sorted(replay_input(audited.rows, audited.merged), key=replay_order)
+        plain = [ReplayRow._make((*(getattr(r, c) for c in REPLAY_COLUMNS[:-1]), None)) for r in rows]
+        boundaries = sorted({r.offset for r in plain if r.kind == "SNAPSHOT" and r.offset > 0})
+        at = boundaries[cut % len(boundaries)]
+        before = [r for r in plain if (r.batch_offset - (r.kind == "SNAPSHOT")) < at]
+        base = [r._replace(role=BASE) for r in plain if r.kind == "SNAPSHOT" and r.offset == at]
+        after = base + [r for r in plain if (r.batch_offset - (r.kind == "SNAPSHOT")) >= at]
+        assert [*replay(before), *replay(after)] == list(replay(plain))
