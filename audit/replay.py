@@ -483,9 +483,12 @@ def _fenced_checks(first: Row, end: MetadataImage, events: list[dict[str, Any]])
         for e in events
         if e.get("event") == TRANSITION and e["cause"] != "delete"
     }
+    changed_topics = {tid for tid, _ in changed}
     found = []
     for topic in end.topics_by_id.values():
         tid = topic_id_str(topic.topic_id)
+        if not newly and tid not in changed_topics:
+            continue  # nothing in it changed and no broker was fenced: it cannot break here
         for pid, state in topic.partitions.items():
             if (tid, pid) not in changed and not newly & ({state.leader} | set(state.isr)):
                 continue
