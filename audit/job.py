@@ -114,7 +114,7 @@ def run(
     violations += merged.violations
     timings.mark("walk_and_merge")
 
-    canonical = _canonical(spark, rows, merge_heads, merged.chosen).persist(StorageLevel.MEMORY_AND_DISK)
+    canonical = _canonical(spark, rows, merge_heads, merged.chosen)  # a filter of the cached rows
     snapshots = heads.filter((F.col("kind") == SNAPSHOT_KIND) & F.col("batch_offset").isNotNull())
     snapshot_files = [(r.file, r.batch_offset) for r in snapshots.select("file", "batch_offset").collect()]
     pieces = spark.sparkContext.defaultParallelism * 2
@@ -160,7 +160,7 @@ def run(
     timings.mark("report")
     summary["timings_s"] = timings.steps
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
-    for frame in (rows, heads, canonical, events):
+    for frame in (rows, heads, events):
         frame.unpersist()
     return summary
 
