@@ -77,6 +77,7 @@ class _History:
         self.cluster.close()
 
 
+@pytest.mark.timeout(900)  # five failovers, a broker's fencing and a Spark job in its own JVM
 def test_a_cluster_that_lost_leaders_and_a_broker_audits_clean(tmp_path: Path) -> None:
     require_spark()
     history = _History(tmp_path / "cluster")
