@@ -38,16 +38,18 @@ def test_one_partition_per_file(spark: Any, incident: Incident) -> None:
 
 
 def test_paths_node_archive_and_snapshot_options(spark: Any, incident: Incident) -> None:
-    read = spark.read.format("raftka-metadata")
-    both = read.option("paths", f"{incident.node_dir(1)},{incident.node_dir(3)}").load()
+    def read() -> Any:  # a reader keeps its options: a fresh one each time
+        return spark.read.format("raftka-metadata")
+
+    both = read().option("paths", f"{incident.node_dir(1)},{incident.node_dir(3)}").load()
     assert sorted(r.node for r in both.select("node").distinct().collect()) == ["1", "3"]
-    listed = read.load([str(incident.node_dir(1)), str(incident.node_dir(2))])
+    listed = read().load([str(incident.node_dir(1)), str(incident.node_dir(2))])
     assert sorted(r.node for r in listed.select("node").distinct().collect()) == ["1", "2"]
-    named = read.option("node", "controller-a").load(str(incident.node_dir(1)))
+    named = read().option("node", "controller-a").load(str(incident.node_dir(1)))
     assert {r.node for r in named.select("node").distinct().collect()} == {"controller-a"}
-    live = read.option("includeArchive", "false").option("includeSnapshots", "false").load(str(incident.node_dir(1)))
+    live = read().option("includeArchive", "false").option("includeSnapshots", "false").load(str(incident.node_dir(1)))
     assert live.filter("archived or source = 'snapshot'").count() == 0 and live.count() > 0
-    no_json = read.option("recordJson", "false").load(str(incident.node_dir(3)))
+    no_json = read().option("recordJson", "false").load(str(incident.node_dir(3)))
     assert no_json.filter("json is not null and type not in ('LEADER_CHANGE')").count() == 0
 
 
