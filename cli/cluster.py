@@ -27,7 +27,7 @@ from cli.errors import CliError
 from cli.quorum_client import DescribeQuorumResponse, QuorumClient
 from client.admin import Admin, RetryPolicy
 from client.errors import AdminError
-from raft.node_config import BROKER, BrokerConfig, NodeConfig, Voter, render_toml
+from raft.node_config import BROKER, BrokerConfig, LogConfig, NodeConfig, Voter, render_toml
 from raft.storage import meta
 
 LOOPBACK = "127.0.0.1"
@@ -35,6 +35,9 @@ MAX_CONTROLLERS = 9
 MAX_BROKERS = 9
 FIRST_BROKER_ID = 101
 POLL_INTERVAL_S = 0.1
+# Local clusters keep their history for `raftka audit`: retired segments and snapshots go
+# to archive/, bounded so a long-lived dev cluster cannot fill the disk.
+LOCAL_LOG = LogConfig(archive_segments=True, archive_max_bytes=256 << 20)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -151,6 +154,7 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
             data_dir=_node_dir(cluster_dir, voter.node_id) / "data",
             voters=voters,
             listener=voter.address,
+            log=LOCAL_LOG,
         )
         # A brand-new cluster: every voter may vote before it has heard its peers.
         nodes.append(_write_node(config, local.CONTROLLER, cluster_id, initial_cluster=True))
@@ -163,6 +167,7 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
             listener=f"{LOOPBACK}:{broker_ports[2 * i]}",
             process_roles=(BROKER,),
             broker=BrokerConfig(data_listener=f"{LOOPBACK}:{broker_ports[2 * i + 1]}"),
+            log=LOCAL_LOG,
         )
         nodes.append(_write_node(config, local.BROKER, cluster_id, initial_cluster=False))
     cluster = local.LocalCluster(cluster_dir, cluster_id, nodes)

@@ -14,6 +14,7 @@ from importlib.metadata import version
 from typing import NoReturn
 
 from cli import (
+    audit_cmd,
     brokers,
     chaos,
     cluster,
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         offsets,
         metadata_cmd,
         logdump,
+        audit_cmd,
         chaos,
         perf,
     ):

@@ -1,5 +1,6 @@
 """``raftka metadata dump PATH``: the metadata log and snapshots of a data directory as
-JSON lines, like ``kafka-dump-log --cluster-metadata-decoder``.
+JSON lines, like ``kafka-dump-log --cluster-metadata-decoder``; ``raftka metadata collect``:
+copies of nodes' log files, read-only with a manifest, for an audit elsewhere.
 
 Each entry has ``offset``, ``epoch``, ``timestamp``, ``type`` (``TOPIC_RECORD``...) and
 ``data``. ``--output json`` prints one JSON object per line (jq-friendly, streamed, so a
@@ -14,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli import output
+from cli import local, output
 from cli.errors import CliError
 
 
@@ -27,6 +28,33 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     output.add_output_option(dump)
     dump.set_defaults(func=run_dump)
+    collect = actions.add_parser(
+        "collect", help="copy nodes' log files (segments, snapshots, archive) read-only, with checksums"
+    )
+    collect.add_argument(
+        "paths", nargs="*", type=Path, metavar="DATA_DIR", help="nodes' data dirs (default: every local node)"
+    )
+    collect.add_argument("--out", type=Path, required=True, help="where node-<id>/ folders are written")
+    collect.add_argument("--dir", type=Path, help="local cluster directory, when no DATA_DIR is given")
+    output.add_output_option(collect)
+    collect.set_defaults(func=run_collect)
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    from raft.storage.collect import collect
+
+    paths = args.paths or [Path(n.data_dir) for n in local.load(local.resolve_dir(args.dir)).nodes]
+    for path in paths:
+        if not path.is_dir():
+            raise CliError(f"{path}: not a data directory")
+    manifests = [collect(path, args.out) for path in paths]
+    if args.output == "json":
+        print(output.to_json(manifests))
+    else:
+        rows = [(m["node_id"], len(m["files"]), sum(f["bytes"] for f in m["files"]), m["source"]) for m in manifests]
+        print(output.table(("NODE", "FILES", "BYTES", "FROM"), rows))
+        print(f"Copied to {args.out} (read-only; node-<id>/MANIFEST.json has SHA-256 checksums)")
+    return 0
 
 
 def run_dump(args: argparse.Namespace) -> int:

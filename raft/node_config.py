@@ -51,6 +51,7 @@ class Voter:
 class LogConfig:
     segment_bytes: int = 8 * MIB
     archive_segments: bool = False  # move segments below a snapshot to archive/ instead of deleting
+    archive_max_bytes: int = 1 << 30  # the oldest archived files go beyond this; 0: no bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     **_declare("raft", RaftConfig),
     "log.segment_bytes": (int, LogConfig().segment_bytes),
     "log.archive_segments": (bool, LogConfig().archive_segments),
+    "log.archive_max_bytes": (int, LogConfig().archive_max_bytes),
     **_declare("journal", JournalConfig),
     "controller.session_timeout_ms": (int, ControllerConfig().session_timeout_ms),
     "controller.max_partitions_per_topic": (int, ControllerConfig().max_partitions_per_topic),
@@ -177,6 +179,7 @@ _POSITIVE = (
 )
 _NOT_NEGATIVE = (  # 0: off
     "broker.group_initial_rebalance_delay_ms",
+    "log.archive_max_bytes",
     "journal.snapshot_interval_ms",
     "metadata.snapshot_interval_ms",
     "controller.leader_rebalance_interval_ms",
@@ -245,7 +248,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         listener=listener,
         process_roles=roles,
         raft=raft,
-        log=LogConfig(values["log.segment_bytes"], values["log.archive_segments"]),
+        log=LogConfig(values["log.segment_bytes"], values["log.archive_segments"], values["log.archive_max_bytes"]),
         journal=JournalConfig(**_table(values, "journal", JournalConfig)),
         controller=ControllerConfig(
             values["controller.session_timeout_ms"],
@@ -338,6 +341,7 @@ def render_toml(config: NodeConfig) -> str:
         **_render("raft", config.raft),
         "log.segment_bytes": config.log.segment_bytes,
         "log.archive_segments": config.log.archive_segments,
+        "log.archive_max_bytes": config.log.archive_max_bytes,
         **_render("journal", config.journal),
         "controller.session_timeout_ms": config.controller.session_timeout_ms,
         "controller.max_partitions_per_topic": config.controller.max_partitions_per_topic,

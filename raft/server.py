@@ -55,7 +55,10 @@ async def open_node(
     """
     meta = check_meta(config.data_dir, config.node_id)
     storage = FileStorage(
-        config.data_dir, segment_bytes=config.log.segment_bytes, archive=config.log.archive_segments
+        config.data_dir,
+        segment_bytes=config.log.segment_bytes,
+        archive=config.log.archive_segments,
+        archive_max_bytes=config.log.archive_max_bytes,
     )
     loaded = await asyncio.to_thread(storage.load)
     now = monotonic_ms()

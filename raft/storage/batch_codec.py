@@ -139,6 +139,27 @@ def iter_frames(buf: bytes, position: int = 0) -> Iterator[Frame]:
         position = frame.end
 
 
+def scan_frames(buf: bytes) -> Iterator[tuple[Frame, int]]:
+    """Every frame of a file for read-only tools, going on after damage: ``(frame, span_bytes)``.
+
+    A damaged frame's span runs to the next valid batch (``find_valid_frame``) or to the end
+    of ``buf``, so damage in the middle of a log hides nothing that is still readable.
+    """
+    position = 0
+    while position < len(buf):
+        frame = decode_frame(buf, position)
+        if frame.batch is not None:
+            assert frame.end is not None
+            yield frame, frame.end - position
+            position = frame.end
+            continue
+        resume = find_valid_frame(buf, position + 1)
+        yield frame, (len(buf) if resume is None else resume) - position
+        if resume is None:
+            return
+        position = resume
+
+
 def find_valid_frame(buf: bytes, start: int) -> int | None:
     """The first position at or after ``start`` where a valid batch begins, or None.
 

@@ -35,35 +35,19 @@ def iter_dump(path: Path, *, with_records: bool = True) -> Iterator[dict[str, An
 def _files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
-    directory = layout.log_dir(path) if layout.log_dir(path).is_dir() else path
-    files = [f for d in (directory / layout.ARCHIVE_DIR, directory) if d.is_dir() for f in _log_files(d)]
+    files = layout.history_files(path)
     if not files:
+        directory = layout.log_dir(path) if layout.log_dir(path).is_dir() else path
         raise StorageError(f"no segment or snapshot files in {directory}")
     return files
 
 
-def _log_files(directory: Path) -> list[Path]:
-    """Segments and snapshots by offset; a snapshot at N (the state below N) before the segment at N."""
-    entries = [(base, 1, p) for base, p in layout.list_segments(directory)]
-    entries += [(sid.offset, 0, p) for sid, p in layout.list_snapshots(directory)]
-    return [p for _, _, p in sorted(entries, key=lambda e: (e[0], e[1], e[2].name))]
-
-
 def _segment_entries(path: Path, with_records: bool) -> Iterator[dict[str, Any]]:
-    data = path.read_bytes()
-    position = 0
-    while position < len(data):
-        frame = batch_codec.decode_frame(data, position)
+    for frame, span_bytes in batch_codec.scan_frames(path.read_bytes()):
         if frame.batch is not None:
-            assert frame.end is not None
             yield _batch_entry(path, frame, with_records)
-            position = frame.end
-            continue
-        resume = batch_codec.find_valid_frame(data, position + 1)
-        yield _damage_entry(path, frame, (len(data) if resume is None else resume) - position)
-        if resume is None:
-            return
-        position = resume
+        else:
+            yield _damage_entry(path, frame, span_bytes)
 
 
 def _batch_entry(path: Path, frame: Frame, with_records: bool) -> dict[str, Any]:

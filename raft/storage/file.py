@@ -46,10 +46,19 @@ class _Segment:
 class FileStorage:
     """The ``Storage`` protocol on local disk; see ``raft.storage.layout`` for the file names."""
 
-    def __init__(self, data_dir: Path, *, segment_bytes: int = 8 << 20, archive: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        segment_bytes: int = 8 << 20,
+        archive: bool = False,
+        archive_max_bytes: int = 0,
+    ) -> None:
         assert segment_bytes > 0, segment_bytes
+        assert archive_max_bytes >= 0, archive_max_bytes
         self._dir = layout.log_dir(data_dir)
         self._archive_dir = self._dir / layout.ARCHIVE_DIR if archive else None
+        self._archive_max_bytes = archive_max_bytes  # 0: the archive is never pruned
         self._segment_bytes = segment_bytes
         self._segments: list[_Segment] = []
         self._snapshot_id: SnapshotId | None = None
@@ -347,6 +356,33 @@ class FileStorage:
                 os.replace(path, layout.free_archive_path(self._archive_dir, path.name))
                 fsio.fsync_dir(self._archive_dir)
             fsio.fsync_dir(self._dir)
+        if self._archive_dir is not None and self._archive_max_bytes:
+            self._prune_archive(self._archive_dir)
+
+    def _prune_archive(self, archive: Path) -> None:
+        """Delete the oldest archived files while the archive holds more than its bound.
+
+        The oldest go first, so what stays is one stretch of history reaching up to the
+        live log; then leading segments go too until a snapshot leads (if one is left),
+        because records without the state below them cannot be replayed by an audit.
+        """
+        files = layout.log_files(archive)
+        sizes = [p.stat().st_size for p in files]
+        total = sum(sizes)
+        drop = 0
+        while drop < len(files) and total > self._archive_max_bytes:
+            total -= sizes[drop]
+            drop += 1
+        snapshots = [i for i, p in enumerate(files) if p.name.endswith(layout.SNAPSHOT_SUFFIX)]
+        if drop and any(i >= drop for i in snapshots):
+            for _ in range(drop, min(i for i in snapshots if i >= drop)):
+                total -= sizes[drop]
+                drop += 1
+        for path in files[:drop]:
+            path.unlink()
+        if drop:
+            fsio.fsync_dir(archive)
+            _log.info("pruned archive", files=drop, archive_bytes=total, max_bytes=self._archive_max_bytes)
 
 
 def _check_order(path: Path, frame: Frame, base_offset: int, previous: Batch | None) -> None:

@@ -70,6 +70,25 @@ def list_snapshots(directory: Path) -> list[tuple[SnapshotId, Path]]:
     return sorted(((sid, p) for sid, p in found if sid is not None), key=_log_order)
 
 
+def log_files(directory: Path) -> list[Path]:
+    """Segments and snapshots in ``directory`` by offset; a snapshot at N (the state below N)
+    comes before the segment at N."""
+    entries = [(base, 1, p) for base, p in list_segments(directory)]
+    entries += [(sid.offset, 0, p) for sid, p in list_snapshots(directory)]
+    return [p for _, _, p in sorted(entries, key=lambda e: (e[0], e[1], _log_order((e[0], e[2]))[1]))]
+
+
+def history_files(path: Path, *, include_archive: bool = True) -> list[Path]:
+    """Every log file of a node in history order: ``archive/`` (older history) first, then the live log.
+
+    ``path`` is a data dir or its ``__cluster_metadata-0`` log dir. Read-only tools (dump,
+    audit, collect) find files here, so they agree on what a node's history is.
+    """
+    directory = log_dir(path) if log_dir(path).is_dir() else path
+    folders = (directory / ARCHIVE_DIR, directory) if include_archive else (directory,)
+    return [f for d in folders if d.is_dir() for f in log_files(d)]
+
+
 def _log_order(entry: tuple[_Key, Path]) -> tuple[_Key, int]:
     """Sort by what the name encodes, then by archive generation (none, 1, 2, ...)."""
     parts = entry[1].name.split(".")  # the name matched a pattern: "stem.log" or "stem.N.log"

@@ -576,3 +576,35 @@ def test_leftover_temp_files_are_removed(tmp_path: Path) -> None:
     (log_dir / "00000000000000000005-0000000001.checkpoint.part").write_bytes(b"x")
     assert FileStorage(tmp_path).load().snapshot is None
     assert sorted(p.name for p in log_dir.iterdir()) == []
+
+
+def test_archive_is_pruned_oldest_first_down_to_a_leading_snapshot(tmp_path: Path) -> None:
+    bound = 1500  # about one snapshot interval of segments
+    storage = open_storage(tmp_path, segment_bytes=SMALL_SEGMENT, archive=True, archive_max_bytes=bound)
+    for round_ in range(1, 6):
+        append(storage, make_batches((round_ - 1) * 40, 20), write_id=round_)
+        storage.save_snapshot(Snapshot(SnapshotId(round_ * 40, 1), b"state" * 10))
+    archive = layout.log_dir(tmp_path) / layout.ARCHIVE_DIR
+    kept = layout.log_files(archive)
+    assert sum(p.stat().st_size for p in kept) <= bound
+    assert kept[0].name.endswith(layout.SNAPSHOT_SUFFIX)  # history starts where it can be replayed
+    # what stays is the newest stretch: it reaches the live snapshot at 200
+    assert layout.parse_segment_name(kept[-1].name) is not None
+    assert len(kept) < 5 * 8  # something was pruned
+    assert reload(tmp_path, archive=True) == []
+
+
+def test_history_files_list_archive_generations_oldest_first(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path, archive=True)
+    for epoch in (1, 2):
+        snapshot = Snapshot(SnapshotId(100, epoch), b"")
+        storage.write(Write(write_id=epoch, install_snapshot=snapshot, append=tuple(make_batches(100, 1))))
+    storage.write(Write(write_id=3, install_snapshot=Snapshot(SnapshotId(200, 3), b"")))
+    names = [p.relative_to(layout.log_dir(tmp_path)).as_posix() for p in layout.history_files(tmp_path)]
+    assert names == [
+        "archive/00000000000000000100-0000000001.checkpoint",  # snapshots at N before the segment at N
+        "archive/00000000000000000100-0000000002.checkpoint",
+        "archive/00000000000000000100.log",  # generation 0 is the older copy, .1 the newer
+        "archive/00000000000000000100.1.log",
+        "00000000000000000200-0000000003.checkpoint",
+    ]

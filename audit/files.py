@@ -1,0 +1,118 @@
+"""Which files hold a node's history, in the order the node wrote them.
+
+A path given to the audit is a node's data dir, its ``__cluster_metadata-0`` log dir, or
+a folder holding several of them (``.raftka/local``, or what ``raftka metadata collect``
+wrote). Files are listed with the storage layout's own functions (``raft.storage.layout``),
+archive first, so the audit and the node agree on names and order. Spark's own file
+listing is not used: it skips names starting with ``_`` or ``.``, and the log folder is
+``__cluster_metadata-0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from raft.storage import layout
+from raft.storage.base import StorageError
+from raft.storage.meta import read_meta
+
+SEGMENT = "segment"
+SNAPSHOT = "snapshot"
+SEARCH_DEPTH_MAX = 3  # how deep a folder of nodes is searched for log dirs
+
+
+class AuditInputError(ValueError):
+    """A path or option the audit cannot use; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    """One file of one node's history: one Spark input partition."""
+
+    node: str
+    path: str
+    seq: int  # its place in the node's history, archive first
+    source: str  # SEGMENT or SNAPSHOT
+    archived: bool
+    newest_segment: bool  # the live log's last segment: damage at its very end is a torn write
+
+
+def discover(
+    paths: Sequence[str | Path],
+    *,
+    node: str | None = None,
+    include_archive: bool = True,
+    include_snapshots: bool = True,
+) -> list[LogFile]:
+    """Every file of every node under ``paths``; raises AuditInputError naming a bad path."""
+    if not paths:
+        raise AuditInputError("paths: at least one node folder is needed")
+    log_dirs = [d for p in paths for d in _log_dirs(Path(p))]
+    if node is not None and len(log_dirs) != 1:
+        raise AuditInputError(f"node: names one node, but the paths hold {len(log_dirs)} log folders")
+    files: list[LogFile] = []
+    owners: dict[str, Path] = {}
+    for directory in log_dirs:
+        node_id = node if node is not None else node_name(directory)
+        if node_id in owners:
+            raise AuditInputError(
+                f"paths: {owners[node_id]} and {directory} are both node {node_id}; audit each node once"
+            )
+        owners[node_id] = directory
+        files += node_files(
+            directory, node_id, include_archive=include_archive, include_snapshots=include_snapshots
+        )
+    return files
+
+
+def node_files(
+    directory: Path, node: str, *, include_archive: bool = True, include_snapshots: bool = True
+) -> list[LogFile]:
+    """The files of the node whose log dir is ``directory``, in history order."""
+    found = layout.history_files(directory, include_archive=include_archive)
+    live_segments = [p for p in found if p.parent == directory and p.name.endswith(layout.SEGMENT_SUFFIX)]
+    newest = live_segments[-1] if live_segments else None
+    files = []
+    for path in found:
+        source = SNAPSHOT if path.name.endswith(layout.SNAPSHOT_SUFFIX) else SEGMENT
+        if source == SNAPSHOT and not include_snapshots:
+            continue
+        archived = path.parent != directory
+        files.append(LogFile(node, str(path), len(files), source, archived, path == newest))
+    return files
+
+
+def node_name(log_dir: Path) -> str:
+    """The node id its ``meta.properties`` gives, else the name of the folder above the log."""
+    data_dir = log_dir.parent
+    try:
+        return str(read_meta(data_dir).node_id)
+    except StorageError:
+        return data_dir.name
+
+
+def _log_dirs(path: Path) -> list[Path]:
+    if not path.exists():
+        raise AuditInputError(f"paths: {path} does not exist")
+    if not path.is_dir():
+        raise AuditInputError(f"paths: {path} is not a folder (give a node's data dir or a folder of nodes)")
+    if path.name == layout.METADATA_LOG_DIR:
+        return [path]
+    if layout.log_dir(path).is_dir():
+        return [layout.log_dir(path)]
+    found = _search(path, SEARCH_DEPTH_MAX)
+    if not found:
+        raise AuditInputError(f"paths: no {layout.METADATA_LOG_DIR} folder in {path} or below it")
+    return found
+
+
+def _search(path: Path, depth: int) -> list[Path]:
+    if depth == 0:
+        return []
+    found = []
+    for child in sorted(p for p in path.iterdir() if p.is_dir()):
+        log = layout.log_dir(child)
+        found += [log] if log.is_dir() else _search(child, depth - 1)
+    return found

@@ -1,0 +1,81 @@
+"""The Spark session the audit runs in: embedded by default, any master when asked.
+
+Java is checked before pyspark starts a JVM, so a machine without it gets one line
+saying what to install instead of a py4j stack trace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from audit.source import MetadataDataSource
+
+JAVA_HELP = (
+    "the audit runs on Spark, which needs Java 17 or later: install it (Debian/Ubuntu: "
+    "apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17) or set JAVA_HOME"
+)
+SHUFFLE_PARTITIONS = 4  # the audit's shuffles are small: a few partitions, not Spark's 200
+
+
+class JavaMissing(RuntimeError):
+    """No usable Java: the message says what to install."""
+
+
+def java_version() -> str:
+    """The ``java -version`` line of the Java Spark would use; JavaMissing without one."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if java is None or not Path(java).exists():
+        raise JavaMissing(JAVA_HELP)
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise JavaMissing(f"{java} does not run ({exc}); {JAVA_HELP}") from None
+    first = (done.stderr or done.stdout).strip().splitlines()
+    if done.returncode != 0 or not first:
+        raise JavaMissing(f"{java} -version failed; {JAVA_HELP}")
+    return first[0]
+
+
+def session(master: str | None = "local[2]", *, driver_memory: str = "4g") -> SparkSession:
+    """A session with the data source registered; ``master`` None keeps spark-submit's."""
+    java_version()
+    builder = (
+        SparkSession.builder.appName("raftka-audit")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.python.worker.reuse", "true")
+    )
+    if master is not None:
+        builder = builder.master(master)
+        if master.startswith("local"):  # workers run this Python, where audit/ is installed
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(MetadataDataSource)
+    return spark
+
+
+@contextmanager
+def owned_session(master: str | None, *, driver_memory: str = "4g") -> Iterator[SparkSession]:
+    """``session``, stopped afterwards unless it was already running in this process
+    (a notebook's, or a test's shared one): a command never stops a session it did not start."""
+    running = SparkSession.getActiveSession()
+    spark = session(master, driver_memory=driver_memory)
+    try:
+        yield spark
+    finally:
+        if running is None:
+            spark.stop()

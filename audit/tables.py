@@ -1,0 +1,298 @@
+"""The audit's tables, from the canonical rows and the replay's events, with Spark SQL.
+
+Ordered questions (how long was a partition offline, how long did a leader last) are
+window functions over the events the replay wrote in log order (``seq``), partitioned
+by the thing they are about; nothing here re-derives what a record means.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from audit.decode import LEADER_CHANGE
+from audit.replay import BROKER, CONFIG, GROUP, SKIPPED, STATE, TOPIC_EVENT, TRANSITION
+
+CONDITIONS = ("offline", "under_replicated", "under_min_isr", "non_preferred")
+FLAP_WINDOW_MS = 60_000  # fenced again this soon after an unfence: a flap
+STALL_COMMITS = 3  # a partition whose last this many commits did not move is stalled (Burrow)
+
+
+def _duration(start: str, end: Column) -> Column:
+    return end - F.col(start)
+
+
+def controller_epochs(canonical: DataFrame, uncommitted: DataFrame, end_ms: int) -> DataFrame:
+    """One row per epoch: its leader, offsets and times, tenure, the leaderless gap before it
+    and the elections between it and the previous committed epoch that never won."""
+    per_epoch = canonical.groupBy("epoch").agg(
+        F.min("offset").alias("start_offset"),
+        F.max("offset").alias("end_offset"),
+        F.min("timestamp_ms").alias("first_ms"),
+        F.max("timestamp_ms").alias("last_ms"),
+        F.count("*").alias("records"),
+    )
+    opened = canonical.filter(F.col("type") == LEADER_CHANGE).select(
+        "epoch", "leader", "voters", F.col("timestamp_ms").alias("start_ms")
+    )
+    order = Window.orderBy("epoch")
+    epochs = (
+        per_epoch.join(opened, "epoch", "left")
+        .withColumn("start_ms", F.coalesce("start_ms", "first_ms"))
+        .withColumn("previous_epoch", F.lag("epoch").over(order))
+        .withColumn("previous_last_ms", F.lag("last_ms").over(order))
+        .withColumn("next_start_ms", F.lead("start_ms").over(order))
+        .select(
+            "epoch",
+            "leader",
+            "voters",
+            "start_offset",
+            "end_offset",
+            "start_ms",
+            F.col("last_ms").alias("end_ms"),
+            # from its LeaderChange to the last batch it wrote (the history's end for the last epoch)
+            _duration(
+                "start_ms", F.when(F.col("next_start_ms").isNull(), F.lit(end_ms)).otherwise(F.col("last_ms"))
+            ).alias("tenure_ms"),
+            _duration("previous_last_ms", F.col("start_ms")).alias("gap_before_ms"),
+            (F.col("epoch") - F.col("previous_epoch") - 1).alias("failed_elections_before"),
+            "records",
+            F.lit(True).alias("committed"),
+        )
+    )
+    lost = uncommitted.select(
+        "epoch", "leader", F.lit(None).cast("array<int>").alias("voters"), F.col("offset").alias("start_offset"),
+        F.col("offset").alias("end_offset"), F.col("timestamp_ms").alias("start_ms"),
+        F.col("timestamp_ms").alias("end_ms"), F.lit(0).cast("long").alias("tenure_ms"),
+        F.lit(None).cast("long").alias("gap_before_ms"), F.lit(None).cast("int").alias("failed_elections_before"),
+        F.lit(1).cast("long").alias("records"), F.lit(False).alias("committed"),
+    )  # fmt: skip
+    return epochs.unionByName(lost).orderBy("epoch", F.desc("committed"))
+
+
+def partition_transitions(events: DataFrame) -> DataFrame:
+    return events.filter(F.col("event") == TRANSITION).select(
+        "seq", "offset", "epoch", "timestamp_ms", "topic", "topic_id", "partition", "cause", "clean", "isr_change",
+        "leader_before", "leader_after", "isr_before", "isr_after", "replicas_before", "replicas_after",
+        "leader_epoch_before", "leader_epoch_after", "partition_epoch_before", "partition_epoch_after",
+        *CONDITIONS,
+    )  # fmt: skip
+
+
+def partition_intervals(events: DataFrame, end_ms: int) -> DataFrame:
+    """Gaps and islands: each run of state samples with a condition true is one interval,
+    ending at the first sample after it (open at the end of the history)."""
+    samples = events.filter(F.col("event").isin(TRANSITION, STATE)).select(
+        "seq", "offset", "timestamp_ms", "topic", "topic_id", "partition", *CONDITIONS, "min_isr"
+    )
+    per_partition = Window.partitionBy("topic_id", "partition").orderBy("seq")
+    running = per_partition.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    samples = samples.withColumn("next_ms", F.lead("timestamp_ms").over(per_partition)).withColumn(
+        "next_offset", F.lead("offset").over(per_partition)
+    )
+    intervals = None
+    for condition in CONDITIONS:
+        flag = F.coalesce(F.col(condition), F.lit(False))
+        started = flag & ~F.coalesce(F.lag(condition).over(per_partition), F.lit(False))
+        runs = (
+            samples.withColumn("run", F.sum(started.cast("int")).over(running))
+            .filter(flag)
+            .groupBy("topic_id", "partition", "run")
+            .agg(
+                F.first("topic").alias("topic"),
+                F.min("offset").alias("start_offset"),
+                F.min("timestamp_ms").alias("start_ms"),
+                F.max("next_offset").alias("end_offset"),
+                F.max("next_ms").alias("next_ms"),
+                F.count("*").alias("samples"),
+                F.max("min_isr").alias("min_isr"),
+            )
+            .select(
+                F.lit(condition).alias("condition"),
+                "topic",
+                "topic_id",
+                "partition",
+                "start_offset",
+                "start_ms",
+                "end_offset",
+                F.coalesce("next_ms", F.lit(end_ms)).alias("end_ms"),
+                F.col("next_ms").isNull().alias("open"),
+                "min_isr",
+            )
+            .withColumn("duration_ms", F.col("end_ms") - F.col("start_ms"))
+        )
+        intervals = runs if intervals is None else intervals.unionByName(runs)
+    assert intervals is not None
+    return intervals
+
+
+def broker_timeline(events: DataFrame, end_ms: int) -> DataFrame:
+    """One row per broker state a registration, fence or unfence began, with how long it lasted."""
+    brokers = events.filter(F.col("event") == BROKER)
+    order = Window.partitionBy("broker").orderBy("seq")
+    incarnation = Window.partitionBy("broker", "broker_epoch").orderBy("seq")
+    registered_ms = F.first(
+        F.when(F.col("cause").isin("REGISTER", "REREGISTER", "SNAPSHOT"), F.col("timestamp_ms")),
+        ignorenulls=True,
+    )
+    state = (
+        F.when(F.col("cause") == "UNREGISTER", "UNREGISTERED")
+        .when(F.col("fenced"), "FENCED")
+        .otherwise("UNFENCED")
+    )
+    return (
+        brokers.withColumn("end_ms", F.coalesce(F.lead("timestamp_ms").over(order), F.lit(end_ms)))
+        .withColumn("previous_cause", F.lag("cause").over(order))
+        .withColumn("previous_ms", F.lag("timestamp_ms").over(order))
+        .withColumn("registered_ms", registered_ms.over(incarnation))
+        .select(
+            "broker",
+            "broker_epoch",
+            "incarnation",
+            state.alias("state"),
+            F.col("cause").alias("started_by"),
+            F.col("offset").alias("start_offset"),
+            F.col("timestamp_ms").alias("start_ms"),
+            "end_ms",
+            (F.col("end_ms") - F.col("timestamp_ms")).alias("duration_ms"),
+            (F.col("cause") == "REREGISTER").alias("restart"),
+            F.when(F.col("cause") == "UNFENCE", F.col("timestamp_ms") - F.col("registered_ms")).alias("register_to_unfence_ms"),
+            F.when(F.col("cause").isin("FENCE", "REREGISTER"), F.col("partitions_led")).alias("partitions_led_when_fenced"),
+            (
+                (F.col("cause") == "FENCE")
+                & (F.col("previous_cause") == "UNFENCE")
+                & (F.col("timestamp_ms") - F.col("previous_ms") < FLAP_WINDOW_MS)
+            ).alias("flap"),
+        )
+    )  # fmt: skip
+
+
+def topic_lifecycle(events: DataFrame, end_ms: int) -> DataFrame:
+    topics = events.filter(F.col("event") == TOPIC_EVENT)
+    created = topics.filter(F.col("cause").isin("CREATE", "SNAPSHOT")).select(
+        "topic_id", "topic", F.col("offset").alias("created_offset"), F.col("timestamp_ms").alias("created_ms"),
+        (F.col("cause") == "SNAPSHOT").alias("created_before_history"),
+    )  # fmt: skip
+    deleted = topics.filter(F.col("cause") == "DELETE").select(
+        "topic_id", F.col("offset").alias("deleted_offset"), F.col("timestamp_ms").alias("deleted_ms")
+    )
+    shapes = (
+        events.filter(F.col("event").isin(TRANSITION, STATE) & F.col("replicas_after").isNotNull())
+        .groupBy("topic_id")
+        .agg(
+            F.countDistinct("partition").alias("partitions"),
+            F.max(F.size("replicas_after")).alias("replication_factor"),
+        )
+    )
+    by_name = Window.partitionBy("topic").orderBy("created_offset")
+    return (
+        created.join(deleted, "topic_id", "left")
+        .join(shapes, "topic_id", "left")
+        .withColumn("name_generation", F.row_number().over(by_name))
+        .withColumn("name_reused", F.count("*").over(Window.partitionBy("topic")) > 1)
+        .withColumn("lifetime_ms", F.coalesce("deleted_ms", F.lit(end_ms)) - F.col("created_ms"))
+        .orderBy("created_offset")
+    )
+
+
+def config_history(events: DataFrame) -> DataFrame:
+    return events.filter(F.col("event") == CONFIG).select(
+        "seq", "offset", "epoch", "timestamp_ms", "resource_type", "resource", "topic_id", "key", "value_before",
+        "value_after", F.when(F.col("value_after").isNull(), "DELETE").otherwise("SET").alias("operation"),
+    )  # fmt: skip
+
+
+def group_offsets(canonical: DataFrame, events: DataFrame, topics: DataFrame) -> DataFrame:
+    """Burrow's evaluation without lag, per group and partition: commits, rewinds (an offset
+    lower than the one before), stalls (commits that did not move it), gaps between commits."""
+    skipped = events.filter(F.col("event") == SKIPPED).select(F.col("offset").alias("batch_offset"))
+    commits = (
+        canonical.filter(F.col("type") == "OFFSET_COMMIT_RECORD")
+        .join(F.broadcast(skipped), "batch_offset", "left_anti")
+        .select("group", "topic_id", "partition", "offset", "timestamp_ms", "committed_offset")
+    )
+    order = Window.partitionBy("group", "topic_id", "partition").orderBy("offset")
+    last_n = order.rowsBetween(-(STALL_COMMITS - 1), Window.currentRow)
+    steps = (
+        commits.withColumn("previous", F.lag("committed_offset").over(order))
+        .withColumn("gap_ms", F.col("timestamp_ms") - F.lag("timestamp_ms").over(order))
+        .withColumn(
+            "recent_moves", F.count(F.when(F.col("committed_offset") != F.col("previous"), 1)).over(last_n)
+        )
+        .withColumn("position", F.row_number().over(order))
+    )
+    expired = (
+        events.filter(F.col("event") == GROUP)
+        .groupBy(F.col("resource").alias("group"))
+        .agg(F.max("timestamp_ms").alias("expired_ms"))
+    )
+    names = topics.groupBy("topic_id").agg(F.last("topic").alias("topic"))
+    summary = steps.groupBy("group", "topic_id", "partition").agg(
+        F.count("*").alias("commits"),
+        F.min_by("committed_offset", "offset").alias("first_offset"),
+        F.max_by("committed_offset", "offset").alias("last_offset"),
+        F.min("timestamp_ms").alias("first_ms"),
+        F.max("timestamp_ms").alias("last_ms"),
+        F.count(F.when(F.col("committed_offset") < F.col("previous"), 1)).alias("rewinds"),
+        F.sum(F.when(F.col("committed_offset") < F.col("previous"), F.col("previous") - F.col("committed_offset"))).alias("rewound_by"),
+        F.count(F.when(F.col("committed_offset") == F.col("previous"), 1)).alias("stalled_commits"),
+        F.max("gap_ms").alias("max_gap_ms"),
+        F.avg("gap_ms").alias("mean_gap_ms"),
+        F.max_by("recent_moves", "position").alias("recent_moves"),
+    )  # fmt: skip
+    status = (
+        F.when(F.col("expired_ms").isNotNull() & (F.col("expired_ms") > F.col("last_ms")), "EXPIRED")
+        .when((F.col("commits") >= STALL_COMMITS) & (F.col("recent_moves") == 0), "STALLED")
+        .when(F.col("rewinds") > 0, "REWOUND")
+        .otherwise("OK")
+    )
+    return (
+        summary.join(names, "topic_id", "left")
+        .join(expired, "group", "left")
+        .withColumn("status", status)
+        .drop("recent_moves")
+        .orderBy("group", "topic", "partition")
+    )
+
+
+def leadership_by_broker(events: DataFrame, end_ms: int) -> DataFrame:
+    """Per broker: elections won (clean or not), leaderships lost, and partition-time led."""
+    samples = events.filter(F.col("event").isin(TRANSITION, STATE))
+    order = Window.partitionBy("topic_id", "partition").orderBy("seq")
+    led = (
+        samples.withColumn("until_ms", F.coalesce(F.lead("timestamp_ms").over(order), F.lit(end_ms)))
+        .filter(F.col("leader_after") >= 0)
+        .groupBy(F.col("leader_after").alias("broker"))
+        .agg(F.sum(F.col("until_ms") - F.col("timestamp_ms")).alias("partition_ms_led"))
+    )
+    transitions = samples.filter(F.col("event") == TRANSITION)
+    won = (
+        transitions.filter(F.col("cause") == "election")
+        .groupBy(F.col("leader_after").alias("broker"))
+        .agg(
+            F.count("*").alias("elections_won"),
+            F.count(F.when(~F.col("clean"), 1)).alias("unclean_elections_won"),
+        )
+    )
+    lost = (
+        transitions.filter(
+            F.col("leader_before").isNotNull()
+            & (F.col("leader_before") >= 0)
+            & (F.col("cause").isin("election", "offline"))
+        )  # fmt: skip
+        .groupBy(F.col("leader_before").alias("broker"))
+        .agg(F.count("*").alias("leaderships_lost"))
+    )
+    removed = (
+        transitions.filter(F.col("isr_change").isNotNull())
+        .select(F.explode(F.array_except("isr_before", "isr_after")).alias("broker"))
+        .groupBy("broker")
+        .agg(F.count("*").alias("isr_removals"))
+    )
+    return (
+        led.join(won, "broker", "full")
+        .join(lost, "broker", "full")
+        .join(removed, "broker", "full")
+        .fillna(0)
+        .orderBy("broker")
+    )

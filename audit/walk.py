@@ -1,0 +1,142 @@
+"""One node's log, batch by batch in the order it wrote them: the checks that need no replay.
+
+The walk sees each batch's first row (a "head") and each damaged region, file after file,
+archive first. It keeps the node's effective log: where a later file starts below the
+end of an earlier one (a snapshot was installed over a tail, which went to the archive),
+the later copy replaces the earlier from that offset on; such a rewind is returned so
+the merge knows which copies the node itself replaced.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from audit.checks import ERROR, INFO, violation
+from audit.decode import DAMAGED, LEADER_CHANGE, SNAPSHOT_KIND
+from audit.files import SNAPSHOT
+from audit.schema import Row
+
+
+@dataclass
+class WalkResult:
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    rewinds: list[tuple[int, int]] = field(
+        default_factory=list
+    )  # (file_seq, offset): later copies win from here
+
+
+def is_head(row: Row) -> bool:
+    """The rows the walk and the merge need: a batch's first record, a snapshot's, or damage."""
+    return row.batch_index == 0 or (row.type == DAMAGED and row.batch_offset is None)
+
+
+def walk_node(heads: Iterable[Row]) -> WalkResult:
+    """Check one node's heads, given in history order (``file_seq``, then ``position``)."""
+    walker = _Walker()
+    for head in heads:
+        walker.see(head)
+    return walker.result
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.result = WalkResult()
+        self._offsets = array("q")  # base offsets of the effective log's batches, increasing
+        self._epochs = array("q")  # and their epochs
+        self._next: int | None = None  # the effective log's end
+        self._file_seq = -1
+
+    def see(self, head: Row) -> None:
+        new_file = head.file_seq != self._file_seq
+        self._file_seq = head.file_seq
+        if head.type == DAMAGED and head.batch_offset is None:
+            self._damage(head)
+        elif head.kind == SNAPSHOT_KIND:
+            self._snapshot(head)
+        else:
+            self._batch(head, new_file)
+
+    def _damage(self, head: Row) -> None:
+        if head.torn_tail:
+            message = (
+                f"torn last write at the end of the newest segment {head.file} (the node truncates it at "
+                f"its next start): {head.error}"
+            )
+            self._report("no_damage", INFO, message, head)
+        else:
+            where = "snapshot" if head.source == SNAPSHOT else "segment"
+            self._report("no_damage", ERROR, f"damaged {where} {head.file}: {head.error}", head)
+
+    def _snapshot(self, head: Row) -> None:
+        """A node that holds a snapshot at S needs nothing below S: the log may start there."""
+        offset = head.offset
+        if self._next is None or offset > self._next:
+            self._truncate(offset)
+            self._offsets.append(offset)  # the snapshot stands for the log below it: its epoch is
+            self._epochs.append(head.epoch)  # the epoch the next batch continues or opens
+            self._next = offset
+
+    def _batch(self, head: Row, new_file: bool) -> None:
+        base, epoch = head.batch_offset, head.epoch
+        if self._next is not None and base > self._next:
+            message = f"offsets {self._next} to {base - 1} are missing: the batch at {base} follows a log ending at {self._next}"
+            self._report("offsets_contiguous", ERROR, message, head)
+        elif self._next is not None and base < self._next:
+            if not new_file:
+                message = f"offset {base} follows a batch ending at {self._next} in the same file"
+                self._report("offsets_contiguous", ERROR, message, head)
+                return
+            self.result.rewinds.append((head.file_seq, base))
+            self._truncate(base)
+        previous_epoch = self._epochs[-1] if self._epochs else None
+        if previous_epoch is not None and epoch < previous_epoch:
+            message = f"epoch {epoch} at offset {base} follows epoch {previous_epoch}"
+            self._report("epochs_monotonic", ERROR, message, head)
+        starts_epoch = (previous_epoch is None and base == 0) or (
+            previous_epoch is not None and epoch > previous_epoch
+        )
+        if starts_epoch:
+            self._check_leader_change(head)
+        self._offsets.append(base)
+        self._epochs.append(epoch)
+        self._next = base + head.batch_records
+
+    def _check_leader_change(self, head: Row) -> None:
+        if head.type != LEADER_CHANGE:
+            what = "an unreadable LeaderChange" if head.type == DAMAGED else f"a {head.kind} batch"
+            message = (
+                f"epoch {head.epoch} starts at offset {head.batch_offset} with {what}, not a LeaderChange"
+            )
+            self._report("epoch_starts_with_leader_change", ERROR, message, head)
+            return
+        declared = json.loads(head.json).get("epoch") if head.json else None
+        if head.leader not in (head.voters or ()):
+            message = f"epoch {head.epoch}: LeaderChange names leader {head.leader}, not one of the voters {head.voters}"
+            self._report("epoch_starts_with_leader_change", ERROR, message, head)
+        elif declared is not None and declared != head.epoch:
+            message = f"a LeaderChange for epoch {declared} opens epoch {head.epoch}"
+            self._report("epoch_starts_with_leader_change", ERROR, message, head)
+
+    def _truncate(self, offset: int) -> None:
+        keep = bisect.bisect_left(self._offsets, offset)
+        del self._offsets[keep:]
+        del self._epochs[keep:]
+
+    def _report(self, check: str, severity: str, message: str, head: Row) -> None:
+        self.result.violations.append(
+            violation(
+                check,
+                severity,
+                f"node {head.node}: {message}",
+                node=head.node,
+                offset=head.batch_offset,
+                entity=f"node {head.node}",
+                file=head.file,
+                position=head.position,
+            )
+        )

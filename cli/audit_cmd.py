@@ -1,0 +1,87 @@
+"""``raftka audit [DIR...] --out OUT``: the Spark audit of the cluster's metadata history.
+
+Without DIR it audits every node of the local cluster (``raftka cluster up``). Spark runs
+embedded (``--master local[2]``) unless told otherwise; pyspark is imported only when this
+command runs, so no other command needs it or Java. Exit status 1 when an error-level
+check fails, so the command can gate CI or a cron job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+from cli import local, output
+from cli.errors import CliError
+
+MEMORY_RE = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
+INSTALL_HELP = (
+    "the audit needs raftka's audit extra: pip install 'raftka[audit]' (pyspark, pyarrow, matplotlib, pandas)"
+)
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    audit = commands.add_parser(
+        "audit", help="audit the metadata log history on Spark: tables, checks, report"
+    )
+    audit.add_argument(
+        "paths", nargs="*", type=Path, metavar="DIR",
+        help="node data dirs, log dirs or folders of them (default: every node of the local cluster)",
+    )  # fmt: skip
+    audit.add_argument(
+        "--out", type=Path, required=True, help="folder for tables/, summary.json and report.html"
+    )
+    audit.add_argument(
+        "--master", default="local[2]", help="Spark master (default local[2]: embedded, 2 cores)"
+    )
+    audit.add_argument("--driver-memory", default="4g", help="Spark driver memory, e.g. 4g (default)")
+    audit.add_argument("--no-archive", action="store_true", help="leave the nodes' archive/ folders out")
+    audit.add_argument("--no-snapshots", action="store_true", help="leave snapshot files out")
+    audit.add_argument("--dir", type=Path, help="local cluster directory, when no DIR is given")
+    output.add_output_option(audit)
+    audit.set_defaults(func=run_audit)
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    if not MEMORY_RE.fullmatch(args.driver_memory):
+        raise CliError(f"--driver-memory: expected a size like 4g or 512m, got {args.driver_memory!r}")
+    if not args.master.strip():
+        raise CliError("--master: empty")
+    paths = args.paths or [Path(n.data_dir) for n in local.load(local.resolve_dir(args.dir)).nodes]
+    if args.out.exists() and not args.out.is_dir():
+        raise CliError(f"--out: {args.out} exists and is not a folder")
+    try:
+        from audit.files import AuditInputError
+        from audit.job import run
+        from audit.spark import JavaMissing, owned_session
+    except ImportError as exc:
+        raise CliError(f"{INSTALL_HELP} ({exc})") from None
+    try:
+        with owned_session(args.master, driver_memory=args.driver_memory) as spark:
+            summary = run(spark, [str(p) for p in paths], args.out, include_archive=not args.no_archive,
+                          include_snapshots=not args.no_snapshots)  # fmt: skip
+    except (JavaMissing, AuditInputError) as exc:
+        raise CliError(str(exc)) from None
+    print(output.to_json(summary) if args.output == "json" else format_summary(summary, args.out))
+    return int(summary["exit_status"])
+
+
+def format_summary(summary: dict[str, Any], out: Path) -> str:
+    history = summary["history"]
+    checks = [
+        (c["check"], "pass" if c["passed"] else "FAIL", c["error"], c["warning"], c["info"])
+        for c in summary["checks"]
+    ]
+    return "\n".join(
+        [
+            f"Audit {summary['status']}: nodes {', '.join(summary['inputs']['nodes'])}, offsets "
+            f"{history['start_offset']}-{history['end_offset']} ({history['records']} records)",
+            output.table(("CHECK", "RESULT", "ERRORS", "WARNINGS", "NOTES"), checks),
+            output.fields(list(summary["headline"].items())),
+            f"Tables:  {out / 'tables'}",
+            f"Summary: {out / 'summary.json'}",
+            f"Report:  {out / 'report.html'}",
+        ]
+    )

@@ -1,0 +1,130 @@
+"""The audit job on the incident fixture: the tables, the summary, the report and the exit
+status the story must give; and a damaged copy that fails it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from audit.checks import CHECK_NAMES
+from audit.job import TABLES
+from audit.report import CHART_IDS
+from cli.main import main
+from tests.unit.audit_incident import GAP_MS, SECOND_GAP_MS, STEP_MS, Incident
+from tests.unit.storage_support import flip_byte
+
+Audited = tuple[dict[str, Any], Path]
+
+
+def _table(audited: Audited, name: str) -> pd.DataFrame:
+    return pd.read_parquet(audited[1] / "tables" / name)
+
+
+def test_every_table_is_written(audited: Audited) -> None:
+    assert sorted(p.name for p in (audited[1] / "tables").iterdir()) == sorted(TABLES)
+
+
+def test_controller_epochs_show_both_failovers_and_the_election_that_never_won(audited: Audited) -> None:
+    epochs = _table(audited, "controller_epochs")
+    rows = epochs[["epoch", "leader", "committed", "gap_before_ms", "failed_elections_before"]].values.tolist()
+    assert [r[:3] for r in rows] == [[1, 1, True], [3, 2, True], [4, 3, True]]
+    assert epochs["gap_before_ms"].tolist()[1:] == [GAP_MS, SECOND_GAP_MS]
+    assert epochs["failed_elections_before"].tolist()[1:] == [1, 0]
+
+
+def test_broker_timeline_has_the_fences_and_restarts(audited: Audited) -> None:
+    timeline = _table(audited, "broker_timeline")
+    b101 = timeline[timeline["broker"] == 101]
+    assert b101[["state", "started_by", "restart"]].values.tolist() == [
+        ["FENCED", "REGISTER", False],
+        ["UNFENCED", "UNFENCE", False],
+        ["FENCED", "FENCE", False],
+        ["FENCED", "REREGISTER", True],
+        ["UNFENCED", "UNFENCE", False],
+    ]
+    assert b101["partitions_led_when_fenced"].tolist()[2] == 1
+    assert b101["register_to_unfence_ms"].dropna().tolist() == [3 * STEP_MS, STEP_MS]
+
+
+def test_partition_intervals_offline_and_under_min_isr(incident: Incident, audited: Audited) -> None:
+    intervals = _table(audited, "partition_intervals")
+    offline = intervals[intervals["condition"] == "offline"]
+    assert offline[["topic", "partition", "start_offset", "end_offset", "open"]].values.tolist() == [
+        ["events", 0, incident.offsets["fence-103"] + 1, incident.offsets["unfence-103"] + 1, False]
+    ]
+    assert offline["duration_ms"].tolist() == [4 * STEP_MS]
+    under = intervals[(intervals["condition"] == "under_min_isr") & (intervals["topic"] == "orders")]
+    assert sorted(under[["partition", "open"]].values.tolist()) == [[0, False], [1, True]]
+
+
+def test_group_offsets_rewind_and_stall(audited: Audited) -> None:
+    groups = _table(audited, "group_offsets")
+    rows = groups[["group", "topic", "partition", "commits", "rewinds", "rewound_by", "stalled_commits", "status"]]
+    assert rows.fillna(0).values.tolist() == [
+        ["g1", "orders", 0, 6, 1, 15, 1, "REWOUND"],
+        ["g2", "orders", 1, 2, 0, 0, 0, "OK"],
+    ]
+
+
+def test_topics_configs_and_leadership(audited: Audited) -> None:
+    topics = _table(audited, "topic_lifecycle")
+    assert topics[["topic", "name_generation", "name_reused", "partitions"]].values.tolist() == [
+        ["orders", 1, False, 2],
+        ["events", 1, True, 1],
+        ["events", 2, True, 1],
+    ]
+    assert topics["deleted_offset"].notna().tolist() == [False, True, False]
+    configs = _table(audited, "config_history")
+    assert configs[["resource", "key", "value_after", "operation"]].values.tolist() == [
+        ["orders", "min.insync.replicas", "2", "SET"],
+        ["orders", "retention.ms", "1000", "SET"],
+        ["events", "retention.ms", "5000", "SET"],
+    ]
+    leadership = _table(audited, "leadership_by_broker").set_index("broker")
+    assert leadership["elections_won"].to_dict() == {101: 1, 102: 1, 103: 1}
+    assert leadership["unclean_elections_won"].sum() == 0
+
+
+def test_violations_and_summary(incident: Incident, audited: Audited) -> None:
+    summary, out = audited
+    violations = _table(audited, "violations")
+    assert sorted(violations[["check", "severity"]].values.tolist()) == [["no_damage", "info"], ["nodes_agree", "info"]]
+    assert (summary["status"], summary["exit_status"], summary["failed_checks"]) == ("passed", 0, [])
+    assert {c["check"] for c in summary["checks"]} == CHECK_NAMES and all(c["passed"] for c in summary["checks"])
+    assert summary["history"] | {"gaps": None} == summary["history"] | {
+        "start_offset": 0,
+        "end_offset": incident.batches[-1].last_offset,
+        "records": incident.batches[-1].next_offset,
+        "voters": [1, 2, 3],
+        "gaps": None,
+    }
+    assert summary["headline"]["leader_changes"] == 2 and summary["headline"]["broker_restarts"] == 2
+    assert json.loads((out / "summary.json").read_text())["status"] == "passed"
+
+
+def test_the_report_holds_its_charts_and_needs_no_network(audited: Audited) -> None:
+    page = (audited[1] / "report.html").read_text()
+    images = re.findall(r"<img alt='(\w+)' src='data:image/png;base64,([A-Za-z0-9+/=]+)'", page)
+    assert [chart for chart, _ in images] == list(CHART_IDS)
+    assert all(len(data) > 2_000 for _, data in images)
+    assert "http://" not in page and "https://" not in page
+    assert "Verdict: <span class='pass'>passed</span>" in page
+
+
+def test_a_damaged_copy_fails_the_cli_with_exit_status_1(
+    spark: Any, incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(incident.root, copy)
+    segment = sorted((copy / "node-3" / "data" / "__cluster_metadata-0").glob("*.log"))[0]
+    flip_byte(segment, 40)
+    status = main(["audit", str(copy), "--out", str(tmp_path / "out"), "--output", "json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert status == 1 and summary["failed_checks"] == ["no_damage"]
+    assert spark.sparkContext._jsc is not None  # the command left the shared session running

@@ -1,0 +1,86 @@
+"""The audit's commands without a JVM: argument checks, ``metadata collect``'s read-only
+copies and manifest, and that nothing but ``raftka audit`` loads pyspark."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from audit.plain import audit_paths
+from cli.main import main
+from tests.unit.audit_incident import Incident, build_incident
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory: pytest.TempPathFactory) -> Incident:
+    return build_incident(tmp_path_factory.mktemp("incident"))
+
+
+def test_servers_clients_and_other_commands_never_import_pyspark() -> None:
+    code = (
+        "import sys\n"
+        "import cli.main, broker.server, metadata.server, client.admin, client.producer, client.consumer\n"
+        "cli.main.build_parser()\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'audit'))\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--driver-memory", "lots"], "--driver-memory: expected a size"),
+        (["--master", " "], "--master: empty"),
+    ],
+)
+def test_audit_arguments_are_checked(
+    incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["audit", str(incident.root), "--out", str(tmp_path / "out"), *argv])
+    assert exit_.value.code == 1 and message in capsys.readouterr().err
+
+
+def test_perf_audit_records_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["perf", "audit", "--records", "0"])
+    assert exit_.value.code == 1 and "--records: expected 1 to" in capsys.readouterr().err
+
+
+def test_collect_copies_every_history_file_read_only_with_checksums(
+    incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "collected"
+    sources = [str(incident.node_dir(n)) for n in (1, 2, 3)]
+    assert main(["metadata", "collect", *sources, "--out", str(out), "--output", "json"]) == 0
+    manifests = json.loads(capsys.readouterr().out)
+    assert [m["node_id"] for m in manifests] == [1, 2, 3]
+    node1 = manifests[0]
+    names = [f["path"] for f in node1["files"]]
+    assert names[0] == "data/meta.properties"
+    assert any("/archive/" in n for n in names) and any(n.endswith(".checkpoint") for n in names)
+    for entry in node1["files"]:
+        copy = out / "node-1" / entry["path"]
+        assert hashlib.sha256(copy.read_bytes()).hexdigest() == entry["sha256"]
+        assert stat.S_IMODE(copy.stat().st_mode) == 0o444
+    assert json.loads((out / "node-1" / "MANIFEST.json").read_text()) == node1
+    # the copies audit exactly like the originals
+    original = audit_paths([incident.root])
+    copied = audit_paths([out])
+    assert [e["seq"] for e in copied.events] == [e["seq"] for e in original.events]
+    assert sorted(v["check"] for v in copied.all_violations) == sorted(v["check"] for v in original.all_violations)
+
+
+def test_collect_refuses_to_overwrite(incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["metadata", "collect", str(incident.node_dir(2)), "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as exit_:
+        main(["metadata", "collect", str(incident.node_dir(2)), "--out", str(tmp_path)])
+    assert exit_.value.code == 1 and "node 2 was collected there already" in capsys.readouterr().err
