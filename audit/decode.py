@@ -207,4 +207,5 @@ _TYPED: dict[str, Callable[[Any], _Typed]] = {
     "config": _config,
     "offset_commit": _offset_commit,
     "remove_group_offsets": lambda r: (None, None, None, None, None, None, None, None, r.group, None),
+    "group_rebalance": lambda r: (None, None, None, r.coordinator, None, None, None, None, r.group, None),
 }

@@ -52,6 +52,7 @@ TABLES = (
     "topic_lifecycle",
     "config_history",
     "group_offsets",
+    "group_rebalances",
     "leadership_by_broker",
     "violations",
 )
@@ -146,6 +147,7 @@ def run(
                                             if violations else [], schema=from_arrow_schema(VIOLATION_SCHEMA)),
     }  # fmt: skip
     frames["group_offsets"] = tables.group_offsets(canonical, events, frames["topic_lifecycle"])
+    frames["group_rebalances"] = tables.group_rebalances(events)
     tables_dir = out / "tables"
     for name in TABLES:
         frames[name].write.mode("overwrite").parquet(str(tables_dir / name))

@@ -31,8 +31,8 @@ from metadata.records import MetadataRecord, RecordError, topic_id_str
 from metadata.snapshot import SnapshotContents, SnapshotError, rebuild_image
 from metadata.topic_configs import MIN_INSYNC_REPLICAS, TOPIC_CONFIGS
 
-TRANSITION, STATE, BROKER, TOPIC_EVENT, CONFIG, GROUP, VIOLATION, SKIPPED, START = (
-    "TRANSITION", "STATE", "BROKER", "TOPIC", "CONFIG", "GROUP", "VIOLATION", "SKIPPED", "START",
+TRANSITION, STATE, BROKER, TOPIC_EVENT, CONFIG, GROUP, REBALANCE, VIOLATION, SKIPPED, START = (
+    "TRANSITION", "STATE", "BROKER", "TOPIC", "CONFIG", "GROUP", "REBALANCE", "VIOLATION", "SKIPPED", "START",
 )  # fmt: skip
 # Batches made only of these replay as one delta: they change no partition, broker, topic or config.
 _QUIET = frozenset({"offset_commit", "no_op", "producer_ids", "feature_level"})
@@ -77,6 +77,10 @@ EVENT_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("value_before", pa.string()),
     ("value_after", pa.string()),
     ("count", pa.int64()),
+    ("generation", pa.int32()),
+    ("protocol", pa.string()),
+    ("group_leader", pa.string()),
+    ("members", pa.list_(pa.string())),
     *((name, kind) for name, kind in VIOLATION_COLUMNS if name != "offset"),
 )
 # The columns the replay reads: all it is given on Spark, so rows cost what replay needs.
@@ -338,6 +342,15 @@ class _EventBuilder:
                     for pid, state in sorted(topic.partitions.items())
                 ]
         return events
+
+    def _group_rebalance(self, r: Any) -> list[dict[str, Any]]:
+        """A completed rebalance, as the image holds it after the record."""
+        group = self.after.groups[r.group]
+        assigned = sum(len(partitions) for m in group.members for _, partitions in m.assignment)
+        return [_at(self.row) | {"event": REBALANCE, "resource_type": "GROUP", "resource": r.group,
+                                 "generation": group.generation_id, "protocol": group.protocol_name,
+                                 "group_leader": group.leader, "members": [m.member_id for m in group.members],
+                                 "broker": group.coordinator, "count": assigned}]  # fmt: skip
 
     def _remove_group_offsets(self, r: Any) -> list[dict[str, Any]]:
         partitions = len(self.before.offsets.get(r.group, {}))

@@ -11,7 +11,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from audit.decode import LEADER_CHANGE
-from audit.replay import BROKER, CONFIG, GROUP, SKIPPED, STATE, TOPIC_EVENT, TRANSITION
+from audit.replay import BROKER, CONFIG, GROUP, REBALANCE, SKIPPED, STATE, TOPIC_EVENT, TRANSITION
 
 CONDITIONS = ("offline", "under_replicated", "under_min_isr", "non_preferred")
 FLAP_WINDOW_MS = 60_000  # fenced again this soon after an unfence: a flap
@@ -253,6 +253,22 @@ def group_offsets(canonical: DataFrame, events: DataFrame, topics: DataFrame) ->
         .drop("recent_moves")
         .orderBy("group", "topic", "partition")
     )
+
+
+def group_rebalances(events: DataFrame) -> DataFrame:
+    """Every completed rebalance of every group (GroupRebalanceRecord), with the time since
+    the group's previous one: the rebalance history a coordinator records."""
+    order = Window.partitionBy("group").orderBy("offset")
+    return (
+        events.filter(F.col("event") == REBALANCE)
+        .select(
+            F.col("resource").alias("group"), "generation", "offset", "epoch", "timestamp_ms", "protocol",
+            F.col("group_leader").alias("leader"), "members", F.size("members").alias("member_count"),
+            F.col("count").alias("assigned_partitions"), F.col("broker").alias("coordinator"),
+        )
+        .withColumn("since_previous_ms", F.col("timestamp_ms") - F.lag("timestamp_ms").over(order))
+        .orderBy("group", "offset")
+    )  # fmt: skip
 
 
 def leadership_by_broker(events: DataFrame, end_ms: int) -> DataFrame:

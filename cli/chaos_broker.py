@@ -12,11 +12,17 @@ compares what was read with what was acknowledged: ``lost`` (acknowledged, never
 which the producer without idempotence may write twice, as Kafka's does),
 ``out_of_order`` (a partition whose acknowledged numbers, first copies only, go down)
 and ``unknown`` (a record never sent). Lost, out-of-order or unknown records fail it.
+
+With ``--group-consumers N``, N consumers in one group read the topic while it happens
+(their coordinator may be the broker that dies); at the end every acknowledged record
+must have been processed by some member (``group_missed`` 0: at least once) and the group
+must have converged (Stable, every partition owned by exactly one member).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import signal
 import statistics
 import struct
@@ -34,8 +40,10 @@ from cli.errors import CliError
 from cli.quorum_client import QuorumClient
 from client.admin import Admin, RetryPolicy
 from client.consumer import Consumer
+from client.errors import KafkaError
+from client.group_admin import GroupAdmin
 from client.producer import Producer
-from client.types import NewTopic, PartitionInfo, RecordMetadata, TopicPartition
+from client.types import GroupDescription, NewTopic, PartitionInfo, RecordMetadata, TopicPartition
 
 POLL_INTERVAL_S = 0.01
 PARTITIONS = 6
@@ -50,6 +58,7 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     kill.add_argument("--signal", choices=sorted(SIGNALS), default="KILL", help="KILL (crash) or STOP (pause)")
     kill.add_argument("--rate", type=int, default=2_000, help="records per second the producer offers")
     kill.add_argument("--timeout-s", type=float, default=60.0, help="bound on each wait in a round")
+    kill.add_argument("--group-consumers", type=int, default=0, metavar="N", help="N consumers of one group read along")
     kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
     output.add_output_option(kill)
     kill.set_defaults(func=run_kill_broker)
@@ -99,6 +108,84 @@ class NumberedLoad:
         self._producer.flush()
 
 
+class GroupReaders:
+    """Consumers of one group, each polling on its own thread, recording the numbers read."""
+
+    def __init__(self, addresses: list[str], topic: str, count: int) -> None:
+        self.group = f"{topic}-readers"
+        self.processed: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._consumers = [
+            Consumer(
+                addresses,
+                group_id=self.group,
+                client_id=f"chaos-reader-{i}",
+                auto_offset_reset="earliest",
+                session_timeout_ms=6_000,
+                heartbeat_interval_ms=500,
+                request_timeout_ms=5_000,
+            )
+            for i in range(count)
+        ]
+        for consumer in self._consumers:
+            consumer.subscribe([topic])
+        self._threads = [
+            threading.Thread(target=self._read, args=(c,), name=f"chaos-reader-{i}", daemon=True)
+            for i, c in enumerate(self._consumers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _read(self, consumer: Consumer) -> None:
+        while not self._stop.is_set():
+            try:
+                records = consumer.poll(200, 5_000)
+            except KafkaError:  # a commit or a join refused mid-failover: the next poll goes on
+                continue
+            numbers = [_NUMBER.unpack(r.value)[0] for r in records if r.value is not None and len(r.value) == _NUMBER.size]
+            with self._lock:
+                self.processed.update(numbers)
+
+    def missing(self, wanted: Iterable[int], timeout_s: float) -> int:
+        """How many of ``wanted`` no member processed, after waiting up to ``timeout_s``."""
+        wanted = set(wanted)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if wanted <= self.processed:
+                    return 0
+            time.sleep(0.1)
+        with self._lock:
+            return len(wanted - self.processed)
+
+    def converged(self, addresses: list[str], partitions: int, timeout_s: float) -> bool:
+        """Stable, and every partition owned by exactly one member."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            description = asyncio.run(_describe(addresses, self.group))
+            owned = [tp.partition for m in description.members for tp in m.assignment]
+            if description.state == "Stable" and sorted(owned) == list(range(partitions)):
+                return True
+            time.sleep(0.5)
+        return False
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        for consumer in self._consumers:
+            consumer.close()
+
+
+async def _describe(addresses: list[str], group: str) -> GroupDescription:
+    admin = GroupAdmin(addresses)
+    try:
+        return await admin.describe_group(group)
+    finally:
+        await admin.close()
+
+
 def audit(acknowledged: dict[int, tuple[int, int]], read: Iterable[tuple[int, int, bytes | None]], sent: int) -> dict[str, int]:
     """Compare the records read, (partition, offset, value), with what was acknowledged."""
     seen: dict[int, int] = {}
@@ -133,6 +220,8 @@ def run_kill_broker(args: argparse.Namespace) -> int:
         raise CliError(f"--rounds: expected 1 or more, got {args.rounds}")
     if args.rate < 1:
         raise CliError(f"--rate: expected 1 or more, got {args.rate}")
+    if not 0 <= args.group_consumers <= PARTITIONS:
+        raise CliError(f"--group-consumers: expected 0 to {PARTITIONS}, got {args.group_consumers}")
     cluster = local.load(local.resolve_dir(args.dir))
     brokers = [n.id for n in cluster.brokers()]
     if len(brokers) < 3:
@@ -144,6 +233,7 @@ def run_kill_broker(args: argparse.Namespace) -> int:
         result.check()
         producer = Producer(cluster.broker_addresses(), acks=-1, linger_ms=5, delivery_timeout_ms=120_000)
         load = NumberedLoad(producer, topic, args.rate)
+        readers = GroupReaders(cluster.broker_addresses(), topic, args.group_consumers) if args.group_consumers else None
         rounds = []
         try:
             with QuorumClient(call_timeout_s=0.5) as client:
@@ -156,7 +246,13 @@ def run_kill_broker(args: argparse.Namespace) -> int:
         finally:
             load.stop()
             producer.close()
-        report = audit(load.acknowledged, read_everything(cluster.broker_addresses(), topic), load.sent)
+        report: dict[str, Any] = audit(load.acknowledged, read_everything(cluster.broker_addresses(), topic), load.sent)
+        if readers is not None:
+            try:
+                report["group_missed"] = readers.missing(load.acknowledged, args.timeout_s)
+                report["group_converged"] = readers.converged(cluster.broker_addresses(), PARTITIONS, args.timeout_s)
+            finally:
+                readers.close()
     report["send_failures"] = load.failures
     report["first_send_failure"] = load.first_failure or None
     failovers = [r["failover_ms"] for r in rounds]
@@ -173,7 +269,8 @@ def run_kill_broker(args: argparse.Namespace) -> int:
         print(output.fields([(k.replace("_", " "), v) for k, v in summary.items()]))
     # Duplicates are reported, not failed: without idempotence (a later issue) a batch whose
     # acknowledgement died with its leader is sent again, as Kafka's at-least-once producer does.
-    return 0 if report["lost"] == report["out_of_order"] == report["unknown"] == 0 else 1
+    group_ok = readers is None or (report["group_missed"] == 0 and report["group_converged"])
+    return 0 if report["lost"] == report["out_of_order"] == report["unknown"] == 0 and group_ok else 1
 
 
 def _round(

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli import local, output, perf_audit, perf_data, perf_metadata, perf_rpc, stability
+from cli import local, output, perf_audit, perf_data, perf_metadata, perf_rebalance, perf_rpc, stability
 from cli.cluster import LOOPBACK, free_ports
 from cli.errors import CliError
 from raft.config import RaftConfig
@@ -52,6 +52,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_rpc.register(kinds)
     perf_data.register(kinds)
     perf_audit.register(kinds)
+    perf_rebalance.register(kinds)
 
 
 def add_load_options(parser: argparse.ArgumentParser, unit: str) -> None:

@@ -72,6 +72,14 @@ def test_group_offsets_rewind_and_stall(audited: Audited) -> None:
     ]
 
 
+def test_group_rebalances_with_the_time_between_them(audited: Audited) -> None:
+    rebalances = _table(audited, "group_rebalances")
+    rows = rebalances[["group", "generation", "leader", "member_count", "assigned_partitions", "coordinator"]]
+    assert rows.values.tolist() == [["g1", 1, "a", 2, 2, 101], ["g1", 3, "a", 1, 2, 101]]
+    gaps = rebalances["since_previous_ms"].tolist()
+    assert gaps[0] != gaps[0] and gaps[1] > 0  # NaN first: no previous rebalance
+
+
 def test_topics_configs_and_leadership(audited: Audited) -> None:
     topics = _table(audited, "topic_lifecycle")
     assert topics[["topic", "name_generation", "name_reused", "partitions"]].values.tolist() == [

@@ -138,6 +138,8 @@ def _story() -> tuple[_Log, Batch]:
     log.data("rewind", m.commit("g1", ORDERS, 0, 30), m.commit("g1", ORDERS, 0, 15))
     log.data("stall", m.commit("g1", ORDERS, 0, 15))
     log.data("advance", m.commit("g1", ORDERS, 0, 40), m.commit("g2", ORDERS, 1, 5))
+    log.data("rebalance-g1", m.group_rebalance("g1", 1, ["a", "b"], assignment=[("orders", [0, 1])]))
+    log.data("rebalance-g1-again", m.group_rebalance("g1", 3, ["a"], assignment=[("orders", [0, 1])]))
     log.data("delete-events", m.remove(EVENTS))
     log.data("reuse-events", m.topic("events", EVENTS_AGAIN), m.partition(EVENTS_AGAIN, 0, [102]))
     log.data("producer-ids", m.producer_ids(1000, 102, b102), m.producer_ids(2000, 102, b102))

@@ -107,6 +107,18 @@ def test_topics_configs_and_the_reused_name(incident: Incident, audited: PlainAu
     ]
 
 
+def test_each_recorded_rebalance_is_an_event_with_its_members(incident: Incident, audited: PlainAudit) -> None:
+    rebalances = [
+        (e["offset"], e["resource"], e["generation"], e["group_leader"], e["members"], e["count"], e["broker"])
+        for e in audited.events
+        if e["event"] == "REBALANCE"
+    ]
+    assert rebalances == [
+        (incident.offsets["rebalance-g1"], "g1", 1, "a", ["a", "b"], 2, 101),
+        (incident.offsets["rebalance-g1-again"], "g1", 3, "a", ["a"], 2, 101),
+    ]
+
+
 def test_exactly_the_expected_violations(incident: Incident, audited: PlainAudit) -> None:
     found = sorted((v["check"], v["severity"], v["node"], v["offset"]) for v in audited.all_violations)
     assert found == [
