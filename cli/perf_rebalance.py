@@ -3,18 +3,20 @@ leaves, against a running cluster.
 
 ``--members`` consumers of one group subscribe to a topic of ``--partitions`` partitions
 (created if missing) in this process. Once every partition is owned, each round closes
-one member (it commits and sends LeaveGroup, as a consumer that shuts down cleanly does)
-and times until the remaining members own every partition again, each exactly once,
-then adds a new member and waits for the group to settle before the next round. The
-members learn of a rebalance from their next heartbeat, so ``--heartbeat-interval-ms``
-bounds most of the time; the rest is the join, the leader's assignment, the recorded
-rebalance and the sync.
+one member (it sends LeaveGroup, as a consumer that shuts down cleanly does) at a random
+moment of the others' heartbeat cycle, and times until the remaining members own every
+partition again, each exactly once; then it adds a new member and waits for the group
+to settle before the next round. The members learn of a rebalance from their next
+heartbeat, so ``--heartbeat-interval-ms`` bounds most of the time (half of it on
+average); the rest is the join, the leader's assignment, the recorded rebalance and
+the sync.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import statistics
 import time
 from typing import Any
@@ -34,8 +36,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     perf = kinds.add_parser("rebalance", help="time a consumer group's rebalance after a member leaves")
     perf.add_argument("--members", type=positive, default=10, help="consumers in the group (default 10)")
     perf.add_argument("--rounds", type=positive, default=5, help="members that leave, one per round (default 5)")
-    perf.add_argument("--heartbeat-interval-ms", type=positive, default=1_000, help="the consumers' (default 1000)")
+    perf.add_argument("--heartbeat-interval-ms", type=positive, default=1_000, help="the consumers' (default 1000, the consumer's default)")
     perf.add_argument("--assignor", default="range", choices=("range", "cooperative-sticky"))
+    perf.add_argument("--seed", type=int, default=0, help="the random moments members leave at")
     perf.add_argument("--topic", default="raftka-perf-rebalance")
     perf.add_argument("--partitions", type=positive, default=60, help="if the topic is created (default 60)")
     perf.add_argument("--replication-factor", type=positive, default=3, help="if the topic is created")
@@ -71,6 +74,7 @@ def run_perf_rebalance(args: argparse.Namespace) -> int:
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     addresses = broker_addresses(args)
     group = f"perf-rebalance-{int(time.time())}"
+    rng = random.Random(args.seed)
     members: list[tuple[AsyncConsumer, _Owned]] = []
 
     def join() -> None:
@@ -103,6 +107,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         await settled(time.monotonic() + SETTLE_TIMEOUT_S)
         times_ms = []
         for _ in range(args.rounds):
+            phase_s = rng.uniform(0, args.heartbeat_interval_ms / 1000)
+            await asyncio.gather(*(consumer.poll(int(phase_s * 1000)) for consumer, _ in members))
             leaving, _ = members.pop(0)
             await leaving.close()
             times_ms.append(round(await settled(time.monotonic() + SETTLE_TIMEOUT_S) * 1000, 1))

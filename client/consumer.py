@@ -78,7 +78,7 @@ class AsyncConsumer:
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5_000,
         session_timeout_ms: int = 45_000,
-        heartbeat_interval_ms: int = 3_000,
+        heartbeat_interval_ms: int = 1_000,  # Kafka's is 3000; a heartbeat costs little here and is how a member hears of a rebalance
         max_poll_interval_ms: int = 300_000,
         partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
         retry_backoff_ms: int = 100,
