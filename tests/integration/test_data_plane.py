@@ -1,9 +1,10 @@
 """The data plane on real processes: ``raftka cluster up`` (3 controllers, 3 brokers).
 
 - ``raftka chaos kill-broker`` SIGKILLs (then SIGSTOPs) the busiest partition leader five
-  times under an acks=all load (RF 3, min.insync.replicas 2); afterwards every
-  acknowledged record is read back in its partition's order, and nothing appears that
-  was never sent. A SIGKILL lands mid-write: each victim recovers its logs and rejoins
+  times under an acks=all load (RF 3, min.insync.replicas 2) while a group of two
+  consumers reads along; afterwards every acknowledged record is read back in its
+  partition's order, nothing appears that was never sent, the group processed every
+  acknowledged record at least once and converged. A SIGKILL lands mid-write: each victim recovers its logs and rejoins
   every ISR before the next round starts.
 - Every per-partition error a producer or consumer can get, from a real broker, with
   the partition's log unchanged after each and the broker still serving: over the data
@@ -61,7 +62,7 @@ def cluster(tmp_path: Path):  # noqa: ANN201
 def test_acknowledged_records_survive_five_leader_failures(cluster: MetadataCluster, signal_name: str) -> None:
     done = subprocess.run(
         [*RAFTKA, "chaos", "kill-broker", "--rounds", "5", "--signal", signal_name, "--rate", "500",
-         "--output", "json", "--dir", str(cluster.dir)],
+         "--group-consumers", "2", "--output", "json", "--dir", str(cluster.dir)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -75,6 +76,7 @@ def test_acknowledged_records_survive_five_leader_failures(cluster: MetadataClus
     assert summary["out_of_order"] == 0, summary
     assert summary["read"] == summary["acknowledged"] + summary["duplicated"] + summary["unacknowledged_read"], summary
     assert summary["unknown"] == 0, summary
+    assert summary["group_missed"] == 0 and summary["group_converged"], summary  # a group read along
     assert done.returncode == 0
 
 
