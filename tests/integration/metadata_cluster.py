@@ -45,6 +45,16 @@ class MetadataCluster:
         """``raftka cluster up``: create and start, or start the nodes that are down."""
         return json.loads(self._raftka("cluster", "up", "--output", "json", timeout_s=UP_TIMEOUT_S))
 
+    def up_configured(self, **settings: dict[str, Any]) -> None:
+        """Create the cluster, then restart it with ``settings``: ``role__section={key: value}``
+        (``controller__metadata={"snapshot_interval_records": 10}``) in every such node."""
+        self.up()
+        self.down()
+        for target, values in settings.items():
+            role, _, section = target.partition("__")
+            self.configure(role, section, **values)
+        self.up()
+
     def down(self) -> None:
         self._raftka("cluster", "down", "--timeout-s", "5", timeout_s=30)
 

@@ -34,11 +34,10 @@ class _History:
         self.cluster = MetadataCluster(cluster_dir)
 
     def start(self) -> None:
-        self.cluster.up()
-        self.cluster.down()
-        self.cluster.configure("controller", "controller", session_timeout_ms=SESSION_TIMEOUT_MS)
-        self.cluster.configure("broker", "broker", heartbeat_interval_ms=HEARTBEAT_MS)
-        self.cluster.up()
+        self.cluster.up_configured(
+            controller__controller={"session_timeout_ms": SESSION_TIMEOUT_MS},
+            broker__broker={"heartbeat_interval_ms": HEARTBEAT_MS},
+        )
 
     def raftka(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*RAFTKA, *args], capture_output=True, text=True, timeout=timeout_s)

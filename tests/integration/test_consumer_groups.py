@@ -28,11 +28,10 @@ SESSION_TIMEOUT_MS = 2_000  # the controller's: a killed broker is fenced (and i
 def cluster(tmp_path: Path):  # noqa: ANN201
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
-        cluster.up()
-        cluster.down()
-        cluster.configure("controller", "controller", session_timeout_ms=SESSION_TIMEOUT_MS)
-        cluster.configure("broker", "broker", heartbeat_interval_ms=300, group_initial_rebalance_delay_ms=0)
-        cluster.up()
+        cluster.up_configured(
+            controller__controller={"session_timeout_ms": SESSION_TIMEOUT_MS},
+            broker__broker={"heartbeat_interval_ms": 300, "group_initial_rebalance_delay_ms": 0},
+        )
         yield cluster
     finally:
         cluster.close()

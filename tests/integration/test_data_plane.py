@@ -48,11 +48,10 @@ HEARTBEAT_MS = 300
 def cluster(tmp_path: Path):  # noqa: ANN201
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
-        cluster.up()
-        cluster.down()
-        cluster.configure("controller", "controller", session_timeout_ms=SESSION_TIMEOUT_MS)
-        cluster.configure("broker", "broker", heartbeat_interval_ms=HEARTBEAT_MS)
-        cluster.up()
+        cluster.up_configured(
+            controller__controller={"session_timeout_ms": SESSION_TIMEOUT_MS},
+            broker__broker={"heartbeat_interval_ms": HEARTBEAT_MS},
+        )
         yield cluster
     finally:
         cluster.close()

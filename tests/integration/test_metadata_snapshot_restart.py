@@ -34,10 +34,7 @@ ELECTION_ROUNDS_MAX = 10  # each round the restarted node wins with probability 
 def test_a_restarted_controller_loads_a_snapshot_and_catches_up(tmp_path: Path) -> None:
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
-        cluster.up()
-        cluster.down()
-        cluster.configure("controller", "metadata", snapshot_interval_records=SNAPSHOT_INTERVAL_RECORDS)
-        cluster.up()
+        cluster.up_configured(controller__metadata={"snapshot_interval_records": SNAPSHOT_INTERVAL_RECORDS})
         with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
             scenario(cluster, admin)
     finally:
