@@ -1,26 +1,30 @@
-"""A data-protocol listener: frames in, handlers called, answers out (``wire.frames``).
+"""A framed-protocol listener: frames in, a dispatcher's calls run, answers out. It serves
+the raftka data protocol (``wire.frames``, through ``FrameServer``) and, with another
+dispatcher, Kafka's (``broker.kafka``).
 
 Each request becomes a task, started in arrival order, so a handler's synchronous part
 (a produce's validation and append) runs in the order the requests arrived on the
-connection; answers go back as each finishes. Bad input never stops the listener: an
-unknown API or version gets ``UNSUPPORTED_VERSION``, a message that does not decode
-``INVALID_REQUEST``, a handler that fails ``UNKNOWN_SERVER_ERROR`` (logged), and only
-bytes that cannot be frames (a length over the limit, a header cut short) close that
-one connection.
+connection. A dispatcher says how answers go back: as each finishes (raftka's protocol,
+matched by correlation id) or in request order (Kafka's, which clients rely on). Bad
+input never stops the listener: the dispatcher answers what it can answer (an unknown
+API or version, a message that does not decode), and only bytes that cannot be frames
+close that one connection.
 
 Bounds: at most ``connections_max`` connections (more are closed at once), at most
-``in_flight_max`` requests being handled per connection (the connection is not read
-meanwhile, so TCP pushes back on the client), no reading while the client is not
-reading its answers (asyncio's write-buffer limits), and requests of at most
-``REQUEST_FRAME_MAX_BYTES``.
+``in_flight_max`` requests being handled or waiting to be answered per connection (the
+connection is not read meanwhile, so TCP pushes back on the client), no reading while
+the client is not reading its answers (asyncio's write-buffer limits), and requests of at
+most ``request_max_bytes``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Protocol
 
 import structlog
 from google.protobuf.message import DecodeError, Message
@@ -41,11 +45,25 @@ E = controller_pb2.ErrorCode
 log = structlog.get_logger("wire.server")
 
 Handler = Callable[[Message], Awaitable[Message | None]]  # None: the request gets no answer
+Call = Coroutine[Any, Any, bytes | None]  # a request being handled: its answer frame, or None for no answer
 
 
 class CloseConnection(Exception):
     """Raised by a handler that cannot answer but must tell the client something went
     wrong (Kafka's rule for a refused acks=0 produce): the connection is closed."""
+
+
+class Dispatcher(Protocol):
+    """A protocol's requests: what a frame asks for, and how its answer is encoded."""
+
+    ordered: bool  # answers go back in request order (else as each finishes)
+
+    def dispatch(self, frame: memoryview) -> Call | bytes:
+        """The call that will answer ``frame``, or an answer ready now. Raises
+        ``FrameError`` for bytes the connection cannot go on after."""
+        ...
+
+
 CONNECTIONS_MAX = 4_096
 IN_FLIGHT_MAX = 64
 WRITE_BUFFER_HIGH_BYTES = 4 << 20
@@ -55,20 +73,20 @@ REFUSAL_LOG_INTERVAL_S = 60.0
 current_peer: contextvars.ContextVar[str] = contextvars.ContextVar("current_peer", default="")
 
 
-class FrameServer:
-    """Serves ``handlers`` (API key to handler) on one TCP listener."""
+class Listener:
+    """Serves one dispatcher's protocol on one TCP listener."""
 
     def __init__(
         self,
-        handlers: Mapping[int, Handler],
+        dispatcher: Dispatcher,
         *,
+        name: str,
         connections_max: int = CONNECTIONS_MAX,
         in_flight_max: int = IN_FLIGHT_MAX,
         request_max_bytes: int = REQUEST_FRAME_MAX_BYTES,
     ) -> None:
-        unknown = set(handlers) - set(APIS)
-        assert not unknown, f"handlers for APIs the protocol does not define: {unknown}"
-        self.handlers = dict(handlers)
+        self.dispatcher = dispatcher
+        self.name = name
         self.connections_max = connections_max
         self.in_flight_max = in_flight_max
         self.request_max_bytes = request_max_bytes
@@ -96,19 +114,69 @@ class FrameServer:
             now = time.monotonic()
             if now - self._refusals_logged_at >= REFUSAL_LOG_INTERVAL_S:
                 self._refusals_logged_at = now
-                log.warning("data listener full; closing new connections", connections_max=self.connections_max)
+                log.warning(
+                    "listener full; closing new connections", listener=self.name, connections_max=self.connections_max
+                )
             return False
         self.connections.add(connection)
         return True
 
 
+class FrameServer(Listener):
+    """The raftka data protocol: ``handlers`` by API key."""
+
+    def __init__(self, handlers: Mapping[int, Handler], **bounds: Any) -> None:
+        super().__init__(DataDispatcher(handlers), name="data", **bounds)
+
+
+class DataDispatcher:
+    """raftka's data protocol (``wire.frames``): answers as each finishes."""
+
+    ordered = False
+
+    def __init__(self, handlers: Mapping[int, Handler]) -> None:
+        unknown = set(handlers) - set(APIS)
+        assert not unknown, f"handlers for APIs the protocol does not define: {unknown}"
+        self.handlers = dict(handlers)
+
+    def dispatch(self, frame: memoryview) -> Call | bytes:
+        if len(frame) < REQUEST_HEADER.size:
+            raise FrameError(f"a request frame of {len(frame)} bytes is shorter than its header")
+        api_key, version, correlation_id = REQUEST_HEADER.unpack_from(frame)
+        spec = APIS.get(api_key)
+        handler = self.handlers.get(api_key)
+        if spec is None or handler is None or version != VERSION:
+            why = f"api {api_key} version {version} is not served here"
+            return encode_response(correlation_id, status_only(E.UNSUPPORTED_VERSION, why))
+        try:
+            request = spec.request.FromString(frame[REQUEST_HEADER.size :])
+        except DecodeError as e:
+            why = f"{spec.name} request does not decode: {e}"
+            return encode_response(correlation_id, status_only(E.INVALID_REQUEST, why))
+        return self._answer(handler, spec.name, correlation_id, request)
+
+    @staticmethod
+    async def _answer(handler: Handler, name: str, correlation_id: int, request: Message) -> bytes | None:
+        try:
+            response = await handler(request)
+        except CloseConnection:
+            raise
+        except Exception as e:  # a bug in a handler must not take the listener down
+            log.exception("data request failed", api=name, peer=current_peer.get())
+            response = status_only(E.UNKNOWN_SERVER_ERROR, f"{name} failed on the broker: {type(e).__name__}")
+        return None if response is None else encode_response(correlation_id, response)
+
+
 class _Connection(asyncio.Protocol):
-    def __init__(self, server: FrameServer) -> None:
-        self._server = server
-        self._decoder = FrameDecoder(server.request_max_bytes)
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._dispatcher = listener.dispatcher
+        self._decoder = FrameDecoder(listener.request_max_bytes)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[bytes | None]] = set()
+        # ordered answers: every request not yet answered, in arrival order (a task, or its answer)
+        self._unanswered: collections.deque[asyncio.Task[bytes | None] | bytes] = collections.deque()
         self._reading = True
         self._writable = True
 
@@ -117,15 +185,16 @@ class _Connection(asyncio.Protocol):
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        if not self._server._admit(self):
+        if not self._listener._admit(self):
             transport.abort()
             return
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._server.connections.discard(self)
+        self._listener.connections.discard(self)
         for task in self._tasks:
             task.cancel()
+        self._unanswered.clear()
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -143,29 +212,32 @@ class _Connection(asyncio.Protocol):
         self._decoder.feed(data)
         self._dispatch()
 
+    def _busy(self) -> int:
+        return len(self._unanswered) if self._dispatcher.ordered else len(self._tasks)
+
     def _dispatch(self) -> None:
         """Start requests while the bounds allow, then read on only if they still do."""
         transport = self._transport
         assert transport is not None
-        while self._writable and len(self._tasks) < self._server.in_flight_max and not transport.is_closing():
+        while self._writable and self._busy() < self._listener.in_flight_max and not transport.is_closing():
             try:
                 frame = self._decoder.next_frame()
+                if frame is None:
+                    break
+                try:
+                    self._start(frame)
+                finally:
+                    frame.release()
             except FrameError as e:
                 self._close_for(str(e))
                 return
-            if frame is None:
-                break
-            try:
-                self._start(frame)
-            finally:
-                frame.release()
         self._update_reading()
 
     def _update_reading(self) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        want = self._writable and len(self._tasks) < self._server.in_flight_max
+        want = self._writable and self._busy() < self._listener.in_flight_max
         if want and not self._reading:
             transport.resume_reading()
         elif not want and self._reading:
@@ -173,54 +245,55 @@ class _Connection(asyncio.Protocol):
         self._reading = want
 
     def _start(self, frame: memoryview) -> None:
-        if len(frame) < REQUEST_HEADER.size:
-            self._close_for(f"a request frame of {len(frame)} bytes is shorter than its header")
-            return
-        api_key, version, correlation_id = REQUEST_HEADER.unpack_from(frame)
-        spec = APIS.get(api_key)
-        handler = self._server.handlers.get(api_key)
-        if spec is None or handler is None or version != VERSION:
-            self._answer(
-                correlation_id,
-                status_only(E.UNSUPPORTED_VERSION, f"api {api_key} version {version} is not served here"),
-            )
-            return
-        try:
-            request = spec.request.FromString(frame[REQUEST_HEADER.size :])
-        except DecodeError as e:
-            self._answer(correlation_id, status_only(E.INVALID_REQUEST, f"{spec.name} request does not decode: {e}"))
+        call = self._dispatcher.dispatch(frame)
+        if isinstance(call, bytes):
+            if self._dispatcher.ordered and self._unanswered:
+                self._unanswered.append(call)
+            else:
+                self._write(call)
             return
         context = contextvars.copy_context()
         context.run(current_peer.set, self._peer)
-        task = asyncio.get_running_loop().create_task(
-            self._handle(handler, spec.name, correlation_id, request), context=context
-        )
+        task = asyncio.get_running_loop().create_task(call, context=context)
         self._tasks.add(task)
+        if self._dispatcher.ordered:
+            self._unanswered.append(task)
         task.add_done_callback(self._finished)
 
-    async def _handle(self, handler: Handler, name: str, correlation_id: int, request: Message) -> None:
-        try:
-            response = await handler(request)
-        except CloseConnection as e:
-            log.debug("closing a data connection", peer=self._peer, reason=str(e))
+    def _finished(self, task: asyncio.Task[bytes | None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or self._transport is None or self._transport.is_closing():
+            return
+        if (error := task.exception()) is not None:
+            if isinstance(error, CloseConnection):
+                log.debug("closing a connection", listener=self._listener.name, peer=self._peer, reason=str(error))
+            else:
+                log.error("a request failed; closing its connection", listener=self._listener.name, peer=self._peer, exc_info=error)
             self.abort()
             return
-        except Exception as e:  # a bug in a handler must not take the listener down
-            log.exception("data request failed", api=name, peer=self._peer)
-            response = status_only(E.UNKNOWN_SERVER_ERROR, f"{name} failed on the broker: {type(e).__name__}")
-        if response is not None:
-            self._answer(correlation_id, response)
+        if self._dispatcher.ordered:
+            self._write_answered()
+        else:
+            self._write(task.result())
+        self._dispatch()
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if self._transport is not None and not self._transport.is_closing():
-            self._dispatch()
+    def _write_answered(self) -> None:
+        """Ordered answers: write every answer ready at the head of the line."""
+        unanswered = self._unanswered
+        while unanswered:
+            head = unanswered[0]
+            if isinstance(head, asyncio.Task):
+                if not head.done():
+                    return
+                head = head.result()
+            unanswered.popleft()
+            self._write(head)
 
-    def _answer(self, correlation_id: int, response: Message) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(encode_response(correlation_id, response))
+    def _write(self, answer: bytes | None) -> None:
+        if answer is not None and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(answer)
 
     def _close_for(self, why: str) -> None:
-        log.warning("closing a data connection: bad frame", peer=self._peer, reason=why)
+        log.warning("closing a connection: bad frame", listener=self._listener.name, peer=self._peer, reason=why)
         assert self._transport is not None
         self._transport.abort()
