@@ -39,9 +39,9 @@ class BrokerApi:
         cluster_id: str,
         controller_id: Callable[[], int],
     ) -> None:
-        self._replicas = replicas
+        self.replicas = replicas
+        self.cluster_id = cluster_id
         self._link = link
-        self._cluster_id = cluster_id
         self._controller_id = controller_id
         self.produce = replicas.produce
         self.fetch = replicas.fetch
@@ -76,16 +76,21 @@ class BrokerApi:
     async def _produce_over_the_wire(self, request: Pb.ProduceRequest) -> Pb.ProduceResponse | None:
         return wire_produce_answer(request, await self.produce(request))
 
+    @property
+    def image(self) -> MetadataImage:
+        return self.replicas.image
+
     async def metadata(self, request: Pb.MetadataRequest) -> Pb.MetadataResponse:
-        return metadata_response(self._replicas.image, request, self._cluster_id, self._controller_id())
+        return metadata_response(self.replicas.image, request, self.cluster_id, self._controller_id())
 
     async def list_offsets(self, request: Pb.ListOffsetsRequest) -> Pb.ListOffsetsResponse:
-        return self._replicas.list_offsets(request)
+        return self.replicas.list_offsets(request)
 
     async def offset_fetch(self, request: controller_pb2.OffsetFetchRequest) -> controller_pb2.OffsetFetchResponse:
-        return await self._forward("OffsetFetch", request, controller_pb2.OffsetFetchResponse)
+        return await self.forward("OffsetFetch", request, controller_pb2.OffsetFetchResponse)
 
-    async def _forward(self, method: str, request, response_type):  # noqa: ANN001: a controller request
+    async def forward(self, method: str, request, response_type):  # noqa: ANN001: a controller request
+        """The active controller's answer to ``request``, or REQUEST_TIMED_OUT if none answers."""
         try:
             return await self._link.call(method, request)
         except LinkError as e:

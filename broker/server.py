@@ -8,8 +8,9 @@ becomes role changes in ``BrokerPartitions``, which the replica manager turns in
 leaders and followers of partition logs; the lifecycle task registers the broker and
 heartbeats the active controller. The data API (``broker.data_service``) is served on
 the broker's data listener (``broker.data_listener``, the raw-TCP data protocol of
-``wire``) for producers, consumers and followers, and on the node's gRPC server for
-tools.
+``wire``) for producers, consumers and followers, on its Kafka listener
+(``kafka.listener``, ``broker.kafka``) for Kafka's own clients, and on the node's gRPC
+server for tools.
 
 SIGTERM or SIGINT is a controlled shutdown: the broker heartbeats ``want_shut_down``
 until the controller has moved its leaderships away, waiting at most
@@ -32,6 +33,8 @@ from broker.controller_link import ControllerLink
 from broker.data_service import BrokerApi, BrokerService
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.group import GroupLimits
+from broker.kafka.endpoints import KAFKA_LISTENER
+from broker.kafka.listener import kafka_listener
 from broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
 from broker.log.flusher import BackgroundFlusher
 from broker.log.manager import LogManager
@@ -47,7 +50,7 @@ from raft.logs import configure_logging
 from raft.node_config import NodeConfig, parse_host_port
 from raft.server import ServerError, open_node
 from wire.frames import DATA_LISTENER
-from wire.server import FrameServer
+from wire.server import FrameServer, Listener
 
 PARTITIONS_DIR = "partitions"  # under data_dir, beside the metadata log
 FLUSH_CHECK_INTERVAL_MS = 1_000  # how often logs are checked against their flush.ms (Kafka's scheduler: 1 s too)
@@ -133,7 +136,7 @@ class DataPlane:
         self.fetchers = ReplicaFetchers(
             config.node_id, self._address, config.broker, broker_epoch, lambda p: self.replicas.fail_reads_of(p)
         )
-        self.listener: FrameServer | None = None
+        self.listeners: list[Listener] = []
         self.isr_changes = IsrChanges(
             link, config.node_id, broker_epoch, lambda p: self.replicas.isr_change_done(p)
         )
@@ -156,10 +159,18 @@ class DataPlane:
             _every(FLUSH_CHECK_INTERVAL_MS, self.logs.flush_due, "log-flush"),
         ]
 
-    async def serve(self, api: BrokerApi, address: str) -> None:
-        host, port = parse_host_port(address, "broker.data_listener")
-        self.listener = FrameServer(api.wire_handlers())
-        await self.listener.start(host, port)
+    async def serve(self, api: BrokerApi, config: NodeConfig) -> None:
+        """Listen for raftka's data protocol and, if configured, Kafka's."""
+        wanted = [("broker.data_listener", config.broker.data_listener, FrameServer(api.wire_handlers()))]
+        if config.kafka.listener:
+            wanted.append(("kafka.listener", config.kafka.listener, kafka_listener(api, config)))
+        for key, address, listener in wanted:
+            host, port = parse_host_port(address, key)
+            try:
+                await listener.start(host, port)
+            except OSError as e:
+                raise ServerError(f"{key}: cannot listen on {address}: {e.strerror or e}") from None
+            self.listeners.append(listener)
 
     def _address(self, broker_id: int) -> str | None:
         broker = self.replicas.image.brokers.get(broker_id)
@@ -174,8 +185,8 @@ class DataPlane:
         self.logs.apply_retention(int(time.time() * 1000))
 
     async def close(self) -> None:
-        if self.listener is not None:
-            await self.listener.close()
+        for listener in self.listeners:
+            await listener.close()
         await self.groups.close()
         for task in self._tasks:
             task.cancel()
@@ -220,9 +231,12 @@ async def start_broker(config: NodeConfig) -> Broker:
         config, state_machine, [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)]
     )
     api = BrokerApi(data.replicas, data.groups, link, node.cluster_id, lambda: node.leadership.leader_id)
+    endpoints = [_endpoint(DATA_LISTENER, config.broker.data_listener), _endpoint(GRPC_LISTENER, config.listener)]
+    if config.kafka.listener:
+        endpoints.append(_endpoint(KAFKA_LISTENER, config.kafka.listener))
     lifecycle = BrokerLifecycle(
         config.node_id,
-        [_endpoint(DATA_LISTENER, config.broker.data_listener), _endpoint(GRPC_LISTENER, config.listener)],
+        endpoints,
         config.broker.rack,
         config.broker.heartbeat_interval_ms,
         link,
@@ -231,11 +245,11 @@ async def start_broker(config: NodeConfig) -> Broker:
     )
     await node.start()
     try:
-        await data.serve(api, config.broker.data_listener)
-    except OSError as e:
+        await data.serve(api, config)
+    except ServerError:
         await data.close()
         await node.shutdown(graceful=False)
-        raise ServerError(f"broker.data_listener: cannot listen on {config.broker.data_listener}: {e.strerror or e}") from None
+        raise
     return Broker(node, state_machine, partitions, lifecycle, link, data)
 
 
@@ -254,6 +268,7 @@ async def run_broker(config: NodeConfig) -> None:
     log.info(
         "broker listening",
         data_listener=config.broker.data_listener,
+        kafka_listener=config.kafka.listener or None,
         listener=config.listener,
         incarnation_id=broker.lifecycle.incarnation_id,
     )

@@ -27,13 +27,14 @@ from cli.errors import CliError
 from cli.quorum_client import DescribeQuorumResponse, QuorumClient
 from client.admin import Admin, RetryPolicy
 from client.errors import AdminError
-from raft.node_config import BROKER, BrokerConfig, LogConfig, NodeConfig, Voter, render_toml
+from raft.node_config import BROKER, BrokerConfig, KafkaConfig, LogConfig, NodeConfig, Voter, render_toml
 from raft.storage import meta
 
 LOOPBACK = "127.0.0.1"
 MAX_CONTROLLERS = 9
 MAX_BROKERS = 9
 FIRST_BROKER_ID = 101
+KAFKA_FIRST_PORT = 9092  # the first broker's Kafka listener, when free
 POLL_INTERVAL_S = 0.1
 # Local clusters keep their history for `raftka audit`: retired segments and snapshots go
 # to archive/, bounded so a long-lived dev cluster cannot fill the disk.
@@ -127,6 +128,7 @@ def up(
                 "role": n.role,
                 "address": n.address,
                 "data_address": n.data_address or None,
+                "kafka_address": n.kafka_address or None,
                 "pid": n.pid,
                 "config": n.config,
                 "log": n.log,
@@ -145,6 +147,7 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
     if cluster_dir.exists() and any(cluster_dir.iterdir()):
         raise CliError(f"{cluster_dir} is not empty but holds no {local.STATE_FILE}; remove it or use --dir")
     ports = free_ports(controllers + 2 * brokers)  # a broker has a gRPC and a data listener
+    kafka_ports = kafka_listener_ports(brokers)
     voters = tuple(Voter(i, LOOPBACK, port) for i, port in enumerate(ports[:controllers], start=1))
     cluster_id = meta.new_cluster_id()
     nodes = []
@@ -167,6 +170,10 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
             listener=f"{LOOPBACK}:{broker_ports[2 * i]}",
             process_roles=(BROKER,),
             broker=BrokerConfig(data_listener=f"{LOOPBACK}:{broker_ports[2 * i + 1]}"),
+            kafka=KafkaConfig(
+                listener=f"{LOOPBACK}:{kafka_ports[i]}",
+                default_replication_factor=min(KafkaConfig().default_replication_factor, brokers),
+            ),
             log=LOCAL_LOG,
         )
         nodes.append(_write_node(config, local.BROKER, cluster_id, initial_cluster=False))
@@ -190,10 +197,27 @@ def _write_node(config: NodeConfig, role: str, cluster_id: str, *, initial_clust
         role=role,
         address=config.listener,
         data_address=config.broker.data_listener,
+        kafka_address=config.kafka.listener,
         data_dir=str(config.data_dir),
         config=str(config_path),
         log=str(node_dir / "server.log"),
     )
+
+
+def kafka_listener_ports(count: int) -> list[int]:
+    """Kafka's own ports from 9092 when they are all free (what Kafka users type), else
+    ports the kernel picks (another cluster, or a Kafka, holds them)."""
+    wanted = list(range(KAFKA_FIRST_PORT, KAFKA_FIRST_PORT + count))
+    sockets = [socket.socket() for _ in wanted]
+    try:
+        for s, port in zip(sockets, wanted, strict=True):
+            s.bind((LOOPBACK, port))
+    except OSError:
+        return free_ports(count)
+    finally:
+        for s in sockets:
+            s.close()
+    return wanted
 
 
 def free_ports(count: int) -> list[int]:
@@ -287,6 +311,7 @@ def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
     started = ", ".join(str(i) for i in result["started"]) or "none (all were running)"
     rows = [(n["id"], n["role"], n["address"], n["data_address"], n["pid"], n["log"]) for n in result["nodes"]]
     bootstrap = ",".join(n["data_address"] for n in result["nodes"] if n["data_address"])
+    kafka = ",".join(n["kafka_address"] for n in result["nodes"] if n.get("kafka_address"))
     return "\n".join(
         [
             f"{'Created' if result['created'] else 'Local'} cluster {result['cluster_id']} in {result['dir']}; "
@@ -294,6 +319,7 @@ def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
             output.table(("ID", "ROLE", "ADDRESS", "DATA LISTENER", "PID", "LOG"), rows),
             f"Leader: node {result['leader_id']} (epoch {result['leader_epoch']})",
             *([f"Bootstrap:   {bootstrap}  (producers and consumers: --bootstrap-server)"] if bootstrap else []),
+            *([f"Kafka:       {kafka}  (Kafka clients: bootstrap.servers)"] if kafka else []),
             f"Describe it: raftka quorum describe --status{suffix}",
             f"Brokers:     raftka brokers list{suffix}",
             f"Stop it:     raftka cluster down{suffix}",
@@ -398,6 +424,7 @@ def status(cluster_dir: Path) -> dict[str, Any]:
                     "role": role,
                     "address": node.address,
                     "data_address": node.data_address or None,
+                    "kafka_address": node.kafka_address or None,
                     "pid": node.pid if alive else None,
                     "alive": alive,
                 }

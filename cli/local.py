@@ -33,6 +33,7 @@ class NodeRecord:
     log: str  # absolute path of the node's stdout/stderr
     pid: int | None = None  # None: never started or stopped by `cluster down`
     data_address: str = ""  # a broker's data listener (broker.data_listener); "" for controllers
+    kafka_address: str = ""  # a broker's Kafka listener (kafka.listener); "" for controllers
 
 
 @dataclass(slots=True)

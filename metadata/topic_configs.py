@@ -40,6 +40,7 @@ class ConfigDef:
     default: str
     doc: str
     parse: Callable[[str], str]  # stripped value -> normalized value; raises _BadValue
+    kind: str  # Kafka's config type: LONG, INT, STRING or LIST
 
 
 def _integer(minimum: int, maximum: int, type_name: str) -> Callable[[str], str]:
@@ -94,78 +95,91 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 "604800000",
                 "how long a segment is kept after its last write (ms); -1 keeps it forever",
                 _integer(-1, INT64_MAX, "LONG"),
+                "LONG",
             ),
             ConfigDef(
                 RETENTION_BYTES,
                 "-1",
                 "the partition size above which old segments are deleted; -1 is unlimited",
                 _integer(-1, INT64_MAX, "LONG"),
+                "LONG",
             ),
             ConfigDef(
                 SEGMENT_BYTES,
                 str(GIB),
                 "the size at which a partition's log rolls to a new segment (1 KiB to 1 GiB)",
                 _at_most(GIB, _integer(1024, INT32_MAX, "INT")),
+                "INT",
             ),
             ConfigDef(
                 "segment.ms",
                 "604800000",
                 "the age (ms) at which the active segment rolls even if not full",
                 _integer(1, INT64_MAX, "LONG"),
+                "LONG",
             ),
             ConfigDef(
                 "index.interval.bytes",
                 "4096",
                 "bytes of log between two entries of the sparse offset index",
                 _integer(0, INT32_MAX, "INT"),
+                "INT",
             ),
             ConfigDef(
                 "flush.messages",
                 str(INT64_MAX),
                 "fsync once this many records are unflushed; 1 fsyncs each batch before it counts as written",
                 _integer(1, INT64_MAX, "LONG"),
+                "LONG",
             ),
             ConfigDef(
                 "flush.ms",
                 str(INT64_MAX),
                 "fsync once the oldest unflushed write is this old (ms); durability comes from replication",
                 _integer(0, INT64_MAX, "LONG"),
+                "LONG",
             ),
             ConfigDef(
                 "message.timestamp.type",
                 "CreateTime",
                 "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch on append",
                 _timestamp_type,
+                "STRING",
             ),
             ConfigDef(
                 "message.timestamp.before.max.ms",
                 str(INT64_MAX),
                 "how far (ms) before the broker's clock a CreateTime timestamp may be",
                 _integer(0, INT64_MAX, "LONG"),
+                "LONG",
             ),
             ConfigDef(
                 "message.timestamp.after.max.ms",
                 "3600000",
                 "how far (ms) after the broker's clock a CreateTime timestamp may be",
                 _integer(0, INT64_MAX, "LONG"),
+                "LONG",
             ),
             ConfigDef(
                 MIN_INSYNC_REPLICAS,
                 "1",
                 "with acks=all, the in-sync replicas a write needs; at most the replication factor",
                 _integer(1, INT32_MAX, "INT"),
+                "INT",
             ),
             ConfigDef(
                 MAX_MESSAGE_BYTES,
                 "1048588",
                 "the largest record batch the partition accepts (bytes)",
                 _integer(0, INT32_MAX, "INT"),
+                "INT",
             ),
             ConfigDef(
                 CLEANUP_POLICY,
                 "delete",
                 "how old segments go: 'delete' (compaction is not supported yet)",
                 _cleanup_policy,
+                "LIST",
             ),
         )
     }

@@ -92,6 +92,16 @@ class BrokerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    """A broker's Kafka wire-protocol listener (``broker.kafka``), for Kafka's own clients."""
+
+    listener: str = ""  # host:port Kafka clients connect to; "": no Kafka listener
+    auto_create_topics_enable: bool = True  # Kafka's auto.create.topics.enable: Metadata for an unknown topic creates it
+    num_partitions: int = 1  # Kafka's num.partitions: for topics created without a partition count
+    default_replication_factor: int = 3  # Kafka's default.replication.factor (Kafka: 1); raftka keeps three copies
+
+
+@dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: str = "info"
     format: str = "json"
@@ -110,6 +120,7 @@ class NodeConfig:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     metadata: MetadataConfig = field(default_factory=MetadataConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     @property
@@ -158,6 +169,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "controller.leader_rebalance_interval_ms": (int, ControllerConfig().leader_rebalance_interval_ms),
     **_declare("metadata", MetadataConfig),
     **_declare("broker", BrokerConfig),
+    **_declare("kafka", KafkaConfig),
     "logging.level": (str, LoggingConfig().level),
     "logging.format": (str, LoggingConfig().format),
 }
@@ -176,6 +188,8 @@ _POSITIVE = (
         for f in dataclasses.fields(BrokerConfig)
         if f.type == "int" and f.name != "group_initial_rebalance_delay_ms"
     ),
+    "kafka.num_partitions",
+    "kafka.default_replication_factor",
 )
 _NOT_NEGATIVE = (  # 0: off
     "broker.group_initial_rebalance_delay_ms",
@@ -232,6 +246,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         if values[key] < 0:
             raise ConfigError(f"{key}: must be 0 (off) or more, got {values[key]}")
     _check_data_listener(values["broker.data_listener"], listener, roles)
+    _check_kafka_listener(values["kafka.listener"], (listener, values["broker.data_listener"]), roles)
     _check_group_settings(values)
     if len(values["broker.rack"]) > RACK_CHARS_MAX:
         raise ConfigError(f"broker.rack: at most {RACK_CHARS_MAX} characters")
@@ -258,6 +273,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         ),
         metadata=MetadataConfig(**_table(values, "metadata", MetadataConfig)),
         broker=BrokerConfig(**_table(values, "broker", BrokerConfig)),
+        kafka=KafkaConfig(**_table(values, "kafka", KafkaConfig)),
         logging=LoggingConfig(level, fmt),
     )
 
@@ -291,6 +307,18 @@ def _check_data_listener(value: str, listener: str, roles: tuple[str, ...]) -> N
     parse_host_port(value, key)
     if value == listener:
         raise ConfigError(f"{key}: must differ from listener ({listener}), which serves gRPC")
+
+
+def _check_kafka_listener(value: str, taken: tuple[str, ...], roles: tuple[str, ...]) -> None:
+    """Optional: a broker without one serves only raftka's own clients."""
+    key = "kafka.listener"
+    if not value:
+        return
+    if BROKER not in roles:
+        raise ConfigError(f"{key}: only a broker serves Kafka clients (process_roles has no broker)")
+    parse_host_port(value, key)
+    if value in taken:
+        raise ConfigError(f"{key}: must differ from listener and broker.data_listener ({', '.join(taken)})")
 
 
 def _check_group_settings(values: Mapping[str, Any]) -> None:
@@ -349,6 +377,7 @@ def render_toml(config: NodeConfig) -> str:
         "controller.leader_rebalance_interval_ms": config.controller.leader_rebalance_interval_ms,
         **_render("metadata", config.metadata),
         **_render("broker", config.broker),
+        **_render("kafka", config.kafka),
         "logging.level": config.logging.level,
         "logging.format": config.logging.format,
     }

@@ -132,9 +132,7 @@ class GroupCoordinator:
             request.client_host = "/" + current_peer.get().rpartition(":")[0]
         group = self._group(request.group_id)
         outcome = group.join(request, self._clock_ms())
-        member_id = request.member_id
-        if outcome.answer is PARKED and not member_id:  # a static member's first join: its id is new
-            member_id = group.static[request.group_instance_id]
+        member_id = outcome.new_member_id or request.member_id
         return await self._answer(group.group_id, member_id, "join", outcome.answer, outcome.deliveries)
 
     async def sync(self, request: Pb.SyncGroupRequest) -> Pb.SyncGroupResponse:

@@ -131,6 +131,7 @@ class Outcome:
     answer: object
     deliveries: list[Delivery] = field(default_factory=list)
     rebalanced: Rebalanced | None = None
+    new_member_id: str = ""  # a join that added a member under a new id: its answer waits under that id
 
 
 class Group:
@@ -373,7 +374,7 @@ class Group:
             return self._replace_static(self.members[self.static[instance]], member_id, request, now_ms)
         if len(self.members) + len(self.pending) >= self.limits.max_size:
             return Outcome(_join_error("", E.GROUP_MAX_SIZE_REACHED, f"{self._name()} has {self.limits.max_size} members (group.max.size)"))
-        if instance:
+        if instance or request.add_new_member_at_once:
             return self._add_and_rebalance(request, member_id, instance, now_ms)
         self.pending[member_id] = now_ms + request.session_timeout_ms
         return Outcome(_join_error(member_id, E.MEMBER_ID_REQUIRED, "join again with this member id"))
@@ -399,6 +400,7 @@ class Group:
             return Outcome(answer, deliveries)
         outcome = self._rebalance_with(member, now_ms)
         outcome.deliveries[:0] = deliveries
+        outcome.new_member_id = member_id
         return outcome
 
     def _add_and_rebalance(self, request: Pb.JoinGroupRequest, member_id: str, instance: str, now_ms: int) -> Outcome:
@@ -408,7 +410,9 @@ class Group:
             self.static[instance] = member_id
         if not self.protocol_type:
             self.protocol_type = request.protocol_type
-        return self._rebalance_with(member, now_ms)
+        outcome = self._rebalance_with(member, now_ms)
+        outcome.new_member_id = member_id
+        return outcome
 
     def _join_known(self, member: Member, request: Pb.JoinGroupRequest, now_ms: int) -> Outcome:
         changed = [(p.name, p.metadata) for p in request.protocols] != member.protocols

@@ -438,6 +438,12 @@ class ReplicaManager:
             if found is not None and found[0] < partition.high_watermark:
                 result.offset, result.timestamp = found
 
+    def end_offset_for_epoch(self, topic: str, partition_id: int, current_leader_epoch: int, epoch: int) -> tuple[int, int]:
+        """(the largest leader epoch at most ``epoch``, where it ends) in the leader's log,
+        (-1, -1) if none: how a consumer finds whether its position survived a leader
+        change (Kafka's OffsetForLeaderEpoch, KIP-320)."""
+        return self._leader_partition(topic, partition_id, current_leader_epoch).log.end_offset_for_epoch(epoch)
+
     # upkeep -----------------------------------------------------------------------------
 
     def high_watermarks(self) -> dict[str, int]:

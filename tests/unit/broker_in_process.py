@@ -1,6 +1,7 @@
 """One real broker in this process for client tests: its replica manager and partition
-logs on disk, its group coordinator, served over the data protocol on a loopback port;
-the controller is ``ControllerInMemory`` and the test sets the topics' partitions."""
+logs on disk, its group coordinator, served over the data protocol and Kafka's on
+loopback ports; the controller is ``ControllerInMemory`` and the test sets the topics'
+partitions."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 from broker.data_service import BrokerApi
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.group import GroupLimits
+from broker.kafka.endpoints import KAFKA_LISTENER
+from broker.kafka.listener import kafka_listener
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions
 from broker.replica.manager import ReplicaManager
@@ -25,21 +28,23 @@ from metadata.image import (
     TopicImage,
     frozen,
 )
-from raft.node_config import BrokerConfig
+from raft.node_config import BrokerConfig, KafkaConfig, NodeConfig
 from tests.unit.controller_in_memory import ControllerInMemory
 from wire.frames import DATA_LISTENER
 from wire.server import FrameServer
 
 BROKER = 101
 GROUP_LIMITS = GroupLimits(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)
+ONE_BROKER_KAFKA = KafkaConfig(auto_create_topics_enable=False, default_replication_factor=1)
 
 
 class InProcessBroker:
-    def __init__(self, replicas: ReplicaManager, controller: ControllerInMemory, port: int) -> None:
+    def __init__(self, replicas: ReplicaManager, controller: ControllerInMemory, port: int, kafka_port: int) -> None:
         self.replicas = replicas
         self.controller = controller
         self.address = f"127.0.0.1:{port}"
-        self._port = port
+        self.kafka_address = f"127.0.0.1:{kafka_port}"
+        self._endpoints = (Endpoint(DATA_LISTENER, "127.0.0.1", port), Endpoint(KAFKA_LISTENER, "127.0.0.1", kafka_port))
         self._partitions = BrokerPartitions(BROKER)
 
     def set_topics(self, topics: dict[str, int], configs: dict[str, dict[str, str]] | None = None) -> None:
@@ -48,7 +53,7 @@ class InProcessBroker:
         ids = {name: uuid.uuid5(uuid.NAMESPACE_OID, name).bytes for name in topics}
         image = MetadataImage(
             offset=self.controller.image.offset + 1,
-            brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, (Endpoint(DATA_LISTENER, "127.0.0.1", self._port),), "", False)}),
+            brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, self._endpoints, "", False)}),
             topics_by_id=frozen({ids[n]: TopicImage(n, ids[n], frozen(dict.fromkeys(range(c), state))) for n, c in topics.items()}),
             topic_ids_by_name=frozen(ids),
             configs=frozen({(TOPIC, n): frozen(v) for n, v in (configs or {}).items()}),
@@ -60,7 +65,12 @@ class InProcessBroker:
 
 
 @contextlib.asynccontextmanager
-async def broker_in_process(tmp_path: Path, topics: dict[str, int], configs: dict[str, dict[str, str]] | None = None) -> AsyncIterator[InProcessBroker]:
+async def broker_in_process(
+    tmp_path: Path,
+    topics: dict[str, int],
+    configs: dict[str, dict[str, str]] | None = None,
+    kafka_config: KafkaConfig = ONE_BROKER_KAFKA,
+) -> AsyncIterator[InProcessBroker]:
     logs = LogManager(tmp_path)
     logs.open_all()
     replicas = ReplicaManager(
@@ -75,15 +85,19 @@ async def broker_in_process(tmp_path: Path, topics: dict[str, int], configs: dic
     controller = ControllerInMemory(MetadataImage())
     groups = GroupCoordinator(BROKER, GROUP_LIMITS, controller, 4096)  # type: ignore[arg-type]
     controller.listeners.append(groups.update)
-    server = FrameServer(BrokerApi(replicas, groups, controller, "c", lambda: 1).wire_handlers())  # type: ignore[arg-type]
+    api = BrokerApi(replicas, groups, controller, "c", lambda: 1)  # type: ignore[arg-type]
+    server = FrameServer(api.wire_handlers())
     port = await server.start("127.0.0.1", 0)
+    kafka = kafka_listener(api, NodeConfig(BROKER, tmp_path, (), "127.0.0.1:1", process_roles=("broker",), kafka=kafka_config))
+    kafka_port = await kafka.start("127.0.0.1", 0)
     coordinating = asyncio.create_task(groups.run())
-    broker = InProcessBroker(replicas, controller, port)
+    broker = InProcessBroker(replicas, controller, port, kafka_port)
     broker.set_topics(topics, configs)
     try:
         yield broker
     finally:
         coordinating.cancel()
         await groups.close()
+        await kafka.close()
         await server.close()
         logs.close()

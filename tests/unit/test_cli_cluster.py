@@ -88,6 +88,7 @@ def test_down_and_status_of_a_stopped_cluster(tmp_path: Path) -> None:
                 "role": "down",
                 "address": n.address,
                 "data_address": n.data_address or None,
+                "kafka_address": n.kafka_address or None,
                 "pid": None,
                 "alive": False,
             }

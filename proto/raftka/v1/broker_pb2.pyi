@@ -314,7 +314,7 @@ class JoinGroupProtocol(_message.Message):
     def __init__(self, name: _Optional[str] = ..., metadata: _Optional[bytes] = ...) -> None: ...
 
 class JoinGroupRequest(_message.Message):
-    __slots__ = ("group_id", "session_timeout_ms", "rebalance_timeout_ms", "member_id", "group_instance_id", "protocol_type", "protocols", "client_id", "client_host")
+    __slots__ = ("group_id", "session_timeout_ms", "rebalance_timeout_ms", "member_id", "group_instance_id", "protocol_type", "protocols", "client_id", "client_host", "add_new_member_at_once")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -324,6 +324,7 @@ class JoinGroupRequest(_message.Message):
     PROTOCOLS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
+    ADD_NEW_MEMBER_AT_ONCE_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
@@ -333,7 +334,8 @@ class JoinGroupRequest(_message.Message):
     protocols: _containers.RepeatedCompositeFieldContainer[JoinGroupProtocol]
     client_id: str
     client_host: str
-    def __init__(self, group_id: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ..., protocol_type: _Optional[str] = ..., protocols: _Optional[_Iterable[_Union[JoinGroupProtocol, _Mapping]]] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ...) -> None: ...
+    add_new_member_at_once: bool
+    def __init__(self, group_id: _Optional[str] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ..., protocol_type: _Optional[str] = ..., protocols: _Optional[_Iterable[_Union[JoinGroupProtocol, _Mapping]]] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., add_new_member_at_once: _Optional[bool] = ...) -> None: ...
 
 class JoinGroupMember(_message.Message):
     __slots__ = ("member_id", "group_instance_id", "metadata")

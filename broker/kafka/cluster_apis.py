@@ -1,0 +1,369 @@
+"""Kafka's Metadata, CreateTopics, DeleteTopics and DescribeConfigs.
+
+Metadata and DescribeConfigs are answered from the broker's own metadata image, as a
+Kafka broker answers from its metadata cache; CreateTopics and DeleteTopics are
+forwarded to the active controller, as a KRaft broker forwards them. Metadata names this
+broker as the controller: Kafka clients send admin requests to the controller a broker
+names, and every raftka broker forwards them.
+
+Metadata naming a topic that does not exist creates it when the client allows it and
+``kafka.auto_create_topics_enable`` is on (Kafka's default), answering
+LEADER_NOT_AVAILABLE meanwhile, so the client asks again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterable
+
+import structlog
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from raftka.v1 import controller_pb2, metadata_pb2
+
+from broker.data_service import BrokerApi
+from broker.kafka.endpoints import kafka_endpoints
+from broker.kafka.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
+from broker.kafka.protocol import KafkaApi
+from metadata.image import NO_LEADER, MetadataImage, TopicImage
+from metadata.topic_configs import TOPIC_CONFIGS, describe_configs
+from raft.node_config import NodeConfig
+
+E = controller_pb2.ErrorCode
+C = controller_pb2
+log = structlog.get_logger("broker.kafka")
+
+LEADER_NOT_AVAILABLE = 5
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
+DEFAULT_FROM_BROKER = -1  # CreateTopics: num_partitions or replication_factor left to the broker
+MR = MetadataResponse.MetadataResponseTopic
+DR = DescribeConfigsResponse.DescribeConfigsResult
+
+
+class ClusterApis:
+    def __init__(self, api: BrokerApi, config: NodeConfig) -> None:
+        self._api = api
+        self._config = config
+        self._broker_id = config.node_id
+
+    def apis(self) -> list[KafkaApi]:
+        return [
+            KafkaApi(MetadataRequest, 0, 12, self.metadata),
+            KafkaApi(CreateTopicsRequest, 2, 7, self.create_topics),
+            KafkaApi(DeleteTopicsRequest, 1, 6, self.delete_topics),
+            KafkaApi(DescribeConfigsRequest, 1, 4, self.describe_configs),
+        ]
+
+    # metadata ---------------------------------------------------------------------------
+
+    async def metadata(self, request: MetadataRequest, version: int) -> MetadataResponse:
+        image = self._api.image
+        endpoints = kafka_endpoints(image)
+        asked = request.topics
+        if asked is None or (version == 0 and not asked):  # null (v0: empty) means every topic
+            topics = [
+                self._topic(image, image.topics_by_id[i], endpoints)
+                for i in sorted(image.topics_by_id, key=lambda i: image.topics_by_id[i].name)
+            ]
+        else:
+            create = self._config.kafka.auto_create_topics_enable and (
+                version < 4 or request.allow_auto_topic_creation
+            )
+            topics = [await self._asked_topic(image, t, endpoints, create) for t in asked]
+        return MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[
+                MetadataResponse.MetadataResponseBroker(
+                    node_id=e.broker_id, host=e.host, port=e.port, rack=e.rack
+                )
+                for e in sorted(endpoints.values(), key=lambda e: e.broker_id)
+            ],
+            cluster_id=self._api.cluster_id,
+            controller_id=self._broker_id,
+            topics=topics,
+        )
+
+    async def _asked_topic(
+        self, image: MetadataImage, asked: MetadataRequest.MetadataRequestTopic, endpoints: dict, create: bool
+    ) -> MR:
+        if asked.name is None:  # v10+: by id
+            topic = image.topics_by_id.get(asked.topic_id.bytes)
+            if topic is None:
+                return MR(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=asked.topic_id, partitions=[])
+            return self._topic(image, topic, endpoints)
+        topic = image.topic(asked.name)
+        if topic is not None:
+            return self._topic(image, topic, endpoints)
+        code = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION)
+        if create:
+            code = await self._auto_create(asked.name)
+        return MR(error_code=code, name=asked.name, topic_id=uuid.UUID(int=0), partitions=[])
+
+    async def _auto_create(self, name: str) -> int:
+        """Kafka's answer while a topic is being created, or why it cannot be."""
+        kafka = self._config.kafka
+        topic = C.CreatableTopic(
+            name=name,
+            num_partitions=kafka.num_partitions,
+            replication_factor=kafka.default_replication_factor,
+        )
+        answer = await self._api.forward(
+            "CreateTopics", C.CreateTopicsRequest(topics=[topic]), C.CreateTopicsResponse
+        )
+        code = answer.status.error if answer.status.error != E.NONE else answer.topics[0].error
+        if code == E.NONE:
+            log.info("topic auto-created", topic=name)
+        if code in (E.NONE, E.TOPIC_ALREADY_EXISTS):
+            return LEADER_NOT_AVAILABLE
+        log.info("topic not auto-created", topic=name, error=C.ErrorCode.Name(code))
+        return kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION if code == E.REQUEST_TIMED_OUT else code)
+
+    @staticmethod
+    def _topic(image: MetadataImage, topic: TopicImage, endpoints: dict) -> MR:
+        partitions = []
+        for index in sorted(topic.partitions):
+            state = topic.partitions[index]
+            online = state.leader != NO_LEADER and state.leader in endpoints
+            partitions.append(
+                MR.MetadataResponsePartition(
+                    error_code=0 if online else LEADER_NOT_AVAILABLE,
+                    partition_index=index,
+                    leader_id=state.leader if online else -1,
+                    leader_epoch=state.leader_epoch,
+                    replica_nodes=list(state.replicas),
+                    isr_nodes=list(state.isr),
+                    offline_replicas=[r for r in state.replicas if r not in endpoints],
+                )
+            )
+        return MR(
+            error_code=0,
+            name=topic.name,
+            topic_id=uuid.UUID(bytes=topic.topic_id),
+            is_internal=False,
+            partitions=partitions,
+        )
+
+    # topics -----------------------------------------------------------------------------
+
+    async def create_topics(self, request: CreateTopicsRequest, version: int) -> CreateTopicsResponse:
+        kafka = self._config.kafka
+        results: dict[str, CreateTopicsResponse.CreatableTopicResult] = {}
+        ours = C.CreateTopicsRequest(validate_only=request.validate_only)
+        for topic in request.topics:
+            problem = _create_problem(topic)
+            if problem is not None:
+                results[topic.name] = _created(topic.name, INVALID_REQUEST, problem)
+                continue
+            ours.topics.add(
+                name=topic.name,
+                num_partitions=kafka.num_partitions
+                if topic.num_partitions == DEFAULT_FROM_BROKER
+                else topic.num_partitions,
+                replication_factor=(
+                    kafka.default_replication_factor
+                    if topic.replication_factor == DEFAULT_FROM_BROKER
+                    else topic.replication_factor
+                ),
+                configs={c.name: c.value for c in topic.configs},
+            )
+        if ours.topics:
+            answer = await self._api.forward("CreateTopics", ours, C.CreateTopicsResponse)
+            outcomes = {t.name: t for t in answer.topics}
+            for asked in ours.topics:
+                outcome = outcomes.get(asked.name)
+                code = (
+                    answer.status.error if answer.status.error != E.NONE or outcome is None else outcome.error
+                )
+                message = (
+                    answer.status.message
+                    if answer.status.error != E.NONE or outcome is None
+                    else outcome.message
+                )
+                result = _created(asked.name, kafka_error(code), kafka_message(code, message))
+                if code == E.NONE:
+                    result.topic_id = (
+                        uuid.UUID(bytes=outcome.topic_id) if outcome.topic_id else uuid.UUID(int=0)
+                    )
+                    result.num_partitions = asked.num_partitions
+                    result.replication_factor = asked.replication_factor
+                    result.configs = [
+                        CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs(
+                            name=name,
+                            value=value,
+                            read_only=False,
+                            config_source=DEFAULT_CONFIG if is_default else DYNAMIC_TOPIC_CONFIG,
+                            is_sensitive=False,
+                        )
+                        for name, value, is_default in describe_configs(dict(asked.configs))
+                    ]
+                results[asked.name] = result
+        return CreateTopicsResponse(throttle_time_ms=0, topics=[results[t.name] for t in request.topics])
+
+    async def delete_topics(self, request: DeleteTopicsRequest, version: int) -> DeleteTopicsResponse:
+        image = self._api.image
+        asked: list[tuple[str | None, uuid.UUID]] = []
+        if version >= 6:
+            for t in request.topics:
+                known = image.topics_by_id.get(t.topic_id.bytes) if t.name is None else image.topic(t.name)
+                asked.append(
+                    (
+                        t.name if known is None else known.name,
+                        t.topic_id if known is None else uuid.UUID(bytes=known.topic_id),
+                    )
+                )
+        else:
+            asked = [(name, uuid.UUID(int=0)) for name in request.topic_names]
+        names = [name for name, _ in asked if name is not None]
+        answer = await self._api.forward(
+            "DeleteTopics", C.DeleteTopicsRequest(names=names), C.DeleteTopicsResponse
+        )
+        outcomes = {t.name: t for t in answer.topics}
+        results = []
+        for name, topic_id in asked:
+            outcome = outcomes.get(name) if name is not None else None
+            if name is None:
+                code, message = UNKNOWN_TOPIC_ID, "no topic with that id"
+            elif answer.status.error != E.NONE or outcome is None:
+                code, message = (
+                    kafka_error(answer.status.error or E.UNKNOWN_SERVER_ERROR),
+                    answer.status.message,
+                )
+            else:
+                code, message = kafka_error(outcome.error), outcome.message
+            results.append(
+                DeleteTopicsResponse.DeletableTopicResult(
+                    name=name, topic_id=topic_id, error_code=code, error_message=message if code else None
+                )
+            )
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+    # configs ----------------------------------------------------------------------------
+
+    async def describe_configs(
+        self, request: DescribeConfigsRequest, version: int
+    ) -> DescribeConfigsResponse:
+        image = self._api.image
+        results = []
+        for resource in request.resources:
+            keys = None if resource.configuration_keys is None else set(resource.configuration_keys)
+            if resource.resource_type == TOPIC_RESOURCE:
+                result = self._topic_configs(image, resource.resource_name, request.include_synonyms)
+            elif resource.resource_type == BROKER_RESOURCE:
+                result = self._broker_configs(resource.resource_name, request.include_synonyms)
+            else:
+                why = f"resource_type: {resource.resource_type} is not a topic (2) or a broker (4)"
+                result = DR(error_code=INVALID_REQUEST, error_message=why, configs=[])
+            result.resource_type, result.resource_name = resource.resource_type, resource.resource_name
+            if keys is not None:
+                result.configs = [c for c in result.configs if c.name in keys]
+            results.append(result)
+        return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+    @staticmethod
+    def _topic_configs(image: MetadataImage, name: str, synonyms: bool) -> DR:
+        if image.topic(name) is None:
+            return DR(
+                error_code=kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION),
+                error_message=f"no topic {name!r}",
+                configs=[],
+            )
+        explicit = image.configs.get((metadata_pb2.CONFIG_RESOURCE_TOPIC, name), {})
+        entries = []
+        for key, value, is_default in describe_configs(explicit):
+            source = DEFAULT_CONFIG if is_default else DYNAMIC_TOPIC_CONFIG
+            known = TOPIC_CONFIGS.get(key)
+            entries.append(
+                _config_entry(
+                    key,
+                    value,
+                    source,
+                    read_only=False,
+                    synonyms=synonyms,
+                    kind=known.kind if known else "STRING",
+                    doc=known.doc if known else None,
+                )
+            )
+        return DR(error_code=0, error_message=None, configs=entries)
+
+    def _broker_configs(self, name: str, synonyms: bool) -> DR:
+        if name not in ("", str(self._broker_id)):
+            return DR(
+                error_code=INVALID_REQUEST,
+                error_message=f"this is broker {self._broker_id}: ask broker {name}",
+                configs=[],
+            )
+        entries = [
+            _config_entry(
+                key,
+                str(value).lower() if isinstance(value, bool) else str(value),
+                STATIC_BROKER_CONFIG,
+                read_only=True,
+                synonyms=synonyms,
+                kind=_kind(value),
+                doc=None,
+            )
+            for key, value in _static_keys(self._config)
+        ]
+        return DR(error_code=0, error_message=None, configs=entries)
+
+
+def _static_keys(config: NodeConfig) -> Iterable[tuple[str, object]]:
+    """The broker's own keys, as its config file names them (``broker.rack``)."""
+    yield "node_id", config.node_id
+    for table, values in (("broker", config.broker), ("kafka", config.kafka)):
+        for f in dataclasses.fields(values):
+            yield f"{table}.{f.name}", getattr(values, f.name)
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "BOOLEAN"
+    return "LONG" if isinstance(value, int) else "STRING"
+
+
+def _config_entry(
+    name: str, value: str, source: int, *, read_only: bool, synonyms: bool, kind: str, doc: str | None
+) -> DR.DescribeConfigsResourceResult:
+    entry = DR.DescribeConfigsResourceResult
+    return entry(
+        name=name,
+        value=value,
+        read_only=read_only,
+        config_source=source,
+        is_default=source == DEFAULT_CONFIG,
+        is_sensitive=False,
+        synonyms=[entry.DescribeConfigsSynonym(name=name, value=value, source=source)] if synonyms else [],
+        config_type=CONFIG_TYPES[kind],
+        documentation=doc,
+    )
+
+
+def _create_problem(topic: CreateTopicsRequest.CreatableTopic) -> str | None:
+    if topic.assignments:
+        return "assignments: raftka places replicas itself; give num_partitions and replication_factor"
+    nulls = [c.name for c in topic.configs if c.value is None]
+    if nulls:
+        return f"configs: {nulls[0]} has no value"
+    return None
+
+
+def _created(name: str, code: int, message: str | None) -> CreateTopicsResponse.CreatableTopicResult:
+    return CreateTopicsResponse.CreatableTopicResult(
+        name=name,
+        topic_id=uuid.UUID(int=0),
+        error_code=code,
+        error_message=message,
+        num_partitions=-1,
+        replication_factor=-1,
+        configs=None,
+    )

@@ -1,0 +1,294 @@
+"""Kafka's Produce, Fetch, ListOffsets and OffsetForLeaderEpoch, answered by the broker's
+replica manager through the same calls as raftka's data protocol.
+
+Kafka's requests are translated to raftka's (``broker.proto``) and the answers back;
+record batches pass through untouched. What raftka does not have is answered as Kafka
+answers a broker without it: no transactions, so the last stable offset is the high
+watermark and no aborted transactions are listed (``read_committed`` consumers read
+exactly what ``read_uncommitted`` ones do, and that is correct); no incremental fetch
+sessions (KIP-227), so every answer says session 0 and clients send full fetches, as
+they do to a Kafka broker whose session cache is full.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from raftka.v1 import broker_pb2, controller_pb2
+
+from broker.data_service import BrokerApi, wire_produce_answer
+from broker.kafka.endpoints import kafka_endpoints
+from broker.kafka.errors import FETCH_SESSION_ID_NOT_FOUND, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
+from broker.kafka.protocol import KafkaApi
+from broker.replica.partition import PartitionError
+
+E = controller_pb2.ErrorCode
+Pb = broker_pb2
+PR = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+FR = FetchResponse.FetchableTopicResponse.PartitionData
+LR = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+OR = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.EpochEndOffset
+# where a leader hint goes: the errors that mean "ask another broker"
+_LEADER_MOVED = frozenset((E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH, E.UNKNOWN_LEADER_EPOCH))
+TOPIC_IDS_FROM = 13  # Produce and Fetch name topics by id from version 13
+
+
+class LogApis:
+    def __init__(self, api: BrokerApi) -> None:
+        self._api = api
+
+    def apis(self) -> list[KafkaApi]:
+        return [
+            KafkaApi(ProduceRequest, 3, 12, self.produce),
+            KafkaApi(FetchRequest, 4, 16, self.fetch),
+            KafkaApi(ListOffsetsRequest, 1, 6, self.list_offsets),  # 7+: max-timestamp and tiered lookups
+            KafkaApi(OffsetForLeaderEpochRequest, 2, 4, self.offset_for_leader_epoch),
+        ]
+
+    # produce ----------------------------------------------------------------------------
+
+    async def produce(self, request: ProduceRequest, version: int) -> ProduceResponse | None:
+        ours = Pb.ProduceRequest(acks=request.acks, timeout_ms=request.timeout_ms)
+        for topic in request.topic_data:
+            ours_topic = ours.topics.add(name=topic.name)
+            for data in topic.partition_data:
+                ours_topic.partitions.add(partition=data.index, records=data.records or b"")
+        if request.transactional_id is not None:
+            refused = Pb.ProduceResponse()
+            refused.status.error = E.INVALID_REQUEST
+            refused.status.message = "transactional_id: raftka does not support transactions"
+            return self._produce_answer(ours, refused)
+        answer = wire_produce_answer(ours, await self._api.produce(ours))
+        return None if answer is None else self._produce_answer(ours, answer)
+
+    def _produce_answer(self, request: Pb.ProduceRequest, answer: Pb.ProduceResponse) -> ProduceResponse:
+        status = answer.status
+        results = {(t.name, p.partition): p for t in answer.topics for p in t.partitions}
+        leaders: set[int] = set()
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for data in topic.partitions:
+                result = results.get((topic.name, data.partition))
+                code = status.error if status.error != E.NONE or result is None else result.error
+                message = status.message if status.error != E.NONE or result is None else result.message
+                answered = PR(
+                    index=data.partition,
+                    error_code=kafka_error(code),
+                    base_offset=result.base_offset if code == E.NONE else -1,
+                    log_append_time_ms=result.log_append_time_ms if code == E.NONE else -1,
+                    log_start_offset=result.log_start_offset if code == E.NONE else -1,
+                    record_errors=[],
+                    error_message=kafka_message(code, message),
+                )
+                if code in _LEADER_MOVED and result is not None and result.leader_id >= 0:
+                    answered.current_leader = PR.LeaderIdAndEpoch(
+                        leader_id=result.leader_id, leader_epoch=result.leader_epoch
+                    )
+                    leaders.add(result.leader_id)
+                partitions.append(answered)
+            topics.append(
+                ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions)
+            )
+        return ProduceResponse(
+            responses=topics,
+            throttle_time_ms=0,
+            node_endpoints=self._node_endpoints(leaders, ProduceResponse),
+        )
+
+    # fetch ------------------------------------------------------------------------------
+
+    async def fetch(self, request: FetchRequest, version: int) -> FetchResponse:
+        if request.session_id != 0:
+            return FetchResponse(
+                throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
+            )
+        by_id = version >= TOPIC_IDS_FROM
+        image = self._api.image
+        ours = Pb.FetchRequest(
+            replica_id=-1,  # a consumer, whatever a client claims: this listener serves no Kafka followers
+            max_wait_ms=request.max_wait_ms,
+            min_bytes=request.min_bytes,
+            max_bytes=request.max_bytes,
+        )
+        unknown_ids: list[FetchResponse.FetchableTopicResponse] = []
+        for topic in request.topics:
+            if by_id:
+                known = image.topics_by_id.get(topic.topic_id.bytes)
+                if known is None:
+                    unknown_ids.append(_unknown_topic_id(topic))
+                    continue
+                name = known.name
+            else:
+                name = topic.topic
+            ours_topic = ours.topics.add(
+                name=name, topic_id=image.topic_ids_by_name.get(name, b"") if by_id else b""
+            )
+            for data in topic.partitions:
+                partition = ours_topic.partitions.add(
+                    partition=data.partition,
+                    fetch_offset=data.fetch_offset,
+                    partition_max_bytes=data.partition_max_bytes,
+                )
+                if data.current_leader_epoch >= 0:
+                    partition.current_leader_epoch = data.current_leader_epoch
+        answer = await self._api.fetch(ours)
+        status = answer.status
+        leaders: set[int] = set()
+        topics = []
+        for topic, result_topic in zip(
+            ours.topics, answer.topics if status.error == E.NONE else ours.topics, strict=True
+        ):
+            partitions = []
+            for result in result_topic.partitions:
+                code = status.error if status.error != E.NONE else result.error
+                if code != E.NONE:
+                    partitions.append(self._fetch_error(result, code, leaders))
+                    continue
+                partitions.append(
+                    FR(
+                        partition_index=result.partition,
+                        error_code=0,
+                        high_watermark=result.high_watermark,
+                        last_stable_offset=result.high_watermark,
+                        log_start_offset=result.log_start_offset,
+                        aborted_transactions=[],
+                        preferred_read_replica=-1,
+                        records=result.records,
+                    )
+                )
+            topic_id = uuid.UUID(bytes=topic.topic_id) if by_id else None
+            topics.append(
+                FetchResponse.FetchableTopicResponse(
+                    topic=topic.name, topic_id=topic_id, partitions=partitions
+                )
+            )
+        return FetchResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            session_id=0,
+            responses=topics + unknown_ids,
+            node_endpoints=self._node_endpoints(leaders, FetchResponse),
+        )
+
+    @staticmethod
+    def _fetch_error(result: Pb.FetchPartitionResult | Pb.FetchPartition, code: int, leaders: set[int]) -> FR:
+        answered = FR(
+            partition_index=result.partition,
+            error_code=kafka_error(code),
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=None,
+        )
+        if isinstance(result, Pb.FetchPartitionResult) and code in _LEADER_MOVED and result.leader_id >= 0:
+            answered.current_leader = FR.LeaderIdAndEpoch(
+                leader_id=result.leader_id, leader_epoch=result.leader_epoch
+            )
+            leaders.add(result.leader_id)
+        return answered
+
+    # offsets ----------------------------------------------------------------------------
+
+    async def list_offsets(self, request: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
+        ours = Pb.ListOffsetsRequest()
+        for topic in request.topics:
+            ours_topic = ours.topics.add(name=topic.name)
+            for data in topic.partitions:
+                partition = ours_topic.partitions.add(
+                    partition=data.partition_index, timestamp=data.timestamp
+                )
+                if data.current_leader_epoch >= 0:
+                    partition.current_leader_epoch = data.current_leader_epoch
+        answer = await self._api.list_offsets(ours)
+        status = answer.status
+        topics = []
+        for topic, result_topic in zip(
+            ours.topics, answer.topics if status.error == E.NONE else ours.topics, strict=True
+        ):
+            partitions = []
+            for result in result_topic.partitions:
+                code = status.error if status.error != E.NONE else result.error
+                ok = code == E.NONE
+                partitions.append(
+                    LR(
+                        partition_index=result.partition,
+                        error_code=kafka_error(code),
+                        timestamp=result.timestamp if ok else -1,
+                        offset=result.offset if ok else -1,
+                        leader_epoch=result.leader_epoch if ok else -1,
+                    )
+                )
+            topics.append(
+                ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions)
+            )
+        return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+    async def offset_for_leader_epoch(
+        self, request: OffsetForLeaderEpochRequest, version: int
+    ) -> OffsetForLeaderEpochResponse:
+        replicas = self._api.replicas
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for data in topic.partitions:
+                try:
+                    epoch, end = replicas.end_offset_for_epoch(
+                        topic.topic, data.partition, data.current_leader_epoch, data.leader_epoch
+                    )
+                except PartitionError as e:
+                    partitions.append(
+                        OR(
+                            partition=data.partition,
+                            error_code=kafka_error(e.code),
+                            leader_epoch=-1,
+                            end_offset=-1,
+                        )
+                    )
+                    continue
+                partitions.append(
+                    OR(partition=data.partition, error_code=0, leader_epoch=epoch, end_offset=end)
+                )
+            topics.append(
+                OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(
+                    topic=topic.topic, partitions=partitions
+                )
+            )
+        return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
+
+    def _node_endpoints(self, broker_ids: set[int], response: type) -> list:
+        """Kafka's leader hints (KIP-951): where each leader named in an error listens."""
+        endpoints = kafka_endpoints(self._api.image)
+        return [
+            response.NodeEndpoint(node_id=e.broker_id, host=e.host, port=e.port, rack=e.rack)
+            for i in sorted(broker_ids)
+            if (e := endpoints.get(i)) is not None
+        ]
+
+
+def _unknown_topic_id(topic: FetchRequest.FetchTopic) -> FetchResponse.FetchableTopicResponse:
+    partitions = [
+        FR(
+            partition_index=p.partition,
+            error_code=UNKNOWN_TOPIC_ID,
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=None,
+        )
+        for p in topic.partitions
+    ]
+    return FetchResponse.FetchableTopicResponse(topic_id=topic.topic_id, partitions=partitions)
