@@ -8,6 +8,10 @@ watermark and no aborted transactions are listed (``read_committed`` consumers r
 exactly what ``read_uncommitted`` ones do, and that is correct); no incremental fetch
 sessions (KIP-227), so every answer says session 0 and clients send full fetches, as
 they do to a Kafka broker whose session cache is full.
+
+Limits a Kafka client may ask beyond raftka's (a fetch's bytes and wait, a produce's
+timeout) are lowered to raftka's, as a Kafka broker caps them by its own settings;
+negative ones are refused by the replica manager's checks.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from broker.data_service import BrokerApi, wire_produce_answer
 from broker.kafka.endpoints import kafka_endpoints
 from broker.kafka.errors import FETCH_SESSION_ID_NOT_FOUND, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
 from broker.kafka.protocol import KafkaApi
+from broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
 from broker.replica.partition import PartitionError
 
 E = controller_pb2.ErrorCode
@@ -57,7 +62,7 @@ class LogApis:
     # produce ----------------------------------------------------------------------------
 
     async def produce(self, request: ProduceRequest, version: int) -> ProduceResponse | None:
-        ours = Pb.ProduceRequest(acks=request.acks, timeout_ms=request.timeout_ms)
+        ours = Pb.ProduceRequest(acks=request.acks, timeout_ms=min(request.timeout_ms, TIMEOUT_MS_MAX))
         for topic in request.topic_data:
             ours_topic = ours.topics.add(name=topic.name)
             for data in topic.partition_data:
@@ -66,7 +71,8 @@ class LogApis:
             refused = Pb.ProduceResponse()
             refused.status.error = E.INVALID_REQUEST
             refused.status.message = "transactional_id: raftka does not support transactions"
-            return self._produce_answer(ours, refused)
+            answer = wire_produce_answer(ours, refused)
+            return None if answer is None else self._produce_answer(ours, answer)
         answer = wire_produce_answer(ours, await self._api.produce(ours))
         return None if answer is None else self._produce_answer(ours, answer)
 
@@ -116,9 +122,9 @@ class LogApis:
         image = self._api.image
         ours = Pb.FetchRequest(
             replica_id=-1,  # a consumer, whatever a client claims: this listener serves no Kafka followers
-            max_wait_ms=request.max_wait_ms,
-            min_bytes=request.min_bytes,
-            max_bytes=request.max_bytes,
+            max_wait_ms=min(request.max_wait_ms, FETCH_WAIT_MS_MAX),
+            min_bytes=min(request.min_bytes, FETCH_BYTES_MAX),
+            max_bytes=min(request.max_bytes, FETCH_BYTES_MAX),
         )
         unknown_ids: list[FetchResponse.FetchableTopicResponse] = []
         for topic in request.topics:
@@ -137,7 +143,7 @@ class LogApis:
                 partition = ours_topic.partitions.add(
                     partition=data.partition,
                     fetch_offset=data.fetch_offset,
-                    partition_max_bytes=data.partition_max_bytes,
+                    partition_max_bytes=min(data.partition_max_bytes, FETCH_BYTES_MAX),
                 )
                 if data.current_leader_epoch >= 0:
                     partition.current_leader_epoch = data.current_leader_epoch

@@ -43,7 +43,7 @@ class MetadataCluster:
 
     def up(self) -> dict[str, Any]:
         """``raftka cluster up``: create and start, or start the nodes that are down."""
-        return json.loads(self._raftka("cluster", "up", "--output", "json", timeout_s=UP_TIMEOUT_S))
+        return json.loads(self.raftka("cluster", "up", "--output", "json", timeout_s=UP_TIMEOUT_S))
 
     def up_configured(self, **settings: dict[str, Any]) -> None:
         """Create the cluster, then restart it with ``settings``: ``role__section={key: value}``
@@ -56,7 +56,7 @@ class MetadataCluster:
         self.up()
 
     def down(self) -> None:
-        self._raftka("cluster", "down", "--timeout-s", "5", timeout_s=30)
+        self.raftka("cluster", "down", "--timeout-s", "5", timeout_s=30)
 
     def close(self) -> None:
         """SIGKILL whatever still runs: the teardown must not depend on a healthy cluster."""
@@ -76,7 +76,7 @@ class MetadataCluster:
             )
             Path(node.config).write_text(render_toml(updated), encoding="utf-8")
 
-    def _raftka(self, *args: str, timeout_s: float) -> str:
+    def raftka(self, *args: str, timeout_s: float) -> str:
         done = subprocess.run(
             [*RAFTKA, *args, "--dir", str(self.dir)], capture_output=True, text=True, timeout=timeout_s
         )

@@ -114,3 +114,12 @@ class RawConnection:
 
 def correlation_of(frame: bytes) -> int:
     return CORRELATION.unpack_from(frame)[0]
+
+
+def call(address: str, request: ApiMessage, version: int, response_type: type[ApiMessage]) -> Any:
+    """One request on a fresh connection, its answer decoded."""
+    with RawConnection(address) as connection:
+        connection.send(request_frame(request, version, 1))
+        frame = connection.read_frame()
+    assert frame is not None, f"the broker closed the connection on {type(request).__name__} v{version}"
+    return response_type.decode(frame, version=version, header=True)

@@ -1,0 +1,302 @@
+"""Kafka's own clients, each driven the same way for the client matrix: produce keyed
+records, read them in a group of two members and commit, then read on with a new member
+of the group. Each returns what it saw as ``Seen`` records (partition, offset, key), so
+the test compares the clients with one another and with raftka's own tools."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import pytest
+
+POLL_MS = 200
+
+
+class Seen(NamedTuple):
+    partition: int
+    offset: int
+    key: bytes
+
+
+@dataclass
+class GroupRun:
+    """What a group of members read, and what each member was assigned at the end."""
+
+    records: list[Seen] = field(default_factory=list)
+    assignments: list[set[int]] = field(default_factory=list)
+
+
+Keyed = list[tuple[bytes, bytes]]
+Check = Callable[[], bool]  # True once the group is whole (every partition owned, by one member)
+
+
+class KafkaPython:
+    name = "kafka-python"
+
+    def produce(self, bootstrap: str, topic: str, records: Keyed) -> None:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)  # idempotent: its default
+        futures = [producer.send(topic, key=k, value=v) for k, v in records]
+        producer.flush(30)
+        for future in futures:
+            future.get(10)
+        producer.close()
+
+    def group(self, bootstrap: str, topic: str, group: str, count: int, whole: Check) -> GroupRun:
+        from kafka import KafkaConsumer
+
+        members = [KafkaConsumer(topic, **self._options(bootstrap, group, i)) for i in range(2)]
+        run = GroupRun()
+        while len(run.records) < count or not whole():
+            for consumer in members:
+                for batch in consumer.poll(timeout_ms=POLL_MS).values():
+                    run.records.extend(Seen(r.partition, r.offset, r.key) for r in batch)
+        run.assignments = [{tp.partition for tp in m.assignment()} for m in members]
+        for consumer in members:
+            consumer.commit()
+            consumer.close()
+        return run
+
+    def resume(self, bootstrap: str, topic: str, group: str, count: int) -> list[Seen]:
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(topic, **self._options(bootstrap, group, 2))
+        seen: list[Seen] = []
+        while len(seen) < count:
+            for batch in consumer.poll(timeout_ms=POLL_MS).values():
+                seen.extend(Seen(r.partition, r.offset, r.key) for r in batch)
+        consumer.commit()
+        consumer.close()
+        return seen
+
+    @staticmethod
+    def _options(bootstrap: str, group: str, index: int) -> dict:
+        return {
+            "bootstrap_servers": bootstrap,
+            "group_id": group,
+            "client_id": f"kafka-python-{index}",
+            "auto_offset_reset": "earliest",
+            "enable_auto_commit": False,
+            "heartbeat_interval_ms": 500,
+        }
+
+
+class ConfluentKafka:
+    name = "confluent-kafka"
+
+    def produce(self, bootstrap: str, topic: str, records: Keyed) -> None:
+        from confluent_kafka import Producer
+
+        failures: list[str] = []
+
+        def delivered(error, message) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "partitioner": "murmur2_random", "linger.ms": 5}
+        )
+        for key, value in records:
+            producer.produce(topic, key=key, value=value, on_delivery=delivered)
+        assert producer.flush(30) == 0, "records left undelivered"
+        assert not failures, failures
+
+    def group(self, bootstrap: str, topic: str, group: str, count: int, whole: Check) -> GroupRun:
+        members = [self._consumer(bootstrap, group, i) for i in range(2)]
+        for consumer in members:
+            consumer.subscribe([topic])
+        run = GroupRun()
+        while len(run.records) < count or not whole():
+            for consumer in members:
+                run.records.extend(self._poll(consumer))
+        run.assignments = [{tp.partition for tp in m.assignment()} for m in members]
+        for consumer in members:
+            consumer.commit(asynchronous=False)
+            consumer.close()
+        return run
+
+    def resume(self, bootstrap: str, topic: str, group: str, count: int) -> list[Seen]:
+        consumer = self._consumer(bootstrap, group, 2)
+        consumer.subscribe([topic])
+        seen: list[Seen] = []
+        while len(seen) < count:
+            seen.extend(self._poll(consumer))
+        consumer.commit(asynchronous=False)
+        consumer.close()
+        return seen
+
+    @staticmethod
+    def _consumer(bootstrap: str, group: str, index: int):
+        from confluent_kafka import Consumer
+
+        return Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "client.id": f"confluent-{index}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "heartbeat.interval.ms": 500,
+            }
+        )
+
+    @staticmethod
+    def _poll(consumer) -> list[Seen]:
+        seen = []
+        for message in consumer.consume(num_messages=100, timeout=POLL_MS / 1000):
+            if message.error() is None:
+                seen.append(Seen(message.partition(), message.offset(), message.key()))
+        return seen
+
+
+class AioKafka:
+    name = "aiokafka"
+
+    def produce(self, bootstrap: str, topic: str, records: Keyed) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        async def produce() -> None:
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+            await producer.start()
+            try:
+                sent = [await producer.send(topic, key=k, value=v) for k, v in records]
+                await asyncio.gather(*sent)
+            finally:
+                await producer.stop()
+
+        asyncio.run(produce())
+
+    def group(self, bootstrap: str, topic: str, group: str, count: int, whole: Check) -> GroupRun:
+        async def read() -> GroupRun:
+            members = [self._consumer(topic, bootstrap, group, i) for i in range(2)]
+            for consumer in members:
+                await consumer.start()
+            run = GroupRun()
+            while len(run.records) < count or not await asyncio.to_thread(whole):
+                for consumer in members:
+                    run.records.extend(await self._poll(consumer))
+            run.assignments = [{tp.partition for tp in m.assignment()} for m in members]
+            for consumer in members:
+                await consumer.commit()
+                await consumer.stop()
+            return run
+
+        return asyncio.run(read())
+
+    def resume(self, bootstrap: str, topic: str, group: str, count: int) -> list[Seen]:
+        async def read() -> list[Seen]:
+            consumer = self._consumer(topic, bootstrap, group, 2)
+            await consumer.start()
+            seen: list[Seen] = []
+            while len(seen) < count:
+                seen.extend(await self._poll(consumer))
+            await consumer.commit()
+            await consumer.stop()
+            return seen
+
+        return asyncio.run(read())
+
+    @staticmethod
+    def _consumer(topic: str, bootstrap: str, group: str, index: int):
+        from aiokafka import AIOKafkaConsumer
+
+        return AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            client_id=f"aiokafka-{index}",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            heartbeat_interval_ms=500,
+        )
+
+    @staticmethod
+    async def _poll(consumer) -> list[Seen]:
+        batches = await consumer.getmany(timeout_ms=POLL_MS)
+        return [Seen(r.partition, r.offset, r.key) for batch in batches.values() for r in batch]
+
+
+class Kcat:
+    """Debian's kcat (librdkafka) as a command: -P to produce, -G for a balanced group."""
+
+    name = "kcat"
+    FORMAT = "%p %o %k\\n"
+
+    def produce(self, bootstrap: str, topic: str, records: Keyed) -> None:
+        lines = b"".join(k + b":" + v + b"\n" for k, v in records)
+        subprocess.run(
+            [self._kcat(), "-b", bootstrap, "-P", "-t", topic, "-K:", "-X", "partitioner=murmur2_random",
+             "-X", "enable.idempotence=true"],  # fmt: skip
+            input=lines,
+            check=True,
+            timeout=60,
+        )
+
+    def group(self, bootstrap: str, topic: str, group: str, count: int, whole: Check) -> GroupRun:
+        members = [self._member(bootstrap, topic, group) for _ in range(2)]
+        seen: list[list[Seen]] = [[], []]
+        readers = [threading.Thread(target=_read_lines, args=(m, seen[i]), daemon=True) for i, m in enumerate(members)]
+        for reader in readers:
+            reader.start()
+        try:
+            while sum(map(len, seen)) < count or not whole():
+                for member in members:
+                    if member.poll() is not None:
+                        raise AssertionError(f"kcat exited with {member.returncode}: {member.stderr.read().decode()}")
+                threading.Event().wait(POLL_MS / 1000)
+        finally:
+            for member in members:  # SIGTERM: kcat leaves the group, committing what it printed
+                member.send_signal(signal.SIGTERM)
+            for member in members:
+                member.wait(30)
+            for reader in readers:
+                reader.join(10)
+        return GroupRun(records=seen[0] + seen[1])
+
+    def resume(self, bootstrap: str, topic: str, group: str, count: int) -> list[Seen]:
+        member = self._member(bootstrap, topic, group, "-e")  # -e: exit once every partition is read to its end
+        out, err = member.communicate(timeout=60)
+        assert member.returncode == 0, err.decode()
+        return [_parse(line) for line in out.decode().splitlines() if line]
+
+    def _member(self, bootstrap: str, topic: str, group: str, *extra: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [self._kcat(), "-b", bootstrap, "-G", group, "-f", self.FORMAT, "-q", "-X", "auto.offset.reset=earliest",
+             "-X", "enable.auto.commit=true", "-X", "heartbeat.interval.ms=500", *extra, topic],  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    @staticmethod
+    def _kcat() -> str:
+        found = shutil.which("kcat")
+        if found is None:
+            problem = "kcat is not installed: `make test` installs Debian's kcat with apt-get (as root), or install it yourself"
+            if os.environ.get("CI") == "true":
+                pytest.fail(problem)
+            pytest.skip(problem)
+        return found
+
+
+def _read_lines(process: subprocess.Popen[bytes], into: list[Seen]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.strip():
+            into.append(_parse(line.decode()))
+
+
+def _parse(line: str) -> Seen:
+    partition, offset, key = line.rstrip("\n").split(" ", 2)
+    return Seen(int(partition), int(offset), key.encode())
+
+
+CLIENTS: Iterable[type] = (KafkaPython, ConfluentKafka, AioKafka, Kcat)

@@ -1,0 +1,94 @@
+"""Kafka's own clients against ``raftka cluster up``'s Kafka listeners: kafka-python
+(idempotent by default), confluent-kafka and kcat (librdkafka) and aiokafka each
+produce keyed records, read them in a group of two members that share the partitions
+with no overlap, commit, and a new member of the group resumes where they stopped. A key
+lands where Java's murmur2 partitioner puts it, and raftka's own `consume` and
+`groups describe` see the same records at the same offsets and the same commits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from kafka.partitioner import murmur2
+
+from client.admin import Admin, RetryPolicy
+from client.group_admin import GroupAdmin
+from client.types import NewTopic
+from tests.integration.kafka_clients import CLIENTS, Seen
+from tests.integration.metadata_cluster import MetadataCluster
+
+pytestmark = pytest.mark.integration
+PARTITIONS = 6
+FIRST, LATER = 60, 9
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    cluster = MetadataCluster(tmp_path_factory.mktemp("kafka") / "cluster")
+    try:
+        cluster.up_configured(broker__broker={"group_initial_rebalance_delay_ms": 0})
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def keyed(start: int, count: int, client: str) -> list[tuple[bytes, bytes]]:
+    return [(f"{client}-key-{i}".encode(), f"value-{i}".encode()) for i in range(start, start + count)]
+
+
+def java_partition(key: bytes) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % PARTITIONS
+
+
+@pytest.mark.parametrize("client_type", CLIENTS, ids=lambda c: c.name)
+def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(cluster: MetadataCluster, client_type: type) -> None:
+    client = client_type()
+    topic, group = f"orders-{client.name}", f"readers-{client.name}"
+    kafka = ",".join(n.kafka_address for n in cluster.nodes("broker"))
+    data = [n.data_address for n in cluster.nodes("broker")]
+    with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=30)) as admin:
+        admin.create_topics([NewTopic(topic, PARTITIONS, 3, {"min.insync.replicas": "2"})])[0].check()
+
+    client.produce(kafka, topic, keyed(0, FIRST, client.name))
+    run = client.group(kafka, topic, group, FIRST, lambda: group_is_whole(data, group))
+    assert sorted(s.key for s in run.records) == sorted(k for k, _ in keyed(0, FIRST, client.name))
+    assert all(s.partition == java_partition(s.key) for s in run.records), "a key is not where murmur2 puts it"
+    for first, second in [run.assignments] if run.assignments else []:
+        assert not first & second and first | second == set(range(PARTITIONS))
+
+    ends = {p: 1 + max(s.offset for s in run.records if s.partition == p) for p in {s.partition for s in run.records}}
+    described = raftka_json(cluster, "groups", "describe", group)
+    assert {o["partition"]: o["committed"] for o in described["offsets"]} == ends
+    assert all(o["lag"] == 0 for o in described["offsets"])
+    printed = raftka_lines(cluster, "consume", topic, "--from-beginning", "--max-messages", str(FIRST), "--timeout-ms", "10000")
+    assert sorted(Seen(r["partition"], r["offset"], r["key"].encode()) for r in printed) == sorted(run.records)
+
+    client.produce(kafka, topic, keyed(FIRST, LATER, client.name))
+    resumed = client.resume(kafka, topic, group, LATER)
+    assert sorted(s.key for s in resumed) == sorted(k for k, _ in keyed(FIRST, LATER, client.name))
+    assert all(s.offset >= ends.get(s.partition, 0) for s in resumed), "the new member read below the commits"
+
+
+def group_is_whole(bootstrap: list[str], group: str) -> bool:
+    """Stable, two members, and every partition owned by exactly one of them."""
+
+    async def describe() -> bool:
+        admin = GroupAdmin(bootstrap)
+        try:
+            described = await admin.describe_group(group)
+        finally:
+            await admin.close()
+        owned = [tp.partition for m in described.members for tp in m.assignment]
+        return described.state == "Stable" and len(described.members) == 2 and sorted(owned) == list(range(PARTITIONS))
+
+    return asyncio.run(describe())
+
+
+def raftka_json(cluster: MetadataCluster, *args: str) -> dict:
+    return json.loads(cluster.raftka(*args, "--output", "json", timeout_s=60))
+
+
+def raftka_lines(cluster: MetadataCluster, *args: str) -> list[dict]:
+    return [json.loads(line) for line in cluster.raftka(*args, "--output", "json", timeout_s=60).splitlines() if line]

@@ -1,0 +1,171 @@
+"""The Kafka listener's translations, version by version, against one real broker in
+this process: what changes between versions of the group APIs, offsets by leader epoch
+and by time, and topic configs, as Kafka's clients see them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.consumer import (
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+from raftka.v1 import broker_pb2
+
+from tests.unit.kafka_wire import BrokerThread, broker_thread, call
+from tests.unit.test_kafka_listener import TOPIC, one_record_batch
+
+MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID, INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION = 79, 25, 42, 3
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    with broker_thread(tmp_path, {TOPIC: 2}, configs={TOPIC: {"retention.ms": "60000"}}) as broker:
+        yield broker
+
+
+def join(served: BrokerThread, version: int, member_id: str = "", group: str = "g") -> JoinGroupResponse:
+    request = JoinGroupRequest(
+        group_id=group,
+        session_timeout_ms=6_000,
+        rebalance_timeout_ms=6_000,
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")],
+        reason=None,
+    )
+    return call(served.bootstrap, request, version, JoinGroupResponse)
+
+
+def test_join_group_from_version_4_asks_a_new_member_to_join_again_with_its_id(served: BrokerThread) -> None:
+    first = join(served, 4)
+    assert first.error_code == MEMBER_ID_REQUIRED and first.member_id
+    joined = join(served, 4, first.member_id)
+    assert (joined.error_code, joined.member_id, joined.leader, joined.generation_id) == (0, first.member_id, first.member_id, 1)
+    assert [m.member_id for m in joined.members] == [first.member_id]
+
+
+def test_join_group_before_version_4_adds_a_new_member_at_once(served: BrokerThread) -> None:
+    joined = join(served, 3, group="old-clients")
+    assert joined.error_code == 0 and joined.member_id and joined.leader == joined.member_id
+    assert joined.protocol_name == "range" and joined.generation_id == 1
+    sync = SyncGroupRequest(
+        group_id="old-clients", generation_id=1, member_id=joined.member_id, group_instance_id=None,
+        protocol_type=None, protocol_name=None,
+        assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=joined.member_id, assignment=b"mine")],
+    )  # fmt: skip
+    synced = call(served.bootstrap, sync, 2, SyncGroupResponse)
+    assert (synced.error_code, synced.assignment) == (0, b"mine")
+
+
+def test_leave_group_speaks_for_one_member_before_version_3_and_for_each_after(served: BrokerThread) -> None:
+    joined = join(served, 3, group="leavers")
+    old = call(served.bootstrap, LeaveGroupRequest(group_id="leavers", member_id="nobody"), 2, LeaveGroupResponse)
+    assert old.error_code == UNKNOWN_MEMBER_ID
+    M = LeaveGroupRequest.MemberIdentity
+    new = call(
+        served.bootstrap,
+        LeaveGroupRequest(group_id="leavers", members=[M(member_id=joined.member_id, group_instance_id=None, reason="done"), M(member_id="nobody", group_instance_id=None, reason=None)]),
+        5,
+        LeaveGroupResponse,
+    )
+    assert new.error_code == 0
+    assert [(m.member_id, m.error_code) for m in new.members] == [(joined.member_id, 0), ("nobody", UNKNOWN_MEMBER_ID)]
+
+
+def test_find_coordinator_answers_one_key_before_version_4_and_a_batch_after(served: BrokerThread) -> None:
+    port = int(served.bootstrap.rpartition(":")[2])
+    old = call(served.bootstrap, FindCoordinatorRequest(key="g", key_type=0), 3, FindCoordinatorResponse)
+    assert (old.error_code, old.node_id, old.port) == (0, 101, port)
+    batch = call(served.bootstrap, FindCoordinatorRequest(key_type=0, coordinator_keys=["a", "b"]), 4, FindCoordinatorResponse)
+    assert [(c.key, c.node_id, c.port, c.error_code) for c in batch.coordinators] == [("a", 101, port, 0), ("b", 101, port, 0)]
+    transactional = call(served.bootstrap, FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"]), 4, FindCoordinatorResponse)
+    assert transactional.coordinators[0].error_code == INVALID_REQUEST
+
+
+def test_offsets_committed_from_outside_the_group_are_fetched_one_group_or_several(served: BrokerThread) -> None:
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = OffsetCommitRequest(
+        group_id="tool", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=[T(name=TOPIC, partitions=[T.OffsetCommitRequestPartition(partition_index=1, committed_offset=7, committed_leader_epoch=-1, committed_metadata="m")])],
+    )  # fmt: skip
+    committed = call(served.bootstrap, commit, 8, OffsetCommitResponse)
+    assert [(p.partition_index, p.error_code) for t in committed.topics for p in t.partitions] == [(1, 0)]
+
+    one = call(served.bootstrap, OffsetFetchRequest(group_id="tool", topics=None, require_stable=False), 7, OffsetFetchResponse)
+    assert one.error_code == 0
+    assert [(t.name, p.partition_index, p.committed_offset, p.metadata) for t in one.topics for p in t.partitions] == [(TOPIC, 1, 7, "m")]
+    G = OffsetFetchRequest.OffsetFetchRequestGroup
+    several = call(
+        served.bootstrap,
+        OffsetFetchRequest(groups=[G(group_id="tool", topics=None), G(group_id="nobody", topics=None)], require_stable=False),
+        8,
+        OffsetFetchResponse,
+    )
+    found = {g.group_id: [(t.name, p.partition_index, p.committed_offset) for t in g.topics for p in t.partitions] for g in several.groups}
+    assert found == {"tool": [(TOPIC, 1, 7)], "nobody": []}
+
+
+def test_offsets_by_time_and_by_leader_epoch(served: BrokerThread) -> None:
+    for _ in range(3):
+        served.run(_produce(served))
+    P = ListOffsetsRequest.ListOffsetsTopic
+    asked = ListOffsetsRequest(
+        replica_id=-1, isolation_level=1,
+        topics=[P(name=TOPIC, partitions=[P.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=t) for t in (-2, -1, 0)])],
+    )  # fmt: skip
+    answer = call(served.bootstrap, asked, 6, ListOffsetsResponse)
+    assert [(p.error_code, p.offset) for p in answer.topics[0].partitions] == [(0, 0), (0, 3), (0, 0)]
+    E = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    epochs = OffsetForLeaderEpochRequest(
+        replica_id=-1,
+        topics=[E(topic=TOPIC, partitions=[E.OffsetForLeaderPartition(partition=0, current_leader_epoch=0, leader_epoch=0),
+                                           E.OffsetForLeaderPartition(partition=9, current_leader_epoch=-1, leader_epoch=0)])],
+    )  # fmt: skip
+    ends = call(served.bootstrap, epochs, 4, OffsetForLeaderEpochResponse)
+    assert [(p.partition, p.error_code, p.leader_epoch, p.end_offset) for p in ends.topics[0].partitions] == [
+        (0, 0, 0, 3),
+        (9, UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+    ]
+
+
+async def _produce(served: BrokerThread) -> None:
+    request = broker_pb2.ProduceRequest(acks=1, timeout_ms=1_000)
+    request.topics.add(name=TOPIC).partitions.add(partition=0, records=one_record_batch(b"x"))
+    response = await served.broker.replicas.produce(request)
+    assert response.topics[0].partitions[0].error == 0
+
+
+def test_describe_configs_shows_a_topics_settings_and_defaults_with_their_source(served: BrokerThread) -> None:
+    R = DescribeConfigsRequest.DescribeConfigsResource
+    request = DescribeConfigsRequest(
+        resources=[R(resource_type=2, resource_name=TOPIC, configuration_keys=["retention.ms", "cleanup.policy"]),
+                   R(resource_type=2, resource_name="nowhere", configuration_keys=None),
+                   R(resource_type=4, resource_name="101", configuration_keys=["kafka.num_partitions"])],
+        include_synonyms=True, include_documentation=True,
+    )  # fmt: skip
+    answer = call(served.bootstrap, request, 4, DescribeConfigsResponse)
+    topic, missing, broker = answer.results
+    assert topic.error_code == 0
+    assert [(c.name, c.value, c.config_source, c.config_type) for c in topic.configs] == [
+        ("cleanup.policy", "delete", 5, 7),
+        ("retention.ms", "60000", 1, 5),
+    ]
+    assert missing.error_code == UNKNOWN_TOPIC_OR_PARTITION
+    assert [(c.name, c.value, c.read_only) for c in broker.configs] == [("kafka.num_partitions", "1", True)]
