@@ -11,6 +11,8 @@ import asyncio
 import json
 
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import NewTopic as KafkaNewTopic
 from kafka.partitioner import murmur2
 
 from client.admin import Admin, RetryPolicy
@@ -92,3 +94,25 @@ def raftka_json(cluster: MetadataCluster, *args: str) -> dict:
 
 def raftka_lines(cluster: MetadataCluster, *args: str) -> list[dict]:
     return [json.loads(line) for line in cluster.raftka(*args, "--output", "json", timeout_s=60).splitlines() if line]
+
+
+def test_kafkas_admin_client_creates_describes_and_deletes_topics(cluster: MetadataCluster) -> None:
+    kafka = ",".join(n.kafka_address for n in cluster.nodes("broker"))
+    admin = AdminClient({"bootstrap.servers": kafka})
+    created = admin.create_topics([KafkaNewTopic("admin-made", num_partitions=4, replication_factor=3, config={"retention.ms": "3600000"})])
+    created["admin-made"].result(30)
+    again = admin.create_topics([KafkaNewTopic("admin-made", num_partitions=4, replication_factor=3)])
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS"):
+        again["admin-made"].result(30)
+    with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=30)) as raftka_admin:
+        described = {t.name: t for t in raftka_admin.describe_topics(["admin-made"])}
+    assert len(described["admin-made"].partitions) == 4
+
+    [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "admin-made")]).values()
+    configs = future.result(30)
+    assert configs["retention.ms"].value == "3600000" and not configs["retention.ms"].is_default
+    assert configs["cleanup.policy"].value == "delete" and configs["cleanup.policy"].is_default
+
+    admin.delete_topics(["admin-made"])["admin-made"].result(30)
+    with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=30)) as raftka_admin:
+        assert "admin-made" not in [t.name for t in raftka_admin.list_topics()]
