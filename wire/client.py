@@ -19,6 +19,7 @@ from raftka.v1 import broker_pb2, controller_pb2
 
 from wire.frames import (
     FETCH,
+    INIT_PRODUCER_ID,
     LIST_OFFSETS,
     METADATA,
     OFFSET_COMMIT,
@@ -217,6 +218,11 @@ class BrokerClient:
         self, request: broker_pb2.ListOffsetsRequest, *, timeout: float
     ) -> broker_pb2.ListOffsetsResponse:
         return await self._call(LIST_OFFSETS, request, timeout)
+
+    async def InitProducerId(
+        self, request: broker_pb2.InitProducerIdRequest, *, timeout: float
+    ) -> broker_pb2.InitProducerIdResponse:
+        return await self._call(INIT_PRODUCER_ID, request, timeout)
 
     async def OffsetCommit(
         self, request: controller_pb2.OffsetCommitRequest, *, timeout: float

@@ -53,7 +53,10 @@ FETCH = ApiSpec(3, "Fetch", broker_pb2.FetchRequest, broker_pb2.FetchResponse)
 LIST_OFFSETS = ApiSpec(4, "ListOffsets", broker_pb2.ListOffsetsRequest, broker_pb2.ListOffsetsResponse)
 OFFSET_COMMIT = ApiSpec(5, "OffsetCommit", controller_pb2.OffsetCommitRequest, controller_pb2.OffsetCommitResponse)
 OFFSET_FETCH = ApiSpec(6, "OffsetFetch", controller_pb2.OffsetFetchRequest, controller_pb2.OffsetFetchResponse)
-APIS: dict[int, ApiSpec] = {spec.key: spec for spec in (METADATA, PRODUCE, FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH)}
+INIT_PRODUCER_ID = ApiSpec(7, "InitProducerId", broker_pb2.InitProducerIdRequest, broker_pb2.InitProducerIdResponse)
+APIS: dict[int, ApiSpec] = {
+    spec.key: spec for spec in (METADATA, PRODUCE, FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, INIT_PRODUCER_ID)
+}
 
 
 class FrameError(ValueError):
