@@ -242,6 +242,22 @@ class LogSegment:
             position += header.size
         return None
 
+    def headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """The header of every batch from the one holding ``offset``, read a chunk at a time
+        (the producers' state is replayed from these; the segment is whole, recovered)."""
+        start = self.find(offset)
+        position = self.size if start is None else start.position
+        while position < self.size:
+            chunk = os.pread(self._fd, SCAN_CHUNK_BYTES, position)
+            at = 0
+            while len(chunk) - at >= HEADER_SIZE:
+                header = read_header(chunk, at)
+                yield header
+                at += header.size
+            if at == 0:
+                raise BatchFramingError(f"{self.path.name}: no whole batch header at {position}")
+            position += at
+
     def read_batch(self, at: Position) -> bytes:
         return os.pread(self._fd, at.header.size, at.position)
 
