@@ -34,6 +34,7 @@ from broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
 from broker.log.flusher import BackgroundFlusher
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions, RoleChanges
+from broker.producer_ids import ProducerIdManager
 from broker.replica.fetcher import ReplicaFetchers
 from broker.replica.isr import IsrChanges
 from broker.replica.manager import ReplicaManager
@@ -126,6 +127,8 @@ class DataPlane:
             high_watermarks=self.logs.read_high_watermarks(),
             incarnation_id=incarnation_id,
         )
+        self.producer_ids = ProducerIdManager(link, config.node_id, broker_epoch)
+        self._producer_id_expiration_ms = config.broker.producer_id_expiration_ms
         broker = config.broker
         self._tasks = [
             asyncio.create_task(self.isr_changes.run(), name="isr-changes"),
@@ -133,6 +136,7 @@ class DataPlane:
             _every(broker.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "hw-checkpoint"),
             _every(broker.log_retention_check_interval_ms, self._apply_retention, "log-retention"),
             _every(FLUSH_CHECK_INTERVAL_MS, self.logs.flush_due, "log-flush"),
+            _every(broker.producer_id_expiration_check_interval_ms, self._expire_producers, "producer-expiration"),
         ]
 
     async def serve(self, api: BrokerApi, address: str) -> None:
@@ -152,12 +156,16 @@ class DataPlane:
     def _apply_retention(self) -> None:
         self.logs.apply_retention(int(time.time() * 1000))
 
+    def _expire_producers(self) -> None:
+        self.logs.expire_producers(int(time.time() * 1000), self._producer_id_expiration_ms)
+
     async def close(self) -> None:
         if self.listener is not None:
             await self.listener.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.producer_ids.close()
         await self.fetchers.close()
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
         self.logs.close()
@@ -196,7 +204,7 @@ async def start_broker(config: NodeConfig) -> Broker:
     node = await open_node(
         config, state_machine, [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)]
     )
-    api = BrokerApi(data.replicas, link, node.cluster_id, lambda: node.leadership.leader_id)
+    api = BrokerApi(data.replicas, link, node.cluster_id, lambda: node.leadership.leader_id, data.producer_ids)
     lifecycle = BrokerLifecycle(
         config.node_id,
         [_endpoint(DATA_LISTENER, config.broker.data_listener), _endpoint(GRPC_LISTENER, config.listener)],

@@ -84,6 +84,8 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = 300_000  # how often retention deletes old segments
     produce_waiting_bytes_max: int = 64 * MIB  # acks=all bytes waiting for the ISR; more is refused
     fetch_parked_max: int = 1_000  # long-polling fetches parked at once; more are answered at once
+    producer_id_expiration_ms: int = 86_400_000  # an idempotent producer silent this long is forgotten per partition
+    producer_id_expiration_check_interval_ms: int = 600_000  # how often partitions forget expired producers
 
 
 @dataclass(frozen=True, slots=True)

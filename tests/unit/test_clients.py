@@ -19,6 +19,7 @@ from raftka.v1 import broker_pb2, controller_pb2
 from broker.data_service import BrokerApi
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions
+from broker.producer_ids import ProducerIdManager
 from broker.replica.manager import ReplicaManager
 from client import producer as producer_module
 from client.cluster_metadata import ClusterMetadata, PartitionLeader, TopicInfo
@@ -49,12 +50,18 @@ TOPIC_ID = uuid.UUID(int=9).bytes
 
 
 class OffsetStore:
-    """Stands in for the controller link: OffsetCommit/OffsetFetch in memory."""
+    """Stands in for the controller link: OffsetCommit/OffsetFetch in memory, and blocks of
+    10 producer ids."""
 
     def __init__(self) -> None:
         self.offsets: dict[tuple[str, str, int], int] = {}
+        self.producer_id_blocks = 0
 
     async def call(self, method: str, request: Any) -> Any:
+        if method == "AllocateProducerIds":
+            self.producer_id_blocks += 1
+            start = (self.producer_id_blocks - 1) * 10
+            return controller_pb2.AllocateProducerIdsResponse(producer_id_start=start, producer_id_len=10)
         if method == "OffsetCommit":
             for topic in request.topics:
                 for p in topic.partitions:
@@ -82,7 +89,9 @@ async def serving(tmp_path: Path) -> AsyncIterator[str]:
         on_stop_following=lambda p: None,
         high_watermarks={},
     )
-    server = FrameServer(BrokerApi(replicas, OffsetStore(), "c", lambda: 1).wire_handlers())
+    store = OffsetStore()
+    api = BrokerApi(replicas, store, "c", lambda: 1, ProducerIdManager(store, BROKER, lambda: 1))
+    server = FrameServer(api.wire_handlers())
     port = await server.start("127.0.0.1", 0)
     state = PartitionState(replicas=(BROKER,), isr=(BROKER,), leader=BROKER, leader_epoch=0, partition_epoch=0)
     image = MetadataImage(
