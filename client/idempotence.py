@@ -86,7 +86,7 @@ class Idempotence:
 
     def set_producer(self, producer_id: int, epoch: int) -> None:
         self.producer = (producer_id, epoch)
-        log.info("producer id", producer_id=producer_id, epoch=epoch)
+        log.debug("producer id", producer_id=producer_id, epoch=epoch)
 
     def _partition(self, tp: TopicPartition) -> PartitionSequences:
         p = self._partitions.get(tp)
@@ -181,7 +181,7 @@ class Idempotence:
             if p.unresolved is None or p.unacked:
                 continue
             if p.producer == self.producer and p.next_sequence != next_sequence(p.last_acked, 1):
-                log.info("a batch given up may not have landed: bumping the epoch", partition=str(tp))
+                log.debug("a batch given up may not have landed: bumping the epoch", partition=str(tp))
                 p.renumber_after = []
                 self._bump_wanted = True
             p.unresolved = None  # a partition of an older epoch starts at 0 under the new one anyway
