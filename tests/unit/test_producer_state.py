@@ -17,6 +17,7 @@ from broker.log.config import LogConfig
 from broker.log.partition_log import AppendInfo, PartitionLog
 from broker.log.producer_state import PRODUCERS_MAX, BatchMetadata, ProducerState, ProducerStateError
 from broker.log.segment import LogSegment
+from cli.main import main
 from records.batch import SEQUENCE_MODULUS, read_header
 from records.codec import BatchBuilder, read_records
 from records.validation import BatchLimits, validate_batches
@@ -242,3 +243,18 @@ def test_followers_apply_the_batches_they_append(tmp_path: Path) -> None:
     follower.append_as_follower(leader.read(0, 1 << 20).records)
     assert state_of(follower) == state_of(leader) == {4: (1, [BatchMetadata(0, 0, 2, 2, NOW)])}
     assert [r.value for r in read_records(follower.read(0, 1 << 20).records)] == [b"a", b"b", b"c", b"d"]
+
+
+def test_log_dump_shows_each_batchs_producer_and_the_snapshots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, idempotent(42, 3, 7, b"a", b"b"))
+    log.close()
+    assert main(["log", "dump", str(tmp_path / "t-0")]) == 0
+    text = capsys.readouterr().out
+    assert "baseSequence: 7 producerId: 42 producerEpoch: 3" in text
+    assert "producer snapshot offset: 2 producers: 1" in text
+    assert "| producerId: 42 producerEpoch: 3 firstSequence: 7 lastSequence: 8 firstOffset: 0 lastOffset: 1" in text
+    snapshot = producer_snapshots.path_for(tmp_path / "t-0", 2)
+    snapshot.write_bytes(snapshot.read_bytes()[:-1])
+    assert main(["log", "dump", str(snapshot), "--output", "json"]) == 0
+    assert '"type": "damaged"' in capsys.readouterr().out
