@@ -16,7 +16,7 @@ from broker.log import producer_snapshots
 from broker.log.config import LogConfig
 from broker.log.partition_log import AppendInfo, PartitionLog
 from broker.log.producer_state import PRODUCERS_MAX, BatchMetadata, ProducerState, ProducerStateError
-from broker.log.segment import LogSegment
+from broker.log.segment import SCAN_CHUNK_BYTES, LogSegment
 from cli.main import main
 from records.batch import SEQUENCE_MODULUS, read_header
 from records.codec import BatchBuilder, read_records
@@ -258,3 +258,17 @@ def test_log_dump_shows_each_batchs_producer_and_the_snapshots(tmp_path: Path, c
     snapshot.write_bytes(snapshot.read_bytes()[:-1])
     assert main(["log", "dump", str(snapshot), "--output", "json"]) == 0
     assert '"type": "damaged"' in capsys.readouterr().out
+
+
+def test_a_replay_over_large_and_small_batches_reads_every_header(tmp_path: Path) -> None:
+    """Past the first chunk, a large batch is skipped over (its header read alone), small
+    ones are read a chunk at a time."""
+    log = open_log(tmp_path)
+    sizes = [300_000, 10, 300_000, 300_000, 300_000, 10, 300_000, 10, 10, 300_000, 10]
+    for sequence, size in enumerate(sizes):
+        append(log, idempotent(3, 0, sequence, b"x" * size))
+    assert log.size_in_bytes > SCAN_CHUNK_BYTES
+    before = state_of(log)
+    again = open_log(tmp_path, clean=False)
+    assert state_of(again) == before
+    assert [b.first_offset for b in again.producers.producers[3].batches] == [6, 7, 8, 9, 10]
