@@ -17,8 +17,10 @@ a partition may have up to five batches in flight, in order: requests to a broke
 written to one connection in order and the broker appends them in that order; a retry
 goes alone as the partition's first unacknowledged batch. Without idempotence a
 partition has one batch in flight, so its order holds under retries, and a batch whose
-acknowledgement was lost may be written twice (at least once). ``buffer_memory`` bounds the bytes waiting: ``send`` waits
-for room up to ``max_block_ms``. With acks=0 the broker answers nothing: a batch counts
+acknowledgement was lost may be written twice (at least once).
+
+``buffer_memory`` bounds the bytes waiting: ``send`` waits for room up to
+``max_block_ms``. With acks=0 the broker answers nothing: a batch counts
 as sent once written to the socket, and a broker that refused it closes the connection,
 which the next send to it reports (then the leaders are looked up again).
 ``acknowledged_records`` and ``failed_records`` count outcomes.
@@ -355,10 +357,8 @@ class AsyncProducer:
                 expires_in = batch.created + self._delivery_timeout_s - now
                 if expires_in < 0 or self._fatal is not None:
                     queue.popleft()
-                    self._give_up(batch, self._fatal or ProducerError(
-                        "REQUEST_TIMED_OUT",
-                        f"{tp}: not acknowledged within delivery_timeout_ms ({batch.last_error or 'no answer'})",
-                    ))
+                    why = f"{tp}: not acknowledged within delivery_timeout_ms ({batch.last_error or 'no answer'})"
+                    self._give_up(batch, self._fatal or ProducerError("REQUEST_TIMED_OUT", why))
                     continue
                 linger_s = 0 if batch.closed or len(queue) > 1 or self._flushing else self._linger_s
                 ready_at = max(batch.retry_at, batch.created + linger_s)
