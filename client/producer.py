@@ -15,7 +15,9 @@ from any broker (InitProducerId) and numbers its batches per partition
 (``client.idempotence``), so a batch sent again after a lost answer is written once, and
 a partition may have up to five batches in flight, in order: requests to a broker are
 written to one connection in order and the broker appends them in that order; a retry
-goes alone as the partition's first unacknowledged batch. Without idempotence a
+goes alone as the partition's first unacknowledged batch. Only full batches (or a
+flush) go out behind one in flight: a batch still filling waits for the answer, so a
+light load sends few, fuller requests instead of one per record. Without idempotence a
 partition has one batch in flight, so its order holds under retries, and a batch whose
 acknowledgement was lost may be written twice (at least once).
 
@@ -360,8 +362,10 @@ class AsyncProducer:
                     why = f"{tp}: not acknowledged within delivery_timeout_ms ({batch.last_error or 'no answer'})"
                     self._give_up(batch, self._fatal or ProducerError("REQUEST_TIMED_OUT", why))
                     continue
-                linger_s = 0 if batch.closed or len(queue) > 1 or self._flushing else self._linger_s
-                ready_at = max(batch.retry_at, batch.created + linger_s)
+                full = batch.closed or len(queue) > 1 or self._flushing
+                if not full and self._in_flight.get(tp, 0) + taken:
+                    break  # a batch still filling waits for the one out: its answer wakes the loop
+                ready_at = max(batch.retry_at, batch.created + (0 if full else self._linger_s))
                 if ready_at > now:
                     again_in(ready_at - now)
                     break

@@ -46,10 +46,36 @@ def test_five_batches_stay_in_flight_per_partition_and_land_in_send_order() -> N
             await producer.flush()
             assert [(await f).offset for f in futures] == list(range(12))
         finally:
+            release.set()
             await producer.close()
         assert cluster.in_flight_max[0] == 5
         assert numbering(cluster) == [(0, i) for i in range(12)]
         assert await values_in(cluster, 0) == [b"v%d" % i for i in range(12)]
+
+    run(scenario)
+
+
+def test_a_batch_still_filling_waits_for_the_one_in_flight() -> None:
+    """Pipelining is for full batches: at a light load records gather behind the batch
+    in flight instead of going one request each."""
+
+    async def scenario(cluster: FakeCluster) -> None:
+        release = cluster.hold_answers()
+        producer = AsyncProducer(cluster.bootstrap, linger_ms=0)
+        try:
+            first = await producer.send(TOPIC, b"first", partition=0)
+            while cluster.in_flight[0] < 1:
+                await asyncio.sleep(0.001)
+            rest = [await producer.send(TOPIC, b"r%d" % i, partition=0) for i in range(3)]
+            producer._ship_ready()
+            assert producer._in_flight[P0] == 1 and producer._batches[P0][0].records == 3
+            release.set()
+            await producer.flush()
+            assert [(await f).offset for f in [first, *rest]] == [0, 1, 2, 3]
+        finally:
+            release.set()
+            await producer.close()
+        assert [h.record_count for h in cluster.logs[0].headers()] == [1, 3]
 
     run(scenario)
 
@@ -186,6 +212,7 @@ def test_without_idempotence_one_batch_is_in_flight_and_a_lost_answer_writes_twi
             await producer.flush()
             offsets = [(await f).offset for f in futures]
         finally:
+            release.set()
             await producer.close()
         assert numbering(cluster)[0] == (-1, -1), "no producer id"
         assert await values_in(cluster, 0) == [b"v0", b"v1", b"v1", b"v2"]
