@@ -5,7 +5,8 @@ and over gRPC as the ``Broker`` service, for tools.
 
 Metadata is answered from the broker's own image (as a Kafka broker answers from its
 metadata cache), naming each broker's data listener; Produce, Fetch and ListOffsets go
-to the replica manager; the group APIs and OffsetCommit go to the group coordinator
+to the replica manager; InitProducerId hands out an id from this broker's block
+(``broker.producer_ids``); the group APIs and OffsetCommit go to the group coordinator
 (``broker.groups``); OffsetFetch is forwarded to the active controller (a linearizable
 read of the quorum), so clients need only brokers.
 """
@@ -19,6 +20,7 @@ from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 
 from broker.controller_link import ControllerLink, LinkError
 from broker.groups.coordinator import GroupCoordinator
+from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from broker.replica.manager import ReplicaManager
 from metadata.image import NO_LEADER, MetadataImage
 from wire import frames
@@ -38,10 +40,12 @@ class BrokerApi:
         link: ControllerLink,
         cluster_id: str,
         controller_id: Callable[[], int],
+        producer_ids: ProducerIdManager,
     ) -> None:
         self.replicas = replicas
         self.cluster_id = cluster_id
         self._link = link
+        self._producer_ids = producer_ids
         self._controller_id = controller_id
         self.produce = replicas.produce
         self.fetch = replicas.fetch
@@ -63,6 +67,7 @@ class BrokerApi:
             frames.LIST_OFFSETS.key: self.list_offsets,
             frames.OFFSET_COMMIT.key: self.offset_commit,
             frames.OFFSET_FETCH.key: self.offset_fetch,
+            frames.INIT_PRODUCER_ID.key: self.init_producer_id,
             frames.FIND_COORDINATOR.key: self.find_coordinator,
             frames.JOIN_GROUP.key: self.join_group,
             frames.SYNC_GROUP.key: self.sync_group,
@@ -85,6 +90,22 @@ class BrokerApi:
 
     async def list_offsets(self, request: Pb.ListOffsetsRequest) -> Pb.ListOffsetsResponse:
         return self.replicas.list_offsets(request)
+
+    async def init_producer_id(self, request: Pb.InitProducerIdRequest) -> Pb.InitProducerIdResponse:
+        """A new producer id with epoch 0 (Kafka's answer to an idempotent producer, which
+        bumps its epoch itself afterwards)."""
+        response = Pb.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+        problem = _init_producer_id_problem(request)
+        if problem:
+            response.status.error, response.status.message = E.INVALID_REQUEST, problem
+            return response
+        try:
+            response.producer_id = await self._producer_ids.next_id()
+        except ProducerIdsUnavailable as e:
+            response.status.error, response.status.message = E.REQUEST_TIMED_OUT, f"no producer id to give: {e}"
+            return response
+        response.producer_epoch = 0
+        return response
 
     async def offset_fetch(self, request: controller_pb2.OffsetFetchRequest) -> controller_pb2.OffsetFetchResponse:
         return await self.forward("OffsetFetch", request, controller_pb2.OffsetFetchResponse)
@@ -119,6 +140,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: Pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> Pb.ListOffsetsResponse:
         return await self._api.list_offsets(request)
+
+    async def InitProducerId(
+        self, request: Pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.InitProducerIdResponse:
+        return await self._api.init_producer_id(request)
 
     async def OffsetCommit(
         self, request: controller_pb2.OffsetCommitRequest, context: grpc.aio.ServicerContext
@@ -159,6 +185,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: controller_pb2.DeleteGroupsRequest, context: grpc.aio.ServicerContext
     ) -> controller_pb2.DeleteGroupsResponse:
         return await self._api.delete_groups(request)
+
+
+def _init_producer_id_problem(request: Pb.InitProducerIdRequest) -> str:
+    if request.transactional_id:
+        return "transactional_id: raftka has no transactions; an idempotent producer sends none"
+    if (request.producer_id == -1) != (request.producer_epoch == -1):
+        return (
+            f"producer_id {request.producer_id} and producer_epoch {request.producer_epoch}: "
+            "both -1, or both a producer's current id and epoch"
+        )
+    if request.producer_id < -1 or request.producer_epoch < -1:
+        return f"producer_id {request.producer_id}, producer_epoch {request.producer_epoch}: -1 or 0 and more"
+    return ""
 
 
 def wire_produce_answer(request: Pb.ProduceRequest, response: Pb.ProduceResponse) -> Pb.ProduceResponse | None:

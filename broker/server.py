@@ -39,6 +39,7 @@ from broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
 from broker.log.flusher import BackgroundFlusher
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions, RoleChanges
+from broker.producer_ids import ProducerIdManager
 from broker.replica.fetcher import ReplicaFetchers
 from broker.replica.isr import IsrChanges
 from broker.replica.manager import ReplicaManager
@@ -150,6 +151,8 @@ class DataPlane:
             high_watermarks=self.logs.read_high_watermarks(),
             incarnation_id=incarnation_id,
         )
+        self.producer_ids = ProducerIdManager(link, config.node_id, broker_epoch)
+        self._producer_id_expiration_ms = config.broker.producer_id_expiration_ms
         self._tasks = [
             asyncio.create_task(self.isr_changes.run(), name="isr-changes"),
             asyncio.create_task(self.groups.run(), name="group-coordinator"),
@@ -157,6 +160,7 @@ class DataPlane:
             _every(broker.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "hw-checkpoint"),
             _every(broker.log_retention_check_interval_ms, self._apply_retention, "log-retention"),
             _every(FLUSH_CHECK_INTERVAL_MS, self.logs.flush_due, "log-flush"),
+            _every(broker.producer_id_expiration_check_interval_ms, self._expire_producers, "producer-expiration"),
         ]
 
     async def serve(self, api: BrokerApi, config: NodeConfig) -> None:
@@ -184,6 +188,9 @@ class DataPlane:
     def _apply_retention(self) -> None:
         self.logs.apply_retention(int(time.time() * 1000))
 
+    def _expire_producers(self) -> None:
+        self.logs.expire_producers(int(time.time() * 1000), self._producer_id_expiration_ms)
+
     async def close(self) -> None:
         for listener in self.listeners:
             await listener.close()
@@ -191,6 +198,7 @@ class DataPlane:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.producer_ids.close()
         await self.fetchers.close()
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
         self.logs.close()
@@ -230,7 +238,9 @@ async def start_broker(config: NodeConfig) -> Broker:
     node = await open_node(
         config, state_machine, [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)]
     )
-    api = BrokerApi(data.replicas, data.groups, link, node.cluster_id, lambda: node.leadership.leader_id)
+    api = BrokerApi(
+        data.replicas, data.groups, link, node.cluster_id, lambda: node.leadership.leader_id, data.producer_ids
+    )
     endpoints = [_endpoint(DATA_LISTENER, config.broker.data_listener), _endpoint(GRPC_LISTENER, config.listener)]
     if config.kafka.listener:
         endpoints.append(_endpoint(KAFKA_LISTENER, config.kafka.listener))

@@ -9,9 +9,12 @@ STOP) and time until it is in every ISR again. At the end the producer flushes, 
 consumer reads every partition from the beginning to its high watermark, and the audit
 compares what was read with what was acknowledged: ``lost`` (acknowledged, never read),
 ``duplicated`` (a number read twice: a retry of a batch whose acknowledgement was lost,
-which the producer without idempotence may write twice, as Kafka's does),
-``out_of_order`` (a partition whose acknowledged numbers, first copies only, go down)
-and ``unknown`` (a record never sent). Lost, out-of-order or unknown records fail it.
+written again), ``out_of_order`` (a partition whose acknowledged numbers, first copies
+only, go down) and ``unknown`` (a record never sent). Lost, out-of-order or unknown
+records fail it, and so do duplicates: the producer is idempotent, so a retried batch is
+answered with the offsets it was first written at. With ``--no-idempotence`` duplicates
+are reported, not failed (at least once, as Kafka's producer with
+``enable.idempotence=false``).
 
 With ``--group-consumers N``, N consumers in one group read the topic while it happens
 (their coordinator may be the broker that dies); at the end every acknowledged record
@@ -36,6 +39,7 @@ from typing import Any
 
 from cli import local, output
 from cli.chaos import SIGNALS, LocalTarget
+from cli.data_args import add_idempotence_option, idempotence
 from cli.errors import CliError
 from cli.quorum_client import QuorumClient
 from client.admin import Admin, RetryPolicy
@@ -60,6 +64,7 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     kill.add_argument("--timeout-s", type=float, default=60.0, help="bound on each wait in a round")
     kill.add_argument("--group-consumers", type=int, default=0, metavar="N", help="N consumers of one group read along")
     kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
+    add_idempotence_option(kill)
     output.add_output_option(kill)
     kill.set_defaults(func=run_kill_broker)
 
@@ -231,7 +236,13 @@ def run_kill_broker(args: argparse.Namespace) -> int:
     with Admin(cluster.addresses(), RetryPolicy(total_timeout_s=args.timeout_s)) as admin:
         result = admin.create_topics([NewTopic(topic, PARTITIONS, 3, {"min.insync.replicas": "2"})])[0]
         result.check()
-        producer = Producer(cluster.broker_addresses(), acks=-1, linger_ms=5, delivery_timeout_ms=120_000)
+        producer = Producer(
+            cluster.broker_addresses(),
+            acks=-1,
+            linger_ms=5,
+            delivery_timeout_ms=120_000,
+            enable_idempotence=idempotence(args),
+        )
         load = NumberedLoad(producer, topic, args.rate)
         readers = GroupReaders(cluster.broker_addresses(), topic, args.group_consumers) if args.group_consumers else None
         rounds = []
@@ -258,6 +269,7 @@ def run_kill_broker(args: argparse.Namespace) -> int:
     failovers = [r["failover_ms"] for r in rounds]
     summary = {
         "topic": topic,
+        "idempotent": not args.no_idempotence,
         **report,
         "failover_median_ms": round(statistics.median(failovers), 1),
         "failover_max_ms": max(failovers),
@@ -267,10 +279,16 @@ def run_kill_broker(args: argparse.Namespace) -> int:
         print(output.to_json({"rounds": rounds, "summary": summary}))
     else:
         print(output.fields([(k.replace("_", " "), v) for k, v in summary.items()]))
-    # Duplicates are reported, not failed: without idempotence (a later issue) a batch whose
-    # acknowledgement died with its leader is sent again, as Kafka's at-least-once producer does.
     group_ok = readers is None or (report["group_missed"] == 0 and report["group_converged"])
-    return 0 if report["lost"] == report["out_of_order"] == report["unknown"] == 0 and group_ok else 1
+    return exit_status(report, idempotent=not args.no_idempotence, group_ok=group_ok)
+
+
+def exit_status(report: dict[str, int], *, idempotent: bool, group_ok: bool = True) -> int:
+    """1 for anything lost, out of order or unknown, for duplicates from an idempotent
+    producer, and for a group that missed records or did not converge; an at-least-once
+    producer's duplicates are only reported."""
+    failed = report["lost"] or report["out_of_order"] or report["unknown"] or not group_ok
+    return 1 if failed or (report["duplicated"] and idempotent) else 0
 
 
 def _round(

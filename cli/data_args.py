@@ -1,6 +1,7 @@
-"""What the data commands (produce, consume, offsets list, perf) share: where the brokers
-are. ``--bootstrap-server`` as Kafka's tools spell it; without it, the brokers of the
-local cluster from ``raftka cluster up``."""
+"""What the data commands (produce, consume, offsets list, perf, chaos) share: where the
+brokers are (``--bootstrap-server`` as Kafka's tools spell it; without it, the brokers
+of the local cluster from ``raftka cluster up``) and, for those that produce,
+``--no-idempotence``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,20 @@ def add_broker_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dir", type=Path, help="local cluster directory (default: .raftka/local)")
     output.add_output_option(parser)
+
+
+def add_idempotence_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-idempotence",
+        action="store_true",
+        help="an at-least-once producer, one batch in flight per partition (Kafka's enable.idempotence=false); "
+        "idempotence is on by default with acks all and off with acks 1 or 0",
+    )
+
+
+def idempotence(args: argparse.Namespace) -> bool | None:
+    """The producer's ``enable_idempotence``: False when asked, else its default."""
+    return False if args.no_idempotence else None
 
 
 def broker_addresses(args: argparse.Namespace) -> list[str]:

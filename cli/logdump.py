@@ -81,8 +81,20 @@ def format_entry(entry: dict[str, Any]) -> str:
 def format_partition_entry(entry: dict[str, Any]) -> str:
     if entry["type"] == "damaged":
         return f"position: {entry['position']} isvalid: false error: {entry['error']}"
+    if entry["type"] == "producer_snapshot":
+        line = f"producer snapshot offset: {entry['offset']} producers: {len(entry['producers'])}"
+        for p in entry["producers"]:
+            for b in p["batches"]:
+                line += (
+                    f"\n| producerId: {p['producer_id']} producerEpoch: {p['producer_epoch']} "
+                    f"firstSequence: {b['first_sequence']} lastSequence: {b['last_sequence']} "
+                    f"firstOffset: {b['first_offset']} lastOffset: {b['last_offset']} timestamp: {b['timestamp']}"
+                )
+        return line
     line = (
         f"baseOffset: {entry['base_offset']} lastOffset: {entry['last_offset']} count: {entry['record_count']} "
+        f"baseSequence: {entry['base_sequence']} producerId: {entry['producer_id']} "
+        f"producerEpoch: {entry['producer_epoch']} "
         f"partitionLeaderEpoch: {entry['partition_leader_epoch']} position: {entry['position']} "
         f"{entry['timestamp_type']}: {entry['max_timestamp']} size: {entry['size_bytes']} "
         f"compresscodec: {entry['compression']} isvalid: {str(entry['crc_valid']).lower()}"

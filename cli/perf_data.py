@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cli import local, output, proc_cpu, quorum
+from cli import data_args, local, output, proc_cpu, quorum
 from cli.data_args import add_broker_options, broker_addresses, not_negative, positive
 from cli.errors import CliError
 from cli.perf_metadata import percentile
@@ -44,6 +44,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     produce.add_argument("--batch-size", type=positive, default=256 * 1024, help="bytes per partition batch")
     produce.add_argument("--linger-ms", type=not_negative, default=5)
     produce.add_argument("--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd"))
+    data_args.add_idempotence_option(produce)
     _topic_options(produce)
     produce.set_defaults(func=run_produce)
 
@@ -58,6 +59,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     e2e.add_argument("--duration", type=float, default=10.0, help="seconds of load")
     e2e.add_argument("--record-size", type=positive, default=100, help="bytes per record value (at least 8)")
     e2e.add_argument("--acks", choices=sorted(ACKS), default="all")
+    data_args.add_idempotence_option(e2e)
     _topic_options(e2e)
     e2e.set_defaults(func=run_e2e)
 
@@ -138,6 +140,7 @@ async def measure_produce(args: argparse.Namespace) -> dict[str, Any]:
         batch_size=args.batch_size,
         linger_ms=args.linger_ms,
         compression=args.compression,
+        enable_idempotence=data_args.idempotence(args),
     )
     value = os.urandom(args.record_size)
     sample_every = max(1, args.records // LATENCY_SAMPLES_MAX)
@@ -176,6 +179,7 @@ async def measure_produce(args: argparse.Namespace) -> dict[str, Any]:
         "records": args.records,
         "record_size": args.record_size,
         "acks": args.acks,
+        "idempotent": producer.idempotent,
         "records_per_s": round(args.records / elapsed),
         "mb_per_s": round(args.records * args.record_size / elapsed / 1e6, 2),
         **_latency_summary(latencies_ms),
@@ -237,7 +241,7 @@ def run_e2e(args: argparse.Namespace) -> int:
 
 async def measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
     addresses = broker_addresses(args)
-    producer = AsyncProducer(addresses, acks=ACKS[args.acks], linger_ms=0)
+    producer = AsyncProducer(addresses, acks=ACKS[args.acks], linger_ms=0, enable_idempotence=data_args.idempotence(args))
     consumer = AsyncConsumer(addresses, auto_offset_reset="latest", fetch_max_wait_ms=100)
     padding = os.urandom(args.record_size - _STAMP.size)
     total = int(args.rate * args.duration)
@@ -274,6 +278,7 @@ async def measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
         await consumer.close()
     return {
         "rate": args.rate,
+        "idempotent": producer.idempotent,
         "sent": total,
         "received": len(latencies_ms),
         **_latency_summary(latencies_ms),

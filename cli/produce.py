@@ -17,7 +17,14 @@ from typing import Any, TextIO
 
 from cli import output
 from cli.admin_args import parse_key_values
-from cli.data_args import add_broker_options, broker_addresses, not_negative, positive
+from cli.data_args import (
+    add_broker_options,
+    add_idempotence_option,
+    broker_addresses,
+    idempotence,
+    not_negative,
+    positive,
+)
 from cli.errors import CliError
 from client.producer import Producer
 from client.types import RecordMetadata
@@ -42,6 +49,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     produce.add_argument(
         "--timeout-s", type=float, default=120.0, help="give up on a record not acknowledged by then"
     )
+    add_idempotence_option(produce)
     add_broker_options(produce)
     produce.set_defaults(func=run_produce)
 
@@ -81,6 +89,7 @@ def run_produce(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         compression=args.compression,
         delivery_timeout_ms=int(args.timeout_s * 1000),
+        enable_idempotence=idempotence(args),
     )
     tally = Tally()
     try:

@@ -3,13 +3,26 @@
 ``send`` picks the partition (Kafka's murmur2 for keys, sticky without), appends to that
 partition's open batch (aiokafka's codec) and returns a future. A sender task ships
 batches that are full, older than ``linger_ms``, or asked for by ``flush``: every ready
-batch led by one broker goes in one request (up to ``max_request_size``). Each
-partition has at most one batch in flight, so its order holds when a batch is retried.
-Retriable answers (leader moved, ISR too small, timeouts, an unreachable broker) are
-retried after ``retry_backoff_ms`` and a metadata refresh, until the batch is
-``delivery_timeout_ms`` old; anything else fails the batch's futures at once with the
-broker's error and message. ``buffer_memory`` bounds the bytes waiting: ``send`` waits
-for room up to ``max_block_ms``. With acks=0 the broker answers nothing: a batch counts
+batch led by one broker goes in one request (up to ``max_request_size``), at most one
+batch per partition per request. Retriable answers (leader moved, ISR too small,
+timeouts, an unreachable broker) are retried after ``retry_backoff_ms`` and a metadata
+refresh, until the batch is ``delivery_timeout_ms`` old; anything else fails the
+batch's futures at once with the broker's error and message.
+
+Idempotence is on by default, as in Kafka 3.x (``enable_idempotence``; it needs
+acks=all, and is off by default with acks 0 or 1): the producer takes a producer id
+from any broker (InitProducerId) and numbers its batches per partition
+(``client.idempotence``), so a batch sent again after a lost answer is written once, and
+a partition may have up to five batches in flight, in order: requests to a broker are
+written to one connection in order and the broker appends them in that order; a retry
+goes alone as the partition's first unacknowledged batch. Only full batches (or a
+flush) go out behind one in flight: a batch still filling waits for the answer, so a
+light load sends few, fuller requests instead of one per record. Without idempotence a
+partition has one batch in flight, so its order holds under retries, and a batch whose
+acknowledgement was lost may be written twice (at least once).
+
+``buffer_memory`` bounds the bytes waiting: ``send`` waits for room up to
+``max_block_ms``. With acks=0 the broker answers nothing: a batch counts
 as sent once written to the socket, and a broker that refused it closes the connection,
 which the next send to it reports (then the leaders are looked up again).
 ``acknowledged_records`` and ``failed_records`` count outcomes.
@@ -25,17 +38,20 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from raftka.v1 import broker_pb2, controller_pb2
 
 from client.cluster_metadata import RETRIABLE, ClusterMetadata
 from client.errors import KafkaError, ProducerError
+from client.idempotence import NO_PRODUCER, Idempotence
 from client.loop_thread import LoopThread
 from client.partitioner import StickyPartitioner, default_partition
 from client.types import RecordMetadata, TopicPartition
+from records.batch import NO_SEQUENCE, set_producer_state
 from records.codec import BatchBuilder, Compression
 from wire.client import WireError
 
@@ -46,6 +62,7 @@ RECORD_OVERHEAD_BYTES = 24  # what a record adds to a batch besides key, value a
 Headers = Sequence[tuple[str, bytes | None]]
 _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared by every record without headers: never mutated
 HANDOFF_RECORDS_MAX = 10_000  # records a synchronous Producer's send may queue ahead of its loop
+IN_FLIGHT_PER_PARTITION_MAX = 5  # with idempotence: what the broker's producer state covers (Kafka's limit)
 
 
 class RecordFuture:
@@ -95,6 +112,22 @@ class _Batch:
     retry_at: float = 0.0
     last_error: str = ""
     closed: bool = False
+    producer: tuple[int, int] = NO_PRODUCER  # idempotence: the (id, epoch) it is numbered under
+    sequence: int = NO_SEQUENCE
+    sequence_reset: bool = False
+    stamped: tuple[int, int, int] = (*NO_PRODUCER, NO_SEQUENCE)  # what the payload's header says
+
+    def stamp(self) -> bytes:
+        """The payload, its header carrying the batch's producer id, epoch and sequence."""
+        if self.payload is None:
+            self.closed = True
+            self.payload = bytes(self.builder.build())
+        wanted = (*self.producer, self.sequence)
+        if wanted != self.stamped:
+            buf = bytearray(self.payload)
+            set_producer_state(buf, 0, *wanted)
+            self.payload, self.stamped = bytes(buf), wanted
+        return self.payload
 
 
 class AsyncProducer:
@@ -112,10 +145,15 @@ class AsyncProducer:
         retry_backoff_ms: int = 100,
         max_block_ms: int = 60_000,
         max_request_size: int = 1 << 20,
+        enable_idempotence: bool | None = None,
     ) -> None:
         acks = -1 if acks == "all" else int(acks)
         if acks not in ACKS:
             raise ValueError(f"acks: {acks} is not one of all (-1), 0 or 1")
+        if enable_idempotence is None:  # Kafka 3.x: on, unless a setting it needs was set otherwise
+            enable_idempotence = acks == -1
+        elif enable_idempotence and acks != -1:
+            raise ValueError(f"enable_idempotence: needs acks=all (-1), got acks={acks}")
         for name, value in (("batch_size", batch_size), ("buffer_memory", buffer_memory), ("max_request_size", max_request_size)):
             if value <= 0:
                 raise ValueError(f"{name}: must be positive, got {value}")
@@ -131,9 +169,14 @@ class AsyncProducer:
         self._max_request_size = max_request_size
         self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=request_timeout_ms / 1000)
         self._partitioner = StickyPartitioner()
-        self._batches: dict[TopicPartition, collections.deque[_Batch]] = {}
-        self._in_flight: set[TopicPartition] = set()
+        self._idempotence = Idempotence() if enable_idempotence else None
+        self._in_flight_max = IN_FLIGHT_PER_PARTITION_MAX if enable_idempotence else 1
+        self._batches: dict[TopicPartition, collections.deque[_Batch]] = {}  # waiting: retries first, then new
+        self._in_flight: dict[TopicPartition, int] = {}  # batches in requests now, per partition
+        self._in_requests: set[_Batch] = set()
         self._requests: set[asyncio.Task[None]] = set()
+        self._init_task: asyncio.Task[None] | None = None
+        self._fatal: ProducerError | None = None  # the producer cannot go on (InitProducerId refused for good)
         self._buffered = 0
         self._room = asyncio.Condition()
         self._wake = asyncio.Event()
@@ -145,6 +188,15 @@ class AsyncProducer:
         self._sender = asyncio.create_task(self._send_loop(), name="producer-sender")
 
     # the API ----------------------------------------------------------------------------
+
+    @property
+    def idempotent(self) -> bool:
+        return self._idempotence is not None
+
+    @property
+    def producer_id_and_epoch(self) -> tuple[int, int]:
+        """(-1, -1) without idempotence or before InitProducerId has answered."""
+        return NO_PRODUCER if self._idempotence is None else self._idempotence.producer
 
     async def wait_ready(self, topic: str) -> None:
         """Until every partition of ``topic`` has a leader (bounded by ``max_block_ms``)."""
@@ -174,6 +226,8 @@ class AsyncProducer:
         garbage collector would scan, again and again)."""
         if self._closed:
             raise ProducerError("PRODUCER_CLOSED", "send after close")
+        if self._fatal is not None:
+            raise self._fatal
         size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         if headers:
             headers = list(headers)
@@ -214,6 +268,7 @@ class AsyncProducer:
         self._wake.set()
         try:
             pending = [b.outcome for queue in self._batches.values() for b in queue]
+            pending += [b.outcome for b in self._in_requests]
             if pending:
                 await asyncio.wait(pending)
         finally:
@@ -230,10 +285,10 @@ class AsyncProducer:
         for task in list(self._requests):
             task.cancel()
         await asyncio.gather(self._sender, *self._requests, return_exceptions=True)
-        for queue in self._batches.values():
-            for batch in queue:
-                self._fail(batch, ProducerError("PRODUCER_CLOSED", f"closed before {batch.tp} was acknowledged"))
+        for batch in [*(b for queue in self._batches.values() for b in queue), *self._in_requests]:
+            self._fail(batch, ProducerError("PRODUCER_CLOSED", f"closed before {batch.tp} was acknowledged"))
         self._batches.clear()
+        self._in_requests.clear()
         await self.metadata.close()
 
     # batching ---------------------------------------------------------------------------
@@ -283,51 +338,85 @@ class AsyncProducer:
                 await asyncio.wait_for(self._wake.wait(), wait_s)
 
     def _ship_ready(self) -> float | None:
-        """Send what is ready; how long until something else may be (None: until woken)."""
+        """Send what is ready; how long until something else may be (None: until woken).
+        A partition's batches go in order, each in the next request to its leader."""
         now = time.monotonic()
+        idempotence = self._idempotence
+        if idempotence is not None:
+            idempotence.maintain(lambda tp: self._in_flight.get(tp, 0))
+            if not idempotence.has_producer_id and self._init_task is None and self._fatal is None:
+                self._init_task = self._track(self._init_producer_id())
         next_s: float | None = None
-        by_leader: dict[int, list[_Batch]] = {}
+
+        def again_in(delay_s: float) -> None:
+            nonlocal next_s
+            next_s = delay_s if next_s is None else min(next_s, delay_s)
+
+        by_leader: dict[int, list[list[_Batch]]] = {}  # leader -> the batches of its 1st, 2nd, ... request
         for tp, queue in self._batches.items():
-            if not queue or tp in self._in_flight:
-                continue
-            batch = queue[0]
-            if now - batch.created > self._delivery_timeout_s:
+            taken = 0
+            while queue and self._in_flight.get(tp, 0) + taken < self._in_flight_max:
+                batch = queue[0]
+                expires_in = batch.created + self._delivery_timeout_s - now
+                if expires_in < 0 or self._fatal is not None:
+                    queue.popleft()
+                    why = f"{tp}: not acknowledged within delivery_timeout_ms ({batch.last_error or 'no answer'})"
+                    self._give_up(batch, self._fatal or ProducerError("REQUEST_TIMED_OUT", why))
+                    continue
+                full = batch.closed or len(queue) > 1 or self._flushing
+                if not full and self._in_flight.get(tp, 0) + taken:
+                    break  # a batch still filling waits for the one out: its answer wakes the loop
+                ready_at = max(batch.retry_at, batch.created + (0 if full else self._linger_s))
+                if ready_at > now:
+                    again_in(ready_at - now)
+                    break
+                if idempotence is not None and not idempotence.may_send(batch):
+                    again_in(expires_in)  # woken sooner by the answers it waits for
+                    break
+                state = self.metadata.leader(tp)
+                if state is None or state.leader < 0 or self.metadata.broker(state.leader) is None:
+                    batch.retry_at = now + self._retry_backoff_s
+                    batch.last_error = f"no leader for {tp}"
+                    self._refresh_soon()
+                    again_in(self._retry_backoff_s)
+                    break
                 queue.popleft()
-                self._fail(batch, ProducerError("REQUEST_TIMED_OUT", f"{tp}: not acknowledged within delivery_timeout_ms ({batch.last_error or 'no answer'})"))
-                continue
-            ready_at = max(batch.retry_at, batch.created + (0 if batch.closed or len(queue) > 1 or self._flushing else self._linger_s))
-            if ready_at > now:
-                next_s = min(next_s if next_s is not None else ready_at - now, ready_at - now)
-                continue
-            state = self.metadata.leader(tp)
-            if state is None or state.leader < 0 or self.metadata.broker(state.leader) is None:
-                batch.retry_at = now + self._retry_backoff_s
-                batch.last_error = f"no leader for {tp}"
-                self._refresh_soon()
-                next_s = min(next_s if next_s is not None else self._retry_backoff_s, self._retry_backoff_s)
-                continue
-            by_leader.setdefault(state.leader, []).append(batch)
-        for leader, batches in by_leader.items():
-            request_batches: list[_Batch] = []
-            size = 0
-            for batch in batches:
-                if batch.payload is None:
-                    batch.closed = True
-                    batch.payload = bytes(batch.builder.build())
-                if request_batches and size + len(batch.payload) > self._max_request_size:
-                    self._launch(leader, request_batches)
-                    request_batches, size = [], 0
-                request_batches.append(batch)
-                size += len(batch.payload)
-            self._launch(leader, request_batches)
+                if idempotence is not None and batch.sequence == NO_SEQUENCE:
+                    idempotence.number(batch)
+                requests = by_leader.setdefault(state.leader, [])
+                if len(requests) == taken:
+                    requests.append([])
+                requests[taken].append(batch)
+                taken += 1
+        for leader, requests in by_leader.items():
+            for batches in requests:
+                self._launch_within_size(leader, batches)
         return next_s
+
+    def _launch_within_size(self, leader: int, batches: list[_Batch]) -> None:
+        request_batches: list[_Batch] = []
+        size = 0
+        for batch in batches:
+            payload = batch.stamp()
+            if request_batches and size + len(payload) > self._max_request_size:
+                self._launch(leader, request_batches)
+                request_batches, size = [], 0
+            request_batches.append(batch)
+            size += len(payload)
+        self._launch(leader, request_batches)
 
     def _launch(self, leader: int, batches: list[_Batch]) -> None:
         for batch in batches:
-            self._in_flight.add(batch.tp)
-        task = asyncio.create_task(self._produce(leader, batches))
+            self._in_flight[batch.tp] = self._in_flight.get(batch.tp, 0) + 1
+            self._in_requests.add(batch)
+        self._track(self._produce(leader, batches))
+
+    def _track(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task the producer cancels and awaits on close."""
+        task = asyncio.create_task(coroutine)
         self._requests.add(task)
         task.add_done_callback(self._requests.discard)
+        return task
 
     async def _produce(self, leader: int, batches: list[_Batch]) -> None:
         request = broker_pb2.ProduceRequest(acks=self.acks, timeout_ms=self._request_timeout_ms)
@@ -358,7 +447,8 @@ class AsyncProducer:
             failure = str(e)
         finally:
             for batch in batches:
-                self._in_flight.discard(batch.tp)
+                self._in_flight[batch.tp] -= 1
+                self._in_requests.discard(batch)
         retry = False
         for batch in batches:
             result = results.get(batch.tp)
@@ -366,21 +456,61 @@ class AsyncProducer:
                 self._complete(batch, -1)
             elif result is not None and result.error == E.NONE:
                 self._complete(batch, result.base_offset)
-            elif result is not None and result.error not in RETRIABLE:
-                self._done(batch)
-                self._fail(batch, ProducerError(E.Name(result.error), result.message))
-            else:
+            elif self._retriable(batch, None if result is None else result.error):
                 batch.last_error = failure or (f"{E.Name(result.error)}: {result.message}" if result else "no answer")
                 batch.retry_at = time.monotonic() + self._retry_backoff_s
+                self._requeue(batch)
                 retry = True
+            else:
+                assert result is not None
+                self._refuse(batch, ProducerError(E.Name(result.error), result.message))
         if retry:
             self._refresh_soon()
         self._wake.set()
 
+    def _retriable(self, batch: _Batch, code: int | None) -> bool:
+        if self._idempotence is not None:
+            return self._idempotence.retriable(batch, code)
+        return code is None or code in RETRIABLE
+
+    def _requeue(self, batch: _Batch) -> None:
+        """Back among the waiting batches, before every later-numbered or new one."""
+        queue = self._batches.setdefault(batch.tp, collections.deque())
+        at = 0
+        if self._idempotence is not None:
+            while at < len(queue) and queue[at].sequence != NO_SEQUENCE and self._idempotence.comes_before(queue[at], batch):
+                at += 1
+        queue.insert(at, batch)
+
+    async def _init_producer_id(self) -> None:
+        """InitProducerId from any broker until one answers (Kafka's producer asks before
+        its first batch); a refusal that asking again cannot fix stops the producer."""
+        assert self._idempotence is not None
+        request = broker_pb2.InitProducerIdRequest(producer_id=-1, producer_epoch=-1)
+        try:
+            while True:
+                try:
+                    response = await self.metadata.any_broker().InitProducerId(
+                        request, timeout=self._request_timeout_ms / 1000
+                    )
+                except WireError as e:
+                    log.debug("InitProducerId failed", detail=str(e))
+                else:
+                    code = response.status.error
+                    if code == E.NONE:
+                        self._idempotence.set_producer(response.producer_id, response.producer_epoch)
+                        return
+                    if code not in RETRIABLE:
+                        self._fatal = ProducerError(E.Name(code), f"InitProducerId: {response.status.message}")
+                        return
+                    log.debug("InitProducerId refused", error=E.Name(code), detail=response.status.message)
+                await asyncio.sleep(self._retry_backoff_s)
+        finally:
+            self._init_task = None
+            self._wake.set()
+
     def _refresh_soon(self) -> None:
-        task = asyncio.create_task(self._refresh_quietly())
-        self._requests.add(task)
-        task.add_done_callback(self._requests.discard)
+        self._track(self._refresh_quietly())
 
     async def _refresh_quietly(self) -> None:
         try:
@@ -388,22 +518,36 @@ class AsyncProducer:
         except KafkaError as e:
             log.debug("metadata refresh failed", detail=str(e))
 
-    def _done(self, batch: _Batch) -> None:
-        queue = self._batches.get(batch.tp)
-        if queue and queue[0] is batch:
-            queue.popleft()
+    def _release(self, batch: _Batch) -> None:
+        """The batch's bytes no longer count against buffer_memory."""
         self._buffered -= batch.size
         batch.size = 0
-        asyncio.get_running_loop().create_task(self._notify_room())
+        self._track(self._notify_room())
 
     async def _notify_room(self) -> None:
         async with self._room:
             self._room.notify_all()
 
     def _complete(self, batch: _Batch, base_offset: int) -> None:
-        self._done(batch)
+        self._release(batch)
+        if self._idempotence is not None:
+            self._idempotence.acknowledged(batch)
         if self._settle(batch, lambda outcome: outcome.set_result(base_offset)):
             self.acknowledged_records += batch.records
+
+    def _refuse(self, batch: _Batch, error: ProducerError) -> None:
+        """Refused for good by the broker: not written."""
+        if self._idempotence is not None:
+            self._idempotence.failed(batch)
+        self._release(batch)
+        self._fail(batch, error)
+
+    def _give_up(self, batch: _Batch, error: ProducerError) -> None:
+        """Never acknowledged in time: it may or may not have been written."""
+        if self._idempotence is not None and batch.sequence != NO_SEQUENCE:
+            self._idempotence.gave_up(batch)
+        self._release(batch)
+        self._fail(batch, error)
 
     def _fail(self, batch: _Batch, error: ProducerError) -> None:
         if self._settle(batch, lambda outcome: outcome.set_exception(error)):

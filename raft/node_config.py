@@ -89,6 +89,8 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000  # Kafka's group.max.session.timeout.ms
     group_initial_rebalance_delay_ms: int = 3_000  # an empty group's first rebalance waits this long for others
     group_max_size: int = 1_000  # members of one group (Kafka's group.max.size)
+    producer_id_expiration_ms: int = 86_400_000  # an idempotent producer silent this long is forgotten per partition
+    producer_id_expiration_check_interval_ms: int = 600_000  # how often partitions forget expired producers
 
 
 @dataclass(frozen=True, slots=True)

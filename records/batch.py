@@ -27,6 +27,9 @@ HEADER_SIZE = 61
 CRC_START = 21  # attributes: where the CRC-covered part begins
 NO_PARTITION_LEADER_EPOCH = -1
 NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+SEQUENCE_MODULUS = 1 << 31  # a producer's sequence wraps to 0 after 2^31 - 1 (Kafka's incrementSequence)
 NO_TIMESTAMP = -1
 
 COMPRESSION_MASK = 0x07
@@ -42,6 +45,8 @@ _TIMESTAMP = struct.Struct(">q")
 _CRC = struct.Struct(">I")
 _CRC_AT = 17
 _MAX_TIMESTAMP_AT = 35
+_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+_PRODUCER_AT = 43
 _BATCH_LENGTH_MIN = HEADER_SIZE - LOG_OVERHEAD
 
 
@@ -90,6 +95,20 @@ class BatchHeader:
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
 
+    @property
+    def has_producer_id(self) -> bool:
+        """Written by an idempotent producer: the batch carries its id, epoch and sequence."""
+        return self.producer_id != NO_PRODUCER_ID
+
+    @property
+    def last_sequence(self) -> int:
+        return next_sequence(self.base_sequence, self.last_offset_delta)
+
+
+def next_sequence(sequence: int, records: int) -> int:
+    """The sequence ``records`` after ``sequence``, wrapping as Kafka's producers do."""
+    return (sequence + records) % SEQUENCE_MODULUS
+
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """The header at ``pos``, checked as a header only (its batch may lie beyond ``buf``)."""
@@ -135,6 +154,15 @@ def assign(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: i
     (both outside the CRC)."""
     _OFFSET_AND_EPOCH.pack_into(buf, pos, base_offset)
     _EPOCH.pack_into(buf, pos + 12, partition_leader_epoch)
+
+
+def set_producer_state(buf: bytearray, pos: int, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    """Give the batch at ``pos`` another producer id, epoch and base sequence (a producer
+    whose epoch was bumped sends its unacknowledged batches again numbered anew); all three
+    are CRC-covered, so the CRC is written again."""
+    _PRODUCER.pack_into(buf, pos + _PRODUCER_AT, producer_id, producer_epoch, base_sequence)
+    header = read_header(buf, pos)
+    _CRC.pack_into(buf, pos + _CRC_AT, crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + header.size]))
 
 
 def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:

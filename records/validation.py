@@ -3,8 +3,10 @@
 Everything the leader will store is checked before anything is written: the frame and
 CRC of every batch, its size against ``max.message.bytes``, every record (decoded by the
 codec, so a malformed varint or a count that lies is caught), offset deltas 0..n-1, and
-CreateTime timestamps within the topic's bounds of the broker's clock. One bad batch
-refuses the whole partition's payload. With ``LogAppendTime`` the batch is stamped here
+CreateTime timestamps within the topic's bounds of the broker's clock, and an idempotent
+producer's fields (id, epoch 0 or more, sequence 0 or more) whose batch comes alone, as
+Kafka requires of a produce request since version 3, so a retried batch is one
+duplicate or none. One bad batch refuses the whole partition's payload. With ``LogAppendTime`` the batch is stamped here
 (which changes CRC-covered bytes, so the CRC is recomputed, as Kafka does).
 """
 
@@ -17,6 +19,7 @@ from raftka.v1 import controller_pb2
 from records.batch import (
     CONTROL_MASK,
     MAGIC,
+    NO_PRODUCER_ID,
     TRANSACTIONAL_MASK,
     BatchFramingError,
     BatchHeader,
@@ -81,6 +84,14 @@ def validate_batches(payload: bytes, limits: BatchLimits, now_ms: int) -> Valida
         batches.append((position, header))
         records += header.record_count
         position += header.size
+    if len(batches) > 1:
+        for index, (_, header) in enumerate(batches):
+            if header.has_producer_id:
+                raise BatchValidationError(
+                    E.INVALID_RECORD,
+                    f"batch {index} carries producer id {header.producer_id}: a batch with a producer id "
+                    f"must come alone in its partition's records, here are {len(batches)}",
+                )
     append_time = -1
     if limits.timestamp_type == "LogAppendTime":
         append_time = now_ms
@@ -98,6 +109,13 @@ def _check_records(
         raise invalid("control and transactional batches are not accepted (no transactions)")
     if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
         raise invalid(f"{header.record_count} records with lastOffsetDelta {header.last_offset_delta}")
+    if header.producer_id < NO_PRODUCER_ID:
+        raise invalid(f"producerId {header.producer_id} is neither -1 (none) nor a producer id")
+    if header.has_producer_id and (header.producer_epoch < 0 or header.base_sequence < 0):
+        raise invalid(
+            f"producer {header.producer_id} with epoch {header.producer_epoch} and baseSequence "
+            f"{header.base_sequence}: both must be 0 or more"
+        )
     check_time = limits.timestamp_type == "CreateTime"
     earliest = now_ms - min(limits.timestamp_before_max_ms, now_ms + 2**62)
     latest = now_ms + min(limits.timestamp_after_max_ms, 2**62)

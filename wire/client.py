@@ -23,6 +23,7 @@ from wire.frames import (
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
+    INIT_PRODUCER_ID,
     JOIN_GROUP,
     LEAVE_GROUP,
     LIST_GROUPS,
@@ -225,6 +226,11 @@ class BrokerClient:
         self, request: broker_pb2.ListOffsetsRequest, *, timeout: float
     ) -> broker_pb2.ListOffsetsResponse:
         return await self._call(LIST_OFFSETS, request, timeout)
+
+    async def InitProducerId(
+        self, request: broker_pb2.InitProducerIdRequest, *, timeout: float
+    ) -> broker_pb2.InitProducerIdResponse:
+        return await self._call(INIT_PRODUCER_ID, request, timeout)
 
     async def OffsetCommit(
         self, request: controller_pb2.OffsetCommitRequest, *, timeout: float

@@ -53,6 +53,7 @@ FETCH = ApiSpec(3, "Fetch", broker_pb2.FetchRequest, broker_pb2.FetchResponse)
 LIST_OFFSETS = ApiSpec(4, "ListOffsets", broker_pb2.ListOffsetsRequest, broker_pb2.ListOffsetsResponse)
 OFFSET_COMMIT = ApiSpec(5, "OffsetCommit", controller_pb2.OffsetCommitRequest, controller_pb2.OffsetCommitResponse)
 OFFSET_FETCH = ApiSpec(6, "OffsetFetch", controller_pb2.OffsetFetchRequest, controller_pb2.OffsetFetchResponse)
+INIT_PRODUCER_ID = ApiSpec(7, "InitProducerId", broker_pb2.InitProducerIdRequest, broker_pb2.InitProducerIdResponse)
 FIND_COORDINATOR = ApiSpec(10, "FindCoordinator", broker_pb2.FindCoordinatorRequest, broker_pb2.FindCoordinatorResponse)
 JOIN_GROUP = ApiSpec(11, "JoinGroup", broker_pb2.JoinGroupRequest, broker_pb2.JoinGroupResponse)
 SYNC_GROUP = ApiSpec(12, "SyncGroup", broker_pb2.SyncGroupRequest, broker_pb2.SyncGroupResponse)
@@ -70,6 +71,7 @@ APIS: dict[int, ApiSpec] = {
         LIST_OFFSETS,
         OFFSET_COMMIT,
         OFFSET_FETCH,
+        INIT_PRODUCER_ID,
         FIND_COORDINATOR,
         JOIN_GROUP,
         SYNC_GROUP,

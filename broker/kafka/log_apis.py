@@ -1,5 +1,6 @@
-"""Kafka's Produce, Fetch, ListOffsets and OffsetForLeaderEpoch, answered by the broker's
-replica manager through the same calls as raftka's data protocol.
+"""Kafka's InitProducerId, Produce, Fetch, ListOffsets and OffsetForLeaderEpoch, answered
+through the same calls as raftka's data protocol (the replica manager, the broker's
+producer ids).
 
 Kafka's requests are translated to raftka's (``broker.proto``) and the answers back;
 record batches pass through untouched. What raftka does not have is answered as Kafka
@@ -26,7 +27,12 @@ from kafka.protocol.consumer import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
 from raftka.v1 import broker_pb2, controller_pb2
 
 from broker.data_service import BrokerApi, wire_produce_answer
@@ -53,6 +59,7 @@ class LogApis:
 
     def apis(self) -> list[KafkaApi]:
         return [
+            KafkaApi(InitProducerIdRequest, 0, 5, self.init_producer_id),  # 6: two-phase commit
             KafkaApi(ProduceRequest, 3, 12, self.produce),
             KafkaApi(FetchRequest, 4, 16, self.fetch),
             KafkaApi(ListOffsetsRequest, 1, 6, self.list_offsets),  # 7+: max-timestamp and tiered lookups
@@ -60,6 +67,23 @@ class LogApis:
         ]
 
     # produce ----------------------------------------------------------------------------
+
+    async def init_producer_id(self, request: InitProducerIdRequest, version: int) -> InitProducerIdResponse:
+        """An idempotent producer's id (a new one each time, as Kafka gives a producer
+        without a transactional id)."""
+        ours = Pb.InitProducerIdRequest(
+            transactional_id=request.transactional_id or "",
+            transaction_timeout_ms=request.transaction_timeout_ms,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+        )
+        answer = await self._api.init_producer_id(ours)
+        return InitProducerIdResponse(
+            throttle_time_ms=0,
+            error_code=kafka_error(answer.status.error),
+            producer_id=answer.producer_id,
+            producer_epoch=answer.producer_epoch,
+        )
 
     async def produce(self, request: ProduceRequest, version: int) -> ProduceResponse | None:
         ours = Pb.ProduceRequest(acks=request.acks, timeout_ms=min(request.timeout_ms, TIMEOUT_MS_MAX))

@@ -1,8 +1,11 @@
 """Partition segments as they are on disk, batch by batch, for ``raftka log dump``.
 
 Walks every ``.log`` of a partition folder (or one file) with the same frame checks the
-broker's recovery runs: each batch is reported with its CRC verdict, and a region that
-is not a whole batch ends the file's dump with a ``damaged`` entry naming the problem.
+broker's recovery runs: each batch is reported with its CRC verdict and its producer id,
+epoch and sequence, and a region that is not a whole batch ends the file's dump with a
+``damaged`` entry naming the problem. Then every producer state snapshot
+(``<offset>.snapshot``, or one such file): its producers with their last batches, or a
+``damaged`` entry if it does not read back.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from broker.log import producer_snapshots
 from broker.log.partition_log import METADATA_FILE
 from records.batch import HEADER_SIZE, BatchFramingError, crc_matches, parse_header, read_header
 from records.codec import Compression, RecordError, iter_batch_records
@@ -23,9 +27,36 @@ def is_partition_path(path: Path) -> bool:
 
 
 def iter_partition_dump(path: Path, print_data: bool = False) -> Iterator[dict[str, Any]]:
-    files = sorted(path.glob("*.log")) if path.is_dir() else [path]
+    suffix = producer_snapshots.SUFFIX
+    files = sorted(path.glob("*.log")) + sorted(path.glob(f"*{suffix}")) if path.is_dir() else [path]
     for file in files:
-        yield from _dump_file(file, print_data)
+        yield from (_dump_snapshot(file) if file.name.endswith(suffix) else _dump_file(file, print_data))
+
+
+def _dump_snapshot(file: Path) -> Iterator[dict[str, Any]]:
+    try:
+        state = producer_snapshots.decode(file.read_bytes())
+    except producer_snapshots.SnapshotError as e:
+        yield {"file": str(file), "type": "damaged", "position": 0, "error": str(e)}
+        return
+    producers = [
+        {
+            "producer_id": producer_id,
+            "producer_epoch": entry.epoch,
+            "batches": [
+                {
+                    "first_sequence": b.first_sequence,
+                    "last_sequence": b.last_sequence,
+                    "first_offset": b.first_offset,
+                    "last_offset": b.last_offset,
+                    "timestamp": b.timestamp,
+                }
+                for b in entry.batches
+            ],
+        }
+        for producer_id, entry in state.producers.items()
+    ]
+    yield {"file": str(file), "type": "producer_snapshot", "offset": int(file.stem), "producers": producers}
 
 
 def _dump_file(file: Path, print_data: bool) -> Iterator[dict[str, Any]]:
@@ -51,6 +82,9 @@ def _dump_file(file: Path, print_data: bool) -> Iterator[dict[str, Any]]:
                 "max_timestamp": header.max_timestamp,
                 "timestamp_type": "LogAppendTime" if header.log_append_time else "CreateTime",
                 "compression": Compression(header.compression).name.lower(),
+                "producer_id": header.producer_id,
+                "producer_epoch": header.producer_epoch,
+                "base_sequence": header.base_sequence,
             }
             if print_data:
                 entry["records"] = _records(data)

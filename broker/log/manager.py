@@ -144,6 +144,14 @@ class LogManager:
             if deleted:
                 log.info("retention deleted segments", partition=name, segments=deleted)
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> None:
+        """Forget idempotent producers whose last batch is ``expiration_ms`` old (Kafka's
+        ``producer.id.expiration.ms``)."""
+        for name, partition_log in self._logs.items():
+            expired = partition_log.expire_producers(now_ms, expiration_ms)
+            if expired:
+                log.debug("producers expired", partition=name, producers=expired)
+
     def flush_due(self) -> None:
         """fsync the logs whose oldest unflushed write is older than their ``flush.ms``."""
         monotonic_ms = int(time.monotonic() * 1000)

@@ -1,5 +1,5 @@
-"""One partition's log: segments, the leader-epoch cache and the log start offset
-(Kafka's UnifiedLog, smaller).
+"""One partition's log: segments, the leader-epoch cache, the log start offset and the
+idempotent producers' state (Kafka's UnifiedLog, smaller).
 
 Appends go to the active (last) segment, which rolls on ``segment.bytes``, on
 ``segment.ms`` and when its index is full. Retention deletes whole inactive segments
@@ -15,6 +15,15 @@ event loop, so with ``background`` it runs elsewhere, as Kafka schedules it on a
 thread: a ``FlushJob`` holds duplicates of the segment's file descriptors (a segment
 deleted meanwhile is unharmed) and the recovery point moves when it is done, unless
 the log was truncated below it in the meantime.
+
+The producers' state (``producer_state``) is a function of the log, kept so: every
+append applies its batches (the leader checks a producer's batch first, and answers a
+retried one with the offsets it was written at), a roll snapshots it at the new
+segment's base (fsynced with the rolled segment), a clean close at the log end, and
+opening, or truncating the tail, loads the newest snapshot at or below the end and
+replays the batch headers after it (``producer_snapshots``). Retention keeps the state
+(producers are forgotten by expiry, as in Kafka 3.x) and deletes the snapshots of the
+segments it deletes.
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ from pathlib import Path
 
 import structlog
 
-from broker.log import checkpoint
+from broker.log import checkpoint, producer_snapshots
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import LeaderEpochCache
+from broker.log.producer_state import ProducerState
 from broker.log.segment import LogSegment
 from raft.storage.fsio import fsync_dir
 from records.batch import BatchFramingError, BatchHeader, assign, crc_matches, iter_batches
@@ -55,6 +65,7 @@ class AppendInfo:
     last_offset: int
     max_timestamp: int
     record_count: int
+    duplicate: bool = False  # a producer's retry of a batch already written at these offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +112,7 @@ class PartitionLog:
         self.recovery_point = 0
         self._unflushed_records = 0
         self.first_unflushed_ms: int | None = None  # monotonic: when unflushed data first appeared
+        self.producers = ProducerState()
 
     @classmethod
     def open(
@@ -140,6 +152,7 @@ class PartitionLog:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.epochs.truncate_from_end(self.log_end_offset)
         self.recovery_point = self.log_end_offset if clean_shutdown else min(recovery_point, self.log_end_offset)
+        self._load_producers()
 
     def _drop_segments_past_a_gap(self) -> None:
         """A segment cut short by recovery ends the log: later segments cannot follow it."""
@@ -181,7 +194,15 @@ class PartitionLog:
         leader_epoch: int,
         now_ms: int,
     ) -> AppendInfo:
-        """Assign offsets and the epoch in place, then write (the batches are validated)."""
+        """Assign offsets and the epoch in place, then write (the batches are validated, and
+        one with a producer id comes alone). A producer's retry of a batch already written
+        is answered with the original's offsets and writes nothing; a batch out of its
+        producer's order raises ``ProducerStateError``."""
+        for _, header in batch_positions:
+            if header.has_producer_id and (duplicate := self.producers.check(header)) is not None:
+                return AppendInfo(
+                    duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, header.record_count, duplicate=True
+                )
         first = self.log_end_offset
         offset = first
         headers = []
@@ -216,6 +237,8 @@ class PartitionLog:
     def _append(self, payload: bytes | bytearray, headers: list[tuple[int, BatchHeader]], now_ms: int) -> AppendInfo:
         self._maybe_roll(len(payload), now_ms)
         self.active.append(payload, headers)
+        for _, header in headers:
+            self.producers.apply(header)
         records = sum(h.record_count for _, h in headers)
         self._unflushed_records += records
         if self.first_unflushed_ms is None:
@@ -244,16 +267,17 @@ class PartitionLog:
             self.roll(now_ms)
 
     def roll(self, now_ms: int | None = None) -> None:
-        """Start a new active segment at the log end; the old one is fsynced (in the
-        background, when the log has one)."""
+        """Start a new active segment at the log end, snapshot the producers' state there;
+        the old segment and the snapshot are fsynced (in the background, when the log has
+        one)."""
         if self.active.size == 0:
             return
-        job = self._flush_job(self.segments)
+        job = self._flush_job(self.segments) or FlushJob([], self.directory, self.recovery_point, self._generation)
         self.segments.append(
             LogSegment(self.directory, self.log_end_offset, self.config.index_interval_bytes, now_ms or _wall_ms())
         )
-        if job is None:
-            return
+        snapshot = producer_snapshots.write(self.directory, self.log_end_offset, self.producers)
+        job.fds.append(os.open(snapshot, os.O_RDONLY))
         if self._background is None:
             job.run()
             self.flushed(job)
@@ -308,6 +332,7 @@ class PartitionLog:
         self.active.truncate_to(offset)
         self.epochs.truncate_from_end(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._load_producers()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self._generation += 1
@@ -317,12 +342,17 @@ class PartitionLog:
         self.epochs.clear()
         self._set_log_start(offset)
         self.recovery_point = offset
+        for snapshot in producer_snapshots.offsets(self.directory):
+            producer_snapshots.delete(self.directory, snapshot)
+        self.producers = ProducerState()
 
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention on whole inactive segments; the number deleted."""
         deleted = 0
         while len(self.segments) > 1 and self._expired(self.segments[0], now_ms):
-            self.segments.pop(0).delete()
+            gone = self.segments.pop(0)
+            gone.delete()
+            producer_snapshots.delete(self.directory, gone.base_offset)
             deleted += 1
         if deleted:
             self._set_log_start(max(self.log_start_offset, self.segments[0].base_offset))
@@ -368,7 +398,16 @@ class PartitionLog:
             self.recovery_point = max(self.recovery_point, job.upto)
 
     def close(self) -> None:
+        """Flush, and snapshot the producers' state at the log end, so the next start
+        replays nothing."""
         self.flush()
+        snapshot = producer_snapshots.write(self.directory, self.log_end_offset, self.producers)
+        fd = os.open(snapshot, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.directory)
         for segment in self.segments:
             segment.close()
 
@@ -376,6 +415,35 @@ class PartitionLog:
         for segment in self.segments:
             segment.delete()
         self.segments = []
+
+    # producers --------------------------------------------------------------------------
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        return self.producers.expire(now_ms, expiration_ms)
+
+    def _load_producers(self) -> None:
+        """The producers' state at the log end: the newest readable snapshot within the
+        segments (none: empty, from the first segment), then the batches after it. Only
+        the snapshots at segment bases, and the newest, are kept (Kafka's stray
+        snapshots are removed the same way)."""
+        first, end = self.segments[0].base_offset, self.log_end_offset
+        bases = {segment.base_offset for segment in self.segments}
+        found = producer_snapshots.offsets(self.directory)
+        newest = max((o for o in found if first <= o <= end), default=None)
+        kept = [o for o in found if first <= o <= end and (o in bases or o == newest)]
+        for offset in set(found) - set(kept):
+            producer_snapshots.delete(self.directory, offset)
+        self.producers, start = ProducerState(), first
+        for offset in reversed(kept):
+            try:
+                self.producers, start = producer_snapshots.read(self.directory, offset), offset
+                break
+            except producer_snapshots.SnapshotError as e:
+                log.warning("deleting an unreadable producer snapshot", log_dir=str(self.directory), offset=offset, reason=str(e))
+                producer_snapshots.delete(self.directory, offset)
+        for segment in self._segments_from(start):
+            for header in segment.headers_from(max(start, segment.base_offset)):
+                self.producers.apply(header)
 
 
 def _rebased(header: BatchHeader, base_offset: int, epoch: int) -> BatchHeader:

@@ -34,6 +34,7 @@ from records.batch import (
 
 log = structlog.get_logger("broker.log")
 SCAN_CHUNK_BYTES = 1 << 20
+HEADER_ONLY_BATCH_BYTES = 8 << 10  # batches this large are skipped over, their header read alone
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -241,6 +242,25 @@ class LogSegment:
                 return Position(position, header)
             position += header.size
         return None
+
+    def headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """The header of every batch from the one holding ``offset`` on (the producers'
+        state is replayed from these; the segment is whole, recovered): small batches are
+        read a chunk at a time, a large one's header alone."""
+        start = self.find(offset)
+        position = self.size if start is None else start.position
+        want = SCAN_CHUNK_BYTES
+        while position < self.size:
+            chunk = os.pread(self._fd, want, position)
+            at = 0
+            while len(chunk) - at >= HEADER_SIZE:
+                header = read_header(chunk, at)
+                yield header
+                at += header.size
+            if at == 0:
+                raise BatchFramingError(f"{self.path.name}: no whole batch header at {position}")
+            position += at
+            want = HEADER_SIZE if header.size >= HEADER_ONLY_BATCH_BYTES else SCAN_CHUNK_BYTES
 
     def read_batch(self, at: Position) -> bytes:
         return os.pread(self._fd, at.header.size, at.position)

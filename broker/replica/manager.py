@@ -23,6 +23,7 @@ from raftka.v1 import broker_pb2, controller_pb2
 
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
+from broker.log.producer_state import ProducerStateError
 from broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
 from broker.replica.partition import Partition, PartitionError
 from broker.replica.waiters import OffsetWaiters, Wakeups
@@ -253,11 +254,14 @@ class ReplicaManager:
                     E.NOT_ENOUGH_REPLICAS,
                     f"{partition.name}: ISR {list(partition.isr)} is below min.insync.replicas {min_isr}",
                 )
-        info = partition.log.append_as_leader(validated.payload, validated.batches, partition.leader_epoch, now_ms)
+        try:
+            info = partition.log.append_as_leader(validated.payload, validated.batches, partition.leader_epoch, now_ms)
+        except ProducerStateError as e:
+            raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
         result.base_offset = info.first_offset
         result.log_start_offset = partition.log.log_start_offset
         if validated.log_append_time_ms >= 0:
-            result.log_append_time_ms = validated.log_append_time_ms
+            result.log_append_time_ms = info.max_timestamp if info.duplicate else validated.log_append_time_ms
         self._appended.wake(partition)
         if partition.maybe_advance_high_watermark():
             self._high_watermark_moved(partition)

@@ -1,15 +1,17 @@
 """The data plane on real processes: ``raftka cluster up`` (3 controllers, 3 brokers).
 
 - ``raftka chaos kill-broker`` SIGKILLs (then SIGSTOPs) the busiest partition leader five
-  times under an acks=all load (RF 3, min.insync.replicas 2) while a group of two
-  consumers reads along; afterwards every acknowledged record is read back in its
-  partition's order, nothing appears that was never sent, the group processed every
-  acknowledged record at least once and converged. A SIGKILL lands mid-write: each victim recovers its logs and rejoins
-  every ISR before the next round starts.
+  times under an acks=all load from the idempotent producer (RF 3, min.insync.replicas
+  2) while a group of two consumers reads along; afterwards every acknowledged record is
+  read back once, in its partition's order, nothing appears that was never sent, the
+  group processed every acknowledged record at least once and converged. A SIGKILL lands
+  mid-write: each victim recovers its logs (and its producers' state) and rejoins every
+  ISR before the next round starts.
 - Every per-partition error a producer or consumer can get, from a real broker, with
-  the partition's log unchanged after each and the broker still serving: over the data
-  protocol (what clients use) and over the gRPC Broker service (for tools); and frames
-  the data protocol cannot read close that one connection only.
+  the partition's log unchanged after each and the broker still serving, the
+  idempotent producer's refusals and InitProducerId included: over the data protocol
+  (what clients use) and over the gRPC Broker service (for tools); and frames the data
+  protocol cannot read close that one connection only.
 """
 
 from __future__ import annotations
@@ -70,17 +72,19 @@ def test_acknowledged_records_survive_five_leader_failures(cluster: MetadataClus
     report = json.loads(done.stdout)
     summary = report["summary"]
     assert len(report["rounds"]) == 5
-    assert summary["acknowledged"] > 0
+    assert summary["acknowledged"] > 0 and summary["idempotent"]
     assert summary["lost"] == 0, summary
+    assert summary["duplicated"] == 0, summary
     assert summary["out_of_order"] == 0, summary
-    assert summary["read"] == summary["acknowledged"] + summary["duplicated"] + summary["unacknowledged_read"], summary
+    assert summary["read"] == summary["acknowledged"] + summary["unacknowledged_read"], summary
     assert summary["unknown"] == 0, summary
     assert summary["group_missed"] == 0 and summary["group_converged"], summary  # a group read along
     assert done.returncode == 0
 
 
-def _batch(*values: bytes, timestamp_ms: int | None = None) -> bytearray:
-    builder = BatchBuilder()
+def _batch(*values: bytes, timestamp_ms: int | None = None, producer: tuple[int, int, int] = (-1, -1, -1)) -> bytearray:
+    producer_id, epoch, sequence = producer
+    builder = BatchBuilder(producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
     for value in values:
         builder.append(timestamp_ms if timestamp_ms is not None else int(time.time() * 1000), None, value)
     return builder.build()
@@ -147,6 +151,24 @@ def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: M
 
             assert (await _produce(stub, bytes(_batch(b"still serving")))).error == E.NONE
             assert await _log_end(stub) == end + 1
+
+            init = await stub.InitProducerId(pb.InitProducerIdRequest(producer_id=-1, producer_epoch=-1), timeout=10)
+            assert init.status.error == E.NONE and init.producer_id >= 0 and init.producer_epoch == 0
+            first = bytes(_batch(b"once", producer=(init.producer_id, 0, 0)))
+            written = await _produce(stub, first)
+            assert written.error == E.NONE and written.base_offset == end + 1
+            retried = await _produce(stub, first)
+            assert (retried.error, retried.base_offset) == (E.NONE, end + 1), "a retry gets its offset"
+            for payload, code in (
+                (_batch(b"gap", producer=(init.producer_id, 0, 5)), E.OUT_OF_ORDER_SEQUENCE_NUMBER),
+                (_batch(b"new epoch", producer=(init.producer_id, 1, 3)), E.OUT_OF_ORDER_SEQUENCE_NUMBER),
+            ):
+                result = await _produce(stub, bytes(payload))
+                assert result.error == code and str(init.producer_id) in result.message, result
+            assert (await _produce(stub, bytes(_batch(b"bumped", producer=(init.producer_id, 1, 0))))).error == E.NONE
+            stale = await _produce(stub, bytes(_batch(b"stale", producer=(init.producer_id, 0, 1))))
+            assert stale.error == E.INVALID_PRODUCER_EPOCH
+            assert await _log_end(stub) == end + 3
 
     asyncio.run(scenario())
 

@@ -18,6 +18,7 @@ from broker.kafka.endpoints import KAFKA_LISTENER
 from broker.kafka.listener import kafka_listener
 from broker.log.manager import LogManager
 from broker.partitions import BrokerPartitions
+from broker.producer_ids import ProducerIdManager
 from broker.replica.manager import ReplicaManager
 from metadata.image import (
     TOPIC,
@@ -85,7 +86,8 @@ async def broker_in_process(
     controller = ControllerInMemory(MetadataImage())
     groups = GroupCoordinator(BROKER, GROUP_LIMITS, controller, 4096)  # type: ignore[arg-type]
     controller.listeners.append(groups.update)
-    api = BrokerApi(replicas, groups, controller, "c", lambda: 1)  # type: ignore[arg-type]
+    producer_ids = ProducerIdManager(controller, BROKER, lambda: 1)  # type: ignore[arg-type]
+    api = BrokerApi(replicas, groups, controller, "c", lambda: 1, producer_ids)  # type: ignore[arg-type]
     server = FrameServer(api.wire_handlers())
     port = await server.start("127.0.0.1", 0)
     kafka = kafka_listener(api, NodeConfig(BROKER, tmp_path, (), "127.0.0.1:1", process_roles=("broker",), kafka=kafka_config))

@@ -1,6 +1,6 @@
-"""The active controller as the broker's controller link sees it, in memory: the group and
-offset requests a broker forwards are planned by the controller's own handlers
-(``metadata.group_ops``, ``offset_ops``) on an image and replayed into it, and every new
+"""The active controller as the broker's controller link sees it, in memory: the group,
+offset and producer-id requests a broker forwards are planned by the controller's own handlers
+(``metadata.group_ops``, ``offset_ops``, ``broker_ops``) on an image and replayed into it, and every new
 image goes to the listeners a broker would feed (its group coordinator)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from metadata import group_ops, offset_ops
+from metadata import broker_ops, group_ops, offset_ops
 from metadata.delta import MetadataDelta
 from metadata.image import MetadataImage
 
@@ -29,6 +29,7 @@ class ControllerInMemory:
             "CommitGroupOffsets": lambda: group_ops.commit_batch(self.image, request, NOW_MS),
             "RecordGroupRebalance": lambda: group_ops.record_rebalance(self.image, request, NOW_MS),
             "DeleteGroups": lambda: group_ops.delete(self.image, request),
+            "AllocateProducerIds": lambda: broker_ops.allocate_producer_ids(self.image, request),
         }[method]()
         if plan.records:
             delta = MetadataDelta(self.image)

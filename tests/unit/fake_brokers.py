@@ -3,23 +3,29 @@ decides which broker leads each partition (and at which epoch), scripts failed a
 and reads back what each broker was asked and what each log holds.
 
 Only what producers and consumers use is served (Metadata, Produce, Fetch,
-ListOffsets), with the real broker's error codes for the cases these tests drive. Logs
-are per partition, shared by the brokers: a leader change moves no data, which is what
-a client sees of a committed log.
+ListOffsets, InitProducerId), with the real broker's error codes for the cases these
+tests drive, and the real broker's producer state rules (``ProducerState``) for
+idempotent batches. Logs are per partition, shared by the brokers: a leader change
+moves no data, which is what a client sees of a committed log. Besides refusals, a test
+can have a batch written and its answer lost (an error, or the connection closed) and
+can hold produce answers back, to see how many batches a producer keeps in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import dataclasses
 from dataclasses import dataclass, field
 
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
 
 from broker.data_service import wire_produce_answer
-from records.batch import assign, iter_batches
+from broker.log.producer_state import ProducerState, ProducerStateError
+from records.batch import BatchHeader, assign, iter_batches
 from wire import frames
-from wire.server import FrameServer, Handler
+from wire.server import CloseConnection, FrameServer, Handler
 
 E = controller_pb2.ErrorCode
 TOPIC = "t"
@@ -30,15 +36,26 @@ TOPIC_ID = b"\x01" * 16
 class FakeLog:
     batches: list[bytes] = field(default_factory=list)  # offsets assigned
     end: int = 0
+    producers: ProducerState = field(default_factory=ProducerState)
 
     def append(self, payload: bytes) -> int:
-        base = self.end
+        """The base offset written at, or of the batch a producer's retry repeats;
+        ProducerStateError for a batch out of its producer's order."""
         data = bytearray(payload)
-        for position, header in list(iter_batches(data)):
+        headers = list(iter_batches(data))
+        for _, header in headers:
+            if header.has_producer_id and (duplicate := self.producers.check(header)) is not None:
+                return duplicate.first_offset
+        base = self.end
+        for position, header in headers:
             assign(data, position, self.end, 0)
+            self.producers.apply(dataclasses.replace(header, base_offset=self.end))
             self.end += header.record_count
         self.batches.append(bytes(data))
         return base
+
+    def headers(self) -> list[BatchHeader]:
+        return [header for batch in self.batches for _, header in iter_batches(batch)]
 
     def read_from(self, offset: int) -> bytes:
         return b"".join(batch for batch in self.batches if _last_offset(batch) >= offset)
@@ -54,6 +71,12 @@ class FakeCluster:
         self.leaders = {p: (broker_ids[0], 0) for p in range(partitions)}  # partition -> (leader, epoch)
         self.logs = {p: FakeLog() for p in range(partitions)}
         self.failures: dict[int, collections.deque[int]] = collections.defaultdict(collections.deque)  # produce, by partition
+        self.lost_answers: dict[int, collections.deque[int | None]] = collections.defaultdict(collections.deque)
+        self.held: asyncio.Event | None = None  # produce answers wait for it while set
+        self.in_flight: dict[int, int] = collections.Counter()  # produce answers held, by partition
+        self.in_flight_max: dict[int, int] = collections.Counter()
+        self.producer_ids_given = 0
+        self.init_failures: collections.deque[int] = collections.deque()  # InitProducerId answers, in turn
         self.produced: list[tuple[int, int]] = []  # (broker, partition) of every produce a broker was asked
         self.fetched: list[tuple[int, int]] = []  # likewise for fetches
         self.addresses: dict[int, str] = {}
@@ -81,6 +104,15 @@ class FakeCluster:
     def fail_next_produces(self, partition: int, code: int, times: int = 1) -> None:
         self.failures[partition].extend([code] * times)
 
+    def lose_next_answers(self, partition: int, code: int | None, times: int = 1) -> None:
+        """Write the next produces' batches, then answer ``code`` (None: close the connection)."""
+        self.lost_answers[partition].extend([code] * times)
+
+    def hold_answers(self) -> asyncio.Event:
+        """Produce answers wait until the returned event is set."""
+        self.held = asyncio.Event()
+        return self.held
+
     def _handlers(self, broker_id: int) -> dict[int, Handler]:
         broker = _FakeBroker(self, broker_id)
         return {
@@ -88,6 +120,7 @@ class FakeCluster:
             frames.PRODUCE.key: broker.produce,
             frames.FETCH.key: broker.fetch,
             frames.LIST_OFFSETS.key: broker.list_offsets,
+            frames.INIT_PRODUCER_ID.key: broker.init_producer_id,
         }
 
 
@@ -108,21 +141,51 @@ class _FakeBroker:
         return response
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse | None:
+        cluster = self.cluster
         response = pb.ProduceResponse()
+        lose: list[int | None] = []
+        partitions = [data.partition for topic in request.topics for data in topic.partitions]
         for topic in request.topics:
             answer = response.topics.add(name=topic.name)
             for data in topic.partitions:
                 result = answer.partitions.add(partition=data.partition, base_offset=-1, log_append_time_ms=-1)
-                self.cluster.produced.append((self.broker_id, data.partition))
+                cluster.produced.append((self.broker_id, data.partition))
                 if self._refused(data.partition, result):
                     continue
-                failures = self.cluster.failures[data.partition]
+                failures = cluster.failures[data.partition]
                 if failures:
                     result.error = failures.popleft()
                     result.message = "scripted by the test"
                     continue
-                result.base_offset = self.cluster.logs[data.partition].append(data.records)
+                try:
+                    result.base_offset = cluster.logs[data.partition].append(data.records)
+                except ProducerStateError as e:
+                    result.error, result.message = e.code, e.message
+                    continue
+                if cluster.lost_answers[data.partition]:
+                    lose.append(code := cluster.lost_answers[data.partition].popleft())
+                    if code is not None:
+                        result.error, result.message, result.base_offset = code, "written, answer scripted by the test", -1
+        if None in lose:
+            raise CloseConnection("the test lost this answer")
+        if cluster.held is not None and not cluster.held.is_set():
+            for partition in partitions:
+                cluster.in_flight[partition] += 1
+                cluster.in_flight_max[partition] = max(cluster.in_flight_max[partition], cluster.in_flight[partition])
+            try:
+                await cluster.held.wait()
+            finally:
+                for partition in partitions:
+                    cluster.in_flight[partition] -= 1
         return wire_produce_answer(request, response)
+
+    async def init_producer_id(self, request: pb.InitProducerIdRequest) -> pb.InitProducerIdResponse:
+        if self.cluster.init_failures:
+            response = pb.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+            response.status.error, response.status.message = self.cluster.init_failures.popleft(), "scripted by the test"
+            return response
+        self.cluster.producer_ids_given += 1
+        return pb.InitProducerIdResponse(producer_id=999 + self.cluster.producer_ids_given, producer_epoch=0)
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         response = pb.FetchResponse()

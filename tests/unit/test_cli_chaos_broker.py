@@ -1,10 +1,11 @@
-"""The kill-broker audit: what counts as lost, duplicated, out of order and unknown."""
+"""The kill-broker audit: what counts as lost, duplicated, out of order and unknown, and
+what fails the run (duplicates only from an idempotent producer)."""
 
 from __future__ import annotations
 
 import struct
 
-from cli.chaos_broker import audit
+from cli.chaos_broker import audit, exit_status
 
 N = struct.Struct(">q")
 
@@ -31,3 +32,11 @@ def test_lost_disordered_unknown_and_unacknowledged_are_each_counted() -> None:
     assert report["out_of_order"] == 1  # 1 then 0 in partition 0
     assert report["unknown"] == 1  # 99 was never sent
     assert report["unacknowledged_read"] == 1  # 4 was sent, its acknowledgement failed
+
+
+def test_duplicates_fail_the_run_only_when_the_producer_was_idempotent() -> None:
+    report = audit({0: (0, 0)}, read((0, 0, 0), (0, 1, 0)), sent=1)
+    assert report["duplicated"] == 1
+    assert exit_status(report, idempotent=True) == 1
+    assert exit_status(report, idempotent=False) == 0, "at least once: reported, not failed"
+    assert exit_status(audit({0: (0, 0)}, read(), sent=1), idempotent=False) == 1, "a lost record always fails"

@@ -180,7 +180,7 @@ def _handshake(served: BrokerThread) -> bytes:
 def test_kafka_python_produces_keyed_records_where_java_would_and_reads_them_back(served: BrokerThread) -> None:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    producer = KafkaProducer(bootstrap_servers=served.bootstrap, enable_idempotence=False, acks="all", linger_ms=5)
+    producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", linger_ms=5)
     sent = {}
     for i in range(60):
         key = f"key-{i}".encode()
@@ -206,7 +206,7 @@ def test_kafka_python_produces_keyed_records_where_java_would_and_reads_them_bac
 def produce_keyed(bootstrap: str, count: int, start: int = 0) -> None:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     for i in range(start, start + count):
         producer.send(TOPIC, key=f"key-{i}".encode(), value=f"value-{i}".encode())
     producer.flush(30)

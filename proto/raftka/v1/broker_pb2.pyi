@@ -137,6 +137,28 @@ class ProduceResponse(_message.Message):
     topics: _containers.RepeatedCompositeFieldContainer[ProduceTopicResult]
     def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[ProduceTopicResult, _Mapping]]] = ...) -> None: ...
 
+class InitProducerIdRequest(_message.Message):
+    __slots__ = ("transactional_id", "transaction_timeout_ms", "producer_id", "producer_epoch")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    transaction_timeout_ms: int
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, transactional_id: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
+class InitProducerIdResponse(_message.Message):
+    __slots__ = ("status", "producer_id", "producer_epoch")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    status: _controller_pb2.Status
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
 class FetchPartition(_message.Message):
     __slots__ = ("partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset", "partition_max_bytes")
     PARTITION_FIELD_NUMBER: _ClassVar[int]

@@ -55,6 +55,11 @@ class BrokerStub:
                 request_serializer=raftka_dot_v1_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_broker__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/raftka.broker.v1.Broker/InitProducerId',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
         self.OffsetCommit = channel.unary_unary(
                 '/raftka.broker.v1.Broker/OffsetCommit',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.OffsetCommitRequest.SerializeToString,
@@ -129,6 +134,12 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InitProducerId(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -218,6 +229,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=raftka_dot_v1_dot_broker__pb2.ListOffsetsRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_broker__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.InitProducerIdResponse.SerializeToString,
             ),
             'OffsetCommit': grpc.unary_unary_rpc_method_handler(
                     servicer.OffsetCommit,
@@ -378,6 +394,33 @@ class Broker:
             '/raftka.broker.v1.Broker/ListOffsets',
             raftka_dot_v1_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
             raftka_dot_v1_dot_broker__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/InitProducerId',
+            raftka_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,

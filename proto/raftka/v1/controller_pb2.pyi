@@ -44,6 +44,8 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ClassVar[ErrorCode]
     KAFKA_STORAGE_ERROR: _ClassVar[ErrorCode]
     UNSUPPORTED_VERSION: _ClassVar[ErrorCode]
+    OUT_OF_ORDER_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
+    INVALID_PRODUCER_EPOCH: _ClassVar[ErrorCode]
     NOT_COORDINATOR: _ClassVar[ErrorCode]
     COORDINATOR_NOT_AVAILABLE: _ClassVar[ErrorCode]
     ILLEGAL_GENERATION: _ClassVar[ErrorCode]
@@ -95,6 +97,8 @@ NOT_ENOUGH_REPLICAS: ErrorCode
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode
 KAFKA_STORAGE_ERROR: ErrorCode
 UNSUPPORTED_VERSION: ErrorCode
+OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode
+INVALID_PRODUCER_EPOCH: ErrorCode
 NOT_COORDINATOR: ErrorCode
 COORDINATOR_NOT_AVAILABLE: ErrorCode
 ILLEGAL_GENERATION: ErrorCode

@@ -1,0 +1,112 @@
+"""Producer state snapshots: ``<20-digit offset>.snapshot`` in a partition's folder holds
+every producer's entry as it was before that offset (Kafka's producer snapshots).
+
+A log takes one when a segment rolls, named after the new segment's base offset, and one
+at its end on a clean close; a restart loads the newest it can read and replays the
+batch headers after it, so it reads at most the active segment (after a clean close,
+nothing). A snapshot is deleted with the segment it starts, and every one past the log
+end when the log is cut shorter. The file::
+
+    version u16 | crc32c u32 of the rest | producers u32 |
+    per producer: producer id i64 | epoch i16 | batches u8 |
+                  per batch: first sequence i32 | last sequence i32 | first offset i64 |
+                             last offset i64 | max timestamp i64
+
+It is written whole to a temporary name and renamed into place; the caller fsyncs it
+(with the rolled segment, off the event loop). One that was torn by a crash fails its
+CRC and is deleted, and the next older is used.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import crc32c
+
+from broker.log.producer_state import BATCHES_KEPT, BatchMetadata, ProducerEntry, ProducerState
+
+SUFFIX = ".snapshot"
+VERSION = 1
+_HEADER = struct.Struct(">HII")  # version, crc, producer count
+_PRODUCER = struct.Struct(">qhB")
+_BATCH = struct.Struct(">iiqqq")
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be read back (torn, damaged, another version)."""
+
+
+def path_for(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SUFFIX}"
+
+
+def offsets(directory: Path) -> list[int]:
+    """The offsets of the snapshots in ``directory``, ascending."""
+    found = []
+    for path in directory.glob(f"*{SUFFIX}"):
+        if path.stem.isdigit():
+            found.append(int(path.stem))
+    return sorted(found)
+
+
+def encode(state: ProducerState) -> bytes:
+    body = bytearray()
+    for producer_id, entry in state.producers.items():
+        body += _PRODUCER.pack(producer_id, entry.epoch, len(entry.batches))
+        for b in entry.batches:
+            body += _BATCH.pack(b.first_sequence, b.last_sequence, b.first_offset, b.last_offset, b.timestamp)
+    count = struct.pack(">I", len(state.producers))
+    crc = crc32c.crc32c(count + body)
+    return _HEADER.pack(VERSION, crc, len(state.producers)) + body
+
+
+def decode(data: bytes) -> ProducerState:
+    if len(data) < _HEADER.size:
+        raise SnapshotError(f"{len(data)} bytes: shorter than the header")
+    version, crc, count = _HEADER.unpack_from(data)
+    if version != VERSION:
+        raise SnapshotError(f"version {version}, only {VERSION} is read")
+    if crc32c.crc32c(data[_HEADER.size - 4 :]) != crc:
+        raise SnapshotError("CRC-32C mismatch")
+    producers: dict[int, ProducerEntry] = {}
+    position = _HEADER.size
+    try:
+        for _ in range(count):
+            producer_id, epoch, batches = _PRODUCER.unpack_from(data, position)
+            position += _PRODUCER.size
+            if not 0 < batches <= BATCHES_KEPT:
+                raise SnapshotError(f"producer {producer_id} with {batches} batches")
+            entry = ProducerEntry(epoch)
+            for _ in range(batches):
+                entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, position)))
+                position += _BATCH.size
+            producers[producer_id] = entry
+    except struct.error as e:
+        raise SnapshotError(f"cut short: {e}") from None
+    if position != len(data):
+        raise SnapshotError(f"{len(data) - position} bytes after the last producer")
+    return ProducerState(producers)
+
+
+def write(directory: Path, offset: int, state: ProducerState) -> Path:
+    """The snapshot at ``offset``, in place but not fsynced (see the module docstring)."""
+    path = path_for(directory, offset)
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as f:
+        f.write(encode(state))
+    os.replace(temporary, path)
+    return path
+
+
+def read(directory: Path, offset: int) -> ProducerState:
+    try:
+        data = path_for(directory, offset).read_bytes()
+    except OSError as e:
+        raise SnapshotError(str(e)) from None
+    return decode(data)
+
+
+def delete(directory: Path, offset: int) -> None:
+    path_for(directory, offset).unlink(missing_ok=True)
