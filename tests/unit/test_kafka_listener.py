@@ -84,7 +84,7 @@ def test_api_versions_lists_every_api_served(served: BrokerThread) -> None:
     assert served_versions[ProduceRequest.API_KEY] == (3, 12)
     assert served_versions[FetchRequest.API_KEY] == (4, 16)
     assert served_versions[ApiVersionsRequest.API_KEY] == (0, 4)
-    assert {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 32, 42} <= served_versions.keys()
+    assert {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 20, 22, 23, 32, 42} <= served_versions.keys()
 
 
 def test_api_versions_newer_than_served_gets_version_0_with_the_versions_served(served: BrokerThread) -> None:
