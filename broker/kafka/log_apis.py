@@ -92,56 +92,42 @@ class LogApis:
             for data in topic.partition_data:
                 ours_topic.partitions.add(partition=data.index, records=data.records or b"")
         if request.transactional_id is not None:
-            refused = Pb.ProduceResponse()
-            refused.status.error = E.INVALID_REQUEST
-            refused.status.message = "transactional_id: raftka does not support transactions"
-            answer = wire_produce_answer(ours, refused)
-            return None if answer is None else self._produce_answer(ours, answer)
-        answer = wire_produce_answer(ours, await self._api.produce(ours))
+            answer = Pb.ProduceResponse()
+            answer.status.error = E.INVALID_REQUEST
+            answer.status.message = "transactional_id: raftka does not support transactions"
+        else:
+            answer = await self._api.produce(ours)
+        answer = wire_produce_answer(ours, answer)
         return None if answer is None else self._produce_answer(ours, answer)
 
     def _produce_answer(self, request: Pb.ProduceRequest, answer: Pb.ProduceResponse) -> ProduceResponse:
-        status = answer.status
-        results = {(t.name, p.partition): p for t in answer.topics for p in t.partitions}
         leaders: set[int] = set()
         topics = []
-        for topic in request.topics:
+        for topic, outcomes in _outcomes(request, answer):
             partitions = []
-            for data in topic.partitions:
-                result = results.get((topic.name, data.partition))
-                code = status.error if status.error != E.NONE or result is None else result.error
-                message = status.message if status.error != E.NONE or result is None else result.message
+            for result, code, message in outcomes:
+                ok = code == E.NONE
                 answered = PR(
-                    index=data.partition,
+                    index=result.partition,
                     error_code=kafka_error(code),
-                    base_offset=result.base_offset if code == E.NONE else -1,
-                    log_append_time_ms=result.log_append_time_ms if code == E.NONE else -1,
-                    log_start_offset=result.log_start_offset if code == E.NONE else -1,
+                    base_offset=result.base_offset if ok else -1,
+                    log_append_time_ms=result.log_append_time_ms if ok else -1,
+                    log_start_offset=result.log_start_offset if ok else -1,
                     record_errors=[],
                     error_message=kafka_message(code, message),
                 )
-                if code in _LEADER_MOVED and result is not None and result.leader_id >= 0:
-                    answered.current_leader = PR.LeaderIdAndEpoch(
-                        leader_id=result.leader_id, leader_epoch=result.leader_epoch
-                    )
-                    leaders.add(result.leader_id)
+                answered.current_leader = _leader_hint(result, code, leaders, PR)
                 partitions.append(answered)
-            topics.append(
-                ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions)
-            )
+            topics.append(ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions))
         return ProduceResponse(
-            responses=topics,
-            throttle_time_ms=0,
-            node_endpoints=self._node_endpoints(leaders, ProduceResponse),
+            responses=topics, throttle_time_ms=0, node_endpoints=self._node_endpoints(leaders, ProduceResponse)
         )
 
     # fetch ------------------------------------------------------------------------------
 
     async def fetch(self, request: FetchRequest, version: int) -> FetchResponse:
         if request.session_id != 0:
-            return FetchResponse(
-                throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
-            )
+            return FetchResponse(throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
         by_id = version >= TOPIC_IDS_FROM
         image = self._api.image
         ours = Pb.FetchRequest(
@@ -152,17 +138,14 @@ class LogApis:
         )
         unknown_ids: list[FetchResponse.FetchableTopicResponse] = []
         for topic in request.topics:
+            name = topic.topic
             if by_id:
                 known = image.topics_by_id.get(topic.topic_id.bytes)
                 if known is None:
                     unknown_ids.append(_unknown_topic_id(topic))
                     continue
                 name = known.name
-            else:
-                name = topic.topic
-            ours_topic = ours.topics.add(
-                name=name, topic_id=image.topic_ids_by_name.get(name, b"") if by_id else b""
-            )
+            ours_topic = ours.topics.add(name=name, topic_id=image.topic_ids_by_name.get(name, b"") if by_id else b"")
             for data in topic.partitions:
                 partition = ours_topic.partitions.add(
                     partition=data.partition,
@@ -172,17 +155,15 @@ class LogApis:
                 if data.current_leader_epoch >= 0:
                     partition.current_leader_epoch = data.current_leader_epoch
         answer = await self._api.fetch(ours)
-        status = answer.status
         leaders: set[int] = set()
         topics = []
-        for topic, result_topic in zip(
-            ours.topics, answer.topics if status.error == E.NONE else ours.topics, strict=True
-        ):
+        for topic, outcomes in _outcomes(ours, answer):
             partitions = []
-            for result in result_topic.partitions:
-                code = status.error if status.error != E.NONE else result.error
+            for result, code, _ in outcomes:
                 if code != E.NONE:
-                    partitions.append(self._fetch_error(result, code, leaders))
+                    failed = _fetch_error(result.partition, kafka_error(code))
+                    failed.current_leader = _leader_hint(result, code, leaders, FR)
+                    partitions.append(failed)
                     continue
                 partitions.append(
                     FR(
@@ -197,11 +178,7 @@ class LogApis:
                     )
                 )
             topic_id = uuid.UUID(bytes=topic.topic_id) if by_id else None
-            topics.append(
-                FetchResponse.FetchableTopicResponse(
-                    topic=topic.name, topic_id=topic_id, partitions=partitions
-                )
-            )
+            topics.append(FetchResponse.FetchableTopicResponse(topic=topic.name, topic_id=topic_id, partitions=partitions))
         return FetchResponse(
             throttle_time_ms=0,
             error_code=0,
@@ -210,25 +187,6 @@ class LogApis:
             node_endpoints=self._node_endpoints(leaders, FetchResponse),
         )
 
-    @staticmethod
-    def _fetch_error(result: Pb.FetchPartitionResult | Pb.FetchPartition, code: int, leaders: set[int]) -> FR:
-        answered = FR(
-            partition_index=result.partition,
-            error_code=kafka_error(code),
-            high_watermark=-1,
-            last_stable_offset=-1,
-            log_start_offset=-1,
-            aborted_transactions=None,
-            preferred_read_replica=-1,
-            records=None,
-        )
-        if isinstance(result, Pb.FetchPartitionResult) and code in _LEADER_MOVED and result.leader_id >= 0:
-            answered.current_leader = FR.LeaderIdAndEpoch(
-                leader_id=result.leader_id, leader_epoch=result.leader_epoch
-            )
-            leaders.add(result.leader_id)
-        return answered
-
     # offsets ----------------------------------------------------------------------------
 
     async def list_offsets(self, request: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
@@ -236,33 +194,23 @@ class LogApis:
         for topic in request.topics:
             ours_topic = ours.topics.add(name=topic.name)
             for data in topic.partitions:
-                partition = ours_topic.partitions.add(
-                    partition=data.partition_index, timestamp=data.timestamp
-                )
+                partition = ours_topic.partitions.add(partition=data.partition_index, timestamp=data.timestamp)
                 if data.current_leader_epoch >= 0:
                     partition.current_leader_epoch = data.current_leader_epoch
         answer = await self._api.list_offsets(ours)
-        status = answer.status
         topics = []
-        for topic, result_topic in zip(
-            ours.topics, answer.topics if status.error == E.NONE else ours.topics, strict=True
-        ):
-            partitions = []
-            for result in result_topic.partitions:
-                code = status.error if status.error != E.NONE else result.error
-                ok = code == E.NONE
-                partitions.append(
-                    LR(
-                        partition_index=result.partition,
-                        error_code=kafka_error(code),
-                        timestamp=result.timestamp if ok else -1,
-                        offset=result.offset if ok else -1,
-                        leader_epoch=result.leader_epoch if ok else -1,
-                    )
+        for topic, outcomes in _outcomes(ours, answer):
+            partitions = [
+                LR(
+                    partition_index=result.partition,
+                    error_code=kafka_error(code),
+                    timestamp=result.timestamp if code == E.NONE else -1,
+                    offset=result.offset if code == E.NONE else -1,
+                    leader_epoch=result.leader_epoch if code == E.NONE else -1,
                 )
-            topics.append(
-                ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions)
-            )
+                for result, code, _ in outcomes
+            ]
+            topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
     async def offset_for_leader_epoch(
@@ -278,23 +226,11 @@ class LogApis:
                         topic.topic, data.partition, data.current_leader_epoch, data.leader_epoch
                     )
                 except PartitionError as e:
-                    partitions.append(
-                        OR(
-                            partition=data.partition,
-                            error_code=kafka_error(e.code),
-                            leader_epoch=-1,
-                            end_offset=-1,
-                        )
-                    )
-                    continue
-                partitions.append(
-                    OR(partition=data.partition, error_code=0, leader_epoch=epoch, end_offset=end)
-                )
-            topics.append(
-                OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(
-                    topic=topic.topic, partitions=partitions
-                )
-            )
+                    epoch, end, code = -1, -1, kafka_error(e.code)
+                else:
+                    code = 0
+                partitions.append(OR(partition=data.partition, error_code=code, leader_epoch=epoch, end_offset=end))
+            topics.append(OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=topic.topic, partitions=partitions))
         return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
 
     def _node_endpoints(self, broker_ids: set[int], response: type) -> list:
@@ -307,18 +243,41 @@ class LogApis:
         ]
 
 
+def _outcomes(request, answer):
+    """Each asked topic with (result, error, message) per partition: the answer's own, or
+    the request's refusal for every partition (``result`` is then what was asked, which
+    names the partition)."""
+    refused = answer.status
+    if refused.error != E.NONE:
+        for topic in request.topics:
+            yield topic, [(asked, refused.error, refused.message) for asked in topic.partitions]
+        return
+    for topic, answered in zip(request.topics, answer.topics, strict=True):
+        yield topic, [(result, result.error, result.message) for result in answered.partitions]
+
+
+def _leader_hint(result, code: int, leaders: set[int], partition_type: type):
+    """Where the partition's leader is for an error that means "ask another broker"
+    (KIP-951), None otherwise; the leader joins ``leaders``, whose endpoints the answer lists."""
+    if code not in _LEADER_MOVED or getattr(result, "leader_id", -1) < 0:
+        return None
+    leaders.add(result.leader_id)
+    return partition_type.LeaderIdAndEpoch(leader_id=result.leader_id, leader_epoch=result.leader_epoch)
+
+
+def _fetch_error(partition: int, error_code: int) -> FR:
+    return FR(
+        partition_index=partition,
+        error_code=error_code,
+        high_watermark=-1,
+        last_stable_offset=-1,
+        log_start_offset=-1,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=None,
+    )
+
+
 def _unknown_topic_id(topic: FetchRequest.FetchTopic) -> FetchResponse.FetchableTopicResponse:
-    partitions = [
-        FR(
-            partition_index=p.partition,
-            error_code=UNKNOWN_TOPIC_ID,
-            high_watermark=-1,
-            last_stable_offset=-1,
-            log_start_offset=-1,
-            aborted_transactions=None,
-            preferred_read_replica=-1,
-            records=None,
-        )
-        for p in topic.partitions
-    ]
+    partitions = [_fetch_error(p.partition, UNKNOWN_TOPIC_ID) for p in topic.partitions]
     return FetchResponse.FetchableTopicResponse(topic_id=topic.topic_id, partitions=partitions)
