@@ -18,7 +18,10 @@ negative ones are refused by the replica manager's checks.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
+from google.protobuf.message import Message
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -243,7 +246,7 @@ class LogApis:
         ]
 
 
-def _outcomes(request, answer):
+def _outcomes(request: Message, answer: Message) -> Iterator[tuple[Any, list[tuple[Any, int, str]]]]:
     """Each asked topic with (result, error, message) per partition: the answer's own, or
     the request's refusal for every partition (``result`` is then what was asked, which
     names the partition)."""
@@ -256,7 +259,7 @@ def _outcomes(request, answer):
         yield topic, [(result, result.error, result.message) for result in answered.partitions]
 
 
-def _leader_hint(result, code: int, leaders: set[int], partition_type: type):
+def _leader_hint(result: Any, code: int, leaders: set[int], partition_type: type) -> Any:
     """Where the partition's leader is for an error that means "ask another broker"
     (KIP-951), None otherwise; the leader joins ``leaders``, whose endpoints the answer lists."""
     if code not in _LEADER_MOVED or getattr(result, "leader_id", -1) < 0:
