@@ -41,7 +41,8 @@ E = controller_pb2.ErrorCode
 C = controller_pb2
 log = structlog.get_logger("broker.kafka")
 
-LEADER_NOT_AVAILABLE = 5
+LEADER_NOT_AVAILABLE = kafka_error(E.LEADER_NOT_AVAILABLE)
+UNKNOWN_TOPIC_OR_PARTITION = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION)
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
 CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
@@ -71,21 +72,20 @@ class ClusterApis:
         endpoints = kafka_endpoints(image)
         asked = request.topics
         if asked is None or (version == 0 and not asked):  # null (v0: empty) means every topic
-            topics = [
-                self._topic(image, image.topics_by_id[i], endpoints)
-                for i in sorted(image.topics_by_id, key=lambda i: image.topics_by_id[i].name)
-            ]
+            by_name = sorted(image.topics_by_id.values(), key=lambda t: t.name)
+            topics = [self._topic(t, endpoints) for t in by_name]
         else:
-            create = self._config.kafka.auto_create_topics_enable and (
-                version < 4 or request.allow_auto_topic_creation
-            )
-            topics = [await self._asked_topic(image, t, endpoints, create) for t in asked]
+            topics = [self._asked_topic(image, t, endpoints) for t in asked]
+            missing = [t.name for t in topics if t.error_code == UNKNOWN_TOPIC_OR_PARTITION]
+            allowed = version < 4 or request.allow_auto_topic_creation
+            if missing and allowed and self._config.kafka.auto_create_topics_enable:
+                codes = await self._auto_create(missing)
+                for topic in topics:
+                    topic.error_code = codes.get(topic.name, topic.error_code)
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=[
-                MetadataResponse.MetadataResponseBroker(
-                    node_id=e.broker_id, host=e.host, port=e.port, rack=e.rack
-                )
+                MetadataResponse.MetadataResponseBroker(node_id=e.broker_id, host=e.host, port=e.port, rack=e.rack)
                 for e in sorted(endpoints.values(), key=lambda e: e.broker_id)
             ],
             cluster_id=self._api.cluster_id,
@@ -93,43 +93,45 @@ class ClusterApis:
             topics=topics,
         )
 
-    async def _asked_topic(
-        self, image: MetadataImage, asked: MetadataRequest.MetadataRequestTopic, endpoints: dict, create: bool
-    ) -> MR:
+    def _asked_topic(self, image: MetadataImage, asked: MetadataRequest.MetadataRequestTopic, endpoints: dict) -> MR:
         if asked.name is None:  # v10+: by id
             topic = image.topics_by_id.get(asked.topic_id.bytes)
             if topic is None:
                 return MR(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=asked.topic_id, partitions=[])
-            return self._topic(image, topic, endpoints)
+            return self._topic(topic, endpoints)
         topic = image.topic(asked.name)
-        if topic is not None:
-            return self._topic(image, topic, endpoints)
-        code = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION)
-        if create:
-            code = await self._auto_create(asked.name)
-        return MR(error_code=code, name=asked.name, topic_id=uuid.UUID(int=0), partitions=[])
+        if topic is None:
+            return MR(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=asked.name, topic_id=uuid.UUID(int=0), partitions=[])
+        return self._topic(topic, endpoints)
 
-    async def _auto_create(self, name: str) -> int:
-        """Kafka's answer while a topic is being created, or why it cannot be."""
+    async def _auto_create(self, names: list[str]) -> dict[str, int]:
+        """Create ``names`` in one CreateTopics: LEADER_NOT_AVAILABLE for each being
+        created (the client asks again), else why it cannot be."""
         kafka = self._config.kafka
-        topic = C.CreatableTopic(
-            name=name,
-            num_partitions=kafka.num_partitions,
-            replication_factor=kafka.default_replication_factor,
+        request = C.CreateTopicsRequest(
+            topics=[
+                C.CreatableTopic(
+                    name=name, num_partitions=kafka.num_partitions, replication_factor=kafka.default_replication_factor
+                )
+                for name in dict.fromkeys(names)
+            ]
         )
-        answer = await self._api.forward(
-            "CreateTopics", C.CreateTopicsRequest(topics=[topic]), C.CreateTopicsResponse
-        )
-        code = answer.status.error if answer.status.error != E.NONE else answer.topics[0].error
-        if code == E.NONE:
-            log.info("topic auto-created", topic=name)
-        if code in (E.NONE, E.TOPIC_ALREADY_EXISTS):
-            return LEADER_NOT_AVAILABLE
-        log.info("topic not auto-created", topic=name, error=C.ErrorCode.Name(code))
-        return kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION if code == E.REQUEST_TIMED_OUT else code)
+        answer = await self._api.forward("CreateTopics", request, C.CreateTopicsResponse)
+        outcomes = {t.name: t.error for t in answer.topics}
+        codes = {}
+        for name in names:
+            code = answer.status.error or outcomes.get(name, E.UNKNOWN_SERVER_ERROR)
+            if code == E.NONE:
+                log.info("topic auto-created", topic=name)
+            if code in (E.NONE, E.TOPIC_ALREADY_EXISTS):
+                codes[name] = LEADER_NOT_AVAILABLE
+            else:
+                log.info("topic not auto-created", topic=name, error=C.ErrorCode.Name(code))
+                codes[name] = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION if code == E.REQUEST_TIMED_OUT else code)
+        return codes
 
     @staticmethod
-    def _topic(image: MetadataImage, topic: TopicImage, endpoints: dict) -> MR:
+    def _topic(topic: TopicImage, endpoints: dict) -> MR:
         partitions = []
         for index in sorted(topic.partitions):
             state = topic.partitions[index]

@@ -11,15 +11,18 @@ import asyncio
 import json
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.admin import NewTopic as KafkaNewTopic
 from kafka.partitioner import murmur2
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from client.admin import Admin, RetryPolicy
 from client.group_admin import GroupAdmin
 from client.types import NewTopic
 from tests.integration.kafka_clients import CLIENTS, Seen
 from tests.integration.metadata_cluster import MetadataCluster
+from tests.unit.kafka_wire import call
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 6
@@ -119,3 +122,25 @@ def test_kafkas_admin_client_creates_describes_and_deletes_topics(cluster: Metad
     admin.delete_topics(["admin-made"])["admin-made"].result(30)
     with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=30)) as raftka_admin:
         assert "admin-made" not in [t.name for t in raftka_admin.list_topics()]
+
+
+def test_a_topic_a_kafka_client_names_first_is_created_unless_it_says_not_to(cluster: MetadataCluster) -> None:
+    kafka = [n.kafka_address for n in cluster.nodes("broker")]
+    producer = Producer({"bootstrap.servers": ",".join(kafka)})
+    delivered: list[tuple[object, int, int]] = []
+    producer.produce("auto-made", value=b"first", on_delivery=lambda error, m: delivered.append((error, m.partition(), m.offset())))
+    assert producer.flush(30) == 0
+    assert delivered == [(None, 0, 0)]
+    with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=30)) as admin:
+        [made] = admin.describe_topics(["auto-made"])
+    assert [len(p.replicas) for p in made.partitions] == [3]  # kafka.num_partitions 1, default_replication_factor 3
+
+    asked = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name="not-made")],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    answer = call(kafka[0], asked, 12, MetadataResponse)
+    assert [(t.name, t.error_code) for t in answer.topics] == [("not-made", 3)]
+    with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=30)) as admin:
+        assert "not-made" not in [t.name for t in admin.list_topics()]
