@@ -28,7 +28,7 @@ import argparse
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,16 @@ TOPIC_READY_TIMEOUT_S = 30.0  # every partition of the topic has a leader
 METADATA_TIMEOUT_S = 10.0
 CONSUME_BATCH_MAX = 10_000  # records per Consumer.consume call
 CLIENT_ERRORS_KEPT = 10  # librdkafka's client-level errors (error_cb), the first few kept
+FIRST_RECORDS_POLL_S = 0.01  # consume: how finely the wait for the first records is timed
+RESERVED_PROPERTIES = {
+    "bootstrap.servers": "--bootstrap-server",
+    "on_delivery": "it counts every delivery",
+    "error_cb": "it counts client errors",
+}
+# The consumer's one change to librdkafka's defaults: fetch.queue.backoff.ms (1000 ms)
+# pauses a partition's fetches for a second whenever its prefetch queue holds
+# queued.min.messages, so a reader faster than that would measure the pause, not the broker.
+CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": 0}
 
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -136,6 +146,14 @@ def _topic_options(parser: argparse.ArgumentParser) -> None:
 
 def _bootstrap_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka property, applied after the options above; repeat for more "
+        "(as kafka-producer-perf-test's --producer-props)",
+    )
+    parser.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT,...",
         help="any Kafka brokers (default: the Kafka listeners of the local cluster from 'raftka cluster up')",
@@ -168,6 +186,7 @@ def check_produce_args(args: argparse.Namespace) -> None:
         raise CliError(
             f"--replication-factor: at most {REPLICATION_FACTOR_MAX}, got {args.replication_factor}"
         )
+    client_properties(args.config)
     if args.min_insync_replicas is not None and args.min_insync_replicas > args.replication_factor:
         raise CliError(
             f"--min-insync-replicas: at most --replication-factor ({args.replication_factor}), "
@@ -177,8 +196,23 @@ def check_produce_args(args: argparse.Namespace) -> None:
 
 def check_consume_args(args: argparse.Namespace) -> None:
     check_topic(args.topic)
+    client_properties(args.config)
     if not args.timeout_s > 0:
         raise CliError(f"--timeout-s: expected a positive number of seconds, got {args.timeout_s:g}")
+
+
+def client_properties(items: Sequence[str]) -> dict[str, str]:
+    """``--config KEY=VALUE`` items as librdkafka properties; librdkafka checks the rest."""
+    properties = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise CliError(f"--config: expected KEY=VALUE, got {item!r}")
+        if key in RESERVED_PROPERTIES:
+            raise CliError(f"--config: {key} is set by this command ({RESERVED_PROPERTIES[key]})")
+        properties[key] = value
+    return properties
 
 
 def check_topic(name: str) -> None:
@@ -348,6 +382,7 @@ def producer_config(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
         "batch.size": args.batch_size,
         "enable.idempotence": args.idempotence,
         "partitioner": args.partitioner,
+        **client_properties(args.config),
     }
 
 
@@ -356,14 +391,11 @@ def measure_produce(args: argparse.Namespace, cpu_of: Mapping[str, int] | None =
     (label -> pid) whose CPU the report includes, such as a broker under test."""
     ck = _confluent_kafka()
     bootstrap = kafka_bootstrap(args)
-    partitions = ensure_topic(bootstrap, args)
     deliveries = Deliveries(sample_every(args.records))
     client_errors = ClientErrors()
     config = producer_config(args, bootstrap) | {"on_delivery": deliveries, "error_cb": client_errors}
-    try:
-        producer = ck.Producer(config)
-    except ck.KafkaException as e:
-        raise CliError(f"librdkafka refused the producer's configuration: {e.args[0].str()}") from None
+    producer = _client(ck.Producer, config)  # before the topic: a property it refuses is reported at once
+    partitions = ensure_topic(bootstrap, args)
     value = os.urandom(args.record_size)
     clock = time.perf_counter
     cpu = CpuMeter(args, cpu_of)
@@ -405,6 +437,17 @@ def send(producer: Any, args: argparse.Namespace, value: bytes) -> None:
         producer.poll(0)
     while producer.flush(1.0) > 0:  # a bounded wait per call, so Ctrl-C is seen between them
         pass
+
+
+def _client(kind: Any, config: dict[str, Any]) -> Any:
+    ck = _confluent_kafka()
+    try:
+        return kind(config)
+    except (ck.KafkaException, ValueError, TypeError) as e:
+        why = e.args[0].str() if isinstance(e, ck.KafkaException) else str(e)
+        raise CliError(
+            f"librdkafka refused the {kind.__name__.lower()}'s configuration (--config?): {why}"
+        ) from None
 
 
 def produce_report(
@@ -451,17 +494,19 @@ def measure_consume(args: argparse.Namespace, cpu_of: Mapping[str, int] | None =
     ck = _confluent_kafka()
     bootstrap = kafka_bootstrap(args)
     client_errors = ClientErrors()
-    consumer = ck.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"raftka-perf-kafka-consume-{os.getpid()}",  # librdkafka wants one; nothing is committed
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "error_cb": client_errors,
-        }
-    )
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"raftka-perf-kafka-consume-{os.getpid()}",  # librdkafka wants one; nothing is committed
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        **CONSUMER_DEFAULTS,
+        **client_properties(args.config),
+        "error_cb": client_errors,
+    }
+    consumer = _client(ck.Consumer, config)
     records = size = 0
     errors: dict[str, int] = {}
+    clock = time.perf_counter
     try:
         topic = _list_topics(consumer, bootstrap).topics.get(args.topic)
         if topic is None or not topic.partitions:
@@ -472,35 +517,49 @@ def measure_consume(args: argparse.Namespace, cpu_of: Mapping[str, int] | None =
             [ck.TopicPartition(args.topic, p, ck.OFFSET_BEGINNING) for p in sorted(topic.partitions)]
         )
         cpu = CpuMeter(args, cpu_of)
-        start = time.perf_counter()
+        start = clock()
         deadline = start + args.timeout_s
-        while records < args.records and time.perf_counter() < deadline:
+        first_records_at = None  # when the call that brought the first records began
+        while records < args.records and clock() < deadline:
+            called_at = clock()
             # never more than are still wanted: consume() waits for its count or its timeout
-            for message in consumer.consume(min(CONSUME_BATCH_MAX, args.records - records), 0.5):
+            wanted = min(CONSUME_BATCH_MAX, args.records - records)
+            for message in consumer.consume(wanted, 0.5 if first_records_at else FIRST_RECORDS_POLL_S):
                 error = message.error()
                 if error is not None:
                     errors[error.name()] = errors.get(error.name(), 0) + 1
                     continue
                 records += 1
                 size += len(message)
-        elapsed_s = time.perf_counter() - start
+            if first_records_at is None and records:
+                first_records_at = called_at
+        end = clock()
         cpu_per_million = cpu.per_million(records)
     finally:
         consumer.close()
+    reading_from = first_records_at if first_records_at is not None else end
     return {
         "bootstrap": bootstrap,
         "topic": args.topic,
         "partitions": len(topic.partitions),
-        **consume_report(records, size, elapsed_s, errors, client_errors),
+        **consume_report(records, size, end - reading_from, reading_from - start, errors, client_errors),
         "cpu_s_per_million_records": cpu_per_million,
     }
 
 
 def consume_report(
-    records: int, size: int, elapsed_s: float, errors: Mapping[str, int], client_errors: ClientErrors
+    records: int,
+    size: int,
+    elapsed_s: float,
+    startup_s: float,
+    errors: Mapping[str, int],
+    client_errors: ClientErrors,
 ) -> dict[str, Any]:
+    """Rates over the reading time (first records to the last), as kafka-consumer-perf-test's
+    fetch rates leave out its group join; the startup (connect, offsets, first fetch) apart."""
     return {
         "records": records,
+        "startup_ms": round(startup_s * 1000, 1),
         "seconds": round(elapsed_s, 3),
         "records_per_s": round(records / elapsed_s) if elapsed_s > 0 else 0,
         "mb_per_s": round(size / elapsed_s / 1e6, 2) if elapsed_s > 0 else 0.0,

@@ -54,6 +54,10 @@ PRODUCE = ["perf", "kafka", "--bootstrap-server", "127.0.0.1:1", "--records", "1
         (["--topic", ".."], 1, "--topic: topic name cannot be '..'"),
         (["--bootstrap-server", "nohost"], 1, "--bootstrap-server"),
         (["--output", "xml"], 2, "argument --output: invalid choice: 'xml'"),
+        (["--config", "linger.ms"], 1, "--config: expected KEY=VALUE, got 'linger.ms'"),
+        (["--config", "=5"], 1, "--config: expected KEY=VALUE, got '=5'"),
+        (["--config", "bootstrap.servers=h:1"], 1, "--config: bootstrap.servers is set by this command (--bootstrap-server)"),
+        (["--config", "no.such.property=1"], 1, "librdkafka refused the producer's configuration (--config?): No such configuration property"),
     ],
 )
 def test_perf_kafka_refuses_a_bad_option_naming_it_before_connecting(
@@ -70,6 +74,8 @@ def test_perf_kafka_refuses_a_bad_option_naming_it_before_connecting(
         (["--records", "-1"], 2, "argument --records: expected 1 or more, got -1"),
         (["--timeout-s", "0"], 1, "--timeout-s: expected a positive number of seconds, got 0"),
         (["--topic", ""], 1, "--topic: topic name must not be empty"),
+        (["--config", "on_delivery=x"], 1, "--config: on_delivery is set by this command"),
+        (["--config", "fetch.queue.backoff.ms=-3"], 1, "librdkafka refused the consumer's configuration (--config?)"),
     ],
 )
 def test_perf_kafka_consume_refuses_a_bad_option_naming_it(
@@ -99,6 +105,16 @@ def test_without_bootstrap_server_the_local_clusters_kafka_listeners_are_used(tm
     (tmp_path / "cluster.json").write_text(json.dumps(state))
     code, line = failure(["perf", "kafka", "--records", "1", "--dir", str(tmp_path)], capsys)
     assert code == 1 and "has no Kafka listener" in line and "--bootstrap-server" in line
+
+
+def test_config_properties_come_after_the_options_they_may_override() -> None:
+    args = argparse.Namespace(
+        acks="1", linger_ms=5, batch_size=100, idempotence=False, partitioner="murmur2_random",
+        config=["linger.ms=50", "compression.type=lz4", "client.id=a=b"],
+    )
+    config = perf_kafka.producer_config(args, "h:1")
+    assert (config["linger.ms"], config["compression.type"], config["client.id"]) == ("50", "lz4", "a=b")
+    assert (config["acks"], config["bootstrap.servers"]) == ("1", "h:1")
 
 
 def test_min_insync_replicas_defaults_to_two_or_the_replication_factor() -> None:
@@ -178,9 +194,10 @@ def test_produce_report_arithmetic() -> None:
 
 
 def test_consume_report_arithmetic() -> None:
-    report = perf_kafka.consume_report(500_000, 50_000_000, 2.0, {"_PARTITION_EOF": 2}, ClientErrors())
+    report = perf_kafka.consume_report(500_000, 50_000_000, 2.0, 0.3, {"_PARTITION_EOF": 2}, ClientErrors())
     assert (report["records_per_s"], report["mb_per_s"], report["errors"]) == (250_000, 25.0, 2)
-    assert perf_kafka.consume_report(0, 0, 0.0, {}, ClientErrors())["records_per_s"] == 0
+    assert (report["startup_ms"], report["seconds"]) == (300.0, 2.0)  # the rates leave the startup out
+    assert perf_kafka.consume_report(0, 0, 0.0, 60.0, {}, ClientErrors())["records_per_s"] == 0
 
 
 # librdkafka against a broker in this process --------------------------------------------
