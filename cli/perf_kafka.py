@@ -14,9 +14,12 @@ CreateTopics (the AdminClient), ``--partitions 6 --replication-factor 3`` and
 delivery report is counted, errors by Kafka's name, and every k-th record's latency is
 sampled (at most ``LATENCY_SAMPLES_MAX``): librdkafka's own time from ``produce()`` to
 the broker's acknowledgement (``Message.latency()``), so it does not depend on how often
-this loop polls. With the local cluster, or with ``cpu_of`` processes given, each run
-also reports CPU seconds per million records per process, this one (with librdkafka's
-threads) included.
+this loop polls. ``kafka-consume`` reads ``--records`` back from the beginning of every
+partition (assigned, no group join), with one change to librdkafka's defaults
+(``CONSUMER_DEFAULTS``), and times the reading apart from the startup. ``--config
+KEY=VALUE`` passes any other librdkafka property. With the local cluster, or with
+``cpu_of`` processes given, each run also reports CPU seconds per million records per
+process, this one (with librdkafka's threads) included.
 
 confluent-kafka is imported only when one of these runs: it is a dev and bench
 dependency, not one of raftka's.
@@ -123,7 +126,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--timeout-s", type=float, default=60.0, help="give up if the topic has fewer (default 60)"
     )
     consume.add_argument("--topic", default=DEFAULT_TOPIC, help=f"default {DEFAULT_TOPIC}")
-    _bootstrap_options(consume)
+    _client_options(consume)
     consume.set_defaults(func=run_consume)
 
 
@@ -141,10 +144,10 @@ def _topic_options(parser: argparse.ArgumentParser) -> None:
         type=positive,
         help="if the topic is created (default 2, or the replication factor when smaller)",
     )
-    _bootstrap_options(parser)
+    _client_options(parser)
 
 
-def _bootstrap_options(parser: argparse.ArgumentParser) -> None:
+def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         action="append",
@@ -279,13 +282,7 @@ def ensure_topic(bootstrap: str, args: argparse.Namespace) -> int:
         if partitions and all(p.leader >= 0 for p in partitions):
             return len(partitions)
         if time.monotonic() > deadline:
-            state = (
-                "not listed"
-                if topic is None
-                else f"error {topic.error}"
-                if topic.error
-                else "partitions without a leader"
-            )
+            state = "not listed" if topic is None else f"error {topic.error}" if topic.error else "no leader"
             raise CliError(f"topic {args.topic!r} not ready within {TOPIC_READY_TIMEOUT_S:g} s ({state})")
         time.sleep(0.1)
 
@@ -341,20 +338,20 @@ class Deliveries:
 
 @dataclass(slots=True)
 class ClientErrors:
-    """librdkafka's client-level errors (a broker down, a fatal error): counted, the first
-    few kept for the report. Kept as error objects and read only later: confluent-kafka
-    calls this with a fatal error already raised, when no call into it may be made."""
+    """librdkafka's client-level errors (a broker unreachable, a request timed out): counted,
+    the first few kept. A fatal error never comes here: confluent-kafka raises it from
+    ``produce``, ``poll`` or ``flush`` instead."""
 
     count: int = 0
-    kept: list[Any] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
 
     def __call__(self, error: Any) -> None:
         self.count += 1
         if len(self.kept) < CLIENT_ERRORS_KEPT:
-            self.kept.append(error)
+            self.kept.append(_describe(error))
 
     def first(self) -> str | None:
-        return _describe(self.kept[0]) if self.kept else None
+        return self.kept[0] if self.kept else None
 
 
 def _describe(error: Any) -> str:
@@ -403,12 +400,16 @@ def measure_produce(args: argparse.Namespace, cpu_of: Mapping[str, int] | None =
     try:
         send(producer, args, value)
     except ck.KafkaException as e:  # a fatal error: librdkafka sends nothing more
-        hint = (
-            " (--idempotence: the broker must serve InitProducerId; or --no-idempotence)"
-            if args.idempotence
-            else ""
-        )
-        raise CliError(f"the producer stopped on a fatal error: {_describe(e.args[0])}{hint}") from None
+        error = e.args[0]
+        if error.code() == ck.KafkaError._FATAL:  # from produce(): poll() raises it with its reason
+            try:
+                producer.poll(1.0)
+            except ck.KafkaException as reason:
+                error = reason.args[0]
+        hint = " (--idempotence needs a broker serving InitProducerId; or --no-idempotence)"
+        raise CliError(
+            f"the producer stopped on a fatal error: {_describe(error)}{hint if args.idempotence else ''}"
+        ) from None
     elapsed_s = clock() - start
     cpu_per_million = cpu.per_million(args.records)
     return {
