@@ -168,15 +168,13 @@ def run(options: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 options, f"{TOPIC_PREFIX}-{stamp}", source, 1, {"tansu": tansu.pid}
             )
     with local_cluster(options.dir) as cluster_dir:
-        bootstrap = ",".join(local.load(cluster_dir).kafka_addresses())
         for factor in factors:
             topic = f"{TOPIC_PREFIX}-{stamp}-rf{factor}"
-            try:
-                results[f"raftka (rf {factor})"] = one_target(
-                    options, topic, ["--dir", str(cluster_dir)], factor
-                )
-            finally:
-                delete_topic(bootstrap, topic)
+            results[f"raftka (rf {factor})"] = one_target(options, topic, ["--dir", str(cluster_dir)], factor)
+            # only once the run has checked whose brokers these are; a failed run leaves its topic
+            delete_topic(
+                perf_kafka.kafka_bootstrap(argparse.Namespace(bootstrap_server=None, dir=cluster_dir)), topic
+            )
     return results
 
 

@@ -232,13 +232,28 @@ def min_insync_replicas(args: argparse.Namespace) -> int:
 
 
 def kafka_bootstrap(args: argparse.Namespace) -> str:
-    """``bootstrap.servers``: ``--bootstrap-server`` checked, or the local cluster's Kafka listeners."""
+    """``bootstrap.servers``: ``--bootstrap-server`` checked, or the Kafka listeners of the
+    local cluster, whose brokers must all be running: its Kafka ports were chosen when it
+    was created, and another cluster may hold them while it is down."""
     if args.bootstrap_server is not None:
         return ",".join(quorum.parse_addresses(args.bootstrap_server, "--bootstrap-server"))
-    addresses = local.load(local.resolve_dir(args.dir)).kafka_addresses()
+    cluster = local.load(local.resolve_dir(args.dir))
+    addresses = cluster.kafka_addresses()
     if not addresses:
         raise CliError("the local cluster has no brokers; pass --bootstrap-server")
+    down = [node.id for node in cluster.brokers() if not local.is_alive(node)]
+    if down:
+        raise CliError(
+            f"broker(s) {', '.join(map(str, down))} of the local cluster in {cluster.dir} are not running: "
+            "start them with 'raftka cluster up', or pass --bootstrap-server"
+        )
     return ",".join(addresses)
+
+
+def expected_cluster_id(args: argparse.Namespace) -> str | None:
+    """The local cluster's id when its brokers are the target, so a listener on those ports
+    that belongs to another cluster is refused; None for ``--bootstrap-server``."""
+    return None if args.bootstrap_server is not None else local.load(local.resolve_dir(args.dir)).cluster_id
 
 
 def _confluent_kafka() -> Any:
@@ -262,7 +277,7 @@ def ensure_topic(bootstrap: str, args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    if args.topic not in _list_topics(admin, bootstrap).topics:
+    if args.topic not in _list_topics(admin, bootstrap, expected_cluster_id(args)).topics:
         new = NewTopic(
             args.topic,
             num_partitions=args.partitions,
@@ -287,16 +302,23 @@ def ensure_topic(bootstrap: str, args: argparse.Namespace) -> int:
         time.sleep(0.1)
 
 
-def _list_topics(client: Any, bootstrap: str) -> Any:
+def _list_topics(client: Any, bootstrap: str, cluster_id: str | None = None) -> Any:
     """Every topic's metadata (never one named topic: a Metadata request naming a topic may
-    create it on a broker with auto.create.topics.enable)."""
+    create it on a broker with auto.create.topics.enable), from brokers of ``cluster_id``
+    when it is given."""
     ck = _confluent_kafka()
     try:
-        return client.list_topics(timeout=METADATA_TIMEOUT_S)
+        metadata = client.list_topics(timeout=METADATA_TIMEOUT_S)
     except ck.KafkaException as e:
         raise CliError(
             f"no metadata from {bootstrap} within {METADATA_TIMEOUT_S:g} s: {e.args[0].str()}"
         ) from None
+    if cluster_id is not None and metadata.cluster_id != cluster_id:
+        raise CliError(
+            f"the brokers at {bootstrap} belong to cluster {metadata.cluster_id}, not to the local "
+            f"cluster {cluster_id}: another cluster holds its Kafka ports"
+        )
+    return metadata
 
 
 # produce ------------------------------------------------------------------------------
@@ -509,7 +531,7 @@ def measure_consume(args: argparse.Namespace, cpu_of: Mapping[str, int] | None =
     errors: dict[str, int] = {}
     clock = time.perf_counter
     try:
-        topic = _list_topics(consumer, bootstrap).topics.get(args.topic)
+        topic = _list_topics(consumer, bootstrap, expected_cluster_id(args)).topics.get(args.topic)
         if topic is None or not topic.partitions:
             raise CliError(
                 f"--topic: no topic {args.topic!r} at {bootstrap} (write it first with raftka perf kafka)"

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cli import perf_kafka
+from cli.errors import CliError
 from cli.main import main
 from cli.perf_kafka import ClientErrors, Deliveries
 from tests.unit.kafka_wire import broker_thread
@@ -85,14 +87,18 @@ def test_perf_kafka_consume_refuses_a_bad_option_naming_it(
     assert (code, problem in line) == (status, True), line
 
 
-def test_without_bootstrap_server_the_local_clusters_kafka_listeners_are_used(tmp_path: Path, capsys) -> None:
+def test_without_bootstrap_server_the_running_local_clusters_kafka_listeners_are_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    this_process = Path("/proc/self/cmdline").read_bytes().split(b"\0")[0].decode()  # what is_alive matches
+    node = {"address": "127.0.0.1:2", "data_dir": "d", "log": "l", "data_address": "127.0.0.1:3"}
     state = {
-        "cluster_id": "c",
+        "cluster_id": "local-id",
         "nodes": [
-            {"id": 1, "role": "controller", "address": "127.0.0.1:1", "data_dir": "d", "config": "c", "log": "l"},
+            {"id": 1, "role": "controller", "config": "c", **node},
             *(
-                {"id": b, "role": "broker", "address": "127.0.0.1:2", "data_dir": "d", "config": "c", "log": "l",
-                 "data_address": "127.0.0.1:3", "kafka_address": f"127.0.0.1:{9000 + b}"}
+                {"id": b, "role": "broker", "config": this_process, "pid": os.getpid(),
+                 "kafka_address": f"127.0.0.1:{9000 + b}", **node}
                 for b in (101, 102)
             ),
         ],
@@ -100,11 +106,31 @@ def test_without_bootstrap_server_the_local_clusters_kafka_listeners_are_used(tm
     (tmp_path / "cluster.json").write_text(json.dumps(state))
     args = argparse.Namespace(bootstrap_server=None, dir=tmp_path)
     assert perf_kafka.kafka_bootstrap(args) == "127.0.0.1:9101,127.0.0.1:9102"
+    assert perf_kafka.expected_cluster_id(args) == "local-id"
+    assert perf_kafka.expected_cluster_id(argparse.Namespace(bootstrap_server="h:1", dir=tmp_path)) is None
+
+    state["nodes"][1]["pid"] = None  # type: ignore[index]
+    (tmp_path / "cluster.json").write_text(json.dumps(state))
+    code, line = failure(["perf", "kafka", "--records", "1", "--dir", str(tmp_path)], capsys)
+    assert code == 1 and "broker(s) 101 of the local cluster" in line and "not running" in line
 
     state["nodes"][2]["kafka_address"] = ""  # type: ignore[index]
     (tmp_path / "cluster.json").write_text(json.dumps(state))
-    code, line = failure(["perf", "kafka", "--records", "1", "--dir", str(tmp_path)], capsys)
+    code, line = failure(["perf", "kafka-consume", "--records", "1", "--dir", str(tmp_path)], capsys)
     assert code == 1 and "has no Kafka listener" in line and "--bootstrap-server" in line
+
+
+def test_a_listener_of_another_cluster_on_the_local_clusters_ports_is_refused(tmp_path: Path) -> None:
+    """The in-process broker answers with cluster id "c": a local cluster of another id that
+    names its port is another cluster holding the ports, and nothing is sent to it."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+
+    with broker_thread(tmp_path / "broker", {TOPIC: PARTITIONS}) as served:
+        admin = AdminClient({"bootstrap.servers": served.bootstrap})
+        assert perf_kafka._list_topics(admin, served.bootstrap, "c").cluster_id == "c"
+        with pytest.raises(CliError, match="belong to cluster c, not to the local cluster mine: another cluster holds"):
+            perf_kafka._list_topics(admin, served.bootstrap, "mine")
 
 
 def test_config_properties_come_after_the_options_they_may_override() -> None:
