@@ -14,7 +14,7 @@ CreateTopics (the AdminClient), ``--partitions 6 --replication-factor 3`` and
 delivery report is counted, errors by Kafka's name, and every k-th record's latency is
 sampled (at most ``LATENCY_SAMPLES_MAX``): librdkafka's own time from ``produce()`` to
 the broker's acknowledgement (``Message.latency()``), so it does not depend on how often
-this loop polls. ``kafka-consume`` reads ``--records`` back from the beginning of every
+this loop polls. One record per partition goes first, outside the counts (``warm_up``). ``kafka-consume`` reads ``--records`` back from the beginning of every
 partition (assigned, no group join), with one change to librdkafka's defaults
 (``CONSUMER_DEFAULTS``), and times the reading apart from the startup. ``--config
 KEY=VALUE`` passes any other librdkafka property. With the local cluster, or with
@@ -28,13 +28,14 @@ dependency, not one of raftka's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cli import local, output, quorum
 from cli.data_args import positive
@@ -343,10 +344,7 @@ class Deliveries:
             try:
                 name = error.name()
             except SystemError as e:
-                # confluent-kafka raised a fatal error in this thread before reporting the
-                # records it fails: no call into it works until that error surfaces, so
-                # let it (produce, poll or flush raises it).
-                raise (e.__cause__ or e) from None
+                _let_the_fatal_error_surface(e)
             self.errors[name] = self.errors.get(name, 0) + 1
             if self.first_error is None:
                 self.first_error = _describe(error)
@@ -374,6 +372,13 @@ class ClientErrors:
 
     def first(self) -> str | None:
         return self.kept[0] if self.kept else None
+
+
+def _let_the_fatal_error_surface(e: SystemError) -> NoReturn:
+    """In a delivery report after a fatal error: confluent-kafka has already raised that
+    error in this thread, and until it surfaces every call fails with SystemError (even
+    ``list.append``). Raising it from the callback lets produce, poll or flush raise it."""
+    raise (e.__cause__ or e) from None
 
 
 def _describe(error: Any) -> str:
@@ -414,13 +419,15 @@ def measure_produce(args: argparse.Namespace, cpu_of: Mapping[str, int] | None =
     client_errors = ClientErrors()
     config = producer_config(args, bootstrap) | {"on_delivery": deliveries, "error_cb": client_errors}
     producer = _client(ck.Producer, config)  # before the topic: a property it refuses is reported at once
-    partitions = ensure_topic(bootstrap, args)
     value = os.urandom(args.record_size)
     clock = time.perf_counter
-    cpu = CpuMeter(args, cpu_of)
-    start = clock()
     try:
+        partitions = ensure_topic(bootstrap, args)
+        warm_up(producer, args.topic, partitions, value)
+        cpu = CpuMeter(args, cpu_of)
+        start = clock()
         send(producer, args, value)
+        elapsed_s = clock() - start
     except ck.KafkaException as e:  # a fatal error: librdkafka sends nothing more
         error = e.args[0]
         if error.code() == ck.KafkaError._FATAL:  # from produce(): poll() raises it with its reason
@@ -432,15 +439,54 @@ def measure_produce(args: argparse.Namespace, cpu_of: Mapping[str, int] | None =
         raise CliError(
             f"the producer stopped on a fatal error: {_describe(error)}{hint if args.idempotence else ''}"
         ) from None
-    elapsed_s = clock() - start
+    finally:
+        _close(producer)
     cpu_per_million = cpu.per_million(args.records)
     return {
         "bootstrap": bootstrap,
         "topic": args.topic,
         "partitions": partitions,
+        "warmup_records": partitions,
         **produce_report(args, elapsed_s, deliveries, client_errors),
         "cpu_s_per_million_records": cpu_per_million,
     }
+
+
+def _close(producer: Any) -> None:
+    """Stop librdkafka's threads now, not whenever the object is collected; after a failed
+    run, nothing still queued is sent."""
+    ck = _confluent_kafka()
+    with contextlib.suppress(ck.KafkaException):
+        producer.purge()
+        if hasattr(producer, "close"):  # newer confluent-kafka; older ones stop on collection
+            producer.close()
+
+
+def warm_up(producer: Any, topic: str, partitions: int, value: bytes) -> None:
+    """One record to each partition, every one acknowledged, before the clock starts (and
+    outside the counts): the producer then has its connections and the topic's metadata,
+    and each partition's replication runs. A new partition's followers start fetching up
+    to a few hundred ms after its leader takes writes, and acks=all would otherwise
+    measure that wait in the first records' latency."""
+    failures: list[Any] = []
+
+    def delivered(error: Any, message: Any) -> None:  # replaces Deliveries for these records
+        if error is not None:
+            try:
+                failures.append(error)
+            except SystemError as e:
+                _let_the_fatal_error_surface(e)
+
+    for partition in range(partitions):
+        producer.produce(topic, value, partition=partition, on_delivery=delivered)
+    deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
+    while producer.flush(1.0) > 0:
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"the warm-up records (one per partition) were not acknowledged within {TOPIC_READY_TIMEOUT_S:g} s"
+            )
+    if failures:
+        raise CliError(f"a warm-up record (one per partition) failed: {_describe(failures[0])}")
 
 
 def send(producer: Any, args: argparse.Namespace, value: bytes) -> None:

@@ -21,6 +21,7 @@ from tests.unit.kafka_wire import broker_thread
 
 TOPIC = "perf-events"
 PARTITIONS = 3
+INIT_PRODUCER_ID = 22  # Kafka's api key
 
 
 def failure(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -248,11 +249,36 @@ def test_perf_kafka_delivers_every_record_to_the_broker_and_kafka_consume_reads_
             capsys,
         )
         stored = [served.broker.replicas.get(TOPIC, p).log.log_end_offset for p in range(PARTITIONS)]
-        consume_status, consumed = run_json(["perf", "kafka-consume", "--records", str(records), *common], capsys)
+        everything = str(records + PARTITIONS)
+        consume_status, consumed = run_json(["perf", "kafka-consume", "--records", everything, *common], capsys)
     assert status == 0, produced
     assert (produced["delivered"], produced["errors"], produced["partitions"]) == (records, 0, PARTITIONS)
     assert produced["latency_samples"] == records and produced["first_error"] is None
-    assert sum(stored) == records
+    assert produced["warmup_records"] == PARTITIONS and all(stored), "a warm-up record in every partition"
+    assert sum(stored) == records + PARTITIONS
     assert consume_status == 0, consumed
-    assert (consumed["records"], consumed["errors"]) == (records, 0)
+    assert (consumed["records"], consumed["errors"]) == (records + PARTITIONS, 0)
     assert consumed["mb_per_s"] >= 0 and "perf-client" in produced["cpu_s_per_million_records"]
+
+
+def test_a_fatal_client_error_ends_the_run_with_librdkafkas_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--idempotence against a listener without InitProducerId: librdkafka fails fatally,
+    and the run stops with the reason, not a traceback and not a hang."""
+    pytest.importorskip("confluent_kafka")
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    from tests.unit.kafka_wire import RawConnection, request_frame
+
+    with broker_thread(tmp_path, {TOPIC: PARTITIONS}) as served:
+        with RawConnection(served.bootstrap) as connection:
+            connection.send(request_frame(ApiVersionsRequest(), 3, 1))
+            served_apis = {k.api_key for k in ApiVersionsResponse.decode(connection.read_frame(), version=3, header=True).api_keys}
+        if INIT_PRODUCER_ID in served_apis:
+            pytest.skip("the listener serves InitProducerId: idempotence is no longer a fatal error here")
+        argv = ["perf", "kafka", "--bootstrap-server", served.bootstrap, "--topic", TOPIC, "--records", "50", "--idempotence"]
+        code, line = failure(argv, capsys)
+        stored = sum(served.broker.replicas.get(TOPIC, p).log.log_end_offset for p in range(PARTITIONS))
+    assert code == 1 and "the producer stopped on a fatal error: _UNSUPPORTED_FEATURE" in line, line
+    assert "--no-idempotence" in line and stored == 0
