@@ -194,7 +194,7 @@ def comparison_rows(results: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]
         ("latency max ms", lambda r: r["produce"]["max_ms"]),
         ("delivery errors", lambda r: r["produce"]["errors"]),
         (
-            "broker CPU s / M records (produce)",
+            "server CPU s / M records (produce)",
             lambda r: server_cpu(r["produce"]["cpu_s_per_million_records"]),
         ),
         ("client CPU s / M records (produce)", lambda r: r["produce"]["cpu_s_per_million_records"][CLIENT]),
@@ -202,7 +202,7 @@ def comparison_rows(results: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]
         ("consume MB/s", lambda r: r["consume"]["mb_per_s"]),
         ("records read", lambda r: r["consume"]["records"]),
         (
-            "broker CPU s / M records (consume)",
+            "server CPU s / M records (consume)",
             lambda r: server_cpu(r["consume"]["cpu_s_per_million_records"]),
         ),
         ("client CPU s / M records (consume)", lambda r: r["consume"]["cpu_s_per_million_records"][CLIENT]),

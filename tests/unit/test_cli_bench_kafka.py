@@ -112,7 +112,7 @@ def test_comparison_sums_the_servers_cpu_and_keeps_the_clients_apart() -> None:
     )
     by_name = {row[0]: row[1:] for row in rows}
     assert by_name["produce records/s"] == ["500,000", "150,000"]
-    assert by_name["broker CPU s / M records (produce)"] == [0.5, 5.75]
+    assert by_name["server CPU s / M records (produce)"] == [0.5, 5.75]
     assert by_name["client CPU s / M records (produce)"] == [2.0, 2.1]
 
 
