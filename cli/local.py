@@ -67,6 +67,16 @@ class LocalCluster:
             )
         return [node.data_address for node in self.brokers()]
 
+    def kafka_addresses(self) -> list[str]:
+        """The brokers' Kafka listeners: where Kafka's own clients bootstrap."""
+        if any(not node.kafka_address for node in self.brokers()):
+            raise CliError(
+                f"a broker of the cluster in {self.dir} has no Kafka listener (kafka.listener; the "
+                f"cluster may predate them): pass --bootstrap-server, or start over after "
+                f"raftka cluster down and removing {self.dir}"
+            )
+        return [node.kafka_address for node in self.brokers()]
+
 
 def resolve_dir(explicit: Path | None) -> Path:
     """``--dir`` if given; else the nearest ``.raftka/local`` holding a cluster from the

@@ -21,7 +21,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli import local, output, perf_audit, perf_data, perf_metadata, perf_rebalance, perf_rpc, stability
+from cli import (
+    local,
+    output,
+    perf_audit,
+    perf_data,
+    perf_kafka,
+    perf_metadata,
+    perf_rebalance,
+    perf_rpc,
+    stability,
+)
 from cli.cluster import LOOPBACK, free_ports
 from cli.errors import CliError
 from raft.config import RaftConfig
@@ -51,6 +61,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_metadata.register(kinds)
     perf_rpc.register(kinds)
     perf_data.register(kinds)
+    perf_kafka.register(kinds)
     perf_audit.register(kinds)
     perf_rebalance.register(kinds)
 

@@ -16,13 +16,13 @@ import contextlib
 import os
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cli import data_args, local, output, proc_cpu, quorum
 from cli.data_args import add_broker_options, broker_addresses, not_negative, positive
 from cli.errors import CliError
-from cli.perf_metadata import percentile
+from cli.latency import LATENCY_SAMPLES_MAX, latency_summary
 from client.admin import Admin, RetryPolicy
 from client.consumer import AsyncConsumer
 from client.errors import AdminError
@@ -31,7 +31,6 @@ from client.types import NewTopic
 
 DEFAULT_TOPIC = "raftka-perf"
 ACKS = {"all": -1, "1": 1, "0": 0}
-LATENCY_SAMPLES_MAX = 100_000  # latency of every k-th record, as kafka-producer-perf-test samples
 _STAMP = struct.Struct(">q")  # e2e: the send time in ns, at the start of each value
 
 
@@ -90,16 +89,19 @@ def ensure_topic(args: argparse.Namespace) -> None:
 
 
 class CpuMeter:
-    """CPU seconds per million records of every local node and of this process."""
+    """CPU seconds per million records of every local node, of this process and of any
+    other process named in ``others`` (label -> pid, such as another broker under test)."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, others: Mapping[str, int] | None = None) -> None:
         self._nodes = []
         if args.bootstrap_server is None:
             self._nodes = [n for n in local.load(local.resolve_dir(args.dir)).nodes if n.pid is not None]
+        self._others = dict(others or {})
         self._before = self._sample()
 
     def _sample(self) -> dict[str, float]:
         samples = proc_cpu.sample(self._nodes) if self._nodes else {}
+        samples.update({label: proc_cpu.cpu_seconds(pid) for label, pid in self._others.items()})
         samples["perf-client"] = proc_cpu.cpu_seconds(os.getpid())
         return samples
 
@@ -108,26 +110,13 @@ class CpuMeter:
         return {k: round((after[k] - self._before[k]) * 1e6 / max(records, 1), 2) for k in self._before}
 
 
-def _latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(latencies_ms)
-    if not ordered:
-        return {"avg_ms": 0.0, "p50_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0, "max_ms": 0.0}
-    return {
-        "avg_ms": round(sum(ordered) / len(ordered), 2),
-        "p50_ms": round(percentile(ordered, 50), 2),
-        "p99_ms": round(percentile(ordered, 99), 2),
-        "p999_ms": round(percentile(ordered, 99.9), 2),
-        "max_ms": round(ordered[-1], 2),
-    }
-
-
 # produce ----------------------------------------------------------------------------------
 
 
 def run_produce(args: argparse.Namespace) -> int:
     ensure_topic(args)
     result = asyncio.run(measure_produce(args))
-    _print(args, result, "produce")
+    print_result(args, result, "produce")
     return 0 if result["errors"] == 0 else 1
 
 
@@ -182,7 +171,7 @@ async def measure_produce(args: argparse.Namespace) -> dict[str, Any]:
         "idempotent": producer.idempotent,
         "records_per_s": round(args.records / elapsed),
         "mb_per_s": round(args.records * args.record_size / elapsed / 1e6, 2),
-        **_latency_summary(latencies_ms),
+        **latency_summary(latencies_ms),
         "latency_samples": len(latencies_ms),
         "errors": failed,
         "first_error": errors[0] if errors else (f"{failed} records failed" if failed else None),
@@ -195,7 +184,7 @@ async def measure_produce(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_consume(args: argparse.Namespace) -> int:
     result = asyncio.run(measure_consume(args))
-    _print(args, result, "consume")
+    print_result(args, result, "consume")
     return 0 if result["records"] >= args.records else 1
 
 
@@ -235,7 +224,7 @@ def run_e2e(args: argparse.Namespace) -> int:
         raise CliError(f"--duration: expected a positive number of seconds, got {args.duration:g}")
     ensure_topic(args)
     result = asyncio.run(measure_e2e(args))
-    _print(args, result, "e2e")
+    print_result(args, result, "e2e")
     return 0 if result["errors"] == 0 else 1
 
 
@@ -281,13 +270,13 @@ async def measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
         "idempotent": producer.idempotent,
         "sent": total,
         "received": len(latencies_ms),
-        **_latency_summary(latencies_ms),
+        **latency_summary(latencies_ms),
         "errors": errors,
         "cpu_s_per_million_records": cpu_per_million,
     }
 
 
-def _print(args: argparse.Namespace, result: dict[str, Any], kind: str) -> None:
+def print_result(args: argparse.Namespace, result: dict[str, Any], kind: str) -> None:
     if args.output == "json":
         print(output.to_json(result))
         return

@@ -23,6 +23,7 @@ from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 from cli import local, output, perf, proc_cpu, quorum  # perf registers this module: import it whole
 from cli.errors import CliError
+from cli.latency import percentile
 
 E = controller_pb2.ErrorCode
 TOPIC = "raftka-perf-metadata"
@@ -230,8 +231,3 @@ async def closed_loop(
         "error_codes": errors,
     }
 
-
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """Nearest rank, exactly as the etcd anchor computes it, so the numbers compare."""
-    k = min(len(sorted_values) - 1, int(round(p / 100.0 * (len(sorted_values) - 1))))
-    return sorted_values[k]
