@@ -41,7 +41,11 @@ PRODUCE = ["perf", "kafka", "--bootstrap-server", "127.0.0.1:1", "--records", "1
         (["--records", "0"], 2, "argument --records: expected 1 or more, got 0"),
         (["--record-size", "0"], 2, "argument --record-size: expected 1 or more, got 0"),
         (["--record-size", "1000001"], 1, "--record-size: at most 1000000 bytes"),
-        (["--throughput", "0"], 1, "--throughput: expected a cap of 1 record/s or more, or -1 for none, got 0"),
+        (
+            ["--throughput", "0"],
+            1,
+            "--throughput: expected a cap of 1 record/s or more, or -1 for none, got 0",
+        ),
         (["--throughput", "-5"], 1, "--throughput: expected a cap"),
         (["--acks", "2"], 2, "argument --acks: invalid choice: '2'"),
         (["--linger-ms", "-1"], 1, "--linger-ms: expected 0 to 900000, got -1"),
@@ -51,7 +55,11 @@ PRODUCE = ["perf", "kafka", "--bootstrap-server", "127.0.0.1:1", "--records", "1
         (["--idempotence", "--acks", "1"], 1, "--idempotence needs --acks all (got --acks 1)"),
         (["--replication-factor", "0"], 2, "argument --replication-factor: expected 1 or more"),
         (["--replication-factor", "40000"], 1, "--replication-factor: at most 32767"),
-        (["--replication-factor", "1", "--min-insync-replicas", "2"], 1, "--min-insync-replicas: at most --replication-factor (1), got 2"),
+        (
+            ["--replication-factor", "1", "--min-insync-replicas", "2"],
+            1,
+            "--min-insync-replicas: at most --replication-factor (1), got 2",
+        ),
         (["--partitions", "0"], 2, "argument --partitions: expected 1 or more"),
         (["--topic", "a b"], 1, "--topic: topic name 'a b' contains characters other than"),
         (["--topic", ".."], 1, "--topic: topic name cannot be '..'"),
@@ -59,8 +67,16 @@ PRODUCE = ["perf", "kafka", "--bootstrap-server", "127.0.0.1:1", "--records", "1
         (["--output", "xml"], 2, "argument --output: invalid choice: 'xml'"),
         (["--config", "linger.ms"], 1, "--config: expected KEY=VALUE, got 'linger.ms'"),
         (["--config", "=5"], 1, "--config: expected KEY=VALUE, got '=5'"),
-        (["--config", "bootstrap.servers=h:1"], 1, "--config: bootstrap.servers is set by this command (--bootstrap-server)"),
-        (["--config", "no.such.property=1"], 1, "librdkafka refused the producer's configuration (--config?): No such configuration property"),
+        (
+            ["--config", "bootstrap.servers=h:1"],
+            1,
+            "--config: bootstrap.servers is set by this command (--bootstrap-server)",
+        ),
+        (
+            ["--config", "no.such.property=1"],
+            1,
+            "librdkafka refused the producer's configuration (--config?): No such configuration property",
+        ),
     ],
 )
 def test_perf_kafka_refuses_a_bad_option_naming_it_before_connecting(
@@ -78,13 +94,19 @@ def test_perf_kafka_refuses_a_bad_option_naming_it_before_connecting(
         (["--timeout-s", "0"], 1, "--timeout-s: expected a positive number of seconds, got 0"),
         (["--topic", ""], 1, "--topic: topic name must not be empty"),
         (["--config", "on_delivery=x"], 1, "--config: on_delivery is set by this command"),
-        (["--config", "fetch.queue.backoff.ms=-3"], 1, "librdkafka refused the consumer's configuration (--config?)"),
+        (
+            ["--config", "fetch.queue.backoff.ms=-3"],
+            1,
+            "librdkafka refused the consumer's configuration (--config?)",
+        ),
     ],
 )
 def test_perf_kafka_consume_refuses_a_bad_option_naming_it(
     extra: list[str], status: int, problem: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, line = failure(["perf", "kafka-consume", "--bootstrap-server", "127.0.0.1:1", "--records", "5", *extra], capsys)
+    code, line = failure(
+        ["perf", "kafka-consume", "--bootstrap-server", "127.0.0.1:1", "--records", "5", *extra], capsys
+    )
     assert (code, problem in line) == (status, True), line
 
 
@@ -98,8 +120,14 @@ def test_without_bootstrap_server_the_running_local_clusters_kafka_listeners_are
         "nodes": [
             {"id": 1, "role": "controller", "config": "c", **node},
             *(
-                {"id": b, "role": "broker", "config": this_process, "pid": os.getpid(),
-                 "kafka_address": f"127.0.0.1:{9000 + b}", **node}
+                {
+                    "id": b,
+                    "role": "broker",
+                    "config": this_process,
+                    "pid": os.getpid(),
+                    "kafka_address": f"127.0.0.1:{9000 + b}",
+                    **node,
+                }
                 for b in (101, 102)
             ),
         ],
@@ -130,13 +158,19 @@ def test_a_listener_of_another_cluster_on_the_local_clusters_ports_is_refused(tm
     with broker_thread(tmp_path / "broker", {TOPIC: PARTITIONS}) as served:
         admin = AdminClient({"bootstrap.servers": served.bootstrap})
         assert perf_kafka._list_topics(admin, served.bootstrap, "c").cluster_id == "c"
-        with pytest.raises(CliError, match="belong to cluster c, not to the local cluster mine: another cluster holds"):
+        with pytest.raises(
+            CliError, match="belong to cluster c, not to the local cluster mine: another cluster holds"
+        ):
             perf_kafka._list_topics(admin, served.bootstrap, "mine")
 
 
 def test_config_properties_come_after_the_options_they_may_override() -> None:
     args = argparse.Namespace(
-        acks="1", linger_ms=5, batch_size=100, idempotence=False, partitioner="murmur2_random",
+        acks="1",
+        linger_ms=5,
+        batch_size=100,
+        idempotence=False,
+        partitioner="murmur2_random",
         config=["linger.ms=50", "compression.type=lz4", "client.id=a=b"],
     )
     config = perf_kafka.producer_config(args, "h:1")
@@ -146,7 +180,9 @@ def test_config_properties_come_after_the_options_they_may_override() -> None:
 
 def test_min_insync_replicas_defaults_to_two_or_the_replication_factor() -> None:
     def of(rf: int, explicit: int | None = None) -> int:
-        return perf_kafka.min_insync_replicas(argparse.Namespace(replication_factor=rf, min_insync_replicas=explicit))
+        return perf_kafka.min_insync_replicas(
+            argparse.Namespace(replication_factor=rf, min_insync_replicas=explicit)
+        )
 
     assert (of(3), of(1), of(5, 4)) == (2, 1, 4)
 
@@ -199,8 +235,14 @@ def test_every_failed_delivery_is_counted_by_kind_and_the_first_kept() -> None:
 
 def test_produce_report_arithmetic() -> None:
     args = argparse.Namespace(
-        records=1_000_000, record_size=100, acks="all", idempotence=False, partitioner="murmur2_random",
-        linger_ms=5, batch_size=1_000_000, throughput=-1,
+        records=1_000_000,
+        record_size=100,
+        acks="all",
+        idempotence=False,
+        partitioner="murmur2_random",
+        linger_ms=5,
+        batch_size=1_000_000,
+        throughput=-1,
     )
     deliveries = Deliveries(sample_every=1)
     for ms in (1, 2, 3, 4, 100):
@@ -245,12 +287,26 @@ def test_perf_kafka_delivers_every_record_to_the_broker_and_kafka_consume_reads_
     with broker_thread(tmp_path, {TOPIC: PARTITIONS}) as served:
         common = ["--bootstrap-server", served.bootstrap, "--topic", TOPIC, "--output", "json"]
         status, produced = run_json(
-            ["perf", "kafka", "--records", str(records), "--record-size", "64", "--acks", acks, "--linger-ms", "1", *common],
+            [
+                "perf",
+                "kafka",
+                "--records",
+                str(records),
+                "--record-size",
+                "64",
+                "--acks",
+                acks,
+                "--linger-ms",
+                "1",
+                *common,
+            ],
             capsys,
         )
         stored = [served.broker.replicas.get(TOPIC, p).log.log_end_offset for p in range(PARTITIONS)]
         everything = str(records + PARTITIONS)
-        consume_status, consumed = run_json(["perf", "kafka-consume", "--records", everything, *common], capsys)
+        consume_status, consumed = run_json(
+            ["perf", "kafka-consume", "--records", everything, *common], capsys
+        )
     assert status == 0, produced
     assert (produced["delivered"], produced["errors"], produced["partitions"]) == (records, 0, PARTITIONS)
     assert produced["latency_samples"] == records and produced["first_error"] is None
@@ -262,22 +318,32 @@ def test_perf_kafka_delivers_every_record_to_the_broker_and_kafka_consume_reads_
 
 
 def test_a_fatal_client_error_ends_the_run_with_librdkafkas_reason(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """--idempotence against a listener without InitProducerId: librdkafka fails fatally,
-    and the run stops with the reason, not a traceback and not a hang."""
+    """--idempotence against a listener that does not serve InitProducerId (as an old
+    broker): librdkafka fails fatally, and the run stops with the reason, not a traceback
+    and not a hang."""
     pytest.importorskip("confluent_kafka")
-    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+    import broker.kafka.listener as listener_module
 
-    from tests.unit.kafka_wire import RawConnection, request_frame
-
+    serve_all = listener_module.KafkaDispatcher
+    monkeypatch.setattr(
+        listener_module,
+        "KafkaDispatcher",
+        lambda apis: serve_all([a for a in apis if a.key != INIT_PRODUCER_ID]),
+    )
     with broker_thread(tmp_path, {TOPIC: PARTITIONS}) as served:
-        with RawConnection(served.bootstrap) as connection:
-            connection.send(request_frame(ApiVersionsRequest(), 3, 1))
-            served_apis = {k.api_key for k in ApiVersionsResponse.decode(connection.read_frame(), version=3, header=True).api_keys}
-        if INIT_PRODUCER_ID in served_apis:
-            pytest.skip("the listener serves InitProducerId: idempotence is no longer a fatal error here")
-        argv = ["perf", "kafka", "--bootstrap-server", served.bootstrap, "--topic", TOPIC, "--records", "50", "--idempotence"]
+        argv = [
+            "perf",
+            "kafka",
+            "--bootstrap-server",
+            served.bootstrap,
+            "--topic",
+            TOPIC,
+            "--records",
+            "50",
+            "--idempotence",
+        ]
         code, line = failure(argv, capsys)
         stored = sum(served.broker.replicas.get(TOPIC, p).log.log_end_offset for p in range(PARTITIONS))
     assert code == 1 and "the producer stopped on a fatal error: _UNSUPPORTED_FEATURE" in line, line
