@@ -6,8 +6,8 @@ and over gRPC as the ``Broker`` service, for tools.
 Metadata is answered from the broker's own image (as a Kafka broker answers from its
 metadata cache), naming each broker's data listener; Produce, Fetch and ListOffsets go
 to the replica manager; InitProducerId hands out an id from this broker's block
-(``broker.producer_ids``); the group APIs and OffsetCommit go to the group coordinator
-(``broker.groups``); OffsetFetch is forwarded to the active controller (a linearizable
+(``raftka.broker.producer_ids``); the group APIs and OffsetCommit go to the group coordinator
+(``raftka.broker.groups``); OffsetFetch is forwarded to the active controller (a linearizable
 read of the quorum), so clients need only brokers.
 """
 
@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import grpc
-from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-from broker.groups.coordinator import GroupCoordinator
-from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
-from broker.replica.manager import ReplicaManager
-from metadata.image import NO_LEADER, MetadataImage
-from wire import frames
-from wire.frames import DATA_LISTENER
-from wire.server import CloseConnection, Handler
+from raftka.broker.controller_link import ControllerLink, LinkError
+from raftka.broker.groups.coordinator import GroupCoordinator
+from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata.image import NO_LEADER, MetadataImage
+from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+from raftka.wire import frames
+from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.server import CloseConnection, Handler
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2

@@ -30,12 +30,12 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 
 import structlog
+
+from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.v1 import controller_pb2, metadata_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("broker.lifecycle")
+log = structlog.get_logger("raftka.broker.lifecycle")
 
 FAST_HEARTBEAT_MS = 100  # while fenced or shutting down, and after a failed heartbeat
 REGISTER_BACKOFF_MAX_MS = 1000

@@ -37,17 +37,17 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from cli import local, output
-from cli.chaos import SIGNALS, LocalTarget
-from cli.data_args import add_idempotence_option, idempotence
-from cli.errors import CliError
-from cli.quorum_client import QuorumClient
-from client.admin import Admin, RetryPolicy
-from client.consumer import Consumer
-from client.errors import KafkaError
-from client.group_admin import GroupAdmin
-from client.producer import Producer
-from client.types import GroupDescription, NewTopic, PartitionInfo, RecordMetadata, TopicPartition
+from raftka.cli import local, output
+from raftka.cli.chaos import SIGNALS, LocalTarget
+from raftka.cli.data_args import add_idempotence_option, idempotence
+from raftka.cli.errors import CliError
+from raftka.cli.quorum_client import QuorumClient
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.consumer import Consumer
+from raftka.client.errors import KafkaError
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.producer import Producer
+from raftka.client.types import GroupDescription, NewTopic, PartitionInfo, RecordMetadata, TopicPartition
 
 POLL_INTERVAL_S = 0.01
 PARTITIONS = 6

@@ -20,15 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from raftka.cli import local, output
+from raftka.cli.errors import CliError
+from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.errors import AdminError
+from raftka.node.config import BROKER, BrokerConfig, KafkaConfig, LogConfig, NodeConfig, Voter, render_toml
+from raftka.raft.storage import meta
 from raftka.v1 import raft_pb2
-
-from cli import local, output
-from cli.errors import CliError
-from cli.quorum_client import DescribeQuorumResponse, QuorumClient
-from client.admin import Admin, RetryPolicy
-from client.errors import AdminError
-from raft.node_config import BROKER, BrokerConfig, KafkaConfig, LogConfig, NodeConfig, Voter, render_toml
-from raft.storage import meta
 
 LOOPBACK = "127.0.0.1"
 MAX_CONTROLLERS = 9

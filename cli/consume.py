@@ -18,11 +18,11 @@ import sys
 import time
 from typing import Any
 
-from cli.data_args import add_broker_options, broker_addresses, not_negative, positive
-from cli.errors import CliError
-from client.consumer import Consumer
-from client.errors import CommitFailedError
-from client.types import ConsumerRecord, TopicPartition
+from raftka.cli.data_args import add_broker_options, broker_addresses, not_negative, positive
+from raftka.cli.errors import CliError
+from raftka.client.consumer import Consumer
+from raftka.client.errors import CommitFailedError
+from raftka.client.types import ConsumerRecord, TopicPartition
 
 POLL_MS = 200
 POLL_RECORDS_MAX = 500

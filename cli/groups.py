@@ -14,12 +14,12 @@ import asyncio
 import datetime
 from typing import Any
 
-from cli import output
-from cli.data_args import add_broker_options, broker_addresses
-from cli.errors import CliError
-from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST
-from client.group_admin import GroupAdmin
-from client.types import GroupDescription, TopicPartition
+from raftka.cli import output
+from raftka.cli.data_args import add_broker_options, broker_addresses
+from raftka.cli.errors import CliError
+from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.types import GroupDescription, TopicPartition
 
 STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 

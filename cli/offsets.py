@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from cli import output
-from cli.admin_args import add_connection_options, open_admin, single
-from cli.data_args import add_broker_options, broker_addresses
-from cli.errors import CliError
-from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
-from client.errors import KafkaError
-from client.types import OffsetCommit, TopicPartition
+from raftka.cli import output
+from raftka.cli.admin_args import add_connection_options, open_admin, single
+from raftka.cli.data_args import add_broker_options, broker_addresses
+from raftka.cli.errors import CliError
+from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
+from raftka.client.errors import KafkaError
+from raftka.client.types import OffsetCommit, TopicPartition
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -19,15 +19,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cli import data_args, local, output, proc_cpu, quorum
-from cli.data_args import add_broker_options, broker_addresses, not_negative, positive
-from cli.errors import CliError
-from cli.latency import LATENCY_SAMPLES_MAX, latency_summary
-from client.admin import Admin, RetryPolicy
-from client.consumer import AsyncConsumer
-from client.errors import AdminError
-from client.producer import AsyncProducer, RecordFuture
-from client.types import NewTopic
+from raftka.cli import data_args, local, output, proc_cpu, quorum
+from raftka.cli.data_args import add_broker_options, broker_addresses, not_negative, positive
+from raftka.cli.errors import CliError
+from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.errors import AdminError
+from raftka.client.producer import AsyncProducer, RecordFuture
+from raftka.client.types import NewTopic
 
 DEFAULT_TOPIC = "raftka-perf"
 ACKS = {"all": -1, "1": 1, "0": 0}

@@ -21,12 +21,12 @@ import statistics
 import time
 from typing import Any
 
-from cli import output
-from cli.data_args import add_broker_options, broker_addresses, positive
-from cli.errors import CliError
-from cli.perf_data import ensure_topic
-from client.consumer import AsyncConsumer, RebalanceListener
-from client.types import TopicPartition
+from raftka.cli import output
+from raftka.cli.data_args import add_broker_options, broker_addresses, positive
+from raftka.cli.errors import CliError
+from raftka.cli.perf_data import ensure_topic
+from raftka.client.consumer import AsyncConsumer, RebalanceListener
+from raftka.client.types import TopicPartition
 
 POLL_MS = 20
 SETTLE_TIMEOUT_S = 120.0

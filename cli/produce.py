@@ -15,9 +15,9 @@ import threading
 from concurrent.futures import Future
 from typing import Any, TextIO
 
-from cli import output
-from cli.admin_args import parse_key_values
-from cli.data_args import (
+from raftka.cli import output
+from raftka.cli.admin_args import parse_key_values
+from raftka.cli.data_args import (
     add_broker_options,
     add_idempotence_option,
     broker_addresses,
@@ -25,9 +25,9 @@ from cli.data_args import (
     not_negative,
     positive,
 )
-from cli.errors import CliError
-from client.producer import Producer
-from client.types import RecordMetadata
+from raftka.cli.errors import CliError
+from raftka.client.producer import Producer
+from raftka.client.types import RecordMetadata
 
 ACKS = {"all": -1, "1": 1, "0": 0}
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")

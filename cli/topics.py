@@ -14,13 +14,13 @@ import argparse
 import asyncio
 from typing import Any
 
-from cli import output
-from cli.admin_args import add_connection_options, open_admin, parse_key_values, single
-from cli.data_args import broker_addresses
-from cli.errors import CliError
-from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
-from client.errors import KafkaError
-from client.types import NewTopic, PartitionInfo, TopicDescription, TopicPartition
+from raftka.cli import output
+from raftka.cli.admin_args import add_connection_options, open_admin, parse_key_values, single
+from raftka.cli.data_args import broker_addresses
+from raftka.cli.errors import CliError
+from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
+from raftka.client.errors import KafkaError
+from raftka.client.types import NewTopic, PartitionInfo, TopicDescription, TopicPartition
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

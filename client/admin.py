@@ -31,12 +31,11 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
-from client.errors import AdminError
-from client.types import (
+from raftka.client.errors import AdminError
+from raftka.client.types import (
     BrokerInfo,
     ClusterDescription,
     ConfigEntry,
@@ -52,6 +51,7 @@ from client.types import (
     TopicResult,
     topic_id_str,
 )
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
 T = TypeVar("T")

@@ -15,11 +15,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from raftka.client.errors import KafkaError
+from raftka.client.types import TopicPartition
 from raftka.v1 import broker_pb2, controller_pb2
-
-from client.errors import KafkaError
-from client.types import TopicPartition
-from wire.client import BrokerClient, BrokerClients, WireError
+from raftka.wire.client import BrokerClient, BrokerClients, WireError
 
 E = controller_pb2.ErrorCode
 LIST_EARLIEST = -2

@@ -14,7 +14,7 @@ raises ``CORRUPT_MESSAGE`` until the application seeks past them. A leader that 
 metadata again. A seek drops what was prefetched for that partition.
 
 Partitions come from ``assign`` (chosen by the application) or from ``subscribe`` (a
-consumer group shares the topics' partitions among its members; ``client.group`` runs
+consumer group shares the topics' partitions among its members; ``raftka.client.group`` runs
 the membership). In a group, ``poll`` joins again when a rebalance is due and calls the
 rebalance listener: ``on_partitions_revoked`` before partitions go (after committing
 their positions with ``enable_auto_commit``), ``on_partitions_assigned`` when new ones
@@ -43,19 +43,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from raftka.v1 import broker_pb2, controller_pb2
 
-from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, RETRIABLE, ClusterMetadata
-from client.errors import CommitFailedError, ConsumerError, KafkaError, OffsetOutOfRangeError
-from client.group import GroupMember
-from client.loop_thread import LoopThread
-from client.types import ConsumerRecord, TopicPartition
-from records.batch import iter_batches
-from records.codec import RecordError, data_batches
-from wire.client import BrokerClient, WireError
+from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, RETRIABLE, ClusterMetadata
+from raftka.client.errors import CommitFailedError, ConsumerError, KafkaError, OffsetOutOfRangeError
+from raftka.client.group import GroupMember
+from raftka.client.loop_thread import LoopThread
+from raftka.client.types import ConsumerRecord, TopicPartition
+from raftka.records.batch import iter_batches
+from raftka.records.codec import RecordError, data_batches
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("client.consumer")
+log = structlog.get_logger("raftka.client.consumer")
 RESETS = ("earliest", "latest", "none")
 ERROR_BACKOFF_S = 0.1
 

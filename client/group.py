@@ -33,15 +33,15 @@ from kafka.coordinator.assignors.abstract import RebalanceProtocol
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
-from raftka.v1 import broker_pb2, controller_pb2
 
-from client.cluster_metadata import ClusterMetadata
-from client.errors import ConsumerError
-from client.types import TopicPartition
-from wire.client import BrokerClient, WireError
+from raftka.client.cluster_metadata import ClusterMetadata
+from raftka.client.errors import ConsumerError
+from raftka.client.types import TopicPartition
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("client.group")
+log = structlog.get_logger("raftka.client.group")
 
 PROTOCOL_TYPE = "consumer"
 ASSIGNORS: dict[str, Callable[[], object]] = {

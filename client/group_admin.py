@@ -15,12 +15,11 @@ import time
 from collections.abc import Mapping, Sequence
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
-from raftka.v1 import broker_pb2, controller_pb2
 
-from client.cluster_metadata import LIST_LATEST, ClusterMetadata
-from client.errors import ConsumerError, KafkaError
-from client.group import PROTOCOL_TYPE, find_coordinator
-from client.types import (
+from raftka.client.cluster_metadata import LIST_LATEST, ClusterMetadata
+from raftka.client.errors import ConsumerError, KafkaError
+from raftka.client.group import PROTOCOL_TYPE, find_coordinator
+from raftka.client.types import (
     GroupDescription,
     GroupListing,
     GroupMemberDescription,
@@ -28,7 +27,8 @@ from client.types import (
     PartitionResult,
     TopicPartition,
 )
-from wire.client import BrokerClient, WireError
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
 BACKOFF_S = 0.1

@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
+
+from raftka.client.cluster_metadata import RETRIABLE
+from raftka.client.types import TopicPartition
+from raftka.records.batch import SEQUENCE_MODULUS, next_sequence
 from raftka.v1 import controller_pb2
 
-from client.cluster_metadata import RETRIABLE
-from client.types import TopicPartition
-from records.batch import SEQUENCE_MODULUS, next_sequence
-
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("client.producer")
+log = structlog.get_logger("raftka.client.producer")
 NO_PRODUCER = (-1, -1)
 EPOCH_MAX = 32_767  # the batch header's int16
 

@@ -12,7 +12,7 @@ batch's futures at once with the broker's error and message.
 Idempotence is on by default, as in Kafka 3.x (``enable_idempotence``; it needs
 acks=all, and is off by default with acks 0 or 1): the producer takes a producer id
 from any broker (InitProducerId) and numbers its batches per partition
-(``client.idempotence``), so a batch sent again after a lost answer is written once, and
+(``raftka.client.idempotence``), so a batch sent again after a lost answer is written once, and
 a partition may have up to five batches in flight, in order: requests to a broker are
 written to one connection in order and the broker appends them in that order; a retry
 goes alone as the partition's first unacknowledged batch. Only full batches (or a
@@ -43,20 +43,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from raftka.v1 import broker_pb2, controller_pb2
 
-from client.cluster_metadata import RETRIABLE, ClusterMetadata
-from client.errors import KafkaError, ProducerError
-from client.idempotence import NO_PRODUCER, Idempotence
-from client.loop_thread import LoopThread
-from client.partitioner import StickyPartitioner, default_partition
-from client.types import RecordMetadata, TopicPartition
-from records.batch import NO_SEQUENCE, set_producer_state
-from records.codec import BatchBuilder, Compression
-from wire.client import WireError
+from raftka.client.cluster_metadata import RETRIABLE, ClusterMetadata
+from raftka.client.errors import KafkaError, ProducerError
+from raftka.client.idempotence import NO_PRODUCER, Idempotence
+from raftka.client.loop_thread import LoopThread
+from raftka.client.partitioner import StickyPartitioner, default_partition
+from raftka.client.types import RecordMetadata, TopicPartition
+from raftka.records.batch import NO_SEQUENCE, set_producer_state
+from raftka.records.codec import BatchBuilder, Compression
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import WireError
 
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("client.producer")
+log = structlog.get_logger("raftka.client.producer")
 ACKS = (-1, 0, 1)
 RECORD_OVERHEAD_BYTES = 24  # what a record adds to a batch besides key, value and headers
 Headers = Sequence[tuple[str, bytes | None]]

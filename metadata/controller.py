@@ -7,7 +7,7 @@ replaying the records onto that image and proposing them to raft happen with no
 ``await`` in between, so requests are serialized exactly in log order and each sees
 the effect of every request before it; the answer is sent once the batch commits.
 Bad input is refused during planning, before anything is proposed. A request with a
-list over its bound (``metadata.validation``) is refused before it is even planned, and
+list over its bound (``raftka.metadata.validation``) is refused before it is even planned, and
 a read before its barrier, so no client can hold the loop for long or make it write.
 
 Answers come from committed state only. A plan that writes nothing (a refusal, a
@@ -56,22 +56,22 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
+
+from raftka.metadata import broker_ops, config_ops, group_ops, offset_ops, topic_ops
+from raftka.metadata.delta import MetadataDelta, ReplayError
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan
+from raftka.metadata.records import RecordError, encode
+from raftka.metadata.sessions import BrokerSessions
+from raftka.metadata.validation import ValidationError, check_request_bounds
+from raftka.raft.core import NotLeaderError
+from raftka.raft.driver import BackpressureError, LeaderAndEpoch, RaftNode, monotonic_ms
 from raftka.v1 import controller_pb2, metadata_pb2
 
-from metadata import broker_ops, config_ops, group_ops, offset_ops, topic_ops
-from metadata.delta import MetadataDelta, ReplayError
-from metadata.image import MetadataImage
-from metadata.plan import ErrorCode, MetadataRecord, Plan
-from metadata.records import RecordError, encode
-from metadata.sessions import BrokerSessions
-from metadata.validation import ValidationError, check_request_bounds
-from raft.core import NotLeaderError
-from raft.driver import BackpressureError, LeaderAndEpoch, RaftNode, monotonic_ms
-
 if TYPE_CHECKING:
-    from metadata.state_machine import MetadataStateMachine
+    from raftka.metadata.state_machine import MetadataStateMachine
 
-log = structlog.get_logger("metadata.controller")
+log = structlog.get_logger("raftka.metadata.controller")
 
 WRITES_IN_FLIGHT_MAX = 4096  # bound: writes awaiting commit; more are refused as REQUEST_TIMED_OUT
 CLAIM_WAIT_S = 5.0  # a request to a leader that has not claimed yet waits this long at most

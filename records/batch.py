@@ -10,7 +10,7 @@ A batch on the wire and on disk is::
 ``batchLength`` counts the bytes after itself; the CRC-32C covers everything from
 ``attributes`` to the end. ``baseOffset`` and ``partitionLeaderEpoch`` lie outside the
 CRC, so a leader assigns them by writing 12 bytes, and the producer's CRC stays valid.
-This module knows the frame only; records inside a batch are ``records.codec``'s.
+This module knows the frame only; records inside a batch are ``raftka.records.codec``'s.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record import default_records
 
-from records.batch import MAGIC, NO_PRODUCER_ID, iter_batches
+from raftka.records.batch import MAGIC, NO_PRODUCER_ID, iter_batches
 
 Headers = Sequence[tuple[str, bytes | None]]
 

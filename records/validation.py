@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raftka.v1 import controller_pb2
-
-from records.batch import (
+from raftka.records.batch import (
     CONTROL_MASK,
     MAGIC,
     NO_PRODUCER_ID,
@@ -27,7 +25,8 @@ from records.batch import (
     parse_header,
     set_log_append_time,
 )
-from records.codec import RecordError, iter_batch_records
+from raftka.records.codec import RecordError, iter_batch_records
+from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 _MAGIC_AT = 16

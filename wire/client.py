@@ -1,4 +1,4 @@
-"""The client side of the data protocol (``wire.frames``): one pipelined TCP connection
+"""The client side of the data protocol (``raftka.wire.frames``): one pipelined TCP connection
 per broker, with typed calls shaped like the gRPC ``BrokerStub``.
 
 A call is sent at once, whatever else is in flight, and its answer is matched by
@@ -15,9 +15,9 @@ import itertools
 from collections.abc import Callable
 
 from google.protobuf.message import DecodeError, Message
-from raftka.v1 import broker_pb2, controller_pb2
 
-from wire.frames import (
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.frames import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FETCH,

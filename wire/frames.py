@@ -28,6 +28,7 @@ import struct
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
+
 from raftka.v1 import broker_pb2, controller_pb2
 
 VERSION = 0

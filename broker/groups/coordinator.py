@@ -9,7 +9,7 @@ and its state is dropped, and its members find the new coordinator and join agai
 A group created here starts its generations above the last one recorded in the
 metadata log, so a member of an old coordinator's generation cannot commit.
 
-Protocol rules live in ``broker.groups.group``; this module does the I/O: JoinGroup and
+Protocol rules live in ``raftka.broker.groups.group``; this module does the I/O: JoinGroup and
 SyncGroup wait on futures until their group answers them, one timer task polls the
 groups at their deadlines, a completed rebalance is recorded through the active
 controller before its members hear their assignment, and offset commits are checked
@@ -27,17 +27,17 @@ from collections.abc import Callable, Iterable
 import crc32c
 import structlog
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
-from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-from broker.groups.group import PARKED, Delivery, Group, GroupLimits, Rebalanced, State, with_status
-from metadata.image import MetadataImage
-from wire.frames import DATA_LISTENER
-from wire.server import current_peer
+from raftka.broker.controller_link import ControllerLink, LinkError
+from raftka.broker.groups.group import PARKED, Delivery, Group, GroupLimits, Rebalanced, State, with_status
+from raftka.metadata.image import MetadataImage
+from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
+from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.server import current_peer
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
-log = structlog.get_logger("broker.groups")
+log = structlog.get_logger("raftka.broker.groups")
 
 CONTROLLER_WRITE_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms: how long a write may take
 WRITE_RETRY_BACKOFF_S = 0.05

@@ -1,6 +1,6 @@
 """One consumer group under Kafka's classic group protocol, with no I/O and no clock.
 
-The coordinator (``broker.groups.coordinator``) feeds a ``Group`` requests and the time,
+The coordinator (``raftka.broker.groups.coordinator``) feeds a ``Group`` requests and the time,
 and carries out what comes back: an answer now, or ``PARKED`` for a JoinGroup or
 SyncGroup that waits for the rest of the group, later answered through ``Delivery``s
 returned by the call that completes the phase, and ``Rebalanced`` when a generation's

@@ -27,19 +27,19 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
 )
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-from raftka.v1 import controller_pb2, metadata_pb2
 
-from broker.data_service import BrokerApi
-from broker.kafka.endpoints import kafka_endpoints
-from broker.kafka.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
-from broker.kafka.protocol import KafkaApi
-from metadata.image import NO_LEADER, MetadataImage, TopicImage
-from metadata.topic_configs import TOPIC_CONFIGS, describe_configs
-from raft.node_config import NodeConfig
+from raftka.broker.data_service import BrokerApi
+from raftka.broker.kafka.endpoints import kafka_endpoints
+from raftka.broker.kafka.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
+from raftka.broker.kafka.protocol import KafkaApi
+from raftka.metadata.image import NO_LEADER, MetadataImage, TopicImage
+from raftka.metadata.topic_configs import TOPIC_CONFIGS, describe_configs
+from raftka.node.config import NodeConfig
+from raftka.v1 import controller_pb2, metadata_pb2
 
 E = controller_pb2.ErrorCode
 C = controller_pb2
-log = structlog.get_logger("broker.kafka")
+log = structlog.get_logger("raftka.broker.kafka")
 
 LEADER_NOT_AVAILABLE = kafka_error(E.LEADER_NOT_AVAILABLE)
 UNKNOWN_TOPIC_OR_PARTITION = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION)

@@ -36,14 +36,19 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.data_service import BrokerApi, wire_produce_answer
-from broker.kafka.endpoints import kafka_endpoints
-from broker.kafka.errors import FETCH_SESSION_ID_NOT_FOUND, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
-from broker.kafka.protocol import KafkaApi
-from broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
-from broker.replica.partition import PartitionError
+from raftka.broker.data_service import BrokerApi, wire_produce_answer
+from raftka.broker.kafka.endpoints import kafka_endpoints
+from raftka.broker.kafka.errors import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    UNKNOWN_TOPIC_ID,
+    kafka_error,
+    kafka_message,
+)
+from raftka.broker.kafka.protocol import KafkaApi
+from raftka.broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
+from raftka.broker.replica.partition import PartitionError
+from raftka.v1 import broker_pb2, controller_pb2
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.log.partition_log import FlushJob, PartitionLog
+from raftka.broker.log.partition_log import FlushJob, PartitionLog
 
-log = structlog.get_logger("broker.log")
+log = structlog.get_logger("raftka.broker.log")
 
 
 class BackgroundFlusher:

@@ -36,16 +36,16 @@ from pathlib import Path
 
 import structlog
 
-from broker.log import checkpoint, producer_snapshots
-from broker.log.config import LogConfig
-from broker.log.epoch_cache import LeaderEpochCache
-from broker.log.producer_state import ProducerState
-from broker.log.segment import LogSegment
-from raft.storage.fsio import fsync_dir
-from records.batch import BatchFramingError, BatchHeader, assign, crc_matches, iter_batches
-from records.codec import read_records
+from raftka.broker.log import checkpoint, producer_snapshots
+from raftka.broker.log.config import LogConfig
+from raftka.broker.log.epoch_cache import LeaderEpochCache
+from raftka.broker.log.producer_state import ProducerState
+from raftka.broker.log.segment import LogSegment
+from raftka.raft.storage.fsio import fsync_dir
+from raftka.records.batch import BatchFramingError, BatchHeader, assign, crc_matches, iter_batches
+from raftka.records.codec import read_records
 
-log = structlog.get_logger("broker.log")
+log = structlog.get_logger("raftka.broker.log")
 LOG_START_FILE = "log-start-offset"
 METADATA_FILE = "partition.metadata"
 _SUFFIXES = (".log", ".index", ".timeindex")

@@ -38,9 +38,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from raftka.records.batch import BatchHeader, next_sequence
 from raftka.v1 import controller_pb2
-
-from records.batch import BatchHeader, next_sequence
 
 E = controller_pb2.ErrorCode
 BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN, the producer's in-flight bound

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import structlog
 
-from broker.log.index import IndexError_, OffsetIndex, TimeIndex
-from records.batch import (
+from raftka.broker.log.index import IndexError_, OffsetIndex, TimeIndex
+from raftka.records.batch import (
     HEADER_SIZE,
     MAGIC,
     BatchFramingError,
@@ -32,7 +32,7 @@ from records.batch import (
     read_header,
 )
 
-log = structlog.get_logger("broker.log")
+log = structlog.get_logger("raftka.broker.log")
 SCAN_CHUNK_BYTES = 1 << 20
 HEADER_ONLY_BATCH_BYTES = 8 << 10  # batches this large are skipped over, their header read alone
 

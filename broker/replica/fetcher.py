@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable
 
 import structlog
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.log.partition_log import LogAppendError
-from broker.partitions import Role
-from broker.replica.partition import Partition
-from raft.node_config import BrokerConfig
-from wire.client import BrokerClient, WireError
+from raftka.broker.log.partition_log import LogAppendError
+from raftka.broker.partitions import Role
+from raftka.broker.replica.partition import Partition
+from raftka.node.config import BrokerConfig
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("broker.fetcher")

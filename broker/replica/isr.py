@@ -14,10 +14,10 @@ import asyncio
 from collections.abc import Callable
 
 import structlog
-from raftka.v1 import controller_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-from broker.replica.partition import Partition
+from raftka.broker.controller_link import ControllerLink, LinkError
+from raftka.broker.replica.partition import Partition
+from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("broker.isr")

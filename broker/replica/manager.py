@@ -1,7 +1,7 @@
 """The broker's replicas: metadata in, Produce/Fetch/ListOffsets answered (Kafka's
 ReplicaManager).
 
-Each metadata image that changes this broker's roles (``broker.partitions``) makes it
+Each metadata image that changes this broker's roles (``raftka.broker.partitions``) makes it
 leader or follower of partitions at the epochs the image gives; followers are handed
 to the replica fetchers, leaders serve producers and consumers and track their
 followers through the followers' own fetches. Requests are validated per partition:
@@ -19,22 +19,22 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 import structlog
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.log.config import LogConfig
-from broker.log.manager import LogManager
-from broker.log.producer_state import ProducerStateError
-from broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
-from broker.replica.partition import Partition, PartitionError
-from broker.replica.waiters import OffsetWaiters, Wakeups
-from metadata.image import TOPIC, MetadataImage
-from metadata.topic_configs import TOPIC_CONFIGS
-from raft.node_config import BrokerConfig
-from records.validation import BatchLimits, BatchValidationError, validate_batches
+from raftka.broker.log.config import LogConfig
+from raftka.broker.log.manager import LogManager
+from raftka.broker.log.producer_state import ProducerStateError
+from raftka.broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
+from raftka.broker.replica.partition import Partition, PartitionError
+from raftka.broker.replica.waiters import OffsetWaiters, Wakeups
+from raftka.metadata.image import TOPIC, MetadataImage
+from raftka.metadata.topic_configs import TOPIC_CONFIGS
+from raftka.node.config import BrokerConfig
+from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
+from raftka.v1 import broker_pb2, controller_pb2
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
-log = structlog.get_logger("broker.replica")
+log = structlog.get_logger("raftka.broker.replica")
 
 ACKS = (-1, 0, 1)
 TIMEOUT_MS_MAX = 5 * 60_000

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from raftka.broker.log.partition_log import PartitionLog
+from raftka.broker.partitions import PartitionRole, Role
 from raftka.v1 import controller_pb2
-
-from broker.log.partition_log import PartitionLog
-from broker.partitions import PartitionRole, Role
 
 E = controller_pb2.ErrorCode
 UNKNOWN_OFFSET = -1

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from client.admin import Admin, RetryPolicy
+from raftka.client.admin import Admin, RetryPolicy
 from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
 from tests.integration.polling import wait_until
 from tests.spark.conftest import require_spark

@@ -8,15 +8,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from raftka.v1 import broker_pb2
 
-from client.admin import Admin, RetryPolicy
-from client.consumer import AsyncConsumer
-from client.group_admin import GroupAdmin
-from client.producer import AsyncProducer
-from client.types import NewTopic
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.producer import AsyncProducer
+from raftka.client.types import NewTopic
+from raftka.v1 import broker_pb2
+from raftka.wire.client import BrokerClient
 from tests.integration.metadata_cluster import MetadataCluster
-from wire.client import BrokerClient
 
 pytestmark = pytest.mark.integration
 TOPIC = "orders"

@@ -28,17 +28,17 @@ from typing import Any
 
 import grpc
 import pytest
+
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.types import NewTopic
+from raftka.records.batch import CRC_START
+from raftka.records.codec import BatchBuilder
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import broker_pb2_grpc, controller_pb2
-
-from client.admin import Admin, RetryPolicy
-from client.types import NewTopic
-from records.batch import CRC_START
-from records.codec import BatchBuilder
+from raftka.wire.client import BrokerClient
+from raftka.wire.frames import REQUEST_FRAME_MAX_BYTES
 from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
 from tests.integration.polling import wait_until
-from wire.client import BrokerClient
-from wire.frames import REQUEST_FRAME_MAX_BYTES
 
 pytestmark = pytest.mark.integration
 E = controller_pb2.ErrorCode

@@ -17,9 +17,9 @@ from confluent_kafka.admin import NewTopic as KafkaNewTopic
 from kafka.partitioner import murmur2
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from client.admin import Admin, RetryPolicy
-from client.group_admin import GroupAdmin
-from client.types import NewTopic
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.types import NewTopic
 from tests.integration.kafka_clients import CLIENTS, Seen
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.unit.kafka_wire import call

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin, RetryPolicy
-from client.types import NewTopic, PartitionInfo
-from raft.node_config import load_config
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.types import NewTopic, PartitionInfo
+from raftka.node.config import load_config
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
 

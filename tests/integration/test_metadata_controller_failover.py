@@ -29,9 +29,9 @@ from typing import Any
 
 import grpc
 import pytest
-from raftka.v1 import controller_pb2
 
-from metadata.dump import iter_metadata_dump
+from raftka.metadata.dump import iter_metadata_dump
+from raftka.v1 import controller_pb2
 from tests.integration.metadata_cluster import Controllers, MetadataCluster
 from tests.linearizability.checker import check
 from tests.linearizability.history import HistoryRecorder

@@ -12,10 +12,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from audit.checks import CHECK_NAMES
-from audit.job import TABLES
-from audit.report import CHART_IDS
-from cli.main import main
+from raftka.audit.checks import CHECK_NAMES
+from raftka.audit.job import TABLES
+from raftka.audit.report import CHART_IDS
+from raftka.cli.main import main
 from tests.unit.audit_incident import GAP_MS, SECOND_GAP_MS, STEP_MS, Incident
 from tests.unit.storage_support import flip_byte
 

@@ -9,10 +9,10 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from audit.files import discover
-from audit.plain import audit_paths
-from audit.schema import ROW_SCHEMA
-from audit.source import SPARK_SCHEMA
+from raftka.audit.files import discover
+from raftka.audit.plain import audit_paths
+from raftka.audit.schema import ROW_SCHEMA
+from raftka.audit.source import SPARK_SCHEMA
 from tests.unit.audit_incident import Incident
 
 

@@ -11,16 +11,16 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from broker.data_service import BrokerApi
-from broker.groups.coordinator import GroupCoordinator
-from broker.groups.group import GroupLimits
-from broker.kafka.endpoints import KAFKA_LISTENER
-from broker.kafka.listener import kafka_listener
-from broker.log.manager import LogManager
-from broker.partitions import BrokerPartitions
-from broker.producer_ids import ProducerIdManager
-from broker.replica.manager import ReplicaManager
-from metadata.image import (
+from raftka.broker.data_service import BrokerApi
+from raftka.broker.groups.coordinator import GroupCoordinator
+from raftka.broker.groups.group import GroupLimits
+from raftka.broker.kafka.endpoints import KAFKA_LISTENER
+from raftka.broker.kafka.listener import kafka_listener
+from raftka.broker.log.manager import LogManager
+from raftka.broker.partitions import BrokerPartitions
+from raftka.broker.producer_ids import ProducerIdManager
+from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
     Endpoint,
@@ -29,10 +29,10 @@ from metadata.image import (
     TopicImage,
     frozen,
 )
-from raft.node_config import BrokerConfig, KafkaConfig, NodeConfig
+from raftka.node.config import BrokerConfig, KafkaConfig, NodeConfig
+from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.server import FrameServer
 from tests.unit.controller_in_memory import ControllerInMemory
-from wire.frames import DATA_LISTENER
-from wire.server import FrameServer
 
 BROKER = 101
 GROUP_LIMITS = GroupLimits(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)

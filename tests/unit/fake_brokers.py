@@ -18,14 +18,13 @@ import collections
 import dataclasses
 from dataclasses import dataclass, field
 
+from raftka.broker.data_service import wire_produce_answer
+from raftka.broker.log.producer_state import ProducerState, ProducerStateError
+from raftka.records.batch import BatchHeader, assign, iter_batches
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
-
-from broker.data_service import wire_produce_answer
-from broker.log.producer_state import ProducerState, ProducerStateError
-from records.batch import BatchHeader, assign, iter_batches
-from wire import frames
-from wire.server import CloseConnection, FrameServer, Handler
+from raftka.wire import frames
+from raftka.wire.server import CloseConnection, FrameServer, Handler
 
 E = controller_pb2.ErrorCode
 TOPIC = "t"

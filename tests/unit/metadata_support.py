@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hypothesis import strategies as st
-from raftka.v1 import metadata_pb2 as pb
 
-from metadata.delta import MetadataDelta
-from metadata.image import BROKER, LEADER_UNCHANGED, NO_LEADER, TOPIC, MetadataImage
+from raftka.metadata.delta import MetadataDelta
+from raftka.metadata.image import BROKER, LEADER_UNCHANGED, NO_LEADER, TOPIC, MetadataImage
+from raftka.v1 import metadata_pb2 as pb
 
 Record = pb.MetadataRecord
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.decode import DAMAGED, decode_file
-from audit.files import AuditInputError, discover
-from audit.plain import PlainAudit, audit_paths
+from raftka.audit.decode import DAMAGED, decode_file
+from raftka.audit.files import AuditInputError, discover
+from raftka.audit.plain import PlainAudit, audit_paths
 from tests.unit.audit_incident import Incident, build_incident
 
 

@@ -13,20 +13,20 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit.checks import ERROR
-from audit.plain import audit_paths, replay_input
-from audit.replay import BASE, REPLAY_COLUMNS, replay, replay_order
-from audit.replay import Row as ReplayRow
-from audit.synthetic import Shape, write_history
-from metadata import records
-from metadata.delta import MetadataDelta
-from metadata.records import MetadataRecord
-from metadata.snapshot import decode_image, encode_image
-from raft import control
-from raft.batch import Batch, BatchKind, SnapshotId
-from raft.effects import Snapshot
-from raft.snapshot_schedule import SnapshotPolicy
-from raft.storage import layout, snapshot_file
+from raftka.audit.checks import ERROR
+from raftka.audit.plain import audit_paths, replay_input
+from raftka.audit.replay import BASE, REPLAY_COLUMNS, replay, replay_order
+from raftka.audit.replay import Row as ReplayRow
+from raftka.audit.synthetic import Shape, write_history
+from raftka.metadata import records
+from raftka.metadata.delta import MetadataDelta
+from raftka.metadata.records import MetadataRecord
+from raftka.metadata.snapshot import decode_image, encode_image
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind, SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.storage import layout, snapshot_file
 from tests.unit import metadata_support as m
 from tests.unit.storage_support import flip_byte
 

@@ -12,10 +12,10 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc, metadata_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-from broker.lifecycle import BrokerLifecycle, State
+from raftka.broker.controller_link import ControllerLink, LinkError
+from raftka.broker.lifecycle import BrokerLifecycle, State
+from raftka.v1 import controller_pb2, controller_pb2_grpc, metadata_pb2
 
 E = controller_pb2.ErrorCode
 T = TypeVar("T")

@@ -11,10 +11,10 @@ from typing import Any
 
 import grpc
 import pytest
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli import local
-from cli.main import main
+from raftka.cli import local
+from raftka.cli.main import main
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
 TOPIC_ID = bytes(range(16))

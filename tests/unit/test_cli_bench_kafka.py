@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cli import bench_kafka, tansu
-from cli.errors import CliError
+from raftka.cli import bench_kafka, tansu
+from raftka.cli.errors import CliError
 
 # Listens where --listener-url says, as Tansu would, and ignores SIGTERM if told to.
 STAND_IN = """\

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from cli.main import main
-from client.consumer import AsyncConsumer
-from client.producer import AsyncProducer
+from raftka.cli.main import main
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.producer import AsyncProducer
 from tests.unit.broker_in_process import InProcessBroker, broker_in_process
 
 TOPIC = "orders"
@@ -29,7 +29,7 @@ async def cli(capsys: pytest.CaptureFixture[str], broker: InProcessBroker, *argv
             return int(e.code or 0)
 
     capsys.readouterr()  # the broker's own log lines so far
-    status = await asyncio.to_thread(call)  # while it runs, logs go to stderr (cli.main's set-up)
+    status = await asyncio.to_thread(call)  # while it runs, logs go to stderr (raftka.cli.main's set-up)
     out, err = capsys.readouterr()
     return status, json.loads(out) if out.strip() else None, err
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from cli.main import main
+from raftka.cli.main import main
 
 
 def test_reports_each_concurrency_against_a_do_nothing_controller(

@@ -10,12 +10,12 @@ import io
 from pathlib import Path
 
 import pytest
-from raftka.v1 import broker_pb2
 
-from cli.main import main
-from records.batch import iter_batches
+from raftka.cli.main import main
+from raftka.records.batch import iter_batches
+from raftka.v1 import broker_pb2
+from raftka.wire.client import BrokerClient
 from tests.unit.test_clients import TOPIC_NAME, serving
-from wire.client import BrokerClient
 
 
 async def producer_ids_in_log(address: str) -> list[tuple[int, int]]:

@@ -7,14 +7,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
-from raftka.v1 import controller_pb2
 
-from client.consumer import AsyncConsumer
-from client.errors import ConsumerError, ProducerError
-from client.producer import AsyncProducer
-from client.types import TopicPartition
-from records.batch import HEADER_SIZE
-from records.codec import BatchBuilder
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.errors import ConsumerError, ProducerError
+from raftka.client.producer import AsyncProducer
+from raftka.client.types import TopicPartition
+from raftka.records.batch import HEADER_SIZE
+from raftka.records.codec import BatchBuilder
+from raftka.v1 import controller_pb2
 from tests.unit.fake_brokers import TOPIC, FakeCluster
 
 E = controller_pb2.ErrorCode

@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from raftka.v1 import broker_pb2
 
-from client import producer as producer_module
-from client.cluster_metadata import ClusterMetadata, PartitionLeader, TopicInfo
-from client.consumer import AsyncConsumer
-from client.errors import OffsetOutOfRangeError, ProducerError
-from client.partitioner import default_partition
-from client.producer import AsyncProducer, Producer
-from client.types import RecordMetadata, TopicPartition
-from records.codec import BatchBuilder
+from raftka.client import producer as producer_module
+from raftka.client.cluster_metadata import ClusterMetadata, PartitionLeader, TopicInfo
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.errors import OffsetOutOfRangeError, ProducerError
+from raftka.client.partitioner import default_partition
+from raftka.client.producer import AsyncProducer, Producer
+from raftka.client.types import RecordMetadata, TopicPartition
+from raftka.records.codec import BatchBuilder
+from raftka.v1 import broker_pb2
+from raftka.wire.client import BrokerClient, WireError
 from tests.unit.broker_in_process import broker_in_process
-from wire.client import BrokerClient, WireError
 
 BROKER = 101
 PARTITIONS = 3

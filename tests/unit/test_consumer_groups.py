@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from client.consumer import AsyncConsumer, RebalanceListener
-from client.errors import CommitFailedError
-from client.producer import AsyncProducer
-from client.types import TopicPartition
+from raftka.client.consumer import AsyncConsumer, RebalanceListener
+from raftka.client.errors import CommitFailedError
+from raftka.client.producer import AsyncProducer
+from raftka.client.types import TopicPartition
 from tests.unit.broker_in_process import InProcessBroker, broker_in_process
 
 TOPIC = "events"

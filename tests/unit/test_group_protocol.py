@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+
+from raftka.broker.groups.group import PARKED, Delivery, Group, GroupLimits, Outcome, State
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
-
-from broker.groups.group import PARKED, Delivery, Group, GroupLimits, Outcome, State
 
 E = controller_pb2.ErrorCode
 SESSION_MS = 10_000

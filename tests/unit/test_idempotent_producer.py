@@ -11,11 +11,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from raftka.v1 import controller_pb2
 
-from broker.log.producer_state import BatchMetadata
-from client.errors import ProducerError
-from client.producer import AsyncProducer, RecordFuture
+from raftka.broker.log.producer_state import BatchMetadata
+from raftka.client.errors import ProducerError
+from raftka.client.producer import AsyncProducer, RecordFuture
+from raftka.v1 import controller_pb2
 from tests.unit.fake_brokers import TOPIC, FakeCluster
 from tests.unit.test_client_failures import P0, run, values_in
 from tests.unit.test_clients import serving

@@ -25,8 +25,8 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-from raftka.v1 import broker_pb2
 
+from raftka.v1 import broker_pb2
 from tests.unit.kafka_wire import BrokerThread, broker_thread, call
 from tests.unit.test_kafka_listener import TOPIC, one_record_batch
 

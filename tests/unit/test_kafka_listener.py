@@ -15,10 +15,10 @@ from kafka.partitioner import murmur2
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest
-from raftka.v1 import controller_pb2
 
-from broker.kafka.errors import KAFKA_ERRORS
-from records.codec import BatchBuilder
+from raftka.broker.kafka.errors import KAFKA_ERRORS
+from raftka.records.codec import BatchBuilder
+from raftka.v1 import controller_pb2
 from tests.unit.kafka_wire import BrokerThread, RawConnection, broker_thread, correlation_of, request_frame
 
 TOPIC = "events"

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.log import index
-from broker.log.index import IndexError_, OffsetIndex, TimeIndex
-from broker.log.segment import LogSegment
-from records.batch import assign, read_header
-from records.codec import BatchBuilder
+from raftka.broker.log import index
+from raftka.broker.log.index import IndexError_, OffsetIndex, TimeIndex
+from raftka.broker.log.segment import LogSegment
+from raftka.records.batch import assign, read_header
+from raftka.records.codec import BatchBuilder
 
 NOW = 1_700_000_000_000
 

@@ -16,14 +16,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+
+import raftka.raft.driver
+from raftka.metadata import records
+from raftka.metadata.controller import QuorumController
+from raftka.raft.batch import BatchKind
+from raftka.raft.driver import LeaderAndEpoch
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
-
-import raft.driver
-from metadata import records
-from metadata.controller import QuorumController
-from raft.batch import BatchKind
-from raft.driver import LeaderAndEpoch
 from tests.metadata_sim.quorum import Quorum, eventually
 from tests.unit.metadata_controller_support import (
     QUIET_RAFT,
@@ -144,13 +144,13 @@ def test_a_change_too_big_for_pending_appends_is_refused_whole_and_the_controlle
     async def body() -> None:
         quorum, member = await broker_in_nine_isrs()
         c = member.controller
-        monkeypatch.setattr(raft.driver, "PENDING_APPENDS_MAX", 2)
+        monkeypatch.setattr(raftka.raft.driver, "PENDING_APPENDS_MAX", 2)
         before = log_end(member)
         response = await reregistration(c)
         assert response.status.error == E.REQUEST_TIMED_OUT, response.status
         assert log_end(member) == before, "nothing of the refused change is in the log"
         assert c.is_active and member.image.brokers[101].incarnation_id != "restarted"
-        monkeypatch.setattr(raft.driver, "PENDING_APPENDS_MAX", 16)
+        monkeypatch.setattr(raftka.raft.driver, "PENDING_APPENDS_MAX", 16)
         quorum.clock.advance(quorum.session_timeout_ms + 1)
         again = await reregistration(c)
         assert again.status.error == E.NONE and member.image.brokers[101].incarnation_id == "restarted"
@@ -170,7 +170,7 @@ def test_a_submission_failing_halfway_resigns_so_a_fresh_claim_serves(monkeypatc
             nonlocal calls
             calls += 1
             if calls == 2:
-                raise raft.driver.BackpressureError("injected")
+                raise raftka.raft.driver.BackpressureError("injected")
             return submit(records)
 
         monkeypatch.setattr(member.node, "submit", fails_second_time)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from raftka.v1 import metadata_pb2 as pb
 
-from metadata.delta import MetadataDelta, ReplayError
-from metadata.image import (
+from raftka.metadata.delta import MetadataDelta, ReplayError
+from raftka.metadata.image import (
     BROKER,
     EMPTY,
     TOPIC,
@@ -16,6 +15,7 @@ from metadata.image import (
     MetadataImage,
     PartitionState,
 )
+from raftka.v1 import metadata_pb2 as pb
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import replay
 

@@ -4,10 +4,9 @@ groups, and the expiry of groups idle for the offsets retention."""
 
 from __future__ import annotations
 
+from raftka.metadata import group_ops, offset_ops
+from raftka.metadata.image import EMPTY, MetadataImage
 from raftka.v1 import controller_pb2 as pb
-
-from metadata import group_ops, offset_ops
-from metadata.image import EMPTY, MetadataImage
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import replay
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.config import LogConfig
-from broker.log.flusher import BackgroundFlusher
-from broker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from broker.log.partition_log import FlushJob, LogAppendError, OffsetOutOfRange, PartitionLog
-from cli.main import main
-from records.batch import CRC_START, iter_batches
-from records.codec import BatchBuilder, read_records
-from records.validation import BatchLimits, validate_batches
+from raftka.broker.log.config import LogConfig
+from raftka.broker.log.flusher import BackgroundFlusher
+from raftka.broker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
+from raftka.broker.log.partition_log import FlushJob, LogAppendError, OffsetOutOfRange, PartitionLog
+from raftka.cli.main import main
+from raftka.records.batch import CRC_START, iter_batches
+from raftka.records.codec import BatchBuilder, read_records
+from raftka.records.validation import BatchLimits, validate_batches
 
 TOPIC_ID = uuid.UUID(int=1).bytes
 NOW = 1_700_000_000_000

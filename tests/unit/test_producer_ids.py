@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.controller_link import LinkError
-from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.broker.controller_link import LinkError
+from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient
 from tests.unit.metadata_controller_support import live_brokers, run, single
 from tests.unit.test_clients import serving
-from wire.client import BrokerClient
 
 E = controller_pb2.ErrorCode
 

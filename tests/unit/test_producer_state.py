@@ -10,17 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from raftka.v1 import controller_pb2
 
-from broker.log import producer_snapshots
-from broker.log.config import LogConfig
-from broker.log.partition_log import AppendInfo, PartitionLog
-from broker.log.producer_state import PRODUCERS_MAX, BatchMetadata, ProducerState, ProducerStateError
-from broker.log.segment import SCAN_CHUNK_BYTES, LogSegment
-from cli.main import main
-from records.batch import SEQUENCE_MODULUS, read_header
-from records.codec import BatchBuilder, read_records
-from records.validation import BatchLimits, validate_batches
+from raftka.broker.log import producer_snapshots
+from raftka.broker.log.config import LogConfig
+from raftka.broker.log.partition_log import AppendInfo, PartitionLog
+from raftka.broker.log.producer_state import PRODUCERS_MAX, BatchMetadata, ProducerState, ProducerStateError
+from raftka.broker.log.segment import SCAN_CHUNK_BYTES, LogSegment
+from raftka.cli.main import main
+from raftka.records.batch import SEQUENCE_MODULUS, read_header
+from raftka.records.codec import BatchBuilder, read_records
+from raftka.records.validation import BatchLimits, validate_batches
+from raftka.v1 import controller_pb2
 from tests.unit.test_partition_log import NOW, TOPIC_ID, values
 
 E = controller_pb2.ErrorCode

@@ -1,4 +1,4 @@
-"""The RecordBatch v2 frame, the codec behind records.codec (both implementations),
+"""The RecordBatch v2 frame, the codec behind raftka.records.codec (both implementations),
 the leader's validation of a producer's batches, and Kafka's key partitioner."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raftka.v1 import controller_pb2
 
-from client.partitioner import StickyPartitioner, default_partition
-from records.batch import CRC_START, MAGIC, assign, crc_matches, iter_batches, parse_header
-from records.codec import IMPLEMENTATIONS, BatchBuilder, Compression, read_records
-from records.validation import BatchLimits, BatchValidationError, validate_batches
+from raftka.client.partitioner import StickyPartitioner, default_partition
+from raftka.records.batch import CRC_START, MAGIC, assign, crc_matches, iter_batches, parse_header
+from raftka.records.codec import IMPLEMENTATIONS, BatchBuilder, Compression, read_records
+from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
+from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 NOW = 1_700_000_000_000

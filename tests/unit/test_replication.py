@@ -14,14 +14,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from raftka.v1 import broker_pb2 as pb
-from raftka.v1 import controller_pb2
 
-from broker.log.manager import LogManager
-from broker.partitions import BrokerPartitions
-from broker.replica.fetcher import FollowerFetch
-from broker.replica.manager import ReplicaManager
-from metadata.image import (
+from raftka.broker.log.manager import LogManager
+from raftka.broker.partitions import BrokerPartitions
+from raftka.broker.replica.fetcher import FollowerFetch
+from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
     Endpoint,
@@ -30,8 +28,10 @@ from metadata.image import (
     TopicImage,
     frozen,
 )
-from raft.node_config import BrokerConfig
-from records.codec import BatchBuilder, read_records
+from raftka.node.config import BrokerConfig
+from raftka.records.codec import BatchBuilder, read_records
+from raftka.v1 import broker_pb2 as pb
+from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 TOPIC_NAME = "t"

@@ -14,13 +14,13 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import given
 from hypothesis import strategies as st
+
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
-
-from wire import frames
-from wire.client import BrokerClient, Connection, WireError
-from wire.frames import FrameDecoder, FrameError
-from wire.server import FrameServer, Handler
+from raftka.wire import frames
+from raftka.wire.client import BrokerClient, Connection, WireError
+from raftka.wire.frames import FrameDecoder, FrameError
+from raftka.wire.server import FrameServer, Handler
 
 E = controller_pb2.ErrorCode
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raft.config import RaftConfig
-from raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.config import RaftConfig
+from raftka.raft.snapshot_schedule import SnapshotPolicy
 
 MIB = 1 << 20
 CONTROLLER = "controller"
@@ -95,7 +95,7 @@ class BrokerConfig:
 
 @dataclass(frozen=True, slots=True)
 class KafkaConfig:
-    """A broker's Kafka wire-protocol listener (``broker.kafka``), for Kafka's own clients."""
+    """A broker's Kafka wire-protocol listener (``raftka.broker.kafka``), for Kafka's own clients."""
 
     listener: str = ""  # host:port Kafka clients connect to; "": no Kafka listener
     auto_create_topics_enable: bool = True  # Kafka's auto.create.topics.enable: Metadata for an unknown topic creates it
