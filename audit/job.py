@@ -365,7 +365,9 @@ def _num(value: Any) -> float | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftka.audit.job", description="audit raftka metadata logs on Spark")
+    parser = argparse.ArgumentParser(
+        prog="raftka.audit.job", description="audit raftka metadata logs on Spark"
+    )
     parser.add_argument("paths", nargs="+", help="node data dirs, log dirs, or folders of them")
     parser.add_argument(
         "--out", required=True, type=Path, help="where tables, summary.json and report.html go"

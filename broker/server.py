@@ -54,7 +54,9 @@ from raftka.wire.frames import DATA_LISTENER
 from raftka.wire.server import FrameServer, Listener
 
 PARTITIONS_DIR = "partitions"  # under data_dir, beside the metadata log
-FLUSH_CHECK_INTERVAL_MS = 1_000  # how often logs are checked against their flush.ms (Kafka's scheduler: 1 s too)
+FLUSH_CHECK_INTERVAL_MS = (
+    1_000  # how often logs are checked against their flush.ms (Kafka's scheduler: 1 s too)
+)
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0  # within `raftka cluster down`'s grace before SIGKILL
 CONTROLLER_REQUEST_TIMEOUT_S = 2.0
 GRPC_LISTENER = "GRPC"  # the node's gRPC server: the Broker service for tools
@@ -132,10 +134,16 @@ class DataPlane:
             link,
             config.raft.append_max_records,
         )
-        self.logs = LogManager(config.data_dir / PARTITIONS_DIR, BackgroundFlusher(asyncio.get_running_loop()))
+        self.logs = LogManager(
+            config.data_dir / PARTITIONS_DIR, BackgroundFlusher(asyncio.get_running_loop())
+        )
         self.logs.open_all()
         self.fetchers = ReplicaFetchers(
-            config.node_id, self._address, config.broker, broker_epoch, lambda p: self.replicas.fail_reads_of(p)
+            config.node_id,
+            self._address,
+            config.broker,
+            broker_epoch,
+            lambda p: self.replicas.fail_reads_of(p),
         )
         self.listeners: list[Listener] = []
         self.isr_changes = IsrChanges(
@@ -160,7 +168,9 @@ class DataPlane:
             _every(broker.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "hw-checkpoint"),
             _every(broker.log_retention_check_interval_ms, self._apply_retention, "log-retention"),
             _every(FLUSH_CHECK_INTERVAL_MS, self.logs.flush_due, "log-flush"),
-            _every(broker.producer_id_expiration_check_interval_ms, self._expire_producers, "producer-expiration"),
+            _every(
+                broker.producer_id_expiration_check_interval_ms, self._expire_producers, "producer-expiration"
+            ),
         ]
 
     async def serve(self, api: BrokerApi, config: NodeConfig) -> None:
@@ -236,12 +246,22 @@ async def start_broker(config: NodeConfig) -> Broker:
     state_machine.add_listener(adopt)
     api: BrokerApi
     node = await open_node(
-        config, state_machine, [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)]
+        config,
+        state_machine,
+        [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)],
     )
     api = BrokerApi(
-        data.replicas, data.groups, link, node.cluster_id, lambda: node.leadership.leader_id, data.producer_ids
+        data.replicas,
+        data.groups,
+        link,
+        node.cluster_id,
+        lambda: node.leadership.leader_id,
+        data.producer_ids,
     )
-    endpoints = [_endpoint(DATA_LISTENER, config.broker.data_listener), _endpoint(GRPC_LISTENER, config.listener)]
+    endpoints = [
+        _endpoint(DATA_LISTENER, config.broker.data_listener),
+        _endpoint(GRPC_LISTENER, config.listener),
+    ]
     if config.kafka.listener:
         endpoints.append(_endpoint(KAFKA_LISTENER, config.kafka.listener))
     lifecycle = BrokerLifecycle(

@@ -55,4 +55,3 @@ def broker_view(broker: BrokerInfo) -> dict[str, Any]:
         "epoch": broker.epoch,
         "in_controlled_shutdown": broker.in_controlled_shutdown,
     }
-

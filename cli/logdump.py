@@ -29,9 +29,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     actions = log.add_subparsers(dest="action", required=True, metavar="ACTION")
     dump = actions.add_parser("dump", help="print every batch of a data dir, log dir or segment file")
     dump.add_argument(
-        "path", type=Path, metavar="PATH", help="a node's data_dir, its log directory, a partition folder or one file"
+        "path",
+        type=Path,
+        metavar="PATH",
+        help="a node's data_dir, its log directory, a partition folder or one file",
     )
-    dump.add_argument("--print-data", action="store_true", help="partition logs: every record's key, value and headers")
+    dump.add_argument(
+        "--print-data", action="store_true", help="partition logs: every record's key, value and headers"
+    )
     output.add_output_option(dump)
     dump.set_defaults(func=run_dump)
 
@@ -103,7 +108,9 @@ def format_partition_entry(entry: dict[str, Any]) -> str:
     if isinstance(records, str):
         return f"{line}\n| {records}"
     for r in records or ():
-        line += f"\n| offset: {r['offset']} CreateTime: {r['timestamp']} key: {r['key']} payload: {r['value']}"
+        line += (
+            f"\n| offset: {r['offset']} CreateTime: {r['timestamp']} key: {r['key']} payload: {r['value']}"
+        )
         if r["headers"]:
             line += f" headers: {json.dumps(r['headers'])}"
     return line

@@ -51,7 +51,10 @@ def run_collect(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(output.to_json(manifests))
     else:
-        rows = [(m["node_id"], len(m["files"]), sum(f["bytes"] for f in m["files"]), m["source"]) for m in manifests]
+        rows = [
+            (m["node_id"], len(m["files"]), sum(f["bytes"] for f in m["files"]), m["source"])
+            for m in manifests
+        ]
         print(output.table(("NODE", "FILES", "BYTES", "FROM"), rows))
         print(f"Copied to {args.out} (read-only; node-<id>/MANIFEST.json has SHA-256 checksums)")
     return 0

@@ -47,7 +47,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _topic_options(produce)
     produce.set_defaults(func=run_produce)
 
-    consume = kinds.add_parser("consume", help="consumer throughput from the beginning (kafka-consumer-perf-test)")
+    consume = kinds.add_parser(
+        "consume", help="consumer throughput from the beginning (kafka-consumer-perf-test)"
+    )
     consume.add_argument("--records", type=positive, required=True, help="how many records to read")
     consume.add_argument("--timeout-s", type=float, default=60.0, help="give up if the topic has fewer")
     _topic_options(consume)
@@ -189,7 +191,9 @@ def run_consume(args: argparse.Namespace) -> int:
 
 
 async def measure_consume(args: argparse.Namespace) -> dict[str, Any]:
-    consumer = AsyncConsumer(broker_addresses(args), auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20)
+    consumer = AsyncConsumer(
+        broker_addresses(args), auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20
+    )
     records = 0
     size = 0
     try:
@@ -230,7 +234,9 @@ def run_e2e(args: argparse.Namespace) -> int:
 
 async def measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
     addresses = broker_addresses(args)
-    producer = AsyncProducer(addresses, acks=ACKS[args.acks], linger_ms=0, enable_idempotence=data_args.idempotence(args))
+    producer = AsyncProducer(
+        addresses, acks=ACKS[args.acks], linger_ms=0, enable_idempotence=data_args.idempotence(args)
+    )
     consumer = AsyncConsumer(addresses, auto_offset_reset="latest", fetch_max_wait_ms=100)
     padding = os.urandom(args.record_size - _STAMP.size)
     total = int(args.rate * args.duration)

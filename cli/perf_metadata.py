@@ -230,4 +230,3 @@ async def closed_loop(
         "errors": sum(errors.values()),
         "error_codes": errors,
     }
-

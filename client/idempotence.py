@@ -143,7 +143,11 @@ class Idempotence:
         if p.unresolved is None and not is_next:
             return True  # an earlier batch has not landed yet: this one waits its turn
         if p.unresolved is None or batch.sequence == p.unresolved:
-            log.warning("out of order at the broker: bumping the epoch", partition=str(batch.tp), sequence=batch.sequence)
+            log.warning(
+                "out of order at the broker: bumping the epoch",
+                partition=str(batch.tp),
+                sequence=batch.sequence,
+            )
             self._renumber(p, batch, including=True)
         return True
 
@@ -167,7 +171,9 @@ class Idempotence:
         """Bump the epoch, and number this partition's batches from ``batch`` on (or after
         it) anew once those before it have settled."""
         at = p.unacked.index(batch) + (0 if including else 1) if batch in p.unacked else len(p.unacked)
-        if p.renumber_after is not None:  # an earlier refusal is waiting: renumber from the earlier of the two
+        if (
+            p.renumber_after is not None
+        ):  # an earlier refusal is waiting: renumber from the earlier of the two
             at = min([at] + [p.unacked.index(b) for b in p.renumber_after if b in p.unacked])
         p.renumber_after = p.unacked[at:]
         self._bump_wanted = True

@@ -110,7 +110,9 @@ def fence(image: MetadataImage, broker: BrokerRegistration, records_max: int) ->
     changes = elections.remove_broker(image, broker.broker_id, limit=records_max)
     if changes:
         return changes
-    return [MetadataRecord(fence_broker=metadata_pb2.FenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch))]
+    return [
+        MetadataRecord(fence_broker=metadata_pb2.FenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch))
+    ]
 
 
 def heartbeat(

@@ -257,7 +257,9 @@ class QuorumController:
         for record in records:
             delta.replay(record)
         encoded = [encode(record) for record in records]
-        chunks = [encoded[start : start + self._records_max] for start in range(0, len(encoded), self._records_max)]
+        chunks = [
+            encoded[start : start + self._records_max] for start in range(0, len(encoded), self._records_max)
+        ]
         if len(chunks) > self._node.append_capacity:
             raise BackpressureError(f"{len(chunks)} batches do not fit in raft's pending appends")
         image = delta.apply(self._node.log_end_offset + len(encoded))
@@ -406,8 +408,10 @@ class QuorumController:
 
         def fencing(response: controller_pb2.BrokerHeartbeatResponse) -> bool:
             """A fence this heartbeat asked for has steps left (see ``broker_ops.fence``)."""
-            return response.status.error == ErrorCode.NONE and not response.is_fenced and (
-                request.want_fence or request.want_shut_down or request.broker_id in self._shutting_down
+            return (
+                response.status.error == ErrorCode.NONE
+                and not response.is_fenced
+                and (request.want_fence or request.want_shut_down or request.broker_id in self._shutting_down)
             )
 
         while True:
@@ -494,7 +498,9 @@ class QuorumController:
             request,
         )
 
-    async def delete_groups(self, request: controller_pb2.DeleteGroupsRequest) -> controller_pb2.DeleteGroupsResponse:
+    async def delete_groups(
+        self, request: controller_pb2.DeleteGroupsRequest
+    ) -> controller_pb2.DeleteGroupsResponse:
         return await self._write(
             controller_pb2.DeleteGroupsResponse, lambda image: group_ops.delete(image, request), request
         )
@@ -536,7 +542,9 @@ class QuorumController:
     def _still_expiring(self, broker_id: int) -> bool:
         image = self.latest_image
         broker = None if image is None else image.brokers.get(broker_id)
-        return broker is not None and not broker.fenced and not self._sessions.is_live(broker_id, self._clock())
+        return (
+            broker is not None and not broker.fenced and not self._sessions.is_live(broker_id, self._clock())
+        )
 
     def _expiry_step(self, broker_id: int) -> Callable[[MetadataImage], Plan]:
         """One step of fencing a broker whose session expired (``broker_ops.fence``),

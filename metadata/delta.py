@@ -326,7 +326,13 @@ class MetadataDelta:
             for m in r.members
         )
         self._groups.edit()[r.group] = GroupGeneration(
-            r.generation_id, r.protocol_type, r.protocol_name, r.leader, members, r.coordinator, r.timestamp_ms
+            r.generation_id,
+            r.protocol_type,
+            r.protocol_name,
+            r.leader,
+            members,
+            r.coordinator,
+            r.timestamp_ms,
         )
 
 

@@ -70,5 +70,7 @@ def delete(image: MetadataImage, request: controller_pb2.DeleteGroupsRequest) ->
         except ValidationError as e:
             result.error, result.message = e.code, e.message
             continue
-        records.append(MetadataRecord(remove_group_offsets=metadata_pb2.RemoveGroupOffsetsRecord(group=group)))
+        records.append(
+            MetadataRecord(remove_group_offsets=metadata_pb2.RemoveGroupOffsetsRecord(group=group))
+        )
     return Plan(response, records)

@@ -180,7 +180,9 @@ def group_rebalance_record(group: str, g: GroupGeneration) -> metadata_pb2.Group
                 group_instance_id=m.group_instance_id,
                 client_id=m.client_id,
                 client_host=m.client_host,
-                assignment=[metadata_pb2.GroupAssignedTopic(topic=t, partitions=ps) for t, ps in m.assignment],
+                assignment=[
+                    metadata_pb2.GroupAssignedTopic(topic=t, partitions=ps) for t, ps in m.assignment
+                ],
             )
             for m in g.members
         ],

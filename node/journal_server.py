@@ -56,7 +56,9 @@ async def run_server(config: NodeConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m raftka.node.journal_server --config FILE``: a problem the operator can fix is one line."""
-    parser = argparse.ArgumentParser(prog="python -m raftka.node.journal_server", description="run one journal node")
+    parser = argparse.ArgumentParser(
+        prog="python -m raftka.node.journal_server", description="run one journal node"
+    )
     parser.add_argument("--config", required=True, help="the node's TOML config")
     args = parser.parse_args(argv)
     try:

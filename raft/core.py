@@ -373,7 +373,10 @@ class RaftCore:
         self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
         self._election_deadline = now_ms + self._election_timeout()
         req = EndQuorumEpochRequest(
-            cluster_id=self.cluster_id, epoch=self.epoch, leader_id=self.node_id, preferred_successors=successors
+            cluster_id=self.cluster_id,
+            epoch=self.epoch,
+            leader_id=self.node_id,
+            preferred_successors=successors,
         )
         for voter in successors:
             self._send(voter, req)
@@ -948,7 +951,10 @@ class RaftCore:
             self._election_deadline = self._now + self._election_timeout()
 
     def _poll_follower(self, state: FetchingState) -> None:
-        if state.fetch_sent_ms is not None and self._now - state.fetch_sent_ms >= self._fetch_request_timeout():
+        if (
+            state.fetch_sent_ms is not None
+            and self._now - state.fetch_sent_ms >= self._fetch_request_timeout()
+        ):
             state.fetch_sent_ms = None  # lost on the way: ask again
         if not isinstance(state, FollowerState) or state.leader_lost:
             return
@@ -1131,7 +1137,10 @@ class RaftCore:
     # ==================================================================================
     def _persist_state(self) -> None:
         state = QuorumStateData(
-            epoch=self.epoch, voted_id=self.voted_id, leader_id=self.leader_id, recovering=self._recovery is not None
+            epoch=self.epoch,
+            voted_id=self.voted_id,
+            leader_id=self.leader_id,
+            recovering=self._recovery is not None,
         )
         if state != (self._pending_state or self._persisted_state):
             self._pending_state = state

@@ -156,7 +156,9 @@ def assign(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: i
     _EPOCH.pack_into(buf, pos + 12, partition_leader_epoch)
 
 
-def set_producer_state(buf: bytearray, pos: int, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+def set_producer_state(
+    buf: bytearray, pos: int, producer_id: int, producer_epoch: int, base_sequence: int
+) -> None:
     """Give the batch at ``pos`` another producer id, epoch and base sequence (a producer
     whose epoch was bumped sends its unacknowledged batches again numbered anew); all three
     are CRC-covered, so the CRC is written again."""

@@ -66,7 +66,8 @@ def validate_batches(payload: bytes, limits: BatchLimits, now_ms: int) -> Valida
         index = len(batches)
         if len(buf) - position > _MAGIC_AT and buf[position + _MAGIC_AT] != MAGIC:
             raise BatchValidationError(
-                E.INVALID_RECORD, f"batch {index} at byte {position}: magic {buf[position + _MAGIC_AT]}, only {MAGIC} is accepted"
+                E.INVALID_RECORD,
+                f"batch {index} at byte {position}: magic {buf[position + _MAGIC_AT]}, only {MAGIC} is accepted",
             )
         try:
             header = parse_header(buf, position)
@@ -78,7 +79,9 @@ def validate_batches(payload: bytes, limits: BatchLimits, now_ms: int) -> Valida
                 f"batch {index} is {header.size} bytes, over max.message.bytes {limits.max_message_bytes}",
             )
         if not crc_matches(buf, position, header):
-            raise BatchValidationError(E.CORRUPT_MESSAGE, f"batch {index} at byte {position}: CRC-32C mismatch")
+            raise BatchValidationError(
+                E.CORRUPT_MESSAGE, f"batch {index} at byte {position}: CRC-32C mismatch"
+            )
         _check_records(buf, position, header, index, limits, now_ms)
         batches.append((position, header))
         records += header.record_count
@@ -134,4 +137,3 @@ def _check_records(
         raise invalid(f"records do not decode: {e}") from None
     if count != header.record_count:
         raise invalid(f"header says {header.record_count} records, {count} decoded")
-

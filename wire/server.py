@@ -115,7 +115,9 @@ class Listener:
             if now - self._refusals_logged_at >= REFUSAL_LOG_INTERVAL_S:
                 self._refusals_logged_at = now
                 log.warning(
-                    "listener full; closing new connections", listener=self.name, connections_max=self.connections_max
+                    "listener full; closing new connections",
+                    listener=self.name,
+                    connections_max=self.connections_max,
                 )
             return False
         self.connections.add(connection)
@@ -266,9 +268,16 @@ class _Connection(asyncio.Protocol):
             return
         if (error := task.exception()) is not None:
             if isinstance(error, CloseConnection):
-                log.debug("closing a connection", listener=self._listener.name, peer=self._peer, reason=str(error))
+                log.debug(
+                    "closing a connection", listener=self._listener.name, peer=self._peer, reason=str(error)
+                )
             else:
-                log.error("a request failed; closing its connection", listener=self._listener.name, peer=self._peer, exc_info=error)
+                log.error(
+                    "a request failed; closing its connection",
+                    listener=self._listener.name,
+                    peer=self._peer,
+                    exc_info=error,
+                )
             self.abort()
             return
         if self._dispatcher.ordered:
@@ -294,6 +303,8 @@ class _Connection(asyncio.Protocol):
             self._transport.write(answer)
 
     def _close_for(self, why: str) -> None:
-        log.warning("closing a connection: bad frame", listener=self._listener.name, peer=self._peer, reason=why)
+        log.warning(
+            "closing a connection: bad frame", listener=self._listener.name, peer=self._peer, reason=why
+        )
         assert self._transport is not None
         self._transport.abort()

@@ -85,7 +85,9 @@ class ClusterApis:
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=[
-                MetadataResponse.MetadataResponseBroker(node_id=e.broker_id, host=e.host, port=e.port, rack=e.rack)
+                MetadataResponse.MetadataResponseBroker(
+                    node_id=e.broker_id, host=e.host, port=e.port, rack=e.rack
+                )
                 for e in sorted(endpoints.values(), key=lambda e: e.broker_id)
             ],
             cluster_id=self._api.cluster_id,
@@ -93,7 +95,9 @@ class ClusterApis:
             topics=topics,
         )
 
-    def _asked_topic(self, image: MetadataImage, asked: MetadataRequest.MetadataRequestTopic, endpoints: dict) -> MR:
+    def _asked_topic(
+        self, image: MetadataImage, asked: MetadataRequest.MetadataRequestTopic, endpoints: dict
+    ) -> MR:
         if asked.name is None:  # v10+: by id
             topic = image.topics_by_id.get(asked.topic_id.bytes)
             if topic is None:
@@ -101,7 +105,12 @@ class ClusterApis:
             return self._topic(topic, endpoints)
         topic = image.topic(asked.name)
         if topic is None:
-            return MR(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=asked.name, topic_id=uuid.UUID(int=0), partitions=[])
+            return MR(
+                error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                name=asked.name,
+                topic_id=uuid.UUID(int=0),
+                partitions=[],
+            )
         return self._topic(topic, endpoints)
 
     async def _auto_create(self, names: list[str]) -> dict[str, int]:
@@ -111,7 +120,9 @@ class ClusterApis:
         request = C.CreateTopicsRequest(
             topics=[
                 C.CreatableTopic(
-                    name=name, num_partitions=kafka.num_partitions, replication_factor=kafka.default_replication_factor
+                    name=name,
+                    num_partitions=kafka.num_partitions,
+                    replication_factor=kafka.default_replication_factor,
                 )
                 for name in dict.fromkeys(names)
             ]
@@ -127,7 +138,9 @@ class ClusterApis:
                 codes[name] = LEADER_NOT_AVAILABLE
             else:
                 log.info("topic not auto-created", topic=name, error=C.ErrorCode.Name(code))
-                codes[name] = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION if code == E.REQUEST_TIMED_OUT else code)
+                codes[name] = kafka_error(
+                    E.UNKNOWN_TOPIC_OR_PARTITION if code == E.REQUEST_TIMED_OUT else code
+                )
         return codes
 
     @staticmethod

@@ -126,16 +126,22 @@ class LogApis:
                 )
                 answered.current_leader = _leader_hint(result, code, leaders, PR)
                 partitions.append(answered)
-            topics.append(ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions))
+            topics.append(
+                ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions)
+            )
         return ProduceResponse(
-            responses=topics, throttle_time_ms=0, node_endpoints=self._node_endpoints(leaders, ProduceResponse)
+            responses=topics,
+            throttle_time_ms=0,
+            node_endpoints=self._node_endpoints(leaders, ProduceResponse),
         )
 
     # fetch ------------------------------------------------------------------------------
 
     async def fetch(self, request: FetchRequest, version: int) -> FetchResponse:
         if request.session_id != 0:
-            return FetchResponse(throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
+            return FetchResponse(
+                throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
+            )
         by_id = version >= TOPIC_IDS_FROM
         image = self._api.image
         ours = Pb.FetchRequest(
@@ -153,7 +159,9 @@ class LogApis:
                     unknown_ids.append(_unknown_topic_id(topic))
                     continue
                 name = known.name
-            ours_topic = ours.topics.add(name=name, topic_id=image.topic_ids_by_name.get(name, b"") if by_id else b"")
+            ours_topic = ours.topics.add(
+                name=name, topic_id=image.topic_ids_by_name.get(name, b"") if by_id else b""
+            )
             for data in topic.partitions:
                 partition = ours_topic.partitions.add(
                     partition=data.partition,
@@ -186,7 +194,11 @@ class LogApis:
                     )
                 )
             topic_id = uuid.UUID(bytes=topic.topic_id) if by_id else None
-            topics.append(FetchResponse.FetchableTopicResponse(topic=topic.name, topic_id=topic_id, partitions=partitions))
+            topics.append(
+                FetchResponse.FetchableTopicResponse(
+                    topic=topic.name, topic_id=topic_id, partitions=partitions
+                )
+            )
         return FetchResponse(
             throttle_time_ms=0,
             error_code=0,
@@ -202,7 +214,9 @@ class LogApis:
         for topic in request.topics:
             ours_topic = ours.topics.add(name=topic.name)
             for data in topic.partitions:
-                partition = ours_topic.partitions.add(partition=data.partition_index, timestamp=data.timestamp)
+                partition = ours_topic.partitions.add(
+                    partition=data.partition_index, timestamp=data.timestamp
+                )
                 if data.current_leader_epoch >= 0:
                     partition.current_leader_epoch = data.current_leader_epoch
         answer = await self._api.list_offsets(ours)
@@ -218,7 +232,9 @@ class LogApis:
                 )
                 for result, code, _ in outcomes
             ]
-            topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+            topics.append(
+                ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions)
+            )
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
     async def offset_for_leader_epoch(
@@ -237,8 +253,14 @@ class LogApis:
                     epoch, end, code = -1, -1, kafka_error(e.code)
                 else:
                     code = 0
-                partitions.append(OR(partition=data.partition, error_code=code, leader_epoch=epoch, end_offset=end))
-            topics.append(OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=topic.topic, partitions=partitions))
+                partitions.append(
+                    OR(partition=data.partition, error_code=code, leader_epoch=epoch, end_offset=end)
+                )
+            topics.append(
+                OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(
+                    topic=topic.topic, partitions=partitions
+                )
+            )
         return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
 
     def _node_endpoints(self, broker_ids: set[int], response: type) -> list:

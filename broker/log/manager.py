@@ -69,7 +69,9 @@ class LogManager:
         self._recovery_points = dict(_read_offsets(self.directory / RECOVERY_POINTS_FILE))
         self._found_at_start = {p.parent.name for p in self.directory.glob(f"*/{METADATA_FILE}")}
         names = sorted(self._found_at_start)
-        with concurrent.futures.ThreadPoolExecutor(RECOVERY_THREADS, thread_name_prefix="log-recovery") as pool:
+        with concurrent.futures.ThreadPoolExecutor(
+            RECOVERY_THREADS, thread_name_prefix="log-recovery"
+        ) as pool:
             for name, opened in zip(names, pool.map(self._open_found, names), strict=True):
                 if opened is not None:
                     self._logs[name] = opened

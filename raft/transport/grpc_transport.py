@@ -585,8 +585,6 @@ class _InboundStream:
         self.end()
 
 
-
-
 _Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 

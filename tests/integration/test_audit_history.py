@@ -62,7 +62,9 @@ class _History:
         with Admin(self.cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
 
             def fenced(want: bool) -> bool:
-                return any(b.broker_id == broker and b.fenced == want for b in admin.describe_cluster().brokers)
+                return any(
+                    b.broker_id == broker and b.fenced == want for b in admin.describe_cluster().brokers
+                )
 
             self.cluster.kill(broker)
             wait_until(lambda: fenced(True), timeout_s=30, what=f"broker {broker} to be fenced")

@@ -49,8 +49,14 @@ def test_a_groups_coordinator_dies_and_the_group_moves_with_its_offsets(cluster:
             await producer.send(TOPIC, b"v%d" % i, key=b"k%d" % i)
         await producer.close()
         members = [
-            AsyncConsumer(bootstrap, group_id="g", auto_offset_reset="earliest", session_timeout_ms=6_000,
-                          heartbeat_interval_ms=200, request_timeout_ms=3_000)  # fmt: skip
+            AsyncConsumer(
+                bootstrap,
+                group_id="g",
+                auto_offset_reset="earliest",
+                session_timeout_ms=6_000,
+                heartbeat_interval_ms=200,
+                request_timeout_ms=3_000,
+            )  # fmt: skip
             for _ in range(2)
         ]
         for member in members:
@@ -71,11 +77,20 @@ def test_a_groups_coordinator_dies_and_the_group_moves_with_its_offsets(cluster:
                 await asyncio.gather(*(m.poll(100) for m in members))
                 after = await _describe_or_none(admin, "g")
                 owned = sorted(tp for m in (after.members if after else ()) for tp in m.assignment)
-                if after is not None and after.coordinator != before.coordinator and after.state == "Stable" and len(owned) == PARTITIONS:
+                if (
+                    after is not None
+                    and after.coordinator != before.coordinator
+                    and after.state == "Stable"
+                    and len(owned) == PARTITIONS
+                ):
                     break
-            assert after.generation > before.generation, "the new coordinator starts above the recorded generation"
+            assert after.generation > before.generation, (
+                "the new coordinator starts above the recorded generation"
+            )
             assert {o.partition: o.committed for o in after.offsets} == committed
-            found = await BrokerClient(bootstrap[0]).FindCoordinator(broker_pb2.FindCoordinatorRequest(group_id="g"), timeout=5)
+            found = await BrokerClient(bootstrap[0]).FindCoordinator(
+                broker_pb2.FindCoordinatorRequest(group_id="g"), timeout=5
+            )
             assert found.node_id == after.coordinator
         finally:
             for member in members:

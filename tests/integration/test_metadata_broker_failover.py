@@ -29,7 +29,9 @@ LEADER_REBALANCE_INTERVAL_MS = 1_000  # Kafka checks every 300 s; the test canno
 def test_a_killed_brokers_partitions_move_within_the_session_timeout_and_come_back(tmp_path: Path) -> None:
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
-        cluster.up_configured(controller__controller={"leader_rebalance_interval_ms": LEADER_REBALANCE_INTERVAL_MS})
+        cluster.up_configured(
+            controller__controller={"leader_rebalance_interval_ms": LEADER_REBALANCE_INTERVAL_MS}
+        )
         with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
             scenario(cluster, admin)
     finally:

@@ -49,7 +49,9 @@ def incident(tmp_path_factory: pytest.TempPathFactory) -> Incident:
 
 
 @pytest.fixture(scope="session")
-def audited(spark: Any, incident: Incident, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+def audited(
+    spark: Any, incident: Incident, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], Path]:
     """The job run once on the incident: its summary and its output folder."""
     from raftka.audit.job import run
 

@@ -76,10 +76,14 @@ def test_collect_copies_every_history_file_read_only_with_checksums(
     original = audit_paths([incident.root])
     copied = audit_paths([out])
     assert [e["seq"] for e in copied.events] == [e["seq"] for e in original.events]
-    assert sorted(v["check"] for v in copied.all_violations) == sorted(v["check"] for v in original.all_violations)
+    assert sorted(v["check"] for v in copied.all_violations) == sorted(
+        v["check"] for v in original.all_violations
+    )
 
 
-def test_collect_refuses_to_overwrite(incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_collect_refuses_to_overwrite(
+    incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     main(["metadata", "collect", str(incident.node_dir(2)), "--out", str(tmp_path)])
     with pytest.raises(SystemExit) as exit_:
         main(["metadata", "collect", str(incident.node_dir(2)), "--out", str(tmp_path)])

@@ -90,7 +90,10 @@ def test_a_batch_refused_until_its_delivery_timeout_fails_naming_the_last_refusa
             with pytest.raises(ProducerError) as failed:
                 await future
             assert failed.value.code == "REQUEST_TIMED_OUT"
-            assert "NOT_ENOUGH_REPLICAS" in failed.value.message and "delivery_timeout_ms" in failed.value.message
+            assert (
+                "NOT_ENOUGH_REPLICAS" in failed.value.message
+                and "delivery_timeout_ms" in failed.value.message
+            )
             assert (await other).offset == 0, "another partition is not held up"
             assert (producer.acknowledged_records, producer.failed_records) == (1, 1)
         finally:

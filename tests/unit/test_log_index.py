@@ -109,7 +109,9 @@ def expected_first_reaching(batches: list[list[int]], timestamp: int) -> int | N
 
 
 segments = st.lists(
-    st.lists(st.integers(min_value=NOW - 50, max_value=NOW + 50), min_size=1, max_size=4), min_size=1, max_size=40
+    st.lists(st.integers(min_value=NOW - 50, max_value=NOW + 50), min_size=1, max_size=4),
+    min_size=1,
+    max_size=40,
 )
 
 

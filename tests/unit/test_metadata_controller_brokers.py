@@ -268,7 +268,9 @@ def test_new_incarnation_replaces_the_old_and_leaves_its_isrs() -> None:
         assert all(101 not in s.isr for s in partitions_of(image, "t").values())
         await heartbeat(c, 101, epoch)
         assert not member.image.brokers[101].fenced
-        assert all(101 not in s.isr for s in partitions_of(member.image, "t").values()), "until leaders take it back"
+        assert all(101 not in s.isr for s in partitions_of(member.image, "t").values()), (
+            "until leaders take it back"
+        )
         await quorum.close()
 
     run(body)

@@ -44,13 +44,13 @@ Topic = pb.CreatableTopic
 
 def retention(value: str, *, validate_only: bool = False) -> pb.AlterConfigsRequest:
     op = pb.AlterConfigOp(name="retention.ms", value=value)
-    return pb.AlterConfigsRequest(topics=[pb.AlterTopicConfigs(topic="t", ops=[op])], validate_only=validate_only)
+    return pb.AlterConfigsRequest(
+        topics=[pb.AlterTopicConfigs(topic="t", ops=[op])], validate_only=validate_only
+    )
 
 
 # Each: (what the first client proposes, what the second asks, which then plans no records).
-Scenario = tuple[
-    Callable[[QuorumController], Awaitable[Any]], Callable[[QuorumController], Awaitable[Any]]
-]
+Scenario = tuple[Callable[[QuorumController], Awaitable[Any]], Callable[[QuorumController], Awaitable[Any]]]
 SCENARIOS: dict[str, Scenario] = {
     "config already pending": (
         lambda c: c.alter_configs(retention("1234")),
@@ -61,8 +61,12 @@ SCENARIOS: dict[str, Scenario] = {
         lambda c: c.alter_configs(retention("1234", validate_only=True)),
     ),
     "topic already exists": (
-        lambda c: c.create_topics(pb.CreateTopicsRequest(topics=[Topic(name="u", num_partitions=1, replication_factor=1)])),
-        lambda c: c.create_topics(pb.CreateTopicsRequest(topics=[Topic(name="u", num_partitions=1, replication_factor=1)])),
+        lambda c: c.create_topics(
+            pb.CreateTopicsRequest(topics=[Topic(name="u", num_partitions=1, replication_factor=1)])
+        ),
+        lambda c: c.create_topics(
+            pb.CreateTopicsRequest(topics=[Topic(name="u", num_partitions=1, replication_factor=1)])
+        ),
     ),
 }
 
@@ -159,7 +163,9 @@ def test_a_change_too_big_for_pending_appends_is_refused_whole_and_the_controlle
     run(body)
 
 
-def test_a_submission_failing_halfway_resigns_so_a_fresh_claim_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_submission_failing_halfway_resigns_so_a_fresh_claim_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async def body() -> None:
         quorum, member = await broker_in_nine_isrs()
         c = member.controller

@@ -191,7 +191,13 @@ BROKER_SAMPLE = SAMPLE.with_name("broker.toml")
 def broker(**overrides: Any) -> dict[str, Any]:
     table = {"data_listener": "127.0.0.1:19201", **overrides.pop("broker", {})}
     return minimal(
-        **{"node_id": 101, "process_roles": ["broker"], "listener": "127.0.0.1:19101", "broker": table, **overrides}
+        **{
+            "node_id": 101,
+            "process_roles": ["broker"],
+            "listener": "127.0.0.1:19101",
+            "broker": table,
+            **overrides,
+        }
     )
 
 

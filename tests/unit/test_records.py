@@ -66,7 +66,13 @@ def test_the_pure_python_builder_writes_the_same_bytes_as_the_fast_one() -> None
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)), st.binary(max_size=200)), min_size=1, max_size=20))
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.binary(max_size=20)), st.binary(max_size=200)),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_any_records_round_trip(records: list[tuple[bytes | None, bytes]]) -> None:
     builder = BatchBuilder()
     for key, value in records:
@@ -132,7 +138,9 @@ def test_every_bad_payload_gets_its_kafka_error(payload: bytes, code: int) -> No
 def test_a_record_count_that_lies_is_invalid_record() -> None:
     raw = bytearray(lying_count())
     header = parse_header(raw)
-    raw[17:21] = crc32c.crc32c(bytes(raw[CRC_START : header.size])).to_bytes(4, "big")  # a valid CRC over the lie
+    raw[17:21] = crc32c.crc32c(bytes(raw[CRC_START : header.size])).to_bytes(
+        4, "big"
+    )  # a valid CRC over the lie
     with pytest.raises(BatchValidationError) as refused:
         validate_batches(bytes(raw), LIMITS, NOW)
     assert refused.value.code == E.INVALID_RECORD
