@@ -22,6 +22,7 @@ from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.metadata.image import NO_LEADER, MetadataImage
+from raftka.rpc.stubs import ControllerRpc
 from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 from raftka.wire import frames
 from raftka.wire.frames import DATA_LISTENER
@@ -113,12 +114,12 @@ class BrokerApi:
     async def offset_fetch(
         self, request: controller_pb2.OffsetFetchRequest
     ) -> controller_pb2.OffsetFetchResponse:
-        return await self.forward("OffsetFetch", request, controller_pb2.OffsetFetchResponse)
+        return await self.forward(lambda stub: stub.OffsetFetch, request, controller_pb2.OffsetFetchResponse)
 
-    async def forward(self, method: str, request, response_type):  # noqa: ANN001: a controller request
+    async def forward(self, rpc: ControllerRpc, request, response_type):  # noqa: ANN001: a controller request
         """The active controller's answer to ``request``, or REQUEST_TIMED_OUT if none answers."""
         try:
-            return await self._link.call(method, request)
+            return await self._link.call(rpc, request)
         except LinkError as e:
             response = response_type()
             response.status.error = E.REQUEST_TIMED_OUT

@@ -113,7 +113,7 @@ class BrokerLifecycle:
             rack=self._rack,
         )
         try:
-            response = await self._link.call("BrokerRegistration", request)
+            response = await self._link.call(lambda stub: stub.BrokerRegistration, request)
         except LinkError as e:
             self._problem("registration: no active controller answered", str(e))
         else:
@@ -144,7 +144,7 @@ class BrokerLifecycle:
         )
         ok = False
         try:
-            response = await self._link.call("BrokerHeartbeat", request)
+            response = await self._link.call(lambda stub: stub.BrokerHeartbeat, request)
         except LinkError as e:
             self._problem("heartbeat: no active controller answered", str(e))
         else:

@@ -31,6 +31,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.broker.groups.group import PARKED, Delivery, Group, GroupLimits, Rebalanced, State, with_status
 from raftka.metadata.image import MetadataImage
+from raftka.rpc.stubs import ControllerRpc
 from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
 from raftka.wire.frames import DATA_LISTENER
 from raftka.wire.server import current_peer
@@ -240,7 +241,9 @@ class GroupCoordinator:
         if not deletable:
             return response
         try:
-            answer = await self._write("DeleteGroups", controller_pb2.DeleteGroupsRequest(groups=deletable))
+            answer = await self._write(
+                lambda stub: stub.DeleteGroups, controller_pb2.DeleteGroupsRequest(groups=deletable)
+            )
         except LinkError as e:
             answer = with_status(controller_pb2.DeleteGroupsResponse(), E.COORDINATOR_NOT_AVAILABLE, str(e))
         outcomes = {r.group: r for r in answer.groups}
@@ -340,7 +343,7 @@ class GroupCoordinator:
             rebalance=self._rebalance_record(group.group_id, rebalanced)
         )
         try:
-            answer = await self._write("RecordGroupRebalance", request)
+            answer = await self._write(lambda stub: stub.RecordGroupRebalance, request)
             error, message = answer.status.error, answer.status.message
             if error == E.ILLEGAL_GENERATION:  # an old coordinator recorded more than our image showed
                 group.generation_id = max(group.generation_id, answer.recorded_generation_id)
@@ -385,13 +388,13 @@ class GroupCoordinator:
                     member.assignment.add(topic=topic, partitions=partitions)
         return record
 
-    async def _write(self, method: str, request: object) -> object:
+    async def _write(self, rpc: ControllerRpc, request: object) -> object:
         """One controller write, tried again while no controller answers, up to a deadline."""
         deadline = time.monotonic() + CONTROLLER_WRITE_TIMEOUT_S
         backoff_s = WRITE_RETRY_BACKOFF_S
         while True:
             try:
-                return await self._link.call(method, request)
+                return await self._link.call(rpc, request)
             except LinkError:
                 if time.monotonic() + backoff_s > deadline:
                     raise
@@ -443,7 +446,7 @@ class _CommitBatcher:
                 size += partitions
             call = controller_pb2.CommitGroupOffsetsRequest(groups=[r for r, _ in batch])
             try:
-                answer = await self._write("CommitGroupOffsets", call)
+                answer = await self._write(lambda stub: stub.CommitGroupOffsets, call)
                 error, message = answer.status.error, answer.status.message
             except LinkError as e:
                 answer, error, message = (

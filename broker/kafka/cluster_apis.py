@@ -127,7 +127,7 @@ class ClusterApis:
                 for name in dict.fromkeys(names)
             ]
         )
-        answer = await self._api.forward("CreateTopics", request, C.CreateTopicsResponse)
+        answer = await self._api.forward(lambda stub: stub.CreateTopics, request, C.CreateTopicsResponse)
         outcomes = {t.name: t.error for t in answer.topics}
         codes = {}
         for name in names:
@@ -192,7 +192,7 @@ class ClusterApis:
                 configs={c.name: c.value for c in topic.configs},
             )
         if ours.topics:
-            answer = await self._api.forward("CreateTopics", ours, C.CreateTopicsResponse)
+            answer = await self._api.forward(lambda stub: stub.CreateTopics, ours, C.CreateTopicsResponse)
             outcomes = {t.name: t for t in answer.topics}
             for asked in ours.topics:
                 outcome = outcomes.get(asked.name)
@@ -240,7 +240,7 @@ class ClusterApis:
             asked = [(name, uuid.UUID(int=0)) for name in request.topic_names]
         names = [name for name, _ in asked if name is not None]
         answer = await self._api.forward(
-            "DeleteTopics", C.DeleteTopicsRequest(names=names), C.DeleteTopicsResponse
+            lambda stub: stub.DeleteTopics, C.DeleteTopicsRequest(names=names), C.DeleteTopicsResponse
         )
         outcomes = {t.name: t for t in answer.topics}
         results = []

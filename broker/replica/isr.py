@@ -82,7 +82,7 @@ class IsrChanges:
             )
             tried[(partition.topic_id, partition.partition)] = (partition, partition.partition_epoch)
         try:
-            response = await self._link.call("AlterPartition", request)
+            response = await self._link.call(lambda stub: stub.AlterPartition, request)
         except LinkError as e:
             log.debug("isr change not sent", detail=str(e))
             return False

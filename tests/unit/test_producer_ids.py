@@ -13,6 +13,7 @@ import pytest
 
 from raftka.broker.controller_link import LinkError
 from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.rpc.stubs import ControllerRpc
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient
 from tests.unit.metadata_controller_support import live_brokers, run, single
@@ -29,8 +30,11 @@ class ControllerAsLink:
         self.calls = 0
         self.down = False
 
-    async def call(self, method: str, request: Any) -> Any:
-        assert method == "AllocateProducerIds"
+    async def call(self, rpc: ControllerRpc, request: Any) -> Any:
+        """Like the real link, with this object as the stub: ``rpc`` picks AllocateProducerIds."""
+        return await rpc(self)(request, timeout=1.0)
+
+    async def AllocateProducerIds(self, request: Any, timeout: float) -> Any:
         self.calls += 1
         if self.down:
             raise LinkError("no controller (the test)")
