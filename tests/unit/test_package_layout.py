@@ -8,6 +8,7 @@ break only once installed; these tests catch it at once. The wheel itself is che
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import tomllib
 from pathlib import Path
@@ -99,3 +100,11 @@ def test_the_console_script_and_the_make_targets_use_the_package_name() -> None:
         if (m := re.search(r"-m\s+([\w.]+)", line)) and m.group(1).split(".")[0] in FOLDER_NAMES
     ]
     assert not stale, stale
+
+
+def test_each_mapped_package_imports_from_its_folder() -> None:
+    """The dev venv's editable install (setuptools' finder, which follows package-dir)
+    resolves raftka.raft to raft/, raftka to proto/raftka/, and so on."""
+    for package, folder in PACKAGE_DIR.items():
+        module = importlib.import_module(package)
+        assert Path(module.__file__).parent == REPO / folder, f"{package} imports from {module.__file__}"
