@@ -13,15 +13,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-E = controller_pb2.ErrorCode
-
-_CHANNEL_OPTIONS = (
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 500),
-)
+from raftka.rpc.stubs import ControllerRpc, NotControllerError, Stubs, controller_answer
+from raftka.v1 import controller_pb2_grpc
 
 
 class LinkError(Exception):
@@ -42,8 +36,7 @@ class ControllerLink:
         self._hint: str | None = None
         self._failed_leader: int | None = None  # the Raft leader a call just failed on: skip it
         self._next_voter = 0
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, controller_pb2_grpc.ControllerStub] = {}
+        self._stubs = Stubs(controller_pb2_grpc.ControllerStub)
 
     def target(self) -> str:
         """The address the next call goes to."""
@@ -55,22 +48,22 @@ class ControllerLink:
         ordered = [self._voters[i] for i in sorted(self._voters)]
         return ordered[self._next_voter % len(ordered)]
 
-    async def call(self, method: str, request: Any) -> Any:
-        """The response of the active controller, whatever its status but NOT_CONTROLLER;
-        LinkError when none answered this time."""
+    async def call(self, rpc: ControllerRpc, request: Any) -> Any:
+        """The response of the active controller to ``rpc`` (``lambda stub: stub.AlterPartition``),
+        whatever its status but NOT_CONTROLLER; LinkError when none answered this time."""
         address = self.target()
         try:
-            response = await getattr(self._stub(address), method)(request, timeout=self._timeout_s)
+            response = controller_answer(
+                address, await rpc(self._stubs[address])(request, timeout=self._timeout_s)
+            )
         except grpc.aio.AioRpcError as e:
             self._miss(address)
             raise LinkError(f"{address}: {e.code().name}: {e.details()}") from None
-        status = response.status
-        if status.error == E.NOT_CONTROLLER:
+        except NotControllerError as e:
             self._miss(address)
-            hint = status.controller_address
-            if hint and hint != address:
-                self._hint = hint
-            raise LinkError(f"{address} is not the active controller (hint: {hint or 'none'})")
+            if e.redirect:
+                self._hint = e.redirect
+            raise LinkError(str(e)) from None
         self._failed_leader = None
         return response
 
@@ -83,15 +76,4 @@ class ControllerLink:
         self._next_voter += 1
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        self._stubs.clear()
-        for channel in channels.values():
-            await channel.close()
-
-    def _stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channels[address] = channel
-            stub = self._stubs[address] = controller_pb2_grpc.ControllerStub(channel)
-        return stub
+        await self._stubs.close()

@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli.errors import CliError
-from client.admin import Admin, RetryPolicy
-from client.types import NewTopic
+from raftka.cli.errors import CliError
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.types import NewTopic
+from raftka.rpc.stubs import BlockingStubs
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 TOPIC = "raftka-chaos"
 GROUP = "raftka-chaos"
@@ -29,10 +30,7 @@ class OffsetCommitProbe:
     def __init__(self, addresses: Mapping[int, str], timeout_s: float) -> None:
         self._addresses = dict(addresses)
         self._timeout_s = timeout_s
-        self._channels = {node_id: grpc.insecure_channel(a) for node_id, a in self._addresses.items()}
-        self._stubs = {
-            node_id: controller_pb2_grpc.ControllerStub(c) for node_id, c in self._channels.items()
-        }
+        self._stubs = BlockingStubs(controller_pb2_grpc.ControllerStub)
         self._offset = 0
 
     def __enter__(self) -> OffsetCommitProbe:
@@ -41,8 +39,7 @@ class OffsetCommitProbe:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for channel in self._channels.values():
-            channel.close()
+        self._stubs.close()
 
     def prepare(self) -> None:
         """Create the one-partition topic the commits are for (an existing one is fine)."""
@@ -62,7 +59,9 @@ class OffsetCommitProbe:
                 group=GROUP, topics=[controller_pb2.OffsetCommitTopic(topic=TOPIC, partitions=[entry])]
             )
             try:
-                response = self._stubs[node_id].OffsetCommit(request, timeout=self._timeout_s)
+                response = self._stubs[self._addresses[node_id]].OffsetCommit(
+                    request, timeout=self._timeout_s
+                )
             except grpc.RpcError:
                 continue
             if response.status.error == E.NONE and all(p.error == E.NONE for p in response.partitions):

@@ -4,7 +4,7 @@ The load has the shape of the etcd anchor's ``throughput`` mode, so the two can 
 side by side on one machine: one grpc.aio channel, N requests kept in flight, each an
 ``OffsetCommit`` of one partition with a 100-byte metadata string (one record, one raft
 batch), a warm-up before measuring, latency per request, nearest-rank percentiles. The
-hot loop uses the raw gRPC stub, not ``client.admin``: retries and backoff there would
+hot loop uses the raw gRPC stub, not ``raftka.client.admin``: retries and backoff there would
 be measured instead of the server. A failed request is counted, not timed.
 """
 
@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli import local, output, perf, proc_cpu, quorum  # perf registers this module: import it whole
-from cli.errors import CliError
-from cli.latency import percentile
+from raftka.cli import local, output, perf, proc_cpu, quorum  # perf registers this module: import it whole
+from raftka.cli.errors import CliError
+from raftka.cli.latency import percentile
+from raftka.rpc.stubs import NotControllerError, Stubs, controller_answer
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
 TOPIC = "raftka-perf-metadata"
@@ -82,24 +83,6 @@ def run_metadata(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Stubs:
-    """One channel per address, opened on first use, all closed together."""
-
-    def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, controller_pb2_grpc.ControllerStub] = {}
-
-    def __getitem__(self, address: str) -> controller_pb2_grpc.ControllerStub:
-        if address not in self._stubs:
-            self._channels[address] = channel = grpc.aio.insecure_channel(address)
-            self._stubs[address] = controller_pb2_grpc.ControllerStub(channel)
-        return self._stubs[address]
-
-    async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-
-
 CpuSampler = Callable[[], dict[str, float]]
 
 
@@ -110,7 +93,7 @@ async def measure(
     warmup_s: float,
     cpu: CpuSampler | None = None,
 ) -> list[dict[str, Any]]:
-    stubs = _Stubs()
+    stubs = Stubs(controller_pb2_grpc.ControllerStub)
     try:
         active = await find_active(stubs, addresses, FIND_TIMEOUT_S)
         await ensure_topic(stubs[active])
@@ -122,7 +105,9 @@ async def measure(
         await stubs.close()
 
 
-async def find_active(stubs: _Stubs, addresses: Sequence[str], timeout_s: float) -> str:
+async def find_active(
+    stubs: Stubs[controller_pb2_grpc.ControllerStub], addresses: Sequence[str], timeout_s: float
+) -> str:
     """The address whose DescribeCluster succeeds; a standby's NOT_CONTROLLER hint is
     followed. Polls until ``timeout_s``, so a run started mid-election waits it out."""
     deadline = time.monotonic() + timeout_s
@@ -131,19 +116,23 @@ async def find_active(stubs: _Stubs, addresses: Sequence[str], timeout_s: float)
         candidates = list(addresses)
         for address in candidates:
             try:
-                response = await stubs[address].DescribeCluster(
-                    controller_pb2.DescribeClusterRequest(), timeout=PROBE_TIMEOUT_S
+                response = controller_answer(
+                    address,
+                    await stubs[address].DescribeCluster(
+                        controller_pb2.DescribeClusterRequest(), timeout=PROBE_TIMEOUT_S
+                    ),
                 )
             except grpc.aio.AioRpcError as e:
                 problems[address] = e.code().name
                 continue
-            status = response.status
-            if status.error == E.NONE:
+            except NotControllerError as e:
+                problems[address] = "NOT_CONTROLLER"
+                if e.redirect and e.redirect not in candidates:
+                    candidates.append(e.redirect)  # iterated in this same pass
+                continue
+            if response.status.error == E.NONE:
                 return address
-            problems[address] = E.Name(status.error)
-            hint = status.controller_address
-            if hint and hint not in candidates:
-                candidates.append(hint)  # iterated in this same pass
+            problems[address] = E.Name(response.status.error)
         if time.monotonic() >= deadline:
             seen = ", ".join(f"{a}: {p}" for a, p in problems.items())
             raise CliError(f"no active controller found within {timeout_s:g} s ({seen})")
@@ -230,4 +219,3 @@ async def closed_loop(
         "errors": sum(errors.values()),
         "error_codes": errors,
     }
-

@@ -1,8 +1,8 @@
 """DescribeQuorum over gRPC for the operator commands, with a deadline on every call.
 
 A synchronous client: the CLI does one thing at a time, and a blocking call with a
-deadline is the simplest thing that cannot hang. Channels are cached per address so
-``chaos`` can poll every few milliseconds without reconnecting.
+deadline is the simplest thing that cannot hang. Channels are cached per address
+(``raftka.rpc.stubs``) so ``chaos`` can poll every few milliseconds without reconnecting.
 """
 
 from __future__ import annotations
@@ -12,19 +12,12 @@ from collections.abc import Sequence
 from types import TracebackType
 
 import grpc
+
+from raftka.cli.errors import CliError
+from raftka.rpc.stubs import BlockingStubs
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from cli.errors import CliError
-
 DescribeQuorumResponse = raft_pb2.DescribeQuorumResponse
-
-# Reconnect quickly: a node that was just (re)started should answer within a poll or two,
-# not after gRPC's default backoff of a second or more.
-_CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 500),
-]
 
 
 class QuorumError(CliError):
@@ -34,8 +27,7 @@ class QuorumError(CliError):
 class QuorumClient:
     def __init__(self, call_timeout_s: float = 2.0) -> None:
         self.call_timeout_s = call_timeout_s
-        self._stubs: dict[str, raft_pb2_grpc.RaftStub] = {}
-        self._channels: list[grpc.Channel] = []
+        self._stubs = BlockingStubs(raft_pb2_grpc.RaftStub)
 
     def __enter__(self) -> QuorumClient:
         return self
@@ -46,15 +38,12 @@ class QuorumClient:
         self.close()
 
     def close(self) -> None:
-        for channel in self._channels:
-            channel.close()
-        self._channels.clear()
-        self._stubs.clear()
+        self._stubs.close()
 
     def describe(self, address: str, timeout_s: float | None = None) -> DescribeQuorumResponse:
         """Ask one node; raise QuorumError if it cannot be reached in time."""
         try:
-            return self._stub(address).DescribeQuorum(
+            return self._stubs[address].DescribeQuorum(
                 raft_pb2.DescribeQuorumRequest(), timeout=timeout_s or self.call_timeout_s
             )
         except grpc.RpcError as e:
@@ -92,14 +81,6 @@ class QuorumClient:
                 detail = "; ".join(problems.values())
                 raise QuorumError(f"no leader found within {timeout_s:g} s ({detail})")
             time.sleep(0.05)
-
-    def _stub(self, address: str) -> raft_pb2_grpc.RaftStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channels.append(channel)
-            stub = self._stubs[address] = raft_pb2_grpc.RaftStub(channel)
-        return stub
 
 
 def _describe_rpc_error(e: grpc.RpcError) -> str:

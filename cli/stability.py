@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from cli import local, output
-from cli.errors import CliError
+from raftka.cli import local, output
+from raftka.cli.errors import CliError
+from raftka.rpc.stubs import Stubs
+from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 POLL_INTERVAL_S = 0.1
 CALL_TIMEOUT_S = 1.0
@@ -58,9 +59,9 @@ def run_stability(args: argparse.Namespace) -> int:
 
 
 async def watch(addresses: list[str], duration_s: float, rate: float, record_bytes: int) -> dict[str, Any]:
-    channels = {address: grpc.aio.insecure_channel(address) for address in addresses}
-    raft = {address: raft_pb2_grpc.RaftStub(channel) for address, channel in channels.items()}
-    journal = {address: raft_pb2_grpc.JournalStub(channel) for address, channel in channels.items()}
+    raft_stubs, journal_stubs = Stubs(raft_pb2_grpc.RaftStub), Stubs(raft_pb2_grpc.JournalStub)
+    raft = {address: raft_stubs[address] for address in addresses}
+    journal = {address: journal_stubs[address] for address in addresses}
     start = time.monotonic()
     changes: list[dict[str, Any]] = []
     appends = {"ok": 0, "failed": 0}
@@ -70,8 +71,8 @@ async def watch(addresses: list[str], duration_s: float, rate: float, record_byt
         writer = asyncio.create_task(_write(journal, start, duration_s, rate, record_bytes, appends, leader))
         await asyncio.gather(observer, writer)
     finally:
-        for channel in channels.values():
-            await channel.close()
+        await raft_stubs.close()
+        await journal_stubs.close()
     return {
         "duration_s": round(time.monotonic() - start, 1),
         "leader_changes": max(0, len(changes) - 1),

@@ -31,12 +31,11 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
-from client.errors import AdminError
-from client.types import (
+from raftka.client.errors import AdminError
+from raftka.client.types import (
     BrokerInfo,
     ClusterDescription,
     ConfigEntry,
@@ -52,6 +51,8 @@ from client.types import (
     TopicResult,
     topic_id_str,
 )
+from raftka.rpc.stubs import ControllerRpc, NotControllerError, Stubs, controller_answer
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
 T = TypeVar("T")
@@ -63,12 +64,6 @@ OFFSET_FETCH_PARTITIONS_MAX = 10_000
 RETRIABLE_CODES = frozenset({E.NOT_CONTROLLER, E.REQUEST_TIMED_OUT})
 RETRIABLE_STATUS = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
-_CHANNEL_OPTIONS = (
-    # A controller that just restarted is found again in well under a second.
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 500),
-)
 _MIN_ATTEMPT_TIMEOUT_S = 0.05
 
 
@@ -108,8 +103,7 @@ class AsyncAdmin:
         self._policy = policy or RetryPolicy()
         self._next_bootstrap = 0
         self._controller: str | None = None  # the last known active controller
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, controller_pb2_grpc.ControllerStub] = {}
+        self._stubs = Stubs(controller_pb2_grpc.ControllerStub)
         self._backoff = wait_exponential_jitter(
             multiplier=self._policy.backoff_initial_s,
             max=self._policy.backoff_max_s,
@@ -125,10 +119,7 @@ class AsyncAdmin:
         await self.close()
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        self._stubs.clear()
-        for channel in channels.values():
-            await channel.close()
+        await self._stubs.close()
 
     # topics ---------------------------------------------------------------------------
 
@@ -143,11 +134,13 @@ class AsyncAdmin:
                 replication_factor=topic.replication_factor,
                 configs=dict(topic.configs),
             )
-        response = await self._call("CreateTopics", request)
+        response = await self._call(lambda stub: stub.CreateTopics, request)
         return [_topic_result(r) for r in response.topics]
 
     async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
-        response = await self._call("DeleteTopics", controller_pb2.DeleteTopicsRequest(names=list(names)))
+        response = await self._call(
+            lambda stub: stub.DeleteTopics, controller_pb2.DeleteTopicsRequest(names=list(names))
+        )
         return [_topic_result(r) for r in response.topics]
 
     async def create_partitions(
@@ -157,11 +150,11 @@ class AsyncAdmin:
         request = controller_pb2.CreatePartitionsRequest(validate_only=validate_only)
         for name, count in new_totals.items():
             request.topics.add(name=name, count=count)
-        response = await self._call("CreatePartitions", request)
+        response = await self._call(lambda stub: stub.CreatePartitions, request)
         return [_topic_result(r) for r in response.topics]
 
     async def list_topics(self) -> list[TopicListing]:
-        response = await self._call("ListTopics", controller_pb2.ListTopicsRequest())
+        response = await self._call(lambda stub: stub.ListTopics, controller_pb2.ListTopicsRequest())
         return [TopicListing(t.name, topic_id_str(t.topic_id), t.partitions) for t in response.topics]
 
     async def describe_topics(self, names: Sequence[str] = ()) -> list[TopicDescription]:
@@ -173,7 +166,9 @@ class AsyncAdmin:
         ]
 
     async def _describe_topics(self, names: list[str]) -> list[TopicDescription]:
-        response = await self._call("DescribeTopics", controller_pb2.DescribeTopicsRequest(names=names))
+        response = await self._call(
+            lambda stub: stub.DescribeTopics, controller_pb2.DescribeTopicsRequest(names=names)
+        )
         return [
             TopicDescription(
                 name=t.name,
@@ -205,7 +200,9 @@ class AsyncAdmin:
         ]
 
     async def _describe_configs(self, topics: list[str]) -> list[TopicConfigs]:
-        response = await self._call("DescribeConfigs", controller_pb2.DescribeConfigsRequest(topics=topics))
+        response = await self._call(
+            lambda stub: stub.DescribeConfigs, controller_pb2.DescribeConfigsRequest(topics=topics)
+        )
         return [
             TopicConfigs(
                 topic=t.topic,
@@ -229,13 +226,15 @@ class AsyncAdmin:
                     entry.ops.add(name=name, op=controller_pb2.ALTER_CONFIG_DELETE)
                 else:
                     entry.ops.add(name=name, value=value, op=controller_pb2.ALTER_CONFIG_SET)
-        response = await self._call("AlterConfigs", request)
+        response = await self._call(lambda stub: stub.AlterConfigs, request)
         return [_topic_result(r) for r in response.topics]
 
     # cluster --------------------------------------------------------------------------
 
     async def describe_cluster(self) -> ClusterDescription:
-        response = await self._call("DescribeCluster", controller_pb2.DescribeClusterRequest())
+        response = await self._call(
+            lambda stub: stub.DescribeCluster, controller_pb2.DescribeClusterRequest()
+        )
         return ClusterDescription(
             cluster_id=response.cluster_id,
             controller_id=response.controller_id,
@@ -260,7 +259,7 @@ class AsyncAdmin:
         request = controller_pb2.ElectLeadersRequest()
         for topic, ids in (partitions or {}).items():
             request.topics.add(topic=topic, partitions=list(ids))
-        response = await self._call("ElectLeaders", request)
+        response = await self._call(lambda stub: stub.ElectLeaders, request)
         return [
             PartitionResult(r.topic, r.partition, _error_name(r.error), r.message)
             for r in response.partitions
@@ -276,7 +275,7 @@ class AsyncAdmin:
             if topic is None:
                 topic = by_topic[commit.topic] = request.topics.add(topic=commit.topic)
             topic.partitions.add(partition=commit.partition, offset=commit.offset, metadata=commit.metadata)
-        response = await self._call("OffsetCommit", request)
+        response = await self._call(lambda stub: stub.OffsetCommit, request)
         return [
             PartitionResult(r.topic, r.partition, _error_name(r.error), r.message)
             for r in response.partitions
@@ -288,7 +287,7 @@ class AsyncAdmin:
         """``partitions`` topic -> ids (empty: every partition); None: all the group committed."""
         fetched = []
         for request in _offset_fetch_requests(group, partitions or {}):
-            response = await self._call("OffsetFetch", request)
+            response = await self._call(lambda stub: stub.OffsetFetch, request)
             fetched += [
                 FetchedOffset(o.topic, o.partition, o.offset, o.metadata, _error_name(o.error), o.message)
                 for o in response.offsets
@@ -297,7 +296,7 @@ class AsyncAdmin:
 
     # the retry loop -------------------------------------------------------------------
 
-    async def _call(self, method: str, request: Any) -> Any:
+    async def _call(self, rpc: ControllerRpc, request: Any) -> Any:
         policy = self._policy
         state = _CallState(deadline=time.monotonic() + policy.total_timeout_s)
         retrying = AsyncRetrying(
@@ -309,8 +308,9 @@ class AsyncAdmin:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(method, request, state)
+                    return await self._attempt(rpc, request, state)
         except _Retriable as e:
+            method = type(request).__name__.removesuffix("Request")  # the RPC's name
             raise AdminError(
                 e.code,
                 f"{e.message} (gave up on {method} after {retrying.statistics['attempt_number']} attempts; "
@@ -318,31 +318,29 @@ class AsyncAdmin:
             ) from None
         raise AssertionError("unreachable: tenacity either returns or raises")
 
-    async def _attempt(self, method: str, request: Any, state: _CallState) -> Any:
+    async def _attempt(self, rpc: ControllerRpc, request: Any, state: _CallState) -> Any:
         address = self._controller or self._bootstrap[self._next_bootstrap % len(self._bootstrap)]
         state.asked.add(address)
         timeout_s = max(
             _MIN_ATTEMPT_TIMEOUT_S, min(self._policy.request_timeout_s, state.deadline - time.monotonic())
         )
         try:
-            response = await getattr(self._stub(address), method)(request, timeout=timeout_s)
+            response = controller_answer(address, await rpc(self._stubs[address])(request, timeout=timeout_s))
         except grpc.aio.AioRpcError as e:
             if e.code() in RETRIABLE_STATUS:
                 self._forget(address)
                 raise _Retriable(e.code().name, f"{address}: {e.details() or e.code().name}") from None
             raise AdminError(e.code().name, f"{address}: {e.details()}") from None
+        except NotControllerError as e:
+            self._forget(address)
+            if e.redirect:
+                self._controller = e.redirect
+            raise _Retriable(
+                "NOT_CONTROLLER", str(e), redirect=e.redirect not in (None, *state.asked)
+            ) from None
         status = response.status
         if status.error == E.NONE:
             return response
-        if status.error == E.NOT_CONTROLLER:
-            hint = status.controller_address
-            self._forget(address)
-            if hint and hint != address:
-                self._controller = hint
-            message = f"{address} is not the active controller" + (
-                f" (controller {status.controller_id} at {hint})" if hint else " and knows none yet"
-            )
-            raise _Retriable("NOT_CONTROLLER", message, redirect=bool(hint) and hint not in state.asked)
         if status.error in RETRIABLE_CODES:
             raise _Retriable(E.Name(status.error), status.message)
         raise AdminError(E.Name(status.error), status.message)
@@ -360,14 +358,6 @@ class AsyncAdmin:
         if isinstance(error, _Retriable) and error.redirect:
             return 0.0
         return self._backoff(retry_state)
-
-    def _stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channels[address] = channel
-            stub = self._stubs[address] = controller_pb2_grpc.ControllerStub(channel)
-        return stub
 
 
 class Admin:

@@ -1,6 +1,6 @@
 """One journal node as a real OS process: start, signal, kill, restart, and its log.
 
-The node runs ``python -m raft.server --config FILE`` (the quorum with its journal
+The node runs ``python -m raftka.node.journal_server --config FILE`` (the quorum with its journal
 state machine, which these tests read back) with the interpreter of the virtualenv
 these tests run in. stdout and stderr go to one log file per node, kept
 across restarts (each run opens with a marker line), so a failed test can show what
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tests.integration.proxy import LOOPBACK
 
-JOURNAL_NODE = (sys.executable, "-m", "raft.server")
+JOURNAL_NODE = (sys.executable, "-m", "raftka.node.journal_server")
 _EXIT_TIMEOUT_S = 10.0
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _PORT_LOW = 10_000

@@ -1,6 +1,6 @@
 """The active controller as the broker's controller link sees it, in memory: the group,
 offset and producer-id requests a broker forwards are planned by the controller's own handlers
-(``metadata.group_ops``, ``offset_ops``, ``broker_ops``) on an image and replayed into it, and every new
+(``raftka.metadata.group_ops``, ``offset_ops``, ``broker_ops``) on an image and replayed into it, and every new
 image goes to the listeners a broker would feed (its group coordinator)."""
 
 from __future__ import annotations
@@ -8,29 +8,42 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from metadata import broker_ops, group_ops, offset_ops
-from metadata.delta import MetadataDelta
-from metadata.image import MetadataImage
+from raftka.metadata import broker_ops, group_ops, offset_ops
+from raftka.metadata.delta import MetadataDelta
+from raftka.metadata.image import MetadataImage
+from raftka.rpc.stubs import ControllerRpc
 
 NOW_MS = 1_700_000_000_000
 
 
 class ControllerInMemory:
+    """A controller link and the controller stub it calls, in one: ``call(rpc, request)``
+    picks one of the methods below, as the real link picks one of its stub's."""
+
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
-        self.calls: list[tuple[str, Any]] = []
         self.listeners: list[Callable[[MetadataImage], None]] = []
 
-    async def call(self, method: str, request: Any) -> Any:
-        self.calls.append((method, request))
-        if method == "OffsetFetch":
-            return offset_ops.fetch(self.image, request)
-        plan = {
-            "CommitGroupOffsets": lambda: group_ops.commit_batch(self.image, request, NOW_MS),
-            "RecordGroupRebalance": lambda: group_ops.record_rebalance(self.image, request, NOW_MS),
-            "DeleteGroups": lambda: group_ops.delete(self.image, request),
-            "AllocateProducerIds": lambda: broker_ops.allocate_producer_ids(self.image, request),
-        }[method]()
+    async def call(self, rpc: ControllerRpc, request: Any) -> Any:
+        return await rpc(self)(request, timeout=1.0)
+
+    async def OffsetFetch(self, request: Any, timeout: float) -> Any:
+        return offset_ops.fetch(self.image, request)
+
+    async def CommitGroupOffsets(self, request: Any, timeout: float) -> Any:
+        return self._commit(group_ops.commit_batch(self.image, request, NOW_MS))
+
+    async def RecordGroupRebalance(self, request: Any, timeout: float) -> Any:
+        return self._commit(group_ops.record_rebalance(self.image, request, NOW_MS))
+
+    async def DeleteGroups(self, request: Any, timeout: float) -> Any:
+        return self._commit(group_ops.delete(self.image, request))
+
+    async def AllocateProducerIds(self, request: Any, timeout: float) -> Any:
+        return self._commit(broker_ops.allocate_producer_ids(self.image, request))
+
+    def _commit(self, plan: Any) -> Any:
+        """The plan's records replayed into the image at once, as if committed; its answer."""
         if plan.records:
             delta = MetadataDelta(self.image)
             for record in plan.records:

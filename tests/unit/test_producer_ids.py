@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.controller_link import LinkError
-from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.broker.controller_link import LinkError
+from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.rpc.stubs import ControllerRpc
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient
 from tests.unit.metadata_controller_support import live_brokers, run, single
 from tests.unit.test_clients import serving
-from wire.client import BrokerClient
 
 E = controller_pb2.ErrorCode
 
@@ -29,8 +30,11 @@ class ControllerAsLink:
         self.calls = 0
         self.down = False
 
-    async def call(self, method: str, request: Any) -> Any:
-        assert method == "AllocateProducerIds"
+    async def call(self, rpc: ControllerRpc, request: Any) -> Any:
+        """Like the real link, with this object as the stub: ``rpc`` picks AllocateProducerIds."""
+        return await rpc(self)(request, timeout=1.0)
+
+    async def AllocateProducerIds(self, request: Any, timeout: float) -> Any:
         self.calls += 1
         if self.down:
             raise LinkError("no controller (the test)")
@@ -91,7 +95,12 @@ def test_init_producer_id_over_the_data_protocol(tmp_path: Path) -> None:
             assert [(a.status.error, a.producer_epoch) for a in answers] == [(E.NONE, 0)] * 12
             assert [a.producer_id for a in answers] == list(range(12))
             for bad, field in (
-                (broker_pb2.InitProducerIdRequest(transactional_id="tx", producer_id=-1, producer_epoch=-1), "transactional_id"),
+                (
+                    broker_pb2.InitProducerIdRequest(
+                        transactional_id="tx", producer_id=-1, producer_epoch=-1
+                    ),
+                    "transactional_id",
+                ),
                 (broker_pb2.InitProducerIdRequest(producer_id=4, producer_epoch=-1), "producer_epoch"),
                 (broker_pb2.InitProducerIdRequest(producer_id=-7, producer_epoch=-7), "producer_id"),
             ):

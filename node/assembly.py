@@ -1,47 +1,30 @@
-"""One journal node: storage, core, driver, gRPC transport and the journal.
+"""A node process's assembly: recovered storage, core, gRPC transport and driver around
+the layer above (the journal, the metadata controller or the broker), and how the process
+runs until it is told to stop.
 
-The quorum's own test node (the metadata controller is ``metadata.server``); run it
-with ``python -m raft.server --config FILE``. Runs until SIGTERM or SIGINT; a leader
-then resigns with EndQuorumEpoch so its successor takes over in one round trip instead
-of an election timeout.
+SIGTERM or SIGINT stops a node gracefully: a leader resigns with EndQuorumEpoch, so its
+successor takes over in one round trip instead of an election timeout.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import signal
-import sys
 import time
 from collections.abc import Sequence
 
-import structlog
-from raftka.v1 import raft_pb2, raft_pb2_grpc
-
-from raft.core import RaftCore
-from raft.driver import RaftNode, StateMachine, monotonic_ms
-from raft.journal import Journal
-from raft.journal_service import JournalService
-from raft.logs import configure_logging
-from raft.node_config import ConfigError, NodeConfig, load_config
-from raft.storage.base import StorageError
-from raft.storage.file import FileStorage
-from raft.storage.meta import check_meta
-from raft.transport.grpc_transport import AddServicer, GrpcTransport
+from raftka.node.config import NodeConfig
+from raftka.raft.core import RaftCore
+from raftka.raft.driver import RaftNode, StateMachine, monotonic_ms
+from raftka.raft.storage.file import FileStorage
+from raftka.raft.storage.meta import check_meta
+from raftka.raft.transport.grpc_transport import AddServicer, GrpcTransport
+from raftka.v1 import raft_pb2
 
 
 class ServerError(Exception):
     """The node stopped for a reason the operator must act on."""
-
-
-class Controller:
-    """A started node: its raft driver, its journal and how to stop it."""
-
-    def __init__(self, node: RaftNode, journal: Journal, cluster_id: str) -> None:
-        self.node = node
-        self.journal = journal
-        self.cluster_id = cluster_id
 
 
 async def open_node(
@@ -84,27 +67,6 @@ async def open_node(
     )
     node = RaftNode(core, storage, transport, state_machine)
     return node
-
-
-async def start_controller(config: NodeConfig) -> Controller:
-    """A journal node: the quorum with the journal state machine and its service."""
-    node: RaftNode
-    journal = Journal(config.journal, lambda snapshot: node.save_snapshot(snapshot))
-    node = await open_node(
-        config, journal, [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server)]
-    )
-    service = JournalService(node, journal, config.voter_addresses)
-    await node.start()
-    return Controller(node, journal, node.core.cluster_id)
-
-
-async def run_server(config: NodeConfig) -> None:
-    configure_logging(config.logging.level, config.logging.format, node_id=config.node_id)
-    log = structlog.get_logger("raft.server")
-    controller = await start_controller(config)
-    log.info("controller listening", listener=config.listener, cluster_id=controller.cluster_id)
-    await serve_until_signalled(controller.node)
-    log.info("controller stopped")
 
 
 async def serve_until_signalled(node: RaftNode) -> None:
@@ -161,24 +123,3 @@ def describe_quorum(
                 address=addresses.get(replica.node_id, ""),
             )
     return response
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m raft.server --config FILE``: a problem the operator can fix is one line."""
-    parser = argparse.ArgumentParser(prog="python -m raft.server", description="run one journal node")
-    parser.add_argument("--config", required=True, help="the node's TOML config")
-    args = parser.parse_args(argv)
-    try:
-        config = load_config(args.config)
-        check_meta(config.data_dir, config.node_id)
-        asyncio.run(run_server(config))
-    except (ConfigError, StorageError, ServerError) as e:
-        print(f"raft.server: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Kafka's replication on the broker: partition replicas, follower fetchers, ISR changes."""

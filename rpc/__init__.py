@@ -1,0 +1,1 @@
+"""gRPC client plumbing shared by every caller of raftka's services (``raftka.rpc.stubs``)."""
