@@ -58,7 +58,7 @@ $(BENCH_STAMP): $(STAMP)
 # local cluster, side by side; starts `raftka cluster up` if it is down (and stops it after).
 # make bench-kafka BENCH_KAFKA_ARGS='--records 2000000 --raftka-replication-factors 3,1'
 bench-kafka: $(BENCH_STAMP)
-	$(BIN)/python -m cli.bench_kafka $(BENCH_KAFKA_ARGS)
+	$(BIN)/python -m raftka.cli.bench_kafka $(BENCH_KAFKA_ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto \

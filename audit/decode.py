@@ -1,8 +1,8 @@
 """A metadata log file (or its bytes) as rows, decoded with the controllers' own code.
 
-Segments are framed by ``raft.storage.batch_codec`` and records decoded by
-``metadata.records`` (the same checks every replica runs before replay); snapshots by
-``raft.storage.snapshot_file`` and ``metadata.snapshot``. Nothing here raises on bad
+Segments are framed by ``raftka.raft.storage.batch_codec`` and records decoded by
+``raftka.metadata.records`` (the same checks every replica runs before replay); snapshots by
+``raftka.raft.storage.snapshot_file`` and ``raftka.metadata.snapshot``. Nothing here raises on bad
 data: damage becomes a DAMAGED row naming the file and the byte where it starts, and
 reading goes on at the next valid batch, as ``raftka metadata dump`` does.
 """
@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import Message
-from raftka.v1 import metadata_pb2
 
-from audit.files import SNAPSHOT, LogFile
-from audit.schema import EMPTY, Row
-from metadata import records
-from metadata.records import RecordError, topic_id_str
-from metadata.snapshot import SnapshotError, read_snapshot
-from raft.batch import BatchKind
-from raft.control import decode_control
-from raft.storage import batch_codec, layout, snapshot_file
+from raftka.audit.files import SNAPSHOT, LogFile
+from raftka.audit.schema import EMPTY, Row
+from raftka.metadata import records
+from raftka.metadata.records import RecordError, topic_id_str
+from raftka.metadata.snapshot import SnapshotError, read_snapshot
+from raftka.raft.batch import BatchKind
+from raftka.raft.control import decode_control
+from raftka.raft.storage import batch_codec, layout, snapshot_file
+from raftka.v1 import metadata_pb2
 
 DAMAGED = "DAMAGED"
 LEADER_CHANGE = "LEADER_CHANGE"

@@ -2,7 +2,7 @@
 
 A path given to the audit is a node's data dir, its ``__cluster_metadata-0`` log dir, or
 a folder holding several of them (``.raftka/local``, or what ``raftka metadata collect``
-wrote). Files are listed with the storage layout's own functions (``raft.storage.layout``),
+wrote). Files are listed with the storage layout's own functions (``raftka.raft.storage.layout``),
 archive first, so the audit and the node agree on names and order. Spark's own file
 listing is not used: it skips names starting with ``_`` or ``.``, and the log folder is
 ``__cluster_metadata-0``.
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from raft.storage import layout
-from raft.storage.base import StorageError
-from raft.storage.meta import read_meta
+from raftka.raft.storage import layout
+from raftka.raft.storage.base import StorageError
+from raftka.raft.storage.meta import read_meta
 
 SEGMENT = "segment"
 SNAPSHOT = "snapshot"

@@ -4,10 +4,10 @@
     spark-submit --master spark://host:7077 audit/job.py DIR... --out OUT     # on a cluster
 
 Steps, each on Spark: read every file of every node (``raftka-metadata``, one partition
-per file); walk each node's log (one task per node: ``audit.walk``); merge the nodes'
-copies into the canonical history on the driver (``audit.merge``, batch heads only);
-replay it in order (``audit.replay``), in pieces cut at snapshots that run in parallel;
-build the tables with window functions (``audit.tables``). Exit status 1 when an error-level check fails.
+per file); walk each node's log (one task per node: ``raftka.audit.walk``); merge the nodes'
+copies into the canonical history on the driver (``raftka.audit.merge``, batch heads only);
+replay it in order (``raftka.audit.replay``), in pieces cut at snapshots that run in parallel;
+build the tables with window functions (``raftka.audit.tables``). Exit status 1 when an error-level check fails.
 """
 
 from __future__ import annotations
@@ -28,19 +28,19 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from audit import report, tables
-from audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
-from audit.decode import DAMAGED, SNAPSHOT_KIND
-from audit.files import SEGMENT, AuditInputError, discover
-from audit.merge import merge
-from audit.plain import head_order
-from audit.replay import BASE, EVENT_SCHEMA, REPLAY_COLUMNS, SKIPPED, replay
-from audit.replay import Row as ReplayRow
-from audit.schema import ROW_SCHEMA, Row, record_batches, rows_of, to_batch
-from audit.source import NAME
-from audit.walk import walk_node
+from raftka.audit import report, tables
+from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
+from raftka.audit.decode import DAMAGED, SNAPSHOT_KIND
+from raftka.audit.files import SEGMENT, AuditInputError, discover
+from raftka.audit.merge import merge
+from raftka.audit.plain import head_order
+from raftka.audit.replay import BASE, EVENT_SCHEMA, REPLAY_COLUMNS, SKIPPED, replay
+from raftka.audit.replay import Row as ReplayRow
+from raftka.audit.schema import ROW_SCHEMA, Row, record_batches, rows_of, to_batch
+from raftka.audit.source import NAME
+from raftka.audit.walk import walk_node
 
-log = structlog.get_logger("audit.job")
+log = structlog.get_logger("raftka.audit.job")
 
 EXIT_OK = 0
 EXIT_FAILED_CHECK = 1
@@ -365,7 +365,9 @@ def _num(value: Any) -> float | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="audit.job", description="audit raftka metadata logs on Spark")
+    parser = argparse.ArgumentParser(
+        prog="raftka.audit.job", description="audit raftka metadata logs on Spark"
+    )
     parser.add_argument("paths", nargs="+", help="node data dirs, log dirs, or folders of them")
     parser.add_argument(
         "--out", required=True, type=Path, help="where tables, summary.json and report.html go"
@@ -373,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-archive", action="store_true", help="leave archive/ out")
     parser.add_argument("--no-snapshots", action="store_true", help="leave snapshot files out")
     args = parser.parse_args(argv)
-    from audit.spark import session
+    from raftka.audit.spark import session
 
     try:
         summary = run(session(master=None), args.paths, args.out, include_archive=not args.no_archive,

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from audit.checks import ERROR, INFO, violation
-from audit.decode import LEADER_CHANGE, SNAPSHOT_KIND
-from audit.schema import Row
+from raftka.audit.checks import ERROR, INFO, violation
+from raftka.audit.decode import LEADER_CHANGE, SNAPSHOT_KIND
+from raftka.audit.schema import Row
 
 CopyKey = tuple[str, int, int]  # node, file_seq, position
 

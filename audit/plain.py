@@ -13,12 +13,12 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from audit.decode import decode_file
-from audit.files import SEGMENT, discover
-from audit.merge import MergeResult, merge
-from audit.replay import event_dicts, replay_order
-from audit.schema import Row
-from audit.walk import is_head, walk_node
+from raftka.audit.decode import decode_file
+from raftka.audit.files import SEGMENT, discover
+from raftka.audit.merge import MergeResult, merge
+from raftka.audit.replay import event_dicts, replay_order
+from raftka.audit.schema import Row
+from raftka.audit.walk import is_head, walk_node
 
 
 @dataclass

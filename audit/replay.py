@@ -9,7 +9,7 @@ NoOps, producer id blocks or feature levels are replayed as one delta (nothing i
 makes an event); the others record by record, each on the image the previous one made.
 
 Out come event rows (``EVENT_SCHEMA``): partition transitions and state samples, broker,
-topic, config and group events, and violations; ``audit.tables`` turns them into tables.
+topic, config and group events, and violations; ``raftka.audit.tables`` turns them into tables.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from audit.checks import ERROR, INFO, VIOLATION_COLUMNS, violation
-from audit.decode import DAMAGED, SNAPSHOT_KIND
-from audit.schema import INT_LIST
-from metadata import records
-from metadata.delta import MetadataDelta, ReplayError
-from metadata.image import EMPTY, NO_LEADER, TOPIC, MetadataImage, PartitionState
-from metadata.records import MetadataRecord, RecordError, topic_id_str
-from metadata.snapshot import SnapshotContents, SnapshotError, rebuild_image
-from metadata.topic_configs import MIN_INSYNC_REPLICAS, TOPIC_CONFIGS
+from raftka.audit.checks import ERROR, INFO, VIOLATION_COLUMNS, violation
+from raftka.audit.decode import DAMAGED, SNAPSHOT_KIND
+from raftka.audit.schema import INT_LIST
+from raftka.metadata import records
+from raftka.metadata.delta import MetadataDelta, ReplayError
+from raftka.metadata.image import EMPTY, NO_LEADER, TOPIC, MetadataImage, PartitionState
+from raftka.metadata.records import MetadataRecord, RecordError, topic_id_str
+from raftka.metadata.snapshot import SnapshotContents, SnapshotError, rebuild_image
+from raftka.metadata.topic_configs import MIN_INSYNC_REPLICAS, TOPIC_CONFIGS
 
 TRANSITION, STATE, BROKER, TOPIC_EVENT, CONFIG, GROUP, REBALANCE, VIOLATION, SKIPPED, START = (
     "TRANSITION", "STATE", "BROKER", "TOPIC", "CONFIG", "GROUP", "REBALANCE", "VIOLATION", "SKIPPED", "START",
@@ -90,7 +90,7 @@ REPLAY_COLUMNS = ("node", "file", "file_seq", "position", "kind", "batch_offset"
 # (a parallel piece of it); any other snapshot starts the history or is compared with it.
 BASE = "base"
 SEQ_PER_OFFSET = 1 << 20  # event order: offset first, then the order of the events of one record
-Row = namedtuple("Row", REPLAY_COLUMNS)  # type: ignore[misc]  # audit.schema.Row has these fields too
+Row = namedtuple("Row", REPLAY_COLUMNS)  # type: ignore[misc]  # raftka.audit.schema.Row has these fields too
 EVENT_SCHEMA = pa.schema([pa.field(n, t) for n, t in EVENT_COLUMNS])
 EVENT_NAMES = tuple(n for n, _ in EVENT_COLUMNS)
 

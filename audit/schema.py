@@ -1,6 +1,6 @@
 """The columns of a decoded metadata log: one row per record, damage included.
 
-Declared once, as Arrow types; the Spark schema is derived from it (``audit.source``), so
+Declared once, as Arrow types; the Spark schema is derived from it (``raftka.audit.source``), so
 the batches the data source yields match the declared schema exactly, as PySpark checks.
 Typed columns hold what the audits query; ``json`` holds the whole record and ``raw`` its
 bytes, which the replay decodes again with the controllers' own code.

@@ -5,12 +5,12 @@
     spark.read.format("raftka-metadata").option("paths", "a,b").load()   # several
 
 One input partition per file (segment or snapshot, archive included); ``read`` decodes it
-with ``audit.decode`` (the controllers' own record code) and yields Arrow record batches
-of the declared schema (``audit.schema``). Options, each checked with an error naming it:
+with ``raftka.audit.decode`` (the controllers' own record code) and yields Arrow record batches
+of the declared schema (``raftka.audit.schema``). Options, each checked with an error naming it:
 ``node`` (the node id, when one node folder is given), ``includeArchive`` and
 ``includeSnapshots`` (true/false, default true), ``batchRows`` (rows per Arrow batch,
 default 65536), ``recordJson`` (true/false, default true: the whole record as JSON).
-Files are listed by ``audit.files``, not by Spark, whose listing skips ``_``-names.
+Files are listed by ``raftka.audit.files``, not by Spark, whose listing skips ``_``-names.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from audit.decode import decode_file
-from audit.files import AuditInputError, LogFile, discover
-from audit.schema import ROW_SCHEMA, record_batches
+from raftka.audit.decode import decode_file
+from raftka.audit.files import AuditInputError, LogFile, discover
+from raftka.audit.schema import ROW_SCHEMA, record_batches
 
 NAME = "raftka-metadata"
 BATCH_ROWS_DEFAULT = 65_536

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from audit.source import MetadataDataSource
+from raftka.audit.source import MetadataDataSource
 
 JAVA_HELP = (
     "the audit runs on Spark, which needs Java 17 or later: install it (Debian/Ubuntu: "

@@ -17,18 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from raftka.metadata import broker_ops, config_ops, offset_ops, records, topic_ops
+from raftka.metadata.image import NO_LEADER, MetadataImage
+from raftka.metadata.plan import MetadataRecord
+from raftka.metadata.state_machine import MetadataStateMachine
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind
+from raftka.raft.effects import Snapshot, Write
+from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.storage.file import FileStorage
+from raftka.raft.storage.meta import format_storage
 from raftka.v1 import controller_pb2 as pb
-
-from metadata import broker_ops, config_ops, offset_ops, records, topic_ops
-from metadata.image import NO_LEADER, MetadataImage
-from metadata.plan import MetadataRecord
-from metadata.state_machine import MetadataStateMachine
-from raft import control
-from raft.batch import Batch, BatchKind
-from raft.effects import Snapshot, Write
-from raft.snapshot_schedule import SnapshotPolicy
-from raft.storage.file import FileStorage
-from raft.storage.meta import format_storage
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: histories do not depend on when they are made
 VOTERS = frozenset({1, 2, 3})

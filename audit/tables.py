@@ -10,8 +10,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from audit.decode import LEADER_CHANGE
-from audit.replay import BROKER, CONFIG, GROUP, REBALANCE, SKIPPED, STATE, TOPIC_EVENT, TRANSITION
+from raftka.audit.decode import LEADER_CHANGE
+from raftka.audit.replay import BROKER, CONFIG, GROUP, REBALANCE, SKIPPED, STATE, TOPIC_EVENT, TRANSITION
 
 CONDITIONS = ("offline", "under_replicated", "under_min_isr", "non_preferred")
 FLAP_WINDOW_MS = 60_000  # fenced again this soon after an unfence: a flap

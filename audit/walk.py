@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from audit.checks import ERROR, INFO, violation
-from audit.decode import DAMAGED, LEADER_CHANGE, SNAPSHOT_KIND
-from audit.files import SNAPSHOT
-from audit.schema import Row
+from raftka.audit.checks import ERROR, INFO, violation
+from raftka.audit.decode import DAMAGED, LEADER_CHANGE, SNAPSHOT_KIND
+from raftka.audit.files import SNAPSHOT
+from raftka.audit.schema import Row
 
 
 @dataclass

@@ -6,8 +6,8 @@ and over gRPC as the ``Broker`` service, for tools.
 Metadata is answered from the broker's own image (as a Kafka broker answers from its
 metadata cache), naming each broker's data listener; Produce, Fetch and ListOffsets go
 to the replica manager; InitProducerId hands out an id from this broker's block
-(``broker.producer_ids``); the group APIs and OffsetCommit go to the group coordinator
-(``broker.groups``); OffsetFetch is forwarded to the active controller (a linearizable
+(``raftka.broker.producer_ids``); the group APIs and OffsetCommit go to the group coordinator
+(``raftka.broker.groups``); OffsetFetch is forwarded to the active controller (a linearizable
 read of the quorum), so clients need only brokers.
 """
 
@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import grpc
-from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-from broker.groups.coordinator import GroupCoordinator
-from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
-from broker.replica.manager import ReplicaManager
-from metadata.image import NO_LEADER, MetadataImage
-from wire import frames
-from wire.frames import DATA_LISTENER
-from wire.server import CloseConnection, Handler
+from raftka.broker.controller_link import ControllerLink, LinkError
+from raftka.broker.groups.coordinator import GroupCoordinator
+from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata.image import NO_LEADER, MetadataImage
+from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+from raftka.wire import frames
+from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.server import CloseConnection, Handler
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
@@ -102,13 +102,18 @@ class BrokerApi:
         try:
             response.producer_id = await self._producer_ids.next_id()
         except ProducerIdsUnavailable as e:
-            response.status.error, response.status.message = E.REQUEST_TIMED_OUT, f"no producer id to give: {e}"
+            response.status.error, response.status.message = (
+                E.REQUEST_TIMED_OUT,
+                f"no producer id to give: {e}",
+            )
             return response
         response.producer_epoch = 0
         return response
 
-    async def offset_fetch(self, request: controller_pb2.OffsetFetchRequest) -> controller_pb2.OffsetFetchResponse:
-        return await self.forward("OffsetFetch", request, controller_pb2.OffsetFetchResponse)
+    async def offset_fetch(
+        self, request: controller_pb2.OffsetFetchRequest
+    ) -> controller_pb2.OffsetFetchResponse:
+        return await self.forward(lambda stub: stub.OffsetFetch, request, controller_pb2.OffsetFetchResponse)
 
     async def forward(self, method: str, request, response_type):  # noqa: ANN001: a controller request
         """The active controller's answer to ``request``, or REQUEST_TIMED_OUT if none answers."""
@@ -127,10 +132,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def __init__(self, api: BrokerApi) -> None:
         self._api = api
 
-    async def Metadata(self, request: Pb.MetadataRequest, context: grpc.aio.ServicerContext) -> Pb.MetadataResponse:
+    async def Metadata(
+        self, request: Pb.MetadataRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.MetadataResponse:
         return await self._api.metadata(request)
 
-    async def Produce(self, request: Pb.ProduceRequest, context: grpc.aio.ServicerContext) -> Pb.ProduceResponse:
+    async def Produce(
+        self, request: Pb.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.ProduceResponse:
         return await self._api.produce(request)
 
     async def Fetch(self, request: Pb.FetchRequest, context: grpc.aio.ServicerContext) -> Pb.FetchResponse:
@@ -161,16 +170,24 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> Pb.FindCoordinatorResponse:
         return await self._api.find_coordinator(request)
 
-    async def JoinGroup(self, request: Pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> Pb.JoinGroupResponse:
+    async def JoinGroup(
+        self, request: Pb.JoinGroupRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.JoinGroupResponse:
         return await self._api.join_group(request)
 
-    async def SyncGroup(self, request: Pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> Pb.SyncGroupResponse:
+    async def SyncGroup(
+        self, request: Pb.SyncGroupRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.SyncGroupResponse:
         return await self._api.sync_group(request)
 
-    async def Heartbeat(self, request: Pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> Pb.HeartbeatResponse:
+    async def Heartbeat(
+        self, request: Pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.HeartbeatResponse:
         return await self._api.heartbeat(request)
 
-    async def LeaveGroup(self, request: Pb.LeaveGroupRequest, context: grpc.aio.ServicerContext) -> Pb.LeaveGroupResponse:
+    async def LeaveGroup(
+        self, request: Pb.LeaveGroupRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.LeaveGroupResponse:
         return await self._api.leave_group(request)
 
     async def DescribeGroups(
@@ -178,7 +195,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> Pb.DescribeGroupsResponse:
         return await self._api.describe_groups(request)
 
-    async def ListGroups(self, request: Pb.ListGroupsRequest, context: grpc.aio.ServicerContext) -> Pb.ListGroupsResponse:
+    async def ListGroups(
+        self, request: Pb.ListGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.ListGroupsResponse:
         return await self._api.list_groups(request)
 
     async def DeleteGroups(
@@ -200,7 +219,9 @@ def _init_producer_id_problem(request: Pb.InitProducerIdRequest) -> str:
     return ""
 
 
-def wire_produce_answer(request: Pb.ProduceRequest, response: Pb.ProduceResponse) -> Pb.ProduceResponse | None:
+def wire_produce_answer(
+    request: Pb.ProduceRequest, response: Pb.ProduceResponse
+) -> Pb.ProduceResponse | None:
     """As Kafka answers a produce: not at all with acks=0, and then a refusal closes the
     connection, so the producer notices and looks the leaders up again."""
     if request.acks != 0:
@@ -215,7 +236,9 @@ def wire_produce_answer(request: Pb.ProduceRequest, response: Pb.ProduceResponse
 def metadata_response(
     image: MetadataImage, request: Pb.MetadataRequest, cluster_id: str, controller_id: int
 ) -> Pb.MetadataResponse:
-    response = Pb.MetadataResponse(cluster_id=cluster_id, controller_id=controller_id, metadata_offset=image.offset - 1)
+    response = Pb.MetadataResponse(
+        cluster_id=cluster_id, controller_id=controller_id, metadata_offset=image.offset - 1
+    )
     if len(request.topics) > TOPICS_PER_METADATA_MAX:
         response.status.error = E.INVALID_REQUEST
         response.status.message = f"topics: {len(request.topics)} names, at most {TOPICS_PER_METADATA_MAX}"

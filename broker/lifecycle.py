@@ -30,12 +30,12 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 
 import structlog
+
+from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.v1 import controller_pb2, metadata_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("broker.lifecycle")
+log = structlog.get_logger("raftka.broker.lifecycle")
 
 FAST_HEARTBEAT_MS = 100  # while fenced or shutting down, and after a failed heartbeat
 REGISTER_BACKOFF_MAX_MS = 1000
@@ -113,7 +113,7 @@ class BrokerLifecycle:
             rack=self._rack,
         )
         try:
-            response = await self._link.call("BrokerRegistration", request)
+            response = await self._link.call(lambda stub: stub.BrokerRegistration, request)
         except LinkError as e:
             self._problem("registration: no active controller answered", str(e))
         else:
@@ -144,7 +144,7 @@ class BrokerLifecycle:
         )
         ok = False
         try:
-            response = await self._link.call("BrokerHeartbeat", request)
+            response = await self._link.call(lambda stub: stub.BrokerHeartbeat, request)
         except LinkError as e:
             self._problem("heartbeat: no active controller answered", str(e))
         else:

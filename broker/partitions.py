@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
 
-from metadata.image import MetadataImage, PartitionState, TopicImage
+from raftka.metadata.image import MetadataImage, PartitionState, TopicImage
 
 
 class Role(Enum):

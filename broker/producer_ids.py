@@ -21,12 +21,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import structlog
+
+from raftka.broker.controller_link import LinkError
 from raftka.v1 import controller_pb2
 
-from broker.controller_link import LinkError
-
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("broker.producer_ids")
+log = structlog.get_logger("raftka.broker.producer_ids")
 PREFETCH_AT = 0.9  # of a block handed out, when the next is asked for (Kafka's 90%)
 
 
@@ -80,7 +80,7 @@ class ProducerIdManager:
                 broker_id=self._broker_id, broker_epoch=self._broker_epoch()
             )
             try:
-                response = await self._link.call("AllocateProducerIds", request)
+                response = await self._link.call(lambda stub: stub.AllocateProducerIds, request)
             except LinkError as e:
                 self._problem = f"no active controller answered: {e}"
                 return

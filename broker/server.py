@@ -6,10 +6,10 @@ set, so it only fetches the metadata log (and snapshots) from the leader and nev
 votes. Committed batches are replayed into a ``MetadataStateMachine``; every new image
 becomes role changes in ``BrokerPartitions``, which the replica manager turns into
 leaders and followers of partition logs; the lifecycle task registers the broker and
-heartbeats the active controller. The data API (``broker.data_service``) is served on
+heartbeats the active controller. The data API (``raftka.broker.data_service``) is served on
 the broker's data listener (``broker.data_listener``, the raw-TCP data protocol of
 ``wire``) for producers, consumers and followers, on its Kafka listener
-(``kafka.listener``, ``broker.kafka``) for Kafka's own clients, and on the node's gRPC
+(``kafka.listener``, ``raftka.broker.kafka``) for Kafka's own clients, and on the node's gRPC
 server for tools.
 
 SIGTERM or SIGINT is a controlled shutdown: the broker heartbeats ``want_shut_down``
@@ -27,40 +27,42 @@ import time
 from collections.abc import Callable
 
 import structlog
-from raftka.v1 import broker_pb2_grpc, metadata_pb2
 
-from broker.controller_link import ControllerLink
-from broker.data_service import BrokerApi, BrokerService
-from broker.groups.coordinator import GroupCoordinator
-from broker.groups.group import GroupLimits
-from broker.kafka.endpoints import KAFKA_LISTENER
-from broker.kafka.listener import kafka_listener
-from broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
-from broker.log.flusher import BackgroundFlusher
-from broker.log.manager import LogManager
-from broker.partitions import BrokerPartitions, RoleChanges
-from broker.producer_ids import ProducerIdManager
-from broker.replica.fetcher import ReplicaFetchers
-from broker.replica.isr import IsrChanges
-from broker.replica.manager import ReplicaManager
-from metadata.image import MetadataImage
-from metadata.state_machine import MetadataStateMachine
-from metadata.validation import GROUP_MEMBERS_MAX
-from raft.driver import RaftNode
 from raft.logs import configure_logging
 from raft.node_config import NodeConfig, parse_host_port
-from raft.server import ServerError, open_node
-from wire.frames import DATA_LISTENER
-from wire.server import FrameServer, Listener
+from raftka.broker.controller_link import ControllerLink
+from raftka.broker.data_service import BrokerApi, BrokerService
+from raftka.broker.groups.coordinator import GroupCoordinator
+from raftka.broker.groups.group import GroupLimits
+from raftka.broker.kafka.endpoints import KAFKA_LISTENER
+from raftka.broker.kafka.listener import kafka_listener
+from raftka.broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
+from raftka.broker.log.flusher import BackgroundFlusher
+from raftka.broker.log.manager import LogManager
+from raftka.broker.partitions import BrokerPartitions, RoleChanges
+from raftka.broker.producer_ids import ProducerIdManager
+from raftka.broker.replica.fetcher import ReplicaFetchers
+from raftka.broker.replica.isr import IsrChanges
+from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.state_machine import MetadataStateMachine
+from raftka.metadata.validation import GROUP_MEMBERS_MAX
+from raftka.node.assembly import ServerError, open_node
+from raftka.raft.driver import RaftNode
+from raftka.v1 import broker_pb2_grpc, metadata_pb2
+from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.server import FrameServer, Listener
 
 PARTITIONS_DIR = "partitions"  # under data_dir, beside the metadata log
-FLUSH_CHECK_INTERVAL_MS = 1_000  # how often logs are checked against their flush.ms (Kafka's scheduler: 1 s too)
+FLUSH_CHECK_INTERVAL_MS = (
+    1_000  # how often logs are checked against their flush.ms (Kafka's scheduler: 1 s too)
+)
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0  # within `raftka cluster down`'s grace before SIGKILL
 CONTROLLER_REQUEST_TIMEOUT_S = 2.0
 GRPC_LISTENER = "GRPC"  # the node's gRPC server: the Broker service for tools
 ROLE_CHANGES_LOGGED_MAX = 10  # partitions named in one INFO line; the rest are counted
 
-log = structlog.get_logger("broker.server")
+log = structlog.get_logger("raftka.broker.server")
 
 
 class Broker:
@@ -132,10 +134,16 @@ class DataPlane:
             link,
             config.raft.append_max_records,
         )
-        self.logs = LogManager(config.data_dir / PARTITIONS_DIR, BackgroundFlusher(asyncio.get_running_loop()))
+        self.logs = LogManager(
+            config.data_dir / PARTITIONS_DIR, BackgroundFlusher(asyncio.get_running_loop())
+        )
         self.logs.open_all()
         self.fetchers = ReplicaFetchers(
-            config.node_id, self._address, config.broker, broker_epoch, lambda p: self.replicas.fail_reads_of(p)
+            config.node_id,
+            self._address,
+            config.broker,
+            broker_epoch,
+            lambda p: self.replicas.fail_reads_of(p),
         )
         self.listeners: list[Listener] = []
         self.isr_changes = IsrChanges(
@@ -160,7 +168,9 @@ class DataPlane:
             _every(broker.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "hw-checkpoint"),
             _every(broker.log_retention_check_interval_ms, self._apply_retention, "log-retention"),
             _every(FLUSH_CHECK_INTERVAL_MS, self.logs.flush_due, "log-flush"),
-            _every(broker.producer_id_expiration_check_interval_ms, self._expire_producers, "producer-expiration"),
+            _every(
+                broker.producer_id_expiration_check_interval_ms, self._expire_producers, "producer-expiration"
+            ),
         ]
 
     async def serve(self, api: BrokerApi, config: NodeConfig) -> None:
@@ -236,12 +246,22 @@ async def start_broker(config: NodeConfig) -> Broker:
     state_machine.add_listener(adopt)
     api: BrokerApi
     node = await open_node(
-        config, state_machine, [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)]
+        config,
+        state_machine,
+        [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)],
     )
     api = BrokerApi(
-        data.replicas, data.groups, link, node.cluster_id, lambda: node.leadership.leader_id, data.producer_ids
+        data.replicas,
+        data.groups,
+        link,
+        node.cluster_id,
+        lambda: node.leadership.leader_id,
+        data.producer_ids,
     )
-    endpoints = [_endpoint(DATA_LISTENER, config.broker.data_listener), _endpoint(GRPC_LISTENER, config.listener)]
+    endpoints = [
+        _endpoint(DATA_LISTENER, config.broker.data_listener),
+        _endpoint(GRPC_LISTENER, config.listener),
+    ]
     if config.kafka.listener:
         endpoints.append(_endpoint(KAFKA_LISTENER, config.kafka.listener))
     lifecycle = BrokerLifecycle(

@@ -1,6 +1,6 @@
 """What every admin command shares: where the controllers are, the Admin it opens, and
 parsing of ``k=v`` arguments. Server errors are not handled here: ``client.AdminError``
-reaches ``cli.main``, which prints it as one line with its code name."""
+reaches ``raftka.cli.main``, which prints it as one line with its code name."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from cli import output, quorum
-from cli.errors import CliError
-from client.admin import Admin, RetryPolicy
+from raftka.cli import output, quorum
+from raftka.cli.errors import CliError
+from raftka.client.admin import Admin, RetryPolicy
 
 T = TypeVar("T")
 

@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cli import local, output
-from cli.errors import CliError
+from raftka.cli import local, output
+from raftka.cli.errors import CliError
 
 MEMORY_RE = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
 INSTALL_HELP = (
@@ -53,9 +53,9 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise CliError(f"--out: {args.out} exists and is not a folder")
     try:
-        from audit.files import AuditInputError
-        from audit.job import run
-        from audit.spark import JavaMissing, owned_session
+        from raftka.audit.files import AuditInputError
+        from raftka.audit.job import run
+        from raftka.audit.spark import JavaMissing, owned_session
     except ImportError as exc:
         raise CliError(f"{INSTALL_HELP} ({exc})") from None
     try:

@@ -1,4 +1,4 @@
-"""``make bench-kafka`` (``python -m cli.bench_kafka``): one librdkafka load, ``raftka perf
+"""``make bench-kafka`` (``python -m raftka.cli.bench_kafka``): one librdkafka load, ``raftka perf
 kafka`` then ``raftka perf kafka-consume``, against Tansu and against the local raftka
 cluster, printed side by side.
 
@@ -26,11 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cli import local, output, perf_kafka
-from cli.data_args import positive
-from cli.errors import CliError
-from cli.main import build_parser
-from cli.tansu import running_tansu
+from raftka.cli import local, output, perf_kafka
+from raftka.cli.data_args import positive
+from raftka.cli.errors import CliError
+from raftka.cli.main import build_parser
+from raftka.cli.tansu import running_tansu
 
 CLIENT = "perf-client"
 TOPIC_PREFIX = "raftka-bench-kafka"
@@ -38,7 +38,7 @@ TOPIC_PREFIX = "raftka-bench-kafka"
 
 def build_arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m cli.bench_kafka",
+        prog="python -m raftka.cli.bench_kafka",
         description="raftka perf kafka against Tansu and raftka, side by side",
     )
     parser.add_argument(
@@ -137,7 +137,7 @@ def local_cluster(cluster_dir: Path | None) -> Iterator[Path]:
 
 def _raftka(*argv: str) -> None:
     print(f"$ raftka {' '.join(argv)}", file=sys.stderr)
-    done = subprocess.run([sys.executable, "-m", "cli.main", *argv], stdout=sys.stderr)
+    done = subprocess.run([sys.executable, "-m", "raftka.cli.main", *argv], stdout=sys.stderr)
     if done.returncode != 0:
         raise CliError(f"raftka {' '.join(argv)} failed with status {done.returncode}")
 

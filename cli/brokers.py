@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli import output
-from cli.admin_args import add_connection_options, open_admin
-from client.types import BrokerInfo
+from raftka.cli import output
+from raftka.cli.admin_args import add_connection_options, open_admin
+from raftka.client.types import BrokerInfo
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,4 +55,3 @@ def broker_view(broker: BrokerInfo) -> dict[str, Any]:
         "epoch": broker.epoch,
         "in_controlled_shutdown": broker.in_controlled_shutdown,
     }
-

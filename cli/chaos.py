@@ -22,12 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from raftka.cli import local, output
+from raftka.cli.errors import CliError
+from raftka.cli.offset_probe import OffsetCommitProbe
+from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
 from raftka.v1 import raft_pb2
-
-from cli import local, output
-from cli.errors import CliError
-from cli.offset_probe import OffsetCommitProbe
-from cli.quorum_client import DescribeQuorumResponse, QuorumClient
 
 POLL_INTERVAL_S = 0.005
 DESCRIBE_TIMEOUT_S = 0.2  # a poll must not stall on a paused node
@@ -73,7 +72,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
     output.add_output_option(kill)
     kill.set_defaults(func=run_kill_leader)
-    from cli import chaos_broker  # it builds on this module's LocalTarget: imported once this one is
+    from raftka.cli import chaos_broker  # it builds on this module's LocalTarget: imported once this one is
 
     chaos_broker.register(actions)
 

@@ -37,17 +37,17 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from cli import local, output
-from cli.chaos import SIGNALS, LocalTarget
-from cli.data_args import add_idempotence_option, idempotence
-from cli.errors import CliError
-from cli.quorum_client import QuorumClient
-from client.admin import Admin, RetryPolicy
-from client.consumer import Consumer
-from client.errors import KafkaError
-from client.group_admin import GroupAdmin
-from client.producer import Producer
-from client.types import GroupDescription, NewTopic, PartitionInfo, RecordMetadata, TopicPartition
+from raftka.cli import local, output
+from raftka.cli.chaos import SIGNALS, LocalTarget
+from raftka.cli.data_args import add_idempotence_option, idempotence
+from raftka.cli.errors import CliError
+from raftka.cli.quorum_client import QuorumClient
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.consumer import Consumer
+from raftka.client.errors import KafkaError
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.producer import Producer
+from raftka.client.types import GroupDescription, NewTopic, PartitionInfo, RecordMetadata, TopicPartition
 
 POLL_INTERVAL_S = 0.01
 PARTITIONS = 6
@@ -59,10 +59,14 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "kill-broker", help="signal the busiest partition leader under acks=all load; audit what survived"
     )
     kill.add_argument("--rounds", type=int, default=1, help="how many brokers to kill (default 1)")
-    kill.add_argument("--signal", choices=sorted(SIGNALS), default="KILL", help="KILL (crash) or STOP (pause)")
+    kill.add_argument(
+        "--signal", choices=sorted(SIGNALS), default="KILL", help="KILL (crash) or STOP (pause)"
+    )
     kill.add_argument("--rate", type=int, default=2_000, help="records per second the producer offers")
     kill.add_argument("--timeout-s", type=float, default=60.0, help="bound on each wait in a round")
-    kill.add_argument("--group-consumers", type=int, default=0, metavar="N", help="N consumers of one group read along")
+    kill.add_argument(
+        "--group-consumers", type=int, default=0, metavar="N", help="N consumers of one group read along"
+    )
     kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
     add_idempotence_option(kill)
     output.add_output_option(kill)
@@ -148,7 +152,11 @@ class GroupReaders:
                 records = consumer.poll(200, 5_000)
             except KafkaError:  # a commit or a join refused mid-failover: the next poll goes on
                 continue
-            numbers = [_NUMBER.unpack(r.value)[0] for r in records if r.value is not None and len(r.value) == _NUMBER.size]
+            numbers = [
+                _NUMBER.unpack(r.value)[0]
+                for r in records
+                if r.value is not None and len(r.value) == _NUMBER.size
+            ]
             with self._lock:
                 self.processed.update(numbers)
 
@@ -191,7 +199,9 @@ async def _describe(addresses: list[str], group: str) -> GroupDescription:
         await admin.close()
 
 
-def audit(acknowledged: dict[int, tuple[int, int]], read: Iterable[tuple[int, int, bytes | None]], sent: int) -> dict[str, int]:
+def audit(
+    acknowledged: dict[int, tuple[int, int]], read: Iterable[tuple[int, int, bytes | None]], sent: int
+) -> dict[str, int]:
     """Compare the records read, (partition, offset, value), with what was acknowledged."""
     seen: dict[int, int] = {}
     by_partition: dict[int, list[tuple[int, int]]] = {}
@@ -202,7 +212,9 @@ def audit(acknowledged: dict[int, tuple[int, int]], read: Iterable[tuple[int, in
             unknown += 1
             continue
         seen[number] = seen.get(number, 0) + 1
-        if number in acknowledged and seen[number] == 1:  # a retried batch's copy is a duplicate, not disorder
+        if (
+            number in acknowledged and seen[number] == 1
+        ):  # a retried batch's copy is a duplicate, not disorder
             by_partition.setdefault(partition, []).append((offset, number))
     out_of_order = 0
     for records in by_partition.values():
@@ -244,7 +256,11 @@ def run_kill_broker(args: argparse.Namespace) -> int:
             enable_idempotence=idempotence(args),
         )
         load = NumberedLoad(producer, topic, args.rate)
-        readers = GroupReaders(cluster.broker_addresses(), topic, args.group_consumers) if args.group_consumers else None
+        readers = (
+            GroupReaders(cluster.broker_addresses(), topic, args.group_consumers)
+            if args.group_consumers
+            else None
+        )
         rounds = []
         try:
             with QuorumClient(call_timeout_s=0.5) as client:
@@ -257,11 +273,15 @@ def run_kill_broker(args: argparse.Namespace) -> int:
         finally:
             load.stop()
             producer.close()
-        report: dict[str, Any] = audit(load.acknowledged, read_everything(cluster.broker_addresses(), topic), load.sent)
+        report: dict[str, Any] = audit(
+            load.acknowledged, read_everything(cluster.broker_addresses(), topic), load.sent
+        )
         if readers is not None:
             try:
                 report["group_missed"] = readers.missing(load.acknowledged, args.timeout_s)
-                report["group_converged"] = readers.converged(cluster.broker_addresses(), PARTITIONS, args.timeout_s)
+                report["group_converged"] = readers.converged(
+                    cluster.broker_addresses(), PARTITIONS, args.timeout_s
+                )
             finally:
                 readers.close()
     report["send_failures"] = load.failures

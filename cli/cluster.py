@@ -20,15 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raftka.v1 import raft_pb2
-
-from cli import local, output
-from cli.errors import CliError
-from cli.quorum_client import DescribeQuorumResponse, QuorumClient
-from client.admin import Admin, RetryPolicy
-from client.errors import AdminError
 from raft.node_config import BROKER, BrokerConfig, KafkaConfig, LogConfig, NodeConfig, Voter, render_toml
-from raft.storage import meta
+from raftka.cli import local, output
+from raftka.cli.errors import CliError
+from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.errors import AdminError
+from raftka.raft.storage import meta
+from raftka.v1 import raft_pb2
 
 LOOPBACK = "127.0.0.1"
 MAX_CONTROLLERS = 9
@@ -309,7 +308,9 @@ def _check_started(cluster: local.LocalCluster, started: dict[int, subprocess.Po
 def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
     suffix = f" --dir {dir_flag}" if dir_flag is not None else ""
     started = ", ".join(str(i) for i in result["started"]) or "none (all were running)"
-    rows = [(n["id"], n["role"], n["address"], n["data_address"], n["pid"], n["log"]) for n in result["nodes"]]
+    rows = [
+        (n["id"], n["role"], n["address"], n["data_address"], n["pid"], n["log"]) for n in result["nodes"]
+    ]
     bootstrap = ",".join(n["data_address"] for n in result["nodes"] if n["data_address"])
     kafka = ",".join(n["kafka_address"] for n in result["nodes"] if n.get("kafka_address"))
     return "\n".join(
@@ -318,7 +319,11 @@ def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
             f"started: {started}",
             output.table(("ID", "ROLE", "ADDRESS", "DATA LISTENER", "PID", "LOG"), rows),
             f"Leader: node {result['leader_id']} (epoch {result['leader_epoch']})",
-            *([f"Bootstrap:   {bootstrap}  (producers and consumers: --bootstrap-server)"] if bootstrap else []),
+            *(
+                [f"Bootstrap:   {bootstrap}  (producers and consumers: --bootstrap-server)"]
+                if bootstrap
+                else []
+            ),
             *([f"Kafka:       {kafka}  (Kafka clients: bootstrap.servers)"] if kafka else []),
             f"Describe it: raftka quorum describe --status{suffix}",
             f"Brokers:     raftka brokers list{suffix}",
@@ -391,7 +396,10 @@ def run_status(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(output.to_json(result))
     else:
-        rows = [(n["id"], n["role"], n["address"], n["data_address"], n["pid"], n["alive"]) for n in result["nodes"]]
+        rows = [
+            (n["id"], n["role"], n["address"], n["data_address"], n["pid"], n["alive"])
+            for n in result["nodes"]
+        ]
         print(output.table(("ID", "ROLE", "ADDRESS", "DATA LISTENER", "PID", "ALIVE"), rows))
         leader = result["leader_id"]
         print(

@@ -18,11 +18,11 @@ import sys
 import time
 from typing import Any
 
-from cli.data_args import add_broker_options, broker_addresses, not_negative, positive
-from cli.errors import CliError
-from client.consumer import Consumer
-from client.errors import CommitFailedError
-from client.types import ConsumerRecord, TopicPartition
+from raftka.cli.data_args import add_broker_options, broker_addresses, not_negative, positive
+from raftka.cli.errors import CliError
+from raftka.client.consumer import Consumer
+from raftka.client.errors import CommitFailedError
+from raftka.client.types import ConsumerRecord, TopicPartition
 
 POLL_MS = 200
 POLL_RECORDS_MAX = 500
@@ -33,9 +33,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     consume.add_argument("topic", metavar="TOPIC")
     start = consume.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true", help="start at each partition's log start")
-    start.add_argument("--offset", type=not_negative, metavar="K", help="start at offset K (needs --partition)")
+    start.add_argument(
+        "--offset", type=not_negative, metavar="K", help="start at offset K (needs --partition)"
+    )
     consume.add_argument("--partition", type=not_negative, metavar="N", help="only partition N")
-    consume.add_argument("--group", metavar="G", help="join consumer group G: share the topic, resume from and commit its offsets")
+    consume.add_argument(
+        "--group",
+        metavar="G",
+        help="join consumer group G: share the topic, resume from and commit its offsets",
+    )
     consume.add_argument("--max-messages", type=positive, metavar="N", help="stop after N records")
     consume.add_argument("--timeout-ms", type=positive, metavar="T", help="stop after T ms without a record")
     consume.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
@@ -88,7 +94,11 @@ def consume_until_done(consumer: Consumer, args: argparse.Namespace) -> int:
     printed = 0
     last_record = time.monotonic()
     while args.max_messages is None or printed < args.max_messages:
-        wanted = POLL_RECORDS_MAX if args.max_messages is None else min(POLL_RECORDS_MAX, args.max_messages - printed)
+        wanted = (
+            POLL_RECORDS_MAX
+            if args.max_messages is None
+            else min(POLL_RECORDS_MAX, args.max_messages - printed)
+        )
         records = consumer.poll(POLL_MS, wanted)
         if records:
             last_record = time.monotonic()

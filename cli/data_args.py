@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cli import local, output, quorum
-from cli.errors import CliError
+from raftka.cli import local, output, quorum
+from raftka.cli.errors import CliError
 
 
 def add_broker_options(parser: argparse.ArgumentParser) -> None:

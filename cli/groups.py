@@ -14,26 +14,32 @@ import asyncio
 import datetime
 from typing import Any
 
-from cli import output
-from cli.data_args import add_broker_options, broker_addresses
-from cli.errors import CliError
-from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST
-from client.group_admin import GroupAdmin
-from client.types import GroupDescription, TopicPartition
+from raftka.cli import output
+from raftka.cli.data_args import add_broker_options, broker_addresses
+from raftka.cli.errors import CliError
+from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.types import GroupDescription, TopicPartition
 
 STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    groups = commands.add_parser("groups", help="list, describe, delete consumer groups and reset their offsets")
+    groups = commands.add_parser(
+        "groups", help="list, describe, delete consumer groups and reset their offsets"
+    )
     actions = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     listing = actions.add_parser("list", help="every consumer group, with its state")
-    listing.add_argument("--state", action="append", choices=STATES, default=[], help="only groups in this state; repeatable")
+    listing.add_argument(
+        "--state", action="append", choices=STATES, default=[], help="only groups in this state; repeatable"
+    )
     add_broker_options(listing)
     listing.set_defaults(func=run_list)
 
-    describe = actions.add_parser("describe", help="a group's partitions: committed offset, log end, lag, member")
+    describe = actions.add_parser(
+        "describe", help="a group's partitions: committed offset, log end, lag, member"
+    )
     describe.add_argument("group", metavar="GROUP")
     describe.add_argument("--members", action="store_true", help="the members and their assignments instead")
     add_broker_options(describe)
@@ -44,17 +50,31 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_broker_options(delete)
     delete.set_defaults(func=run_delete)
 
-    reset = actions.add_parser("reset-offsets", help="plan, and with --execute commit, new offsets for a group")
+    reset = actions.add_parser(
+        "reset-offsets", help="plan, and with --execute commit, new offsets for a group"
+    )
     reset.add_argument("--group", required=True, metavar="G")
     scope = reset.add_mutually_exclusive_group(required=True)
-    scope.add_argument("--topic", action="append", default=[], metavar="T[:P,P...]", help="a topic, or some of its partitions; repeatable")
+    scope.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="T[:P,P...]",
+        help="a topic, or some of its partitions; repeatable",
+    )
     scope.add_argument("--all-topics", action="store_true", help="every topic the group has committed")
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
     target.add_argument("--to-offset", type=int, metavar="N")
-    target.add_argument("--shift-by", type=int, metavar="N", help="from the committed offset (negative: back)")
-    target.add_argument("--to-datetime", metavar="ISO", help="the first offset at or after this time (e.g. 2026-11-24T21:00:00Z)")
+    target.add_argument(
+        "--shift-by", type=int, metavar="N", help="from the committed offset (negative: back)"
+    )
+    target.add_argument(
+        "--to-datetime",
+        metavar="ISO",
+        help="the first offset at or after this time (e.g. 2026-11-24T21:00:00Z)",
+    )
     reset.add_argument("--execute", action="store_true", help="commit the plan (default: only print it)")
     add_broker_options(reset)
     reset.set_defaults(func=run_reset)
@@ -76,15 +96,33 @@ def run_describe(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(output.to_json(view))
         return 0
-    print(f"Group {view['group']}: state {view['state']}, protocol {view['protocol'] or '-'}, "
-          f"generation {view['generation']}, coordinator {view['coordinator']}")
+    print(
+        f"Group {view['group']}: state {view['state']}, protocol {view['protocol'] or '-'}, "
+        f"generation {view['generation']}, coordinator {view['coordinator']}"
+    )
     if args.members:
-        rows = [(m["member_id"], m["group_instance_id"], m["client_id"], m["host"], len(m["assignment"]),
-                 ",".join(m["assignment"]) or None) for m in view["members"]]
-        print(output.table(("MEMBER_ID", "INSTANCE_ID", "CLIENT_ID", "HOST", "PARTITIONS", "ASSIGNMENT"), rows))
+        rows = [
+            (
+                m["member_id"],
+                m["group_instance_id"],
+                m["client_id"],
+                m["host"],
+                len(m["assignment"]),
+                ",".join(m["assignment"]) or None,
+            )
+            for m in view["members"]
+        ]
+        print(
+            output.table(("MEMBER_ID", "INSTANCE_ID", "CLIENT_ID", "HOST", "PARTITIONS", "ASSIGNMENT"), rows)
+        )
     else:
-        rows = [(o["topic"], o["partition"], o["committed"], o["log_end"], o["lag"], o["member_id"]) for o in view["offsets"]]
-        print(output.table(("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER_ID"), rows))
+        rows = [
+            (o["topic"], o["partition"], o["committed"], o["log_end"], o["lag"], o["member_id"])
+            for o in view["offsets"]
+        ]
+        print(
+            output.table(("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER_ID"), rows)
+        )
     return 0
 
 
@@ -126,7 +164,12 @@ def run_delete(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(output.to_json(rows))
     else:
-        print(output.table(("GROUP", "RESULT"), [(r["group"], r["error"] and f"{r['error']}: {r['message']}" or "deleted") for r in rows]))
+        print(
+            output.table(
+                ("GROUP", "RESULT"),
+                [(r["group"], r["error"] and f"{r['error']}: {r['message']}" or "deleted") for r in rows],
+            )
+        )
     return 1 if any(r["error"] for r in rows) else 0
 
 
@@ -146,7 +189,9 @@ def run_reset(args: argparse.Namespace) -> int:
         new = await _targets(admin, partitions, committed, args)
         earliest = await admin.offsets_at(partitions, LIST_EARLIEST)
         latest = await admin.offsets_at(partitions, LIST_LATEST)
-        clamped = {tp: min(max(offset, earliest[tp]), latest[tp]) for tp, offset in new.items()}  # Kafka clamps too
+        clamped = {
+            tp: min(max(offset, earliest[tp]), latest[tp]) for tp, offset in new.items()
+        }  # Kafka clamps too
         if args.execute:
             for result in await admin.reset_offsets(args.group, clamped):
                 if result.error:
@@ -154,18 +199,28 @@ def run_reset(args: argparse.Namespace) -> int:
         return {tp: (committed.get(tp), offset) for tp, offset in sorted(clamped.items())}
 
     planned = _run(args, plan)
-    rows = [{"topic": tp.topic, "partition": tp.partition, "committed": old, "new_offset": new} for tp, (old, new) in planned.items()]
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, "committed": old, "new_offset": new}
+        for tp, (old, new) in planned.items()
+    ]
     if args.output == "json":
         print(output.to_json({"group": args.group, "executed": args.execute, "offsets": rows}))
     else:
-        print(output.table(("TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"), [tuple(r.values()) for r in rows]))
+        print(
+            output.table(
+                ("TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"), [tuple(r.values()) for r in rows]
+            )
+        )
         if not args.execute:
             print("Planned only: run again with --execute to commit these offsets.")
     return 0
 
 
 async def _targets(
-    admin: GroupAdmin, partitions: list[TopicPartition], committed: dict[TopicPartition, int], args: argparse.Namespace
+    admin: GroupAdmin,
+    partitions: list[TopicPartition],
+    committed: dict[TopicPartition, int],
+    args: argparse.Namespace,
 ) -> dict[TopicPartition, int]:
     if args.to_earliest:
         return await admin.offsets_at(partitions, LIST_EARLIEST)
@@ -200,7 +255,9 @@ def _parse_time(text: str) -> int:
     try:
         moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise CliError(f"--to-datetime: expected an ISO time such as 2026-11-24T21:00:00Z, got {text!r}") from None
+        raise CliError(
+            f"--to-datetime: expected an ISO time such as 2026-11-24T21:00:00Z, got {text!r}"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return int(moment.timestamp() * 1000)

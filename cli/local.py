@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli.errors import CliError
+from raftka.cli.errors import CliError
 
 DEFAULT_DIR = Path(".raftka") / "local"
 STATE_FILE = "cluster.json"
@@ -139,7 +139,7 @@ def is_alive(node: NodeRecord) -> bool:
 
 def server_command(config: str) -> list[str]:
     """The command line that runs one node: this Python, so the venv carries over."""
-    return [sys.executable, "-m", "cli.main", "server", "--config", config]
+    return [sys.executable, "-m", "raftka.cli.main", "server", "--config", config]
 
 
 def start_node(node: NodeRecord) -> subprocess.Popen[bytes]:

@@ -1,12 +1,12 @@
 """``raftka log dump PATH``: a metadata log or a partition log as it is on disk, like
 kafka-dump-log.sh. A folder holding ``partition.metadata`` (or a segment in one) is a
-partition log (``broker.log.dump``; ``--print-data`` adds every record); anything else
+partition log (``raftka.broker.log.dump``; ``--print-data`` adds every record); anything else
 is the metadata log.
 
 JSON output is one object per batch (snapshot, damaged region) per line: jq-friendly and
 streamed, so a large log never sits in memory. The table is one line per entry in
 kafka-dump-log's words, with raft's own control records decoded, since those are what
-an operator reads a metadata log for. Decoding lives in ``raft.storage.dump``.
+an operator reads a metadata log for. Decoding lives in ``raftka.raft.storage.dump``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from broker.log.dump import is_partition_path, iter_partition_dump
-from cli import output
-from cli.errors import CliError
-from raft.control import decode_control
-from raft.storage.dump import iter_dump
+from raftka.broker.log.dump import is_partition_path, iter_partition_dump
+from raftka.cli import output
+from raftka.cli.errors import CliError
+from raftka.raft.control import decode_control
+from raftka.raft.storage.dump import iter_dump
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,9 +29,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     actions = log.add_subparsers(dest="action", required=True, metavar="ACTION")
     dump = actions.add_parser("dump", help="print every batch of a data dir, log dir or segment file")
     dump.add_argument(
-        "path", type=Path, metavar="PATH", help="a node's data_dir, its log directory, a partition folder or one file"
+        "path",
+        type=Path,
+        metavar="PATH",
+        help="a node's data_dir, its log directory, a partition folder or one file",
     )
-    dump.add_argument("--print-data", action="store_true", help="partition logs: every record's key, value and headers")
+    dump.add_argument(
+        "--print-data", action="store_true", help="partition logs: every record's key, value and headers"
+    )
     output.add_output_option(dump)
     dump.set_defaults(func=run_dump)
 
@@ -103,7 +108,9 @@ def format_partition_entry(entry: dict[str, Any]) -> str:
     if isinstance(records, str):
         return f"{line}\n| {records}"
     for r in records or ():
-        line += f"\n| offset: {r['offset']} CreateTime: {r['timestamp']} key: {r['key']} payload: {r['value']}"
+        line += (
+            f"\n| offset: {r['offset']} CreateTime: {r['timestamp']} key: {r['key']} payload: {r['value']}"
+        )
         if r["headers"]:
             line += f" headers: {json.dumps(r['headers'])}"
     return line

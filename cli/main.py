@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from typing import NoReturn
 
-from cli import (
+from raft.logs import command_logging
+from raft.node_config import ConfigError
+from raftka.cli import (
     audit_cmd,
     brokers,
     chaos,
@@ -31,11 +33,9 @@ from cli import (
     storage_cmd,
     topics,
 )
-from cli.errors import CliError
-from client.errors import AdminError, KafkaError
-from raft.logs import command_logging
-from raft.node_config import ConfigError
-from raft.storage.base import StorageError
+from raftka.cli.errors import CliError
+from raftka.client.errors import AdminError, KafkaError
+from raftka.raft.storage.base import StorageError
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

@@ -5,7 +5,7 @@ copies of nodes' log files, read-only with a manifest, for an audit elsewhere.
 Each entry has ``offset``, ``epoch``, ``timestamp``, ``type`` (``TOPIC_RECORD``...) and
 ``data``. ``--output json`` prints one JSON object per line (jq-friendly, streamed, so a
 large log never sits in memory); the table is one readable line per record. Decoding
-lives in ``metadata.dump``: the same code the brokers and the audit replay with.
+lives in ``raftka.metadata.dump``: the same code the brokers and the audit replay with.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli import local, output
-from cli.errors import CliError
+from raftka.cli import local, output
+from raftka.cli.errors import CliError
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,7 +41,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from raft.storage.collect import collect
+    from raftka.raft.storage.collect import collect
 
     paths = args.paths or [Path(n.data_dir) for n in local.load(local.resolve_dir(args.dir)).nodes]
     for path in paths:
@@ -51,14 +51,17 @@ def run_collect(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(output.to_json(manifests))
     else:
-        rows = [(m["node_id"], len(m["files"]), sum(f["bytes"] for f in m["files"]), m["source"]) for m in manifests]
+        rows = [
+            (m["node_id"], len(m["files"]), sum(f["bytes"] for f in m["files"]), m["source"])
+            for m in manifests
+        ]
         print(output.table(("NODE", "FILES", "BYTES", "FROM"), rows))
         print(f"Copied to {args.out} (read-only; node-<id>/MANIFEST.json has SHA-256 checksums)")
     return 0
 
 
 def run_dump(args: argparse.Namespace) -> int:
-    from metadata.dump import iter_metadata_dump  # on demand: other commands never load the decoders
+    from raftka.metadata.dump import iter_metadata_dump  # on demand: other commands never load the decoders
 
     if not args.path.exists():
         raise CliError(f"{args.path}: no such file or directory")

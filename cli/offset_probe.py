@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli.errors import CliError
-from client.admin import Admin, RetryPolicy
-from client.types import NewTopic
+from raftka.cli.errors import CliError
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.types import NewTopic
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 TOPIC = "raftka-chaos"
 GROUP = "raftka-chaos"

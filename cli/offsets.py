@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from cli import output
-from cli.admin_args import add_connection_options, open_admin, single
-from cli.data_args import add_broker_options, broker_addresses
-from cli.errors import CliError
-from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
-from client.errors import KafkaError
-from client.types import OffsetCommit, TopicPartition
+from raftka.cli import output
+from raftka.cli.admin_args import add_connection_options, open_admin, single
+from raftka.cli.data_args import add_broker_options, broker_addresses
+from raftka.cli.errors import CliError
+from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
+from raftka.client.errors import KafkaError
+from raftka.client.types import OffsetCommit, TopicPartition
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,7 +39,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     listing = actions.add_parser("list", help="each partition's earliest, latest or by-time offset")
     listing.add_argument("topic", metavar="TOPIC")
     listing.add_argument(
-        "--time", default="latest", metavar="earliest|latest|MS", help="latest (default: the high watermark), earliest, or ms since the epoch"
+        "--time",
+        default="latest",
+        metavar="earliest|latest|MS",
+        help="latest (default: the high watermark), earliest, or ms since the epoch",
     )
     add_broker_options(listing)
     listing.set_defaults(func=run_list)
@@ -105,18 +108,29 @@ def run_list(args: argparse.Namespace) -> int:
         offsets = asyncio.run(list_offsets(broker_addresses(args), args.topic, timestamp))
     except KafkaError as e:
         raise CliError(str(e)) from None
-    rows = [{"topic": tp.topic, "partition": tp.partition, "offset": o, "timestamp": t} for tp, (o, t) in sorted(offsets.items())]
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, "offset": o, "timestamp": t}
+        for tp, (o, t) in sorted(offsets.items())
+    ]
     if args.output == "json":
         print(output.to_json(rows))
     else:
-        print(output.table(("TOPIC", "PARTITION", "OFFSET"), [(r["topic"], r["partition"], r["offset"]) for r in rows]))
+        print(
+            output.table(
+                ("TOPIC", "PARTITION", "OFFSET"), [(r["topic"], r["partition"], r["offset"]) for r in rows]
+            )
+        )
     return 0
 
 
-async def list_offsets(addresses: list[str], topic: str, timestamp: int) -> dict[TopicPartition, tuple[int, int]]:
+async def list_offsets(
+    addresses: list[str], topic: str, timestamp: int
+) -> dict[TopicPartition, tuple[int, int]]:
     metadata = ClusterMetadata(addresses)
     try:
         info = await metadata.topic(topic)
-        return await metadata.list_offsets([TopicPartition(topic, p) for p in sorted(info.partitions)], timestamp)
+        return await metadata.list_offsets(
+            [TopicPartition(topic, p) for p in sorted(info.partitions)], timestamp
+        )
     finally:
         await metadata.close()

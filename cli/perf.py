@@ -21,7 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli import (
+from raft.logs import configure_logging
+from raft.node_config import JournalConfig, LoggingConfig, NodeConfig, Voter, render_toml
+from raft.server import Controller, start_controller
+from raftka.cli import (
     local,
     output,
     perf_audit,
@@ -32,13 +35,10 @@ from cli import (
     perf_rpc,
     stability,
 )
-from cli.cluster import LOOPBACK, free_ports
-from cli.errors import CliError
-from raft.config import RaftConfig
-from raft.logs import configure_logging
-from raft.node_config import JournalConfig, LoggingConfig, NodeConfig, Voter, render_toml
-from raft.server import Controller, start_controller
-from raft.storage import meta
+from raftka.cli.cluster import LOOPBACK, free_ports
+from raftka.cli.errors import CliError
+from raftka.raft.config import RaftConfig
+from raftka.raft.storage import meta
 
 LEADER_ID = 1
 FOLLOWER_ELECTION_TIMEOUT_MS = 1000  # followers wait; the in-process node wins the election

@@ -2,7 +2,7 @@
 
 It writes a synthetic history of N records with the project's own writer (the
 controller's request handlers, ``FileStorage``, the state machine's snapshots and an
-archive: ``audit.synthetic``), then times the audit over it with the chosen master.
+archive: ``raftka.audit.synthetic``), then times the audit over it with the chosen master.
 Where the time goes: the job's steps on Spark (decode = the data source reading every
 file into Arrow; walk and merge; the ordered replay; the tables; the report), and, on a
 sample of files in this process, the per-row cost of decoding and of building Arrow
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli import output
-from cli.errors import CliError
+from raftka.cli import output
+from raftka.cli.errors import CliError
 
 RECORDS_MAX = 100_000_000
 SAMPLE_ROWS = 200_000
@@ -42,9 +42,9 @@ def run_perf_audit(args: argparse.Namespace) -> int:
     if not 1 <= args.records <= RECORDS_MAX:
         raise CliError(f"--records: expected 1 to {RECORDS_MAX}, got {args.records}")
     try:
-        from audit.job import run
-        from audit.spark import JavaMissing, owned_session
-        from audit.synthetic import write_history
+        from raftka.audit.job import run
+        from raftka.audit.spark import JavaMissing, owned_session
+        from raftka.audit.synthetic import write_history
     except ImportError as exc:
         raise CliError(f"the audit extra is missing: pip install 'raftka[audit]' ({exc})") from None
     root = args.dir or Path(tempfile.mkdtemp(prefix="raftka-perf-audit-"))
@@ -84,9 +84,9 @@ def run_perf_audit(args: argparse.Namespace) -> int:
 
 def python_costs(data_dir: Path) -> dict[str, float]:
     """Per-row microseconds of the data source's two Python steps, on the first files."""
-    from audit.decode import decode_file
-    from audit.files import discover
-    from audit.schema import ROW_SCHEMA, to_batch
+    from raftka.audit.decode import decode_file
+    from raftka.audit.files import discover
+    from raftka.audit.schema import ROW_SCHEMA, to_batch
 
     rows: list[Any] = []
     started = time.perf_counter()

@@ -19,15 +19,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cli import data_args, local, output, proc_cpu, quorum
-from cli.data_args import add_broker_options, broker_addresses, not_negative, positive
-from cli.errors import CliError
-from cli.latency import LATENCY_SAMPLES_MAX, latency_summary
-from client.admin import Admin, RetryPolicy
-from client.consumer import AsyncConsumer
-from client.errors import AdminError
-from client.producer import AsyncProducer, RecordFuture
-from client.types import NewTopic
+from raftka.cli import data_args, local, output, proc_cpu, quorum
+from raftka.cli.data_args import add_broker_options, broker_addresses, not_negative, positive
+from raftka.cli.errors import CliError
+from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.errors import AdminError
+from raftka.client.producer import AsyncProducer, RecordFuture
+from raftka.client.types import NewTopic
 
 DEFAULT_TOPIC = "raftka-perf"
 ACKS = {"all": -1, "1": 1, "0": 0}
@@ -47,7 +47,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _topic_options(produce)
     produce.set_defaults(func=run_produce)
 
-    consume = kinds.add_parser("consume", help="consumer throughput from the beginning (kafka-consumer-perf-test)")
+    consume = kinds.add_parser(
+        "consume", help="consumer throughput from the beginning (kafka-consumer-perf-test)"
+    )
     consume.add_argument("--records", type=positive, required=True, help="how many records to read")
     consume.add_argument("--timeout-s", type=float, default=60.0, help="give up if the topic has fewer")
     _topic_options(consume)
@@ -189,7 +191,9 @@ def run_consume(args: argparse.Namespace) -> int:
 
 
 async def measure_consume(args: argparse.Namespace) -> dict[str, Any]:
-    consumer = AsyncConsumer(broker_addresses(args), auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20)
+    consumer = AsyncConsumer(
+        broker_addresses(args), auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20
+    )
     records = 0
     size = 0
     try:
@@ -230,7 +234,9 @@ def run_e2e(args: argparse.Namespace) -> int:
 
 async def measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
     addresses = broker_addresses(args)
-    producer = AsyncProducer(addresses, acks=ACKS[args.acks], linger_ms=0, enable_idempotence=data_args.idempotence(args))
+    producer = AsyncProducer(
+        addresses, acks=ACKS[args.acks], linger_ms=0, enable_idempotence=data_args.idempotence(args)
+    )
     consumer = AsyncConsumer(addresses, auto_offset_reset="latest", fetch_max_wait_ms=100)
     padding = os.urandom(args.record_size - _STAMP.size)
     total = int(args.rate * args.duration)

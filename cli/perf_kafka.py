@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from cli import local, output, quorum
-from cli.data_args import positive
-from cli.errors import CliError
-from cli.latency import LATENCY_SAMPLES_MAX, latency_summary
-from cli.perf_data import CpuMeter, print_result
-from metadata.validation import ValidationError, validate_topic_name
+from raftka.cli import local, output, quorum
+from raftka.cli.data_args import positive
+from raftka.cli.errors import CliError
+from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
+from raftka.cli.perf_data import CpuMeter, print_result
+from raftka.metadata.validation import ValidationError, validate_topic_name
 
 DEFAULT_TOPIC = "raftka-perf-kafka"
 ACKS = ("all", "1", "0")

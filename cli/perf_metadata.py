@@ -4,7 +4,7 @@ The load has the shape of the etcd anchor's ``throughput`` mode, so the two can 
 side by side on one machine: one grpc.aio channel, N requests kept in flight, each an
 ``OffsetCommit`` of one partition with a 100-byte metadata string (one record, one raft
 batch), a warm-up before measuring, latency per request, nearest-rank percentiles. The
-hot loop uses the raw gRPC stub, not ``client.admin``: retries and backoff there would
+hot loop uses the raw gRPC stub, not ``raftka.client.admin``: retries and backoff there would
 be measured instead of the server. A failed request is counted, not timed.
 """
 
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli import local, output, perf, proc_cpu, quorum  # perf registers this module: import it whole
-from cli.errors import CliError
-from cli.latency import percentile
+from raftka.cli import local, output, perf, proc_cpu, quorum  # perf registers this module: import it whole
+from raftka.cli.errors import CliError
+from raftka.cli.latency import percentile
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
 TOPIC = "raftka-perf-metadata"
@@ -230,4 +230,3 @@ async def closed_loop(
         "errors": sum(errors.values()),
         "error_codes": errors,
     }
-

@@ -21,12 +21,12 @@ import statistics
 import time
 from typing import Any
 
-from cli import output
-from cli.data_args import add_broker_options, broker_addresses, positive
-from cli.errors import CliError
-from cli.perf_data import ensure_topic
-from client.consumer import AsyncConsumer, RebalanceListener
-from client.types import TopicPartition
+from raftka.cli import output
+from raftka.cli.data_args import add_broker_options, broker_addresses, positive
+from raftka.cli.errors import CliError
+from raftka.cli.perf_data import ensure_topic
+from raftka.client.consumer import AsyncConsumer, RebalanceListener
+from raftka.client.types import TopicPartition
 
 POLL_MS = 20
 SETTLE_TIMEOUT_S = 120.0
@@ -35,15 +35,24 @@ SETTLE_TIMEOUT_S = 120.0
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     perf = kinds.add_parser("rebalance", help="time a consumer group's rebalance after a member leaves")
     perf.add_argument("--members", type=positive, default=10, help="consumers in the group (default 10)")
-    perf.add_argument("--rounds", type=positive, default=5, help="members that leave, one per round (default 5)")
-    perf.add_argument("--heartbeat-interval-ms", type=positive, default=1_000, help="the consumers' (default 1000, the consumer's default)")
+    perf.add_argument(
+        "--rounds", type=positive, default=5, help="members that leave, one per round (default 5)"
+    )
+    perf.add_argument(
+        "--heartbeat-interval-ms",
+        type=positive,
+        default=1_000,
+        help="the consumers' (default 1000, the consumer's default)",
+    )
     perf.add_argument("--assignor", default="range", choices=("range", "cooperative-sticky"))
     perf.add_argument("--seed", type=int, default=0, help="the random moments members leave at")
     perf.add_argument("--topic", default="raftka-perf-rebalance")
     perf.add_argument("--partitions", type=positive, default=60, help="if the topic is created (default 60)")
     perf.add_argument("--replication-factor", type=positive, default=3, help="if the topic is created")
     perf.add_argument("--min-insync-replicas", type=positive, default=2, help="if the topic is created")
-    perf.add_argument("--bootstrap-controller", metavar="HOST:PORT,...", help="controllers, to create the topic")
+    perf.add_argument(
+        "--bootstrap-controller", metavar="HOST:PORT,...", help="controllers, to create the topic"
+    )
     add_broker_options(perf)
     perf.set_defaults(func=run_perf_rebalance)
 

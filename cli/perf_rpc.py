@@ -16,10 +16,10 @@ import sys
 from typing import Any
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli import perf, perf_metadata
-from cli.errors import CliError
+from raftka.cli import perf, perf_metadata
+from raftka.cli.errors import CliError
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 SERVER_START_TIMEOUT_S = 10.0
 
@@ -35,7 +35,10 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run_rpc(args: argparse.Namespace) -> int:
     levels = perf.load_levels(args)
     server = subprocess.Popen(
-        [sys.executable, "-m", "cli.perf_rpc"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "raftka.cli.perf_rpc"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         address = _read_address(server)
@@ -56,7 +59,9 @@ def _read_address(server: subprocess.Popen[str]) -> str:
     return line
 
 
-async def _measure(address: str, levels: list[int], duration_s: float, warmup_s: float) -> list[dict[str, Any]]:
+async def _measure(
+    address: str, levels: list[int], duration_s: float, warmup_s: float
+) -> list[dict[str, Any]]:
     async with grpc.aio.insecure_channel(address) as channel:
         await asyncio.wait_for(channel.channel_ready(), SERVER_START_TIMEOUT_S)
         stub = controller_pb2_grpc.ControllerStub(channel)

@@ -15,9 +15,9 @@ import threading
 from concurrent.futures import Future
 from typing import Any, TextIO
 
-from cli import output
-from cli.admin_args import parse_key_values
-from cli.data_args import (
+from raftka.cli import output
+from raftka.cli.admin_args import parse_key_values
+from raftka.cli.data_args import (
     add_broker_options,
     add_idempotence_option,
     broker_addresses,
@@ -25,9 +25,9 @@ from cli.data_args import (
     not_negative,
     positive,
 )
-from cli.errors import CliError
-from client.producer import Producer
-from client.types import RecordMetadata
+from raftka.cli.errors import CliError
+from raftka.client.producer import Producer
+from raftka.client.types import RecordMetadata
 
 ACKS = {"all": -1, "1": 1, "0": 0}
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -39,9 +39,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     produce.add_argument("topic", metavar="TOPIC")
     produce.add_argument("--key-separator", metavar="SEP", help="split each line into KEY SEP VALUE")
     produce.add_argument("--acks", choices=sorted(ACKS), default="all", help="all (default), 1 or 0")
-    produce.add_argument("--partition", type=not_negative, metavar="N", help="send every record to partition N")
     produce.add_argument(
-        "--header", action="append", default=[], metavar="KEY=VALUE", help="a header on every record; repeatable"
+        "--partition", type=not_negative, metavar="N", help="send every record to partition N"
+    )
+    produce.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a header on every record; repeatable",
     )
     produce.add_argument("--compression", choices=COMPRESSIONS, default="none")
     produce.add_argument("--linger-ms", type=not_negative, default=5, help="wait this long to fill a batch")
@@ -108,12 +114,18 @@ def run_produce(args: argparse.Namespace) -> int:
         print(output.to_json(summary))
     if tally.acknowledged != tally.sent:
         line, why = tally.first_failure or (0, "not acknowledged")
-        raise CliError(f"{summary['failed']} of {tally.sent} records not acknowledged; the first, line {line}: {why}")
+        raise CliError(
+            f"{summary['failed']} of {tally.sent} records not acknowledged; the first, line {line}: {why}"
+        )
     return 0
 
 
 def send_lines(
-    producer: Producer, args: argparse.Namespace, headers: list[tuple[str, bytes]], lines: TextIO, tally: Tally
+    producer: Producer,
+    args: argparse.Namespace,
+    headers: list[tuple[str, bytes]],
+    lines: TextIO,
+    tally: Tally,
 ) -> None:
     for number, line in enumerate(lines, start=1):
         text = line[:-1] if line.endswith("\n") else line

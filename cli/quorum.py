@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli import local, output
-from cli.errors import CliError
-from cli.quorum_client import DescribeQuorumResponse, QuorumClient
 from raft.node_config import ConfigError, parse_host_port
+from raftka.cli import local, output
+from raftka.cli.errors import CliError
+from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from types import TracebackType
 
 import grpc
-from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from cli.errors import CliError
+from raftka.cli.errors import CliError
+from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 DescribeQuorumResponse = raft_pb2.DescribeQuorumResponse
 

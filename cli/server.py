@@ -1,8 +1,8 @@
 """``raftka server --config FILE``: run one node in the foreground until SIGTERM/SIGINT.
 
 ``process_roles`` picks what runs: a controller (a voter running the QuorumController,
-``metadata.server``) or a broker (a Raft observer of the metadata log,
-``broker.server``). The config and the storage are checked before anything starts, so
+``raftka.metadata.server``) or a broker (a Raft observer of the metadata log,
+``raftka.broker.server``). The config and the storage are checked before anything starts, so
 a misconfigured node fails at once with one line instead of joining the quorum
 half-working.
 """
@@ -14,10 +14,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from cli.errors import CliError
 from raft.node_config import BROKER, NodeConfig, load_config
-from raft.server import ServerError
-from raft.storage import meta
+from raftka.cli.errors import CliError
+from raftka.node.assembly import ServerError
+from raftka.raft.storage import meta
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
 def _entry_point(config: NodeConfig) -> Callable[[NodeConfig], Awaitable[None]]:
     """Imported on demand: a controller never loads the broker's code, nor the reverse."""
     if BROKER in config.process_roles:
-        from broker.server import run_broker
+        from raftka.broker.server import run_broker
 
         return run_broker
-    from metadata.server import run_controller
+    from raftka.metadata.server import run_controller
 
     return run_controller

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from cli import local, output
-from cli.errors import CliError
+from raftka.cli import local, output
+from raftka.cli.errors import CliError
+from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 POLL_INTERVAL_S = 0.1
 CALL_TIMEOUT_S = 1.0

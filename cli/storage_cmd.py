@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cli import output
-from cli.errors import CliError
 from raft.node_config import load_config
-from raft.storage import meta
+from raftka.cli import output
+from raftka.cli.errors import CliError
+from raftka.raft.storage import meta
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

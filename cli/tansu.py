@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from cli.cluster import LOOPBACK, free_ports
-from cli.errors import CliError
+from raftka.cli.cluster import LOOPBACK, free_ports
+from raftka.cli.errors import CliError
 
 BINARY_ENV = "RAFTKA_TANSU_BIN"
 START_TIMEOUT_S = 10.0

@@ -14,13 +14,13 @@ import argparse
 import asyncio
 from typing import Any
 
-from cli import output
-from cli.admin_args import add_connection_options, open_admin, parse_key_values, single
-from cli.data_args import broker_addresses
-from cli.errors import CliError
-from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
-from client.errors import KafkaError
-from client.types import NewTopic, PartitionInfo, TopicDescription, TopicPartition
+from raftka.cli import output
+from raftka.cli.admin_args import add_connection_options, open_admin, parse_key_values, single
+from raftka.cli.data_args import broker_addresses
+from raftka.cli.errors import CliError
+from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
+from raftka.client.errors import KafkaError
+from raftka.client.types import NewTopic, PartitionInfo, TopicDescription, TopicPartition
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,10 +66,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     alter.set_defaults(func=run_alter)
 
     elect = actions.add_parser(
-        "elect-leaders", help="give partitions back to their preferred replica (kafka-leader-election, preferred)"
+        "elect-leaders",
+        help="give partitions back to their preferred replica (kafka-leader-election, preferred)",
     )
-    elect.add_argument("name", metavar="NAME", nargs="?", help="one topic (default: every partition of the cluster)")
-    elect.add_argument("--partition", type=int, action="append", default=[], help="with NAME: only this one; repeatable")
+    elect.add_argument(
+        "name", metavar="NAME", nargs="?", help="one topic (default: every partition of the cluster)"
+    )
+    elect.add_argument(
+        "--partition", type=int, action="append", default=[], help="with NAME: only this one; repeatable"
+    )
     add_connection_options(elect)
     elect.set_defaults(func=run_elect_leaders)
 
@@ -157,7 +162,9 @@ def describe_view(topics: list[TopicDescription], offsets: Offsets | None = None
         {
             "name": t.name,
             "topic_id": t.topic_id,
-            "partitions": [_partition_view(p, offsets.get(TopicPartition(t.name, p.partition))) for p in t.partitions],
+            "partitions": [
+                _partition_view(p, offsets.get(TopicPartition(t.name, p.partition))) for p in t.partitions
+            ],
         }
         for t in sorted(topics, key=lambda t: t.name)
     ]
@@ -202,7 +209,16 @@ def format_describe(view: list[dict[str, Any]]) -> str:
             head
             + "\n"
             + output.table(
-                ("PARTITION", "LEADER", "LEADER_EPOCH", "REPLICAS", "ISR", "LOG_START", "HIGH_WATERMARK", "STATUS"),
+                (
+                    "PARTITION",
+                    "LEADER",
+                    "LEADER_EPOCH",
+                    "REPLICAS",
+                    "ISR",
+                    "LOG_START",
+                    "HIGH_WATERMARK",
+                    "STATUS",
+                ),
                 rows,
             )
         )
@@ -244,11 +260,17 @@ def run_elect_leaders(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(output.to_json(rows))
     else:
-        outcome = {None: "elected its preferred leader", "ELECTION_NOT_NEEDED": "already led by its preferred leader"}
+        outcome = {
+            None: "elected its preferred leader",
+            "ELECTION_NOT_NEEDED": "already led by its preferred leader",
+        }
         print(
             output.table(
                 ("TOPIC", "PARTITION", "RESULT"),
-                [(r["topic"], r["partition"], outcome.get(r["error"], f"{r['error']}: {r['message']}")) for r in rows],
+                [
+                    (r["topic"], r["partition"], outcome.get(r["error"], f"{r['error']}: {r['message']}"))
+                    for r in rows
+                ],
             )
         )
     return 1 if failed else 0

@@ -31,12 +31,11 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
-from client.errors import AdminError
-from client.types import (
+from raftka.client.errors import AdminError
+from raftka.client.types import (
     BrokerInfo,
     ClusterDescription,
     ConfigEntry,
@@ -52,6 +51,7 @@ from client.types import (
     TopicResult,
     topic_id_str,
 )
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
 T = TypeVar("T")
@@ -143,11 +143,13 @@ class AsyncAdmin:
                 replication_factor=topic.replication_factor,
                 configs=dict(topic.configs),
             )
-        response = await self._call("CreateTopics", request)
+        response = await self._call(lambda stub: stub.CreateTopics, request)
         return [_topic_result(r) for r in response.topics]
 
     async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
-        response = await self._call("DeleteTopics", controller_pb2.DeleteTopicsRequest(names=list(names)))
+        response = await self._call(
+            lambda stub: stub.DeleteTopics, controller_pb2.DeleteTopicsRequest(names=list(names))
+        )
         return [_topic_result(r) for r in response.topics]
 
     async def create_partitions(
@@ -157,11 +159,11 @@ class AsyncAdmin:
         request = controller_pb2.CreatePartitionsRequest(validate_only=validate_only)
         for name, count in new_totals.items():
             request.topics.add(name=name, count=count)
-        response = await self._call("CreatePartitions", request)
+        response = await self._call(lambda stub: stub.CreatePartitions, request)
         return [_topic_result(r) for r in response.topics]
 
     async def list_topics(self) -> list[TopicListing]:
-        response = await self._call("ListTopics", controller_pb2.ListTopicsRequest())
+        response = await self._call(lambda stub: stub.ListTopics, controller_pb2.ListTopicsRequest())
         return [TopicListing(t.name, topic_id_str(t.topic_id), t.partitions) for t in response.topics]
 
     async def describe_topics(self, names: Sequence[str] = ()) -> list[TopicDescription]:
@@ -173,7 +175,9 @@ class AsyncAdmin:
         ]
 
     async def _describe_topics(self, names: list[str]) -> list[TopicDescription]:
-        response = await self._call("DescribeTopics", controller_pb2.DescribeTopicsRequest(names=names))
+        response = await self._call(
+            lambda stub: stub.DescribeTopics, controller_pb2.DescribeTopicsRequest(names=names)
+        )
         return [
             TopicDescription(
                 name=t.name,
@@ -205,7 +209,9 @@ class AsyncAdmin:
         ]
 
     async def _describe_configs(self, topics: list[str]) -> list[TopicConfigs]:
-        response = await self._call("DescribeConfigs", controller_pb2.DescribeConfigsRequest(topics=topics))
+        response = await self._call(
+            lambda stub: stub.DescribeConfigs, controller_pb2.DescribeConfigsRequest(topics=topics)
+        )
         return [
             TopicConfigs(
                 topic=t.topic,
@@ -229,13 +235,15 @@ class AsyncAdmin:
                     entry.ops.add(name=name, op=controller_pb2.ALTER_CONFIG_DELETE)
                 else:
                     entry.ops.add(name=name, value=value, op=controller_pb2.ALTER_CONFIG_SET)
-        response = await self._call("AlterConfigs", request)
+        response = await self._call(lambda stub: stub.AlterConfigs, request)
         return [_topic_result(r) for r in response.topics]
 
     # cluster --------------------------------------------------------------------------
 
     async def describe_cluster(self) -> ClusterDescription:
-        response = await self._call("DescribeCluster", controller_pb2.DescribeClusterRequest())
+        response = await self._call(
+            lambda stub: stub.DescribeCluster, controller_pb2.DescribeClusterRequest()
+        )
         return ClusterDescription(
             cluster_id=response.cluster_id,
             controller_id=response.controller_id,
@@ -260,7 +268,7 @@ class AsyncAdmin:
         request = controller_pb2.ElectLeadersRequest()
         for topic, ids in (partitions or {}).items():
             request.topics.add(topic=topic, partitions=list(ids))
-        response = await self._call("ElectLeaders", request)
+        response = await self._call(lambda stub: stub.ElectLeaders, request)
         return [
             PartitionResult(r.topic, r.partition, _error_name(r.error), r.message)
             for r in response.partitions
@@ -276,7 +284,7 @@ class AsyncAdmin:
             if topic is None:
                 topic = by_topic[commit.topic] = request.topics.add(topic=commit.topic)
             topic.partitions.add(partition=commit.partition, offset=commit.offset, metadata=commit.metadata)
-        response = await self._call("OffsetCommit", request)
+        response = await self._call(lambda stub: stub.OffsetCommit, request)
         return [
             PartitionResult(r.topic, r.partition, _error_name(r.error), r.message)
             for r in response.partitions
@@ -288,7 +296,7 @@ class AsyncAdmin:
         """``partitions`` topic -> ids (empty: every partition); None: all the group committed."""
         fetched = []
         for request in _offset_fetch_requests(group, partitions or {}):
-            response = await self._call("OffsetFetch", request)
+            response = await self._call(lambda stub: stub.OffsetFetch, request)
             fetched += [
                 FetchedOffset(o.topic, o.partition, o.offset, o.metadata, _error_name(o.error), o.message)
                 for o in response.offsets

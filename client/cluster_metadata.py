@@ -15,11 +15,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from raftka.client.errors import KafkaError
+from raftka.client.types import TopicPartition
 from raftka.v1 import broker_pb2, controller_pb2
-
-from client.errors import KafkaError
-from client.types import TopicPartition
-from wire.client import BrokerClient, BrokerClients, WireError
+from raftka.wire.client import BrokerClient, BrokerClients, WireError
 
 E = controller_pb2.ErrorCode
 LIST_EARLIEST = -2
@@ -43,7 +42,9 @@ class TopicInfo:
 
 
 def parse_bootstrap(servers: str | Sequence[str]) -> list[str]:
-    addresses = [a.strip() for a in (servers.split(",") if isinstance(servers, str) else servers) if a.strip()]
+    addresses = [
+        a.strip() for a in (servers.split(",") if isinstance(servers, str) else servers) if a.strip()
+    ]
     if not addresses:
         raise ValueError("bootstrap_servers: expected HOST:PORT,...")
     return addresses
@@ -51,7 +52,10 @@ def parse_bootstrap(servers: str | Sequence[str]) -> list[str]:
 
 class ClusterMetadata:
     def __init__(
-        self, bootstrap_servers: str | Sequence[str], request_timeout_s: float = 10.0, refresh_backoff_s: float = 0.1
+        self,
+        bootstrap_servers: str | Sequence[str],
+        request_timeout_s: float = 10.0,
+        refresh_backoff_s: float = 0.1,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self.request_timeout_s = request_timeout_s
@@ -145,13 +149,17 @@ class ClusterMetadata:
             for p in t.partitions:
                 answer = PartitionLeader(p.leader if not p.offline else -1, p.leader_epoch)
                 before = known.partitions.get(p.partition) if same_topic else None
-                partitions[p.partition] = before if before is not None and before.leader_epoch > answer.leader_epoch else answer
+                partitions[p.partition] = (
+                    before if before is not None and before.leader_epoch > answer.leader_epoch else answer
+                )
             topics[t.name] = TopicInfo(t.name, t.topic_id, partitions)
         self.topics = topics
 
     # offsets ----------------------------------------------------------------------------
 
-    async def list_offsets(self, tps: Sequence[TopicPartition], timestamp: int) -> dict[TopicPartition, tuple[int, int]]:
+    async def list_offsets(
+        self, tps: Sequence[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, tuple[int, int]]:
         """(offset, timestamp) per partition from its leader: -2 earliest, -1 latest (the
         high watermark), else the first record at or after ``timestamp`` ms (offset -1:
         none). Leaders that moved are found again; KafkaError after a few attempts."""
@@ -176,7 +184,9 @@ class ClusterMetadata:
                     continue
                 request = broker_pb2.ListOffsetsRequest()
                 for tp in group:
-                    request.topics.add(name=tp.topic).partitions.add(partition=tp.partition, timestamp=timestamp)
+                    request.topics.add(name=tp.topic).partitions.add(
+                        partition=tp.partition, timestamp=timestamp
+                    )
                 try:
                     response = await broker.ListOffsets(request, timeout=self.request_timeout_s)
                 except WireError as e:

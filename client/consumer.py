@@ -14,7 +14,7 @@ raises ``CORRUPT_MESSAGE`` until the application seeks past them. A leader that 
 metadata again. A seek drops what was prefetched for that partition.
 
 Partitions come from ``assign`` (chosen by the application) or from ``subscribe`` (a
-consumer group shares the topics' partitions among its members; ``client.group`` runs
+consumer group shares the topics' partitions among its members; ``raftka.client.group`` runs
 the membership). In a group, ``poll`` joins again when a rebalance is due and calls the
 rebalance listener: ``on_partitions_revoked`` before partitions go (after committing
 their positions with ``enable_auto_commit``), ``on_partitions_assigned`` when new ones
@@ -43,19 +43,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from raftka.v1 import broker_pb2, controller_pb2
 
-from client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, RETRIABLE, ClusterMetadata
-from client.errors import CommitFailedError, ConsumerError, KafkaError, OffsetOutOfRangeError
-from client.group import GroupMember
-from client.loop_thread import LoopThread
-from client.types import ConsumerRecord, TopicPartition
-from records.batch import iter_batches
-from records.codec import RecordError, data_batches
-from wire.client import BrokerClient, WireError
+from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, RETRIABLE, ClusterMetadata
+from raftka.client.errors import CommitFailedError, ConsumerError, KafkaError, OffsetOutOfRangeError
+from raftka.client.group import GroupMember
+from raftka.client.loop_thread import LoopThread
+from raftka.client.types import ConsumerRecord, TopicPartition
+from raftka.records.batch import iter_batches
+from raftka.records.codec import RecordError, data_batches
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("client.consumer")
+log = structlog.get_logger("raftka.client.consumer")
 RESETS = ("earliest", "latest", "none")
 ERROR_BACKOFF_S = 0.1
 
@@ -172,11 +172,17 @@ class AsyncConsumer:
         for topic in self._subscription:
             with contextlib.suppress(KafkaError):  # a topic that does not exist yet gets no partitions
                 await self.metadata.topic(topic)
-        counts = {t: len(self.metadata.topics[t].partitions) for t in self._subscription if t in self.metadata.topics}
+        counts = {
+            t: len(self.metadata.topics[t].partitions)
+            for t in self._subscription
+            if t in self.metadata.topics
+        }
         if self._partition_counts is not None and counts != self._partition_counts:
             self._group.rejoin_needed = True
         self._partition_counts = counts
-        await self._group.ensure_active(self._subscription, self._revoked, self._assigned_more, self._lost, timeout_s)
+        await self._group.ensure_active(
+            self._subscription, self._revoked, self._assigned_more, self._lost, timeout_s
+        )
 
     async def _revoked(self, partitions: frozenset[TopicPartition]) -> None:
         if self._auto_commit and partitions:
@@ -244,7 +250,10 @@ class AsyncConsumer:
         return self._position[tp]
 
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: offset for tp, (offset, _) in (await self.metadata.list_offsets(list(partitions), LIST_LATEST)).items()}
+        return {
+            tp: offset
+            for tp, (offset, _) in (await self.metadata.list_offsets(list(partitions), LIST_LATEST)).items()
+        }
 
     async def _resolve_positions(self) -> None:
         missing = [tp for tp in self._assigned if tp not in self._position]
@@ -259,7 +268,8 @@ class AsyncConsumer:
             return
         if self._reset == "none":
             raise OffsetOutOfRangeError(
-                "OFFSET_OUT_OF_RANGE", "no valid position and auto_offset_reset='none': " + ", ".join(map(str, missing))
+                "OFFSET_OUT_OF_RANGE",
+                "no valid position and auto_offset_reset='none': " + ", ".join(map(str, missing)),
             )
         await self._seek_to(missing, LIST_EARLIEST if self._reset == "earliest" else LIST_LATEST)
 
@@ -316,7 +326,9 @@ class AsyncConsumer:
         raises again until the application seeks past them (as Kafka's consumer does)."""
         self._drop_buffered(lambda buffered: buffered == tp)
         self._fetch_position[tp] = self._position[tp]
-        self._error = ConsumerError("CORRUPT_MESSAGE", f"{tp} at offset {self._position[tp]}: records do not decode: {problem}")
+        self._error = ConsumerError(
+            "CORRUPT_MESSAGE", f"{tp} at offset {self._position[tp]}: records do not decode: {problem}"
+        )
 
     async def _fetch_loop(self) -> None:
         in_flight: dict[int, asyncio.Task[None]] = {}
@@ -466,15 +478,24 @@ class AsyncConsumer:
             if topic is None:
                 topic = by_topic[tp.topic] = request.topics.add(topic=tp.topic)
             topic.partitions.add(partition=tp.partition, offset=offset)
-        response = await self._coordinator_call(lambda broker: broker.OffsetCommit(request, timeout=self._timeout_s))
-        if response.status.error in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.FENCED_INSTANCE_ID, E.REBALANCE_IN_PROGRESS):
+        response = await self._coordinator_call(
+            lambda broker: broker.OffsetCommit(request, timeout=self._timeout_s)
+        )
+        if response.status.error in (
+            E.UNKNOWN_MEMBER_ID,
+            E.ILLEGAL_GENERATION,
+            E.FENCED_INSTANCE_ID,
+            E.REBALANCE_IN_PROGRESS,
+        ):
             self._group.commit_failed(response.status.error)
             raise CommitFailedError(E.Name(response.status.error), response.status.message)
         if response.status.error != E.NONE:
             raise ConsumerError(E.Name(response.status.error), response.status.message)
         for result in response.partitions:
             if result.error != E.NONE:
-                raise ConsumerError(E.Name(result.error), f"{result.topic}-{result.partition}: {result.message}")
+                raise ConsumerError(
+                    E.Name(result.error), f"{result.topic}-{result.partition}: {result.message}"
+                )
 
     async def _commit_quietly(self, offsets: dict[TopicPartition, int]) -> None:
         """An automatic commit: a failure is logged, the next one tries again."""
@@ -499,8 +520,12 @@ class AsyncConsumer:
             raise ConsumerError("INVALID_GROUP_ID", "committed needs a group_id")
         request = controller_pb2.OffsetFetchRequest(group=self.group_id)
         for topic in sorted({tp.topic for tp in partitions}):
-            request.topics.add(topic=topic, partitions=[tp.partition for tp in partitions if tp.topic == topic])
-        response = await self._controller_call(lambda broker: broker.OffsetFetch(request, timeout=self._timeout_s))
+            request.topics.add(
+                topic=topic, partitions=[tp.partition for tp in partitions if tp.topic == topic]
+            )
+        response = await self._controller_call(
+            lambda broker: broker.OffsetFetch(request, timeout=self._timeout_s)
+        )
         found: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
         for entry in response.offsets:
             tp = TopicPartition(entry.topic, entry.partition)
@@ -510,7 +535,9 @@ class AsyncConsumer:
 
     async def _controller_call(self, call: Callable[[BrokerClient], Awaitable[Any]]) -> Any:
         """Through any broker; the controller's retriable answers are retried a while."""
-        return await self._retried(lambda: call(self.metadata.any_broker()), (E.NOT_CONTROLLER, E.REQUEST_TIMED_OUT))
+        return await self._retried(
+            lambda: call(self.metadata.any_broker()), (E.NOT_CONTROLLER, E.REQUEST_TIMED_OUT)
+        )
 
     async def _coordinator_call(self, call: Callable[[BrokerClient], Awaitable[Any]]) -> Any:
         """To the group's coordinator, found again when it moved."""
@@ -524,10 +551,15 @@ class AsyncConsumer:
             if response.status.error in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE):
                 group.forget_coordinator()
 
-        return await self._retried(attempt, (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.REQUEST_TIMED_OUT), moved)
+        return await self._retried(
+            attempt, (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.REQUEST_TIMED_OUT), moved
+        )
 
     async def _retried(
-        self, attempt: Callable[[], Awaitable[Any]], retriable: tuple[int, ...], seen: Callable[[Any], None] = lambda r: None
+        self,
+        attempt: Callable[[], Awaitable[Any]],
+        retriable: tuple[int, ...],
+        seen: Callable[[Any], None] = lambda r: None,
     ) -> Any:
         deadline = time.monotonic() + self._timeout_s
         problem = ""
@@ -554,7 +586,9 @@ class AsyncConsumer:
         if self._auto_committing is not None:
             await asyncio.gather(self._auto_committing, return_exceptions=True)
         if self._auto_commit and self._assigned:
-            await self._commit_quietly({tp: self._position[tp] for tp in self._assigned if tp in self._position})
+            await self._commit_quietly(
+                {tp: self._position[tp] for tp in self._assigned if tp in self._position}
+            )
         if self._group is not None:
             if self._subscription:
                 with contextlib.suppress(KafkaError):
@@ -585,7 +619,15 @@ def _records(tp: TopicPartition, payload: bytes, fetch_offset: int) -> Iterator[
                 headers = record.headers
                 yield make(
                     ConsumerRecord,
-                    (topic, partition, offset, record.timestamp, record.key, record.value, tuple(headers) if headers else ()),
+                    (
+                        topic,
+                        partition,
+                        offset,
+                        record.timestamp,
+                        record.key,
+                        record.value,
+                        tuple(headers) if headers else (),
+                    ),
                 )
 
 
@@ -660,7 +702,9 @@ class RebalanceListener:
         return self.on_partitions_revoked(partitions)
 
 
-async def _call_listener(method: Callable[[frozenset[TopicPartition]], Any], partitions: frozenset[TopicPartition]) -> None:
+async def _call_listener(
+    method: Callable[[frozenset[TopicPartition]], Any], partitions: frozenset[TopicPartition]
+) -> None:
     """Run a listener method; its exception is logged, as Kafka's consumer logs it, and
     the rebalance goes on."""
     try:

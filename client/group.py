@@ -33,22 +33,24 @@ from kafka.coordinator.assignors.abstract import RebalanceProtocol
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
-from raftka.v1 import broker_pb2, controller_pb2
 
-from client.cluster_metadata import ClusterMetadata
-from client.errors import ConsumerError
-from client.types import TopicPartition
-from wire.client import BrokerClient, WireError
+from raftka.client.cluster_metadata import ClusterMetadata
+from raftka.client.errors import ConsumerError
+from raftka.client.types import TopicPartition
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("client.group")
+log = structlog.get_logger("raftka.client.group")
 
 PROTOCOL_TYPE = "consumer"
 ASSIGNORS: dict[str, Callable[[], object]] = {
     "range": RangePartitionAssignor,
     "cooperative-sticky": CooperativeStickyAssignor,
 }
-_RETRY = frozenset({E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.REBALANCE_IN_PROGRESS, E.REQUEST_TIMED_OUT})
+_RETRY = frozenset(
+    {E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.REBALANCE_IN_PROGRESS, E.REQUEST_TIMED_OUT}
+)
 _LOST = frozenset({E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.FENCED_INSTANCE_ID})
 Partitions = frozenset[TopicPartition]
 Callback = Callable[[Partitions], Awaitable[None]]
@@ -94,18 +96,24 @@ class GroupMember:
     ) -> None:
         unknown = [a for a in assignors if a not in ASSIGNORS]
         if unknown or not assignors:
-            raise ValueError(f"partition_assignment_strategy: {unknown or 'none given'}; choose from {sorted(ASSIGNORS)}")
+            raise ValueError(
+                f"partition_assignment_strategy: {unknown or 'none given'}; choose from {sorted(ASSIGNORS)}"
+            )
         self._assignors = [ASSIGNORS[name]() for name in assignors]
         # Cooperative only when every assignor is (Kafka's rule: a list with range, its 3.x
         # default, rebalances eagerly, which is always safe).
-        self.cooperative = all(RebalanceProtocol.COOPERATIVE in a.supported_protocols() for a in self._assignors)
+        self.cooperative = all(
+            RebalanceProtocol.COOPERATIVE in a.supported_protocols() for a in self._assignors
+        )
         self._metadata = metadata
         self.group_id = group_id
         self._client_id = client_id
         self._session_timeout_ms = session_timeout_ms
         self._heartbeat_s = heartbeat_interval_ms / 1000
         self._max_poll_interval_s = max_poll_interval_ms / 1000
-        self._rebalance_wait_s = self._max_poll_interval_s + request_timeout_s  # a join waits for the whole group
+        self._rebalance_wait_s = (
+            self._max_poll_interval_s + request_timeout_s
+        )  # a join waits for the whole group
         self.group_instance_id = group_instance_id
         self._backoff_s = retry_backoff_ms / 1000
         self._timeout_s = request_timeout_s
@@ -161,7 +169,9 @@ class GroupMember:
                 self.rejoin_needed = True
             if added:
                 await assign(frozenset(added))
-            log.info("joined group", group=self.group_id, generation=self.generation, partitions=len(assignment))
+            log.info(
+                "joined group", group=self.group_id, generation=self.generation, partitions=len(assignment)
+            )
 
     async def _give_up(self, partitions: Partitions, callback: Callback) -> None:
         self.assignment = frozenset()
@@ -183,7 +193,9 @@ class GroupMember:
                 join.group_instance_id = self.group_instance_id
             for assignor in self._assignors:
                 join.protocols.add(name=assignor.name, metadata=assignor.metadata(topics).encode())
-            joined = await self._call(lambda b, r=join: b.JoinGroup(r, timeout=self._rebalance_wait_s), coordinator)
+            joined = await self._call(
+                lambda b, r=join: b.JoinGroup(r, timeout=self._rebalance_wait_s), coordinator
+            )
             if joined is None:
                 continue
             if joined.status.error == E.MEMBER_ID_REQUIRED:
@@ -196,7 +208,9 @@ class GroupMember:
             if assignment is not None:
                 return assignment
 
-    async def _sync(self, coordinator: BrokerClient, joined: broker_pb2.JoinGroupResponse) -> Partitions | None:
+    async def _sync(
+        self, coordinator: BrokerClient, joined: broker_pb2.JoinGroupResponse
+    ) -> Partitions | None:
         assignor = next(a for a in self._assignors if a.name == joined.protocol_name)
         sync = broker_pb2.SyncGroupRequest(
             group_id=self.group_id,
@@ -213,9 +227,15 @@ class GroupMember:
         synced = await self._call(lambda b: b.SyncGroup(sync, timeout=self._rebalance_wait_s), coordinator)
         if synced is None or self._retry(synced.status):
             return None
-        decoded = ConsumerProtocolAssignment.decode(synced.assignment) if synced.assignment else ConsumerProtocolAssignment(0, [], b"")
+        decoded = (
+            ConsumerProtocolAssignment.decode(synced.assignment)
+            if synced.assignment
+            else ConsumerProtocolAssignment(0, [], b"")
+        )
         assignor.on_assignment(decoded, joined.generation_id)
-        return frozenset(TopicPartition(t.topic, p) for t in decoded.assigned_partitions for p in t.partitions)
+        return frozenset(
+            TopicPartition(t.topic, p) for t in decoded.assigned_partitions for p in t.partitions
+        )
 
     async def _assign(self, assignor: object, joined: broker_pb2.JoinGroupResponse) -> dict[str, object]:
         """The leader's work: every member's partitions, from fresh metadata."""
@@ -254,11 +274,18 @@ class GroupMember:
             if self._joining or self.generation < 0:
                 continue
             generation = self.generation
-            request = broker_pb2.HeartbeatRequest(group_id=self.group_id, generation_id=generation, member_id=self.member_id)
+            request = broker_pb2.HeartbeatRequest(
+                group_id=self.group_id, generation_id=generation, member_id=self.member_id
+            )
             if self.group_instance_id is not None:
                 request.group_instance_id = self.group_instance_id
             answer = await self._call(lambda b, r=request: b.Heartbeat(r, timeout=self._timeout_s))
-            if answer is None or answer.status.error == E.NONE or self._joining or self.generation != generation:
+            if (
+                answer is None
+                or answer.status.error == E.NONE
+                or self._joining
+                or self.generation != generation
+            ):
                 continue  # fine, or about a generation the member has left behind
             error = answer.status.error
             if error == E.REBALANCE_IN_PROGRESS:
@@ -309,7 +336,9 @@ class GroupMember:
 
     async def _find(self) -> BrokerClient:
         if self._coordinator is None:
-            self._coordinator = await find_coordinator(self._metadata, self.group_id, self._timeout_s, self._backoff_s)
+            self._coordinator = await find_coordinator(
+                self._metadata, self.group_id, self._timeout_s, self._backoff_s
+            )
         return self._coordinator
 
     async def _call(self, call: Callable[[BrokerClient], Awaitable], coordinator: BrokerClient | None = None):  # noqa: ANN202
@@ -329,7 +358,12 @@ class GroupMember:
 
 
 async def find_coordinator(
-    metadata: ClusterMetadata, group_id: str, timeout_s: float, backoff_s: float, *, give_up_after_s: float | None = None
+    metadata: ClusterMetadata,
+    group_id: str,
+    timeout_s: float,
+    backoff_s: float,
+    *,
+    give_up_after_s: float | None = None,
 ) -> BrokerClient:
     """The group's coordinator, asked of brokers until one answers (a consumer keeps
     trying, as Kafka's does; a tool gives up after ``give_up_after_s``)."""

@@ -15,12 +15,11 @@ import time
 from collections.abc import Mapping, Sequence
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
-from raftka.v1 import broker_pb2, controller_pb2
 
-from client.cluster_metadata import LIST_LATEST, ClusterMetadata
-from client.errors import ConsumerError, KafkaError
-from client.group import PROTOCOL_TYPE, find_coordinator
-from client.types import (
+from raftka.client.cluster_metadata import LIST_LATEST, ClusterMetadata
+from raftka.client.errors import ConsumerError, KafkaError
+from raftka.client.group import PROTOCOL_TYPE, find_coordinator
+from raftka.client.types import (
     GroupDescription,
     GroupListing,
     GroupMemberDescription,
@@ -28,7 +27,8 @@ from client.types import (
     PartitionResult,
     TopicPartition,
 )
-from wire.client import BrokerClient, WireError
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
 BACKOFF_S = 0.1
@@ -47,7 +47,10 @@ class GroupAdmin:
         await self.metadata.refresh(force=True)
         request = broker_pb2.ListGroupsRequest(states=list(states))
         answers = await asyncio.gather(
-            *(self.metadata.broker_at(a).ListGroups(request, timeout=self._timeout_s) for a in self.metadata.brokers.values()),
+            *(
+                self.metadata.broker_at(a).ListGroups(request, timeout=self._timeout_s)
+                for a in self.metadata.brokers.values()
+            ),
             return_exceptions=True,
         )
         found: dict[str, GroupListing] = {}
@@ -57,14 +60,21 @@ class GroupAdmin:
             if isinstance(answer, BaseException):
                 raise answer
             for g in answer.groups:
-                if g.group_id not in found or found[g.group_id].state == "Empty":  # a moving group: the live view wins
+                if (
+                    g.group_id not in found or found[g.group_id].state == "Empty"
+                ):  # a moving group: the live view wins
                     found[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.state)
         return sorted(found.values(), key=lambda g: g.group)
 
     async def describe_group(self, group: str) -> GroupDescription:
-        described = (await self._coordinator_call(group, lambda b: b.DescribeGroups(
-            broker_pb2.DescribeGroupsRequest(groups=[group]), timeout=self._timeout_s
-        ))).groups[0]
+        described = (
+            await self._coordinator_call(
+                group,
+                lambda b: b.DescribeGroups(
+                    broker_pb2.DescribeGroupsRequest(groups=[group]), timeout=self._timeout_s
+                ),
+            )
+        ).groups[0]
         if described.error != E.NONE:
             raise ConsumerError(E.Name(described.error), described.message)
         members = tuple(
@@ -82,7 +92,8 @@ class GroupAdmin:
         partitions = sorted({*committed, *owners})
         log_ends = await self._log_ends(partitions)
         offsets = tuple(
-            GroupPartitionOffsets(tp, committed.get(tp), log_ends.get(tp), owners.get(tp)) for tp in partitions
+            GroupPartitionOffsets(tp, committed.get(tp), log_ends.get(tp), owners.get(tp))
+            for tp in partitions
         )
         return GroupDescription(
             group,
@@ -100,9 +111,12 @@ class GroupAdmin:
         results = []
         for group in groups:
             try:
-                answer = await self._coordinator_call(group, lambda b, g=group: b.DeleteGroups(
-                    controller_pb2.DeleteGroupsRequest(groups=[g]), timeout=self._timeout_s
-                ))
+                answer = await self._coordinator_call(
+                    group,
+                    lambda b, g=group: b.DeleteGroups(
+                        controller_pb2.DeleteGroupsRequest(groups=[g]), timeout=self._timeout_s
+                    ),
+                )
                 outcome = answer.groups[0]
                 error = None if outcome.error == E.NONE else E.Name(outcome.error)
                 results.append(PartitionResult(group, -1, error, outcome.message))
@@ -118,7 +132,9 @@ class GroupAdmin:
             if tp.topic not in by_topic:
                 by_topic[tp.topic] = request.topics.add(topic=tp.topic)
             by_topic[tp.topic].partitions.add(partition=tp.partition, offset=offset)
-        answer = await self._coordinator_call(group, lambda b: b.OffsetCommit(request, timeout=self._timeout_s))
+        answer = await self._coordinator_call(
+            group, lambda b: b.OffsetCommit(request, timeout=self._timeout_s)
+        )
         if answer.status.error != E.NONE:
             raise ConsumerError(E.Name(answer.status.error), answer.status.message)
         return [
@@ -126,7 +142,9 @@ class GroupAdmin:
             for r in answer.partitions
         ]
 
-    async def offsets_at(self, partitions: Sequence[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+    async def offsets_at(
+        self, partitions: Sequence[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
         """Each partition's offset at ``timestamp`` (-2 earliest, -1 latest, else ms)."""
         found = await self.metadata.list_offsets(partitions, timestamp)
         return {tp: offset for tp, (offset, _) in found.items()}
@@ -194,4 +212,6 @@ def _partitions(assignment: bytes) -> tuple[TopicPartition, ...]:
         decoded = ConsumerProtocolAssignment.decode(assignment)
     except Exception:  # noqa: BLE001 - another protocol's bytes: shown without partitions
         return ()
-    return tuple(sorted(TopicPartition(t.topic, p) for t in decoded.assigned_partitions for p in t.partitions))
+    return tuple(
+        sorted(TopicPartition(t.topic, p) for t in decoded.assigned_partitions for p in t.partitions)
+    )

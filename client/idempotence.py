@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
+
+from raftka.client.cluster_metadata import RETRIABLE
+from raftka.client.types import TopicPartition
+from raftka.records.batch import SEQUENCE_MODULUS, next_sequence
 from raftka.v1 import controller_pb2
 
-from client.cluster_metadata import RETRIABLE
-from client.types import TopicPartition
-from records.batch import SEQUENCE_MODULUS, next_sequence
-
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("client.producer")
+log = structlog.get_logger("raftka.client.producer")
 NO_PRODUCER = (-1, -1)
 EPOCH_MAX = 32_767  # the batch header's int16
 
@@ -143,7 +143,11 @@ class Idempotence:
         if p.unresolved is None and not is_next:
             return True  # an earlier batch has not landed yet: this one waits its turn
         if p.unresolved is None or batch.sequence == p.unresolved:
-            log.warning("out of order at the broker: bumping the epoch", partition=str(batch.tp), sequence=batch.sequence)
+            log.warning(
+                "out of order at the broker: bumping the epoch",
+                partition=str(batch.tp),
+                sequence=batch.sequence,
+            )
             self._renumber(p, batch, including=True)
         return True
 
@@ -167,7 +171,9 @@ class Idempotence:
         """Bump the epoch, and number this partition's batches from ``batch`` on (or after
         it) anew once those before it have settled."""
         at = p.unacked.index(batch) + (0 if including else 1) if batch in p.unacked else len(p.unacked)
-        if p.renumber_after is not None:  # an earlier refusal is waiting: renumber from the earlier of the two
+        if (
+            p.renumber_after is not None
+        ):  # an earlier refusal is waiting: renumber from the earlier of the two
             at = min([at] + [p.unacked.index(b) for b in p.renumber_after if b in p.unacked])
         p.renumber_after = p.unacked[at:]
         self._bump_wanted = True

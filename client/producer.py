@@ -12,7 +12,7 @@ batch's futures at once with the broker's error and message.
 Idempotence is on by default, as in Kafka 3.x (``enable_idempotence``; it needs
 acks=all, and is off by default with acks 0 or 1): the producer takes a producer id
 from any broker (InitProducerId) and numbers its batches per partition
-(``client.idempotence``), so a batch sent again after a lost answer is written once, and
+(``raftka.client.idempotence``), so a batch sent again after a lost answer is written once, and
 a partition may have up to five batches in flight, in order: requests to a broker are
 written to one connection in order and the broker appends them in that order; a retry
 goes alone as the partition's first unacknowledged batch. Only full batches (or a
@@ -43,20 +43,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from raftka.v1 import broker_pb2, controller_pb2
 
-from client.cluster_metadata import RETRIABLE, ClusterMetadata
-from client.errors import KafkaError, ProducerError
-from client.idempotence import NO_PRODUCER, Idempotence
-from client.loop_thread import LoopThread
-from client.partitioner import StickyPartitioner, default_partition
-from client.types import RecordMetadata, TopicPartition
-from records.batch import NO_SEQUENCE, set_producer_state
-from records.codec import BatchBuilder, Compression
-from wire.client import WireError
+from raftka.client.cluster_metadata import RETRIABLE, ClusterMetadata
+from raftka.client.errors import KafkaError, ProducerError
+from raftka.client.idempotence import NO_PRODUCER, Idempotence
+from raftka.client.loop_thread import LoopThread
+from raftka.client.partitioner import StickyPartitioner, default_partition
+from raftka.client.types import RecordMetadata, TopicPartition
+from raftka.records.batch import NO_SEQUENCE, set_producer_state
+from raftka.records.codec import BatchBuilder, Compression
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import WireError
 
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("client.producer")
+log = structlog.get_logger("raftka.client.producer")
 ACKS = (-1, 0, 1)
 RECORD_OVERHEAD_BYTES = 24  # what a record adds to a batch besides key, value and headers
 Headers = Sequence[tuple[str, bytes | None]]
@@ -86,7 +86,9 @@ class RecordFuture:
     def result(self) -> RecordMetadata:
         base_offset = self._batch.outcome.result()
         tp = self._batch.tp
-        return RecordMetadata(tp.topic, tp.partition, base_offset + self._index if base_offset >= 0 else -1, self.timestamp)
+        return RecordMetadata(
+            tp.topic, tp.partition, base_offset + self._index if base_offset >= 0 else -1, self.timestamp
+        )
 
     def add_done_callback(self, callback: Callable[[RecordFuture], None]) -> None:
         if self.done():
@@ -154,7 +156,11 @@ class AsyncProducer:
             enable_idempotence = acks == -1
         elif enable_idempotence and acks != -1:
             raise ValueError(f"enable_idempotence: needs acks=all (-1), got acks={acks}")
-        for name, value in (("batch_size", batch_size), ("buffer_memory", buffer_memory), ("max_request_size", max_request_size)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("buffer_memory", buffer_memory),
+            ("max_request_size", max_request_size),
+        ):
             if value <= 0:
                 raise ValueError(f"{name}: must be positive, got {value}")
         self.acks = acks
@@ -171,18 +177,24 @@ class AsyncProducer:
         self._partitioner = StickyPartitioner()
         self._idempotence = Idempotence() if enable_idempotence else None
         self._in_flight_max = IN_FLIGHT_PER_PARTITION_MAX if enable_idempotence else 1
-        self._batches: dict[TopicPartition, collections.deque[_Batch]] = {}  # waiting: retries first, then new
+        self._batches: dict[
+            TopicPartition, collections.deque[_Batch]
+        ] = {}  # waiting: retries first, then new
         self._in_flight: dict[TopicPartition, int] = {}  # batches in requests now, per partition
         self._in_requests: set[_Batch] = set()
         self._requests: set[asyncio.Task[None]] = set()
         self._init_task: asyncio.Task[None] | None = None
-        self._fatal: ProducerError | None = None  # the producer cannot go on (InitProducerId refused for good)
+        self._fatal: ProducerError | None = (
+            None  # the producer cannot go on (InitProducerId refused for good)
+        )
         self._buffered = 0
         self._room = asyncio.Condition()
         self._wake = asyncio.Event()
         self._flushing = 0
         self._closed = False
-        self.acknowledged_records = 0  # Kafka's record-send-total, counted on acknowledgement (acks=0: on send)
+        self.acknowledged_records = (
+            0  # Kafka's record-send-total, counted on acknowledgement (acks=0: on send)
+        )
         self.failed_records = 0  # Kafka's record-error-total
         self._loop = asyncio.get_running_loop()
         self._sender = asyncio.create_task(self._send_loop(), name="producer-sender")
@@ -228,28 +240,43 @@ class AsyncProducer:
             raise ProducerError("PRODUCER_CLOSED", "send after close")
         if self._fatal is not None:
             raise self._fatal
-        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        size = (
+            RECORD_OVERHEAD_BYTES
+            + (len(value) if value is not None else 0)
+            + (len(key) if key is not None else 0)
+        )
         if headers:
             headers = list(headers)
             size += sum(len(k) + len(v or b"") for k, v in headers)
         else:
             headers = _NO_HEADERS
         if size > self._max_request_size:
-            raise ProducerError("RECORD_TOO_LARGE", f"a record of {size} bytes is over max_request_size {self._max_request_size}")
+            raise ProducerError(
+                "RECORD_TOO_LARGE",
+                f"a record of {size} bytes is over max_request_size {self._max_request_size}",
+            )
         info = self.metadata.topics.get(topic) or await self.metadata.topic(topic)
         count = len(info.partitions)
         if partition is None:
             partition = (
-                default_partition(key, count) if key is not None else self._partitioner.partition(topic, count, info.available)
+                default_partition(key, count)
+                if key is not None
+                else self._partitioner.partition(topic, count, info.available)
             )
         elif not 0 <= partition < count:
-            raise ProducerError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic} has {count} partitions, not {partition + 1}")
+            raise ProducerError(
+                "UNKNOWN_TOPIC_OR_PARTITION", f"{topic} has {count} partitions, not {partition + 1}"
+            )
         if self._buffered + size > self._buffer_memory:
             await self._wait_for_room(size)
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
         queue = self._batches.get((topic, partition))  # a plain tuple hashes as its TopicPartition
-        batch = queue[-1] if queue and not queue[-1].closed else self._open_batch(TopicPartition(topic, partition))
+        batch = (
+            queue[-1]
+            if queue and not queue[-1].closed
+            else self._open_batch(TopicPartition(topic, partition))
+        )
         if not batch.builder.append(timestamp, key, value, headers):
             self._close_batch(batch, key is None)
             batch = self._open_batch(batch.tp)
@@ -300,12 +327,15 @@ class AsyncProducer:
         async with self._room:
             try:
                 await asyncio.wait_for(
-                    self._room.wait_for(lambda: self._buffered + size <= self._buffer_memory or self._buffered == 0),
+                    self._room.wait_for(
+                        lambda: self._buffered + size <= self._buffer_memory or self._buffered == 0
+                    ),
                     self.max_block_s,
                 )
             except TimeoutError:
                 raise ProducerError(
-                    "BUFFER_EXHAUSTED", f"no room in buffer_memory ({self._buffer_memory} bytes) within max_block_ms"
+                    "BUFFER_EXHAUSTED",
+                    f"no room in buffer_memory ({self._buffer_memory} bytes) within max_block_ms",
                 ) from None
 
     def _open_batch(self, tp: TopicPartition) -> _Batch:
@@ -314,7 +344,12 @@ class AsyncProducer:
             queue = self._batches[tp] = collections.deque()
         if queue and not queue[-1].closed:
             return queue[-1]
-        batch = _Batch(tp, BatchBuilder(self._compression, self._batch_size), time.monotonic(), self._loop.create_future())
+        batch = _Batch(
+            tp,
+            BatchBuilder(self._compression, self._batch_size),
+            time.monotonic(),
+            self._loop.create_future(),
+        )
         queue.append(batch)
         if len(queue) == 1:
             self._wake.set()
@@ -326,7 +361,9 @@ class AsyncProducer:
         if keyless:
             info = self.metadata.topics.get(batch.tp.topic)
             if info is not None:
-                self._partitioner.on_new_batch(batch.tp.topic, len(info.partitions), info.available(), batch.tp.partition)
+                self._partitioner.on_new_batch(
+                    batch.tp.topic, len(info.partitions), info.available(), batch.tp.partition
+                )
 
     # sending ----------------------------------------------------------------------------
 
@@ -457,7 +494,9 @@ class AsyncProducer:
             elif result is not None and result.error == E.NONE:
                 self._complete(batch, result.base_offset)
             elif self._retriable(batch, None if result is None else result.error):
-                batch.last_error = failure or (f"{E.Name(result.error)}: {result.message}" if result else "no answer")
+                batch.last_error = failure or (
+                    f"{E.Name(result.error)}: {result.message}" if result else "no answer"
+                )
                 batch.retry_at = time.monotonic() + self._retry_backoff_s
                 self._requeue(batch)
                 retry = True
@@ -478,7 +517,11 @@ class AsyncProducer:
         queue = self._batches.setdefault(batch.tp, collections.deque())
         at = 0
         if self._idempotence is not None:
-            while at < len(queue) and queue[at].sequence != NO_SEQUENCE and self._idempotence.comes_before(queue[at], batch):
+            while (
+                at < len(queue)
+                and queue[at].sequence != NO_SEQUENCE
+                and self._idempotence.comes_before(queue[at], batch)
+            ):
                 at += 1
         queue.insert(at, batch)
 
@@ -501,7 +544,9 @@ class AsyncProducer:
                         self._idempotence.set_producer(response.producer_id, response.producer_epoch)
                         return
                     if code not in RETRIABLE:
-                        self._fatal = ProducerError(E.Name(code), f"InitProducerId: {response.status.message}")
+                        self._fatal = ProducerError(
+                            E.Name(code), f"InitProducerId: {response.status.message}"
+                        )
                         return
                     log.debug("InitProducerId refused", error=E.Name(code), detail=response.status.message)
                 await asyncio.sleep(self._retry_backoff_s)
@@ -597,7 +642,9 @@ class Producer:
         timestamp: int | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
         if not self._handoff_room.acquire(timeout=self._producer.max_block_s):
-            raise ProducerError("BUFFER_EXHAUSTED", f"{HANDOFF_RECORDS_MAX} records wait for the producer's loop")
+            raise ProducerError(
+                "BUFFER_EXHAUSTED", f"{HANDOFF_RECORDS_MAX} records wait for the producer's loop"
+            )
         result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
         with self._handoff_lock:
             self._handoff.append((topic, value, key, headers, partition, timestamp, result))

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-from client.errors import AdminError
-from wire.frames import DATA_LISTENER
+from raftka.client.errors import AdminError
+from raftka.wire.frames import DATA_LISTENER
 
 NO_LEADER = -1
 
@@ -214,7 +214,7 @@ class ConsumerRecord(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-# consumer groups (client.group_admin) -----------------------------------------------------
+# consumer groups (raftka.client.group_admin) -----------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

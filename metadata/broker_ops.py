@@ -1,23 +1,22 @@
 """Broker requests: registration, heartbeats and fencing, ISR changes, elections, ids.
 
-Pure functions of the controller's latest image (see ``metadata.plan``). The broker
+Pure functions of the controller's latest image (see ``raftka.metadata.plan``). The broker
 lifecycle (DESIGN.md "Metadata"): a broker registers (its epoch is the offset of its
 RegisterBrokerRecord) and starts fenced; a heartbeat once it has replayed the log up to
 its registration unfences it; a missed session, ``want_fence`` or a controlled shutdown
-fences it again, which takes it out of every ISR (``metadata.elections``).
+fences it again, which takes it out of every ISR (``raftka.metadata.elections``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
+from raftka.metadata import elections
+from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState
+from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, partition_change, refuse
+from raftka.metadata.records import topic_id_str
+from raftka.metadata.validation import ValidationError
 from raftka.v1 import controller_pb2, metadata_pb2
-
-from metadata import elections
-from metadata.image import BrokerRegistration, MetadataImage, PartitionState
-from metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, partition_change, refuse
-from metadata.records import topic_id_str
-from metadata.validation import ValidationError
 
 BROKERS_MAX = 10_000  # bound: registrations the controller keeps sessions for
 NAME_CHARS_MAX = 255  # incarnation ids, listener names, hosts, racks
@@ -111,7 +110,9 @@ def fence(image: MetadataImage, broker: BrokerRegistration, records_max: int) ->
     changes = elections.remove_broker(image, broker.broker_id, limit=records_max)
     if changes:
         return changes
-    return [MetadataRecord(fence_broker=metadata_pb2.FenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch))]
+    return [
+        MetadataRecord(fence_broker=metadata_pb2.FenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch))
+    ]
 
 
 def heartbeat(

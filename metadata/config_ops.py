@@ -1,6 +1,6 @@
 """Topic config requests: describe, and Kafka's incremental alter.
 
-Values are validated and normalized by ``metadata.topic_configs``; an alteration is
+Values are validated and normalized by ``raftka.metadata.topic_configs``; an alteration is
 checked against the configs as they would be after it (``min.insync.replicas`` must not
 exceed the replication factor). Only keys whose value really changes become
 ConfigRecords, so a repeated alter writes nothing.
@@ -8,12 +8,16 @@ ConfigRecords, so a repeated alter writes nothing.
 
 from __future__ import annotations
 
+from raftka.metadata.image import TOPIC, MetadataImage
+from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
+from raftka.metadata.topic_configs import (
+    TOPIC_CONFIGS,
+    check_min_insync_replicas,
+    describe_configs,
+    validate_config,
+)
+from raftka.metadata.validation import ValidationError
 from raftka.v1 import controller_pb2, metadata_pb2
-
-from metadata.image import TOPIC, MetadataImage
-from metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
-from metadata.topic_configs import TOPIC_CONFIGS, check_min_insync_replicas, describe_configs, validate_config
-from metadata.validation import ValidationError
 
 SET = controller_pb2.ALTER_CONFIG_SET
 DELETE = controller_pb2.ALTER_CONFIG_DELETE

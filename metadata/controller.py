@@ -7,7 +7,7 @@ replaying the records onto that image and proposing them to raft happen with no
 ``await`` in between, so requests are serialized exactly in log order and each sees
 the effect of every request before it; the answer is sent once the batch commits.
 Bad input is refused during planning, before anything is proposed. A request with a
-list over its bound (``metadata.validation``) is refused before it is even planned, and
+list over its bound (``raftka.metadata.validation``) is refused before it is even planned, and
 a read before its barrier, so no client can hold the loop for long or make it write.
 
 Answers come from committed state only. A plan that writes nothing (a refusal, a
@@ -56,22 +56,22 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
+
+from raftka.metadata import broker_ops, config_ops, group_ops, offset_ops, topic_ops
+from raftka.metadata.delta import MetadataDelta, ReplayError
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan
+from raftka.metadata.records import RecordError, encode
+from raftka.metadata.sessions import BrokerSessions
+from raftka.metadata.validation import ValidationError, check_request_bounds
+from raftka.raft.core import NotLeaderError
+from raftka.raft.driver import BackpressureError, LeaderAndEpoch, RaftNode, monotonic_ms
 from raftka.v1 import controller_pb2, metadata_pb2
 
-from metadata import broker_ops, config_ops, group_ops, offset_ops, topic_ops
-from metadata.delta import MetadataDelta, ReplayError
-from metadata.image import MetadataImage
-from metadata.plan import ErrorCode, MetadataRecord, Plan
-from metadata.records import RecordError, encode
-from metadata.sessions import BrokerSessions
-from metadata.validation import ValidationError, check_request_bounds
-from raft.core import NotLeaderError
-from raft.driver import BackpressureError, LeaderAndEpoch, RaftNode, monotonic_ms
-
 if TYPE_CHECKING:
-    from metadata.state_machine import MetadataStateMachine
+    from raftka.metadata.state_machine import MetadataStateMachine
 
-log = structlog.get_logger("metadata.controller")
+log = structlog.get_logger("raftka.metadata.controller")
 
 WRITES_IN_FLIGHT_MAX = 4096  # bound: writes awaiting commit; more are refused as REQUEST_TIMED_OUT
 CLAIM_WAIT_S = 5.0  # a request to a leader that has not claimed yet waits this long at most
@@ -257,7 +257,9 @@ class QuorumController:
         for record in records:
             delta.replay(record)
         encoded = [encode(record) for record in records]
-        chunks = [encoded[start : start + self._records_max] for start in range(0, len(encoded), self._records_max)]
+        chunks = [
+            encoded[start : start + self._records_max] for start in range(0, len(encoded), self._records_max)
+        ]
         if len(chunks) > self._node.append_capacity:
             raise BackpressureError(f"{len(chunks)} batches do not fit in raft's pending appends")
         image = delta.apply(self._node.log_end_offset + len(encoded))
@@ -406,8 +408,10 @@ class QuorumController:
 
         def fencing(response: controller_pb2.BrokerHeartbeatResponse) -> bool:
             """A fence this heartbeat asked for has steps left (see ``broker_ops.fence``)."""
-            return response.status.error == ErrorCode.NONE and not response.is_fenced and (
-                request.want_fence or request.want_shut_down or request.broker_id in self._shutting_down
+            return (
+                response.status.error == ErrorCode.NONE
+                and not response.is_fenced
+                and (request.want_fence or request.want_shut_down or request.broker_id in self._shutting_down)
             )
 
         while True:
@@ -494,7 +498,9 @@ class QuorumController:
             request,
         )
 
-    async def delete_groups(self, request: controller_pb2.DeleteGroupsRequest) -> controller_pb2.DeleteGroupsResponse:
+    async def delete_groups(
+        self, request: controller_pb2.DeleteGroupsRequest
+    ) -> controller_pb2.DeleteGroupsResponse:
         return await self._write(
             controller_pb2.DeleteGroupsResponse, lambda image: group_ops.delete(image, request), request
         )
@@ -536,7 +542,9 @@ class QuorumController:
     def _still_expiring(self, broker_id: int) -> bool:
         image = self.latest_image
         broker = None if image is None else image.brokers.get(broker_id)
-        return broker is not None and not broker.fenced and not self._sessions.is_live(broker_id, self._clock())
+        return (
+            broker is not None and not broker.fenced and not self._sessions.is_live(broker_id, self._clock())
+        )
 
     def _expiry_step(self, broker_id: int) -> Callable[[MetadataImage], Plan]:
         """One step of fencing a broker whose session expired (``broker_ops.fence``),

@@ -9,7 +9,7 @@ the other topics' partitions. A record that cannot apply (unknown topic or broke
 stale broker epoch, an ISR outside the replicas...) raises ``ReplayError`` and leaves
 the delta as it was, so a caller can drop a bad batch whole.
 
-Records are expected to be well formed (``metadata.records.check``, which ``encode`` and
+Records are expected to be well formed (``raftka.metadata.records.check``, which ``encode`` and
 ``decode`` run); replay checks what only the image can tell.
 """
 
@@ -19,9 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from raftka.v1 import metadata_pb2
-
-from metadata.image import (
+from raftka.metadata.image import (
     LEADER_UNCHANGED,
     NO_LEADER,
     TOPIC,
@@ -35,7 +33,8 @@ from metadata.image import (
     TopicImage,
     frozen,
 )
-from metadata.records import MetadataRecord, topic_id_str
+from raftka.metadata.records import MetadataRecord, topic_id_str
+from raftka.v1 import metadata_pb2
 
 K = TypeVar("K")
 K2 = TypeVar("K2")
@@ -327,7 +326,13 @@ class MetadataDelta:
             for m in r.members
         )
         self._groups.edit()[r.group] = GroupGeneration(
-            r.generation_id, r.protocol_type, r.protocol_name, r.leader, members, r.coordinator, r.timestamp_ms
+            r.generation_id,
+            r.protocol_type,
+            r.protocol_name,
+            r.leader,
+            members,
+            r.coordinator,
+            r.timestamp_ms,
         )
 
 

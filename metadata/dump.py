@@ -6,7 +6,7 @@ control records show as ``LEADER_CHANGE`` and ``NO_OP``. Damage (a torn batch, a
 corrupt snapshot, a record that does not decode) shows as a ``DAMAGED`` line with the
 error and the dump goes on, so an operator sees everything that is still readable.
 
-Files are found and framed by ``raft.storage.dump`` (read-only); only the record
+Files are found and framed by ``raftka.raft.storage.dump`` (read-only); only the record
 decoding is metadata's.
 """
 
@@ -17,13 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from metadata import records
-from metadata.records import RecordError
-from metadata.snapshot import SnapshotError, read_snapshot
-from raft.batch import BatchKind
-from raft.control import decode_control
-from raft.storage import snapshot_file
-from raft.storage.dump import iter_dump
+from raftka.metadata import records
+from raftka.metadata.records import RecordError
+from raftka.metadata.snapshot import SnapshotError, read_snapshot
+from raftka.raft.batch import BatchKind
+from raftka.raft.control import decode_control
+from raftka.raft.storage import snapshot_file
+from raftka.raft.storage.dump import iter_dump
 
 DAMAGED = "DAMAGED"
 _CONTROL_TYPES = {BatchKind.LEADER_CHANGE.name: "LEADER_CHANGE", BatchKind.NOOP.name: "NO_OP"}
@@ -32,7 +32,7 @@ _CONTROL_TYPES = {BatchKind.LEADER_CHANGE.name: "LEADER_CHANGE", BatchKind.NOOP.
 def iter_metadata_dump(path: Path) -> Iterator[dict[str, Any]]:
     """Every record of every snapshot and batch under ``path`` (data dir, log dir or one file), in log order.
 
-    Raises ``raft.storage.base.StorageError`` when ``path`` holds no log files.
+    Raises ``raftka.raft.storage.base.StorageError`` when ``path`` holds no log files.
     """
     for entry in iter_dump(path):
         if entry["type"] == "snapshot":

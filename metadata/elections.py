@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from metadata.image import LEADER_UNCHANGED, NO_LEADER, MetadataImage, PartitionState
-from metadata.plan import MetadataRecord, live_broker_ids, partition_change
+from raftka.metadata.image import LEADER_UNCHANGED, NO_LEADER, MetadataImage, PartitionState
+from raftka.metadata.plan import MetadataRecord, live_broker_ids, partition_change
 
 
 def elect(replicas: tuple[int, ...], isr: tuple[int, ...], usable: Callable[[int], bool]) -> int:

@@ -9,12 +9,11 @@ function of the image and the request, like the other ``*_ops`` modules.
 
 from __future__ import annotations
 
+from raftka.metadata import offset_ops
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, refuse, refuse_with
+from raftka.metadata.validation import ValidationError, validate_group_id
 from raftka.v1 import controller_pb2, metadata_pb2
-
-from metadata import offset_ops
-from metadata.image import MetadataImage
-from metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, refuse, refuse_with
-from metadata.validation import ValidationError, validate_group_id
 
 
 def record_rebalance(
@@ -71,5 +70,7 @@ def delete(image: MetadataImage, request: controller_pb2.DeleteGroupsRequest) ->
         except ValidationError as e:
             result.error, result.message = e.code, e.message
             continue
-        records.append(MetadataRecord(remove_group_offsets=metadata_pb2.RemoveGroupOffsetsRecord(group=group)))
+        records.append(
+            MetadataRecord(remove_group_offsets=metadata_pb2.RemoveGroupOffsetsRecord(group=group))
+        )
     return Plan(response, records)

@@ -1,6 +1,6 @@
 """MetadataImage: the cluster's metadata at one offset of the log, immutable.
 
-Built only by replaying records (``metadata.delta.MetadataDelta``), on the active
+Built only by replaying records (``raftka.metadata.delta.MetadataDelta``), on the active
 controller, the standbys, the brokers and in the Spark audit alike, so no two of them
 can disagree about what a record means. Images share unchanged parts with the image
 they were made from, so a delta costs what it changes, not the size of the cluster.

@@ -14,11 +14,10 @@ RemoveGroupOffsetsRecord), a group with any recent commit or rebalance keeps eve
 
 from __future__ import annotations
 
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, refuse_with
+from raftka.metadata.validation import ValidationError, validate_committed_offset, validate_group_id
 from raftka.v1 import controller_pb2, metadata_pb2
-
-from metadata.image import MetadataImage
-from metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, refuse_with
-from metadata.validation import ValidationError, validate_committed_offset, validate_group_id
 
 NOTHING_COMMITTED = -1
 

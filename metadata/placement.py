@@ -35,8 +35,8 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
-from metadata.image import BrokerRegistration
-from metadata.validation import ErrorCode, ValidationError
+from raftka.metadata.image import BrokerRegistration
+from raftka.metadata.validation import ErrorCode, ValidationError
 
 Assignment = list[tuple[int, ...]]
 

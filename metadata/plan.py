@@ -13,10 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftka.metadata.image import LEADER_UNCHANGED, MetadataImage
+from raftka.metadata.validation import ValidationError
 from raftka.v1 import controller_pb2, metadata_pb2
-
-from metadata.image import LEADER_UNCHANGED, MetadataImage
-from metadata.validation import ValidationError
 
 ErrorCode = controller_pb2.ErrorCode
 MetadataRecord = metadata_pb2.MetadataRecord

@@ -2,7 +2,7 @@
 
 Every record that enters or leaves the log passes ``check``: ``encode`` refuses to write
 a malformed record and ``decode`` refuses to return one, naming the field, so replay
-(``metadata.delta``) only ever sees records of the right shape. Whether a record makes
+(``raftka.metadata.delta``) only ever sees records of the right shape. Whether a record makes
 sense against the current image (does the topic exist?) is replay's question, not this
 module's.
 """
@@ -15,9 +15,9 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
-from raftka.v1 import metadata_pb2
 
-from metadata.image import LEADER_UNCHANGED, NO_LEADER
+from raftka.metadata.image import LEADER_UNCHANGED, NO_LEADER
+from raftka.v1 import metadata_pb2
 
 MetadataRecord = metadata_pb2.MetadataRecord
 

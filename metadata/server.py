@@ -13,15 +13,15 @@ import contextlib
 from dataclasses import dataclass
 
 import structlog
-from raftka.v1 import controller_pb2_grpc
 
-from metadata.controller import QuorumController
-from metadata.service import ControllerService
-from metadata.state_machine import MetadataStateMachine
-from raft.driver import RaftNode
 from raft.logs import configure_logging
 from raft.node_config import NodeConfig
-from raft.server import open_node, serve_until_signalled
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.service import ControllerService
+from raftka.metadata.state_machine import MetadataStateMachine
+from raftka.node.assembly import open_node, serve_until_signalled
+from raftka.raft.driver import RaftNode
+from raftka.v1 import controller_pb2_grpc
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
 
 async def run_controller(config: NodeConfig) -> None:
     configure_logging(config.logging.level, config.logging.format, node_id=config.node_id, role="controller")
-    log = structlog.get_logger("metadata.server")
+    log = structlog.get_logger("raftka.metadata.server")
     started = await start_controller(config)
     log.info("controller listening", listener=config.listener, cluster_id=started.cluster_id)
     try:

@@ -13,11 +13,11 @@ from typing import Any
 
 import grpc
 import structlog
+
+from raftka.metadata.controller import QuorumController
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from metadata.controller import QuorumController
-
-log = structlog.get_logger("metadata.service")
+log = structlog.get_logger("raftka.metadata.service")
 
 Pb = controller_pb2
 

@@ -26,12 +26,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import crc32c
-from raftka.v1 import metadata_pb2
 
-from metadata import records
-from metadata.delta import MetadataDelta, ReplayError
-from metadata.image import TOPIC, GroupGeneration, MetadataImage
-from metadata.records import MetadataRecord, RecordError
+from raftka.metadata import records
+from raftka.metadata.delta import MetadataDelta, ReplayError
+from raftka.metadata.image import TOPIC, GroupGeneration, MetadataImage
+from raftka.metadata.records import MetadataRecord, RecordError
+from raftka.v1 import metadata_pb2
 
 _HEADER = struct.Struct(">4sHqqII")
 _LENGTH = struct.Struct(">I")
@@ -180,7 +180,9 @@ def group_rebalance_record(group: str, g: GroupGeneration) -> metadata_pb2.Group
                 group_instance_id=m.group_instance_id,
                 client_id=m.client_id,
                 client_host=m.client_host,
-                assignment=[metadata_pb2.GroupAssignedTopic(topic=t, partitions=ps) for t, ps in m.assignment],
+                assignment=[
+                    metadata_pb2.GroupAssignedTopic(topic=t, partitions=ps) for t, ps in m.assignment
+                ],
             )
             for m in g.members
         ],

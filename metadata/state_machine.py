@@ -10,7 +10,7 @@ Raft's control batches (LeaderChange, the idle leader's NoOps) change nothing bu
 image's offset.
 
 When its ``SnapshotPolicy`` says so (records, bytes or time since the last snapshot:
-``raft.snapshot_schedule``) it snapshots the image at the batch boundary, control
+``raftka.raft.snapshot_schedule``) it snapshots the image at the batch boundary, control
 batches included, and hands it to raft (``save_snapshot``). Encoding a large image
 takes a while, so inside an event loop it runs on a worker thread (the image is
 immutable) and the result is handed back on the loop; at most one snapshot is in flight.
@@ -23,16 +23,16 @@ from collections.abc import Callable
 
 import structlog
 
-from metadata import records
-from metadata.delta import MetadataDelta, ReplayError
-from metadata.image import EMPTY, MetadataImage
-from metadata.records import RecordError
-from metadata.snapshot import SnapshotError, encode_image, read_snapshot, rebuild_image
-from raft.batch import Batch, SnapshotId
-from raft.effects import Snapshot
-from raft.snapshot_schedule import SnapshotPolicy, SnapshotSchedule
+from raftka.metadata import records
+from raftka.metadata.delta import MetadataDelta, ReplayError
+from raftka.metadata.image import EMPTY, MetadataImage
+from raftka.metadata.records import RecordError
+from raftka.metadata.snapshot import SnapshotError, encode_image, read_snapshot, rebuild_image
+from raftka.raft.batch import Batch, SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.snapshot_schedule import SnapshotPolicy, SnapshotSchedule
 
-log = structlog.get_logger("metadata.state_machine")
+log = structlog.get_logger("raftka.metadata.state_machine")
 
 Listener = Callable[[MetadataImage], None]
 
@@ -55,7 +55,7 @@ class MetadataStateMachine:
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    # raft.driver.StateMachine -------------------------------------------------------------
+    # raftka.raft.driver.StateMachine -------------------------------------------------------------
 
     def apply(self, batch: Batch) -> None:
         image = self._skip(batch) if batch.is_control else self._replay(batch)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from metadata.validation import ErrorCode, ValidationError
+from raftka.metadata.validation import ErrorCode, ValidationError
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

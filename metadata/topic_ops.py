@@ -1,6 +1,6 @@
 """Topic requests: create, delete, add partitions, list and describe.
 
-Pure functions of the controller's latest image (see ``metadata.plan``). One request
+Pure functions of the controller's latest image (see ``raftka.metadata.plan``). One request
 becomes one batch: a topic is a TopicRecord, one PartitionRecord per partition and its
 ConfigRecords; topics that fail validation get their own error and add nothing, the
 others go ahead (Kafka's per-topic results).
@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raftka.v1 import controller_pb2, metadata_pb2
-
-from metadata.image import TOPIC, BrokerRegistration, MetadataImage
-from metadata.placement import place_new_partitions, place_replicas, topic_seed
-from metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
-from metadata.topic_configs import check_min_insync_replicas, validate_configs
-from metadata.validation import (
+from raftka.metadata.image import TOPIC, BrokerRegistration, MetadataImage
+from raftka.metadata.placement import place_new_partitions, place_replicas, topic_seed
+from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
+from raftka.metadata.topic_configs import check_min_insync_replicas, validate_configs
+from raftka.metadata.validation import (
     ValidationError,
     validate_partition_count,
     validate_partition_increase,
@@ -24,6 +22,7 @@ from metadata.validation import (
     validate_topic_name,
     validate_topic_name_collision,
 )
+from raftka.v1 import controller_pb2, metadata_pb2
 
 
 class Limits:

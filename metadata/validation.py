@@ -194,7 +194,12 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
             yield "groups", len(request.groups), GROUPS_PER_REQUEST_MAX, ""
             topics = [t for g in request.groups for t in g.topics]
             yield "groups[].topics", len(topics), records_max, per_batch
-            yield "groups[].topics[].partitions", sum(len(t.partitions) for t in topics), records_max, per_batch
+            yield (
+                "groups[].topics[].partitions",
+                sum(len(t.partitions) for t in topics),
+                records_max,
+                per_batch,
+            )
         case Pb.RecordGroupRebalanceRequest():
             members = request.rebalance.members
             yield "rebalance.members", len(members), GROUP_MEMBERS_MAX, ""

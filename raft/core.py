@@ -1,7 +1,7 @@
 """RaftCore: the KRaft protocol as a plain, synchronous state machine.
 
 Events go in (``step`` a message, ``poll`` the clock, ``propose`` records, ``persisted``
-a write); what to do comes out of ``ready()`` (see ``raft.effects``). The core reads no
+a write); what to do comes out of ``ready()`` (see ``raftka.raft.effects``). The core reads no
 clock, does no I/O and draws randomness only from the ``random.Random`` it is given, so
 the same state and inputs give the same outputs: the simulator relies on that.
 
@@ -33,12 +33,12 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from raft import control
-from raft.batch import Batch, BatchKind, OffsetAndEpoch
-from raft.config import RaftConfig
-from raft.effects import QuorumStateData, Ready, Snapshot, Write
-from raft.log import RaftLog
-from raft.messages import (
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind, OffsetAndEpoch
+from raftka.raft.config import RaftConfig
+from raftka.raft.effects import QuorumStateData, Ready, Snapshot, Write
+from raftka.raft.log import RaftLog
+from raftka.raft.messages import (
     NO_LEADER,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -56,7 +56,7 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.role_state import (
+from raftka.raft.role_state import (
     CandidateState,
     EpochLeadership,
     FetchingState,
@@ -71,9 +71,9 @@ from raft.role_state import (
     UnattachedState,
     Votes,
 )
-from raft.roles import Role, check_transition
-from raft.storage.base import LoadedState
-from raft.tracker import Tracker
+from raftka.raft.roles import Role, check_transition
+from raftka.raft.storage.base import LoadedState
+from raftka.raft.tracker import Tracker
 
 
 class NotLeaderError(Exception):
@@ -172,7 +172,7 @@ class RaftCore:
         recovering = self.is_voter and len(voters) > 1 and state.recovering
         self._recovery: Recovery | None = Recovery() if recovering else None
 
-        # the role, with state of its own (raft.role_state), and what we know of this
+        # the role, with state of its own (raftka.raft.role_state), and what we know of this
         # epoch's leader whatever our role
         self._state: RoleState
         if state.leader_id == node_id and self.is_voter:
@@ -373,7 +373,10 @@ class RaftCore:
         self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
         self._election_deadline = now_ms + self._election_timeout()
         req = EndQuorumEpochRequest(
-            cluster_id=self.cluster_id, epoch=self.epoch, leader_id=self.node_id, preferred_successors=successors
+            cluster_id=self.cluster_id,
+            epoch=self.epoch,
+            leader_id=self.node_id,
+            preferred_successors=successors,
         )
         for voter in successors:
             self._send(voter, req)
@@ -948,7 +951,10 @@ class RaftCore:
             self._election_deadline = self._now + self._election_timeout()
 
     def _poll_follower(self, state: FetchingState) -> None:
-        if state.fetch_sent_ms is not None and self._now - state.fetch_sent_ms >= self._fetch_request_timeout():
+        if (
+            state.fetch_sent_ms is not None
+            and self._now - state.fetch_sent_ms >= self._fetch_request_timeout()
+        ):
             state.fetch_sent_ms = None  # lost on the way: ask again
         if not isinstance(state, FollowerState) or state.leader_lost:
             return
@@ -1131,7 +1137,10 @@ class RaftCore:
     # ==================================================================================
     def _persist_state(self) -> None:
         state = QuorumStateData(
-            epoch=self.epoch, voted_id=self.voted_id, leader_id=self.leader_id, recovering=self._recovery is not None
+            epoch=self.epoch,
+            voted_id=self.voted_id,
+            leader_id=self.leader_id,
+            recovering=self._recovery is not None,
         )
         if state != (self._pending_state or self._persisted_state):
             self._pending_state = state

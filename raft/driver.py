@@ -54,16 +54,16 @@ from typing import Protocol
 
 import structlog
 
-from raft.batch import Batch
-from raft.config import RaftConfig
-from raft.core import NotLeaderError, QuorumDescription, RaftCore
-from raft.effects import Ready, Snapshot, Write
-from raft.messages import NO_LEADER, Envelope
-from raft.roles import Role
-from raft.storage.base import Storage
-from raft.transport.base import Transport
+from raftka.raft.batch import Batch
+from raftka.raft.config import RaftConfig
+from raftka.raft.core import NotLeaderError, QuorumDescription, RaftCore
+from raftka.raft.effects import Ready, Snapshot, Write
+from raftka.raft.messages import NO_LEADER, Envelope
+from raftka.raft.roles import Role
+from raftka.raft.storage.base import Storage
+from raftka.raft.transport.base import Transport
 
-log = structlog.get_logger("raft.driver")
+log = structlog.get_logger("raftka.raft.driver")
 
 PENDING_APPENDS_MAX = 16384  # bound: appends awaiting commit on one leader
 OVERLAP_WARNING_INTERVAL_MS = 60_000  # at most one warning a minute about observers sharing an id

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raft.batch import Batch, SnapshotId
-from raft.messages import Envelope
+from raftka.raft.batch import Batch, SnapshotId
+from raftka.raft.messages import Envelope
 
 
 @dataclass(frozen=True, slots=True)

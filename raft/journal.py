@@ -5,7 +5,7 @@ replicates: operators and tests write entries through the leader and read back
 exactly what committed, on any node, so lost or duplicated entries show at once.
 Its entries are the DATA records; every committed batch, raft's control batches too,
 moves its offset on. It snapshots itself when its ``SnapshotPolicy`` says so
-(``raft.snapshot_schedule``).
+(``raftka.raft.snapshot_schedule``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from raft.batch import Batch, SnapshotId
-from raft.effects import Snapshot
-from raft.snapshot_schedule import SnapshotPolicy, SnapshotSchedule
+from raftka.raft.batch import Batch, SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.snapshot_schedule import SnapshotPolicy, SnapshotSchedule
 
 _LENGTH = struct.Struct(">I")
 _HEADER = struct.Struct(">Q")  # entry count

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import grpc
-from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from raft.core import NotLeaderError
-from raft.driver import BackpressureError, RaftNode
 from raft.journal import Journal
+from raftka.raft.core import NotLeaderError
+from raftka.raft.driver import BackpressureError, RaftNode
+from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 ENTRY_BYTES_MAX = 1 << 20
 READ_ENTRIES_MAX = 10_000

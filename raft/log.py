@@ -1,7 +1,7 @@
 """The core's view of the replicated log: the latest snapshot plus the batches after it.
 
 Everything since the last snapshot is held in memory (the layer above snapshots on
-records, bytes and time, which bounds it: ``raft.snapshot_schedule``), so the core can
+records, bytes and time, which bounds it: ``raftka.raft.snapshot_schedule``), so the core can
 answer fetches and compare logs without I/O; reads walk it by index and copy no more
 than they return. An epoch index maps each epoch to its first offset, which is what
 diverging-fetch truncation and fetch validation need.
@@ -12,9 +12,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from raft.batch import Batch, OffsetAndEpoch, SnapshotId
-from raft.effects import Snapshot
-from raft.storage.batch_codec import frame_bytes
+from raftka.raft.batch import Batch, OffsetAndEpoch, SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.storage.batch_codec import frame_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The quorum's RPCs as plain values, independent of the wire.
 
-The core speaks these; ``raft.transport.codec`` maps them to and from protobuf. Every
+The core speaks these; ``raftka.raft.transport.codec`` maps them to and from protobuf. Every
 response carries the responder's epoch and the leader it knows, so any message can
 teach the receiver a newer epoch (KRaft's rule).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from raft.batch import Batch, OffsetAndEpoch, SnapshotId
+from raftka.raft.batch import Batch, OffsetAndEpoch, SnapshotId
 
 
 class Error(enum.IntEnum):

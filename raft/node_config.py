@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raft.config import RaftConfig
-from raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.config import RaftConfig
+from raftka.raft.snapshot_schedule import SnapshotPolicy
 
 MIB = 1 << 20
 CONTROLLER = "controller"
@@ -87,20 +87,28 @@ class BrokerConfig:
     fetch_parked_max: int = 1_000  # long-polling fetches parked at once; more are answered at once
     group_min_session_timeout_ms: int = 6_000  # Kafka's group.min.session.timeout.ms
     group_max_session_timeout_ms: int = 1_800_000  # Kafka's group.max.session.timeout.ms
-    group_initial_rebalance_delay_ms: int = 3_000  # an empty group's first rebalance waits this long for others
+    group_initial_rebalance_delay_ms: int = (
+        3_000  # an empty group's first rebalance waits this long for others
+    )
     group_max_size: int = 1_000  # members of one group (Kafka's group.max.size)
-    producer_id_expiration_ms: int = 86_400_000  # an idempotent producer silent this long is forgotten per partition
+    producer_id_expiration_ms: int = (
+        86_400_000  # an idempotent producer silent this long is forgotten per partition
+    )
     producer_id_expiration_check_interval_ms: int = 600_000  # how often partitions forget expired producers
 
 
 @dataclass(frozen=True, slots=True)
 class KafkaConfig:
-    """A broker's Kafka wire-protocol listener (``broker.kafka``), for Kafka's own clients."""
+    """A broker's Kafka wire-protocol listener (``raftka.broker.kafka``), for Kafka's own clients."""
 
     listener: str = ""  # host:port Kafka clients connect to; "": no Kafka listener
-    auto_create_topics_enable: bool = True  # Kafka's auto.create.topics.enable: Metadata for an unknown topic creates it
+    auto_create_topics_enable: bool = (
+        True  # Kafka's auto.create.topics.enable: Metadata for an unknown topic creates it
+    )
     num_partitions: int = 1  # Kafka's num.partitions: for topics created without a partition count
-    default_replication_factor: int = 3  # Kafka's default.replication.factor (Kafka: 1); raftka keeps three copies
+    default_replication_factor: int = (
+        3  # Kafka's default.replication.factor (Kafka: 1); raftka keeps three copies
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +273,9 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         listener=listener,
         process_roles=roles,
         raft=raft,
-        log=LogConfig(values["log.segment_bytes"], values["log.archive_segments"], values["log.archive_max_bytes"]),
+        log=LogConfig(
+            values["log.segment_bytes"], values["log.archive_segments"], values["log.archive_max_bytes"]
+        ),
         journal=JournalConfig(**_table(values, "journal", JournalConfig)),
         controller=ControllerConfig(
             values["controller.session_timeout_ms"],
@@ -305,7 +315,9 @@ def _check_data_listener(value: str, listener: str, roles: tuple[str, ...]) -> N
     if BROKER not in roles:
         return
     if not value:
-        raise ConfigError(f"{key}: required for a broker (HOST:PORT that producers, consumers and followers connect to)")
+        raise ConfigError(
+            f"{key}: required for a broker (HOST:PORT that producers, consumers and followers connect to)"
+        )
     parse_host_port(value, key)
     if value == listener:
         raise ConfigError(f"{key}: must differ from listener ({listener}), which serves gRPC")
@@ -327,7 +339,9 @@ def _check_group_settings(values: Mapping[str, Any]) -> None:
     """The broker checks group_max_size against the metadata's bound when it starts."""
     low, high = values["broker.group_min_session_timeout_ms"], values["broker.group_max_session_timeout_ms"]
     if low > high:
-        raise ConfigError(f"broker.group_min_session_timeout_ms: {low} is above group_max_session_timeout_ms {high}")
+        raise ConfigError(
+            f"broker.group_min_session_timeout_ms: {low} is above group_max_session_timeout_ms {high}"
+        )
 
 
 def parse_host_port(text: str, key: str) -> tuple[str, int]:

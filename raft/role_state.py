@@ -1,7 +1,7 @@
 """What a node keeps only while it holds one role (Kafka's ``EpochState`` classes), one
 epoch, or one recovery.
 
-``RaftCore`` builds a fresh role state on every transition (``raft.roles`` lists the
+``RaftCore`` builds a fresh role state on every transition (``raftka.raft.roles`` lists the
 legal ones) and drops it when the role ends, so nothing a role kept can leak into the
 next: a leader's parked fetches and replica tracker, a follower's fetch timers and
 snapshot download, a campaign's votes. Likewise what it knows of an epoch's leader is
@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from raft.batch import OffsetAndEpoch
-from raft.messages import NO_LEADER, Envelope
-from raft.roles import Role
-from raft.tracker import Tracker, majority
+from raftka.raft.batch import OffsetAndEpoch
+from raftka.raft.messages import NO_LEADER, Envelope
+from raftka.raft.roles import Role
+from raftka.raft.tracker import Tracker, majority
 
 
 @dataclass(slots=True)
@@ -126,14 +126,14 @@ FetchingState = UnattachedState | FollowerState  # the roles that send fetches (
 class EpochLeadership:
     """What a node knows of its epoch's leader, across the roles it holds in that epoch."""
 
-    leader: int = NO_LEADER  # once known, no other may lead this epoch (raft.roles)
+    leader: int = NO_LEADER  # once known, no other may lead this epoch (raftka.raft.roles)
     lost: int = NO_LEADER  # a leader we stopped following: peers may still name it; our election decides
     ended: int = NO_LEADER  # announced its resignation (EndQuorumEpoch)
 
 
 @dataclass(slots=True)
 class Recovery:
-    """A voter with new or wiped storage, until it may vote again (see ``raft.core``)."""
+    """A voter with new or wiped storage, until it may vote again (see ``raftka.raft.core``)."""
 
     heard_epochs: dict[int, int] = field(default_factory=dict)  # each peer's highest epoch
     caught_up: bool = False  # holds everything the leader had committed when it last said

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 
-from raft.messages import NO_LEADER
+from raftka.raft.messages import NO_LEADER
 
 
 class Role(enum.Enum):

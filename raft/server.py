@@ -1,6 +1,6 @@
 """One journal node: storage, core, driver, gRPC transport and the journal.
 
-The quorum's own test node (the metadata controller is ``metadata.server``); run it
+The quorum's own test node (the metadata controller is ``raftka.metadata.server``); run it
 with ``python -m raft.server --config FILE``. Runs until SIGTERM or SIGINT; a leader
 then resigns with EndQuorumEpoch so its successor takes over in one round trip instead
 of an election timeout.
@@ -17,18 +17,18 @@ import time
 from collections.abc import Sequence
 
 import structlog
-from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from raft.core import RaftCore
-from raft.driver import RaftNode, StateMachine, monotonic_ms
 from raft.journal import Journal
 from raft.journal_service import JournalService
 from raft.logs import configure_logging
 from raft.node_config import ConfigError, NodeConfig, load_config
-from raft.storage.base import StorageError
-from raft.storage.file import FileStorage
-from raft.storage.meta import check_meta
-from raft.transport.grpc_transport import AddServicer, GrpcTransport
+from raftka.raft.core import RaftCore
+from raftka.raft.driver import RaftNode, StateMachine, monotonic_ms
+from raftka.raft.storage.base import StorageError
+from raftka.raft.storage.file import FileStorage
+from raftka.raft.storage.meta import check_meta
+from raftka.raft.transport.grpc_transport import AddServicer, GrpcTransport
+from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 
 class ServerError(Exception):

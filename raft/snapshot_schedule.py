@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raft.batch import Batch
-from raft.storage.batch_codec import frame_bytes
+from raftka.raft.batch import Batch
+from raftka.raft.storage.batch_codec import frame_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ A batch on the wire and on disk is::
 ``batchLength`` counts the bytes after itself; the CRC-32C covers everything from
 ``attributes`` to the end. ``baseOffset`` and ``partitionLeaderEpoch`` lie outside the
 CRC, so a leader assigns them by writing 12 bytes, and the producer's CRC stays valid.
-This module knows the frame only; records inside a batch are ``records.codec``'s.
+This module knows the frame only; records inside a batch are ``raftka.records.codec``'s.
 """
 
 from __future__ import annotations
@@ -156,7 +156,9 @@ def assign(buf: bytearray, pos: int, base_offset: int, partition_leader_epoch: i
     _EPOCH.pack_into(buf, pos + 12, partition_leader_epoch)
 
 
-def set_producer_state(buf: bytearray, pos: int, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+def set_producer_state(
+    buf: bytearray, pos: int, producer_id: int, producer_epoch: int, base_sequence: int
+) -> None:
     """Give the batch at ``pos`` another producer id, epoch and base sequence (a producer
     whose epoch was bumped sends its unacknowledged batches again numbered anew); all three
     are CRC-covered, so the CRC is written again."""

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record import default_records
 
-from records.batch import MAGIC, NO_PRODUCER_ID, iter_batches
+from raftka.records.batch import MAGIC, NO_PRODUCER_ID, iter_batches
 
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -86,7 +86,9 @@ class BatchBuilder:
         self.record_count = 0
         self.size_in_bytes = self._builder.size  # the batch's size if built now (before compression)
 
-    def append(self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Headers = ()) -> bool:
+    def append(
+        self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Headers = ()
+    ) -> bool:
         """Add a record; False (nothing added) when the batch is full. The first record
         always fits, however large: a batch over the broker's limit is the broker's to refuse."""
         added = self._builder.append(
@@ -111,7 +113,9 @@ def iter_batch_records(batch: bytes, *, implementation: Implementation = FAST) -
         raise RecordError(str(e) or type(e).__name__) from None
 
 
-def data_batches(buf: bytes | bytearray | memoryview, *, implementation: Implementation = FAST) -> Iterator[Iterable[Any]]:
+def data_batches(
+    buf: bytes | bytearray | memoryview, *, implementation: Implementation = FAST
+) -> Iterator[Iterable[Any]]:
     """Each data batch of ``buf`` (control batches skipped) as an iterable of the codec's
     own record objects (``offset``, ``timestamp``, ``key``, ``value``, ``headers`` as a
     list), decoded as they are iterated: a consumer builds its records straight from them.
@@ -133,7 +137,9 @@ def _checked(batch: Iterable[Any]) -> Iterator[Any]:
         raise RecordError(str(e) or type(e).__name__) from None
 
 
-def read_records(buf: bytes | bytearray | memoryview, *, implementation: Implementation = FAST) -> Iterator[Record]:
+def read_records(
+    buf: bytes | bytearray | memoryview, *, implementation: Implementation = FAST
+) -> Iterator[Record]:
     """Every data record of every batch in ``buf`` (control batches skipped), in order;
     RecordError for bytes that do not decode."""
     view = memoryview(buf)

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raftka.v1 import controller_pb2
-
-from records.batch import (
+from raftka.records.batch import (
     CONTROL_MASK,
     MAGIC,
     NO_PRODUCER_ID,
@@ -27,7 +25,8 @@ from records.batch import (
     parse_header,
     set_log_append_time,
 )
-from records.codec import RecordError, iter_batch_records
+from raftka.records.codec import RecordError, iter_batch_records
+from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 _MAGIC_AT = 16
@@ -67,7 +66,8 @@ def validate_batches(payload: bytes, limits: BatchLimits, now_ms: int) -> Valida
         index = len(batches)
         if len(buf) - position > _MAGIC_AT and buf[position + _MAGIC_AT] != MAGIC:
             raise BatchValidationError(
-                E.INVALID_RECORD, f"batch {index} at byte {position}: magic {buf[position + _MAGIC_AT]}, only {MAGIC} is accepted"
+                E.INVALID_RECORD,
+                f"batch {index} at byte {position}: magic {buf[position + _MAGIC_AT]}, only {MAGIC} is accepted",
             )
         try:
             header = parse_header(buf, position)
@@ -79,7 +79,9 @@ def validate_batches(payload: bytes, limits: BatchLimits, now_ms: int) -> Valida
                 f"batch {index} is {header.size} bytes, over max.message.bytes {limits.max_message_bytes}",
             )
         if not crc_matches(buf, position, header):
-            raise BatchValidationError(E.CORRUPT_MESSAGE, f"batch {index} at byte {position}: CRC-32C mismatch")
+            raise BatchValidationError(
+                E.CORRUPT_MESSAGE, f"batch {index} at byte {position}: CRC-32C mismatch"
+            )
         _check_records(buf, position, header, index, limits, now_ms)
         batches.append((position, header))
         records += header.record_count
@@ -135,4 +137,3 @@ def _check_records(
         raise invalid(f"records do not decode: {e}") from None
     if count != header.record_count:
         raise invalid(f"header says {header.record_count} records, {count} decoded")
-

@@ -1,4 +1,4 @@
-"""The client side of the data protocol (``wire.frames``): one pipelined TCP connection
+"""The client side of the data protocol (``raftka.wire.frames``): one pipelined TCP connection
 per broker, with typed calls shaped like the gRPC ``BrokerStub``.
 
 A call is sent at once, whatever else is in flight, and its answer is matched by
@@ -15,9 +15,9 @@ import itertools
 from collections.abc import Callable
 
 from google.protobuf.message import DecodeError, Message
-from raftka.v1 import broker_pb2, controller_pb2
 
-from wire.frames import (
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.frames import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FETCH,
@@ -172,13 +172,17 @@ class Connection(asyncio.Protocol):
         try:
             future.set_result(spec.response.FromString(frame[RESPONSE_HEADER.size :]))
         except DecodeError as e:
-            future.set_exception(WireError("UNAVAILABLE", f"{self.address}: a {spec.name} answer does not decode: {e}"))
+            future.set_exception(
+                WireError("UNAVAILABLE", f"{self.address}: a {spec.name} answer does not decode: {e}")
+            )
 
     def _expire(self, correlation_id: int, spec: ApiSpec, timeout_s: float) -> None:
         entry = self._pending.pop(correlation_id, None)
         if entry is not None and not entry[1].done():
             entry[1].set_exception(
-                WireError("DEADLINE_EXCEEDED", f"{self.address}: no {spec.name} answer within {timeout_s:g} s")
+                WireError(
+                    "DEADLINE_EXCEEDED", f"{self.address}: no {spec.name} answer within {timeout_s:g} s"
+                )
             )
         self.close()
 
@@ -201,10 +205,14 @@ class BrokerClient:
         self._connection: Connection | None = None
         self._connecting: asyncio.Future[Connection] | None = None
 
-    async def Metadata(self, request: broker_pb2.MetadataRequest, *, timeout: float) -> broker_pb2.MetadataResponse:
+    async def Metadata(
+        self, request: broker_pb2.MetadataRequest, *, timeout: float
+    ) -> broker_pb2.MetadataResponse:
         return await self._call(METADATA, request, timeout)
 
-    async def Produce(self, request: broker_pb2.ProduceRequest, *, timeout: float) -> broker_pb2.ProduceResponse:
+    async def Produce(
+        self, request: broker_pb2.ProduceRequest, *, timeout: float
+    ) -> broker_pb2.ProduceResponse:
         return await self._call(PRODUCE, request, timeout)
 
     async def ProduceWithoutAnswer(self, request: broker_pb2.ProduceRequest) -> None:
@@ -247,16 +255,24 @@ class BrokerClient:
     ) -> broker_pb2.FindCoordinatorResponse:
         return await self._call(FIND_COORDINATOR, request, timeout)
 
-    async def JoinGroup(self, request: broker_pb2.JoinGroupRequest, *, timeout: float) -> broker_pb2.JoinGroupResponse:
+    async def JoinGroup(
+        self, request: broker_pb2.JoinGroupRequest, *, timeout: float
+    ) -> broker_pb2.JoinGroupResponse:
         return await self._call(JOIN_GROUP, request, timeout)
 
-    async def SyncGroup(self, request: broker_pb2.SyncGroupRequest, *, timeout: float) -> broker_pb2.SyncGroupResponse:
+    async def SyncGroup(
+        self, request: broker_pb2.SyncGroupRequest, *, timeout: float
+    ) -> broker_pb2.SyncGroupResponse:
         return await self._call(SYNC_GROUP, request, timeout)
 
-    async def Heartbeat(self, request: broker_pb2.HeartbeatRequest, *, timeout: float) -> broker_pb2.HeartbeatResponse:
+    async def Heartbeat(
+        self, request: broker_pb2.HeartbeatRequest, *, timeout: float
+    ) -> broker_pb2.HeartbeatResponse:
         return await self._call(HEARTBEAT, request, timeout)
 
-    async def LeaveGroup(self, request: broker_pb2.LeaveGroupRequest, *, timeout: float) -> broker_pb2.LeaveGroupResponse:
+    async def LeaveGroup(
+        self, request: broker_pb2.LeaveGroupRequest, *, timeout: float
+    ) -> broker_pb2.LeaveGroupResponse:
         return await self._call(LEAVE_GROUP, request, timeout)
 
     async def DescribeGroups(
@@ -264,7 +280,9 @@ class BrokerClient:
     ) -> broker_pb2.DescribeGroupsResponse:
         return await self._call(DESCRIBE_GROUPS, request, timeout)
 
-    async def ListGroups(self, request: broker_pb2.ListGroupsRequest, *, timeout: float) -> broker_pb2.ListGroupsResponse:
+    async def ListGroups(
+        self, request: broker_pb2.ListGroupsRequest, *, timeout: float
+    ) -> broker_pb2.ListGroupsResponse:
         return await self._call(LIST_GROUPS, request, timeout)
 
     async def DeleteGroups(
@@ -285,7 +303,9 @@ class BrokerClient:
 
     async def _connect(self) -> Connection:
         if self._connecting is None:
-            self._connecting = asyncio.ensure_future(Connection.open(self.address, timeout_s=self._connect_timeout_s))
+            self._connecting = asyncio.ensure_future(
+                Connection.open(self.address, timeout_s=self._connect_timeout_s)
+            )
             self._connecting.add_done_callback(self._connected)
         return await asyncio.shield(self._connecting)
 

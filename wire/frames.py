@@ -28,6 +28,7 @@ import struct
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
+
 from raftka.v1 import broker_pb2, controller_pb2
 
 VERSION = 0
@@ -51,17 +52,29 @@ METADATA = ApiSpec(1, "Metadata", broker_pb2.MetadataRequest, broker_pb2.Metadat
 PRODUCE = ApiSpec(2, "Produce", broker_pb2.ProduceRequest, broker_pb2.ProduceResponse)
 FETCH = ApiSpec(3, "Fetch", broker_pb2.FetchRequest, broker_pb2.FetchResponse)
 LIST_OFFSETS = ApiSpec(4, "ListOffsets", broker_pb2.ListOffsetsRequest, broker_pb2.ListOffsetsResponse)
-OFFSET_COMMIT = ApiSpec(5, "OffsetCommit", controller_pb2.OffsetCommitRequest, controller_pb2.OffsetCommitResponse)
-OFFSET_FETCH = ApiSpec(6, "OffsetFetch", controller_pb2.OffsetFetchRequest, controller_pb2.OffsetFetchResponse)
-INIT_PRODUCER_ID = ApiSpec(7, "InitProducerId", broker_pb2.InitProducerIdRequest, broker_pb2.InitProducerIdResponse)
-FIND_COORDINATOR = ApiSpec(10, "FindCoordinator", broker_pb2.FindCoordinatorRequest, broker_pb2.FindCoordinatorResponse)
+OFFSET_COMMIT = ApiSpec(
+    5, "OffsetCommit", controller_pb2.OffsetCommitRequest, controller_pb2.OffsetCommitResponse
+)
+OFFSET_FETCH = ApiSpec(
+    6, "OffsetFetch", controller_pb2.OffsetFetchRequest, controller_pb2.OffsetFetchResponse
+)
+INIT_PRODUCER_ID = ApiSpec(
+    7, "InitProducerId", broker_pb2.InitProducerIdRequest, broker_pb2.InitProducerIdResponse
+)
+FIND_COORDINATOR = ApiSpec(
+    10, "FindCoordinator", broker_pb2.FindCoordinatorRequest, broker_pb2.FindCoordinatorResponse
+)
 JOIN_GROUP = ApiSpec(11, "JoinGroup", broker_pb2.JoinGroupRequest, broker_pb2.JoinGroupResponse)
 SYNC_GROUP = ApiSpec(12, "SyncGroup", broker_pb2.SyncGroupRequest, broker_pb2.SyncGroupResponse)
 HEARTBEAT = ApiSpec(13, "Heartbeat", broker_pb2.HeartbeatRequest, broker_pb2.HeartbeatResponse)
 LEAVE_GROUP = ApiSpec(14, "LeaveGroup", broker_pb2.LeaveGroupRequest, broker_pb2.LeaveGroupResponse)
-DESCRIBE_GROUPS = ApiSpec(15, "DescribeGroups", broker_pb2.DescribeGroupsRequest, broker_pb2.DescribeGroupsResponse)
+DESCRIBE_GROUPS = ApiSpec(
+    15, "DescribeGroups", broker_pb2.DescribeGroupsRequest, broker_pb2.DescribeGroupsResponse
+)
 LIST_GROUPS = ApiSpec(16, "ListGroups", broker_pb2.ListGroupsRequest, broker_pb2.ListGroupsResponse)
-DELETE_GROUPS = ApiSpec(17, "DeleteGroups", controller_pb2.DeleteGroupsRequest, controller_pb2.DeleteGroupsResponse)
+DELETE_GROUPS = ApiSpec(
+    17, "DeleteGroups", controller_pb2.DeleteGroupsRequest, controller_pb2.DeleteGroupsResponse
+)
 APIS: dict[int, ApiSpec] = {
     spec.key: spec
     for spec in (
@@ -90,7 +103,11 @@ class FrameError(ValueError):
 
 def encode_request(spec: ApiSpec, correlation_id: int, message: Message) -> bytes:
     body = message.SerializeToString()
-    return LENGTH.pack(REQUEST_HEADER.size + len(body)) + REQUEST_HEADER.pack(spec.key, VERSION, correlation_id) + body
+    return (
+        LENGTH.pack(REQUEST_HEADER.size + len(body))
+        + REQUEST_HEADER.pack(spec.key, VERSION, correlation_id)
+        + body
+    )
 
 
 def encode_response(correlation_id: int, message: Message) -> bytes:

@@ -1,6 +1,6 @@
 """A framed-protocol listener: frames in, a dispatcher's calls run, answers out. It serves
-the raftka data protocol (``wire.frames``, through ``FrameServer``) and, with another
-dispatcher, Kafka's (``broker.kafka``).
+the raftka data protocol (``raftka.wire.frames``, through ``FrameServer``) and, with another
+dispatcher, Kafka's (``raftka.broker.kafka``).
 
 Each request becomes a task, started in arrival order, so a handler's synchronous part
 (a produce's validation and append) runs in the order the requests arrived on the
@@ -28,9 +28,9 @@ from typing import Any, Protocol
 
 import structlog
 from google.protobuf.message import DecodeError, Message
-from raftka.v1 import controller_pb2
 
-from wire.frames import (
+from raftka.v1 import controller_pb2
+from raftka.wire.frames import (
     APIS,
     REQUEST_FRAME_MAX_BYTES,
     REQUEST_HEADER,
@@ -42,7 +42,7 @@ from wire.frames import (
 )
 
 E = controller_pb2.ErrorCode
-log = structlog.get_logger("wire.server")
+log = structlog.get_logger("raftka.wire.server")
 
 Handler = Callable[[Message], Awaitable[Message | None]]  # None: the request gets no answer
 Call = Coroutine[Any, Any, bytes | None]  # a request being handled: its answer frame, or None for no answer
@@ -115,7 +115,9 @@ class Listener:
             if now - self._refusals_logged_at >= REFUSAL_LOG_INTERVAL_S:
                 self._refusals_logged_at = now
                 log.warning(
-                    "listener full; closing new connections", listener=self.name, connections_max=self.connections_max
+                    "listener full; closing new connections",
+                    listener=self.name,
+                    connections_max=self.connections_max,
                 )
             return False
         self.connections.add(connection)
@@ -130,7 +132,7 @@ class FrameServer(Listener):
 
 
 class DataDispatcher:
-    """raftka's data protocol (``wire.frames``): answers as each finishes."""
+    """raftka's data protocol (``raftka.wire.frames``): answers as each finishes."""
 
     ordered = False
 
@@ -266,9 +268,16 @@ class _Connection(asyncio.Protocol):
             return
         if (error := task.exception()) is not None:
             if isinstance(error, CloseConnection):
-                log.debug("closing a connection", listener=self._listener.name, peer=self._peer, reason=str(error))
+                log.debug(
+                    "closing a connection", listener=self._listener.name, peer=self._peer, reason=str(error)
+                )
             else:
-                log.error("a request failed; closing its connection", listener=self._listener.name, peer=self._peer, exc_info=error)
+                log.error(
+                    "a request failed; closing its connection",
+                    listener=self._listener.name,
+                    peer=self._peer,
+                    exc_info=error,
+                )
             self.abort()
             return
         if self._dispatcher.ordered:
@@ -294,6 +303,8 @@ class _Connection(asyncio.Protocol):
             self._transport.write(answer)
 
     def _close_for(self, why: str) -> None:
-        log.warning("closing a connection: bad frame", listener=self._listener.name, peer=self._peer, reason=why)
+        log.warning(
+            "closing a connection: bad frame", listener=self._listener.name, peer=self._peer, reason=why
+        )
         assert self._transport is not None
         self._transport.abort()

@@ -9,7 +9,7 @@ and its state is dropped, and its members find the new coordinator and join agai
 A group created here starts its generations above the last one recorded in the
 metadata log, so a member of an old coordinator's generation cannot commit.
 
-Protocol rules live in ``broker.groups.group``; this module does the I/O: JoinGroup and
+Protocol rules live in ``raftka.broker.groups.group``; this module does the I/O: JoinGroup and
 SyncGroup wait on futures until their group answers them, one timer task polls the
 groups at their deadlines, a completed rebalance is recorded through the active
 controller before its members hear their assignment, and offset commits are checked
@@ -27,17 +27,17 @@ from collections.abc import Callable, Iterable
 import crc32c
 import structlog
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
-from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-from broker.groups.group import PARKED, Delivery, Group, GroupLimits, Rebalanced, State, with_status
-from metadata.image import MetadataImage
-from wire.frames import DATA_LISTENER
-from wire.server import current_peer
+from raftka.broker.controller_link import ControllerLink, LinkError
+from raftka.broker.groups.group import PARKED, Delivery, Group, GroupLimits, Rebalanced, State, with_status
+from raftka.metadata.image import MetadataImage
+from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
+from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.server import current_peer
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
-log = structlog.get_logger("broker.groups")
+log = structlog.get_logger("raftka.broker.groups")
 
 CONTROLLER_WRITE_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms: how long a write may take
 WRITE_RETRY_BACKOFF_S = 0.05
@@ -70,7 +70,9 @@ class GroupCoordinator:
         self._clock_ms = clock_ms
         self._image = MetadataImage()
         self._groups: dict[str, Group] = {}
-        self._parked: dict[tuple[str, str, str], asyncio.Future[Pb.JoinGroupResponse | Pb.SyncGroupResponse]] = {}
+        self._parked: dict[
+            tuple[str, str, str], asyncio.Future[Pb.JoinGroupResponse | Pb.SyncGroupResponse]
+        ] = {}
         self._wake = asyncio.Event()
         self._commits = _CommitBatcher(self._write, records_max)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -82,7 +84,9 @@ class GroupCoordinator:
         self._image = image
         for group_id in [g for g in self._groups if not self._owns(g)]:
             group = self._groups.pop(group_id)
-            log.info("group moved to another coordinator", group=group_id, coordinator=self._coordinator(group_id))
+            log.info(
+                "group moved to another coordinator", group=group_id, coordinator=self._coordinator(group_id)
+            )
             self._deliver(group_id, group.dead())
 
     def _coordinator(self, group_id: str) -> int | None:
@@ -107,7 +111,10 @@ class GroupCoordinator:
         coordinator = self._coordinator(group_id)
         if coordinator is None:
             return E.COORDINATOR_NOT_AVAILABLE, "no unfenced broker can coordinate groups now"
-        return E.NOT_COORDINATOR, f"broker {self.broker_id} does not coordinate {group_id!r}; broker {coordinator} does"
+        return (
+            E.NOT_COORDINATOR,
+            f"broker {self.broker_id} does not coordinate {group_id!r}; broker {coordinator} does",
+        )
 
     # the protocol ----------------------------------------------------------------------------
 
@@ -143,7 +150,9 @@ class GroupCoordinator:
         outcome = group.sync(request, self._clock_ms())
         if outcome.rebalanced is not None:
             self._spawn(self._record(group, outcome.rebalanced))
-        return await self._answer(group.group_id, request.member_id, "sync", outcome.answer, outcome.deliveries)
+        return await self._answer(
+            group.group_id, request.member_id, "sync", outcome.answer, outcome.deliveries
+        )
 
     async def heartbeat(self, request: Pb.HeartbeatRequest) -> Pb.HeartbeatResponse:
         problem = self._not_here(request.group_id)
@@ -151,7 +160,9 @@ class GroupCoordinator:
             return with_status(Pb.HeartbeatResponse(), *problem)
         group = self._groups.get(request.group_id)
         if group is None:
-            return with_status(Pb.HeartbeatResponse(), E.UNKNOWN_MEMBER_ID, f"no member {request.member_id!r}: join again")
+            return with_status(
+                Pb.HeartbeatResponse(), E.UNKNOWN_MEMBER_ID, f"no member {request.member_id!r}: join again"
+            )
         response = group.heartbeat(request, self._clock_ms())
         self._wake.set()
         return response
@@ -195,16 +206,24 @@ class GroupCoordinator:
         for group_id in {*self._image.offsets, *self._image.groups}:
             if self._owns(group_id):
                 recorded = self._image.groups.get(group_id)
-                listed[group_id] = (recorded.protocol_type if recorded else CONSUMER_PROTOCOL, State.EMPTY.value)
+                listed[group_id] = (
+                    recorded.protocol_type if recorded else CONSUMER_PROTOCOL,
+                    State.EMPTY.value,
+                )
         for group_id, group in self._groups.items():
             if group.state is not State.DEAD and (group.members or group_id not in listed):
-                listed[group_id] = (group.protocol_type or listed.get(group_id, (CONSUMER_PROTOCOL, ""))[0], group.state.value)
+                listed[group_id] = (
+                    group.protocol_type or listed.get(group_id, (CONSUMER_PROTOCOL, ""))[0],
+                    group.state.value,
+                )
         for group_id, (protocol_type, state) in sorted(listed.items()):
             if not states or state in states:
                 response.groups.add(group_id=group_id, protocol_type=protocol_type, state=state)
         return response
 
-    async def delete(self, request: controller_pb2.DeleteGroupsRequest) -> controller_pb2.DeleteGroupsResponse:
+    async def delete(
+        self, request: controller_pb2.DeleteGroupsRequest
+    ) -> controller_pb2.DeleteGroupsResponse:
         """Only groups without members; their offsets and history go through the quorum."""
         response = controller_pb2.DeleteGroupsResponse()
         deletable: list[str] = []
@@ -221,7 +240,9 @@ class GroupCoordinator:
         if not deletable:
             return response
         try:
-            answer = await self._write("DeleteGroups", controller_pb2.DeleteGroupsRequest(groups=deletable))
+            answer = await self._write(
+                lambda stub: stub.DeleteGroups, controller_pb2.DeleteGroupsRequest(groups=deletable)
+            )
         except LinkError as e:
             answer = with_status(controller_pb2.DeleteGroupsResponse(), E.COORDINATOR_NOT_AVAILABLE, str(e))
         outcomes = {r.group: r for r in answer.groups}
@@ -230,14 +251,19 @@ class GroupCoordinator:
                 continue
             outcome = outcomes.get(result.group)
             if answer.status.error != E.NONE or outcome is None:
-                result.error, result.message = answer.status.error or E.UNKNOWN_SERVER_ERROR, answer.status.message
+                result.error, result.message = (
+                    answer.status.error or E.UNKNOWN_SERVER_ERROR,
+                    answer.status.message,
+                )
                 continue
             result.error, result.message = outcome.error, outcome.message
             if outcome.error == E.NONE and result.group in self._groups:
                 self._deliver(result.group, self._groups.pop(result.group).dead())
         return response
 
-    async def commit(self, request: controller_pb2.OffsetCommitRequest) -> controller_pb2.OffsetCommitResponse:
+    async def commit(
+        self, request: controller_pb2.OffsetCommitRequest
+    ) -> controller_pb2.OffsetCommitResponse:
         problem = self._not_here(request.group)
         generation = request.generation_id if request.HasField("generation_id") else None
         instance = request.group_instance_id if request.HasField("group_instance_id") else ""
@@ -268,7 +294,9 @@ class GroupCoordinator:
                 if group.state in (State.EMPTY, State.DEAD) and not group.pending:
                     del self._groups[group_id]  # nothing to remember: the log has its history
             self._wake.clear()
-            wait_s = min(((min(deadlines) - now) / 1000 if deadlines else POLL_INTERVAL_MAX_S), POLL_INTERVAL_MAX_S)
+            wait_s = min(
+                ((min(deadlines) - now) / 1000 if deadlines else POLL_INTERVAL_MAX_S), POLL_INTERVAL_MAX_S
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(wait_s, 0.001))
 
@@ -283,7 +311,9 @@ class GroupCoordinator:
 
     # helpers --------------------------------------------------------------------------------
 
-    async def _answer(self, group_id: str, member_id: str, kind: str, answer: object, deliveries: list[Delivery]) -> object:
+    async def _answer(
+        self, group_id: str, member_id: str, kind: str, answer: object, deliveries: list[Delivery]
+    ) -> object:
         """Deliver what others are owed, then answer now or wait to be answered."""
         self._deliver(group_id, deliveries)
         self._wake.set()
@@ -308,9 +338,11 @@ class GroupCoordinator:
 
     async def _record(self, group: Group, rebalanced: Rebalanced) -> None:
         """Write the completed rebalance, then let the group answer its members."""
-        request = controller_pb2.RecordGroupRebalanceRequest(rebalance=self._rebalance_record(group.group_id, rebalanced))
+        request = controller_pb2.RecordGroupRebalanceRequest(
+            rebalance=self._rebalance_record(group.group_id, rebalanced)
+        )
         try:
-            answer = await self._write("RecordGroupRebalance", request)
+            answer = await self._write(lambda stub: stub.RecordGroupRebalance, request)
             error, message = answer.status.error, answer.status.message
             if error == E.ILLEGAL_GENERATION:  # an old coordinator recorded more than our image showed
                 group.generation_id = max(group.generation_id, answer.recorded_generation_id)
@@ -318,11 +350,24 @@ class GroupCoordinator:
         except LinkError as e:
             error, message = E.COORDINATOR_NOT_AVAILABLE, f"the rebalance could not be recorded: {e}"
         if error != E.NONE:
-            log.warning("rebalance not recorded", group=group.group_id, generation=rebalanced.generation_id, error=E.Name(error), detail=message)
+            log.warning(
+                "rebalance not recorded",
+                group=group.group_id,
+                generation=rebalanced.generation_id,
+                error=E.Name(error),
+                detail=message,
+            )
         else:
-            log.info("rebalance completed", group=group.group_id, generation=rebalanced.generation_id, members=len(rebalanced.members))
+            log.info(
+                "rebalance completed",
+                group=group.group_id,
+                generation=rebalanced.generation_id,
+                members=len(rebalanced.members),
+            )
         if self._groups.get(group.group_id) is group:
-            self._deliver(group.group_id, group.recorded(rebalanced.generation_id, error, message, self._clock_ms()))
+            self._deliver(
+                group.group_id, group.recorded(rebalanced.generation_id, error, message, self._clock_ms())
+            )
 
     def _rebalance_record(self, group_id: str, rebalanced: Rebalanced) -> metadata_pb2.GroupRebalanceRecord:
         record = metadata_pb2.GroupRebalanceRecord(
@@ -334,7 +379,9 @@ class GroupCoordinator:
             coordinator=self.broker_id,
         )
         for member_id, instance, client_id, host, assignment in rebalanced.members:
-            member = record.members.add(member_id=member_id, group_instance_id=instance, client_id=client_id, client_host=host)
+            member = record.members.add(
+                member_id=member_id, group_instance_id=instance, client_id=client_id, client_host=host
+            )
             if rebalanced.protocol_type == CONSUMER_PROTOCOL:
                 for topic, partitions in _assigned(assignment):
                     member.assignment.add(topic=topic, partitions=partitions)
@@ -366,12 +413,20 @@ class _CommitBatcher:
     def __init__(self, write: Callable, records_max: int) -> None:  # type: ignore[type-arg]
         self._write = write
         self._records_max = records_max
-        self._queue: list[tuple[controller_pb2.OffsetCommitRequest, asyncio.Future[controller_pb2.OffsetCommitResponse]]] = []
+        self._queue: list[
+            tuple[controller_pb2.OffsetCommitRequest, asyncio.Future[controller_pb2.OffsetCommitResponse]]
+        ] = []
         self._sender: asyncio.Task[None] | None = None
 
-    async def submit(self, request: controller_pb2.OffsetCommitRequest) -> controller_pb2.OffsetCommitResponse:
+    async def submit(
+        self, request: controller_pb2.OffsetCommitRequest
+    ) -> controller_pb2.OffsetCommitResponse:
         if len(self._queue) >= COMMITS_WAITING_MAX:
-            return with_status(controller_pb2.OffsetCommitResponse(), E.REQUEST_TIMED_OUT, f"{COMMITS_WAITING_MAX} commits already wait; retry")
+            return with_status(
+                controller_pb2.OffsetCommitResponse(),
+                E.REQUEST_TIMED_OUT,
+                f"{COMMITS_WAITING_MAX} commits already wait; retry",
+            )
         future = asyncio.get_running_loop().create_future()
         self._queue.append((request, future))
         if self._sender is None or self._sender.done():
@@ -390,15 +445,23 @@ class _CommitBatcher:
                 size += partitions
             call = controller_pb2.CommitGroupOffsetsRequest(groups=[r for r, _ in batch])
             try:
-                answer = await self._write("CommitGroupOffsets", call)
+                answer = await self._write(lambda stub: stub.CommitGroupOffsets, call)
                 error, message = answer.status.error, answer.status.message
             except LinkError as e:
-                answer, error, message = None, E.COORDINATOR_NOT_AVAILABLE, f"no active controller took the commit: {e}"
+                answer, error, message = (
+                    None,
+                    E.COORDINATOR_NOT_AVAILABLE,
+                    f"no active controller took the commit: {e}",
+                )
             for index, (_, future) in enumerate(batch):
                 if future.done():
                     continue
                 if error != E.NONE or answer is None or index >= len(answer.groups):
-                    future.set_result(with_status(controller_pb2.OffsetCommitResponse(), error or E.UNKNOWN_SERVER_ERROR, message))
+                    future.set_result(
+                        with_status(
+                            controller_pb2.OffsetCommitResponse(), error or E.UNKNOWN_SERVER_ERROR, message
+                        )
+                    )
                 else:
                     future.set_result(answer.groups[index])
 
@@ -409,7 +472,11 @@ class _CommitBatcher:
                 await self._sender
         for _, future in self._queue:
             if not future.done():
-                future.set_result(with_status(controller_pb2.OffsetCommitResponse(), E.NOT_COORDINATOR, "the broker is stopping"))
+                future.set_result(
+                    with_status(
+                        controller_pb2.OffsetCommitResponse(), E.NOT_COORDINATOR, "the broker is stopping"
+                    )
+                )
         self._queue.clear()
 
 
@@ -427,5 +494,6 @@ def _assigned(assignment: bytes) -> list[tuple[str, list[int]]]:
 
 def _superseded(kind: str) -> Pb.JoinGroupResponse | Pb.SyncGroupResponse:
     response = Pb.JoinGroupResponse(generation_id=-1) if kind == "join" else Pb.SyncGroupResponse()
-    return with_status(response, E.REBALANCE_IN_PROGRESS, "the member sent another request: this one is dropped")
-
+    return with_status(
+        response, E.REBALANCE_IN_PROGRESS, "the member sent another request: this one is dropped"
+    )

@@ -1,6 +1,6 @@
 """One consumer group under Kafka's classic group protocol, with no I/O and no clock.
 
-The coordinator (``broker.groups.coordinator``) feeds a ``Group`` requests and the time,
+The coordinator (``raftka.broker.groups.coordinator``) feeds a ``Group`` requests and the time,
 and carries out what comes back: an answer now, or ``PARKED`` for a JoinGroup or
 SyncGroup that waits for the rest of the group, later answered through ``Delivery``s
 returned by the call that completes the phase, and ``Rebalanced`` when a generation's
@@ -96,7 +96,9 @@ class Rebalanced:
     protocol_type: str
     protocol_name: str
     leader: str
-    members: tuple[tuple[str, str, str, str, bytes], ...]  # (member id, instance id, client id, host, assignment)
+    members: tuple[
+        tuple[str, str, str, str, bytes], ...
+    ]  # (member id, instance id, client id, host, assignment)
 
 
 @dataclass(slots=True)
@@ -166,9 +168,19 @@ class Group:
             return self._add_and_rebalance(request, request.member_id, instance, now_ms)
         member = self.members.get(request.member_id)
         if member is None:
-            return Outcome(_join_error(request.member_id, E.UNKNOWN_MEMBER_ID, f"{self._name()} has no member {request.member_id!r}"))
+            return Outcome(
+                _join_error(
+                    request.member_id,
+                    E.UNKNOWN_MEMBER_ID,
+                    f"{self._name()} has no member {request.member_id!r}",
+                )
+            )
         if instance and self.static.get(instance) != request.member_id:
-            return Outcome(_join_error(request.member_id, E.FENCED_INSTANCE_ID, f"{instance!r} belongs to a newer member"))
+            return Outcome(
+                _join_error(
+                    request.member_id, E.FENCED_INSTANCE_ID, f"{instance!r} belongs to a newer member"
+                )
+            )
         return self._join_known(member, request, now_ms)
 
     def sync(self, request: Pb.SyncGroupRequest, now_ms: int) -> Outcome:
@@ -176,10 +188,14 @@ class Group:
         if problem is not None:
             return Outcome(_sync_error(*problem))
         assert member is not None
-        if request.protocol_type and request.protocol_type != self.protocol_type or (
-            request.protocol_name and request.protocol_name != self.protocol_name
+        if (
+            request.protocol_type
+            and request.protocol_type != self.protocol_type
+            or (request.protocol_name and request.protocol_name != self.protocol_name)
         ):
-            return Outcome(_sync_error(E.INCONSISTENT_GROUP_PROTOCOL, "protocol type or name differ from the group's"))
+            return Outcome(
+                _sync_error(E.INCONSISTENT_GROUP_PROTOCOL, "protocol type or name differ from the group's")
+            )
         self._touch(member, now_ms)
         if self.state is State.PREPARING_REBALANCE:
             return Outcome(_sync_error(E.REBALANCE_IN_PROGRESS, f"{self._name()} is rebalancing: join again"))
@@ -196,7 +212,9 @@ class Group:
         )
         for member_id, *_, assignment in members:
             self.members[member_id].assignment = assignment
-        rebalanced = Rebalanced(self.generation_id, self.protocol_type, self.protocol_name, self.leader_id, members)
+        rebalanced = Rebalanced(
+            self.generation_id, self.protocol_type, self.protocol_name, self.leader_id, members
+        )
         return Outcome(PARKED, rebalanced=rebalanced)
 
     def recorded(self, generation_id: int, error: int, message: str, now_ms: int) -> list[Delivery]:
@@ -226,7 +244,9 @@ class Group:
         assert member is not None
         self._touch(member, now_ms)
         if self.state is State.PREPARING_REBALANCE:
-            return with_status(Pb.HeartbeatResponse(), E.REBALANCE_IN_PROGRESS, f"{self._name()} is rebalancing: join again")
+            return with_status(
+                Pb.HeartbeatResponse(), E.REBALANCE_IN_PROGRESS, f"{self._name()} is rebalancing: join again"
+            )
         return Pb.HeartbeatResponse()
 
     def leave(self, leaving: Sequence[Pb.LeavingMember], now_ms: int) -> Outcome:
@@ -243,7 +263,10 @@ class Group:
                 del self.pending[member_id]
                 continue
             if member is None:
-                result.error, result.message = E.UNKNOWN_MEMBER_ID, f"{self._name()} has no member {member_id!r}"
+                result.error, result.message = (
+                    E.UNKNOWN_MEMBER_ID,
+                    f"{self._name()} has no member {member_id!r}",
+                )
                 continue
             if instance and member.instance_id != instance:
                 result.error, result.message = E.FENCED_INSTANCE_ID, f"{instance!r} belongs to another member"
@@ -251,7 +274,9 @@ class Group:
             deliveries += self._remove(member, now_ms)
         return Outcome(response, deliveries)
 
-    def commit_problem(self, generation_id: int | None, member_id: str, instance_id: str) -> tuple[int, str] | None:
+    def commit_problem(
+        self, generation_id: int | None, member_id: str, instance_id: str
+    ) -> tuple[int, str] | None:
         """Why an OffsetCommit may not go ahead (None: it may); Kafka's checks."""
         if generation_id is None or generation_id < 0:
             if not self.members:
@@ -263,7 +288,10 @@ class Group:
         if instance_id and member.instance_id != instance_id:
             return E.FENCED_INSTANCE_ID, f"{instance_id!r} belongs to another member"
         if generation_id != self.generation_id:
-            return E.ILLEGAL_GENERATION, f"generation {generation_id} is not {self._name()}'s {self.generation_id}"
+            return (
+                E.ILLEGAL_GENERATION,
+                f"generation {generation_id} is not {self._name()}'s {self.generation_id}",
+            )
         if self.state is State.COMPLETING_REBALANCE:
             return E.REBALANCE_IN_PROGRESS, f"{self._name()} is completing a rebalance"
         return None
@@ -277,8 +305,18 @@ class Group:
     def dead(self) -> list[Delivery]:
         """The group is deleted or moves to another coordinator: answer every waiter."""
         deliveries = [
-            *(Delivery(m.member_id, "join", _join_error(m.member_id, E.NOT_COORDINATOR, "the coordinator moved")) for m in self.members.values() if m.awaiting_join),
-            *(Delivery(m.member_id, "sync", _sync_error(E.NOT_COORDINATOR, "the coordinator moved")) for m in self.members.values() if m.awaiting_sync),
+            *(
+                Delivery(
+                    m.member_id, "join", _join_error(m.member_id, E.NOT_COORDINATOR, "the coordinator moved")
+                )
+                for m in self.members.values()
+                if m.awaiting_join
+            ),
+            *(
+                Delivery(m.member_id, "sync", _sync_error(E.NOT_COORDINATOR, "the coordinator moved"))
+                for m in self.members.values()
+                if m.awaiting_sync
+            ),
         ]
         self.state = State.DEAD
         self.members.clear()
@@ -296,9 +334,17 @@ class Group:
                 del self.pending[member_id]
                 deliveries += self._maybe_complete_join(now_ms)
         for member in list(self.members.values()):
-            if member.session_deadline_ms <= now_ms and not member.waiting and member.member_id in self.members:
+            if (
+                member.session_deadline_ms <= now_ms
+                and not member.waiting
+                and member.member_id in self.members
+            ):
                 deliveries += self._remove(member, now_ms)
-        if self.state is State.PREPARING_REBALANCE and self._join_deadline_ms is not None and self._join_deadline_ms <= now_ms:
+        if (
+            self.state is State.PREPARING_REBALANCE
+            and self._join_deadline_ms is not None
+            and self._join_deadline_ms <= now_ms
+        ):
             deliveries += self._complete_join(now_ms)
         leader_late = (
             self.state is State.COMPLETING_REBALANCE
@@ -312,7 +358,10 @@ class Group:
         return deliveries
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [*self.pending.values(), *(m.session_deadline_ms for m in self.members.values() if not m.waiting)]
+        deadlines = [
+            *self.pending.values(),
+            *(m.session_deadline_ms for m in self.members.values() if not m.waiting),
+        ]
         if self.state is State.PREPARING_REBALANCE and self._join_deadline_ms is not None:
             deadlines.append(self._join_deadline_ms)
         if self.state is State.COMPLETING_REBALANCE and self._sync_deadline_ms is not None:
@@ -373,19 +422,35 @@ class Group:
         if instance and instance in self.static:
             return self._replace_static(self.members[self.static[instance]], member_id, request, now_ms)
         if len(self.members) + len(self.pending) >= self.limits.max_size:
-            return Outcome(_join_error("", E.GROUP_MAX_SIZE_REACHED, f"{self._name()} has {self.limits.max_size} members (group.max.size)"))
+            return Outcome(
+                _join_error(
+                    "",
+                    E.GROUP_MAX_SIZE_REACHED,
+                    f"{self._name()} has {self.limits.max_size} members (group.max.size)",
+                )
+            )
         if instance or request.add_new_member_at_once:
             return self._add_and_rebalance(request, member_id, instance, now_ms)
         self.pending[member_id] = now_ms + request.session_timeout_ms
         return Outcome(_join_error(member_id, E.MEMBER_ID_REQUIRED, "join again with this member id"))
 
-    def _replace_static(self, old: Member, member_id: str, request: Pb.JoinGroupRequest, now_ms: int) -> Outcome:
+    def _replace_static(
+        self, old: Member, member_id: str, request: Pb.JoinGroupRequest, now_ms: int
+    ) -> Outcome:
         """A static member's new process takes its old id's place (KIP-345)."""
         deliveries = []
         if old.awaiting_join:
-            deliveries.append(Delivery(old.member_id, "join", _join_error(old.member_id, E.FENCED_INSTANCE_ID, "a newer member took over")))
+            deliveries.append(
+                Delivery(
+                    old.member_id,
+                    "join",
+                    _join_error(old.member_id, E.FENCED_INSTANCE_ID, "a newer member took over"),
+                )
+            )
         if old.awaiting_sync:
-            deliveries.append(Delivery(old.member_id, "sync", _sync_error(E.FENCED_INSTANCE_ID, "a newer member took over")))
+            deliveries.append(
+                Delivery(old.member_id, "sync", _sync_error(E.FENCED_INSTANCE_ID, "a newer member took over"))
+            )
         del self.members[old.member_id]
         member = _member(request, member_id, old.instance_id, now_ms)
         member.assignment = old.assignment
@@ -403,7 +468,9 @@ class Group:
         outcome.new_member_id = member_id
         return outcome
 
-    def _add_and_rebalance(self, request: Pb.JoinGroupRequest, member_id: str, instance: str, now_ms: int) -> Outcome:
+    def _add_and_rebalance(
+        self, request: Pb.JoinGroupRequest, member_id: str, instance: str, now_ms: int
+    ) -> Outcome:
         member = _member(request, member_id, instance, now_ms)
         self.members[member_id] = member
         if instance:
@@ -444,7 +511,11 @@ class Group:
     def _prepare_rebalance(self, now_ms: int) -> list[Delivery]:
         """Enter PreparingRebalance; members waiting in SyncGroup are told to join again."""
         deliveries = [
-            Delivery(m.member_id, "sync", _sync_error(E.REBALANCE_IN_PROGRESS, f"{self._name()} is rebalancing: join again"))
+            Delivery(
+                m.member_id,
+                "sync",
+                _sync_error(E.REBALANCE_IN_PROGRESS, f"{self._name()} is rebalancing: join again"),
+            )
             for m in self.members.values()
             if m.awaiting_sync
         ]
@@ -501,7 +572,11 @@ class Group:
     def _vote(self) -> str:
         """The protocol every member supports that the members rank highest (Kafka's vote)."""
         members = list(self.members.values())
-        common = [name for name, _ in members[0].protocols if all(name in {n for n, _ in m.protocols} for m in members)]
+        common = [
+            name
+            for name, _ in members[0].protocols
+            if all(name in {n for n, _ in m.protocols} for m in members)
+        ]
         votes = {name: 0 for name in common}
         for member in members:
             votes[next(name for name, _ in member.protocols if name in votes)] += 1
@@ -513,7 +588,11 @@ class Group:
         """A member left or expired: the rest rebalance, or the group is empty."""
         deliveries = []
         if member.awaiting_join:
-            deliveries.append(Delivery(member.member_id, "join", _join_error(member.member_id, E.UNKNOWN_MEMBER_ID, "removed")))
+            deliveries.append(
+                Delivery(
+                    member.member_id, "join", _join_error(member.member_id, E.UNKNOWN_MEMBER_ID, "removed")
+                )
+            )
         if member.awaiting_sync:
             deliveries.append(Delivery(member.member_id, "sync", _sync_error(E.UNKNOWN_MEMBER_ID, "removed")))
         self._drop(member)
@@ -533,7 +612,9 @@ class Group:
 
     # answers ---------------------------------------------------------------------------
 
-    def _member_of_generation(self, member_id: str, request: object, generation_id: int) -> tuple[Member | None, tuple[int, str] | None]:
+    def _member_of_generation(
+        self, member_id: str, request: object, generation_id: int
+    ) -> tuple[Member | None, tuple[int, str] | None]:
         member = self.members.get(member_id)
         if member is None or self.state in (State.EMPTY, State.DEAD):
             return None, (E.UNKNOWN_MEMBER_ID, f"{self._name()} has no member {member_id!r}")
@@ -541,7 +622,10 @@ class Group:
         if instance and member.instance_id != instance:
             return None, (E.FENCED_INSTANCE_ID, f"{instance!r} belongs to another member")
         if generation_id != self.generation_id:
-            return None, (E.ILLEGAL_GENERATION, f"generation {generation_id} is not {self._name()}'s {self.generation_id}")
+            return None, (
+                E.ILLEGAL_GENERATION,
+                f"generation {generation_id} is not {self._name()}'s {self.generation_id}",
+            )
         return member, None
 
     def _join_answer(self, member: Member, *, include_members: bool) -> Pb.JoinGroupResponse:

@@ -27,19 +27,19 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
 )
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-from raftka.v1 import controller_pb2, metadata_pb2
 
-from broker.data_service import BrokerApi
-from broker.kafka.endpoints import kafka_endpoints
-from broker.kafka.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
-from broker.kafka.protocol import KafkaApi
-from metadata.image import NO_LEADER, MetadataImage, TopicImage
-from metadata.topic_configs import TOPIC_CONFIGS, describe_configs
 from raft.node_config import NodeConfig
+from raftka.broker.data_service import BrokerApi
+from raftka.broker.kafka.endpoints import kafka_endpoints
+from raftka.broker.kafka.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
+from raftka.broker.kafka.protocol import KafkaApi
+from raftka.metadata.image import NO_LEADER, MetadataImage, TopicImage
+from raftka.metadata.topic_configs import TOPIC_CONFIGS, describe_configs
+from raftka.v1 import controller_pb2, metadata_pb2
 
 E = controller_pb2.ErrorCode
 C = controller_pb2
-log = structlog.get_logger("broker.kafka")
+log = structlog.get_logger("raftka.broker.kafka")
 
 LEADER_NOT_AVAILABLE = kafka_error(E.LEADER_NOT_AVAILABLE)
 UNKNOWN_TOPIC_OR_PARTITION = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION)
@@ -85,7 +85,9 @@ class ClusterApis:
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=[
-                MetadataResponse.MetadataResponseBroker(node_id=e.broker_id, host=e.host, port=e.port, rack=e.rack)
+                MetadataResponse.MetadataResponseBroker(
+                    node_id=e.broker_id, host=e.host, port=e.port, rack=e.rack
+                )
                 for e in sorted(endpoints.values(), key=lambda e: e.broker_id)
             ],
             cluster_id=self._api.cluster_id,
@@ -93,7 +95,9 @@ class ClusterApis:
             topics=topics,
         )
 
-    def _asked_topic(self, image: MetadataImage, asked: MetadataRequest.MetadataRequestTopic, endpoints: dict) -> MR:
+    def _asked_topic(
+        self, image: MetadataImage, asked: MetadataRequest.MetadataRequestTopic, endpoints: dict
+    ) -> MR:
         if asked.name is None:  # v10+: by id
             topic = image.topics_by_id.get(asked.topic_id.bytes)
             if topic is None:
@@ -101,7 +105,12 @@ class ClusterApis:
             return self._topic(topic, endpoints)
         topic = image.topic(asked.name)
         if topic is None:
-            return MR(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=asked.name, topic_id=uuid.UUID(int=0), partitions=[])
+            return MR(
+                error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                name=asked.name,
+                topic_id=uuid.UUID(int=0),
+                partitions=[],
+            )
         return self._topic(topic, endpoints)
 
     async def _auto_create(self, names: list[str]) -> dict[str, int]:
@@ -111,12 +120,14 @@ class ClusterApis:
         request = C.CreateTopicsRequest(
             topics=[
                 C.CreatableTopic(
-                    name=name, num_partitions=kafka.num_partitions, replication_factor=kafka.default_replication_factor
+                    name=name,
+                    num_partitions=kafka.num_partitions,
+                    replication_factor=kafka.default_replication_factor,
                 )
                 for name in dict.fromkeys(names)
             ]
         )
-        answer = await self._api.forward("CreateTopics", request, C.CreateTopicsResponse)
+        answer = await self._api.forward(lambda stub: stub.CreateTopics, request, C.CreateTopicsResponse)
         outcomes = {t.name: t.error for t in answer.topics}
         codes = {}
         for name in names:
@@ -127,7 +138,9 @@ class ClusterApis:
                 codes[name] = LEADER_NOT_AVAILABLE
             else:
                 log.info("topic not auto-created", topic=name, error=C.ErrorCode.Name(code))
-                codes[name] = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION if code == E.REQUEST_TIMED_OUT else code)
+                codes[name] = kafka_error(
+                    E.UNKNOWN_TOPIC_OR_PARTITION if code == E.REQUEST_TIMED_OUT else code
+                )
         return codes
 
     @staticmethod
@@ -179,7 +192,7 @@ class ClusterApis:
                 configs={c.name: c.value for c in topic.configs},
             )
         if ours.topics:
-            answer = await self._api.forward("CreateTopics", ours, C.CreateTopicsResponse)
+            answer = await self._api.forward(lambda stub: stub.CreateTopics, ours, C.CreateTopicsResponse)
             outcomes = {t.name: t for t in answer.topics}
             for asked in ours.topics:
                 outcome = outcomes.get(asked.name)
@@ -227,7 +240,7 @@ class ClusterApis:
             asked = [(name, uuid.UUID(int=0)) for name in request.topic_names]
         names = [name for name, _ in asked if name is not None]
         answer = await self._api.forward(
-            "DeleteTopics", C.DeleteTopicsRequest(names=names), C.DeleteTopicsResponse
+            lambda stub: stub.DeleteTopics, C.DeleteTopicsRequest(names=names), C.DeleteTopicsResponse
         )
         outcomes = {t.name: t for t in answer.topics}
         results = []

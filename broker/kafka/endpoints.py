@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metadata.image import MetadataImage
+from raftka.metadata.image import MetadataImage
 
 KAFKA_LISTENER = "KAFKA"  # the name a broker registers its Kafka listener under
 

@@ -1,5 +1,5 @@
 """Kafka's group APIs (the classic protocol) and OffsetCommit/OffsetFetch, answered by
-the broker's group coordinator (``broker.groups``) through the same calls as raftka's
+the broker's group coordinator (``raftka.broker.groups``) through the same calls as raftka's
 data protocol.
 
 The coordinator already speaks Kafka's semantics; what is translated here is the shape
@@ -34,12 +34,12 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.data_service import BrokerApi
-from broker.kafka.endpoints import kafka_endpoints
-from broker.kafka.errors import INVALID_REQUEST, kafka_error, kafka_message
-from broker.kafka.protocol import KafkaApi
+from raftka.broker.data_service import BrokerApi
+from raftka.broker.kafka.endpoints import kafka_endpoints
+from raftka.broker.kafka.errors import INVALID_REQUEST, kafka_error, kafka_message
+from raftka.broker.kafka.protocol import KafkaApi
+from raftka.v1 import broker_pb2, controller_pb2
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2

@@ -36,14 +36,19 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.data_service import BrokerApi, wire_produce_answer
-from broker.kafka.endpoints import kafka_endpoints
-from broker.kafka.errors import FETCH_SESSION_ID_NOT_FOUND, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
-from broker.kafka.protocol import KafkaApi
-from broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
-from broker.replica.partition import PartitionError
+from raftka.broker.data_service import BrokerApi, wire_produce_answer
+from raftka.broker.kafka.endpoints import kafka_endpoints
+from raftka.broker.kafka.errors import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    UNKNOWN_TOPIC_ID,
+    kafka_error,
+    kafka_message,
+)
+from raftka.broker.kafka.protocol import KafkaApi
+from raftka.broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
+from raftka.broker.replica.partition import PartitionError
+from raftka.v1 import broker_pb2, controller_pb2
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
@@ -121,16 +126,22 @@ class LogApis:
                 )
                 answered.current_leader = _leader_hint(result, code, leaders, PR)
                 partitions.append(answered)
-            topics.append(ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions))
+            topics.append(
+                ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=partitions)
+            )
         return ProduceResponse(
-            responses=topics, throttle_time_ms=0, node_endpoints=self._node_endpoints(leaders, ProduceResponse)
+            responses=topics,
+            throttle_time_ms=0,
+            node_endpoints=self._node_endpoints(leaders, ProduceResponse),
         )
 
     # fetch ------------------------------------------------------------------------------
 
     async def fetch(self, request: FetchRequest, version: int) -> FetchResponse:
         if request.session_id != 0:
-            return FetchResponse(throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
+            return FetchResponse(
+                throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
+            )
         by_id = version >= TOPIC_IDS_FROM
         image = self._api.image
         ours = Pb.FetchRequest(
@@ -148,7 +159,9 @@ class LogApis:
                     unknown_ids.append(_unknown_topic_id(topic))
                     continue
                 name = known.name
-            ours_topic = ours.topics.add(name=name, topic_id=image.topic_ids_by_name.get(name, b"") if by_id else b"")
+            ours_topic = ours.topics.add(
+                name=name, topic_id=image.topic_ids_by_name.get(name, b"") if by_id else b""
+            )
             for data in topic.partitions:
                 partition = ours_topic.partitions.add(
                     partition=data.partition,
@@ -181,7 +194,11 @@ class LogApis:
                     )
                 )
             topic_id = uuid.UUID(bytes=topic.topic_id) if by_id else None
-            topics.append(FetchResponse.FetchableTopicResponse(topic=topic.name, topic_id=topic_id, partitions=partitions))
+            topics.append(
+                FetchResponse.FetchableTopicResponse(
+                    topic=topic.name, topic_id=topic_id, partitions=partitions
+                )
+            )
         return FetchResponse(
             throttle_time_ms=0,
             error_code=0,
@@ -197,7 +214,9 @@ class LogApis:
         for topic in request.topics:
             ours_topic = ours.topics.add(name=topic.name)
             for data in topic.partitions:
-                partition = ours_topic.partitions.add(partition=data.partition_index, timestamp=data.timestamp)
+                partition = ours_topic.partitions.add(
+                    partition=data.partition_index, timestamp=data.timestamp
+                )
                 if data.current_leader_epoch >= 0:
                     partition.current_leader_epoch = data.current_leader_epoch
         answer = await self._api.list_offsets(ours)
@@ -213,7 +232,9 @@ class LogApis:
                 )
                 for result, code, _ in outcomes
             ]
-            topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+            topics.append(
+                ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions)
+            )
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
     async def offset_for_leader_epoch(
@@ -232,8 +253,14 @@ class LogApis:
                     epoch, end, code = -1, -1, kafka_error(e.code)
                 else:
                     code = 0
-                partitions.append(OR(partition=data.partition, error_code=code, leader_epoch=epoch, end_offset=end))
-            topics.append(OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=topic.topic, partitions=partitions))
+                partitions.append(
+                    OR(partition=data.partition, error_code=code, leader_epoch=epoch, end_offset=end)
+                )
+            topics.append(
+                OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(
+                    topic=topic.topic, partitions=partitions
+                )
+            )
         return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
 
     def _node_endpoints(self, broker_ids: set[int], response: type) -> list:

@@ -24,11 +24,11 @@ import structlog
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from broker.kafka.errors import UNSUPPORTED_VERSION
-from wire.frames import FrameError
-from wire.server import Call
+from raftka.broker.kafka.errors import UNSUPPORTED_VERSION
+from raftka.wire.frames import FrameError
+from raftka.wire.server import Call
 
-log = structlog.get_logger("broker.kafka")
+log = structlog.get_logger("raftka.broker.kafka")
 
 # api_key, api_version and correlation_id begin every request header version
 REQUEST_PREFIX = struct.Struct(">hhi")
@@ -59,7 +59,7 @@ API_VERSIONS_MAX = 4
 
 
 class KafkaDispatcher:
-    """Kafka's requests for ``wire.server.Listener``: answers in request order."""
+    """Kafka's requests for ``raftka.wire.server.Listener``: answers in request order."""
 
     ordered = True
 

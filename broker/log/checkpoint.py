@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from raft.storage.fsio import fsync_dir
+from raftka.raft.storage.fsio import fsync_dir
 
 VERSION = 0
 

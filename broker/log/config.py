@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from metadata.topic_configs import TOPIC_CONFIGS
+from raftka.metadata.topic_configs import TOPIC_CONFIGS
 
 NEVER = 2**63 - 1
 

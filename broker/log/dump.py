@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from broker.log import producer_snapshots
-from broker.log.partition_log import METADATA_FILE
-from records.batch import HEADER_SIZE, BatchFramingError, crc_matches, parse_header, read_header
-from records.codec import Compression, RecordError, iter_batch_records
+from raftka.broker.log import producer_snapshots
+from raftka.broker.log.partition_log import METADATA_FILE
+from raftka.records.batch import HEADER_SIZE, BatchFramingError, crc_matches, parse_header, read_header
+from raftka.records.codec import Compression, RecordError, iter_batch_records
 
 
 def is_partition_path(path: Path) -> bool:

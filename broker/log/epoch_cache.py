@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-from broker.log import checkpoint
+from raftka.broker.log import checkpoint
 
 FILE_NAME = "leader-epoch-checkpoint"
 

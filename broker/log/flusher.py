@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.log.partition_log import FlushJob, PartitionLog
+from raftka.broker.log.partition_log import FlushJob, PartitionLog
 
-log = structlog.get_logger("broker.log")
+log = structlog.get_logger("raftka.broker.log")
 
 
 class BackgroundFlusher:
@@ -29,7 +29,9 @@ class BackgroundFlusher:
     def __call__(self, partition_log: PartitionLog, job: FlushJob) -> None:
         """Run ``job``; then, on the loop, tell ``partition_log``."""
         future = self._executor.submit(job.run)
-        future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(self._finished, partition_log, job, f))
+        future.add_done_callback(
+            lambda f: self._loop.call_soon_threadsafe(self._finished, partition_log, job, f)
+        )
 
     def submit(self, work: Callable[[], None], what: str) -> None:
         self._executor.submit(work).add_done_callback(lambda f: self._log_failure(f, what))
@@ -39,11 +41,17 @@ class BackgroundFlusher:
         self._executor.shutdown(wait=True)
 
     @staticmethod
-    def _finished(partition_log: PartitionLog, job: FlushJob, future: concurrent.futures.Future[None]) -> None:
+    def _finished(
+        partition_log: PartitionLog, job: FlushJob, future: concurrent.futures.Future[None]
+    ) -> None:
         if future.exception() is None:
             partition_log.flushed(job)
         else:
-            log.error("fsync failed; the recovery point stays", log_dir=str(job.directory), error=str(future.exception()))
+            log.error(
+                "fsync failed; the recovery point stays",
+                log_dir=str(job.directory),
+                error=str(future.exception()),
+            )
 
     @staticmethod
     def _log_failure(future: concurrent.futures.Future[None], what: str) -> None:

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import structlog
 
-from broker.log import checkpoint
-from broker.log.config import LogConfig
-from broker.log.flusher import BackgroundFlusher
-from broker.log.partition_log import METADATA_FILE, PartitionLog, stored_topic_id
-from raft.storage.fsio import fsync_dir
+from raftka.broker.log import checkpoint
+from raftka.broker.log.config import LogConfig
+from raftka.broker.log.flusher import BackgroundFlusher
+from raftka.broker.log.partition_log import METADATA_FILE, PartitionLog, stored_topic_id
+from raftka.raft.storage.fsio import fsync_dir
 
-log = structlog.get_logger("broker.log")
+log = structlog.get_logger("raftka.broker.log")
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINTS_FILE = "recovery-point-offset-checkpoint"
 HIGH_WATERMARKS_FILE = "replication-offset-checkpoint"
@@ -69,7 +69,9 @@ class LogManager:
         self._recovery_points = dict(_read_offsets(self.directory / RECOVERY_POINTS_FILE))
         self._found_at_start = {p.parent.name for p in self.directory.glob(f"*/{METADATA_FILE}")}
         names = sorted(self._found_at_start)
-        with concurrent.futures.ThreadPoolExecutor(RECOVERY_THREADS, thread_name_prefix="log-recovery") as pool:
+        with concurrent.futures.ThreadPoolExecutor(
+            RECOVERY_THREADS, thread_name_prefix="log-recovery"
+        ) as pool:
             for name, opened in zip(names, pool.map(self._open_found, names), strict=True):
                 if opened is not None:
                     self._logs[name] = opened

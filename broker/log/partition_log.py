@@ -36,16 +36,16 @@ from pathlib import Path
 
 import structlog
 
-from broker.log import checkpoint, producer_snapshots
-from broker.log.config import LogConfig
-from broker.log.epoch_cache import LeaderEpochCache
-from broker.log.producer_state import ProducerState
-from broker.log.segment import LogSegment
-from raft.storage.fsio import fsync_dir
-from records.batch import BatchFramingError, BatchHeader, assign, crc_matches, iter_batches
-from records.codec import read_records
+from raftka.broker.log import checkpoint, producer_snapshots
+from raftka.broker.log.config import LogConfig
+from raftka.broker.log.epoch_cache import LeaderEpochCache
+from raftka.broker.log.producer_state import ProducerState
+from raftka.broker.log.segment import LogSegment
+from raftka.raft.storage.fsio import fsync_dir
+from raftka.records.batch import BatchFramingError, BatchHeader, assign, crc_matches, iter_batches
+from raftka.records.codec import read_records
 
-log = structlog.get_logger("broker.log")
+log = structlog.get_logger("raftka.broker.log")
 LOG_START_FILE = "log-start-offset"
 METADATA_FILE = "partition.metadata"
 _SUFFIXES = (".log", ".index", ".timeindex")
@@ -100,7 +100,9 @@ def _wall_ms() -> int:
 
 
 class PartitionLog:
-    def __init__(self, directory: Path, topic_id: bytes, config: LogConfig, background: Background | None = None) -> None:
+    def __init__(
+        self, directory: Path, topic_id: bytes, config: LogConfig, background: Background | None = None
+    ) -> None:
         self.directory = directory
         self.topic_id = topic_id
         self.config = config
@@ -151,7 +153,9 @@ class PartitionLog:
         self.log_start_offset = max(self.segments[0].base_offset, stored_start[0][1] if stored_start else 0)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.epochs.truncate_from_end(self.log_end_offset)
-        self.recovery_point = self.log_end_offset if clean_shutdown else min(recovery_point, self.log_end_offset)
+        self.recovery_point = (
+            self.log_end_offset if clean_shutdown else min(recovery_point, self.log_end_offset)
+        )
         self._load_producers()
 
     def _drop_segments_past_a_gap(self) -> None:
@@ -201,7 +205,11 @@ class PartitionLog:
         for _, header in batch_positions:
             if header.has_producer_id and (duplicate := self.producers.check(header)) is not None:
                 return AppendInfo(
-                    duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, header.record_count, duplicate=True
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    duplicate.timestamp,
+                    header.record_count,
+                    duplicate=True,
                 )
         first = self.log_end_offset
         offset = first
@@ -225,7 +233,9 @@ class PartitionLog:
                 if not crc_matches(payload, position, header):
                     raise LogAppendError(f"batch at {header.base_offset}: CRC mismatch")
                 if header.base_offset != expected:
-                    raise LogAppendError(f"batch at {header.base_offset} does not continue the log at {expected}")
+                    raise LogAppendError(
+                        f"batch at {header.base_offset} does not continue the log at {expected}"
+                    )
                 headers.append((position, header))
                 expected = header.next_offset
         except BatchFramingError as e:
@@ -234,7 +244,9 @@ class PartitionLog:
             self.epochs.assign(header.partition_leader_epoch, header.base_offset)
         return self._append(payload, headers, _wall_ms())
 
-    def _append(self, payload: bytes | bytearray, headers: list[tuple[int, BatchHeader]], now_ms: int) -> AppendInfo:
+    def _append(
+        self, payload: bytes | bytearray, headers: list[tuple[int, BatchHeader]], now_ms: int
+    ) -> AppendInfo:
         self._maybe_roll(len(payload), now_ms)
         self.active.append(payload, headers)
         for _, header in headers:
@@ -272,9 +284,13 @@ class PartitionLog:
         one)."""
         if self.active.size == 0:
             return
-        job = self._flush_job(self.segments) or FlushJob([], self.directory, self.recovery_point, self._generation)
+        job = self._flush_job(self.segments) or FlushJob(
+            [], self.directory, self.recovery_point, self._generation
+        )
         self.segments.append(
-            LogSegment(self.directory, self.log_end_offset, self.config.index_interval_bytes, now_ms or _wall_ms())
+            LogSegment(
+                self.directory, self.log_end_offset, self.config.index_interval_bytes, now_ms or _wall_ms()
+            )
         )
         snapshot = producer_snapshots.write(self.directory, self.log_end_offset, self.producers)
         job.fds.append(os.open(snapshot, os.O_RDONLY))
@@ -286,9 +302,13 @@ class PartitionLog:
 
     # reads ------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True) -> ReadResult:
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> ReadResult:
         if not self.log_start_offset <= offset <= self.log_end_offset:
-            raise OffsetOutOfRange(f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]")
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
+            )
         for segment in self._segments_from(offset):
             found = segment.find(offset)
             if found is not None:
@@ -439,7 +459,12 @@ class PartitionLog:
                 self.producers, start = producer_snapshots.read(self.directory, offset), offset
                 break
             except producer_snapshots.SnapshotError as e:
-                log.warning("deleting an unreadable producer snapshot", log_dir=str(self.directory), offset=offset, reason=str(e))
+                log.warning(
+                    "deleting an unreadable producer snapshot",
+                    log_dir=str(self.directory),
+                    offset=offset,
+                    reason=str(e),
+                )
                 producer_snapshots.delete(self.directory, offset)
         for segment in self._segments_from(start):
             for header in segment.headers_from(max(start, segment.base_offset)):

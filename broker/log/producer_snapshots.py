@@ -25,7 +25,7 @@ from pathlib import Path
 
 import crc32c
 
-from broker.log.producer_state import BATCHES_KEPT, BatchMetadata, ProducerEntry, ProducerState
+from raftka.broker.log.producer_state import BATCHES_KEPT, BatchMetadata, ProducerEntry, ProducerState
 
 SUFFIX = ".snapshot"
 VERSION = 1

@@ -38,9 +38,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from raftka.records.batch import BatchHeader, next_sequence
 from raftka.v1 import controller_pb2
-
-from records.batch import BatchHeader, next_sequence
 
 E = controller_pb2.ErrorCode
 BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN, the producer's in-flight bound
@@ -59,7 +58,9 @@ class BatchMetadata:
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
-    batches: collections.deque[BatchMetadata] = field(default_factory=lambda: collections.deque(maxlen=BATCHES_KEPT))
+    batches: collections.deque[BatchMetadata] = field(
+        default_factory=lambda: collections.deque(maxlen=BATCHES_KEPT)
+    )
 
     @property
     def last(self) -> BatchMetadata:
@@ -107,11 +108,14 @@ class ProducerState:
             return duplicate
         who = f"producer {header.producer_id}"
         if epoch < entry.epoch:
-            raise ProducerStateError(E.INVALID_PRODUCER_EPOCH, f"{who}: epoch {epoch} is older than {entry.epoch}")
+            raise ProducerStateError(
+                E.INVALID_PRODUCER_EPOCH, f"{who}: epoch {epoch} is older than {entry.epoch}"
+            )
         if epoch > entry.epoch:
             if first != 0:
                 raise ProducerStateError(
-                    E.OUT_OF_ORDER_SEQUENCE_NUMBER, f"{who}: new epoch {epoch} must start at sequence 0, not {first}"
+                    E.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"{who}: new epoch {epoch} must start at sequence 0, not {first}",
                 )
             return None
         expected = next_sequence(entry.last.last_sequence, 1)
@@ -127,7 +131,11 @@ class ProducerState:
         if not header.has_producer_id:
             return
         batch = BatchMetadata(
-            header.base_sequence, header.last_sequence, header.base_offset, header.last_offset, header.max_timestamp
+            header.base_sequence,
+            header.last_sequence,
+            header.base_offset,
+            header.last_offset,
+            header.max_timestamp,
         )
         entry = self.producers.pop(header.producer_id, None)
         if entry is None:
@@ -139,7 +147,9 @@ class ProducerState:
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers whose last batch is ``expiration_ms`` old; how many."""
-        expired = [pid for pid, entry in self.producers.items() if now_ms - entry.last.timestamp >= expiration_ms]
+        expired = [
+            pid for pid, entry in self.producers.items() if now_ms - entry.last.timestamp >= expiration_ms
+        ]
         for pid in expired:
             del self.producers[pid]
         return len(expired)

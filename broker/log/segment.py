@@ -20,8 +20,8 @@ from pathlib import Path
 
 import structlog
 
-from broker.log.index import IndexError_, OffsetIndex, TimeIndex
-from records.batch import (
+from raftka.broker.log.index import IndexError_, OffsetIndex, TimeIndex
+from raftka.records.batch import (
     HEADER_SIZE,
     MAGIC,
     BatchFramingError,
@@ -32,7 +32,7 @@ from records.batch import (
     read_header,
 )
 
-log = structlog.get_logger("broker.log")
+log = structlog.get_logger("raftka.broker.log")
 SCAN_CHUNK_BYTES = 1 << 20
 HEADER_ONLY_BATCH_BYTES = 8 << 10  # batches this large are skipped over, their header read alone
 
@@ -103,7 +103,9 @@ class LogSegment:
     def _header_at(self, position: int) -> BatchHeader:
         header = read_header(os.pread(self._fd, HEADER_SIZE, position))
         if header.magic != MAGIC or position + header.size > self.size:
-            raise BatchFramingError(f"batch at {position} of {self.path.name}: magic {header.magic} or past the end")
+            raise BatchFramingError(
+                f"batch at {position} of {self.path.name}: magic {header.magic} or past the end"
+            )
         return header
 
     def recover(self) -> int:
@@ -178,7 +180,9 @@ class LogSegment:
             self._tail, self._tail_offsets = [], []
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp, self._max_timestamp_offset = header.max_timestamp, relative
-            if self.max_timestamp >= 0 and (not len(self.time_index) or self.max_timestamp > self.time_index.keys[-1]):
+            if self.max_timestamp >= 0 and (
+                not len(self.time_index) or self.max_timestamp > self.time_index.keys[-1]
+            ):
                 self.time_index.append(self.max_timestamp, self._max_timestamp_offset)
         self._remember(header, position)
 
@@ -189,7 +193,10 @@ class LogSegment:
         self._tail_offsets.append(header.base_offset)
         self.next_offset = header.next_offset
         if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp, self._max_timestamp_offset = header.max_timestamp, header.base_offset - self.base_offset
+            self.max_timestamp, self._max_timestamp_offset = (
+                header.max_timestamp,
+                header.base_offset - self.base_offset,
+            )
 
     # reading ------------------------------------------------------------------------
 
@@ -197,7 +204,9 @@ class LogSegment:
         """The batch holding ``offset`` (or the first after it), None past the end."""
         if offset >= self.next_offset:
             return None
-        if self._tail_offsets and offset >= self._tail_offsets[0]:  # offsets are contiguous: this batch holds it
+        if (
+            self._tail_offsets and offset >= self._tail_offsets[0]
+        ):  # offsets are contiguous: this batch holds it
             return self._tail[bisect.bisect_right(self._tail_offsets, offset) - 1]
         floor = self.offset_index.floor(offset - self.base_offset)
         position = floor[1] if floor is not None else 0

@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable
 
 import structlog
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.log.partition_log import LogAppendError
-from broker.partitions import Role
-from broker.replica.partition import Partition
 from raft.node_config import BrokerConfig
-from wire.client import BrokerClient, WireError
+from raftka.broker.log.partition_log import LogAppendError
+from raftka.broker.partitions import Role
+from raftka.broker.replica.partition import Partition
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient, WireError
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("broker.fetcher")
@@ -58,7 +58,9 @@ class FollowerFetch:
     def ready(self, now: float) -> list[Partition]:
         return [p for p, not_before in self.partitions.items() if not_before <= now]
 
-    def request(self, ready: list[Partition]) -> tuple[broker_pb2.FetchRequest, dict[tuple[bytes, int], tuple[Partition, int, int]]]:
+    def request(
+        self, ready: list[Partition]
+    ) -> tuple[broker_pb2.FetchRequest, dict[tuple[bytes, int], tuple[Partition, int, int]]]:
         request = broker_pb2.FetchRequest(
             replica_id=self.local_id,
             replica_epoch=self._broker_epoch(),
@@ -71,7 +73,9 @@ class FollowerFetch:
         for partition in ready:
             topic = topics.get(partition.topic_id)
             if topic is None:
-                topic = topics[partition.topic_id] = request.topics.add(name=partition.topic, topic_id=partition.topic_id)
+                topic = topics[partition.topic_id] = request.topics.add(
+                    name=partition.topic, topic_id=partition.topic_id
+                )
             fetch_offset = partition.log.log_end_offset
             latest_epoch = partition.log.latest_epoch
             topic.partitions.add(
@@ -82,10 +86,16 @@ class FollowerFetch:
                 log_start_offset=partition.log.log_start_offset,
                 partition_max_bytes=self._config.replica_fetch_max_bytes,
             )
-            sent[(partition.topic_id, partition.partition)] = (partition, partition.leader_epoch, fetch_offset)
+            sent[(partition.topic_id, partition.partition)] = (
+                partition,
+                partition.leader_epoch,
+                fetch_offset,
+            )
         return request, sent
 
-    def apply(self, response: broker_pb2.FetchResponse, sent: dict[tuple[bytes, int], tuple[Partition, int, int]]) -> None:
+    def apply(
+        self, response: broker_pb2.FetchResponse, sent: dict[tuple[bytes, int], tuple[Partition, int, int]]
+    ) -> None:
         if response.status.error != E.NONE:
             log.warning("fetch refused", error=E.Name(response.status.error), detail=response.status.message)
             self._delay(p for p, _, _ in sent.values())
@@ -121,7 +131,12 @@ class FollowerFetch:
         elif result.error == E.OFFSET_OUT_OF_RANGE:
             self._reset_out_of_range(partition, result)
         else:
-            log.debug("partition fetch refused", partition=partition.name, error=E.Name(result.error), detail=result.message)
+            log.debug(
+                "partition fetch refused",
+                partition=partition.name,
+                error=E.Name(result.error),
+                detail=result.message,
+            )
             self._delay([partition])
 
     def _truncate_diverging(self, partition: Partition, diverging: broker_pb2.EpochEndOffset) -> None:
@@ -145,13 +160,23 @@ class FollowerFetch:
                 reason=why,
             )
             partition.high_watermark = offset
-        log.info("truncating", partition=partition.name, offset=offset, log_end_offset=partition.log.log_end_offset, reason=why)
+        log.info(
+            "truncating",
+            partition=partition.name,
+            offset=offset,
+            log_end_offset=partition.log.log_end_offset,
+            reason=why,
+        )
         partition.log.truncate_to(offset)
         self._on_truncated(partition)
 
     def _reset_out_of_range(self, partition: Partition, result: broker_pb2.FetchPartitionResult) -> None:
         if result.log_start_offset > partition.log.log_end_offset:
-            log.info("log starts anew at the leader's start", partition=partition.name, offset=result.log_start_offset)
+            log.info(
+                "log starts anew at the leader's start",
+                partition=partition.name,
+                offset=result.log_start_offset,
+            )
             partition.log.truncate_fully_and_start_at(result.log_start_offset)
             partition.high_watermark = max(partition.high_watermark, result.log_start_offset)
             self._on_truncated(partition)
@@ -261,7 +286,12 @@ class ReplicaFetchers:
         fetcher = self._fetchers.get(partition.leader_id)
         if fetcher is None:
             fetcher = self._fetchers[partition.leader_id] = ReplicaFetcher(
-                self._local_id, partition.leader_id, self._address, self._config, self._broker_epoch, self._on_truncated
+                self._local_id,
+                partition.leader_id,
+                self._address,
+                self._config,
+                self._broker_epoch,
+                self._on_truncated,
             )
         fetcher.add(partition)
         self._source[partition] = partition.leader_id

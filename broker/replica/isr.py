@@ -14,10 +14,10 @@ import asyncio
 from collections.abc import Callable
 
 import structlog
-from raftka.v1 import controller_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-from broker.replica.partition import Partition
+from raftka.broker.controller_link import ControllerLink, LinkError
+from raftka.broker.replica.partition import Partition
+from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("broker.isr")
@@ -65,7 +65,9 @@ class IsrChanges:
         live = {p: isr for p, isr in changes.items() if p.is_leader and p.pending_isr == isr}
         if not live:
             return True
-        request = controller_pb2.AlterPartitionRequest(broker_id=self._broker_id, broker_epoch=self._broker_epoch())
+        request = controller_pb2.AlterPartitionRequest(
+            broker_id=self._broker_id, broker_epoch=self._broker_epoch()
+        )
         tried: dict[tuple[bytes, int], tuple[Partition, int]] = {}
         by_topic: dict[bytes, controller_pb2.AlterPartitionTopic] = {}
         for partition, isr in live.items():
@@ -80,12 +82,14 @@ class IsrChanges:
             )
             tried[(partition.topic_id, partition.partition)] = (partition, partition.partition_epoch)
         try:
-            response = await self._link.call("AlterPartition", request)
+            response = await self._link.call(lambda stub: stub.AlterPartition, request)
         except LinkError as e:
             log.debug("isr change not sent", detail=str(e))
             return False
         if response.status.error != E.NONE:
-            log.warning("isr change refused", error=E.Name(response.status.error), detail=response.status.message)
+            log.warning(
+                "isr change refused", error=E.Name(response.status.error), detail=response.status.message
+            )
             for partition, _ in tried.values():
                 partition.isr_change_refused(-1)
                 self._on_settled(partition)

@@ -1,7 +1,7 @@
 """The broker's replicas: metadata in, Produce/Fetch/ListOffsets answered (Kafka's
 ReplicaManager).
 
-Each metadata image that changes this broker's roles (``broker.partitions``) makes it
+Each metadata image that changes this broker's roles (``raftka.broker.partitions``) makes it
 leader or follower of partitions at the epochs the image gives; followers are handed
 to the replica fetchers, leaders serve producers and consumers and track their
 followers through the followers' own fetches. Requests are validated per partition:
@@ -19,18 +19,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 import structlog
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.log.config import LogConfig
-from broker.log.manager import LogManager
-from broker.log.producer_state import ProducerStateError
-from broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
-from broker.replica.partition import Partition, PartitionError
-from broker.replica.waiters import OffsetWaiters, Wakeups
-from metadata.image import TOPIC, MetadataImage
-from metadata.topic_configs import TOPIC_CONFIGS
 from raft.node_config import BrokerConfig
-from records.validation import BatchLimits, BatchValidationError, validate_batches
+from raftka.broker.log.config import LogConfig
+from raftka.broker.log.manager import LogManager
+from raftka.broker.log.producer_state import ProducerStateError
+from raftka.broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
+from raftka.broker.replica.partition import Partition, PartitionError
+from raftka.broker.replica.waiters import OffsetWaiters, Wakeups
+from raftka.metadata.image import TOPIC, MetadataImage
+from raftka.metadata.topic_configs import TOPIC_CONFIGS
+from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
+from raftka.v1 import broker_pb2, controller_pb2
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
@@ -160,12 +160,16 @@ class ReplicaManager:
             if role.leader >= 0:
                 self._on_follow(partition)
             self._wake(partition)
-            log.debug("following", partition=partition.name, leader=role.leader, leader_epoch=role.leader_epoch)
+            log.debug(
+                "following", partition=partition.name, leader=role.leader, leader_epoch=role.leader_epoch
+            )
 
     def _stop(self, gone: StoppedPartition) -> None:
         partition = self._partitions.pop((gone.topic, gone.partition), None)
         if partition is not None and partition.topic_id == gone.topic_id:
-            self._drop(partition, E.NOT_LEADER_OR_FOLLOWER if not gone.deleted else E.UNKNOWN_TOPIC_OR_PARTITION)
+            self._drop(
+                partition, E.NOT_LEADER_OR_FOLLOWER if not gone.deleted else E.UNKNOWN_TOPIC_OR_PARTITION
+            )
             log.info("partition removed", partition=gone.name, deleted=gone.deleted)
 
     def _drop(self, partition: Partition, code: int) -> None:
@@ -197,7 +201,9 @@ class ReplicaManager:
         for partition in self._partitions.values():
             new_isr = partition.isr_to_shrink(now, self.config.replica_lag_time_max_ms)
             if new_isr is not None:
-                log.info("shrinking isr", partition=partition.name, isr=list(partition.isr), new_isr=list(new_isr))
+                log.info(
+                    "shrinking isr", partition=partition.name, isr=list(partition.isr), new_isr=list(new_isr)
+                )
                 partition.isr_change_sent(new_isr)
                 self._request_isr_change(partition, new_isr)
 
@@ -223,7 +229,9 @@ class ReplicaManager:
         for topic in request.topics:
             topic_result = response.topics.add(name=topic.name)
             for data in topic.partitions:
-                result = topic_result.partitions.add(partition=data.partition, base_offset=-1, log_append_time_ms=-1)
+                result = topic_result.partitions.add(
+                    partition=data.partition, base_offset=-1, log_append_time_ms=-1
+                )
                 try:
                     partition, required = self._append(topic.name, data, request.acks, now, result)
                 except PartitionError as e:
@@ -255,7 +263,9 @@ class ReplicaManager:
                     f"{partition.name}: ISR {list(partition.isr)} is below min.insync.replicas {min_isr}",
                 )
         try:
-            info = partition.log.append_as_leader(validated.payload, validated.batches, partition.leader_epoch, now_ms)
+            info = partition.log.append_as_leader(
+                validated.payload, validated.batches, partition.leader_epoch, now_ms
+            )
         except ProducerStateError as e:
             raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
         result.base_offset = info.first_offset
@@ -323,7 +333,12 @@ class ReplicaManager:
         while True:
             response, size, stop, keys = self._read(request)
             remaining = deadline - time.monotonic()
-            if stop or size >= request.min_bytes or remaining <= 0 or wakeups.count >= self.config.fetch_parked_max:
+            if (
+                stop
+                or size >= request.min_bytes
+                or remaining <= 0
+                or wakeups.count >= self.config.fetch_parked_max
+            ):
                 return response
             await wakeups.wait(keys, remaining)
 
@@ -338,7 +353,9 @@ class ReplicaManager:
         for topic in request.topics:
             topic_result = response.topics.add(name=topic.name, topic_id=topic.topic_id)
             for data in topic.partitions:
-                result = topic_result.partitions.add(partition=data.partition, high_watermark=-1, log_start_offset=-1)
+                result = topic_result.partitions.add(
+                    partition=data.partition, high_watermark=-1, log_start_offset=-1
+                )
                 try:
                     partition = self._fetch_partition(topic, data, request, now, result)
                 except PartitionError as e:
@@ -373,7 +390,9 @@ class ReplicaManager:
     ) -> Partition:
         partition = self._leader_partition(topic.name, data.partition, _leader_epoch(data))
         if topic.topic_id and topic.topic_id != partition.topic_id:
-            raise PartitionError(E.UNKNOWN_TOPIC_OR_PARTITION, f"{partition.name} is another topic by that name now")
+            raise PartitionError(
+                E.UNKNOWN_TOPIC_OR_PARTITION, f"{partition.name} is another topic by that name now"
+            )
         result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
         log_start, log_end = partition.log.log_start_offset, partition.log.log_end_offset
         result.high_watermark = partition.high_watermark
@@ -381,7 +400,9 @@ class ReplicaManager:
         follower = request.replica_id
         if follower >= 0:
             if follower not in partition.replicas or follower == self.local_id:
-                raise PartitionError(E.NOT_LEADER_OR_FOLLOWER, f"broker {follower} is not a follower of {partition.name}")
+                raise PartitionError(
+                    E.NOT_LEADER_OR_FOLLOWER, f"broker {follower} is not a follower of {partition.name}"
+                )
             diverging = partition.diverging_epoch(data.fetch_offset, data.last_fetched_epoch)
             if diverging is not None:
                 result.diverging_epoch.epoch, result.diverging_epoch.end_offset = diverging
@@ -405,7 +426,9 @@ class ReplicaManager:
         broker = self._image.brokers.get(follower)
         new_isr = partition.isr_to_expand(follower) if broker is not None and not broker.fenced else None
         if new_isr is not None:
-            log.info("expanding isr", partition=partition.name, isr=list(partition.isr), new_isr=list(new_isr))
+            log.info(
+                "expanding isr", partition=partition.name, isr=list(partition.isr), new_isr=list(new_isr)
+            )
             partition.isr_change_sent(new_isr)
             self._request_isr_change(partition, new_isr)
 
@@ -416,7 +439,9 @@ class ReplicaManager:
         count = sum(len(t.partitions) for t in request.topics)
         if count > PARTITIONS_PER_REQUEST_MAX:
             response.status.error = E.INVALID_REQUEST
-            response.status.message = f"topics: {count} partitions, at most {PARTITIONS_PER_REQUEST_MAX} per request"
+            response.status.message = (
+                f"topics: {count} partitions, at most {PARTITIONS_PER_REQUEST_MAX} per request"
+            )
             return response
         for topic in request.topics:
             topic_result = response.topics.add(name=topic.name)
@@ -428,7 +453,9 @@ class ReplicaManager:
                     _set_error(result, e)
         return response
 
-    def _list_offset(self, topic: str, data: Pb.ListOffsetsPartition, result: Pb.ListOffsetsPartitionResult) -> None:
+    def _list_offset(
+        self, topic: str, data: Pb.ListOffsetsPartition, result: Pb.ListOffsetsPartitionResult
+    ) -> None:
         partition = self._leader_partition(topic, data.partition, _leader_epoch(data))
         result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
         if data.timestamp == LIST_EARLIEST:
@@ -436,17 +463,23 @@ class ReplicaManager:
         elif data.timestamp == LIST_LATEST:
             result.offset = partition.high_watermark
         elif data.timestamp < 0:
-            raise PartitionError(E.INVALID_REQUEST, f"timestamp: {data.timestamp} is not -2, -1 or a time in ms")
+            raise PartitionError(
+                E.INVALID_REQUEST, f"timestamp: {data.timestamp} is not -2, -1 or a time in ms"
+            )
         else:
             found = partition.log.offset_for_timestamp(data.timestamp)
             if found is not None and found[0] < partition.high_watermark:
                 result.offset, result.timestamp = found
 
-    def end_offset_for_epoch(self, topic: str, partition_id: int, current_leader_epoch: int, epoch: int) -> tuple[int, int]:
+    def end_offset_for_epoch(
+        self, topic: str, partition_id: int, current_leader_epoch: int, epoch: int
+    ) -> tuple[int, int]:
         """(the largest leader epoch at most ``epoch``, where it ends) in the leader's log,
         (-1, -1) if none: how a consumer finds whether its position survived a leader
         change (Kafka's OffsetForLeaderEpoch, KIP-320)."""
-        return self._leader_partition(topic, partition_id, current_leader_epoch).log.end_offset_for_epoch(epoch)
+        return self._leader_partition(topic, partition_id, current_leader_epoch).log.end_offset_for_epoch(
+            epoch
+        )
 
     # upkeep -----------------------------------------------------------------------------
 

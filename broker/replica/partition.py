@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from raftka.broker.log.partition_log import PartitionLog
+from raftka.broker.partitions import PartitionRole, Role
 from raftka.v1 import controller_pb2
-
-from broker.log.partition_log import PartitionLog
-from broker.partitions import PartitionRole, Role
 
 E = controller_pb2.ErrorCode
 UNKNOWN_OFFSET = -1
@@ -90,7 +89,9 @@ class Partition:
         self._adopt(role)
         if new_epoch:
             self.epoch_start_offset = self.log.log_end_offset
-            self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset)
+            self.high_watermark = min(
+                max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset
+            )
             self.followers = {
                 r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
                 for r in self.replicas
@@ -128,9 +129,15 @@ class Partition:
         """PartitionError unless this replica leads at the epoch the client knows (-1: any)."""
         if current_leader_epoch >= 0:
             if current_leader_epoch < self.leader_epoch:
-                raise self._error(E.FENCED_LEADER_EPOCH, f"leader epoch {current_leader_epoch} is older than {self.leader_epoch}")
+                raise self._error(
+                    E.FENCED_LEADER_EPOCH,
+                    f"leader epoch {current_leader_epoch} is older than {self.leader_epoch}",
+                )
             if current_leader_epoch > self.leader_epoch:
-                raise self._error(E.UNKNOWN_LEADER_EPOCH, f"leader epoch {current_leader_epoch} is newer than {self.leader_epoch}")
+                raise self._error(
+                    E.UNKNOWN_LEADER_EPOCH,
+                    f"leader epoch {current_leader_epoch} is newer than {self.leader_epoch}",
+                )
         if not self.is_leader:
             raise self._error(E.NOT_LEADER_OR_FOLLOWER, f"broker {self.local_id} does not lead {self.name}")
 
@@ -196,7 +203,8 @@ class Partition:
         lagging = {
             r
             for r in self.isr
-            if r != self.local_id and now_ms - self.followers.get(r, FollowerState()).last_caught_up_ms > lag_max_ms
+            if r != self.local_id
+            and now_ms - self.followers.get(r, FollowerState()).last_caught_up_ms > lag_max_ms
         }
         return tuple(r for r in self.isr if r not in lagging) if lagging else None
 

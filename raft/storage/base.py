@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from raft.batch import Batch, SnapshotId
-from raft.effects import QuorumStateData, Snapshot, Write
+from raftka.raft.batch import Batch, SnapshotId
+from raftka.raft.effects import QuorumStateData, Snapshot, Write
 
 RESTORE_FROM_PEERS = (
     "Restore the node from its peers: stop it, move its data dir away, run `raftka storage format` "

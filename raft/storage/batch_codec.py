@@ -8,7 +8,7 @@ Each batch is one frame, big-endian::
     epoch         i32
     record_count  i32
     timestamp_ms  i64
-    kind          u8    raft.batch.BatchKind
+    kind          u8    raftka.raft.batch.BatchKind
     records       record_count x (u32 length, bytes)
 
 Nothing read from disk is trusted: the decoder bounds every length before it allocates,
@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import crc32c
 
-from raft.batch import Batch, BatchKind
+from raftka.raft.batch import Batch, BatchKind
 
 _HEADER = struct.Struct(">IIqiiqB")
 _PREFIX = struct.Struct(">II")  # length, crc: filled in once the frame is encoded

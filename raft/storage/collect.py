@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raft.storage import fsio, layout
-from raft.storage.base import StorageError
-from raft.storage.meta import META_PROPERTIES, read_meta
+from raftka.raft.storage import fsio, layout
+from raftka.raft.storage.base import StorageError
+from raftka.raft.storage.meta import META_PROPERTIES, read_meta
 
 MANIFEST = "MANIFEST.json"
 READ_ONLY = 0o444

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from raft.batch import BatchKind
-from raft.storage import batch_codec, layout, snapshot_file
-from raft.storage.base import StorageError
-from raft.storage.batch_codec import Frame
+from raftka.raft.batch import BatchKind
+from raftka.raft.storage import batch_codec, layout, snapshot_file
+from raftka.raft.storage.base import StorageError
+from raftka.raft.storage.batch_codec import Frame
 
 
 def iter_dump(path: Path, *, with_records: bool = True) -> Iterator[dict[str, Any]]:

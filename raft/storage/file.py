@@ -20,18 +20,18 @@ from pathlib import Path
 
 import structlog
 
-from raft.batch import Batch, SnapshotId
-from raft.effects import Snapshot, Write
-from raft.storage import batch_codec, fsio, layout, snapshot_file
-from raft.storage.base import (
+from raftka.raft.batch import Batch, SnapshotId
+from raftka.raft.effects import Snapshot, Write
+from raftka.raft.storage import batch_codec, fsio, layout, snapshot_file
+from raftka.raft.storage.base import (
     RESTORE_FROM_PEERS,
     CorruptLogError,
     LoadedState,
     StorageError,
     covered_by_snapshot,
 )
-from raft.storage.batch_codec import Frame
-from raft.storage.quorum_file import QuorumStateFile
+from raftka.raft.storage.batch_codec import Frame
+from raftka.raft.storage.quorum_file import QuorumStateFile
 
 _log = structlog.get_logger(__name__)
 
@@ -44,7 +44,7 @@ class _Segment:
 
 
 class FileStorage:
-    """The ``Storage`` protocol on local disk; see ``raft.storage.layout`` for the file names."""
+    """The ``Storage`` protocol on local disk; see ``raftka.raft.storage.layout`` for the file names."""
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import TypeVar
 
-from raft.batch import SnapshotId
+from raftka.raft.batch import SnapshotId
 
 METADATA_LOG_DIR = "__cluster_metadata-0"
 ARCHIVE_DIR = "archive"

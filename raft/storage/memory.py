@@ -7,10 +7,10 @@ without the disk.
 
 from __future__ import annotations
 
-from raft.batch import Batch
-from raft.effects import Snapshot, Write
-from raft.storage.base import LoadedState, covered_by_snapshot
-from raft.storage.quorum_file import INITIAL
+from raftka.raft.batch import Batch
+from raftka.raft.effects import Snapshot, Write
+from raftka.raft.storage.base import LoadedState, covered_by_snapshot
+from raftka.raft.storage.quorum_file import INITIAL
 
 
 class MemoryStorage:

@@ -15,10 +15,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from raft.effects import QuorumStateData
-from raft.storage import fsio, layout
-from raft.storage.base import NotFormattedError, StorageError
-from raft.storage.quorum_file import QuorumStateFile
+from raftka.raft.effects import QuorumStateData
+from raftka.raft.storage import fsio, layout
+from raftka.raft.storage.base import NotFormattedError, StorageError
+from raftka.raft.storage.quorum_file import QuorumStateFile
 
 META_PROPERTIES = "meta.properties"
 VERSION = 1

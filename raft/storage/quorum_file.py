@@ -21,9 +21,9 @@ from pathlib import Path
 import crc32c
 import structlog
 
-from raft.effects import QuorumStateData
-from raft.storage import fsio
-from raft.storage.base import RESTORE_FROM_PEERS, StorageError
+from raftka.raft.effects import QuorumStateData
+from raftka.raft.storage import fsio
+from raftka.raft.storage.base import RESTORE_FROM_PEERS, StorageError
 
 _log = structlog.get_logger(__name__)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import crc32c
 
-from raft.batch import SnapshotId
-from raft.effects import Snapshot
-from raft.storage import fsio, layout
-from raft.storage.base import StorageError
+from raftka.raft.batch import SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.storage import fsio, layout
+from raftka.raft.storage.base import StorageError
 
 _HEADER = struct.Struct(">4sHqiQI")
 _MAGIC = b"RKSN"

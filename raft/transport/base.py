@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from raft.messages import Envelope
+from raftka.raft.messages import Envelope
 
 
 class Inbox(Protocol):

@@ -1,4 +1,4 @@
-"""Map the quorum's messages (``raft.messages``) to and from their protobuf form.
+"""Map the quorum's messages (``raftka.raft.messages``) to and from their protobuf form.
 
 Encoding trusts its input: the core built it. Decoding does not: the bytes came from
 the network, so every field that our types constrain is checked and the first bad one
@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from google.protobuf.message import Message as PbMessage
-from raftka.v1 import raft_pb2
 
-from raft.batch import Batch, BatchKind, OffsetAndEpoch, SnapshotId
-from raft.messages import (
+from raftka.raft.batch import Batch, BatchKind, OffsetAndEpoch, SnapshotId
+from raftka.raft.messages import (
     NO_LEADER,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -33,6 +32,7 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raftka.v1 import raft_pb2
 
 __all__ = ["CodecError", "decode", "encode", "error_response"]
 

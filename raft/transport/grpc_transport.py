@@ -61,9 +61,8 @@ import grpc
 import structlog
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as PbMessage
-from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from raft.messages import (
+from raftka.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
@@ -79,8 +78,9 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.transport import codec
-from raft.transport.base import Inbox
+from raftka.raft.transport import codec
+from raftka.raft.transport.base import Inbox
+from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 __all__ = ["AddServicer", "DescribeCallback", "GrpcTransport"]
 
@@ -158,7 +158,7 @@ _RAFT_METHODS = frozenset({f"/{raft_pb2.DESCRIPTOR.services_by_name['Raft'].full
 
 
 class GrpcTransport:
-    """``raft.transport.base.Transport`` over gRPC; also serves DescribeQuorum.
+    """``raftka.raft.transport.base.Transport`` over gRPC; also serves DescribeQuorum.
 
     Other services (the Journal, the controller's) share the server: pass ``servicers``,
     callables run as ``add(server)`` in ``start`` before the server starts, e.g.
@@ -583,8 +583,6 @@ class _InboundStream:
         """This node is shutting down: stop, and tell the caller so."""
         self.closing = True
         self.end()
-
-
 
 
 _Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from raft.messages import Envelope, Response
-from raft.transport.base import Inbox
+from raftka.raft.messages import Envelope, Response
+from raftka.raft.transport.base import Inbox
 
 __all__ = ["MemoryNetwork", "MemoryTransport"]
 

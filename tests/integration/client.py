@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
+
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 DESCRIBE_TIMEOUT_S = 0.5

@@ -49,14 +49,18 @@ class KafkaPython:
     def produce(self, bootstrap: str, topic: str, records: Keyed) -> None:
         from kafka import KafkaProducer
 
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)  # idempotent: its default
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", linger_ms=5
+        )  # idempotent: its default
         futures = [producer.send(topic, key=k, value=v) for k, v in records]
         producer.flush(30)
         for future in futures:
             future.get(10)
         producer.close()
 
-    def group(self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce) -> GroupRun:
+    def group(
+        self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce
+    ) -> GroupRun:
         from kafka import KafkaConsumer
 
         members = [KafkaConsumer(topic, **self._options(bootstrap, group, i)) for i in range(2)]
@@ -111,14 +115,21 @@ class ConfluentKafka:
                 failures.append(str(error))
 
         producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "partitioner": "murmur2_random", "linger.ms": 5}
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "partitioner": "murmur2_random",
+                "linger.ms": 5,
+            }
         )
         for key, value in records:
             producer.produce(topic, key=key, value=value, on_delivery=delivered)
         assert producer.flush(30) == 0, "records left undelivered"
         assert not failures, failures
 
-    def group(self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce) -> GroupRun:
+    def group(
+        self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce
+    ) -> GroupRun:
         members = [self._consumer(bootstrap, group, i) for i in range(2)]
         for consumer in members:
             consumer.subscribe([topic])
@@ -186,7 +197,9 @@ class AioKafka:
 
         asyncio.run(produce())
 
-    def group(self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce) -> GroupRun:
+    def group(
+        self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce
+    ) -> GroupRun:
         async def read() -> GroupRun:
             members = [self._consumer(topic, bootstrap, group, i) for i in range(2)]
             for consumer in members:
@@ -249,14 +262,27 @@ class Kcat:
     def produce(self, bootstrap: str, topic: str, records: Keyed) -> None:
         lines = b"".join(k + b":" + v + b"\n" for k, v in records)
         subprocess.run(
-            [self._kcat(), "-b", bootstrap, "-P", "-t", topic, "-K:", "-X", "partitioner=murmur2_random",
-             "-X", "enable.idempotence=true"],  # fmt: skip
+            [
+                self._kcat(),
+                "-b",
+                bootstrap,
+                "-P",
+                "-t",
+                topic,
+                "-K:",
+                "-X",
+                "partitioner=murmur2_random",
+                "-X",
+                "enable.idempotence=true",
+            ],  # fmt: skip
             input=lines,
             check=True,
             timeout=60,
         )
 
-    def group(self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce) -> GroupRun:
+    def group(
+        self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce
+    ) -> GroupRun:
         members = [self._member(bootstrap, topic, group) for _ in range(2)]
         run = GroupRun()
         readers = [threading.Thread(target=_read_lines, args=(m, run.records), daemon=True) for m in members]
@@ -266,7 +292,9 @@ class Kcat:
         def poll() -> None:
             for member in members:
                 if member.poll() is not None:
-                    raise AssertionError(f"kcat exited with {member.returncode}: {member.stderr.read().decode()}")
+                    raise AssertionError(
+                        f"kcat exited with {member.returncode}: {member.stderr.read().decode()}"
+                    )
             threading.Event().wait(POLL_MS / 1000)
 
         try:
@@ -281,15 +309,34 @@ class Kcat:
         return run
 
     def resume(self, bootstrap: str, topic: str, group: str, count: int) -> list[Seen]:
-        member = self._member(bootstrap, topic, group, "-e")  # -e: exit once every partition is read to its end
+        member = self._member(
+            bootstrap, topic, group, "-e"
+        )  # -e: exit once every partition is read to its end
         out, err = member.communicate(timeout=60)
         assert member.returncode == 0, err.decode()
         return [_parse(line) for line in out.decode().splitlines() if line]
 
     def _member(self, bootstrap: str, topic: str, group: str, *extra: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [self._kcat(), "-b", bootstrap, "-G", group, "-f", self.FORMAT, "-q", "-u", "-X", "auto.offset.reset=earliest",
-             "-X", "enable.auto.commit=true", "-X", "heartbeat.interval.ms=500", *extra, topic],  # fmt: skip
+            [
+                self._kcat(),
+                "-b",
+                bootstrap,
+                "-G",
+                group,
+                "-f",
+                self.FORMAT,
+                "-q",
+                "-u",
+                "-X",
+                "auto.offset.reset=earliest",
+                "-X",
+                "enable.auto.commit=true",
+                "-X",
+                "heartbeat.interval.ms=500",
+                *extra,
+                topic,
+            ],  # fmt: skip
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )

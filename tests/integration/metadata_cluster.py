@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli import local
 from raft.node_config import load_config, render_toml
+from raftka.cli import local
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 from tests.integration.polling import wait_until
 
-RAFTKA = (sys.executable, "-m", "cli.main")
+RAFTKA = (sys.executable, "-m", "raftka.cli.main")
 UP_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 0.5
 E = controller_pb2.ErrorCode

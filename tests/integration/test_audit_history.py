@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from client.admin import Admin, RetryPolicy
+from raftka.client.admin import Admin, RetryPolicy
 from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
 from tests.integration.polling import wait_until
 from tests.spark.conftest import require_spark
@@ -62,7 +62,9 @@ class _History:
         with Admin(self.cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
 
             def fenced(want: bool) -> bool:
-                return any(b.broker_id == broker and b.fenced == want for b in admin.describe_cluster().brokers)
+                return any(
+                    b.broker_id == broker and b.fenced == want for b in admin.describe_cluster().brokers
+                )
 
             self.cluster.kill(broker)
             wait_until(lambda: fenced(True), timeout_s=30, what=f"broker {broker} to be fenced")

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from cli import cluster, local
-from client.admin import Admin
-from client.types import NewTopic, TopicDescription
 from raft.node_config import ControllerConfig
+from raftka.cli import cluster, local
+from raftka.client.admin import Admin
+from raftka.client.types import NewTopic, TopicDescription
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
 

@@ -8,15 +8,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from raftka.v1 import broker_pb2
 
-from client.admin import Admin, RetryPolicy
-from client.consumer import AsyncConsumer
-from client.group_admin import GroupAdmin
-from client.producer import AsyncProducer
-from client.types import NewTopic
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.producer import AsyncProducer
+from raftka.client.types import NewTopic
+from raftka.v1 import broker_pb2
+from raftka.wire.client import BrokerClient
 from tests.integration.metadata_cluster import MetadataCluster
-from wire.client import BrokerClient
 
 pytestmark = pytest.mark.integration
 TOPIC = "orders"
@@ -49,8 +49,14 @@ def test_a_groups_coordinator_dies_and_the_group_moves_with_its_offsets(cluster:
             await producer.send(TOPIC, b"v%d" % i, key=b"k%d" % i)
         await producer.close()
         members = [
-            AsyncConsumer(bootstrap, group_id="g", auto_offset_reset="earliest", session_timeout_ms=6_000,
-                          heartbeat_interval_ms=200, request_timeout_ms=3_000)  # fmt: skip
+            AsyncConsumer(
+                bootstrap,
+                group_id="g",
+                auto_offset_reset="earliest",
+                session_timeout_ms=6_000,
+                heartbeat_interval_ms=200,
+                request_timeout_ms=3_000,
+            )  # fmt: skip
             for _ in range(2)
         ]
         for member in members:
@@ -71,11 +77,20 @@ def test_a_groups_coordinator_dies_and_the_group_moves_with_its_offsets(cluster:
                 await asyncio.gather(*(m.poll(100) for m in members))
                 after = await _describe_or_none(admin, "g")
                 owned = sorted(tp for m in (after.members if after else ()) for tp in m.assignment)
-                if after is not None and after.coordinator != before.coordinator and after.state == "Stable" and len(owned) == PARTITIONS:
+                if (
+                    after is not None
+                    and after.coordinator != before.coordinator
+                    and after.state == "Stable"
+                    and len(owned) == PARTITIONS
+                ):
                     break
-            assert after.generation > before.generation, "the new coordinator starts above the recorded generation"
+            assert after.generation > before.generation, (
+                "the new coordinator starts above the recorded generation"
+            )
             assert {o.partition: o.committed for o in after.offsets} == committed
-            found = await BrokerClient(bootstrap[0]).FindCoordinator(broker_pb2.FindCoordinatorRequest(group_id="g"), timeout=5)
+            found = await BrokerClient(bootstrap[0]).FindCoordinator(
+                broker_pb2.FindCoordinatorRequest(group_id="g"), timeout=5
+            )
             assert found.node_id == after.coordinator
         finally:
             for member in members:

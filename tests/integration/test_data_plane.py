@@ -28,17 +28,17 @@ from typing import Any
 
 import grpc
 import pytest
+
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.types import NewTopic
+from raftka.records.batch import CRC_START
+from raftka.records.codec import BatchBuilder
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import broker_pb2_grpc, controller_pb2
-
-from client.admin import Admin, RetryPolicy
-from client.types import NewTopic
-from records.batch import CRC_START
-from records.codec import BatchBuilder
+from raftka.wire.client import BrokerClient
+from raftka.wire.frames import REQUEST_FRAME_MAX_BYTES
 from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
 from tests.integration.polling import wait_until
-from wire.client import BrokerClient
-from wire.frames import REQUEST_FRAME_MAX_BYTES
 
 pytestmark = pytest.mark.integration
 E = controller_pb2.ErrorCode
@@ -60,10 +60,27 @@ def cluster(tmp_path: Path):  # noqa: ANN201
 
 
 @pytest.mark.parametrize("signal_name", ["KILL", "STOP"])
-def test_acknowledged_records_survive_five_leader_failures(cluster: MetadataCluster, signal_name: str) -> None:
+def test_acknowledged_records_survive_five_leader_failures(
+    cluster: MetadataCluster, signal_name: str
+) -> None:
     done = subprocess.run(
-        [*RAFTKA, "chaos", "kill-broker", "--rounds", "5", "--signal", signal_name, "--rate", "500",
-         "--group-consumers", "2", "--output", "json", "--dir", str(cluster.dir)],
+        [
+            *RAFTKA,
+            "chaos",
+            "kill-broker",
+            "--rounds",
+            "5",
+            "--signal",
+            signal_name,
+            "--rate",
+            "500",
+            "--group-consumers",
+            "2",
+            "--output",
+            "json",
+            "--dir",
+            str(cluster.dir),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -82,7 +99,9 @@ def test_acknowledged_records_survive_five_leader_failures(cluster: MetadataClus
     assert done.returncode == 0
 
 
-def _batch(*values: bytes, timestamp_ms: int | None = None, producer: tuple[int, int, int] = (-1, -1, -1)) -> bytearray:
+def _batch(
+    *values: bytes, timestamp_ms: int | None = None, producer: tuple[int, int, int] = (-1, -1, -1)
+) -> bytearray:
     producer_id, epoch, sequence = producer
     builder = BatchBuilder(producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
     for value in values:
@@ -106,12 +125,12 @@ async def _grpc_stub(cluster: MetadataCluster, broker_id: int) -> AsyncIterator[
 
 
 @pytest.mark.parametrize("transport", [_data_client, _grpc_stub], ids=["data-protocol", "grpc"])
-def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: MetadataCluster, transport: Any) -> None:
+def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(
+    cluster: MetadataCluster, transport: Any
+) -> None:
     with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
         admin.create_topics([NewTopic("errors", 1, 3, {"max.message.bytes": "2000"})])[0].check()
-        leader = wait_until(
-            lambda: _leader(admin), timeout_s=30, what="topic 'errors' to have a leader"
-        )
+        leader = wait_until(lambda: _leader(admin), timeout_s=30, what="topic 'errors' to have a leader")
 
     async def scenario() -> None:
         async with transport(cluster, leader) as stub:
@@ -127,7 +146,9 @@ def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: M
                 E.CORRUPT_MESSAGE: bytes(corrupt),
                 E.INVALID_RECORD: bytes(old_magic),
                 E.MESSAGE_TOO_LARGE: bytes(_batch(b"v" * 3000)),
-                E.INVALID_TIMESTAMP: bytes(_batch(b"x", timestamp_ms=int(time.time() * 1000) + 2 * 3_600_000)),
+                E.INVALID_TIMESTAMP: bytes(
+                    _batch(b"x", timestamp_ms=int(time.time() * 1000) + 2 * 3_600_000)
+                ),
             }
             for code, payload in cases.items():
                 result = await _produce(stub, payload)
@@ -138,7 +159,9 @@ def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: M
             assert unknown.error == E.UNKNOWN_TOPIC_OR_PARTITION
 
             fetch = pb.FetchRequest(replica_id=-1, max_bytes=1 << 20)
-            fetch.topics.add(name="errors").partitions.add(partition=0, fetch_offset=end + 10, partition_max_bytes=1 << 20)
+            fetch.topics.add(name="errors").partitions.add(
+                partition=0, fetch_offset=end + 10, partition_max_bytes=1 << 20
+            )
             answer = (await stub.Fetch(fetch, timeout=10)).topics[0].partitions[0]
             assert answer.error == E.OFFSET_OUT_OF_RANGE
 
@@ -152,7 +175,9 @@ def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: M
             assert (await _produce(stub, bytes(_batch(b"still serving")))).error == E.NONE
             assert await _log_end(stub) == end + 1
 
-            init = await stub.InitProducerId(pb.InitProducerIdRequest(producer_id=-1, producer_epoch=-1), timeout=10)
+            init = await stub.InitProducerId(
+                pb.InitProducerIdRequest(producer_id=-1, producer_epoch=-1), timeout=10
+            )
             assert init.status.error == E.NONE and init.producer_id >= 0 and init.producer_epoch == 0
             first = bytes(_batch(b"once", producer=(init.producer_id, 0, 0)))
             written = await _produce(stub, first)
@@ -165,7 +190,9 @@ def test_every_data_error_from_a_real_broker_leaves_the_log_unchanged(cluster: M
             ):
                 result = await _produce(stub, bytes(payload))
                 assert result.error == code and str(init.producer_id) in result.message, result
-            assert (await _produce(stub, bytes(_batch(b"bumped", producer=(init.producer_id, 1, 0))))).error == E.NONE
+            assert (
+                await _produce(stub, bytes(_batch(b"bumped", producer=(init.producer_id, 1, 0))))
+            ).error == E.NONE
             stale = await _produce(stub, bytes(_batch(b"stale", producer=(init.producer_id, 0, 1))))
             assert stale.error == E.INVALID_PRODUCER_EPOCH
             assert await _log_end(stub) == end + 3

@@ -17,9 +17,9 @@ from confluent_kafka.admin import NewTopic as KafkaNewTopic
 from kafka.partitioner import murmur2
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from client.admin import Admin, RetryPolicy
-from client.group_admin import GroupAdmin
-from client.types import NewTopic
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.group_admin import GroupAdmin
+from raftka.client.types import NewTopic
 from tests.integration.kafka_clients import CLIENTS, Seen
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.unit.kafka_wire import call
@@ -48,7 +48,9 @@ def java_partition(key: bytes) -> int:
 
 
 @pytest.mark.parametrize("client_type", CLIENTS, ids=lambda c: c.name)
-def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(cluster: MetadataCluster, client_type: type) -> None:
+def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(
+    cluster: MetadataCluster, client_type: type
+) -> None:
     client = client_type()
     topic, group = f"orders-{client.name}", f"readers-{client.name}"
     kafka = ",".join(n.kafka_address for n in cluster.nodes("broker"))
@@ -57,7 +59,12 @@ def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(cluster
         admin.create_topics([NewTopic(topic, PARTITIONS, 3, {"min.insync.replicas": "2"})])[0].check()
 
     run = client.group(
-        kafka, topic, group, FIRST, lambda: group_is_whole(data, group), lambda: client.produce(kafka, topic, keyed(0, FIRST, client.name))
+        kafka,
+        topic,
+        group,
+        FIRST,
+        lambda: group_is_whole(data, group),
+        lambda: client.produce(kafka, topic, keyed(0, FIRST, client.name)),
     )
     read = set(run.records)
     assert len(read) == len(run.records), "a record was read twice though no partition moved"
@@ -70,7 +77,9 @@ def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(cluster
     described = raftka_json(cluster, "groups", "describe", group)
     assert {o["partition"]: o["committed"] for o in described["offsets"]} == ends
     assert all(o["lag"] == 0 for o in described["offsets"])
-    printed = raftka_lines(cluster, "consume", topic, "--from-beginning", "--max-messages", str(FIRST), "--timeout-ms", "10000")
+    printed = raftka_lines(
+        cluster, "consume", topic, "--from-beginning", "--max-messages", str(FIRST), "--timeout-ms", "10000"
+    )
     assert sorted(Seen(r["partition"], r["offset"], r["key"].encode()) for r in printed) == sorted(read)
 
     client.produce(kafka, topic, keyed(FIRST, LATER, client.name))
@@ -89,7 +98,11 @@ def group_is_whole(bootstrap: list[str], group: str) -> bool:
         finally:
             await admin.close()
         owned = [tp.partition for m in described.members for tp in m.assignment]
-        return described.state == "Stable" and len(described.members) == 2 and sorted(owned) == list(range(PARTITIONS))
+        return (
+            described.state == "Stable"
+            and len(described.members) == 2
+            and sorted(owned) == list(range(PARTITIONS))
+        )
 
     return asyncio.run(describe())
 
@@ -99,13 +112,23 @@ def raftka_json(cluster: MetadataCluster, *args: str) -> dict:
 
 
 def raftka_lines(cluster: MetadataCluster, *args: str) -> list[dict]:
-    return [json.loads(line) for line in cluster.raftka(*args, "--output", "json", timeout_s=60).splitlines() if line]
+    return [
+        json.loads(line)
+        for line in cluster.raftka(*args, "--output", "json", timeout_s=60).splitlines()
+        if line
+    ]
 
 
 def test_kafkas_admin_client_creates_describes_and_deletes_topics(cluster: MetadataCluster) -> None:
     kafka = ",".join(n.kafka_address for n in cluster.nodes("broker"))
     admin = AdminClient({"bootstrap.servers": kafka})
-    created = admin.create_topics([KafkaNewTopic("admin-made", num_partitions=4, replication_factor=3, config={"retention.ms": "3600000"})])
+    created = admin.create_topics(
+        [
+            KafkaNewTopic(
+                "admin-made", num_partitions=4, replication_factor=3, config={"retention.ms": "3600000"}
+            )
+        ]
+    )
     created["admin-made"].result(30)
     again = admin.create_topics([KafkaNewTopic("admin-made", num_partitions=4, replication_factor=3)])
     with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS"):
@@ -124,16 +147,24 @@ def test_kafkas_admin_client_creates_describes_and_deletes_topics(cluster: Metad
         assert "admin-made" not in [t.name for t in raftka_admin.list_topics()]
 
 
-def test_a_topic_a_kafka_client_names_first_is_created_unless_it_says_not_to(cluster: MetadataCluster) -> None:
+def test_a_topic_a_kafka_client_names_first_is_created_unless_it_says_not_to(
+    cluster: MetadataCluster,
+) -> None:
     kafka = [n.kafka_address for n in cluster.nodes("broker")]
     producer = Producer({"bootstrap.servers": ",".join(kafka)})
     delivered: list[tuple[object, int, int]] = []
-    producer.produce("auto-made", value=b"first", on_delivery=lambda error, m: delivered.append((error, m.partition(), m.offset())))
+    producer.produce(
+        "auto-made",
+        value=b"first",
+        on_delivery=lambda error, m: delivered.append((error, m.partition(), m.offset())),
+    )
     assert producer.flush(30) == 0
     assert delivered == [(None, 0, 0)]
     with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=30)) as admin:
         [made] = admin.describe_topics(["auto-made"])
-    assert [len(p.replicas) for p in made.partitions] == [3]  # kafka.num_partitions 1, default_replication_factor 3
+    assert [len(p.replicas) for p in made.partitions] == [
+        3
+    ]  # kafka.num_partitions 1, default_replication_factor 3
 
     asked = MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name="not-made")],

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin, RetryPolicy
-from client.types import NewTopic, PartitionInfo
 from raft.node_config import load_config
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.types import NewTopic, PartitionInfo
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
 
@@ -29,7 +29,9 @@ LEADER_REBALANCE_INTERVAL_MS = 1_000  # Kafka checks every 300 s; the test canno
 def test_a_killed_brokers_partitions_move_within_the_session_timeout_and_come_back(tmp_path: Path) -> None:
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
-        cluster.up_configured(controller__controller={"leader_rebalance_interval_ms": LEADER_REBALANCE_INTERVAL_MS})
+        cluster.up_configured(
+            controller__controller={"leader_rebalance_interval_ms": LEADER_REBALANCE_INTERVAL_MS}
+        )
         with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
             scenario(cluster, admin)
     finally:

@@ -29,9 +29,9 @@ from typing import Any
 
 import grpc
 import pytest
-from raftka.v1 import controller_pb2
 
-from metadata.dump import iter_metadata_dump
+from raftka.metadata.dump import iter_metadata_dump
+from raftka.v1 import controller_pb2
 from tests.integration.metadata_cluster import Controllers, MetadataCluster
 from tests.linearizability.checker import check
 from tests.linearizability.history import HistoryRecorder
@@ -89,7 +89,9 @@ class Rejected(Exception):
 def test_active_controller_sigkill_under_concurrent_clients_is_linearizable(tmp_path: Path) -> None:
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
-        cluster.up_configured(controller__metadata={"snapshot_interval_records": 10_000_000})  # keep every record
+        cluster.up_configured(
+            controller__metadata={"snapshot_interval_records": 10_000_000}
+        )  # keep every record
         run = asyncio.run(asyncio.wait_for(scenario(cluster), 300))
         cluster.down()
     finally:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.quorum_client import QuorumClient
-from client.admin import Admin, RetryPolicy
-from client.types import NewTopic, OffsetCommit
+from raftka.cli.quorum_client import QuorumClient
+from raftka.client.admin import Admin, RetryPolicy
+from raftka.client.types import NewTopic, OffsetCommit
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
 

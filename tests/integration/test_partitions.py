@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from raft.config import RaftConfig
+from raftka.raft.config import RaftConfig
 from tests.integration.client import AppendStatus
 from tests.integration.conftest import MakeCluster
 from tests.integration.harness import Cluster, Leadership, agreed_leader

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from raft.node_config import JournalConfig, LogConfig
-from raft.storage import layout
+from raftka.raft.storage import layout
 from tests.integration.conftest import MakeCluster
 from tests.integration.polling import wait_until
 

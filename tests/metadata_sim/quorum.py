@@ -16,16 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from metadata.controller import QuorumController, wall_clock_ms
-from metadata.image import MetadataImage
-from metadata.state_machine import MetadataStateMachine
-from raft.config import RaftConfig
-from raft.core import RaftCore
-from raft.driver import RaftNode, monotonic_ms
-from raft.effects import QuorumStateData, Write
-from raft.snapshot_schedule import SnapshotPolicy
-from raft.storage.memory import MemoryStorage
-from raft.transport.memory import MemoryNetwork, MemoryTransport
+from raftka.metadata.controller import QuorumController, wall_clock_ms
+from raftka.metadata.image import MetadataImage
+from raftka.metadata.state_machine import MetadataStateMachine
+from raftka.raft.config import RaftConfig
+from raftka.raft.core import RaftCore
+from raftka.raft.driver import RaftNode, monotonic_ms
+from raftka.raft.effects import QuorumStateData, Write
+from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.storage.memory import MemoryStorage
+from raftka.raft.transport.memory import MemoryNetwork, MemoryTransport
 
 T = TypeVar("T")
 

@@ -17,10 +17,9 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.image import NO_LEADER, MetadataImage
 from raftka.v1 import controller_pb2 as pb
-
-from metadata.controller import QuorumController
-from metadata.image import NO_LEADER, MetadataImage
 from tests.metadata_sim.quorum import Quorum
 
 E = pb.ErrorCode

@@ -6,8 +6,8 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from raft.batch import OffsetAndEpoch
-from raft.core import NotLeaderError
+from raftka.raft.batch import OffsetAndEpoch
+from raftka.raft.core import NotLeaderError
 
 if TYPE_CHECKING:
     from tests.simulation.cluster import Cluster

@@ -10,8 +10,8 @@ import random
 from collections.abc import Callable
 from typing import TextIO
 
-from raft.config import RaftConfig
-from raft.messages import Envelope
+from raftka.raft.config import RaftConfig
+from raftka.raft.messages import Envelope
 from tests.simulation.client import Client
 from tests.simulation.faults import FaultProfile, Nemesis
 from tests.simulation.invariants import Invariants
@@ -27,7 +27,7 @@ EVENTS_MAX = 2_000_000
 
 
 def default_factory() -> CoreFactory:
-    from raft.core import RaftCore  # noqa: PLC0415  (imported late so a stub core can stand in)
+    from raftka.raft.core import RaftCore  # noqa: PLC0415  (imported late so a stub core can stand in)
 
     return RaftCore  # type: ignore[return-value]
 

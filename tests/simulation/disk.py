@@ -1,7 +1,7 @@
 """Simulated disks: writes become durable only when their fsync completes.
 
 ``DurableLog`` is the simulator's own model of what a node holds durably. It serves as
-the storage twin (when ``raft.storage.memory`` is not available) and always as the
+the storage twin (when ``raftka.raft.storage.memory`` is not available) and always as the
 oracle the invariants consult ("does voter 2 durably hold offset 41 at epoch 3?").
 ``SimDisk`` puts the real storage and the oracle behind one fsync queue and decides what
 a crash keeps of the write in flight: nothing, a prefix (a torn write), or all of it.
@@ -19,9 +19,9 @@ import bisect
 import random
 from dataclasses import dataclass
 
-from raft.batch import Batch
-from raft.effects import QuorumStateData, Snapshot, Write
-from raft.storage.base import LoadedState, Storage, covered_by_snapshot
+from raftka.raft.batch import Batch
+from raftka.raft.effects import QuorumStateData, Snapshot, Write
+from raftka.raft.storage.base import LoadedState, Storage, covered_by_snapshot
 
 EMPTY_QUORUM_STATE = QuorumStateData(epoch=0, voted_id=-1, leader_id=-1, recovering=True)
 HELD_IN_SNAPSHOT = -2  # epoch_at(): the offset is covered by the snapshot, epoch unknown
@@ -157,7 +157,7 @@ def write_steps(write: Write) -> int:
 def new_storage(node_id: int, cluster_id: str) -> Storage:
     """The storage under test: MemoryStorage when it exists, else the simulator's twin."""
     try:
-        from raft.storage.memory import MemoryStorage  # noqa: PLC0415
+        from raftka.raft.storage.memory import MemoryStorage  # noqa: PLC0415
     except ImportError:
         return DurableLog()
     return MemoryStorage()  # type: ignore[call-arg]

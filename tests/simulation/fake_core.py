@@ -12,12 +12,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from raft.batch import Batch, BatchKind, OffsetAndEpoch
-from raft.config import RaftConfig
-from raft.core import NotLeaderError
-from raft.effects import QuorumStateData, Ready, Snapshot, Write
-from raft.messages import Envelope, Error, FetchRequest, FetchResponse
-from raft.storage.base import LoadedState
+from raftka.raft.batch import Batch, BatchKind, OffsetAndEpoch
+from raftka.raft.config import RaftConfig
+from raftka.raft.core import NotLeaderError
+from raftka.raft.effects import QuorumStateData, Ready, Snapshot, Write
+from raftka.raft.messages import Envelope, Error, FetchRequest, FetchResponse
+from raftka.raft.storage.base import LoadedState
 
 EPOCH = 1
 FETCH_RETRY_MS = 50

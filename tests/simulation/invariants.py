@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from raft.batch import Batch, BatchKind
-from raft.effects import Snapshot
-from raft.messages import BeginQuorumEpochRequest, Envelope, FetchRequest, VoteRequest, VoteResponse
+from raftka.raft.batch import Batch, BatchKind
+from raftka.raft.effects import Snapshot
+from raftka.raft.messages import BeginQuorumEpochRequest, Envelope, FetchRequest, VoteRequest, VoteResponse
 from tests.simulation.disk import HELD_IN_SNAPSHOT, CrashOutcome
 from tests.simulation.node import exposed_hw, role_of
 from tests.simulation.statemachine import GENESIS, SmState, chain

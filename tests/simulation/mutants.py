@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from raft.core import RaftCore
-from raft.effects import Ready
-from raft.messages import Envelope, Error, VoteRequest, VoteResponse
+from raftka.raft.core import RaftCore
+from raftka.raft.effects import Ready
+from raftka.raft.messages import Envelope, Error, VoteRequest, VoteResponse
 
 
 class GrantEveryVoteCore(RaftCore):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from raft.messages import (
+from raftka.raft.messages import (
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
     Envelope,

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from raft.batch import Batch, OffsetAndEpoch
-from raft.config import RaftConfig
-from raft.core import NotLeaderError
-from raft.effects import Ready, Snapshot, Write
-from raft.messages import (
+from raftka.raft.batch import Batch, OffsetAndEpoch
+from raftka.raft.config import RaftConfig
+from raftka.raft.core import NotLeaderError
+from raftka.raft.effects import Ready, Snapshot, Write
+from raftka.raft.messages import (
     BeginQuorumEpochResponse,
     EndQuorumEpochResponse,
     Envelope,
@@ -25,7 +25,7 @@ from raft.messages import (
     FetchSnapshotResponse,
     VoteResponse,
 )
-from raft.storage.base import LoadedState
+from raftka.raft.storage.base import LoadedState
 from tests.simulation.disk import CrashOutcome, SimDisk
 from tests.simulation.network import REQUEST_TYPES, Network
 from tests.simulation.scheduler import Handle, Scheduler

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from raft.config import RaftConfig
+from raftka.raft.config import RaftConfig
 from tests.simulation.cluster import Cluster
 from tests.simulation.faults import FaultProfile
 from tests.simulation.node import CoreFactory

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from raft.batch import Batch, BatchKind, SnapshotId
-from raft.effects import Snapshot
+from raftka.raft.batch import Batch, BatchKind, SnapshotId
+from raftka.raft.effects import Snapshot
 
 GENESIS = b"\x00" * 8
 

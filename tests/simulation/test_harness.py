@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from raft.batch import Batch, BatchKind, SnapshotId
-from raft.effects import QuorumStateData, Snapshot, Write
-from raft.messages import Envelope, Error, FetchRequest, FetchResponse
+from raftka.raft.batch import Batch, BatchKind, SnapshotId
+from raftka.raft.effects import QuorumStateData, Snapshot, Write
+from raftka.raft.messages import Envelope, Error, FetchRequest, FetchResponse
 from tests.simulation.cluster import calm_cluster
 from tests.simulation.disk import HELD_IN_SNAPSHOT, DurableLog, SimDisk, WriteContractError, torn_prefix
 from tests.simulation.fake_core import FakeCore

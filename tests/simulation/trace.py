@@ -10,7 +10,7 @@ import sys
 from collections import deque
 from typing import Any, TextIO
 
-from raft.messages import (
+from raftka.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,

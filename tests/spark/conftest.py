@@ -19,7 +19,7 @@ from tests.unit.audit_incident import Incident, build_incident
 def require_spark() -> None:
     """Skip (fail under CI=true) when pyspark or Java is missing, saying what to install."""
     try:
-        from audit.spark import JavaMissing, java_version
+        from raftka.audit.spark import JavaMissing, java_version
     except ImportError as exc:
         problem = f"pyspark is not installed ({exc}): pip install -e '.[dev,audit]' (make test does)"
     else:
@@ -36,7 +36,7 @@ def require_spark() -> None:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     require_spark()
-    from audit.spark import session
+    from raftka.audit.spark import session
 
     spark = session("local[2]", driver_memory="2g")
     yield spark
@@ -49,9 +49,11 @@ def incident(tmp_path_factory: pytest.TempPathFactory) -> Incident:
 
 
 @pytest.fixture(scope="session")
-def audited(spark: Any, incident: Incident, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+def audited(
+    spark: Any, incident: Incident, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], Path]:
     """The job run once on the incident: its summary and its output folder."""
-    from audit.job import run
+    from raftka.audit.job import run
 
     out = tmp_path_factory.mktemp("incident-audit")
     return run(spark, [str(incident.root)], out), out

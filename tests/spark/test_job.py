@@ -12,10 +12,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from audit.checks import CHECK_NAMES
-from audit.job import TABLES
-from audit.report import CHART_IDS
-from cli.main import main
+from raftka.audit.checks import CHECK_NAMES
+from raftka.audit.job import TABLES
+from raftka.audit.report import CHART_IDS
+from raftka.cli.main import main
 from tests.unit.audit_incident import GAP_MS, SECOND_GAP_MS, STEP_MS, Incident
 from tests.unit.storage_support import flip_byte
 
@@ -32,7 +32,9 @@ def test_every_table_is_written(audited: Audited) -> None:
 
 def test_controller_epochs_show_both_failovers_and_the_election_that_never_won(audited: Audited) -> None:
     epochs = _table(audited, "controller_epochs")
-    rows = epochs[["epoch", "leader", "committed", "gap_before_ms", "failed_elections_before"]].values.tolist()
+    rows = epochs[
+        ["epoch", "leader", "committed", "gap_before_ms", "failed_elections_before"]
+    ].values.tolist()
     assert [r[:3] for r in rows] == [[1, 1, True], [3, 2, True], [4, 3, True]]
     assert epochs["gap_before_ms"].tolist()[1:] == [GAP_MS, SECOND_GAP_MS]
     assert epochs["failed_elections_before"].tolist()[1:] == [1, 0]
@@ -65,7 +67,9 @@ def test_partition_intervals_offline_and_under_min_isr(incident: Incident, audit
 
 def test_group_offsets_rewind_and_stall(audited: Audited) -> None:
     groups = _table(audited, "group_offsets")
-    rows = groups[["group", "topic", "partition", "commits", "rewinds", "rewound_by", "stalled_commits", "status"]]
+    rows = groups[
+        ["group", "topic", "partition", "commits", "rewinds", "rewound_by", "stalled_commits", "status"]
+    ]
     assert rows.fillna(0).values.tolist() == [
         ["g1", "orders", 0, 6, 1, 15, 1, "REWOUND"],
         ["g2", "orders", 1, 2, 0, 0, 0, "OK"],
@@ -102,9 +106,14 @@ def test_topics_configs_and_leadership(audited: Audited) -> None:
 def test_violations_and_summary(incident: Incident, audited: Audited) -> None:
     summary, out = audited
     violations = _table(audited, "violations")
-    assert sorted(violations[["check", "severity"]].values.tolist()) == [["no_damage", "info"], ["nodes_agree", "info"]]
+    assert sorted(violations[["check", "severity"]].values.tolist()) == [
+        ["no_damage", "info"],
+        ["nodes_agree", "info"],
+    ]
     assert (summary["status"], summary["exit_status"], summary["failed_checks"]) == ("passed", 0, [])
-    assert {c["check"] for c in summary["checks"]} == CHECK_NAMES and all(c["passed"] for c in summary["checks"])
+    assert {c["check"] for c in summary["checks"]} == CHECK_NAMES and all(
+        c["passed"] for c in summary["checks"]
+    )
     assert summary["history"] | {"gaps": None} == summary["history"] | {
         "start_offset": 0,
         "end_offset": incident.batches[-1].last_offset,

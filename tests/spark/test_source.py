@@ -9,10 +9,10 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from audit.files import discover
-from audit.plain import audit_paths
-from audit.schema import ROW_SCHEMA
-from audit.source import SPARK_SCHEMA
+from raftka.audit.files import discover
+from raftka.audit.plain import audit_paths
+from raftka.audit.schema import ROW_SCHEMA
+from raftka.audit.source import SPARK_SCHEMA
 from tests.unit.audit_incident import Incident
 
 
@@ -47,7 +47,12 @@ def test_paths_node_archive_and_snapshot_options(spark: Any, incident: Incident)
     assert sorted(r.node for r in listed.select("node").distinct().collect()) == ["1", "2"]
     named = read().option("node", "controller-a").load(str(incident.node_dir(1)))
     assert {r.node for r in named.select("node").distinct().collect()} == {"controller-a"}
-    live = read().option("includeArchive", "false").option("includeSnapshots", "false").load(str(incident.node_dir(1)))
+    live = (
+        read()
+        .option("includeArchive", "false")
+        .option("includeSnapshots", "false")
+        .load(str(incident.node_dir(1)))
+    )
     assert live.filter("archived or source = 'snapshot'").count() == 0 and live.count() > 0
     no_json = read().option("recordJson", "false").load(str(incident.node_dir(3)))
     assert no_json.filter("json is not null and type not in ('LEADER_CHANGE')").count() == 0
@@ -55,7 +60,11 @@ def test_paths_node_archive_and_snapshot_options(spark: Any, incident: Incident)
 
 @pytest.mark.parametrize(
     ("option", "value", "named"),
-    [("batchRows", "0", "batchRows"), ("includeArchive", "yes", "includeArchive"), ("colour", "red", "colour")],
+    [
+        ("batchRows", "0", "batchRows"),
+        ("includeArchive", "yes", "includeArchive"),
+        ("colour", "red", "colour"),
+    ],
 )
 def test_bad_options_are_named(spark: Any, incident: Incident, option: str, value: str, named: str) -> None:
     with pytest.raises(PySparkException, match=named):

@@ -25,17 +25,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from metadata import records
-from metadata.image import EMPTY
-from metadata.snapshot import encode_image
-from metadata.state_machine import MetadataStateMachine
-from raft import control
-from raft.batch import Batch, BatchKind, SnapshotId
-from raft.effects import Snapshot, Write
-from raft.snapshot_schedule import SnapshotPolicy
-from raft.storage import layout
-from raft.storage.file import FileStorage
-from raft.storage.meta import format_storage
+from raftka.metadata import records
+from raftka.metadata.image import EMPTY
+from raftka.metadata.snapshot import encode_image
+from raftka.metadata.state_machine import MetadataStateMachine
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind, SnapshotId
+from raftka.raft.effects import Snapshot, Write
+from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.storage import layout
+from raftka.raft.storage.file import FileStorage
+from raftka.raft.storage.meta import format_storage
 from tests.unit import metadata_support as m
 
 ORDERS, EVENTS, EVENTS_AGAIN = m.topic_id(1), m.topic_id(2), m.topic_id(3)

@@ -11,16 +11,17 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from broker.data_service import BrokerApi
-from broker.groups.coordinator import GroupCoordinator
-from broker.groups.group import GroupLimits
-from broker.kafka.endpoints import KAFKA_LISTENER
-from broker.kafka.listener import kafka_listener
-from broker.log.manager import LogManager
-from broker.partitions import BrokerPartitions
-from broker.producer_ids import ProducerIdManager
-from broker.replica.manager import ReplicaManager
-from metadata.image import (
+from raft.node_config import BrokerConfig, KafkaConfig, NodeConfig
+from raftka.broker.data_service import BrokerApi
+from raftka.broker.groups.coordinator import GroupCoordinator
+from raftka.broker.groups.group import GroupLimits
+from raftka.broker.kafka.endpoints import KAFKA_LISTENER
+from raftka.broker.kafka.listener import kafka_listener
+from raftka.broker.log.manager import LogManager
+from raftka.broker.partitions import BrokerPartitions
+from raftka.broker.producer_ids import ProducerIdManager
+from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
     Endpoint,
@@ -29,10 +30,9 @@ from metadata.image import (
     TopicImage,
     frozen,
 )
-from raft.node_config import BrokerConfig, KafkaConfig, NodeConfig
+from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.server import FrameServer
 from tests.unit.controller_in_memory import ControllerInMemory
-from wire.frames import DATA_LISTENER
-from wire.server import FrameServer
 
 BROKER = 101
 GROUP_LIMITS = GroupLimits(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)
@@ -40,22 +40,34 @@ ONE_BROKER_KAFKA = KafkaConfig(auto_create_topics_enable=False, default_replicat
 
 
 class InProcessBroker:
-    def __init__(self, replicas: ReplicaManager, controller: ControllerInMemory, port: int, kafka_port: int) -> None:
+    def __init__(
+        self, replicas: ReplicaManager, controller: ControllerInMemory, port: int, kafka_port: int
+    ) -> None:
         self.replicas = replicas
         self.controller = controller
         self.address = f"127.0.0.1:{port}"
         self.kafka_address = f"127.0.0.1:{kafka_port}"
-        self._endpoints = (Endpoint(DATA_LISTENER, "127.0.0.1", port), Endpoint(KAFKA_LISTENER, "127.0.0.1", kafka_port))
+        self._endpoints = (
+            Endpoint(DATA_LISTENER, "127.0.0.1", port),
+            Endpoint(KAFKA_LISTENER, "127.0.0.1", kafka_port),
+        )
         self._partitions = BrokerPartitions(BROKER)
 
     def set_topics(self, topics: dict[str, int], configs: dict[str, dict[str, str]] | None = None) -> None:
         """Topic name -> partition count, all led by this broker (ids derive from the name)."""
-        state = PartitionState(replicas=(BROKER,), isr=(BROKER,), leader=BROKER, leader_epoch=0, partition_epoch=0)
+        state = PartitionState(
+            replicas=(BROKER,), isr=(BROKER,), leader=BROKER, leader_epoch=0, partition_epoch=0
+        )
         ids = {name: uuid.uuid5(uuid.NAMESPACE_OID, name).bytes for name in topics}
         image = MetadataImage(
             offset=self.controller.image.offset + 1,
             brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, self._endpoints, "", False)}),
-            topics_by_id=frozen({ids[n]: TopicImage(n, ids[n], frozen(dict.fromkeys(range(c), state))) for n, c in topics.items()}),
+            topics_by_id=frozen(
+                {
+                    ids[n]: TopicImage(n, ids[n], frozen(dict.fromkeys(range(c), state)))
+                    for n, c in topics.items()
+                }
+            ),
             topic_ids_by_name=frozen(ids),
             configs=frozen({(TOPIC, n): frozen(v) for n, v in (configs or {}).items()}),
             offsets=self.controller.image.offsets,
@@ -90,7 +102,9 @@ async def broker_in_process(
     api = BrokerApi(replicas, groups, controller, "c", lambda: 1, producer_ids)  # type: ignore[arg-type]
     server = FrameServer(api.wire_handlers())
     port = await server.start("127.0.0.1", 0)
-    kafka = kafka_listener(api, NodeConfig(BROKER, tmp_path, (), "127.0.0.1:1", process_roles=("broker",), kafka=kafka_config))
+    kafka = kafka_listener(
+        api, NodeConfig(BROKER, tmp_path, (), "127.0.0.1:1", process_roles=("broker",), kafka=kafka_config)
+    )
     kafka_port = await kafka.start("127.0.0.1", 0)
     coordinating = asyncio.create_task(groups.run())
     broker = InProcessBroker(replicas, controller, port, kafka_port)

@@ -1,6 +1,6 @@
 """The active controller as the broker's controller link sees it, in memory: the group,
 offset and producer-id requests a broker forwards are planned by the controller's own handlers
-(``metadata.group_ops``, ``offset_ops``, ``broker_ops``) on an image and replayed into it, and every new
+(``raftka.metadata.group_ops``, ``offset_ops``, ``broker_ops``) on an image and replayed into it, and every new
 image goes to the listeners a broker would feed (its group coordinator)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from metadata import broker_ops, group_ops, offset_ops
-from metadata.delta import MetadataDelta
-from metadata.image import MetadataImage
+from raftka.metadata import broker_ops, group_ops, offset_ops
+from raftka.metadata.delta import MetadataDelta
+from raftka.metadata.image import MetadataImage
 
 NOW_MS = 1_700_000_000_000
 

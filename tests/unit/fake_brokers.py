@@ -18,14 +18,13 @@ import collections
 import dataclasses
 from dataclasses import dataclass, field
 
+from raftka.broker.data_service import wire_produce_answer
+from raftka.broker.log.producer_state import ProducerState, ProducerStateError
+from raftka.records.batch import BatchHeader, assign, iter_batches
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
-
-from broker.data_service import wire_produce_answer
-from broker.log.producer_state import ProducerState, ProducerStateError
-from records.batch import BatchHeader, assign, iter_batches
-from wire import frames
-from wire.server import CloseConnection, FrameServer, Handler
+from raftka.wire import frames
+from raftka.wire.server import CloseConnection, FrameServer, Handler
 
 E = controller_pb2.ErrorCode
 TOPIC = "t"
@@ -70,8 +69,12 @@ class FakeCluster:
         self.broker_ids = broker_ids
         self.leaders = {p: (broker_ids[0], 0) for p in range(partitions)}  # partition -> (leader, epoch)
         self.logs = {p: FakeLog() for p in range(partitions)}
-        self.failures: dict[int, collections.deque[int]] = collections.defaultdict(collections.deque)  # produce, by partition
-        self.lost_answers: dict[int, collections.deque[int | None]] = collections.defaultdict(collections.deque)
+        self.failures: dict[int, collections.deque[int]] = collections.defaultdict(
+            collections.deque
+        )  # produce, by partition
+        self.lost_answers: dict[int, collections.deque[int | None]] = collections.defaultdict(
+            collections.deque
+        )
         self.held: asyncio.Event | None = None  # produce answers wait for it while set
         self.in_flight: dict[int, int] = collections.Counter()  # produce answers held, by partition
         self.in_flight_max: dict[int, int] = collections.Counter()
@@ -137,7 +140,9 @@ class _FakeBroker:
         topic = response.topics.add(name=TOPIC, topic_id=TOPIC_ID)
         replicas = self.cluster.broker_ids
         for partition, (leader, epoch) in self.cluster.leaders.items():
-            topic.partitions.add(partition=partition, leader=leader, leader_epoch=epoch, replicas=replicas, isr=replicas)
+            topic.partitions.add(
+                partition=partition, leader=leader, leader_epoch=epoch, replicas=replicas, isr=replicas
+            )
         return response
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse | None:
@@ -148,7 +153,9 @@ class _FakeBroker:
         for topic in request.topics:
             answer = response.topics.add(name=topic.name)
             for data in topic.partitions:
-                result = answer.partitions.add(partition=data.partition, base_offset=-1, log_append_time_ms=-1)
+                result = answer.partitions.add(
+                    partition=data.partition, base_offset=-1, log_append_time_ms=-1
+                )
                 cluster.produced.append((self.broker_id, data.partition))
                 if self._refused(data.partition, result):
                     continue
@@ -165,13 +172,19 @@ class _FakeBroker:
                 if cluster.lost_answers[data.partition]:
                     lose.append(code := cluster.lost_answers[data.partition].popleft())
                     if code is not None:
-                        result.error, result.message, result.base_offset = code, "written, answer scripted by the test", -1
+                        result.error, result.message, result.base_offset = (
+                            code,
+                            "written, answer scripted by the test",
+                            -1,
+                        )
         if None in lose:
             raise CloseConnection("the test lost this answer")
         if cluster.held is not None and not cluster.held.is_set():
             for partition in partitions:
                 cluster.in_flight[partition] += 1
-                cluster.in_flight_max[partition] = max(cluster.in_flight_max[partition], cluster.in_flight[partition])
+                cluster.in_flight_max[partition] = max(
+                    cluster.in_flight_max[partition], cluster.in_flight[partition]
+                )
             try:
                 await cluster.held.wait()
             finally:
@@ -182,7 +195,10 @@ class _FakeBroker:
     async def init_producer_id(self, request: pb.InitProducerIdRequest) -> pb.InitProducerIdResponse:
         if self.cluster.init_failures:
             response = pb.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
-            response.status.error, response.status.message = self.cluster.init_failures.popleft(), "scripted by the test"
+            response.status.error, response.status.message = (
+                self.cluster.init_failures.popleft(),
+                "scripted by the test",
+            )
             return response
         self.cluster.producer_ids_given += 1
         return pb.InitProducerIdResponse(producer_id=999 + self.cluster.producer_ids_given, producer_epoch=0)

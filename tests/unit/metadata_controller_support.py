@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
+from raftka.metadata.controller import QuorumController
+from raftka.raft.config import RaftConfig
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
-
-from metadata.controller import QuorumController
-from raft.config import RaftConfig
 from tests.metadata_sim.quorum import Member, Quorum
 
 E = pb.ErrorCode

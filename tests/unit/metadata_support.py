@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hypothesis import strategies as st
-from raftka.v1 import metadata_pb2 as pb
 
-from metadata.delta import MetadataDelta
-from metadata.image import BROKER, LEADER_UNCHANGED, NO_LEADER, TOPIC, MetadataImage
+from raftka.metadata.delta import MetadataDelta
+from raftka.metadata.image import BROKER, LEADER_UNCHANGED, NO_LEADER, TOPIC, MetadataImage
+from raftka.v1 import metadata_pb2 as pb
 
 Record = pb.MetadataRecord
 
@@ -134,7 +134,11 @@ def remove_group_offsets(group: str) -> Record:
 
 
 def group_rebalance(
-    group: str, generation: int, members: Sequence[str] = ("m1",), *, assignment: Sequence[tuple[str, Sequence[int]]] = ()
+    group: str,
+    generation: int,
+    members: Sequence[str] = ("m1",),
+    *,
+    assignment: Sequence[tuple[str, Sequence[int]]] = (),
 ) -> Record:
     """A completed rebalance; the first member leads and gets ``assignment``."""
     return Record(
@@ -149,7 +153,9 @@ def group_rebalance(
                     member_id=member,
                     client_id="c",
                     client_host="/127.0.0.1",
-                    assignment=[pb.GroupAssignedTopic(topic=t, partitions=ps) for t, ps in assignment] if i == 0 else [],
+                    assignment=[pb.GroupAssignedTopic(topic=t, partitions=ps) for t, ps in assignment]
+                    if i == 0
+                    else [],
                 )
                 for i, member in enumerate(members)
             ],

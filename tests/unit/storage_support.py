@@ -7,10 +7,10 @@ from pathlib import Path
 
 import crc32c
 
-from raft.batch import Batch, BatchKind
-from raft.effects import Write
-from raft.storage.base import Storage
-from raft.storage.layout import log_dir
+from raftka.raft.batch import Batch, BatchKind
+from raftka.raft.effects import Write
+from raftka.raft.storage.base import Storage
+from raftka.raft.storage.layout import log_dir
 
 
 def make_batches(start: int, count: int, *, epoch: int = 1, records: int = 2) -> list[Batch]:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.plain import audit_paths
-from cli.main import main
+from raftka.audit.plain import audit_paths
+from raftka.cli.main import main
 from tests.unit.audit_incident import Incident, build_incident
 
 
@@ -25,8 +25,8 @@ def incident(tmp_path_factory: pytest.TempPathFactory) -> Incident:
 def test_servers_clients_and_other_commands_never_import_pyspark() -> None:
     code = (
         "import sys\n"
-        "import cli.main, broker.server, metadata.server, client.admin, client.producer, client.consumer\n"
-        "cli.main.build_parser()\n"
+        "import raftka.cli.main, raftka.broker.server, raftka.metadata.server, raftka.client.admin, raftka.client.producer, raftka.client.consumer\n"
+        "raftka.cli.main.build_parser()\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'audit'))\n"
         "assert not loaded, loaded\n"
     )
@@ -76,10 +76,14 @@ def test_collect_copies_every_history_file_read_only_with_checksums(
     original = audit_paths([incident.root])
     copied = audit_paths([out])
     assert [e["seq"] for e in copied.events] == [e["seq"] for e in original.events]
-    assert sorted(v["check"] for v in copied.all_violations) == sorted(v["check"] for v in original.all_violations)
+    assert sorted(v["check"] for v in copied.all_violations) == sorted(
+        v["check"] for v in original.all_violations
+    )
 
 
-def test_collect_refuses_to_overwrite(incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_collect_refuses_to_overwrite(
+    incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     main(["metadata", "collect", str(incident.node_dir(2)), "--out", str(tmp_path)])
     with pytest.raises(SystemExit) as exit_:
         main(["metadata", "collect", str(incident.node_dir(2)), "--out", str(tmp_path)])

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.decode import DAMAGED, decode_file
-from audit.files import AuditInputError, discover
-from audit.plain import PlainAudit, audit_paths
+from raftka.audit.decode import DAMAGED, decode_file
+from raftka.audit.files import AuditInputError, discover
+from raftka.audit.plain import PlainAudit, audit_paths
 from tests.unit.audit_incident import Incident, build_incident
 
 
@@ -25,8 +25,16 @@ def audited(incident: Incident) -> PlainAudit:
 
 def _transitions(audited: PlainAudit) -> list[tuple]:
     return [
-        (e["offset"], e["topic"], e["partition"], e["cause"], e["leader_before"], e["leader_after"],
-         e["isr_after"], e["clean"])  # fmt: skip
+        (
+            e["offset"],
+            e["topic"],
+            e["partition"],
+            e["cause"],
+            e["leader_before"],
+            e["leader_after"],
+            e["isr_after"],
+            e["clean"],
+        )  # fmt: skip
         for e in audited.events
         if e["event"] == "TRANSITION"
     ]
@@ -64,7 +72,12 @@ def test_every_partition_transition_of_the_story(incident: Incident, audited: Pl
 
 def test_partition_states_after_each_transition(incident: Incident, audited: PlainAudit) -> None:
     flags = {
-        (e["offset"], e["topic"], e["partition"]): (e["offline"], e["under_replicated"], e["under_min_isr"], e["non_preferred"])
+        (e["offset"], e["topic"], e["partition"]): (
+            e["offline"],
+            e["under_replicated"],
+            e["under_min_isr"],
+            e["non_preferred"],
+        )
         for e in audited.events
         if e["event"] == "TRANSITION"
     }
@@ -97,9 +110,18 @@ def test_broker_events_restarts_and_what_fenced_brokers_led(incident: Incident, 
 
 def test_topics_configs_and_the_reused_name(incident: Incident, audited: PlainAudit) -> None:
     topics = [(e["cause"], e["topic"], e["topic_id"]) for e in audited.events if e["event"] == "TOPIC"]
-    assert [t[:2] for t in topics] == [("CREATE", "orders"), ("CREATE", "events"), ("DELETE", "events"), ("CREATE", "events")]
+    assert [t[:2] for t in topics] == [
+        ("CREATE", "orders"),
+        ("CREATE", "events"),
+        ("DELETE", "events"),
+        ("CREATE", "events"),
+    ]
     assert topics[1][2] != topics[3][2]  # the name came back with a new id
-    configs = [(e["resource"], e["key"], e["value_before"], e["value_after"]) for e in audited.events if e["event"] == "CONFIG"]
+    configs = [
+        (e["resource"], e["key"], e["value_before"], e["value_after"])
+        for e in audited.events
+        if e["event"] == "CONFIG"
+    ]
     assert configs == [
         ("orders", "min.insync.replicas", None, "2"),
         ("orders", "retention.ms", None, "1000"),
@@ -107,9 +129,19 @@ def test_topics_configs_and_the_reused_name(incident: Incident, audited: PlainAu
     ]
 
 
-def test_each_recorded_rebalance_is_an_event_with_its_members(incident: Incident, audited: PlainAudit) -> None:
+def test_each_recorded_rebalance_is_an_event_with_its_members(
+    incident: Incident, audited: PlainAudit
+) -> None:
     rebalances = [
-        (e["offset"], e["resource"], e["generation"], e["group_leader"], e["members"], e["count"], e["broker"])
+        (
+            e["offset"],
+            e["resource"],
+            e["generation"],
+            e["group_leader"],
+            e["members"],
+            e["count"],
+            e["broker"],
+        )
         for e in audited.events
         if e["event"] == "REBALANCE"
     ]

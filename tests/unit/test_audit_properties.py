@@ -13,25 +13,27 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit.checks import ERROR
-from audit.plain import audit_paths, replay_input
-from audit.replay import BASE, REPLAY_COLUMNS, replay, replay_order
-from audit.replay import Row as ReplayRow
-from audit.synthetic import Shape, write_history
-from metadata import records
-from metadata.delta import MetadataDelta
-from metadata.records import MetadataRecord
-from metadata.snapshot import decode_image, encode_image
-from raft import control
-from raft.batch import Batch, BatchKind, SnapshotId
-from raft.effects import Snapshot
-from raft.snapshot_schedule import SnapshotPolicy
-from raft.storage import layout, snapshot_file
+from raftka.audit.checks import ERROR
+from raftka.audit.plain import audit_paths, replay_input
+from raftka.audit.replay import BASE, REPLAY_COLUMNS, replay, replay_order
+from raftka.audit.replay import Row as ReplayRow
+from raftka.audit.synthetic import Shape, write_history
+from raftka.metadata import records
+from raftka.metadata.delta import MetadataDelta
+from raftka.metadata.records import MetadataRecord
+from raftka.metadata.snapshot import decode_image, encode_image
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind, SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.storage import layout, snapshot_file
 from tests.unit import metadata_support as m
 from tests.unit.storage_support import flip_byte
 
 SMALL = Shape(brokers=3, topics=3, partitions=2, groups=2, commit_partitions_max=4)
-NEVER = SnapshotPolicy(snapshot_interval_records=1 << 40, snapshot_interval_bytes=1 << 60, snapshot_interval_ms=0)
+NEVER = SnapshotPolicy(
+    snapshot_interval_records=1 << 40, snapshot_interval_bytes=1 << 60, snapshot_interval_ms=0
+)
 RECORDS = 400
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -51,8 +53,15 @@ def _errors(root: Path) -> set[str]:
 
 
 @SETTINGS
-@given(seed=st.integers(0, 2**32), nodes=st.integers(1, 3), interval=st.integers(30, 400), segment=st.integers(300, 4000))
-def test_histories_the_controller_writes_audit_clean(seed: int, nodes: int, interval: int, segment: int) -> None:
+@given(
+    seed=st.integers(0, 2**32),
+    nodes=st.integers(1, 3),
+    interval=st.integers(30, 400),
+    segment=st.integers(300, 4000),
+)
+def test_histories_the_controller_writes_audit_clean(
+    seed: int, nodes: int, interval: int, segment: int
+) -> None:
     with _folder() as root:
         for node in range(1, nodes + 1):  # one log, each node with its own snapshots and segments
             policy = SnapshotPolicy(snapshot_interval_records=interval * node)
@@ -92,7 +101,9 @@ class _Corrupt:
             if kind == "partition":
                 self.partitions[(r.partition.topic_id, r.partition.partition_id)] = list(r.partition.replicas)
             elif kind == "remove_topic":
-                self.partitions = {k: v for k, v in self.partitions.items() if k[0] != r.remove_topic.topic_id}
+                self.partitions = {
+                    k: v for k, v in self.partitions.items() if k[0] != r.remove_topic.topic_id
+                }
             elif kind == "fence_broker":
                 self.fenced.add(r.fence_broker.id)
             elif kind == "register_broker":
@@ -106,7 +117,9 @@ class _Corrupt:
 def _as(batch: Batch, *recs: MetadataRecord) -> Batch:
     """``batch``'s place in the log (same offsets) holding ``recs`` instead."""
     assert len(recs) == len(batch.records)
-    return Batch(batch.base_offset, batch.epoch, batch.timestamp_ms, BatchKind.DATA, tuple(map(records.encode, recs)))
+    return Batch(
+        batch.base_offset, batch.epoch, batch.timestamp_ms, BatchKind.DATA, tuple(map(records.encode, recs))
+    )
 
 
 def _single(test: Callable[[Batch, list[MetadataRecord]], Batch | None]) -> type[_Corrupt]:
@@ -115,12 +128,20 @@ def _single(test: Callable[[Batch, list[MetadataRecord]], Batch | None]) -> type
 
 class _EpochBack(_Corrupt):
     def change(self, batch: Batch, decoded: list[MetadataRecord]) -> Batch | None:
-        return Batch(batch.base_offset, batch.epoch - 1, batch.timestamp_ms, batch.kind, batch.records) if batch.epoch else batch
+        return (
+            Batch(batch.base_offset, batch.epoch - 1, batch.timestamp_ms, batch.kind, batch.records)
+            if batch.epoch
+            else batch
+        )
 
 
 class _EpochWithoutLeaderChange(_Corrupt):
     def change(self, batch: Batch, decoded: list[MetadataRecord]) -> Batch | None:
-        return Batch(batch.base_offset, batch.epoch + 1, batch.timestamp_ms, batch.kind, batch.records) if decoded else batch
+        return (
+            Batch(batch.base_offset, batch.epoch + 1, batch.timestamp_ms, batch.kind, batch.records)
+            if decoded
+            else batch
+        )
 
 
 class _LeaderNotVoter(_Corrupt):
@@ -203,7 +224,9 @@ CORRUPTIONS = {
 def test_each_corruption_trips_its_check(seed: int, after: int, check: str) -> None:
     corruption = CORRUPTIONS[check](after)
     with _folder() as root:
-        write_history(root / "node-1" / "data", 1_500, seed=seed, shape=SMALL, snapshot_policy=NEVER, mutate=corruption)
+        write_history(
+            root / "node-1" / "data", 1_500, seed=seed, shape=SMALL, snapshot_policy=NEVER, mutate=corruption
+        )
         assert corruption.done, "the history offered no place for the corruption"
         assert check in _errors(root)
 
@@ -224,7 +247,9 @@ def test_a_missing_segment_is_a_gap(seed: int, where: float) -> None:
 def test_a_replayable_bad_isr_is_refused_by_replay(seed: int, after: int) -> None:
     corruption = _IsrOutsideReplicas(after)
     with _folder() as root:
-        write_history(root / "node-1" / "data", 1_500, seed=seed, shape=SMALL, snapshot_policy=NEVER, mutate=corruption)
+        write_history(
+            root / "node-1" / "data", 1_500, seed=seed, shape=SMALL, snapshot_policy=NEVER, mutate=corruption
+        )
         assert corruption.done
         assert "records_replay" in _errors(root)
 
@@ -235,7 +260,9 @@ def test_a_leader_change_naming_no_voter_is_caught(seed: int, later: bool) -> No
     """The first epoch's LeaderChange, or a later failover's."""
     corruption = _LeaderNotVoter(1 if later else 0)
     with _folder() as root:
-        write_history(root / "node-1" / "data", 3_000, seed=seed, shape=SMALL, snapshot_policy=NEVER, mutate=corruption)
+        write_history(
+            root / "node-1" / "data", 3_000, seed=seed, shape=SMALL, snapshot_policy=NEVER, mutate=corruption
+        )
         assert corruption.done
         assert "epoch_starts_with_leader_change" in _errors(root)
 
@@ -245,7 +272,13 @@ def test_a_leader_change_naming_no_voter_is_caught(seed: int, later: bool) -> No
 def test_a_snapshot_that_is_not_the_replayed_image_is_caught(seed: int, which: int) -> None:
     with _folder() as root:
         data_dir = root / "node-1" / "data"
-        write_history(data_dir, RECORDS, seed=seed, shape=SMALL, snapshot_policy=SnapshotPolicy(snapshot_interval_records=60))
+        write_history(
+            data_dir,
+            RECORDS,
+            seed=seed,
+            shape=SMALL,
+            snapshot_policy=SnapshotPolicy(snapshot_interval_records=60),
+        )
         snapshots = [p for p in layout.history_files(data_dir) if p.name.endswith(layout.SNAPSHOT_SUFFIX)]
         path = snapshots[which % len(snapshots)]
         snapshot = snapshot_file.read_snapshot(path)
@@ -279,8 +312,17 @@ def test_two_committed_copies_of_one_offset_disagree(seed: int, after: int) -> N
     """Voters 1 and 2 (a majority) hold one batch; observer 101 (committed batches only) another."""
     with _folder() as root:
         for node in (1, 2):
-            write_history(root / f"node-{node}" / "data", RECORDS, seed=seed, node_id=node, shape=SMALL, snapshot_policy=NEVER)
-        corruption = _single(lambda b, d: _as(b, m.commit("other", m.topic_id(5), 0, 1)) if len(d) == 1 else b)(after)
+            write_history(
+                root / f"node-{node}" / "data",
+                RECORDS,
+                seed=seed,
+                node_id=node,
+                shape=SMALL,
+                snapshot_policy=NEVER,
+            )
+        corruption = _single(
+            lambda b, d: _as(b, m.commit("other", m.topic_id(5), 0, 1)) if len(d) == 1 else b
+        )(after)
         write_history(root / "node-101" / "data", RECORDS, seed=seed, node_id=101, shape=SMALL, snapshot_policy=NEVER,
                       mutate=corruption)  # fmt: skip
         assert corruption.done

@@ -12,10 +12,10 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import grpc
-from raftka.v1 import controller_pb2, controller_pb2_grpc, metadata_pb2
 
-from broker.controller_link import ControllerLink, LinkError
-from broker.lifecycle import BrokerLifecycle, State
+from raftka.broker.controller_link import ControllerLink, LinkError
+from raftka.broker.lifecycle import BrokerLifecycle, State
+from raftka.v1 import controller_pb2, controller_pb2_grpc, metadata_pb2
 
 E = controller_pb2.ErrorCode
 T = TypeVar("T")
@@ -205,12 +205,12 @@ def test_link_asks_the_raft_leader_then_follows_hints_then_tries_voters_in_turn(
                 request = controller_pb2.BrokerRegistrationRequest(broker_id=101)
                 assert link.target() == standby_address
                 try:
-                    await link.call("BrokerRegistration", request)
+                    await link.call(lambda stub: stub.BrokerRegistration, request)
                     raise AssertionError("a standby must not answer")
                 except LinkError as e:
                     assert "not the active controller" in str(e)
                 assert link.target() == active_address  # the hint wins over the stale leader id
-                response = await link.call("BrokerRegistration", request)
+                response = await link.call(lambda stub: stub.BrokerRegistration, request)
                 assert response.broker_epoch == 40 and standby.calls == 1
 
                 assert link.target() == active_address  # the hint sticks until it fails
@@ -220,7 +220,7 @@ def test_link_asks_the_raft_leader_then_follows_hints_then_tries_voters_in_turn(
                 link = ControllerLink(voters, lambda: 3, request_timeout_s=1.0)
                 assert link.target() == dead
                 try:
-                    await link.call("BrokerRegistration", request)
+                    await link.call(lambda stub: stub.BrokerRegistration, request)
                     raise AssertionError("a dead node must not answer")
                 except LinkError as e:
                     assert "UNAVAILABLE" in str(e)

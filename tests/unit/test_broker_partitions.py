@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from broker.partitions import BrokerPartitions, Role, RoleChanges, StoppedPartition
-from metadata.image import MetadataImage, PartitionState, TopicImage, frozen
+from raftka.broker.partitions import BrokerPartitions, Role, RoleChanges, StoppedPartition
+from raftka.metadata.image import MetadataImage, PartitionState, TopicImage, frozen
 
 ME = 101
 ORDERS = b"o" * 16

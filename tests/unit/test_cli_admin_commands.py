@@ -11,10 +11,10 @@ from typing import Any
 
 import grpc
 import pytest
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli import local
-from cli.main import main
+from raftka.cli import local
+from raftka.cli.main import main
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
 TOPIC_ID = bytes(range(16))
@@ -98,7 +98,9 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
     def ElectLeaders(self, request: Any, context: Any) -> controller_pb2.ElectLeadersResponse:
         self._seen("ElectLeaders", request)
         response = controller_pb2.ElectLeadersResponse(status=controller_pb2.Status())
-        response.partitions.add(topic="orders", partition=1, error=E.PREFERRED_LEADER_NOT_AVAILABLE, message="102 is fenced")
+        response.partitions.add(
+            topic="orders", partition=1, error=E.PREFERRED_LEADER_NOT_AVAILABLE, message="102 is fenced"
+        )
         response.partitions.add(topic="orders", partition=0)
         return response
 
@@ -271,7 +273,14 @@ def test_topics_list_and_describe_shapes(
     assert controller.requests[-1][1].names == []  # no name: every topic
     assert table[0] == f"Topic: orders  TopicId: {TOPIC_ID_STR}  PartitionCount: 2  ReplicationFactor: 2"
     assert table[1].split() == [
-        "PARTITION", "LEADER", "LEADER_EPOCH", "REPLICAS", "ISR", "LOG_START", "HIGH_WATERMARK", "STATUS"
+        "PARTITION",
+        "LEADER",
+        "LEADER_EPOCH",
+        "REPLICAS",
+        "ISR",
+        "LOG_START",
+        "HIGH_WATERMARK",
+        "STATUS",
     ]
     assert table[2].split() == ["0", "101", "2", "101,102", "101,102", "-", "-", "ok"]
     assert table[3].split() == ["1", "none", "3", "102,103", "-", "-", "-", "offline"]
@@ -480,7 +489,12 @@ def test_elect_leaders_reports_each_partition_and_fails_if_one_could_not_move(
     assert main([*argv, "--bootstrap-controller", controller.address, "--output", "json"]) == 1  # type: ignore[attr-defined]
     assert json.loads(capsys.readouterr().out) == [
         {"topic": "orders", "partition": 0, "error": None, "message": ""},
-        {"topic": "orders", "partition": 1, "error": "PREFERRED_LEADER_NOT_AVAILABLE", "message": "102 is fenced"},
+        {
+            "topic": "orders",
+            "partition": 1,
+            "error": "PREFERRED_LEADER_NOT_AVAILABLE",
+            "message": "102 is fenced",
+        },
     ]
     (request,) = [r for name, r in controller.requests if name == "ElectLeaders"]  # type: ignore[attr-defined]
     assert [(t.topic, list(t.partitions)) for t in request.topics] == [("orders", [0, 1])]

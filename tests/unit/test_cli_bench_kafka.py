@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cli import bench_kafka, tansu
-from cli.errors import CliError
+from raftka.cli import bench_kafka, tansu
+from raftka.cli.errors import CliError
 
 # Listens where --listener-url says, as Tansu would, and ignores SIGTERM if told to.
 STAND_IN = """\
@@ -47,7 +47,10 @@ def test_tansu_runs_on_the_port_it_advertises_and_is_stopped_when_the_block_fail
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stand_in(tmp_path, monkeypatch)
-    with pytest.raises(RuntimeError, match="the load failed"), tansu.running_tansu(tmp_path / "tansu.log") as running:
+    with (
+        pytest.raises(RuntimeError, match="the load failed"),
+        tansu.running_tansu(tmp_path / "tansu.log") as running,
+    ):
         pid = running.pid
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         assert f"tcp://{running.address}".encode() in command
@@ -65,14 +68,21 @@ def test_tansu_that_ignores_sigterm_is_killed(tmp_path: Path, monkeypatch: pytes
     assert gone(pid)
 
 
-def test_tansu_that_dies_at_start_is_reported_with_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tansu_that_dies_at_start_is_reported_with_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stand_in(tmp_path, monkeypatch, "dies")
     log = tmp_path / "tansu.log"
-    with pytest.raises(CliError, match=r"Tansu exited with status 3 at start; see .*tansu\.log"), tansu.running_tansu(log):
+    with (
+        pytest.raises(CliError, match=r"Tansu exited with status 3 at start; see .*tansu\.log"),
+        tansu.running_tansu(log),
+    ):
         pass
 
 
-def test_a_tansu_binary_that_is_not_executable_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tansu_binary_that_is_not_executable_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(tansu.BINARY_ENV, str(tmp_path / "nothing"))
     with pytest.raises(CliError, match="RAFTKA_TANSU_BIN=.* is not an executable file"):
         tansu.tansu_binary()
@@ -86,8 +96,12 @@ def test_replication_factors_are_checked_naming_the_flag() -> None:
 
 
 def test_each_run_is_the_perf_commands_own_parse_and_checks() -> None:
-    options = bench_kafka.build_arguments().parse_args(["--records", "500", "--acks", "1", "--linger-ms", "20"])
-    produce = bench_kafka.perf_args(options, "kafka", "t", ["--bootstrap-server", "127.0.0.1:9", "--replication-factor", "1"])
+    options = bench_kafka.build_arguments().parse_args(
+        ["--records", "500", "--acks", "1", "--linger-ms", "20"]
+    )
+    produce = bench_kafka.perf_args(
+        options, "kafka", "t", ["--bootstrap-server", "127.0.0.1:9", "--replication-factor", "1"]
+    )
     assert (produce.records, produce.acks, produce.linger_ms, produce.replication_factor) == (500, "1", 20, 1)
     assert produce.func.__name__ == "run_produce"
     consume = bench_kafka.perf_args(options, "kafka-consume", "t", ["--dir", "/tmp/x"])
@@ -99,7 +113,14 @@ def test_each_run_is_the_perf_commands_own_parse_and_checks() -> None:
 
 def test_comparison_sums_the_servers_cpu_and_keeps_the_clients_apart() -> None:
     def result(records_per_s: int, cpu: dict[str, float]) -> dict[str, dict]:
-        produce = {"records_per_s": records_per_s, "mb_per_s": 1.0, "p50_ms": 1, "p99_ms": 2, "p999_ms": 3, "max_ms": 4}
+        produce = {
+            "records_per_s": records_per_s,
+            "mb_per_s": 1.0,
+            "p50_ms": 1,
+            "p99_ms": 2,
+            "p999_ms": 3,
+            "max_ms": 4,
+        }
         produce |= {"errors": 0, "cpu_s_per_million_records": cpu}
         consume = {"records_per_s": 7, "mb_per_s": 0.1, "records": 10, "cpu_s_per_million_records": cpu}
         return {"produce": produce, "consume": consume}
@@ -107,7 +128,9 @@ def test_comparison_sums_the_servers_cpu_and_keeps_the_clients_apart() -> None:
     rows = bench_kafka.comparison_rows(
         {
             "tansu": result(500_000, {"tansu": 0.5, "perf-client": 2.0}),
-            "raftka": result(150_000, {"controller-1": 0.25, "broker-101": 3.0, "broker-102": 2.5, "perf-client": 2.1}),
+            "raftka": result(
+                150_000, {"controller-1": 0.25, "broker-101": 3.0, "broker-102": 2.5, "perf-client": 2.1}
+            ),
         }
     )
     by_name = {row[0]: row[1:] for row in rows}

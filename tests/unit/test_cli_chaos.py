@@ -7,10 +7,10 @@ from __future__ import annotations
 import signal
 
 import pytest
-from raftka.v1 import raft_pb2
 
-from cli import chaos
-from cli.errors import CliError
+from raftka.cli import chaos
+from raftka.cli.errors import CliError
+from raftka.v1 import raft_pb2
 
 ELECTED_AFTER_S = 0.100  # a survivor wins the election this long after the signal
 COMMITTED_AFTER_S = 0.120  # ... and its LeaderChange commits at this time

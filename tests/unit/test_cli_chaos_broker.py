@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from cli.chaos_broker import audit, exit_status
+from raftka.cli.chaos_broker import audit, exit_status
 
 N = struct.Struct(">q")
 
@@ -39,4 +39,6 @@ def test_duplicates_fail_the_run_only_when_the_producer_was_idempotent() -> None
     assert report["duplicated"] == 1
     assert exit_status(report, idempotent=True) == 1
     assert exit_status(report, idempotent=False) == 0, "at least once: reported, not failed"
-    assert exit_status(audit({0: (0, 0)}, read(), sent=1), idempotent=False) == 1, "a lost record always fails"
+    assert exit_status(audit({0: (0, 0)}, read(), sent=1), idempotent=False) == 1, (
+        "a lost record always fails"
+    )

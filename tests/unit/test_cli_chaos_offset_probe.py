@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from cli import chaos
-from cli.errors import CliError
+from raftka.cli import chaos
+from raftka.cli.errors import CliError
 from tests.unit.test_cli_chaos import COMMITTED_AFTER_S, FakeClock, FakeCluster
 
 ACTIVE_AFTER_S = 0.180  # the new controller answers commits this long after the signal

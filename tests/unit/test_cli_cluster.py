@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from cli import cluster, local
-from cli.errors import CliError
-from cli.main import main
-from cli.quorum_client import QuorumClient
 from raft.node_config import load_config
-from raft.storage import meta
+from raftka.cli import cluster, local
+from raftka.cli.errors import CliError
+from raftka.cli.main import main
+from raftka.cli.quorum_client import QuorumClient
+from raftka.raft.storage import meta
 
 
 def test_create_writes_configs_and_formats_every_node(tmp_path: Path) -> None:

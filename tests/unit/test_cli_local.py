@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cli import local
-from cli.errors import CliError
+from raftka.cli import local
+from raftka.cli.errors import CliError
 
 
 def node(tmp_path: Path, node_id: int = 1, pid: int | None = None) -> local.NodeRecord:
@@ -145,7 +145,7 @@ def test_server_command_runs_this_python() -> None:
     assert local.server_command("/x/server.toml") == [
         sys.executable,
         "-m",
-        "cli.main",
+        "raftka.cli.main",
         "server",
         "--config",
         "/x/server.toml",

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
-from raft.batch import Batch, BatchKind
-from raft.control import NOOP_RECORD, encode_leader_change
-from raft.effects import Write
 from raft.node_config import NodeConfig, Voter, render_toml
-from raft.storage.file import FileStorage
+from raftka.cli.main import main
+from raftka.raft.batch import Batch, BatchKind
+from raftka.raft.control import NOOP_RECORD, encode_leader_change
+from raftka.raft.effects import Write
+from raftka.raft.storage.file import FileStorage
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 def raftka(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """Run the command as an operator would, so the exit status and stderr are the real ones."""
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *argv], capture_output=True, text=True, cwd=cwd, timeout=60
+        [sys.executable, "-m", "raftka.cli.main", *argv], capture_output=True, text=True, cwd=cwd, timeout=60
     )
 
 

@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from raftka.v1 import metadata_pb2
 
-from cli.main import main
-from metadata import records
-from raft.batch import Batch, BatchKind
-from raft.control import encode_leader_change
-from raft.effects import Write
-from raft.storage.file import FileStorage
+from raftka.cli.main import main
+from raftka.metadata import records
+from raftka.raft.batch import Batch, BatchKind
+from raftka.raft.control import encode_leader_change
+from raftka.raft.effects import Write
+from raftka.raft.storage.file import FileStorage
+from raftka.v1 import metadata_pb2
 
 TOPIC_ID = bytes(range(16))
 

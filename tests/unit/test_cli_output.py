@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cli import output
+from raftka.cli import output
 
 
 def test_table_aligns_columns() -> None:

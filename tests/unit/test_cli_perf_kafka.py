@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from cli import perf_kafka
-from cli.errors import CliError
-from cli.main import main
-from cli.perf_kafka import ClientErrors, Deliveries
+from raftka.cli import perf_kafka
+from raftka.cli.errors import CliError
+from raftka.cli.main import main
+from raftka.cli.perf_kafka import ClientErrors, Deliveries
 from tests.unit.kafka_wire import broker_thread
 
 TOPIC = "perf-events"
@@ -324,7 +324,7 @@ def test_a_fatal_client_error_ends_the_run_with_librdkafkas_reason(
     broker): librdkafka fails fatally, and the run stops with the reason, not a traceback
     and not a hang."""
     pytest.importorskip("confluent_kafka")
-    import broker.kafka.listener as listener_module
+    import raftka.broker.kafka.listener as listener_module
 
     serve_all = listener_module.KafkaDispatcher
     monkeypatch.setattr(

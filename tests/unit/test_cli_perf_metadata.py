@@ -15,11 +15,11 @@ from typing import Any
 
 import grpc
 import pytest
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from cli import perf_metadata
-from cli.errors import CliError
-from cli.main import main
+from raftka.cli import perf_metadata
+from raftka.cli.errors import CliError
+from raftka.cli.main import main
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
 SERVICE_TIME_S = 0.002

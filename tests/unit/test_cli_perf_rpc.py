@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from cli.main import main
+from raftka.cli.main import main
 
 
 def test_reports_each_concurrency_against_a_do_nothing_controller(
@@ -23,7 +23,9 @@ def test_reports_each_concurrency_against_a_do_nothing_controller(
         return process
 
     monkeypatch.setattr(subprocess, "Popen", recording_popen)
-    code = main(["perf", "rpc", "--concurrency", "1,4", "--duration", "0.3", "--warmup", "0", "--output", "json"])
+    code = main(
+        ["perf", "rpc", "--concurrency", "1,4", "--duration", "0.3", "--warmup", "0", "--output", "json"]
+    )
     assert code == 0
     results = json.loads(capsys.readouterr().out)
     assert [r["concurrency"] for r in results] == [1, 4]

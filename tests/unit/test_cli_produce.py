@@ -10,12 +10,12 @@ import io
 from pathlib import Path
 
 import pytest
-from raftka.v1 import broker_pb2
 
-from cli.main import main
-from records.batch import iter_batches
+from raftka.cli.main import main
+from raftka.records.batch import iter_batches
+from raftka.v1 import broker_pb2
+from raftka.wire.client import BrokerClient
 from tests.unit.test_clients import TOPIC_NAME, serving
-from wire.client import BrokerClient
 
 
 async def producer_ids_in_log(address: str) -> list[tuple[int, int]]:
@@ -23,7 +23,9 @@ async def producer_ids_in_log(address: str) -> list[tuple[int, int]]:
     client = BrokerClient(address)
     try:
         request = broker_pb2.FetchRequest(replica_id=-1, max_bytes=1 << 20)
-        request.topics.add(name=TOPIC_NAME).partitions.add(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+        request.topics.add(name=TOPIC_NAME).partitions.add(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+        )
         records = (await client.Fetch(request, timeout=5)).topics[0].partitions[0].records
         return [(h.producer_id, h.base_sequence) for _, h in iter_batches(records)]
     finally:
@@ -38,7 +40,19 @@ def test_produce_is_idempotent_unless_told_otherwise(
 ) -> None:
     def produce(address: str, lines: str) -> int:
         monkeypatch.setattr("sys.stdin", io.StringIO(lines))
-        return main(["produce", TOPIC_NAME, "--partition", "0", "--linger-ms", "0", "--bootstrap-server", address, *options])
+        return main(
+            [
+                "produce",
+                TOPIC_NAME,
+                "--partition",
+                "0",
+                "--linger-ms",
+                "0",
+                "--bootstrap-server",
+                address,
+                *options,
+            ]
+        )
 
     async def scenario(address: str) -> None:
         assert await asyncio.to_thread(produce, address, "a\nb\n") == 0

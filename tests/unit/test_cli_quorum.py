@@ -10,11 +10,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from cli import local, quorum
-from cli.errors import CliError
-from cli.quorum_client import QuorumClient, QuorumError
+from raftka.cli import local, quorum
+from raftka.cli.errors import CliError
+from raftka.cli.quorum_client import QuorumClient, QuorumError
+from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 NOW_MS = 1_700_000_000_000
 

@@ -13,13 +13,19 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
-from raftka.v1 import controller_pb2, controller_pb2_grpc
 
-from client.admin import OFFSET_FETCH_PARTITIONS_MAX, TOPICS_PER_REQUEST_MAX, Admin, AsyncAdmin, RetryPolicy
-from client.errors import AdminError
-from client.types import NewTopic, OffsetCommit, PartitionInfo
-from metadata import validation
-from metadata.validation import ValidationError, check_request_bounds
+from raftka.client.admin import (
+    OFFSET_FETCH_PARTITIONS_MAX,
+    TOPICS_PER_REQUEST_MAX,
+    Admin,
+    AsyncAdmin,
+    RetryPolicy,
+)
+from raftka.client.errors import AdminError
+from raftka.client.types import NewTopic, OffsetCommit, PartitionInfo
+from raftka.metadata import validation
+from raftka.metadata.validation import ValidationError, check_request_bounds
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
 T = TypeVar("T")

@@ -7,14 +7,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
-from raftka.v1 import controller_pb2
 
-from client.consumer import AsyncConsumer
-from client.errors import ConsumerError, ProducerError
-from client.producer import AsyncProducer
-from client.types import TopicPartition
-from records.batch import HEADER_SIZE
-from records.codec import BatchBuilder
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.errors import ConsumerError, ProducerError
+from raftka.client.producer import AsyncProducer
+from raftka.client.types import TopicPartition
+from raftka.records.batch import HEADER_SIZE
+from raftka.records.codec import BatchBuilder
+from raftka.v1 import controller_pb2
 from tests.unit.fake_brokers import TOPIC, FakeCluster
 
 E = controller_pb2.ErrorCode
@@ -90,7 +90,10 @@ def test_a_batch_refused_until_its_delivery_timeout_fails_naming_the_last_refusa
             with pytest.raises(ProducerError) as failed:
                 await future
             assert failed.value.code == "REQUEST_TIMED_OUT"
-            assert "NOT_ENOUGH_REPLICAS" in failed.value.message and "delivery_timeout_ms" in failed.value.message
+            assert (
+                "NOT_ENOUGH_REPLICAS" in failed.value.message
+                and "delivery_timeout_ms" in failed.value.message
+            )
             assert (await other).offset == 0, "another partition is not held up"
             assert (producer.acknowledged_records, producer.failed_records) == (1, 1)
         finally:

@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from raftka.v1 import broker_pb2
 
-from client import producer as producer_module
-from client.cluster_metadata import ClusterMetadata, PartitionLeader, TopicInfo
-from client.consumer import AsyncConsumer
-from client.errors import OffsetOutOfRangeError, ProducerError
-from client.partitioner import default_partition
-from client.producer import AsyncProducer, Producer
-from client.types import RecordMetadata, TopicPartition
-from records.codec import BatchBuilder
+from raftka.client import producer as producer_module
+from raftka.client.cluster_metadata import ClusterMetadata, PartitionLeader, TopicInfo
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.errors import OffsetOutOfRangeError, ProducerError
+from raftka.client.partitioner import default_partition
+from raftka.client.producer import AsyncProducer, Producer
+from raftka.client.types import RecordMetadata, TopicPartition
+from raftka.records.codec import BatchBuilder
+from raftka.v1 import broker_pb2
+from raftka.wire.client import BrokerClient, WireError
 from tests.unit.broker_in_process import broker_in_process
-from wire.client import BrokerClient, WireError
 
 BROKER = 101
 PARTITIONS = 3
@@ -36,7 +36,9 @@ TOPIC_ID = uuid.UUID(int=9).bytes
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path) -> AsyncIterator[str]:
     """A broker's data service on a loopback port; yields its address."""
-    async with broker_in_process(tmp_path, {TOPIC_NAME: PARTITIONS}, {TOPIC_NAME: {"max.message.bytes": "4000"}}) as broker:
+    async with broker_in_process(
+        tmp_path, {TOPIC_NAME: PARTITIONS}, {TOPIC_NAME: {"max.message.bytes": "4000"}}
+    ) as broker:
         yield broker.address
 
 
@@ -67,6 +69,7 @@ def test_keyed_records_land_on_murmur2_partitions_in_send_order(tmp_path: Path) 
         for p in range(PARTITIONS):
             offsets = [m.offset for m in sent if m.partition == p]
             assert offsets == list(range(len(offsets))), "each partition's records in send order"
+
     run(tmp_path, scenario)
 
 
@@ -88,6 +91,7 @@ def test_a_consumer_reads_everything_back_and_seeks(tmp_path: Path) -> None:
             assert await consumer.position(tp) == sent[-1].offset + 1
         finally:
             await consumer.close()
+
     run(tmp_path, scenario)
 
 
@@ -113,6 +117,7 @@ def test_reset_policies_and_out_of_range(tmp_path: Path) -> None:
         finally:
             for consumer in (latest, strict, earliest):
                 await consumer.close()
+
     run(tmp_path, scenario)
 
 
@@ -123,11 +128,14 @@ def test_a_non_retriable_error_fails_fast_with_the_brokers_message(tmp_path: Pat
             future = await producer.send(TOPIC_NAME, b"x" * 5000, partition=0)  # over max.message.bytes 4000
             with pytest.raises(ProducerError) as failed:
                 await asyncio.wait_for(future, 10)
-            assert failed.value.code == "MESSAGE_TOO_LARGE" and "max.message.bytes 4000" in failed.value.message
+            assert (
+                failed.value.code == "MESSAGE_TOO_LARGE" and "max.message.bytes 4000" in failed.value.message
+            )
             ok = await producer.send(TOPIC_NAME, b"small", partition=0)
             assert (await ok).offset == 0, "the partition serves on, nothing was written"
         finally:
             await producer.close()
+
     run(tmp_path, scenario)
 
 
@@ -150,6 +158,7 @@ def test_commit_and_committed_round_trip_and_resume(tmp_path: Path) -> None:
             assert (await resumed.poll(2000, 1))[0].offset == 4
         finally:
             await resumed.close()
+
     run(tmp_path, scenario)
 
 
@@ -157,6 +166,7 @@ def test_acks_zero_completes_without_offsets(tmp_path: Path) -> None:
     async def scenario(broker: str) -> None:
         sent = await produce(broker, [(None, b"fire")] * 3, acks=0)
         assert {m.offset for m in sent} == {-1}
+
     run(tmp_path, scenario)
 
 
@@ -179,10 +189,14 @@ def test_an_acks_zero_produce_is_not_answered_and_a_refused_one_closes_the_conne
         client = BrokerClient(broker)
         try:
             await client.ProduceWithoutAnswer(request(good))
-            assert await log_end(client) == 1  # answered in order on the same connection: the produce was taken
+            assert (
+                await log_end(client) == 1
+            )  # answered in order on the same connection: the produce was taken
             await client.ProduceWithoutAnswer(request(bytes(corrupt)))
             with pytest.raises(WireError) as closed:
-                await client.Metadata(broker_pb2.MetadataRequest(), timeout=5)  # in flight as the broker hangs up
+                await client.Metadata(
+                    broker_pb2.MetadataRequest(), timeout=5
+                )  # in flight as the broker hangs up
             assert closed.value.code == "UNAVAILABLE"
             with pytest.raises(WireError):
                 await client.ProduceWithoutAnswer(request(good))  # the loss is reported to the sender once
@@ -206,7 +220,9 @@ def test_the_synchronous_producer_keeps_send_order_and_reports_through_futures(t
     order sent, ``flush`` waits for all of them, and a bad record fails its own future."""
 
     def use(broker: str) -> tuple[list[RecordMetadata], BaseException | None]:
-        producer = Producer(broker, linger_ms=50, batch_size=2000)  # the broker takes batches of 4000 bytes at most
+        producer = Producer(
+            broker, linger_ms=50, batch_size=2000
+        )  # the broker takes batches of 4000 bytes at most
         try:
             futures = [producer.send(TOPIC_NAME, b"v%d" % i, key=b"k") for i in range(500)]
             bad = producer.send(TOPIC_NAME, b"x", partition=PARTITIONS)  # no such partition

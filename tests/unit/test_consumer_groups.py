@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from client.consumer import AsyncConsumer, RebalanceListener
-from client.errors import CommitFailedError
-from client.producer import AsyncProducer
-from client.types import TopicPartition
+from raftka.client.consumer import AsyncConsumer, RebalanceListener
+from raftka.client.errors import CommitFailedError
+from raftka.client.producer import AsyncProducer
+from raftka.client.types import TopicPartition
 from tests.unit.broker_in_process import InProcessBroker, broker_in_process
 
 TOPIC = "events"
@@ -29,7 +29,9 @@ FAST = {
 }
 
 
-def run(tmp_path: Path, scenario: Callable[[InProcessBroker], Awaitable[None]], partitions: int = PARTITIONS) -> None:
+def run(
+    tmp_path: Path, scenario: Callable[[InProcessBroker], Awaitable[None]], partitions: int = PARTITIONS
+) -> None:
     async def main() -> None:
         async with broker_in_process(tmp_path, {TOPIC: partitions}) as broker:
             await asyncio.wait_for(scenario(broker), 60)
@@ -64,7 +66,9 @@ async def member(broker: InProcessBroker, group: str = "g", **options: Any) -> t
     return consumer, recorder
 
 
-async def poll_until(members: list[AsyncConsumer], done: Callable[[], bool], got: dict[Any, list] | None = None) -> None:
+async def poll_until(
+    members: list[AsyncConsumer], done: Callable[[], bool], got: dict[Any, list] | None = None
+) -> None:
     """Every member polls until ``done`` holds; records land in ``got`` by member."""
     while not done():
         for consumer in members:
@@ -88,13 +92,17 @@ async def produce(broker: InProcessBroker, count: int, prefix: bytes = b"v") -> 
 
 
 @pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
-def test_members_share_the_partitions_without_overlap_and_each_record_goes_to_one(tmp_path: Path, assignor: str) -> None:
+def test_members_share_the_partitions_without_overlap_and_each_record_goes_to_one(
+    tmp_path: Path, assignor: str
+) -> None:
     async def scenario(broker: InProcessBroker) -> None:
         await produce(broker, 60)
         (a, ra), (b, rb) = [await member(broker, partition_assignment_strategy=[assignor]) for _ in range(2)]
         got: dict[Any, list] = {}
         try:
-            await poll_until([a, b], lambda: ra.owned and rb.owned and sum(len(v) for v in got.values()) >= 60, got)
+            await poll_until(
+                [a, b], lambda: ra.owned and rb.owned and sum(len(v) for v in got.values()) >= 60, got
+            )
             assert not ra.owned & rb.owned and ra.owned | rb.owned == all_partitions()
             assert {len(ra.owned), len(rb.owned)} == {3}
             values = sorted(r.value for records in got.values() for r in records)
@@ -168,7 +176,9 @@ def test_with_cooperative_sticky_a_partition_is_never_owned_by_two_members(tmp_p
                 await consumer.close()
         assert overlaps == []
         assert ra.owned <= kept_a and rb.owned <= kept_b, "sticky: the old members kept what they keep"
-        assert not any(kind == "revoked" and p & ra.owned for kind, p in ra.events), "only moving partitions were revoked"
+        assert not any(kind == "revoked" and p & ra.owned for kind, p in ra.events), (
+            "only moving partitions were revoked"
+        )
 
     run(tmp_path, scenario)
 

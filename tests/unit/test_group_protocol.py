@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+
+from raftka.broker.groups.group import PARKED, Delivery, Group, GroupLimits, Outcome, State
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
-
-from broker.groups.group import PARKED, Delivery, Group, GroupLimits, Outcome, State
 
 E = controller_pb2.ErrorCode
 SESSION_MS = 10_000
@@ -19,7 +19,13 @@ REBALANCE_MS = 30_000
 LIMITS = GroupLimits(min_session_timeout_ms=1_000, initial_rebalance_delay_ms=0)
 
 
-def join_request(member_id: str = "", *, instance: str | None = None, protocols: tuple[str, ...] = ("range",), meta: bytes = b"m") -> pb.JoinGroupRequest:
+def join_request(
+    member_id: str = "",
+    *,
+    instance: str | None = None,
+    protocols: tuple[str, ...] = ("range",),
+    meta: bytes = b"m",
+) -> pb.JoinGroupRequest:
     request = pb.JoinGroupRequest(
         group_id="g",
         session_timeout_ms=SESSION_MS,
@@ -61,7 +67,10 @@ class Harness:
 
     def sync(self, member_id: str, assignments: dict[str, bytes] | None = None) -> object:
         request = pb.SyncGroupRequest(
-            group_id="g", generation_id=self.group.generation_id, member_id=member_id, protocol_type="consumer"
+            group_id="g",
+            generation_id=self.group.generation_id,
+            member_id=member_id,
+            protocol_type="consumer",
         )
         for target, data in (assignments or {}).items():
             request.assignments.add(member_id=target, assignment=data)
@@ -74,7 +83,9 @@ class Harness:
 
     def heartbeat(self, member_id: str, generation: int | None = None) -> int:
         request = pb.HeartbeatRequest(
-            group_id="g", member_id=member_id, generation_id=self.group.generation_id if generation is None else generation
+            group_id="g",
+            member_id=member_id,
+            generation_id=self.group.generation_id if generation is None else generation,
         )
         return self.group.heartbeat(request, self.now).status.error
 
@@ -117,7 +128,11 @@ def test_a_group_forms_one_generation_with_a_leader_that_alone_sees_the_members(
     assert (h.answers[(first, "sync")].assignment, h.answers[(second, "sync")].assignment) == (b"A", b"B")
     assert h.group.state is State.STABLE
     (record,) = h.recorded
-    assert (record.generation_id, record.leader, [m[0] for m in record.members]) == (1, first, [first, second])
+    assert (record.generation_id, record.leader, [m[0] for m in record.members]) == (
+        1,
+        first,
+        [first, second],
+    )
 
 
 def test_the_protocol_is_the_one_members_rank_highest_among_those_all_support() -> None:
@@ -205,7 +220,9 @@ def test_a_static_member_that_restarts_keeps_its_place_without_a_rebalance() -> 
         ("outsider", None, E.UNKNOWN_MEMBER_ID),
     ],
 )
-def test_commits_are_checked_against_membership_and_generation(who: str, generation: int | None, code: int | None) -> None:
+def test_commits_are_checked_against_membership_and_generation(
+    who: str, generation: int | None, code: int | None
+) -> None:
     h, (a, _) = stable_group(2)
     member = {"member": a, "stranger": "nobody", "outsider": ""}[who]
     problem = h.group.commit_problem(generation, member, "")
@@ -241,7 +258,12 @@ def test_a_failed_record_answers_the_syncs_with_its_error_and_rebalances() -> No
     h = Harness(Group("g", LIMITS))
     a = h.new_member()
     h.join(a)
-    request = pb.SyncGroupRequest(group_id="g", generation_id=1, member_id=a, assignments=[pb.SyncGroupAssignment(member_id=a, assignment=b"A")])
+    request = pb.SyncGroupRequest(
+        group_id="g",
+        generation_id=1,
+        member_id=a,
+        assignments=[pb.SyncGroupAssignment(member_id=a, assignment=b"A")],
+    )
     outcome = h.group.sync(request, h.now)
     assert outcome.answer is PARKED and outcome.rebalanced is not None
     h.deliver(h.group.recorded(1, E.COORDINATOR_NOT_AVAILABLE, "no controller", h.now))
@@ -258,7 +280,9 @@ def test_a_session_timeout_outside_the_brokers_bounds_is_refused(timeout_ms: int
 
 
 def test_the_group_is_full_at_its_max_size() -> None:
-    h = Harness(Group("g", GroupLimits(min_session_timeout_ms=1_000, initial_rebalance_delay_ms=0, max_size=2)))
+    h = Harness(
+        Group("g", GroupLimits(min_session_timeout_ms=1_000, initial_rebalance_delay_ms=0, max_size=2))
+    )
     h.new_member()
     h.new_member()
     answer = h.run(h.group.join(join_request(), h.now))

@@ -11,11 +11,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from raftka.v1 import controller_pb2
 
-from broker.log.producer_state import BatchMetadata
-from client.errors import ProducerError
-from client.producer import AsyncProducer, RecordFuture
+from raftka.broker.log.producer_state import BatchMetadata
+from raftka.client.errors import ProducerError
+from raftka.client.producer import AsyncProducer, RecordFuture
+from raftka.v1 import controller_pb2
 from tests.unit.fake_brokers import TOPIC, FakeCluster
 from tests.unit.test_client_failures import P0, run, values_in
 from tests.unit.test_clients import serving
@@ -101,7 +101,9 @@ def test_lost_answers_late_acks_and_a_moved_leader_write_each_record_once_in_ord
             await producer.close()
         assert offsets == list(range(10))
         assert await values_in(cluster, 0) == [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)]
-        assert len([p for _, p in cluster.produced if p == 0]) > 10, "answers were lost and batches sent again"
+        assert len([p for _, p in cluster.produced if p == 0]) > 10, (
+            "answers were lost and batches sent again"
+        )
 
     run(scenario)
 
@@ -234,7 +236,9 @@ def test_idempotence_is_on_by_default_with_acks_all_only() -> None:
     asyncio.run(check())
 
 
-def test_against_a_real_broker_batches_carry_the_producer_id_and_consecutive_sequences(tmp_path: Path) -> None:
+def test_against_a_real_broker_batches_carry_the_producer_id_and_consecutive_sequences(
+    tmp_path: Path,
+) -> None:
     async def scenario(address: str) -> None:
         producer = AsyncProducer(address, **ONE_PER_BATCH)
         try:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
-
 from tests.unit.test_producer_state import idempotent
 from tests.unit.test_replication import TOPIC_NAME, Cluster, Node, result_of, run
 

@@ -25,8 +25,8 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-from raftka.v1 import broker_pb2
 
+from raftka.v1 import broker_pb2
 from tests.unit.kafka_wire import BrokerThread, broker_thread, call
 from tests.unit.test_kafka_listener import TOPIC, one_record_batch
 
@@ -57,7 +57,12 @@ def test_join_group_from_version_4_asks_a_new_member_to_join_again_with_its_id(s
     first = join(served, 4)
     assert first.error_code == MEMBER_ID_REQUIRED and first.member_id
     joined = join(served, 4, first.member_id)
-    assert (joined.error_code, joined.member_id, joined.leader, joined.generation_id) == (0, first.member_id, first.member_id, 1)
+    assert (joined.error_code, joined.member_id, joined.leader, joined.generation_id) == (
+        0,
+        first.member_id,
+        first.member_id,
+        1,
+    )
     assert [m.member_id for m in joined.members] == [first.member_id]
 
 
@@ -76,30 +81,56 @@ def test_join_group_before_version_4_adds_a_new_member_at_once(served: BrokerThr
 
 def test_leave_group_speaks_for_one_member_before_version_3_and_for_each_after(served: BrokerThread) -> None:
     joined = join(served, 3, group="leavers")
-    old = call(served.bootstrap, LeaveGroupRequest(group_id="leavers", member_id="nobody"), 2, LeaveGroupResponse)
+    old = call(
+        served.bootstrap, LeaveGroupRequest(group_id="leavers", member_id="nobody"), 2, LeaveGroupResponse
+    )
     assert old.error_code == UNKNOWN_MEMBER_ID
     M = LeaveGroupRequest.MemberIdentity
     new = call(
         served.bootstrap,
-        LeaveGroupRequest(group_id="leavers", members=[M(member_id=joined.member_id, group_instance_id=None, reason="done"), M(member_id="nobody", group_instance_id=None, reason=None)]),
+        LeaveGroupRequest(
+            group_id="leavers",
+            members=[
+                M(member_id=joined.member_id, group_instance_id=None, reason="done"),
+                M(member_id="nobody", group_instance_id=None, reason=None),
+            ],
+        ),
         5,
         LeaveGroupResponse,
     )
     assert new.error_code == 0
-    assert [(m.member_id, m.error_code) for m in new.members] == [(joined.member_id, 0), ("nobody", UNKNOWN_MEMBER_ID)]
+    assert [(m.member_id, m.error_code) for m in new.members] == [
+        (joined.member_id, 0),
+        ("nobody", UNKNOWN_MEMBER_ID),
+    ]
 
 
 def test_find_coordinator_answers_one_key_before_version_4_and_a_batch_after(served: BrokerThread) -> None:
     port = int(served.bootstrap.rpartition(":")[2])
     old = call(served.bootstrap, FindCoordinatorRequest(key="g", key_type=0), 3, FindCoordinatorResponse)
     assert (old.error_code, old.node_id, old.port) == (0, 101, port)
-    batch = call(served.bootstrap, FindCoordinatorRequest(key_type=0, coordinator_keys=["a", "b"]), 4, FindCoordinatorResponse)
-    assert [(c.key, c.node_id, c.port, c.error_code) for c in batch.coordinators] == [("a", 101, port, 0), ("b", 101, port, 0)]
-    transactional = call(served.bootstrap, FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"]), 4, FindCoordinatorResponse)
+    batch = call(
+        served.bootstrap,
+        FindCoordinatorRequest(key_type=0, coordinator_keys=["a", "b"]),
+        4,
+        FindCoordinatorResponse,
+    )
+    assert [(c.key, c.node_id, c.port, c.error_code) for c in batch.coordinators] == [
+        ("a", 101, port, 0),
+        ("b", 101, port, 0),
+    ]
+    transactional = call(
+        served.bootstrap,
+        FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"]),
+        4,
+        FindCoordinatorResponse,
+    )
     assert transactional.coordinators[0].error_code == INVALID_REQUEST
 
 
-def test_offsets_committed_from_outside_the_group_are_fetched_one_group_or_several(served: BrokerThread) -> None:
+def test_offsets_committed_from_outside_the_group_are_fetched_one_group_or_several(
+    served: BrokerThread,
+) -> None:
     T = OffsetCommitRequest.OffsetCommitRequestTopic
     commit = OffsetCommitRequest(
         group_id="tool", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
@@ -108,17 +139,29 @@ def test_offsets_committed_from_outside_the_group_are_fetched_one_group_or_sever
     committed = call(served.bootstrap, commit, 8, OffsetCommitResponse)
     assert [(p.partition_index, p.error_code) for t in committed.topics for p in t.partitions] == [(1, 0)]
 
-    one = call(served.bootstrap, OffsetFetchRequest(group_id="tool", topics=None, require_stable=False), 7, OffsetFetchResponse)
+    one = call(
+        served.bootstrap,
+        OffsetFetchRequest(group_id="tool", topics=None, require_stable=False),
+        7,
+        OffsetFetchResponse,
+    )
     assert one.error_code == 0
-    assert [(t.name, p.partition_index, p.committed_offset, p.metadata) for t in one.topics for p in t.partitions] == [(TOPIC, 1, 7, "m")]
+    assert [
+        (t.name, p.partition_index, p.committed_offset, p.metadata) for t in one.topics for p in t.partitions
+    ] == [(TOPIC, 1, 7, "m")]
     G = OffsetFetchRequest.OffsetFetchRequestGroup
     several = call(
         served.bootstrap,
-        OffsetFetchRequest(groups=[G(group_id="tool", topics=None), G(group_id="nobody", topics=None)], require_stable=False),
+        OffsetFetchRequest(
+            groups=[G(group_id="tool", topics=None), G(group_id="nobody", topics=None)], require_stable=False
+        ),
         8,
         OffsetFetchResponse,
     )
-    found = {g.group_id: [(t.name, p.partition_index, p.committed_offset) for t in g.topics for p in t.partitions] for g in several.groups}
+    found = {
+        g.group_id: [(t.name, p.partition_index, p.committed_offset) for t in g.topics for p in t.partitions]
+        for g in several.groups
+    }
     assert found == {"tool": [(TOPIC, 1, 7)], "nobody": []}
 
 
@@ -152,7 +195,9 @@ async def _produce(served: BrokerThread) -> None:
     assert response.topics[0].partitions[0].error == 0
 
 
-def test_describe_configs_shows_a_topics_settings_and_defaults_with_their_source(served: BrokerThread) -> None:
+def test_describe_configs_shows_a_topics_settings_and_defaults_with_their_source(
+    served: BrokerThread,
+) -> None:
     R = DescribeConfigsRequest.DescribeConfigsResource
     request = DescribeConfigsRequest(
         resources=[R(resource_type=2, resource_name=TOPIC, configuration_keys=["retention.ms", "cleanup.policy"]),

@@ -15,10 +15,10 @@ from kafka.partitioner import murmur2
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest
-from raftka.v1 import controller_pb2
 
-from broker.kafka.errors import KAFKA_ERRORS
-from records.codec import BatchBuilder
+from raftka.broker.kafka.errors import KAFKA_ERRORS
+from raftka.records.codec import BatchBuilder
+from raftka.v1 import controller_pb2
 from tests.unit.kafka_wire import BrokerThread, RawConnection, broker_thread, correlation_of, request_frame
 
 TOPIC = "events"
@@ -52,7 +52,9 @@ def produce_request(acks: int, topic: str = TOPIC, value: bytes = b"v") -> Produ
         transactional_id=None,
         acks=acks,
         timeout_ms=5_000,
-        topic_data=[P(name=topic, partition_data=[P.PartitionProduceData(index=0, records=one_record_batch(value))])],
+        topic_data=[
+            P(name=topic, partition_data=[P.PartitionProduceData(index=0, records=one_record_batch(value))])
+        ],
     )
 
 
@@ -77,7 +79,9 @@ def test_every_raftka_error_has_kafkas_number_as_kafka_python_names_it() -> None
 
 def test_api_versions_lists_every_api_served(served: BrokerThread) -> None:
     with RawConnection(served.bootstrap) as connection:
-        connection.send(request_frame(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3, 7))
+        connection.send(
+            request_frame(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3, 7)
+        )
         answer = ApiVersionsResponse.decode(connection.read_frame(), version=3, header=True)
     assert answer.header.correlation_id == 7 and answer.error_code == 0
     served_versions = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
@@ -101,7 +105,11 @@ def test_an_api_or_version_not_served_is_refused_and_the_connection_serves_on(se
     unknown_api = bytearray(request_frame(metadata_request(), 12, 1))
     unknown_api[4:6] = (1000).to_bytes(2, "big")
     with RawConnection(served.bootstrap) as connection:
-        connection.send(bytes(unknown_api) + request_frame(produce_request(acks=1), 2, 2) + request_frame(metadata_request(), 12, 3))
+        connection.send(
+            bytes(unknown_api)
+            + request_frame(produce_request(acks=1), 2, 2)
+            + request_frame(metadata_request(), 12, 3)
+        )
         first, second, third = (connection.read_frame() for _ in range(3))
         assert first == (1).to_bytes(4, "big") + UNSUPPORTED_VERSION.to_bytes(2, "big")
         assert second == (2).to_bytes(4, "big") + UNSUPPORTED_VERSION.to_bytes(2, "big")
@@ -127,9 +135,21 @@ def test_answers_come_back_in_request_order(served: BrokerThread) -> None:
     sent after it, though the metadata is ready at once: Kafka clients rely on the order."""
     F = FetchRequest.FetchTopic
     fetch = FetchRequest(
-        replica_id=-1, max_wait_ms=300, min_bytes=1, max_bytes=1 << 20, isolation_level=1, session_id=0,
-        session_epoch=-1, topics=[F(topic=TOPIC, partitions=[F.FetchPartition(partition=1, fetch_offset=0, partition_max_bytes=1 << 20)])],
-        forgotten_topics_data=[], rack_id="",
+        replica_id=-1,
+        max_wait_ms=300,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            F(
+                topic=TOPIC,
+                partitions=[F.FetchPartition(partition=1, fetch_offset=0, partition_max_bytes=1 << 20)],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
     )
     with RawConnection(served.bootstrap) as connection:
         connection.send(request_frame(fetch, 12, 1) + request_frame(metadata_request(), 12, 2))
@@ -143,7 +163,9 @@ def test_answers_come_back_in_request_order(served: BrokerThread) -> None:
 
 def test_acks_0_produce_gets_no_answer_and_a_refused_one_closes_the_connection(served: BrokerThread) -> None:
     with RawConnection(served.bootstrap) as connection:
-        connection.send(request_frame(produce_request(acks=0), 9, 1) + request_frame(metadata_request(), 12, 2))
+        connection.send(
+            request_frame(produce_request(acks=0), 9, 1) + request_frame(metadata_request(), 12, 2)
+        )
         assert correlation_of(connection.read_frame()) == 2
     assert served.broker.replicas.get(TOPIC, 0).log.log_end_offset == 1
     with RawConnection(served.bootstrap) as connection:
@@ -170,14 +192,18 @@ def test_random_bytes_after_a_real_header_never_stop_the_listener(served: Broker
 
 def _handshake(served: BrokerThread) -> bytes:
     with RawConnection(served.bootstrap) as connection:
-        connection.send(request_frame(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3, 1))
+        connection.send(
+            request_frame(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3, 1)
+        )
         return connection.read_frame()
 
 
 # Kafka's clients ---------------------------------------------------------------------
 
 
-def test_kafka_python_produces_keyed_records_where_java_would_and_reads_them_back(served: BrokerThread) -> None:
+def test_kafka_python_produces_keyed_records_where_java_would_and_reads_them_back(
+    served: BrokerThread,
+) -> None:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", linger_ms=5)
@@ -191,7 +217,9 @@ def test_kafka_python_produces_keyed_records_where_java_would_and_reads_them_bac
         assert metadata.partition == (murmur2(key) & 0x7FFFFFFF) % PARTITIONS
     producer.close()
 
-    consumer = KafkaConsumer(bootstrap_servers=served.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=served.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
     partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     consumer.assign(partitions)
     received = {}
@@ -213,7 +241,9 @@ def produce_keyed(bootstrap: str, count: int, start: int = 0) -> None:
     producer.close()
 
 
-def test_kafka_python_group_of_two_shares_the_partitions_commits_and_a_new_member_resumes(served: BrokerThread) -> None:
+def test_kafka_python_group_of_two_shares_the_partitions_commits_and_a_new_member_resumes(
+    served: BrokerThread,
+) -> None:
     from kafka import KafkaConsumer
 
     produce_keyed(served.bootstrap, 60)
@@ -240,7 +270,9 @@ def test_kafka_python_group_of_two_shares_the_partitions_commits_and_a_new_membe
     assert not first & second, "a partition went to both members"
     for consumer in members:
         consumer.commit()
-    committed = {tp.partition: members[0].committed(tp) for tp in first} | {tp.partition: members[1].committed(tp) for tp in second}
+    committed = {tp.partition: members[0].committed(tp) for tp in first} | {
+        tp.partition: members[1].committed(tp) for tp in second
+    }
     for consumer in members:
         consumer.close()
     assert sum(committed.values()) == 60
@@ -267,7 +299,11 @@ def test_aiokafka_produces_and_a_group_consumes_and_commits(served: BrokerThread
         await producer.flush()
         await producer.stop()
         consumer = AIOKafkaConsumer(
-            TOPIC, bootstrap_servers=served.bootstrap, group_id="aio", auto_offset_reset="earliest", enable_auto_commit=False
+            TOPIC,
+            bootstrap_servers=served.bootstrap,
+            group_id="aio",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
         )
         await consumer.start()
         keys = []

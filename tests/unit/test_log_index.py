@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.log import index
-from broker.log.index import IndexError_, OffsetIndex, TimeIndex
-from broker.log.segment import LogSegment
-from records.batch import assign, read_header
-from records.codec import BatchBuilder
+from raftka.broker.log import index
+from raftka.broker.log.index import IndexError_, OffsetIndex, TimeIndex
+from raftka.broker.log.segment import LogSegment
+from raftka.records.batch import assign, read_header
+from raftka.records.codec import BatchBuilder
 
 NOW = 1_700_000_000_000
 
@@ -109,7 +109,9 @@ def expected_first_reaching(batches: list[list[int]], timestamp: int) -> int | N
 
 
 segments = st.lists(
-    st.lists(st.integers(min_value=NOW - 50, max_value=NOW + 50), min_size=1, max_size=4), min_size=1, max_size=40
+    st.lists(st.integers(min_value=NOW - 50, max_value=NOW + 50), min_size=1, max_size=4),
+    min_size=1,
+    max_size=40,
 )
 
 

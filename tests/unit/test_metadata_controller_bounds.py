@@ -1,4 +1,4 @@
-"""Every list a client sends the QuorumController is bounded (``metadata.validation``).
+"""Every list a client sends the QuorumController is bounded (``raftka.metadata.validation``).
 
 A request over a bound is refused as a whole with INVALID_REQUEST naming the list and
 the bound, before the controller plans it (or, for a read, commits its barrier): the
@@ -13,11 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.validation import LISTENERS_MAX, OFFSET_FETCH_PARTITIONS_MAX, TOPICS_PER_REQUEST_MAX
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
-
-from metadata.controller import QuorumController
-from metadata.validation import LISTENERS_MAX, OFFSET_FETCH_PARTITIONS_MAX, TOPICS_PER_REQUEST_MAX
 from tests.unit.metadata_controller_support import QUIET_RAFT, E, create, live_brokers, log_end, run, single
 
 RECORDS_MAX = 64  # raft.append_max_records of the quorum under test: small, so requests stay small
@@ -248,7 +248,7 @@ def test_a_list_at_its_bound_is_served(case: Any) -> None:
 
 
 def test_an_isr_longer_than_the_replicas_is_refused_without_echoing_it() -> None:
-    """new_isr is bounded by the partition's replicas (``metadata.validation``)."""
+    """new_isr is bounded by the partition's replicas (``raftka.metadata.validation``)."""
 
     async def body() -> None:
         quorum, member = await single()

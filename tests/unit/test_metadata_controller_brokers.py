@@ -4,15 +4,15 @@ elections and producer ids, against a one-voter quorum with a manual session clo
 from __future__ import annotations
 
 import pytest
+
+from raftka.cli.topics import describe_view, format_describe
+from raftka.client.types import PartitionInfo, TopicDescription
+from raftka.metadata import broker_ops, elections
+from raftka.metadata.delta import MetadataDelta
+from raftka.metadata.image import EMPTY, MetadataImage
+from raftka.metadata.records import topic_id_str
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
-
-from cli.topics import describe_view, format_describe
-from client.types import PartitionInfo, TopicDescription
-from metadata import broker_ops, elections
-from metadata.delta import MetadataDelta
-from metadata.image import EMPTY, MetadataImage
-from metadata.records import topic_id_str
 from tests.unit.metadata_controller_support import (
     E,
     create,
@@ -268,7 +268,9 @@ def test_new_incarnation_replaces_the_old_and_leaves_its_isrs() -> None:
         assert all(101 not in s.isr for s in partitions_of(image, "t").values())
         await heartbeat(c, 101, epoch)
         assert not member.image.brokers[101].fenced
-        assert all(101 not in s.isr for s in partitions_of(member.image, "t").values()), "until leaders take it back"
+        assert all(101 not in s.isr for s in partitions_of(member.image, "t").values()), (
+            "until leaders take it back"
+        )
         await quorum.close()
 
     run(body)

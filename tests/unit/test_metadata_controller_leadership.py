@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from raftka.metadata.service import ControllerService
 from raftka.v1 import controller_pb2 as pb
-
-from metadata.service import ControllerService
 from tests.metadata_sim.quorum import Quorum, address, eventually
 from tests.unit.metadata_controller_support import (
     QUIET_RAFT,

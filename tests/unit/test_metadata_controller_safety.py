@@ -16,14 +16,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+
+import raftka.raft.driver
+from raftka.metadata import records
+from raftka.metadata.controller import QuorumController
+from raftka.raft.batch import BatchKind
+from raftka.raft.driver import LeaderAndEpoch
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
-
-import raft.driver
-from metadata import records
-from metadata.controller import QuorumController
-from raft.batch import BatchKind
-from raft.driver import LeaderAndEpoch
 from tests.metadata_sim.quorum import Quorum, eventually
 from tests.unit.metadata_controller_support import (
     QUIET_RAFT,
@@ -44,13 +44,13 @@ Topic = pb.CreatableTopic
 
 def retention(value: str, *, validate_only: bool = False) -> pb.AlterConfigsRequest:
     op = pb.AlterConfigOp(name="retention.ms", value=value)
-    return pb.AlterConfigsRequest(topics=[pb.AlterTopicConfigs(topic="t", ops=[op])], validate_only=validate_only)
+    return pb.AlterConfigsRequest(
+        topics=[pb.AlterTopicConfigs(topic="t", ops=[op])], validate_only=validate_only
+    )
 
 
 # Each: (what the first client proposes, what the second asks, which then plans no records).
-Scenario = tuple[
-    Callable[[QuorumController], Awaitable[Any]], Callable[[QuorumController], Awaitable[Any]]
-]
+Scenario = tuple[Callable[[QuorumController], Awaitable[Any]], Callable[[QuorumController], Awaitable[Any]]]
 SCENARIOS: dict[str, Scenario] = {
     "config already pending": (
         lambda c: c.alter_configs(retention("1234")),
@@ -61,8 +61,12 @@ SCENARIOS: dict[str, Scenario] = {
         lambda c: c.alter_configs(retention("1234", validate_only=True)),
     ),
     "topic already exists": (
-        lambda c: c.create_topics(pb.CreateTopicsRequest(topics=[Topic(name="u", num_partitions=1, replication_factor=1)])),
-        lambda c: c.create_topics(pb.CreateTopicsRequest(topics=[Topic(name="u", num_partitions=1, replication_factor=1)])),
+        lambda c: c.create_topics(
+            pb.CreateTopicsRequest(topics=[Topic(name="u", num_partitions=1, replication_factor=1)])
+        ),
+        lambda c: c.create_topics(
+            pb.CreateTopicsRequest(topics=[Topic(name="u", num_partitions=1, replication_factor=1)])
+        ),
     ),
 }
 
@@ -144,13 +148,13 @@ def test_a_change_too_big_for_pending_appends_is_refused_whole_and_the_controlle
     async def body() -> None:
         quorum, member = await broker_in_nine_isrs()
         c = member.controller
-        monkeypatch.setattr(raft.driver, "PENDING_APPENDS_MAX", 2)
+        monkeypatch.setattr(raftka.raft.driver, "PENDING_APPENDS_MAX", 2)
         before = log_end(member)
         response = await reregistration(c)
         assert response.status.error == E.REQUEST_TIMED_OUT, response.status
         assert log_end(member) == before, "nothing of the refused change is in the log"
         assert c.is_active and member.image.brokers[101].incarnation_id != "restarted"
-        monkeypatch.setattr(raft.driver, "PENDING_APPENDS_MAX", 16)
+        monkeypatch.setattr(raftka.raft.driver, "PENDING_APPENDS_MAX", 16)
         quorum.clock.advance(quorum.session_timeout_ms + 1)
         again = await reregistration(c)
         assert again.status.error == E.NONE and member.image.brokers[101].incarnation_id == "restarted"
@@ -159,7 +163,9 @@ def test_a_change_too_big_for_pending_appends_is_refused_whole_and_the_controlle
     run(body)
 
 
-def test_a_submission_failing_halfway_resigns_so_a_fresh_claim_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_submission_failing_halfway_resigns_so_a_fresh_claim_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async def body() -> None:
         quorum, member = await broker_in_nine_isrs()
         c = member.controller
@@ -170,7 +176,7 @@ def test_a_submission_failing_halfway_resigns_so_a_fresh_claim_serves(monkeypatc
             nonlocal calls
             calls += 1
             if calls == 2:
-                raise raft.driver.BackpressureError("injected")
+                raise raftka.raft.driver.BackpressureError("injected")
             return submit(records)
 
         monkeypatch.setattr(member.node, "submit", fails_second_time)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from raftka.v1 import controller_pb2 as pb
 
-from metadata.topic_configs import TOPIC_CONFIGS
+from raftka.metadata.topic_configs import TOPIC_CONFIGS
+from raftka.v1 import controller_pb2 as pb
 from tests.unit.metadata_controller_support import E, create, live_brokers, log_end, run, single
 
 Topic = pb.CreatableTopic

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from raftka.v1 import metadata_pb2 as pb
 
-from metadata.delta import MetadataDelta, ReplayError
-from metadata.image import (
+from raftka.metadata.delta import MetadataDelta, ReplayError
+from raftka.metadata.image import (
     BROKER,
     EMPTY,
     TOPIC,
@@ -16,6 +15,7 @@ from metadata.image import (
     MetadataImage,
     PartitionState,
 )
+from raftka.v1 import metadata_pb2 as pb
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import replay
 
@@ -238,7 +238,9 @@ def test_a_group_removed_and_committed_again_in_one_delta_starts_afresh(cluster:
 
 
 def test_remove_group_offsets_of_a_group_with_none_is_refused(cluster: MetadataImage) -> None:
-    with pytest.raises(ReplayError, match="RemoveGroupOffsetsRecord: group 'g' has no offsets and no rebalance"):
+    with pytest.raises(
+        ReplayError, match="RemoveGroupOffsetsRecord: group 'g' has no offsets and no rebalance"
+    ):
         replay(cluster, m.remove_group_offsets("g"))
     with pytest.raises(ReplayError, match="group 'g' has no offsets and no rebalance"):
         replay(cluster, m.commit("g", T1, 0, 5), m.remove_group_offsets("g"), m.remove_group_offsets("g"))
@@ -247,7 +249,11 @@ def test_remove_group_offsets_of_a_group_with_none_is_refused(cluster: MetadataI
 def test_a_group_keeps_its_last_rebalance_and_generations_only_increase(cluster: MetadataImage) -> None:
     image = replay(cluster, m.group_rebalance("g", 1, ["a", "b"], assignment=[("orders", [0, 2])]))
     rebalance = image.groups["g"]
-    assert (rebalance.generation_id, rebalance.leader, [x.member_id for x in rebalance.members]) == (1, "a", ["a", "b"])
+    assert (rebalance.generation_id, rebalance.leader, [x.member_id for x in rebalance.members]) == (
+        1,
+        "a",
+        ["a", "b"],
+    )
     assert rebalance.members[0].assignment == (("orders", (0, 2)),)
     image = replay(image, m.group_rebalance("g", 4, ["b"]))
     assert image.groups["g"].generation_id == 4 and image.groups["g"].leader == "b"

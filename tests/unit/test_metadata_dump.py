@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from metadata import records
-from metadata.dump import iter_metadata_dump
-from metadata.state_machine import MetadataStateMachine
-from raft import control
-from raft.batch import Batch, BatchKind, SnapshotId
-from raft.effects import Snapshot, Write
-from raft.snapshot_schedule import SnapshotPolicy
-from raft.storage import layout
-from raft.storage.base import StorageError
-from raft.storage.file import FileStorage
+from raftka.metadata import records
+from raftka.metadata.dump import iter_metadata_dump
+from raftka.metadata.state_machine import MetadataStateMachine
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind, SnapshotId
+from raftka.raft.effects import Snapshot, Write
+from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.storage import layout
+from raftka.raft.storage.base import StorageError
+from raftka.raft.storage.file import FileStorage
 from tests.unit import metadata_support as m
 from tests.unit.storage_support import flip_byte
 

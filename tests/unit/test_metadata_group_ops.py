@@ -4,10 +4,9 @@ groups, and the expiry of groups idle for the offsets retention."""
 
 from __future__ import annotations
 
+from raftka.metadata import group_ops, offset_ops
+from raftka.metadata.image import EMPTY, MetadataImage
 from raftka.v1 import controller_pb2 as pb
-
-from metadata import group_ops, offset_ops
-from metadata.image import EMPTY, MetadataImage
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import replay
 
@@ -39,15 +38,43 @@ def test_a_rebalance_is_recorded_with_the_controllers_time_and_only_above_the_la
 def test_many_groups_commit_in_one_batch_each_answered_on_its_own() -> None:
     request = pb.CommitGroupOffsetsRequest(
         groups=[
-            pb.OffsetCommitRequest(group="a", topics=[pb.OffsetCommitTopic(topic="t", partitions=[pb.OffsetCommitPartition(partition=0, offset=5)])]),
-            pb.OffsetCommitRequest(group="b", topics=[pb.OffsetCommitTopic(topic="t", partitions=[pb.OffsetCommitPartition(partition=9, offset=1)])]),
-            pb.OffsetCommitRequest(group="c", topics=[pb.OffsetCommitTopic(topic="t", partitions=[pb.OffsetCommitPartition(partition=1, offset=7)])]),
+            pb.OffsetCommitRequest(
+                group="a",
+                topics=[
+                    pb.OffsetCommitTopic(
+                        topic="t", partitions=[pb.OffsetCommitPartition(partition=0, offset=5)]
+                    )
+                ],
+            ),
+            pb.OffsetCommitRequest(
+                group="b",
+                topics=[
+                    pb.OffsetCommitTopic(
+                        topic="t", partitions=[pb.OffsetCommitPartition(partition=9, offset=1)]
+                    )
+                ],
+            ),
+            pb.OffsetCommitRequest(
+                group="c",
+                topics=[
+                    pb.OffsetCommitTopic(
+                        topic="t", partitions=[pb.OffsetCommitPartition(partition=1, offset=7)]
+                    )
+                ],
+            ),
         ]
     )
     plan = group_ops.commit_batch(image_with_topic(), request, NOW_MS)
-    assert [[p.error for p in g.partitions] for g in plan.response.groups] == [[E.NONE], [E.UNKNOWN_TOPIC_OR_PARTITION], [E.NONE]]
+    assert [[p.error for p in g.partitions] for g in plan.response.groups] == [
+        [E.NONE],
+        [E.UNKNOWN_TOPIC_OR_PARTITION],
+        [E.NONE],
+    ]
     image = replay(image_with_topic(), *plan.records)
-    assert {g: {k[1]: v.offset for k, v in o.items()} for g, o in image.offsets.items()} == {"a": {0: 5}, "c": {1: 7}}
+    assert {g: {k[1]: v.offset for k, v in o.items()} for g, o in image.offsets.items()} == {
+        "a": {0: 5},
+        "c": {1: 7},
+    }
 
 
 def test_deleting_groups_removes_offsets_and_history_and_names_what_it_could_not() -> None:
@@ -71,8 +98,13 @@ def test_a_group_idle_for_the_retention_expires_with_its_history_and_a_recent_re
         m.commit("old", T1, 0, 1, ts=NOW_MS - retention),
         m.commit("rebalanced", T1, 0, 1, ts=NOW_MS - retention),
     )
-    image = replay(image, *group_ops.record_rebalance(image, rebalance_request("rebalanced", 1), NOW_MS).records)
-    image = replay(image, *group_ops.record_rebalance(image, rebalance_request("history-only", 1), NOW_MS - retention).records)
+    image = replay(
+        image, *group_ops.record_rebalance(image, rebalance_request("rebalanced", 1), NOW_MS).records
+    )
+    image = replay(
+        image,
+        *group_ops.record_rebalance(image, rebalance_request("history-only", 1), NOW_MS - retention).records,
+    )
     plan = offset_ops.expire(image, NOW_MS, retention, records_max=10)
     assert sorted(r.remove_group_offsets.group for r in plan.records) == ["history-only", "old"]
     after = replay(image, *plan.records)

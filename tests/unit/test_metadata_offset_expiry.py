@@ -7,12 +7,11 @@ RemoveGroupOffsetsRecord; a group with any commit inside the retention keeps the
 
 from __future__ import annotations
 
+from raftka.metadata import offset_ops
+from raftka.metadata.controller import OFFSET_EXPIRY_INTERVAL_MS
+from raftka.metadata.image import EMPTY, MetadataImage
+from raftka.metadata.plan import Plan
 from raftka.v1 import controller_pb2 as pb
-
-from metadata import offset_ops
-from metadata.controller import OFFSET_EXPIRY_INTERVAL_MS
-from metadata.image import EMPTY, MetadataImage
-from metadata.plan import Plan
 from tests.metadata_sim.quorum import ManualClock
 from tests.unit import metadata_support as m
 from tests.unit.metadata_controller_support import E, create, live_brokers, log_end, run, single

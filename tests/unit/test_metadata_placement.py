@@ -9,10 +9,10 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from raftka.v1 import controller_pb2
 
-from metadata.image import BrokerRegistration
-from metadata.placement import PlacementError, place_new_partitions, place_replicas, topic_seed
+from raftka.metadata.image import BrokerRegistration
+from raftka.metadata.placement import PlacementError, place_new_partitions, place_replicas, topic_seed
+from raftka.v1 import controller_pb2
 
 Assignment = list[tuple[int, ...]]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from raftka.v1 import metadata_pb2 as pb
 
-from metadata import records
-from metadata.records import RecordError
+from raftka.metadata import records
+from raftka.metadata.records import RecordError
+from raftka.v1 import metadata_pb2 as pb
 from tests.unit import metadata_support as m
 
 TID = m.topic_id(0x0123456789ABCDEF)

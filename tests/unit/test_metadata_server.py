@@ -7,12 +7,12 @@ import socket
 from pathlib import Path
 
 import grpc
+
+from raft.node_config import NodeConfig, Voter
+from raftka.metadata.server import start_controller
+from raftka.raft.storage.meta import format_storage, new_cluster_id
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import controller_pb2_grpc, metadata_pb2
-
-from metadata.server import start_controller
-from raft.node_config import NodeConfig, Voter
-from raft.storage.meta import format_storage, new_cluster_id
 from tests.metadata_sim.quorum import eventually
 from tests.unit.metadata_controller_support import E, run
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metadata.delta import MetadataDelta
-from metadata.image import BROKER, EMPTY, MetadataImage
-from metadata.snapshot import SnapshotError, decode_image, encode_image, read_snapshot
+from raftka.metadata.delta import MetadataDelta
+from raftka.metadata.image import BROKER, EMPTY, MetadataImage
+from raftka.metadata.snapshot import SnapshotError, decode_image, encode_image, read_snapshot
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import Record, replay
 

@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
-from metadata import records
-from metadata.image import EMPTY, MetadataImage
-from metadata.snapshot import SnapshotError, decode_image, encode_image, read_snapshot
-from metadata.state_machine import MetadataStateMachine
-from raft import control
-from raft.batch import Batch, BatchKind, SnapshotId
-from raft.effects import Snapshot
-from raft.snapshot_schedule import SnapshotPolicy
-from raft.storage.batch_codec import frame_bytes
+from raftka.metadata import records
+from raftka.metadata.image import EMPTY, MetadataImage
+from raftka.metadata.snapshot import SnapshotError, decode_image, encode_image, read_snapshot
+from raftka.metadata.state_machine import MetadataStateMachine
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind, SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.storage.batch_codec import frame_bytes
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import Record
 

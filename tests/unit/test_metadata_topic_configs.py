@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from raftka.v1 import controller_pb2
 
-from metadata.topic_configs import (
+from raftka.metadata.topic_configs import (
     TOPIC_CONFIGS,
     check_min_insync_replicas,
     describe_configs,
     validate_config,
     validate_configs,
 )
-from metadata.validation import ValidationError
+from raftka.metadata.validation import ValidationError
+from raftka.v1 import controller_pb2
 
 INT64_MAX = str(2**63 - 1)
 

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from raftka.v1 import controller_pb2
 
-from metadata.validation import (
+from raftka.metadata.validation import (
     GROUP_ASSIGNED_PARTITIONS_MAX,
     GROUP_MEMBERS_MAX,
     GROUPS_PER_REQUEST_MAX,
@@ -26,6 +25,7 @@ from metadata.validation import (
     validate_topic_name,
     validate_topic_name_collision,
 )
+from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 
@@ -180,7 +180,7 @@ OVER_EVERY_BOUND = (
     )
     + 1
 )
-# The one list bounded by the image instead (see metadata.validation): a partition's ISR
+# The one list bounded by the image instead (see raftka.metadata.validation): a partition's ISR
 # must be distinct replicas of it, and broker_ops refuses a longer one.
 BOUNDED_BY_THE_IMAGE = ("AlterPartitionRequest", "topics[].partitions[].new_isr")
 

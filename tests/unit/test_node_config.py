@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from raft.config import RaftConfig
 from raft.node_config import (
     ConfigError,
     LogConfig,
@@ -20,6 +19,7 @@ from raft.node_config import (
     parse_voters,
     render_toml,
 )
+from raftka.raft.config import RaftConfig
 
 SAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "controller.toml"
 VOTERS = "1@127.0.0.1:19091,2@127.0.0.1:19092,3@127.0.0.1:19093"
@@ -191,7 +191,13 @@ BROKER_SAMPLE = SAMPLE.with_name("broker.toml")
 def broker(**overrides: Any) -> dict[str, Any]:
     table = {"data_listener": "127.0.0.1:19201", **overrides.pop("broker", {})}
     return minimal(
-        **{"node_id": 101, "process_roles": ["broker"], "listener": "127.0.0.1:19101", "broker": table, **overrides}
+        **{
+            "node_id": 101,
+            "process_roles": ["broker"],
+            "listener": "127.0.0.1:19101",
+            "broker": table,
+            **overrides,
+        }
     )
 
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.config import LogConfig
-from broker.log.flusher import BackgroundFlusher
-from broker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from broker.log.partition_log import FlushJob, LogAppendError, OffsetOutOfRange, PartitionLog
-from cli.main import main
-from records.batch import CRC_START, iter_batches
-from records.codec import BatchBuilder, read_records
-from records.validation import BatchLimits, validate_batches
+from raftka.broker.log.config import LogConfig
+from raftka.broker.log.flusher import BackgroundFlusher
+from raftka.broker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
+from raftka.broker.log.partition_log import FlushJob, LogAppendError, OffsetOutOfRange, PartitionLog
+from raftka.cli.main import main
+from raftka.records.batch import CRC_START, iter_batches
+from raftka.records.codec import BatchBuilder, read_records
+from raftka.records.validation import BatchLimits, validate_batches
 
 TOPIC_ID = uuid.UUID(int=1).bytes
 NOW = 1_700_000_000_000
@@ -37,7 +37,9 @@ def append(log: PartitionLog, *values: bytes, epoch: int = 0, timestamp: int = N
 
 
 def open_log(path: Path, clean: bool = True, recovery_point: int = 0, **config: int) -> PartitionLog:
-    return PartitionLog.open(path, TOPIC_ID, LogConfig(**config), clean_shutdown=clean, recovery_point=recovery_point)
+    return PartitionLog.open(
+        path, TOPIC_ID, LogConfig(**config), clean_shutdown=clean, recovery_point=recovery_point
+    )
 
 
 def values(log: PartitionLog, start: int = 0) -> list[bytes]:
@@ -184,10 +186,14 @@ def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path: Path)
     assert log.offset_for_timestamp(NOW + 1000) is None
 
 
-def test_flush_messages_one_fsyncs_each_append_before_it_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flush_messages_one_fsyncs_each_append_before_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fsynced: list[str] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsynced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (fsynced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))
+    )
     eager = open_log(tmp_path / "eager", flush_messages=1)
     append(eager, b"a")
     assert str(tmp_path / "eager" / f"{0:020d}.log") in fsynced, "fsynced before the append returns"
@@ -204,15 +210,24 @@ def test_a_rolled_segment_is_fsynced_in_the_background_and_only_then_counts_as_o
 ) -> None:
     fsynced: list[str] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsynced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (fsynced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))
+    )
     queued: list[FlushJob] = []
     log = PartitionLog.open(
-        tmp_path, TOPIC_ID, LogConfig(), clean_shutdown=True, recovery_point=0, background=lambda _, job: queued.append(job)
+        tmp_path,
+        TOPIC_ID,
+        LogConfig(),
+        clean_shutdown=True,
+        recovery_point=0,
+        background=lambda _, job: queued.append(job),
     )
     append(log, b"a", b"b")
     log.roll()
     first = str(tmp_path / f"{0:020d}.log")
-    assert first not in fsynced and log.recovery_point == 0 and len(queued) == 1, "roll returned without an fsync"
+    assert first not in fsynced and log.recovery_point == 0 and len(queued) == 1, (
+        "roll returned without an fsync"
+    )
     append(log, b"c")
     queued[0].run()
     assert first in fsynced and log.recovery_point == 0, "on disk, but not counted until the log hears it"
@@ -232,7 +247,11 @@ def test_a_rolled_segment_is_fsynced_in_the_background_and_only_then_counts_as_o
 def test_a_job_runs_after_its_segment_was_deleted(tmp_path: Path) -> None:
     queued: list[FlushJob] = []
     log = PartitionLog.open(
-        tmp_path, TOPIC_ID, LogConfig(retention_bytes=0), clean_shutdown=True, recovery_point=0,
+        tmp_path,
+        TOPIC_ID,
+        LogConfig(retention_bytes=0),
+        clean_shutdown=True,
+        recovery_point=0,
         background=lambda _, job: queued.append(job),
     )
     append(log, b"a")
@@ -283,7 +302,9 @@ def test_the_manager_recovers_after_an_unclean_stop_and_removes_by_renaming(tmp_
     assert (tmp_path / ".clean-shutdown").exists()
 
 
-def test_log_dump_decodes_partition_segments_and_names_damage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_log_dump_decodes_partition_segments_and_names_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = open_log(tmp_path / "t-0")
     append(log, b"hello", b"world")
     log.close()

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from raftka.v1 import broker_pb2, controller_pb2
 
-from broker.controller_link import LinkError
-from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.broker.controller_link import LinkError
+from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.client import BrokerClient
 from tests.unit.metadata_controller_support import live_brokers, run, single
 from tests.unit.test_clients import serving
-from wire.client import BrokerClient
 
 E = controller_pb2.ErrorCode
 
@@ -91,7 +91,12 @@ def test_init_producer_id_over_the_data_protocol(tmp_path: Path) -> None:
             assert [(a.status.error, a.producer_epoch) for a in answers] == [(E.NONE, 0)] * 12
             assert [a.producer_id for a in answers] == list(range(12))
             for bad, field in (
-                (broker_pb2.InitProducerIdRequest(transactional_id="tx", producer_id=-1, producer_epoch=-1), "transactional_id"),
+                (
+                    broker_pb2.InitProducerIdRequest(
+                        transactional_id="tx", producer_id=-1, producer_epoch=-1
+                    ),
+                    "transactional_id",
+                ),
                 (broker_pb2.InitProducerIdRequest(producer_id=4, producer_epoch=-1), "producer_epoch"),
                 (broker_pb2.InitProducerIdRequest(producer_id=-7, producer_epoch=-7), "producer_id"),
             ):

@@ -10,17 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from raftka.v1 import controller_pb2
 
-from broker.log import producer_snapshots
-from broker.log.config import LogConfig
-from broker.log.partition_log import AppendInfo, PartitionLog
-from broker.log.producer_state import PRODUCERS_MAX, BatchMetadata, ProducerState, ProducerStateError
-from broker.log.segment import SCAN_CHUNK_BYTES, LogSegment
-from cli.main import main
-from records.batch import SEQUENCE_MODULUS, read_header
-from records.codec import BatchBuilder, read_records
-from records.validation import BatchLimits, validate_batches
+from raftka.broker.log import producer_snapshots
+from raftka.broker.log.config import LogConfig
+from raftka.broker.log.partition_log import AppendInfo, PartitionLog
+from raftka.broker.log.producer_state import PRODUCERS_MAX, BatchMetadata, ProducerState, ProducerStateError
+from raftka.broker.log.segment import SCAN_CHUNK_BYTES, LogSegment
+from raftka.cli.main import main
+from raftka.records.batch import SEQUENCE_MODULUS, read_header
+from raftka.records.codec import BatchBuilder, read_records
+from raftka.records.validation import BatchLimits, validate_batches
+from raftka.v1 import controller_pb2
 from tests.unit.test_partition_log import NOW, TOPIC_ID, values
 
 E = controller_pb2.ErrorCode
@@ -245,7 +245,9 @@ def test_followers_apply_the_batches_they_append(tmp_path: Path) -> None:
     assert [r.value for r in read_records(follower.read(0, 1 << 20).records)] == [b"a", b"b", b"c", b"d"]
 
 
-def test_log_dump_shows_each_batchs_producer_and_the_snapshots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_log_dump_shows_each_batchs_producer_and_the_snapshots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = open_log(tmp_path / "t-0")
     append(log, idempotent(42, 3, 7, b"a", b"b"))
     log.close()
@@ -253,7 +255,10 @@ def test_log_dump_shows_each_batchs_producer_and_the_snapshots(tmp_path: Path, c
     text = capsys.readouterr().out
     assert "baseSequence: 7 producerId: 42 producerEpoch: 3" in text
     assert "producer snapshot offset: 2 producers: 1" in text
-    assert "| producerId: 42 producerEpoch: 3 firstSequence: 7 lastSequence: 8 firstOffset: 0 lastOffset: 1" in text
+    assert (
+        "| producerId: 42 producerEpoch: 3 firstSequence: 7 lastSequence: 8 firstOffset: 0 lastOffset: 1"
+        in text
+    )
     snapshot = producer_snapshots.path_for(tmp_path / "t-0", 2)
     snapshot.write_bytes(snapshot.read_bytes()[:-1])
     assert main(["log", "dump", str(snapshot), "--output", "json"]) == 0

@@ -11,20 +11,20 @@ from typing import Any
 
 import pytest
 
-from metadata.snapshot import read_snapshot
-from metadata.state_machine import MetadataStateMachine
-from raft import control
-from raft.batch import Batch, BatchKind
-from raft.config import RaftConfig
-from raft.core import RaftCore
-from raft.driver import OVERLAP_WARNING_INTERVAL_MS, RaftNode, monotonic_ms
-from raft.effects import QuorumStateData, Snapshot, Write
-from raft.messages import Envelope, FetchRequest
-from raft.server import ServerError, serve_until_signalled
-from raft.snapshot_schedule import SnapshotPolicy
-from raft.storage.batch_codec import frame_bytes
-from raft.storage.memory import MemoryStorage
-from raft.transport.memory import MemoryNetwork, MemoryTransport
+from raftka.metadata.snapshot import read_snapshot
+from raftka.metadata.state_machine import MetadataStateMachine
+from raftka.node.assembly import ServerError, serve_until_signalled
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind
+from raftka.raft.config import RaftConfig
+from raftka.raft.core import RaftCore
+from raftka.raft.driver import OVERLAP_WARNING_INTERVAL_MS, RaftNode, monotonic_ms
+from raftka.raft.effects import QuorumStateData, Snapshot, Write
+from raftka.raft.messages import Envelope, FetchRequest
+from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft.storage.batch_codec import frame_bytes
+from raftka.raft.storage.memory import MemoryStorage
+from raftka.raft.transport.memory import MemoryNetwork, MemoryTransport
 from tests.metadata_sim.quorum import ManualClock, eventually
 from tests.unit.transport_fakes import WAIT_S, log_events, next_event, run, within
 

@@ -2,7 +2,7 @@
 
 A one-voter node on MemoryStorage and MemoryTransport: three full batches submitted back
 to back commit in one write, and the loop must get a turn between applying them (see
-``raft.driver``), while every ``append`` still resolves only once its batch is applied.
+``raftka.raft.driver``), while every ``append`` still resolves only once its batch is applied.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import random
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from raft.batch import Batch, BatchKind
-from raft.config import RaftConfig
-from raft.core import RaftCore
-from raft.driver import RaftNode, monotonic_ms
-from raft.effects import QuorumStateData, Snapshot, Write
-from raft.storage.memory import MemoryStorage
-from raft.transport.memory import MemoryNetwork, MemoryTransport
+from raftka.raft.batch import Batch, BatchKind
+from raftka.raft.config import RaftConfig
+from raftka.raft.core import RaftCore
+from raftka.raft.driver import RaftNode, monotonic_ms
+from raftka.raft.effects import QuorumStateData, Snapshot, Write
+from raftka.raft.storage.memory import MemoryStorage
+from raftka.raft.transport.memory import MemoryNetwork, MemoryTransport
 
 RECORDS_MAX = 4
 RAFT = RaftConfig(election_timeout_ms=10, idle_noop_interval_ms=600_000, append_max_records=RECORDS_MAX)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from raft import control
-from raft.batch import Batch, BatchKind, SnapshotId
-from raft.effects import Snapshot
 from raft.journal import Journal
-from raft.snapshot_schedule import SnapshotPolicy
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind, SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.snapshot_schedule import SnapshotPolicy
 
 
 def journal(**policy: int) -> tuple[Journal, list[Snapshot]]:

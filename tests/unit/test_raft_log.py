@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from raft import control
-from raft.batch import Batch, BatchKind, OffsetAndEpoch, SnapshotId
-from raft.effects import Snapshot
-from raft.log import FetchValidation, RaftLog
-from raft.storage.batch_codec import frame_bytes
+from raftka.raft import control
+from raftka.raft.batch import Batch, BatchKind, OffsetAndEpoch, SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.log import FetchValidation, RaftLog
+from raftka.raft.storage.batch_codec import frame_bytes
 
 
 def batches(*spec: tuple[int, int]) -> list[Batch]:

@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from raft.config import RaftConfig
-from raft.core import RaftCore
-from raft.effects import QuorumStateData
-from raft.messages import NO_LEADER, BeginQuorumEpochRequest, Envelope
-from raft.roles import IllegalTransition, Role, check_transition
-from raft.storage.base import LoadedState
+from raftka.raft.config import RaftConfig
+from raftka.raft.core import RaftCore
+from raftka.raft.effects import QuorumStateData
+from raftka.raft.messages import NO_LEADER, BeginQuorumEpochRequest, Envelope
+from raftka.raft.roles import IllegalTransition, Role, check_transition
+from raftka.raft.storage.base import LoadedState
 
 U, P, C, L, R, F = (
     Role.UNATTACHED,

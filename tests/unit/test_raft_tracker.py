@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raft.tracker import OBSERVERS_MAX, Tracker, majority, quorum_offset
+from raftka.raft.tracker import OBSERVERS_MAX, Tracker, majority, quorum_offset
 
 
 @pytest.mark.parametrize(("voters", "needed"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3)])

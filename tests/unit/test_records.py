@@ -1,4 +1,4 @@
-"""The RecordBatch v2 frame, the codec behind records.codec (both implementations),
+"""The RecordBatch v2 frame, the codec behind raftka.records.codec (both implementations),
 the leader's validation of a producer's batches, and Kafka's key partitioner."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raftka.v1 import controller_pb2
 
-from client.partitioner import StickyPartitioner, default_partition
-from records.batch import CRC_START, MAGIC, assign, crc_matches, iter_batches, parse_header
-from records.codec import IMPLEMENTATIONS, BatchBuilder, Compression, read_records
-from records.validation import BatchLimits, BatchValidationError, validate_batches
+from raftka.client.partitioner import StickyPartitioner, default_partition
+from raftka.records.batch import CRC_START, MAGIC, assign, crc_matches, iter_batches, parse_header
+from raftka.records.codec import IMPLEMENTATIONS, BatchBuilder, Compression, read_records
+from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
+from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 NOW = 1_700_000_000_000
@@ -66,7 +66,13 @@ def test_the_pure_python_builder_writes_the_same_bytes_as_the_fast_one() -> None
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)), st.binary(max_size=200)), min_size=1, max_size=20))
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.binary(max_size=20)), st.binary(max_size=200)),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_any_records_round_trip(records: list[tuple[bytes | None, bytes]]) -> None:
     builder = BatchBuilder()
     for key, value in records:
@@ -132,7 +138,9 @@ def test_every_bad_payload_gets_its_kafka_error(payload: bytes, code: int) -> No
 def test_a_record_count_that_lies_is_invalid_record() -> None:
     raw = bytearray(lying_count())
     header = parse_header(raw)
-    raw[17:21] = crc32c.crc32c(bytes(raw[CRC_START : header.size])).to_bytes(4, "big")  # a valid CRC over the lie
+    raw[17:21] = crc32c.crc32c(bytes(raw[CRC_START : header.size])).to_bytes(
+        4, "big"
+    )  # a valid CRC over the lie
     with pytest.raises(BatchValidationError) as refused:
         validate_batches(bytes(raw), LIMITS, NOW)
     assert refused.value.code == E.INVALID_RECORD

@@ -14,14 +14,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from raftka.v1 import broker_pb2 as pb
-from raftka.v1 import controller_pb2
 
-from broker.log.manager import LogManager
-from broker.partitions import BrokerPartitions
-from broker.replica.fetcher import FollowerFetch
-from broker.replica.manager import ReplicaManager
-from metadata.image import (
+from raft.node_config import BrokerConfig
+from raftka.broker.log.manager import LogManager
+from raftka.broker.partitions import BrokerPartitions
+from raftka.broker.replica.fetcher import FollowerFetch
+from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
     Endpoint,
@@ -30,8 +29,9 @@ from metadata.image import (
     TopicImage,
     frozen,
 )
-from raft.node_config import BrokerConfig
-from records.codec import BatchBuilder, read_records
+from raftka.records.codec import BatchBuilder, read_records
+from raftka.v1 import broker_pb2 as pb
+from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 TOPIC_NAME = "t"
@@ -87,7 +87,9 @@ class Cluster:
     def __init__(self, root: Path, min_isr: int = 1) -> None:
         self.clock = Clock()
         self.nodes = {b: Node(b, root, self.clock) for b in (1, 2, 3)}
-        self.state = PartitionState(replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=0, partition_epoch=0)
+        self.state = PartitionState(
+            replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=0, partition_epoch=0
+        )
         self.fenced: set[int] = set()
         self.min_isr = min_isr
         self.publish()
@@ -96,7 +98,9 @@ class Cluster:
         """A metadata image with the partition changed as given, adopted by every broker."""
         self.state = dataclasses.replace(self.state, **changes)
         brokers = {
-            b: BrokerRegistration(b, "x", 1, (Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),), "", b in self.fenced)
+            b: BrokerRegistration(
+                b, "x", 1, (Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),), "", b in self.fenced
+            )
             for b in self.nodes
         }
         image = MetadataImage(
@@ -172,6 +176,7 @@ def test_an_old_leader_truncates_its_unreplicated_records_by_epoch_when_it_retur
         assert leader.values() == b2.values() == b3.values() == [b"a", b"b", b"c"]
         assert leader.offsets() == [0, 1, 2]
         assert leader.partition.log.latest_epoch == 1
+
     run(body())
 
 
@@ -188,6 +193,7 @@ def test_a_follower_that_diverges_over_several_epochs_converges(tmp_path: Path) 
         await cluster.nodes[3].replicas.produce(produce_request([b"z"], acks=1))
         await cluster.catch_up(1, 2)
         assert n1.values() == n2.values() == cluster.nodes[3].values() == [b"a", b"z"]
+
     run(body())
 
 
@@ -217,6 +223,7 @@ def test_the_high_watermark_never_goes_back_on_any_broker(tmp_path: Path) -> Non
             await cluster.catch_up(*[b for b in cluster.nodes if b != nxt])
             check()
         assert seen[cluster.state.leader] > 0
+
     run(body())
 
 
@@ -234,6 +241,7 @@ def test_acks_all_waits_for_every_isr_member_and_the_answer_names_the_base_offse
         result = result_of(await pending)
         assert (result.error, result.base_offset) == (E.NONE, 0)
         assert leader.partition.high_watermark == 2
+
     run(body())
 
 
@@ -247,10 +255,13 @@ def test_acks_all_below_min_isr_is_refused_and_nothing_is_written(tmp_path: Path
         assert "min.insync.replicas 2" in result.message
         assert leader.partition.log.log_end_offset == 0
         assert result_of(await leader.replicas.produce(produce_request([b"a"], acks=1))).error == E.NONE
+
     run(body())
 
 
-def test_an_isr_shrinking_below_min_while_waiting_answers_not_enough_replicas_after_append(tmp_path: Path) -> None:
+def test_an_isr_shrinking_below_min_while_waiting_answers_not_enough_replicas_after_append(
+    tmp_path: Path,
+) -> None:
     async def body() -> None:
         cluster = Cluster(tmp_path, min_isr=2)
         leader = cluster.nodes[1]
@@ -260,6 +271,7 @@ def test_an_isr_shrinking_below_min_while_waiting_answers_not_enough_replicas_af
         result = result_of(await pending)
         assert result.error == E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         assert leader.partition.log.log_end_offset == 1, "written, as Kafka does"
+
     run(body())
 
 
@@ -293,6 +305,7 @@ def test_a_lagging_follower_is_shrunk_then_expanded_with_compare_and_set(tmp_pat
         assert leader.isr_requests[-1] == (1, 2, 3)
         cluster.publish(isr=(1, 2, 3), partition_epoch=3)
         assert partition.isr == (1, 2, 3) and partition.pending_isr is None
+
     run(body())
 
 
@@ -303,6 +316,7 @@ def test_a_fenced_follower_is_not_taken_back_into_the_isr(tmp_path: Path) -> Non
         cluster.publish(isr=(1, 2), partition_epoch=1)
         await cluster.catch_up(3, rounds=2)
         assert cluster.nodes[1].isr_requests == []
+
     run(body())
 
 
@@ -326,12 +340,15 @@ def test_stale_and_future_leader_epochs_are_refused(tmp_path: Path, request_kind
                 result = (await leader.replicas.fetch(request)).topics[0].partitions[0]
             else:
                 request = pb.ListOffsetsRequest()
-                request.topics.add(name=TOPIC_NAME).partitions.add(partition=0, current_leader_epoch=epoch, timestamp=-1)
+                request.topics.add(name=TOPIC_NAME).partitions.add(
+                    partition=0, current_leader_epoch=epoch, timestamp=-1
+                )
                 result = leader.replicas.list_offsets(request).topics[0].partitions[0]
             assert result.error == code, (epoch, E.Name(result.error))
             if code != E.NONE:
                 assert (result.leader_id, result.leader_epoch) == (1, 2)
         assert leader.partition.log.log_end_offset == (1 if request_kind == "produce" else 0)
+
     run(body())
 
 
@@ -342,7 +359,10 @@ def test_a_follower_and_a_non_replica_are_not_leaders(tmp_path: Path) -> None:
         assert (result.error, result.leader_id) == (E.NOT_LEADER_OR_FOLLOWER, 1)
         request = produce_request([b"a"], acks=1)
         request.topics[0].name = "nope"
-        assert result_of(await cluster.nodes[1].replicas.produce(request)).error == E.UNKNOWN_TOPIC_OR_PARTITION
+        assert (
+            result_of(await cluster.nodes[1].replicas.produce(request)).error == E.UNKNOWN_TOPIC_OR_PARTITION
+        )
+
     run(body())
 
 
@@ -352,13 +372,16 @@ def test_consumers_read_only_below_the_high_watermark(tmp_path: Path) -> None:
         leader = cluster.nodes[1]
         await leader.replicas.produce(produce_request([b"a", b"b"], acks=1))
         request = pb.FetchRequest(replica_id=-1, max_bytes=1 << 20)
-        request.topics.add(name=TOPIC_NAME).partitions.add(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+        request.topics.add(name=TOPIC_NAME).partitions.add(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+        )
         first = (await leader.replicas.fetch(request)).topics[0].partitions[0]
         assert (first.error, first.records, first.high_watermark) == (E.NONE, b"", 0)
         await cluster.catch_up(2, 3)
         second = (await leader.replicas.fetch(request)).topics[0].partitions[0]
         assert [r.value for r in read_records(second.records)] == [b"a", b"b"]
         assert second.high_watermark == 2
+
     run(body())
 
 
@@ -367,7 +390,9 @@ def test_a_parked_consumer_fetch_wakes_when_the_high_watermark_moves(tmp_path: P
         cluster = Cluster(tmp_path)
         leader = cluster.nodes[1]
         request = pb.FetchRequest(replica_id=-1, max_bytes=1 << 20, min_bytes=1, max_wait_ms=60_000)
-        request.topics.add(name=TOPIC_NAME).partitions.add(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+        request.topics.add(name=TOPIC_NAME).partitions.add(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+        )
         parked = asyncio.create_task(leader.replicas.fetch(request))
         await leader.replicas.produce(produce_request([b"a"], acks=1))
         await asyncio.sleep(0)
@@ -375,4 +400,5 @@ def test_a_parked_consumer_fetch_wakes_when_the_high_watermark_moves(tmp_path: P
         await cluster.catch_up(2, 3)
         answer = (await asyncio.wait_for(parked, 10)).topics[0].partitions[0]
         assert [r.value for r in read_records(answer.records)] == [b"a"]
+
     run(body())

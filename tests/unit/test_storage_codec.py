@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raft.batch import Batch, BatchKind
-from raft.storage import batch_codec
-from raft.storage.batch_codec import (
+from raftka.raft.batch import Batch, BatchKind
+from raftka.raft.storage import batch_codec
+from raftka.raft.storage.batch_codec import (
     HEADER_BYTES,
     decode_frame,
     encode_batch,

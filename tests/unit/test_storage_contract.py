@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from raft.batch import SnapshotId
-from raft.effects import QuorumStateData, Snapshot, Write
-from raft.storage.base import LoadedState, Storage
-from raft.storage.file import FileStorage
-from raft.storage.memory import MemoryStorage
+from raftka.raft.batch import SnapshotId
+from raftka.raft.effects import QuorumStateData, Snapshot, Write
+from raftka.raft.storage.base import LoadedState, Storage
+from raftka.raft.storage.file import FileStorage
+from raftka.raft.storage.memory import MemoryStorage
 from tests.unit.storage_support import append, make_batches
 
 Restart = Callable[[], LoadedState]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from raft.batch import SnapshotId
-from raft.effects import Snapshot
-from raft.storage import layout
-from raft.storage.base import StorageError
-from raft.storage.batch_codec import encode_batch
-from raft.storage.dump import iter_dump
-from raft.storage.file import FileStorage
+from raftka.raft.batch import SnapshotId
+from raftka.raft.effects import Snapshot
+from raftka.raft.storage import layout
+from raftka.raft.storage.base import StorageError
+from raftka.raft.storage.batch_codec import encode_batch
+from raftka.raft.storage.dump import iter_dump
+from raftka.raft.storage.file import FileStorage
 from tests.unit.storage_support import append, flip_byte, make_batches, segment_files
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from raft.batch import SnapshotId
-from raft.effects import QuorumStateData, Snapshot, Write
-from raft.storage import fsio, layout, snapshot_file
-from raft.storage.base import CorruptLogError, StorageError
-from raft.storage.batch_codec import encode_batch
-from raft.storage.file import FileStorage
+from raftka.raft.batch import SnapshotId
+from raftka.raft.effects import QuorumStateData, Snapshot, Write
+from raftka.raft.storage import fsio, layout, snapshot_file
+from raftka.raft.storage.base import CorruptLogError, StorageError
+from raftka.raft.storage.batch_codec import encode_batch
+from raftka.raft.storage.file import FileStorage
 from tests.unit.storage_support import append, flip_byte, make_batches, raw_frame, segment_files
 
 SMALL_SEGMENT = 200  # bytes: a few batches per segment, so tests cross segment boundaries

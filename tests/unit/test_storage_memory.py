@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from raft.batch import SnapshotId
-from raft.effects import QuorumStateData, Snapshot, Write
-from raft.storage.memory import MemoryStorage
+from raftka.raft.batch import SnapshotId
+from raftka.raft.effects import QuorumStateData, Snapshot, Write
+from raftka.raft.storage.memory import MemoryStorage
 from tests.unit.storage_support import append, make_batches
 
 

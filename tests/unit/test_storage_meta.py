@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from raft.storage.base import NotFormattedError, StorageError
-from raft.storage.file import FileStorage
-from raft.storage.meta import (
+from raftka.raft.storage.base import NotFormattedError, StorageError
+from raftka.raft.storage.file import FileStorage
+from raftka.raft.storage.meta import (
     MetaProperties,
     check_meta,
     format_storage,

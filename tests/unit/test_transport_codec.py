@@ -9,10 +9,9 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message as PbMessage
 from hypothesis import given
 from hypothesis import strategies as st
-from raftka.v1 import raft_pb2
 
-from raft.batch import Batch, BatchKind, OffsetAndEpoch
-from raft.messages import (
+from raftka.raft.batch import Batch, BatchKind, OffsetAndEpoch
+from raftka.raft.messages import (
     NO_LEADER,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -27,7 +26,8 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.transport.codec import CodecError, decode, encode, error_response
+from raftka.raft.transport.codec import CodecError, decode, encode, error_response
+from raftka.v1 import raft_pb2
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

@@ -17,12 +17,12 @@ from typing import Any
 
 import grpc
 import pytest
-from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-from raft.batch import Batch, BatchKind
-from raft.messages import Envelope, Error, FetchRequest, FetchResponse, Request, VoteResponse
-from raft.transport import codec
-from raft.transport.grpc_transport import GrpcTransport
+from raftka.raft.batch import Batch, BatchKind
+from raftka.raft.messages import Envelope, Error, FetchRequest, FetchResponse, Request, VoteResponse
+from raftka.raft.transport import codec
+from raftka.raft.transport.grpc_transport import GrpcTransport
+from raftka.v1 import raft_pb2, raft_pb2_grpc
 from tests.unit.transport_fakes import (
     CLUSTER,
     REQUESTS,

@@ -10,8 +10,8 @@ import dataclasses
 
 import pytest
 
-from raft.messages import Envelope, Request
-from raft.transport.memory import MemoryNetwork, MemoryTransport
+from raftka.raft.messages import Envelope, Request
+from raftka.raft.transport.memory import MemoryNetwork, MemoryTransport
 from tests.unit.transport_fakes import REQUESTS, FakeInbox, answer, run
 
 VOTE, BEGIN = REQUESTS[0], REQUESTS[1]

@@ -14,13 +14,13 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import given
 from hypothesis import strategies as st
+
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
-
-from wire import frames
-from wire.client import BrokerClient, Connection, WireError
-from wire.frames import FrameDecoder, FrameError
-from wire.server import FrameServer, Handler
+from raftka.wire import frames
+from raftka.wire.client import BrokerClient, Connection, WireError
+from raftka.wire.frames import FrameDecoder, FrameError
+from raftka.wire.server import FrameServer, Handler
 
 E = controller_pb2.ErrorCode
 
@@ -209,7 +209,10 @@ def test_bad_requests_are_answered_and_the_connection_serves_on() -> None:
 
 def test_bytes_that_cannot_be_frames_close_that_connection_only() -> None:
     async def scenario() -> None:
-        async with serving({frames.METADATA.key: metadata_named}, request_max_bytes=1000) as (server, address):
+        async with serving({frames.METADATA.key: metadata_named}, request_max_bytes=1000) as (
+            server,
+            address,
+        ):
             assert await raw_exchange(address, struct.pack(">I", 1001)) == b""  # too long: closed at once
             assert await raw_exchange(address, struct.pack(">I", 3) + b"abc") == b""  # shorter than a header
             client = BrokerClient(address)
@@ -284,7 +287,10 @@ def test_a_call_without_an_answer_times_out_closes_its_connection_and_the_next_r
             other = asyncio.ensure_future(client.Metadata(pb.MetadataRequest(topics=["hang"]), timeout=30))
             with pytest.raises(WireError) as err:
                 await client.Metadata(pb.MetadataRequest(topics=["hang"]), timeout=0.2)
-            assert err.value.code == "DEADLINE_EXCEEDED" and "no Metadata answer within 0.2 s" in err.value.message
+            assert (
+                err.value.code == "DEADLINE_EXCEEDED"
+                and "no Metadata answer within 0.2 s" in err.value.message
+            )
             with pytest.raises(WireError) as lost:
                 await other  # queued on the same connection: it goes with it
             assert lost.value.code == "UNAVAILABLE"

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 import structlog
 
-from raft.batch import Batch, BatchKind, OffsetAndEpoch
-from raft.messages import (
+from raftka.raft.batch import Batch, BatchKind, OffsetAndEpoch
+from raftka.raft.messages import (
     NO_LEADER,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -28,7 +28,7 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.transport.base import Transport
+from raftka.raft.transport.base import Transport
 
 T = TypeVar("T")
 WAIT_S = 5.0  # upper bound on any single wait in these tests; they finish in milliseconds

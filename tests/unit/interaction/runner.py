@@ -62,11 +62,11 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from raft.batch import Batch, BatchKind, OffsetAndEpoch, SnapshotId
-from raft.config import RaftConfig
-from raft.core import NEVER, NotLeaderError, RaftCore
-from raft.effects import QuorumStateData, Ready, Snapshot, Write
-from raft.messages import (
+from raftka.raft.batch import Batch, BatchKind, OffsetAndEpoch, SnapshotId
+from raftka.raft.config import RaftConfig
+from raftka.raft.core import NEVER, NotLeaderError, RaftCore
+from raftka.raft.effects import QuorumStateData, Ready, Snapshot, Write
+from raftka.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
@@ -82,7 +82,7 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.storage.memory import MemoryStorage
+from raftka.raft.storage.memory import MemoryStorage
 
 CLUSTER_ID = "interaction"
 SEPARATOR = "----"
