@@ -19,6 +19,7 @@ import grpc
 
 from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.broker.groups.coordinator import GroupCoordinator
+from raftka.broker.metrics import timed_fetch, timed_produce
 from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.metadata.image import NO_LEADER, MetadataImage
@@ -48,8 +49,8 @@ class BrokerApi:
         self._link = link
         self._producer_ids = producer_ids
         self._controller_id = controller_id
-        self.produce = replicas.produce
-        self.fetch = replicas.fetch
+        self.produce = timed_produce(replicas.produce, replicas.metrics)
+        self.fetch = timed_fetch(replicas.fetch, replicas.metrics)
         self.offset_commit = groups.commit
         self.find_coordinator = groups.find_coordinator
         self.join_group = groups.join

@@ -37,6 +37,7 @@ from raftka.broker.kafka.listener import kafka_listener
 from raftka.broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
 from raftka.broker.log.flusher import BackgroundFlusher
 from raftka.broker.log.manager import LogManager
+from raftka.broker.metrics import BrokerCollector
 from raftka.broker.partitions import BrokerPartitions, RoleChanges
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replica.fetcher import ReplicaFetchers
@@ -48,7 +49,9 @@ from raftka.metadata.validation import GROUP_MEMBERS_MAX
 from raftka.node.assembly import ServerError, open_node
 from raftka.node.config import NodeConfig, parse_host_port
 from raftka.node.logs import configure_logging
+from raftka.node.metrics_endpoint import MetricsEndpoint, serve_metrics
 from raftka.raft.driver import RaftNode
+from raftka.raft.metrics import RaftCollector
 from raftka.v1 import broker_pb2_grpc, metadata_pb2
 from raftka.wire.frames import DATA_LISTENER
 from raftka.wire.server import FrameServer, Listener
@@ -76,8 +79,10 @@ class Broker:
         lifecycle: BrokerLifecycle,
         link: ControllerLink,
         data: DataPlane,
+        metrics: MetricsEndpoint | None = None,
     ) -> None:
         self.node = node
+        self.metrics = metrics  # None: metrics.port is 0
         self.state_machine = state_machine
         self.partitions = partitions
         self.lifecycle = lifecycle
@@ -105,6 +110,8 @@ class Broker:
         self.lifecycle_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.lifecycle_task
+        if self.metrics is not None:
+            await self.metrics.close()
         await self.data.close()
         await self._link.close()
         await self.node.shutdown(graceful=True)
@@ -276,11 +283,13 @@ async def start_broker(config: NodeConfig) -> Broker:
     await node.start()
     try:
         await data.serve(api, config)
+        collectors = [RaftCollector(node), BrokerCollector(data.replicas, data.isr_changes)]
+        metrics = await serve_metrics(config, collectors)
     except ServerError:
         await data.close()
         await node.shutdown(graceful=False)
         raise
-    return Broker(node, state_machine, partitions, lifecycle, link, data)
+    return Broker(node, state_machine, partitions, lifecycle, link, data, metrics)
 
 
 def _endpoint(name: str, address: str) -> metadata_pb2.BrokerEndpoint:

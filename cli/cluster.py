@@ -25,7 +25,16 @@ from raftka.cli.errors import CliError
 from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.errors import AdminError
-from raftka.node.config import BROKER, BrokerConfig, KafkaConfig, LogConfig, NodeConfig, Voter, render_toml
+from raftka.node.config import (
+    BROKER,
+    BrokerConfig,
+    KafkaConfig,
+    LogConfig,
+    MetricsConfig,
+    NodeConfig,
+    Voter,
+    render_toml,
+)
 from raftka.raft.storage import meta
 from raftka.v1 import raft_pb2
 
@@ -128,6 +137,7 @@ def up(
                 "address": n.address,
                 "data_address": n.data_address or None,
                 "kafka_address": n.kafka_address or None,
+                "metrics_address": n.metrics_address or None,
                 "pid": n.pid,
                 "config": n.config,
                 "log": n.log,
@@ -145,7 +155,9 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
         raise CliError(f"--brokers: expected 0 to {MAX_BROKERS}, got {brokers}")
     if cluster_dir.exists() and any(cluster_dir.iterdir()):
         raise CliError(f"{cluster_dir} is not empty but holds no {local.STATE_FILE}; remove it or use --dir")
-    ports = free_ports(controllers + 2 * brokers)  # a broker has a gRPC and a data listener
+    # A broker has a gRPC and a data listener; every node has a metrics endpoint (the last ports).
+    ports = free_ports(2 * controllers + 3 * brokers)
+    metrics_ports = ports[controllers + 2 * brokers :]
     kafka_ports = kafka_listener_ports(brokers)
     voters = tuple(Voter(i, LOOPBACK, port) for i, port in enumerate(ports[:controllers], start=1))
     cluster_id = meta.new_cluster_id()
@@ -157,6 +169,7 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
             voters=voters,
             listener=voter.address,
             log=LOCAL_LOG,
+            metrics=MetricsConfig(port=metrics_ports[voter.node_id - 1]),
         )
         # A brand-new cluster: every voter may vote before it has heard its peers.
         nodes.append(_write_node(config, local.CONTROLLER, cluster_id, initial_cluster=True))
@@ -174,6 +187,7 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
                 default_replication_factor=min(KafkaConfig().default_replication_factor, brokers),
             ),
             log=LOCAL_LOG,
+            metrics=MetricsConfig(port=metrics_ports[controllers + i]),
         )
         nodes.append(_write_node(config, local.BROKER, cluster_id, initial_cluster=False))
     cluster = local.LocalCluster(cluster_dir, cluster_id, nodes)
@@ -197,6 +211,7 @@ def _write_node(config: NodeConfig, role: str, cluster_id: str, *, initial_clust
         address=config.listener,
         data_address=config.broker.data_listener,
         kafka_address=config.kafka.listener,
+        metrics_address=f"{LOOPBACK}:{config.metrics.port}" if config.metrics.port else "",
         data_dir=str(config.data_dir),
         config=str(config_path),
         log=str(node_dir / "server.log"),
@@ -313,6 +328,7 @@ def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
     ]
     bootstrap = ",".join(n["data_address"] for n in result["nodes"] if n["data_address"])
     kafka = ",".join(n["kafka_address"] for n in result["nodes"] if n.get("kafka_address"))
+    metrics = ",".join(n["metrics_address"] for n in result["nodes"] if n.get("metrics_address"))
     return "\n".join(
         [
             f"{'Created' if result['created'] else 'Local'} cluster {result['cluster_id']} in {result['dir']}; "
@@ -325,6 +341,7 @@ def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
                 else []
             ),
             *([f"Kafka:       {kafka}  (Kafka clients: bootstrap.servers)"] if kafka else []),
+            *([f"Metrics:     {metrics}  (Prometheus targets: GET /metrics)"] if metrics else []),
             f"Describe it: raftka quorum describe --status{suffix}",
             f"Brokers:     raftka brokers list{suffix}",
             f"Stop it:     raftka cluster down{suffix}",
@@ -433,6 +450,7 @@ def status(cluster_dir: Path) -> dict[str, Any]:
                     "address": node.address,
                     "data_address": node.data_address or None,
                     "kafka_address": node.kafka_address or None,
+                    "metrics_address": node.metrics_address or None,
                     "pid": node.pid if alive else None,
                     "alive": alive,
                 }

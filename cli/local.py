@@ -34,6 +34,7 @@ class NodeRecord:
     pid: int | None = None  # None: never started or stopped by `cluster down`
     data_address: str = ""  # a broker's data listener (broker.data_listener); "" for controllers
     kafka_address: str = ""  # a broker's Kafka listener (kafka.listener); "" for controllers
+    metrics_address: str = ""  # host:port of its Prometheus endpoint (metrics.port); "": off
 
 
 @dataclass(slots=True)

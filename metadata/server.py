@@ -15,12 +15,15 @@ from dataclasses import dataclass
 import structlog
 
 from raftka.metadata.controller import QuorumController
+from raftka.metadata.metrics import ControllerCollector, EventQueueProbe
 from raftka.metadata.service import ControllerService
 from raftka.metadata.state_machine import MetadataStateMachine
-from raftka.node.assembly import open_node, serve_until_signalled
+from raftka.node.assembly import ServerError, open_node, serve_until_signalled
 from raftka.node.config import NodeConfig
 from raftka.node.logs import configure_logging
+from raftka.node.metrics_endpoint import MetricsEndpoint, serve_metrics
 from raftka.raft.driver import RaftNode
+from raftka.raft.metrics import RaftCollector
 from raftka.v1 import controller_pb2_grpc
 
 
@@ -33,11 +36,14 @@ class ControllerNode:
     controller: QuorumController
     cluster_id: str
     ticker: asyncio.Task[None]
+    metrics: MetricsEndpoint | None = None  # None: metrics.port is 0
 
     async def shutdown(self, *, graceful: bool = True) -> None:
         self.ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.ticker
+        if self.metrics is not None:
+            await self.metrics.close()
         await self.node.shutdown(graceful=graceful)
 
 
@@ -62,8 +68,16 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
     )
     service = ControllerService(controller)
     await node.start()
+    probe = EventQueueProbe()
+    try:
+        metrics = await serve_metrics(
+            config, [RaftCollector(node), ControllerCollector(controller, state_machine, probe)], [probe.run]
+        )
+    except ServerError:
+        await node.shutdown(graceful=False)
+        raise
     return ControllerNode(
-        node, state_machine, controller, node.cluster_id, asyncio.create_task(controller.run())
+        node, state_machine, controller, node.cluster_id, asyncio.create_task(controller.run()), metrics
     )
 
 
@@ -76,4 +90,6 @@ async def run_controller(config: NodeConfig) -> None:
         await serve_until_signalled(started.node)
     finally:
         started.ticker.cancel()
+        if started.metrics is not None:
+            await started.metrics.close()
     log.info("controller stopped")

@@ -112,6 +112,11 @@ class KafkaConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    port: int = 0  # Prometheus endpoint (GET /metrics) on the listener's host; 0: off
+
+
+@dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: str = "info"
     format: str = "json"
@@ -132,6 +137,7 @@ class NodeConfig:
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def voter_ids(self) -> frozenset[int]:
@@ -182,6 +188,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     **_declare("kafka", KafkaConfig),
     "logging.level": (str, LoggingConfig().level),
     "logging.format": (str, LoggingConfig().format),
+    **_declare("metrics", MetricsConfig),
 }
 _TABLES = frozenset(key.rpartition(".")[0] for key in _SCHEMA if "." in key) | {"controller"}
 _POSITIVE = (
@@ -258,6 +265,9 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     _check_data_listener(values["broker.data_listener"], listener, roles)
     _check_kafka_listener(values["kafka.listener"], (listener, values["broker.data_listener"]), roles)
     _check_group_settings(values)
+    _check_metrics_port(
+        values["metrics.port"], (listener, values["broker.data_listener"], values["kafka.listener"])
+    )
     if len(values["broker.rack"]) > RACK_CHARS_MAX:
         raise ConfigError(f"broker.rack: at most {RACK_CHARS_MAX} characters")
     level = values["logging.level"].lower()
@@ -287,6 +297,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         broker=BrokerConfig(**_table(values, "broker", BrokerConfig)),
         kafka=KafkaConfig(**_table(values, "kafka", KafkaConfig)),
         logging=LoggingConfig(level, fmt),
+        metrics=MetricsConfig(**_table(values, "metrics", MetricsConfig)),
     )
 
 
@@ -333,6 +344,16 @@ def _check_kafka_listener(value: str, taken: tuple[str, ...], roles: tuple[str, 
     parse_host_port(value, key)
     if value in taken:
         raise ConfigError(f"{key}: must differ from listener and broker.data_listener ({', '.join(taken)})")
+
+
+def _check_metrics_port(port: int, listeners: tuple[str, ...]) -> None:
+    """Off (0), or a port of its own on the listener's host."""
+    key = "metrics.port"
+    if not 0 <= port < 65536:
+        raise ConfigError(f"{key}: expected 0 (off) or a port in 1-65535, got {port}")
+    for address in listeners:
+        if port and address and address.rpartition(":")[2] == str(port):
+            raise ConfigError(f"{key}: {port} is the port of {address} already")
 
 
 def _check_group_settings(values: Mapping[str, Any]) -> None:
@@ -396,6 +417,7 @@ def render_toml(config: NodeConfig) -> str:
         **_render("kafka", config.kafka),
         "logging.level": config.logging.level,
         "logging.format": config.logging.format,
+        **_render("metrics", config.metrics),
     }
     assert values.keys() == _SCHEMA.keys(), "render_toml must write every key"
     sections: dict[str, list[str]] = {}

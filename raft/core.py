@@ -132,6 +132,11 @@ class RaftCore:
         # such id: two processes configured with one node id (see _on_fetch_request).
         self.observer_fetch_overlaps = 0
         self.overlapping_observer_id = NO_LEADER
+        # Elections, for the metrics: an election runs from the first campaign until a
+        # leader is known; when the running one began (-1: none), how many ended, the last one's length.
+        self.election_started_ms = -1
+        self.elections_ended = 0
+        self.last_election_ms = 0
 
         self.log = RaftLog(loaded.snapshot, loaded.batches)
         state = loaded.quorum_state
@@ -421,9 +426,18 @@ class RaftCore:
         self._state = state
         self.epoch = epoch
         self.leader_id = leader_id
+        self._time_election(state.role, leader_id)
         self._persist_state()
         if isinstance(previous, LeaderState):
             self._abandon_leadership(previous)
+
+    def _time_election(self, role: Role, leader_id: int) -> None:
+        if role in (Role.PROSPECTIVE, Role.CANDIDATE) and self.election_started_ms < 0:
+            self.election_started_ms = self._now
+        elif leader_id != NO_LEADER and self.election_started_ms >= 0:
+            self.last_election_ms = self._now - self.election_started_ms
+            self.elections_ended += 1
+            self.election_started_ms = -1
 
     def _unattached_state(self) -> UnattachedState:
         """An observer that loses its leader keeps backing off a fetch that failed: the

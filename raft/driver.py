@@ -59,6 +59,7 @@ from raftka.raft.config import RaftConfig
 from raftka.raft.core import NotLeaderError, QuorumDescription, RaftCore
 from raftka.raft.effects import Ready, Snapshot, Write
 from raftka.raft.messages import NO_LEADER, Envelope
+from raftka.raft.metrics import RaftMetrics, now_s
 from raftka.raft.roles import Role
 from raftka.raft.storage.base import Storage
 from raftka.raft.transport.base import Transport
@@ -131,7 +132,8 @@ class RaftNode:
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._writing = False
-        self._pending: dict[int, tuple[int, asyncio.Future[int]]] = {}  # base offset -> (epoch, future)
+        # base offset -> (epoch, future, when proposed: for the commit latency metric)
+        self._pending: dict[int, tuple[int, asyncio.Future[int], float]] = {}
         # Committed, not yet applied, in log order; _committed_end: the offset after them.
         self._to_apply: collections.deque[Batch | Snapshot] = collections.deque()
         self._backlog_records = 0
@@ -145,6 +147,7 @@ class RaftNode:
         self._overlaps_seen = 0
         self._overlap_warning_due_ms = 0
         self.fatal_error: str | None = None
+        self.metrics = RaftMetrics()
         self._log = log.bind(node_id=core.node_id)
 
     # lifecycle ------------------------------------------------------------------------
@@ -223,7 +226,7 @@ class RaftNode:
             raise BackpressureError(f"{PENDING_APPENDS_MAX} appends already await commit")
         position = self.core.propose(records, self._clock())
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._pending[position.offset] = (position.epoch, future)
+        self._pending[position.offset] = (position.epoch, future, now_s())
         self._schedule_flush()
         return future
 
@@ -249,6 +252,7 @@ class RaftNode:
                 return
             with self._fail_stop():
                 self.core.snapshot_saved(snapshot)
+                self.metrics.snapshot_generated(len(snapshot.data))
                 self._log.info("snapshot saved", offset=snapshot.id.offset, bytes=len(snapshot.data))
 
         job = self._io.submit(self._storage.save_snapshot, snapshot)
@@ -353,11 +357,12 @@ class RaftNode:
         waiter = self._pending.pop(batch.base_offset, None)
         if waiter is None:
             return
-        epoch, future = waiter
+        epoch, future, proposed_s = waiter
         if future.done():
             return
         if epoch == batch.epoch:
             future.set_result(batch.last_offset)
+            self.metrics.commit_latency.observe_since(proposed_s)
         else:
             future.set_exception(NotLeaderError(self.core.leader_id, self.core.epoch))
 
@@ -368,6 +373,7 @@ class RaftNode:
             return
         self._last_seen = seen
         self._log.info("quorum state changed", role=seen[0], epoch=seen[1], leader_id=seen[2])
+        self.metrics.elections_seen(core.elections_ended, core.last_election_ms)
         if not core.is_leader and self._pending:
             # Batches already committed are answered when their slice is applied.
             self._fail_pending(NotLeaderError(core.leader_id, core.epoch), from_offset=self._committed_end)
@@ -419,6 +425,7 @@ class RaftNode:
     def _start_write(self, write: Write) -> None:
         assert self._loop is not None and not self._writing
         self._writing = True
+        self.metrics.written(write.append, leader=self.core.is_leader)
         loop = self._loop
 
         def finished(done: concurrent.futures.Future[None]) -> None:
@@ -463,7 +470,7 @@ class RaftNode:
         """Fail the appends of batches at ``from_offset`` or after."""
         failed = [offset for offset in self._pending if offset >= from_offset]
         for offset in failed:
-            _, future = self._pending.pop(offset)
+            future = self._pending.pop(offset)[1]
             if not future.done():
                 future.set_exception(error)
 

@@ -47,6 +47,8 @@ _CRC_AT = 17
 _MAX_TIMESTAMP_AT = 35
 _PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 _PRODUCER_AT = 43
+_BATCH_LENGTH_AT = 8
+_RECORD_COUNT_AT = 57
 _BATCH_LENGTH_MIN = HEADER_SIZE - LOG_OVERHEAD
 
 
@@ -141,6 +143,16 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, Bat
         header = parse_header(buf, pos)
         yield pos, header
         pos += header.size
+
+
+def count_records(buf: bytes | bytearray | memoryview) -> int:
+    """Records in ``buf``: whole batches as a log holds them (already validated, so not
+    checked again), two fields read per batch; for counting what a fetch sends."""
+    count = pos = 0
+    while len(buf) - pos >= HEADER_SIZE:
+        count += _EPOCH.unpack_from(buf, pos + _RECORD_COUNT_AT)[0]
+        pos += LOG_OVERHEAD + max(_BATCH_LENGTH_MIN, _EPOCH.unpack_from(buf, pos + _BATCH_LENGTH_AT)[0])
+    return count
 
 
 def crc_matches(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:

@@ -41,6 +41,8 @@ class IsrChanges:
         self._broker_epoch = broker_epoch
         self._on_settled = on_settled
         self._waiting: dict[Partition, tuple[int, ...]] = {}
+        self.shrinks = 0  # changes the controller accepted, for the metrics (``raftka.broker.metrics``)
+        self.expands = 0
         self._wake = asyncio.Event()
 
     def request(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
@@ -68,7 +70,8 @@ class IsrChanges:
         request = controller_pb2.AlterPartitionRequest(
             broker_id=self._broker_id, broker_epoch=self._broker_epoch()
         )
-        tried: dict[tuple[bytes, int], tuple[Partition, int]] = {}
+        # (partition, its epoch and ISR size when asked: the metadata may bring the change first)
+        tried: dict[tuple[bytes, int], tuple[Partition, int, int]] = {}
         by_topic: dict[bytes, controller_pb2.AlterPartitionTopic] = {}
         for partition, isr in live.items():
             topic = by_topic.get(partition.topic_id)
@@ -80,7 +83,8 @@ class IsrChanges:
                 new_isr=isr,
                 partition_epoch=partition.partition_epoch,
             )
-            tried[(partition.topic_id, partition.partition)] = (partition, partition.partition_epoch)
+            key = (partition.topic_id, partition.partition)
+            tried[key] = (partition, partition.partition_epoch, len(partition.isr))
         try:
             response = await self._link.call(lambda stub: stub.AlterPartition, request)
         except LinkError as e:
@@ -90,14 +94,16 @@ class IsrChanges:
             log.warning(
                 "isr change refused", error=E.Name(response.status.error), detail=response.status.message
             )
-            for partition, _ in tried.values():
+            for partition, _, _ in tried.values():
                 partition.isr_change_refused(-1)
                 self._on_settled(partition)
             return True
         for result in response.partitions:
-            partition, epoch = tried[(result.topic_id, result.partition)]
+            partition, epoch, isr_size = tried[(result.topic_id, result.partition)]
             if result.error == E.NONE:
                 partition.isr_change_committed(tuple(result.isr), result.partition_epoch)
+                self.shrinks += len(result.isr) < isr_size
+                self.expands += len(result.isr) > isr_size
             else:
                 log.info(
                     "isr change refused",

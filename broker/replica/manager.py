@@ -23,6 +23,7 @@ import structlog
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.manager import LogManager
 from raftka.broker.log.producer_state import ProducerStateError
+from raftka.broker.metrics import BrokerTopicMetrics
 from raftka.broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
 from raftka.broker.replica.partition import Partition, PartitionError
 from raftka.broker.replica.waiters import OffsetWaiters, Wakeups
@@ -82,6 +83,7 @@ class ReplicaManager:
         self._appended = Wakeups()  # log end moved: followers' fetches
         self._committed = Wakeups()  # high watermark moved: consumers' fetches
         self._bytes_waiting = 0
+        self.metrics = BrokerTopicMetrics()
         self._checkpointed_high_watermarks = dict(high_watermarks)  # read at start; used once per partition
 
     # metadata ---------------------------------------------------------------------------
@@ -269,6 +271,8 @@ class ReplicaManager:
         except ProducerStateError as e:
             raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
         result.base_offset = info.first_offset
+        if not info.duplicate:
+            self.metrics.appended(len(validated.payload), info.record_count)
         result.log_start_offset = partition.log.log_start_offset
         if validated.log_append_time_ms >= 0:
             result.log_append_time_ms = info.max_timestamp if info.duplicate else validated.log_append_time_ms

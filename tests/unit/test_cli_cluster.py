@@ -29,11 +29,13 @@ def test_create_writes_configs_and_formats_every_node(tmp_path: Path) -> None:
     voters = configs[1].voters
     assert [v.node_id for v in voters] == [1, 2, 3]
     listeners = [n.address for n in created.nodes] + [n.data_address for n in created.brokers()]
-    assert len(set(listeners)) == 9  # every listener has its own port
+    listeners += [n.metrics_address for n in created.nodes]
+    assert len(set(listeners)) == 15  # every listener has its own port, every node a metrics endpoint
     for node in created.nodes:
         config = configs[node.id]
         assert node.address == config.listener
         assert node.data_address == config.broker.data_listener
+        assert node.metrics_address == f"127.0.0.1:{config.metrics.port}"
         assert config.process_roles == (node.role,)
         if node.role == "controller":
             assert node.address == config.voter_addresses[node.id]
@@ -89,6 +91,7 @@ def test_down_and_status_of_a_stopped_cluster(tmp_path: Path) -> None:
                 "address": n.address,
                 "data_address": n.data_address or None,
                 "kafka_address": n.kafka_address or None,
+                "metrics_address": n.metrics_address,
                 "pid": None,
                 "alive": False,
             }
@@ -171,3 +174,22 @@ def test_local_cluster_end_to_end(cluster_dir: Path, capsys: pytest.CaptureFixtu
     again = run_json(["cluster", "up", *d], capsys)
     assert not again["created"] and again["cluster_id"] == up["cluster_id"]
     assert again["leader_epoch"] > stop_run["rounds"][0]["new_epoch"]
+
+
+def test_up_prints_every_nodes_metrics_endpoint() -> None:
+    node = {"role": "controller", "address": "127.0.0.1:1", "data_address": None, "pid": 7, "log": "l"}
+    result = {
+        "created": True,
+        "cluster_id": "c",
+        "dir": "d",
+        "started": [1, 2],
+        "leader_id": 1,
+        "leader_epoch": 1,
+        "nodes": [
+            {**node, "id": 1, "metrics_address": "127.0.0.1:9101"},
+            {**node, "id": 2, "metrics_address": "127.0.0.1:9102"},
+            {**node, "id": 3, "metrics_address": None},  # a cluster made before metrics existed
+        ],
+    }
+    printed = cluster.format_up(result, None)
+    assert "Metrics:     127.0.0.1:9101,127.0.0.1:9102  (Prometheus targets: GET /metrics)" in printed

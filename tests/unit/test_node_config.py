@@ -137,6 +137,10 @@ def test_absolute_data_dir_is_kept() -> None:
         (minimal(raft={"fetch_max_batches": 0}), "raft.fetch_max_batches"),
         (minimal(logging={"level": "loud"}), "logging.level"),
         (minimal(logging={"format": "xml"}), "logging.format"),
+        (minimal(metrics={"port": -1}), "metrics.port"),
+        (minimal(metrics={"port": 65536}), "metrics.port"),
+        (minimal(metrics={"port": "9100"}), "metrics.port"),
+        (minimal(metrics={"port": 19091}), "metrics.port"),  # the node's own listener
         (minimal(brokers=1), "brokers"),
         (minimal(extra={"x": 1}), "extra"),
     ],
@@ -146,6 +150,11 @@ def test_bad_value_names_its_key(data: dict[str, Any], key: str) -> None:
         parse(data)
     assert str(err.value).startswith(f"{key}:"), str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_metrics_endpoint_is_off_unless_given_a_port() -> None:
+    assert parse(minimal()).metrics.port == 0
+    assert parse(minimal(metrics={"port": 9100})).metrics.port == 9100
 
 
 def test_unknown_key_suggests_the_close_one() -> None:

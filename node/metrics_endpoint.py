@@ -1,0 +1,137 @@
+"""A node's Prometheus endpoint: ``GET /metrics`` over HTTP on ``metrics.port``.
+
+Served on the node's own asyncio loop rather than in prometheus_client's HTTP thread, so
+a scrape reads the raft core, the controller and the replicas between two events, never
+in the middle of one, and the collectors need no locks. A scrape is a few dozen values;
+the controller's and the broker's counts are one pass over state the node holds anyway
+(the controller's once per metadata image).
+
+Each node has its own ``CollectorRegistry`` (not prometheus_client's global one), so
+several nodes in one process (the in-process tests) export separately.
+
+Bounds: ``CONNECTIONS_MAX`` connections at once (more are closed unanswered), a request
+head of ``REQUEST_HEAD_MAX_BYTES`` read within ``IO_TIMEOUT_S``, one request per
+connection (``Connection: close``), and the answer written within ``IO_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
+
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.registry import Collector
+
+from raftka.node.assembly import ServerError
+from raftka.node.config import NodeConfig, parse_host_port
+
+log = structlog.get_logger("raftka.raft.metrics")
+
+PATH = "/metrics"
+CONNECTIONS_MAX = 16
+REQUEST_HEAD_MAX_BYTES = 8 << 10
+IO_TIMEOUT_S = 10.0
+Probe = Callable[[], Coroutine[Any, Any, None]]  # runs until cancelled, feeding a collector
+
+
+class MetricsEndpoint:
+    """The endpoint, and the probes that feed its collectors (they stop with it)."""
+
+    def __init__(self, collectors: Iterable[Collector], probes: Iterable[Probe] = ()) -> None:
+        self.registry = CollectorRegistry()
+        for collector in collectors:
+            self.registry.register(collector)  # a name exported twice raises here, at start
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._probes = [asyncio.create_task(probe(), name="metrics-probe") for probe in probes]
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._accept, host, port, limit=REQUEST_HEAD_MAX_BYTES)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        tasks = [*self._connections, *self._probes]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def scrape(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def _scrape_or_none(self) -> bytes | None:
+        """A collector's bug costs the scrape, never the node."""
+        try:
+            return self.scrape()
+        except Exception:
+            log.exception("metrics scrape failed")
+            return None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._connections) >= CONNECTIONS_MAX:
+            writer.close()
+            return
+        self._connections.add(task)
+        try:
+            await asyncio.wait_for(self._serve(reader, writer), IO_TIMEOUT_S)
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # a client that is slow, gone or sends too much gets no answer
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        method, _, rest = head.decode("latin-1").partition(" ")
+        target = rest.partition(" ")[0].partition("?")[0]
+        if method not in ("GET", "HEAD"):
+            status, body, kind = "405 Method Not Allowed", b"GET /metrics\n", "text/plain"
+        elif target != PATH:
+            status, body, kind = "404 Not Found", b"metrics are at /metrics\n", "text/plain"
+        else:
+            status, body, kind = "200 OK", self._scrape_or_none(), CONTENT_TYPE_LATEST
+            if body is None:
+                status, body, kind = (
+                    "500 Internal Server Error",
+                    b"scrape failed; see the node's log\n",
+                    "text/plain",
+                )
+        header = (
+            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        writer.write(header.encode("latin-1") + (body if method != "HEAD" else b""))
+        await writer.drain()
+
+
+async def serve_metrics(
+    config: NodeConfig, collectors: Iterable[Collector], probes: Iterable[Probe] = ()
+) -> MetricsEndpoint | None:
+    """The node's endpoint on ``metrics.port`` at the listener's host; None when off."""
+    if not config.metrics.port:
+        return None
+    host = parse_host_port(config.listener, "listener")[0]
+    endpoint = MetricsEndpoint(collectors, probes)
+    try:
+        await endpoint.start(host, config.metrics.port)
+    except OSError as e:
+        await endpoint.close()
+        raise ServerError(
+            f"metrics.port: cannot listen on {host}:{config.metrics.port}: {e.strerror or e}"
+        ) from None
+    log.info("metrics endpoint listening", address=f"http://{host}:{endpoint.port}{PATH}")
+    return endpoint
