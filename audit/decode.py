@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,9 @@ from google.protobuf.message import Message
 from raftka.audit.files import SNAPSHOT, LogFile
 from raftka.audit.schema import EMPTY, Row
 from raftka.metadata import records
-from raftka.metadata.records import RecordError, topic_id_str
-from raftka.metadata.snapshot import SnapshotError, read_snapshot
-from raftka.raft.batch import BatchKind
+from raftka.metadata.records import MetadataRecord, RecordError, topic_id_str
+from raftka.metadata.snapshot import SnapshotContents, SnapshotError, read_snapshot
+from raftka.raft.batch import BatchKind, SnapshotId
 from raftka.raft.control import decode_control
 from raftka.raft.storage import batch_codec, layout, snapshot_file
 from raftka.v1 import metadata_pb2
@@ -30,29 +31,35 @@ DAMAGED = "DAMAGED"
 LEADER_CHANGE = "LEADER_CHANGE"
 NO_OP = "NO_OP"
 SNAPSHOT_KIND = "SNAPSHOT"
-_CONTROL_TYPES = {BatchKind.LEADER_CHANGE: LEADER_CHANGE, BatchKind.NOOP: NO_OP}
+CONTROL_TYPES = {BatchKind.LEADER_CHANGE: LEADER_CHANGE, BatchKind.NOOP: NO_OP}
 _CONFIG_TOPIC = metadata_pb2.CONFIG_RESOURCE_TOPIC
 
 # The typed columns of one record: (topic_id, topic, partition, broker, broker_epoch,
 # leader, isr, replicas, group, committed_offset)
 _Typed = tuple[Any, ...]
 _NONE: _Typed = (None,) * 10
+# A history names a few thousand topic ids millions of times: base64 once per id.
+_topic_id = lru_cache(maxsize=1 << 16)(topic_id_str)
 
 
-def decode_file(file: LogFile, *, with_json: bool = True) -> Iterator[Row]:
-    """Every row of ``file``; a file that cannot be read is one DAMAGED row."""
+def decode_file(file: LogFile, *, with_json: bool = True, heads_only: bool = False) -> Iterator[Row]:
+    """Every row of ``file``; a file that cannot be read is one DAMAGED row. ``heads_only``:
+    only the rows ``raftka.audit.walk.is_head`` keeps (each batch's first record, and damage),
+    still checking every frame, so damage is found as in a full read."""
     try:
         data = Path(file.path).read_bytes()
     except OSError as exc:
         yield _damaged(file, None, f"cannot read the file: {exc.strerror or exc}")
         return
     if file.source == SNAPSHOT:
-        yield from decode_snapshot_bytes(file, data, with_json=with_json)
+        yield from decode_snapshot_bytes(file, data, with_json=with_json, heads_only=heads_only)
     else:
-        yield from decode_segment_bytes(file, data, with_json=with_json)
+        yield from decode_segment_bytes(file, data, with_json=with_json, heads_only=heads_only)
 
 
-def decode_segment_bytes(file: LogFile, data: bytes, *, with_json: bool = True) -> Iterator[Row]:
+def decode_segment_bytes(
+    file: LogFile, data: bytes, *, with_json: bool = True, heads_only: bool = False
+) -> Iterator[Row]:
     """The rows of a segment's bytes: one per record, one per damaged region."""
     prefix = (file.node, file.path, file.seq, file.source, file.archived)
     for frame, span_bytes in batch_codec.scan_frames(data):
@@ -65,8 +72,8 @@ def decode_segment_bytes(file: LogFile, data: bytes, *, with_json: bool = True) 
         assert frame.header is not None
         head = (*prefix, frame.position, batch.kind.name, batch.base_offset)
         count, crc, epoch, timestamp = len(batch.records), frame.header.crc, batch.epoch, batch.timestamp_ms
-        control = _CONTROL_TYPES.get(batch.kind)
-        for index, raw in enumerate(batch.records):
+        control = CONTROL_TYPES.get(batch.kind)
+        for index, raw in enumerate(batch.records[:1] if heads_only else batch.records):
             batch_fields = (*head, index, count, crc, batch.base_offset + index, epoch, timestamp)
             if control:
                 yield _control_row(
@@ -76,22 +83,32 @@ def decode_segment_bytes(file: LogFile, data: bytes, *, with_json: bool = True) 
                 yield _record_row(batch_fields, raw, with_json)
 
 
-def decode_snapshot_bytes(file: LogFile, data: bytes, *, with_json: bool = True) -> Iterator[Row]:
-    """The rows of a snapshot file: its image's records, all at the snapshot's offset."""
+def snapshot_contents(file: LogFile, data: bytes) -> tuple[SnapshotId, SnapshotContents]:
+    """A snapshot file's id and records (not decoded); SnapshotError says what is wrong."""
     try:
         snapshot = snapshot_file.decode_snapshot(data)
-        if layout.parse_snapshot_name(Path(file.path).name) not in (None, snapshot.id):
-            raise snapshot_file.SnapshotFileError(
-                f"the header says offset {snapshot.id.offset} epoch {snapshot.id.epoch}, not what the name says"
-            )
-        contents = read_snapshot(snapshot.data)
-    except (snapshot_file.SnapshotFileError, SnapshotError) as exc:
+    except snapshot_file.SnapshotFileError as exc:
+        raise SnapshotError(str(exc)) from None
+    if layout.parse_snapshot_name(Path(file.path).name) not in (None, snapshot.id):
+        raise SnapshotError(
+            f"the header says offset {snapshot.id.offset} epoch {snapshot.id.epoch}, not what the name says"
+        )
+    return snapshot.id, read_snapshot(snapshot.data)
+
+
+def decode_snapshot_bytes(
+    file: LogFile, data: bytes, *, with_json: bool = True, heads_only: bool = False
+) -> Iterator[Row]:
+    """The rows of a snapshot file: its image's records, all at the snapshot's offset."""
+    try:
+        sid, contents = snapshot_contents(file, data)
+    except SnapshotError as exc:
         yield _damaged(file, 0, str(exc))
         return
-    sid, count = snapshot.id, len(contents.records)
+    count = len(contents.records)
     timestamp = contents.timestamp_ms if contents.timestamp_ms >= 0 else None
     head = (file.node, file.path, file.seq, file.source, file.archived, None, SNAPSHOT_KIND, sid.offset)
-    for index, raw in enumerate(contents.records):
+    for index, raw in enumerate(contents.records[:1] if heads_only else contents.records):
         yield _record_row((*head, index, count, None, sid.offset, sid.epoch, timestamp), raw, with_json)
 
 
@@ -111,34 +128,51 @@ def _damaged(file: LogFile, position: int | None, error: str, torn: bool = False
 
 
 def _control_row(row: Row, control_type: str, raw: bytes) -> Row:
+    type_name, leader, voters, text, error = control_columns(control_type, raw)
+    if error is not None:
+        return row._replace(type=DAMAGED, error=error, torn_tail=False)
+    return row._replace(type=type_name, leader=leader, voters=voters, json=text)
+
+
+def control_columns(
+    control_type: str, raw: bytes
+) -> tuple[str, int | None, list[int] | None, str | None, str | None]:
+    """A control record's (type, leader, voters, json, error); type DAMAGED with an error
+    when it cannot be read."""
     value = decode_control(raw)
     if value.get("type") == "Unknown":
-        return row._replace(type=DAMAGED, error=f"unreadable {control_type} control record", torn_tail=False)
+        return DAMAGED, None, None, None, f"unreadable {control_type} control record"
     if control_type == NO_OP:
-        return row._replace(type=NO_OP)
+        return NO_OP, None, None, None, None
     leader, voters = value.get("leader_id"), value.get("voters")
     if (
         not isinstance(leader, int)
         or not isinstance(voters, list)
         or not all(isinstance(v, int) for v in voters)
     ):
-        return row._replace(
-            type=DAMAGED, error="LEADER_CHANGE record without leader_id and voters", torn_tail=False
-        )
+        return DAMAGED, None, None, None, "LEADER_CHANGE record without leader_id and voters"
     data = json.dumps({k: v for k, v in value.items() if k != "type"}, separators=(",", ":"))
-    return row._replace(type=LEADER_CHANGE, leader=leader, voters=voters, json=data)
+    return LEADER_CHANGE, leader, voters, data, None
 
 
 def _record_row(batch_fields: tuple[Any, ...], raw: bytes, with_json: bool) -> Row:
     """``batch_fields``: every column up to ``timestamp_ms``."""
+    type_name, typed, record, error = decode_record(raw)
+    if record is None:
+        return Row._make((*batch_fields, DAMAGED, *_NONE, None, None, error, False, raw))
+    text = json.dumps(records.to_json(record), separators=(",", ":")) if with_json else None
+    return Row._make((*batch_fields, type_name, *typed, None, text, None, None, raw))
+
+
+def decode_record(raw: bytes) -> tuple[str, _Typed, MetadataRecord | None, str | None]:
+    """A record's type, typed columns and message, decoded and checked as every controller
+    does; a record that does not decode is (DAMAGED, no columns, None, why)."""
     try:
         record = records.decode(raw)
     except RecordError as exc:
-        return Row._make((*batch_fields, DAMAGED, *_NONE, None, None, str(exc), False, raw))
+        return DAMAGED, _NONE, None, str(exc)
     kind = record.WhichOneof("record")
-    typed = _TYPED.get(kind, _no_columns)(getattr(record, kind))
-    text = json.dumps(records.to_json(record), separators=(",", ":")) if with_json else None
-    return Row._make((*batch_fields, _TYPE_NAMES[kind], *typed, None, text, None, None, raw))
+    return _TYPE_NAMES[kind], _TYPED.get(kind, _no_columns)(getattr(record, kind)), record, None
 
 
 def _no_columns(_: Message) -> _Typed:
@@ -151,7 +185,7 @@ def _broker(broker_id: int, epoch: int) -> _Typed:
 
 def _partition(r: metadata_pb2.PartitionRecord) -> _Typed:
     return (
-        topic_id_str(r.topic_id),
+        _topic_id(r.topic_id),
         None,
         r.partition_id,
         None,
@@ -167,7 +201,7 @@ def _partition(r: metadata_pb2.PartitionRecord) -> _Typed:
 def _partition_change(r: metadata_pb2.PartitionChangeRecord) -> _Typed:
     isr = list(r.isr.ids) if r.HasField("isr") else None
     replicas = list(r.replicas.ids) if r.HasField("replicas") else None
-    return (topic_id_str(r.topic_id), None, r.partition_id, None, None, r.leader, isr, replicas, None, None)
+    return (_topic_id(r.topic_id), None, r.partition_id, None, None, r.leader, isr, replicas, None, None)
 
 
 def _config(r: metadata_pb2.ConfigRecord) -> _Typed:
@@ -176,7 +210,7 @@ def _config(r: metadata_pb2.ConfigRecord) -> _Typed:
 
 
 def _offset_commit(r: metadata_pb2.OffsetCommitRecord) -> _Typed:
-    return (topic_id_str(r.topic_id), None, r.partition, None, None, None, None, None, r.group, r.offset)
+    return (_topic_id(r.topic_id), None, r.partition, None, None, None, None, None, r.group, r.offset)
 
 
 _TYPE_NAMES = {
@@ -189,11 +223,11 @@ _TYPED: dict[str, Callable[[Any], _Typed]] = {
     "fence_broker": lambda r: _broker(r.id, r.epoch),
     "unfence_broker": lambda r: _broker(r.id, r.epoch),
     "producer_ids": lambda r: _broker(r.broker_id, r.broker_epoch),
-    "topic": lambda r: (topic_id_str(r.topic_id), r.name, None, None, None, None, None, None, None, None),
+    "topic": lambda r: (_topic_id(r.topic_id), r.name, None, None, None, None, None, None, None, None),
     "partition": _partition,
     "partition_change": _partition_change,
     "remove_topic": lambda r: (
-        topic_id_str(r.topic_id),
+        _topic_id(r.topic_id),
         None,
         None,
         None,

@@ -116,3 +116,27 @@ def _search(path: Path, depth: int) -> list[Path]:
         log = layout.log_dir(child)
         found += [log] if log.is_dir() else _search(child, depth - 1)
     return found
+
+
+def pack(files: Sequence[LogFile], max_bytes: int) -> list[list[LogFile]]:
+    """Consecutive files in groups of up to ``max_bytes`` (a bigger file alone), as Spark's
+    file sources pack files into partitions: a history has thousands of small files and a
+    Spark task costs tens of milliseconds."""
+    packed: list[list[LogFile]] = []
+    size = 0
+    for file in files:
+        file_bytes = file_size(file)
+        if not packed or size + file_bytes > max_bytes:
+            packed.append([])
+            size = 0
+        packed[-1].append(file)
+        size += file_bytes
+    return packed
+
+
+def file_size(file: LogFile) -> int:
+    """Its bytes; 0 when it cannot be read (decoding reports it as a DAMAGED row)."""
+    try:
+        return Path(file.path).stat().st_size
+    except OSError:
+        return 0

@@ -3,42 +3,45 @@
     raftka audit DIR... --out OUT                                    # embedded Spark, local[2]
     spark-submit --master spark://host:7077 audit/job.py DIR... --out OUT     # on a cluster
 
-Steps, each on Spark: read every file of every node (``raftka-metadata``, one partition
-per file); walk each node's log (one task per node: ``raftka.audit.walk``); merge the nodes'
-copies into the canonical history on the driver (``raftka.audit.merge``, batch heads only);
-replay it in order (``raftka.audit.replay``), in pieces cut at snapshots that run in parallel;
-build the tables with window functions (``raftka.audit.tables``). Exit status 1 when an error-level check fails.
+Steps: read the head of every batch of every file of every node, files packed into a
+few Spark tasks (``raftka.audit.walk.read_heads``: the same decoding as the ``raftka-metadata``
+data source, without taking the rows through the JVM, which cost twice the decoding); on
+the driver, walk each node's log (``raftka.audit.walk``) and merge the nodes' copies into the
+canonical history (``raftka.audit.merge``): a million heads for ten million records, cheaper
+to walk here than to ship to a task; replay the history in order (``raftka.audit.replay``) in
+pieces cut at snapshots, which Spark tasks run in parallel straight from the files
+(``raftka.audit.pieces``); build the tables with window functions (``raftka.audit.tables``) over what
+the pieces wrote. Exit status 1 when an error-level check fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import structlog
-from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from raftka.audit import report, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
-from raftka.audit.decode import DAMAGED, SNAPSHOT_KIND
-from raftka.audit.files import SEGMENT, AuditInputError, discover
-from raftka.audit.merge import merge
-from raftka.audit.plain import head_order
-from raftka.audit.replay import BASE, EVENT_SCHEMA, REPLAY_COLUMNS, SKIPPED, replay
-from raftka.audit.replay import Row as ReplayRow
-from raftka.audit.schema import ROW_SCHEMA, Row, record_batches, rows_of, to_batch
-from raftka.audit.source import NAME
-from raftka.audit.walk import walk_node
+from raftka.audit.decode import SNAPSHOT_KIND
+from raftka.audit.files import AuditInputError, LogFile, discover, file_size, pack
+from raftka.audit.pieces import CANONICAL, CANONICAL_SCHEMA, EVENTS, plan, run_piece
+from raftka.audit.plain import walk_and_merge
+from raftka.audit.replay import EVENT_SCHEMA, SKIPPED
+from raftka.audit.schema import to_batch
+from raftka.audit.walk import Head, read_heads
 
 log = structlog.get_logger("raftka.audit.job")
 
@@ -56,23 +59,52 @@ TABLES = (
     "leadership_by_broker",
     "violations",
 )
-_WALK_SCHEMA = pa.schema(
-    [*VIOLATION_SCHEMA, pa.field("rewind_file_seq", pa.int32()), pa.field("rewind_offset", pa.int64())]
-)
-_EVENT_BATCH_ROWS = 8_192
+SCRATCH = "scratch"  # under OUT: what the replay's tasks write for the tables; removed at the end
+TASKS_PER_CORE = 4  # heads partitions and replay pieces: enough to keep every core busy to the end
+PARTITION_BYTES_MIN = 4 << 20  # a Spark task costs tens of milliseconds: a small history is one
 
 
 @dataclass
 class Timings:
-    """Wall seconds per step: where the time goes."""
+    """Wall seconds per step, and the CPU seconds this machine's processes spent in it (the
+    driver, its JVM and Spark's Python workers: all of the work with a ``local`` master)."""
 
     steps: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
     _start: float = field(default_factory=time.monotonic)
+    _cpu_start: float = field(default_factory=lambda: process_tree_cpu_s())
 
     def mark(self, step: str) -> None:
-        now = time.monotonic()
+        now, cpu = time.monotonic(), process_tree_cpu_s()
         self.steps[step] = round(now - self._start, 3)
-        self._start = now
+        self.cpu[step] = round(cpu - self._cpu_start, 3)
+        self._start, self._cpu_start = now, cpu
+
+
+def process_tree_cpu_s(pid: int | None = None) -> float:
+    """User and system CPU seconds of ``pid`` (this process) and its descendants, reaped
+    ones included (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        children: dict[int, list[int]] = {}
+        stats: dict[int, list[str]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue  # gone since the listing
+                stats[int(entry.name)] = fields
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    except OSError:
+        return 0.0
+    ticks, total, todo = os.sysconf("SC_CLK_TCK"), 0, [pid or os.getpid()]
+    while todo:
+        current = todo.pop()
+        fields = stats.get(current)
+        if fields is not None:
+            total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+        todo += children.get(current, [])
+    return total / ticks
 
 
 def run(
@@ -87,43 +119,30 @@ def run(
     timings = Timings()
     files = discover(paths, include_archive=include_archive, include_snapshots=include_snapshots)
     out.mkdir(parents=True, exist_ok=True)
-    reader = (
-        spark.read.format(NAME)
-        .option("paths", json.dumps([str(p) for p in paths]))
-        .option("recordJson", "false")
-    )
-    rows = (
-        reader.option("includeArchive", str(include_archive).lower())
-        .option("includeSnapshots", str(include_snapshots).lower())
-        .load()
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    is_head = (F.col("batch_index") == 0) | ((F.col("type") == DAMAGED) & F.col("batch_offset").isNull())
-    heads = rows.filter(is_head).withColumn("raw", F.lit(None).cast("binary")).persist()
-    heads.count()
-    timings.mark("decode")
+    scratch = out / SCRATCH
+    shutil.rmtree(scratch, ignore_errors=True)
+    tasks = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
+    groups = pack(files, _partition_bytes(files, tasks))
+    read = spark.sparkContext.parallelize(groups, len(groups)).map(read_heads).collect()
+    timings.mark("heads")
 
-    walked = heads.groupBy("node").applyInArrow(_walk, from_arrow_schema(_WALK_SCHEMA)).toArrow()
-    rewinds: dict[str, list[tuple[int, int]]] = {}
-    for w in walked.filter(pa.compute.is_valid(walked["rewind_offset"])).to_pylist():
-        rewinds.setdefault(w["node"], []).append((w["rewind_file_seq"], w["rewind_offset"]))
-    violations = [
-        {k: v[k] for k, _ in VIOLATION_COLUMNS} for v in walked.to_pylist() if v["check"] is not None
+    heads = [Head._make(h) for group in read for h in group]
+    violations, merged = walk_and_merge(heads)
+    snapshots = [
+        (h.node, h.file_seq, h.offset)
+        for h in heads
+        if h.kind == SNAPSHOT_KIND and h.batch_offset is not None
     ]
-    merge_heads = heads.filter((F.col("source") == SEGMENT) & F.col("batch_offset").isNotNull()).toArrow()
-    merged = merge((Row._make(r) for r in rows_of(merge_heads)), rewinds)
-    violations += merged.violations
     timings.mark("walk_and_merge")
 
-    canonical = _canonical(spark, rows, merge_heads, merged.chosen)  # a filter of the cached rows
-    snapshots = heads.filter((F.col("kind") == SNAPSHOT_KIND) & F.col("batch_offset").isNotNull())
-    snapshot_files = [(r.file, r.batch_offset) for r in snapshots.select("file", "batch_offset").collect()]
-    pieces = spark.sparkContext.defaultParallelism * 2
-    ordered = _replay_input(rows, canonical, snapshot_files, merged.start_offset or 0, pieces)
-    events = ordered.mapInArrow(_replay, from_arrow_schema(EVENT_SCHEMA)).persist(
-        StorageLevel.MEMORY_AND_DISK
+    pieces = plan(files, merged.chosen, snapshots, merged.start_offset or 0, tasks)
+    done = (
+        spark.sparkContext.parallelize(pieces, len(pieces))
+        .map(partial(run_piece, folder=str(scratch)))
+        .collect()
     )
-    events.count()
+    events = spark.read.schema(from_arrow_schema(EVENT_SCHEMA)).parquet(str(scratch / EVENTS))
+    canonical = spark.read.schema(from_arrow_schema(CANONICAL_SCHEMA)).parquet(str(scratch / CANONICAL))
     timings.mark("replay")
 
     bounds = canonical.agg(
@@ -149,102 +168,42 @@ def run(
     frames["group_offsets"] = tables.group_offsets(canonical, events, frames["topic_lifecycle"])
     frames["group_rebalances"] = tables.group_rebalances(events)
     tables_dir = out / "tables"
+    per_table = Timings()
     for name in TABLES:
         frames[name].write.mode("overwrite").parquet(str(tables_dir / name))
+        per_table.mark(name)
     timings.mark("tables")
 
-    collected = {name: spark.read.parquet(str(tables_dir / name)).toPandas() for name in report.TABLES_SHOWN}
+    collected = {
+        name: spark.read.parquet(str(tables_dir / name)).select(*(columns or ["*"])).toPandas()
+        for name, columns in report.TABLES_SHOWN.items()
+    }
     write_rate = _write_rate(canonical, bounds[2], end_ms)
     committed = _committed_over_time(canonical, events, bounds[2], end_ms)
     summary = _summary(files, merged, bounds, violations, collected, events, timings)
+    shutil.rmtree(scratch)
     timings.mark("report_data")
     report.write(out / "report.html", summary, collected, write_rate, committed)
     timings.mark("report")
     summary["timings_s"] = timings.steps
+    summary["cpu_s"] = timings.cpu
+    summary["tables_s"] = {name: [per_table.steps[name], per_table.cpu[name]] for name in TABLES}  # wall, CPU
+    summary["replay_tasks"] = {
+        "pieces": len(done),
+        "seconds_max": max(d["seconds"] for d in done),
+        "seconds_sum": round(sum(d["seconds"] for d in done), 3),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
-    for frame in (rows, heads, events):
-        frame.unpersist()
     return summary
 
 
-def _canonical(
-    spark: SparkSession, rows: DataFrame, heads: pa.Table, chosen: list[tuple[str, int, int]]
-) -> DataFrame:
-    """The rows of the chosen copies. The merge prefers one node's copy wherever several
-    hold a batch, so most files are chosen whole or not at all: those are picked by file,
-    and only the batches of partly chosen files by position."""
-    per_file: dict[tuple[str, int], int] = {}
-    for node, seq in zip(heads["node"].to_pylist(), heads["file_seq"].to_pylist(), strict=True):
-        per_file[(node, seq)] = per_file.get((node, seq), 0) + 1
-    chosen_per_file: dict[tuple[str, int], list[int]] = {}
-    for node, seq, position in chosen:
-        chosen_per_file.setdefault((node, seq), []).append(position)
-    whole = [
-        f"{node}/{seq}"
-        for (node, seq), positions in chosen_per_file.items()
-        if len(positions) == per_file[(node, seq)]
-    ]
-    partly = [(n, s, p) for (n, s), ps in chosen_per_file.items() if len(ps) != per_file[(n, s)] for p in ps]
-    segments = rows.filter(F.col("source") == SEGMENT)
-    by_file = segments.filter(F.concat_ws("/", "node", F.col("file_seq").cast("string")).isin(whole))
-    if partly:
-        keys = spark.createDataFrame(partly, "node string, file_seq int, position long")
-        by_file = by_file.unionByName(
-            segments.join(F.broadcast(keys), ["node", "file_seq", "position"], "left_semi")
-        )
-    return by_file.select(*ROW_SCHEMA.names)
-
-
-def _replay_input(
-    rows: DataFrame, canonical: DataFrame, snapshot_files: list[tuple[str, int]], start: int, pieces: int
-) -> DataFrame:
-    """The replay's rows in order, cut at snapshots into up to ``pieces`` pieces replayed in
-    parallel. Piece i starts from a copy of the snapshot at its first offset (role BASE);
-    every snapshot at a piece's end is compared with the replay of that piece, so each
-    snapshot is checked against the log once, as in one replay from the start."""
-    offsets = sorted({offset for _, offset in snapshot_files if offset > start})
-    count = max(1, min(pieces, len(offsets) + 1))
-    boundaries = sorted({offsets[len(offsets) * k // count] for k in range(1, count)}) if offsets else []
-
-    def piece(column: Column) -> Column:
-        return sum((F.when(column >= b, 1).otherwise(0) for b in boundaries), F.lit(0))
-
-    is_snapshot = F.col("kind") == SNAPSHOT_KIND
-    # a snapshot at S holds the log below S: it belongs to the piece that replays up to S
-    upto = F.when(is_snapshot & (F.col("batch_offset") > start), F.col("batch_offset") - 1).otherwise(
-        F.col("batch_offset")
-    )
-    logged = canonical.unionByName(rows.filter(is_snapshot & F.col("batch_offset").isNotNull()))
-    logged = logged.withColumn("chunk", piece(upto)).withColumn("role", F.lit(None).cast("string"))
-    bases = [next(file for file, offset in sorted(snapshot_files) if offset == b) for b in boundaries]
-    base_rows = rows.filter(is_snapshot & F.col("file").isin(bases)).withColumn(
-        "chunk", piece(F.col("batch_offset"))
-    )
-    base_rows = base_rows.withColumn("role", F.lit(BASE))
-    return (
-        logged.unionByName(base_rows)
-        .repartitionByRange(count, "chunk")
-        .sortWithinPartitions("chunk", "batch_offset", ~is_snapshot, "node", "file_seq", "batch_index")
-        .select(*REPLAY_COLUMNS)
-    )
+def _partition_bytes(files: Sequence[LogFile], tasks: int) -> int:
+    """Bytes per task for about ``tasks`` tasks (a small history: one)."""
+    total = sum(file_size(f) for f in files)
+    return max(PARTITION_BYTES_MIN, -(-total // tasks))
 
 
 _UNCOMMITTED = "epoch int, leader int, offset long, timestamp_ms long, nodes array<string>"
-
-
-def _walk(table: pa.Table) -> pa.Table:
-    """One node's heads: its violations and its rewinds, in ``_WALK_SCHEMA``."""
-    heads = sorted((Row._make(r) for r in rows_of(table)), key=head_order)
-    result = walk_node(heads)
-    node = heads[0].node if heads else None
-    out = [(*v.values(), None, None) for v in result.violations]
-    out += [(None, None, node, None, None, None, None, None, seq, offset) for seq, offset in result.rewinds]
-    return pa.Table.from_batches([to_batch(out, _WALK_SCHEMA)])
-
-
-def _replay(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    rows = (ReplayRow._make(r) for batch in batches for r in rows_of(batch))
-    yield from record_batches(replay(rows), EVENT_SCHEMA, _EVENT_BATCH_ROWS)
 
 
 def bucket_ms(start_ms: int | None, end_ms: int | None, buckets: int = 120) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from raftka.audit.checks import ERROR, INFO, violation
 from raftka.audit.decode import LEADER_CHANGE, SNAPSHOT_KIND
@@ -23,7 +23,16 @@ from raftka.audit.schema import Row
 CopyKey = tuple[str, int, int]  # node, file_seq, position
 
 
-@dataclass
+class Chosen(NamedTuple):
+    """The copy of a canonical batch the history takes."""
+
+    node: str
+    file_seq: int
+    position: int
+    base_offset: int
+
+
+@dataclass(slots=True)
 class _Candidate:
     base: int
     last: int
@@ -41,7 +50,7 @@ class _Candidate:
 
 @dataclass
 class MergeResult:
-    chosen: list[CopyKey] = field(default_factory=list)  # one copy per canonical batch, in offset order
+    chosen: list[Chosen] = field(default_factory=list)  # one copy per canonical batch, in offset order
     violations: list[dict[str, Any]] = field(default_factory=list)
     uncommitted_leader_changes: list[dict[str, Any]] = field(default_factory=list)
     start_offset: int | None = None
@@ -59,7 +68,8 @@ def merge(heads: Iterable[Row], rewinds: Mapping[str, Sequence[tuple[int, int]]]
         if head.batch_offset is None or head.kind == SNAPSHOT_KIND:
             continue
         last = head.batch_offset + head.batch_records - 1
-        if _superseded(head, last, rewinds.get(head.node, ())):
+        node_rewinds = rewinds.get(head.node)
+        if node_rewinds and _superseded(head, last, node_rewinds):
             continue
         key = (head.batch_offset, last, head.epoch, head.batch_crc)
         candidate = candidates.get(key)
@@ -89,12 +99,12 @@ def _choose(ordered: list[_Candidate], result: MergeResult) -> None:
             result.start_offset = position = candidate.base
         if candidate.base == position:
             chosen_by_offset.append(candidate)
-            result.chosen.append(min(candidate.copies))
+            result.chosen.append(Chosen(*min(candidate.copies), candidate.base))
             position = candidate.last + 1
         elif candidate.base > position:
             result.gaps.append((position, candidate.base))
             chosen_by_offset.append(candidate)
-            result.chosen.append(min(candidate.copies))
+            result.chosen.append(Chosen(*min(candidate.copies), candidate.base))
             position = candidate.last + 1
         else:
             others.append(candidate)

@@ -1,8 +1,9 @@
 """The audit's ordered steps without Spark: decode, walk each node, merge, replay.
 
-The Spark job runs these same functions, one node (or one history) per task; here they
-run in one process, which is what the JVM-free tests check and what a small history
-needs. Tables that Spark computes with window functions are not built here.
+The Spark job runs these same functions: the walks and the merge on its driver, the
+replay in pieces on its tasks; here they run in one process, which is what the JVM-free
+tests check and what a small history needs. Tables that Spark computes with window
+functions are not built here.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 from raftka.audit.decode import decode_file
 from raftka.audit.files import SEGMENT, discover
 from raftka.audit.merge import MergeResult, merge
-from raftka.audit.replay import event_dicts, replay_order
+from raftka.audit.replay import Row as ReplayRow
+from raftka.audit.replay import event_dicts, replay_order, replay_row
 from raftka.audit.schema import Row
-from raftka.audit.walk import is_head, walk_node
+from raftka.audit.walk import Head, is_head, walk_node
 
 
 @dataclass
@@ -35,7 +37,14 @@ class PlainAudit:
 
 def audit_paths(paths: Sequence[str | Path]) -> PlainAudit:
     rows = [row for file in discover(paths) for row in decode_file(file, with_json=True)]
-    heads = [row for row in rows if is_head(row)]
+    violations, merged = walk_and_merge([row for row in rows if is_head(row)])
+    return PlainAudit(
+        rows, merged, violations, event_dicts(sorted(replay_input(rows, merged), key=replay_order))
+    )
+
+
+def walk_and_merge(heads: Sequence[Head | Row]) -> tuple[list[dict[str, Any]], MergeResult]:
+    """Every node's walk, then the merge of their copies: their violations, and the merge."""
     violations: list[dict[str, Any]] = []
     rewinds: dict[str, list[tuple[int, int]]] = {}
     for node, node_heads in groupby(sorted(heads, key=head_order), key=lambda r: r.node):
@@ -43,10 +52,7 @@ def audit_paths(paths: Sequence[str | Path]) -> PlainAudit:
         violations += walked.violations
         rewinds[node] = walked.rewinds
     merged = merge(heads, rewinds)
-    violations += merged.violations
-    return PlainAudit(
-        rows, merged, violations, event_dicts(sorted(replay_input(rows, merged), key=replay_order))
-    )
+    return violations + merged.violations, merged
 
 
 def head_order(row: Row) -> tuple[Any, ...]:
@@ -54,11 +60,11 @@ def head_order(row: Row) -> tuple[Any, ...]:
     return (row.node, row.file_seq, row.position if row.position is not None else -1)
 
 
-def replay_input(rows: Sequence[Row], merged: MergeResult) -> list[Row]:
+def replay_input(rows: Sequence[Row], merged: MergeResult) -> list[ReplayRow]:
     """The chosen copy of every canonical batch, and every snapshot's records."""
-    chosen = set(merged.chosen)
+    chosen = {(c.node, c.file_seq, c.position) for c in merged.chosen}
     return [
-        row
+        replay_row(row)
         for row in rows
         if row.batch_offset is not None
         and (row.source != SEGMENT or (row.node, row.file_seq, row.position) in chosen)

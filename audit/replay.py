@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Iterable, Iterator
 from itertools import groupby
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -83,16 +83,36 @@ EVENT_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("members", pa.list_(pa.string())),
     *((name, kind) for name, kind in VIOLATION_COLUMNS if name != "offset"),
 )
-# The columns the replay reads: all it is given on Spark, so rows cost what replay needs.
-REPLAY_COLUMNS = ("node", "file", "file_seq", "position", "kind", "batch_offset", "batch_index", "batch_records",
-                  "offset", "epoch", "timestamp_ms", "type", "error", "raw", "role")  # fmt: skip
+# What the replay reads of a record: the columns of ``raftka.audit.schema.Row`` it needs and the
+# ``role`` of a snapshot's records.
+REPLAY_FIELDS = ("node", "file", "file_seq", "position", "kind", "batch_offset", "batch_index", "batch_records",
+                 "offset", "epoch", "timestamp_ms", "type", "error", "raw", "role")  # fmt: skip
 # ``role`` of a snapshot's rows: BASE copies only start a replay that begins mid-history
 # (a parallel piece of it); any other snapshot starts the history or is compared with it.
 BASE = "base"
 SEQ_PER_OFFSET = 1 << 20  # event order: offset first, then the order of the events of one record
-Row = namedtuple("Row", REPLAY_COLUMNS)  # type: ignore[misc]  # raftka.audit.schema.Row has these fields too
+Row = namedtuple("Row", REPLAY_FIELDS)  # type: ignore[misc]
+# A record of a Batch: (type, error, raw, the decoded message or None: the replay decodes raw)
+Record = tuple[str | None, str | None, bytes, MetadataRecord | None]
+
+
+class Batch(NamedTuple):
+    """One canonical batch, or one snapshot's records, as the replay reads it: the first
+    record's row holds what the records share; a row per record is made only where an
+    event needs one (a quiet batch of offset commits needs none)."""
+
+    first: Row
+    records: list[Record]
+
+
 EVENT_SCHEMA = pa.schema([pa.field(n, t) for n, t in EVENT_COLUMNS])
 EVENT_NAMES = tuple(n for n, _ in EVENT_COLUMNS)
+
+
+def replay_row(row: Any, role: str | None = None) -> Row:
+    """A decoded row (``raftka.audit.schema.Row``) as the replay reads it."""
+    return Row(row.node, row.file, row.file_seq, row.position, row.kind, row.batch_offset, row.batch_index,
+               row.batch_records, row.offset, row.epoch, row.timestamp_ms, row.type, row.error, row.raw, role)  # fmt: skip
 
 
 def replay_order(row: Row) -> tuple[Any, ...]:
@@ -103,7 +123,14 @@ def replay_order(row: Row) -> tuple[Any, ...]:
 def replay(rows: Iterable[Row]) -> Iterator[tuple[Any, ...]]:
     """Event rows (tuples in ``EVENT_SCHEMA`` order) for ``rows`` given in ``replay_order``:
     the canonical batches (every record) and every node's snapshot records."""
-    yield from _Replay().run(rows)
+    key = lambda r: (r.kind == SNAPSHOT_KIND, r.node, r.file, r.batch_offset, r.role)  # noqa: E731
+    for_batches = (list(group) for _, group in groupby(rows, key=key))
+    yield from replay_batches(Batch(b[0], [(r.type, r.error, r.raw, None) for r in b]) for b in for_batches)
+
+
+def replay_batches(batches: Iterable[Batch]) -> Iterator[tuple[Any, ...]]:
+    """``replay`` for records already grouped into batches."""
+    yield from _Replay().run(batches)
 
 
 def event_dicts(rows: Iterable[Row]) -> list[dict[str, Any]]:
@@ -117,16 +144,14 @@ class _Replay:
         self._waiting_since: int | None = None  # first offset that could not be replayed
         self._last: tuple[int, int] = (-1, 0)  # (offset, events at it so far): for seq
 
-    def run(self, rows: Iterable[Row]) -> Iterator[tuple[Any, ...]]:
+    def run(self, batches: Iterable[Batch]) -> Iterator[tuple[Any, ...]]:
         """Events carry ``seq``, their place in the history's order: offset, then order at
         that offset. It needs no counter shared between replays, so pieces of one history
         replayed in parallel (each from a snapshot) give the same seqs as one replay."""
-        key = lambda r: (r.kind == SNAPSHOT_KIND, r.node, r.file, r.batch_offset, getattr(r, "role", None))  # noqa: E731
-        for _, group in groupby(rows, key=key):
-            batch = list(group)
-            events = self._snapshot(batch) if batch[0].kind == SNAPSHOT_KIND else self._batch(batch)
+        for batch in batches:
+            events = self._snapshot(batch) if batch.first.kind == SNAPSHOT_KIND else self._batch(batch)
             for event in events:
-                offset = event["offset"] if event["offset"] is not None else batch[0].batch_offset
+                offset = event["offset"] if event["offset"] is not None else batch.first.batch_offset
                 count = self._last[1] + 1 if self._last[0] == offset else 0
                 self._last = (offset, count)
                 event["seq"] = offset * SEQ_PER_OFFSET + count
@@ -134,8 +159,8 @@ class _Replay:
 
     # batches ---------------------------------------------------------------------------
 
-    def _batch(self, rows: list[Row]) -> list[dict[str, Any]]:
-        first = rows[0]
+    def _batch(self, batch: Batch) -> list[dict[str, Any]]:
+        first = batch.first
         base, end = first.batch_offset, first.batch_offset + first.batch_records
         if self.image is None and base == 0:
             self.image = EMPTY
@@ -145,43 +170,47 @@ class _Replay:
             self.image = MetadataDelta(self.image).apply(end)
             return []
         decoded: list[MetadataRecord] = []
-        for row in rows:
-            try:
-                if row.type == DAMAGED:
-                    raise RecordError(row.error)
-                decoded.append(records.decode(row.raw))
-            except RecordError as exc:
-                return self._skip(
-                    first, row.offset, f"record at offset {row.offset} does not decode: {exc}", None
-                )
+        for index, (type_name, error, raw, record) in enumerate(batch.records):
+            if record is None:
+                try:
+                    if type_name == DAMAGED:
+                        raise RecordError(error)
+                    record = records.decode(raw)
+                except RecordError as exc:
+                    offset = base + index
+                    return self._skip(
+                        first, offset, f"record at offset {offset} does not decode: {exc}", None
+                    )
+            decoded.append(record)
         kinds = [r.WhichOneof("record") for r in decoded]
         if _QUIET.issuperset(kinds):
             delta = MetadataDelta(self.image)
-            for row, record, kind in zip(rows, decoded, kinds, strict=True):
+            for index, (record, kind) in enumerate(zip(decoded, kinds, strict=True)):
                 try:
                     delta.replay(record)
                 except ReplayError as exc:
-                    return self._skip(first, row.offset, str(exc), kind)
+                    return self._skip(first, base + index, str(exc), kind)
             self.image = delta.apply(end)
             return []
-        return self._record_by_record(rows, decoded, kinds)
+        return self._record_by_record(first, decoded, kinds)
 
     def _record_by_record(
-        self, rows: list[Row], decoded: list[MetadataRecord], kinds: list[str]
+        self, first: Row, decoded: list[MetadataRecord], kinds: list[str]
     ) -> list[dict[str, Any]]:
         start = image = self.image
         assert start is not None
         events: list[dict[str, Any]] = []
-        for row, record, kind in zip(rows, decoded, kinds, strict=True):
+        for index, (record, kind) in enumerate(zip(decoded, kinds, strict=True)):
+            row = first._replace(batch_index=index, offset=first.offset + index) if index else first
             delta = MetadataDelta(image)
             try:
                 delta.replay(record)
             except ReplayError as exc:
-                return self._skip(rows[0], row.offset, str(exc), kind)
+                return self._skip(first, row.offset, str(exc), kind)
             after = delta.apply(row.offset + 1)
             events += _EventBuilder(row, start, image, after).build(kind, getattr(record, kind))
             image = after
-        events += _fenced_checks(rows[0], image, events)
+        events += _fenced_checks(first, image, events)
         self.image = image
         return events
 
@@ -217,16 +246,18 @@ class _Replay:
 
     # snapshots -------------------------------------------------------------------------
 
-    def _snapshot(self, rows: list[Row]) -> list[dict[str, Any]]:
-        first = rows[0]
+    def _snapshot(self, batch: Batch) -> list[dict[str, Any]]:
+        first = batch.first
         offset = first.offset
-        contents = SnapshotContents(offset, first.timestamp_ms or -1, tuple(r.raw for r in rows))
+        contents = SnapshotContents(
+            offset, first.timestamp_ms or -1, tuple(raw for _, _, raw, _ in batch.records)
+        )
         try:
             image = rebuild_image(contents)
         except SnapshotError as exc:
             message = f"snapshot {_name(first)} of node {first.node} does not rebuild an image: {exc}"
             return [_violation(first, "snapshot_equals_replay", ERROR, message, offset, f"node {first.node}")]
-        base = getattr(first, "role", None) == BASE
+        base = first.role == BASE
         if self.image is None or self.image.offset < offset:
             self.image = image
             self._waiting_since = None

@@ -81,7 +81,8 @@ def partition_transitions(events: DataFrame) -> DataFrame:
 
 def partition_intervals(events: DataFrame, end_ms: int) -> DataFrame:
     """Gaps and islands: each run of state samples with a condition true is one interval,
-    ending at the first sample after it (open at the end of the history)."""
+    ending at the first sample after it (open at the end of the history). The runs of all
+    four conditions come from one pass over the samples in order."""
     samples = events.filter(F.col("event").isin(TRANSITION, STATE)).select(
         "seq", "offset", "timestamp_ms", "topic", "topic_id", "partition", *CONDITIONS, "min_isr"
     )
@@ -90,40 +91,58 @@ def partition_intervals(events: DataFrame, end_ms: int) -> DataFrame:
     samples = samples.withColumn("next_ms", F.lead("timestamp_ms").over(per_partition)).withColumn(
         "next_offset", F.lead("offset").over(per_partition)
     )
-    intervals = None
-    for condition in CONDITIONS:
-        flag = F.coalesce(F.col(condition), F.lit(False))
+    flags = {condition: F.coalesce(F.col(condition), F.lit(False)) for condition in CONDITIONS}
+    for condition, flag in flags.items():
         started = flag & ~F.coalesce(F.lag(condition).over(per_partition), F.lit(False))
-        runs = (
-            samples.withColumn("run", F.sum(started.cast("int")).over(running))
-            .filter(flag)
-            .groupBy("topic_id", "partition", "run")
-            .agg(
-                F.first("topic").alias("topic"),
-                F.min("offset").alias("start_offset"),
-                F.min("timestamp_ms").alias("start_ms"),
-                F.max("next_offset").alias("end_offset"),
-                F.max("next_ms").alias("next_ms"),
-                F.count("*").alias("samples"),
-                F.max("min_isr").alias("min_isr"),
-            )
-            .select(
-                F.lit(condition).alias("condition"),
-                "topic",
-                "topic_id",
-                "partition",
-                "start_offset",
-                "start_ms",
-                "end_offset",
-                F.coalesce("next_ms", F.lit(end_ms)).alias("end_ms"),
-                F.col("next_ms").isNull().alias("open"),
-                "min_isr",
-            )
-            .withColumn("duration_ms", F.col("end_ms") - F.col("start_ms"))
+        samples = samples.withColumn(f"run_{condition}", F.sum(started.cast("int")).over(running))
+    states = F.explode(
+        F.array(*[
+            F.struct(F.lit(c).alias("condition"), flag.alias("flag"), F.col(f"run_{c}").alias("run"))
+            for c, flag in flags.items()
+        ])
+    )  # fmt: skip
+    return (
+        samples.select(
+            "offset",
+            "timestamp_ms",
+            "topic",
+            "topic_id",
+            "partition",
+            "min_isr",
+            "next_ms",
+            "next_offset",
+            states.alias("state"),
         )
-        intervals = runs if intervals is None else intervals.unionByName(runs)
-    assert intervals is not None
-    return intervals
+        .filter(F.col("state.flag"))
+        .groupBy(
+            F.col("state.condition").alias("condition"),
+            "topic_id",
+            "partition",
+            F.col("state.run").alias("run"),
+        )
+        .agg(
+            F.first("topic").alias("topic"),
+            F.min("offset").alias("start_offset"),
+            F.min("timestamp_ms").alias("start_ms"),
+            F.max("next_offset").alias("end_offset"),
+            F.max("next_ms").alias("next_ms"),
+            F.count("*").alias("samples"),
+            F.max("min_isr").alias("min_isr"),
+        )
+        .select(
+            "condition",
+            "topic",
+            "topic_id",
+            "partition",
+            "start_offset",
+            "start_ms",
+            "end_offset",
+            F.coalesce("next_ms", F.lit(end_ms)).alias("end_ms"),
+            F.col("next_ms").isNull().alias("open"),
+            "min_isr",
+        )
+        .withColumn("duration_ms", F.col("end_ms") - F.col("start_ms"))
+    )
 
 
 def broker_timeline(events: DataFrame, end_ms: int) -> DataFrame:
@@ -206,12 +225,16 @@ def group_offsets(canonical: DataFrame, events: DataFrame, topics: DataFrame) ->
     """Burrow's evaluation without lag, per group and partition: commits, rewinds (an offset
     lower than the one before), stalls (commits that did not move it), gaps between commits."""
     skipped = events.filter(F.col("event") == SKIPPED).select(F.col("offset").alias("batch_offset"))
+    series = ("key", "group", "topic_id", "partition")
     commits = (
         canonical.filter(F.col("type") == "OFFSET_COMMIT_RECORD")
         .join(F.broadcast(skipped), "batch_offset", "left_anti")
         .select("group", "topic_id", "partition", "offset", "timestamp_ms", "committed_offset")
+        # sorted first by a hash of the three, millions of commits sort on one long compare; the
+        # names after it keep every series apart even if two hashes collide
+        .withColumn("key", F.xxhash64("group", "topic_id", "partition"))
     )
-    order = Window.partitionBy("group", "topic_id", "partition").orderBy("offset")
+    order = Window.partitionBy(*series).orderBy("offset")
     last_n = order.rowsBetween(-(STALL_COMMITS - 1), Window.currentRow)
     steps = (
         commits.withColumn("previous", F.lag("committed_offset").over(order))
@@ -227,7 +250,7 @@ def group_offsets(canonical: DataFrame, events: DataFrame, topics: DataFrame) ->
         .agg(F.max("timestamp_ms").alias("expired_ms"))
     )
     names = topics.groupBy("topic_id").agg(F.last("topic").alias("topic"))
-    summary = steps.groupBy("group", "topic_id", "partition").agg(
+    summary = steps.groupBy(*series).agg(
         F.count("*").alias("commits"),
         F.min_by("committed_offset", "offset").alias("first_offset"),
         F.max_by("committed_offset", "offset").alias("last_offset"),
@@ -250,7 +273,7 @@ def group_offsets(canonical: DataFrame, events: DataFrame, topics: DataFrame) ->
         summary.join(names, "topic_id", "left")
         .join(expired, "group", "left")
         .withColumn("status", status)
-        .drop("recent_moves")
+        .drop("recent_moves", "key")
         .orderBy("group", "topic", "partition")
     )
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import bisect
 import json
 from array import array
-from collections.abc import Iterable
+from collections import namedtuple
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from raftka.audit.checks import ERROR, INFO, violation
-from raftka.audit.decode import DAMAGED, LEADER_CHANGE, SNAPSHOT_KIND
-from raftka.audit.files import SNAPSHOT
+from raftka.audit.decode import DAMAGED, LEADER_CHANGE, SNAPSHOT_KIND, decode_file
+from raftka.audit.files import SNAPSHOT, LogFile
 from raftka.audit.schema import Row
 
 
@@ -28,6 +29,24 @@ class WalkResult:
     rewinds: list[tuple[int, int]] = field(
         default_factory=list
     )  # (file_seq, offset): later copies win from here
+
+
+# The columns of a head that the walk and the merge read: all the job brings to the driver.
+HEAD_COLUMNS = ("node", "file", "file_seq", "source", "position", "kind", "batch_offset", "batch_records", "batch_crc",
+                "offset", "epoch", "timestamp_ms", "type", "leader", "voters", "json", "error", "torn_tail")  # fmt: skip
+Head = namedtuple("Head", HEAD_COLUMNS)  # type: ignore[misc]  # raftka.audit.schema.Row has these fields too
+_HEAD_INDEXES = tuple(Row._fields.index(name) for name in HEAD_COLUMNS)
+
+
+def read_heads(files: Sequence[LogFile]) -> list[tuple[Any, ...]]:
+    """The heads (``is_head``) of ``files``, as tuples of ``HEAD_COLUMNS`` (``Head._make``
+    makes them heads again): what one Spark task of the job reads. Every frame is still
+    read and checked, so damage is found as in a full read."""
+    return [
+        tuple(row[i] for i in _HEAD_INDEXES)
+        for file in files
+        for row in decode_file(file, with_json=False, heads_only=True)
+    ]
 
 
 def is_head(row: Row) -> bool:

@@ -3,10 +3,11 @@
 It writes a synthetic history of N records with the project's own writer (the
 controller's request handlers, ``FileStorage``, the state machine's snapshots and an
 archive: ``raftka.audit.synthetic``), then times the audit over it with the chosen master.
-Where the time goes: the job's steps on Spark (decode = the data source reading every
-file into Arrow; walk and merge; the ordered replay; the tables; the report), and, on a
-sample of files in this process, the per-row cost of decoding and of building Arrow
-batches, the two Python costs inside the data source.
+Where the time goes: the job's steps (heads = the data source reading each batch's
+first record on Spark; walk and merge on the driver; the replay in pieces as Spark tasks;
+the tables; the report), in wall seconds and in CPU seconds of this machine's processes
+(driver, JVM, Python workers), the replay tasks' own seconds, and, on a sample of files
+in this process, the per-row cost of decoding a record and of building Arrow batches.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def run_perf_audit(args: argparse.Namespace) -> int:
         "audit_seconds": round(seconds, 1),
         "records_per_s": round(records / seconds),
         "steps_s": summary["timings_s"],
+        "cpu_s": summary["cpu_s"],
+        "replay_tasks": summary["replay_tasks"],
+        "tables_s": summary["tables_s"],
         "python_us_per_row": sample,
         "checks_failed": summary["failed_checks"],
         "generated": generated,
@@ -108,12 +112,17 @@ def python_costs(data_dir: Path) -> dict[str, float]:
 
 def _format(result: dict[str, Any]) -> str:
     steps = ", ".join(f"{k} {v:g} s" for k, v in result["steps_s"].items())
+    cpu = ", ".join(f"{k} {v:g}" for k, v in result["cpu_s"].items())
+    tasks = result["replay_tasks"]
     sample = result["python_us_per_row"]
     return "\n".join(
         [
             f"Audited {result['records']:,} records in {result['audit_seconds']:g} s: "
             f"{result['records_per_s']:,} records/s ({result['master']})",
             f"Steps: {steps}",
+            f"CPU seconds (this machine's processes): {cpu}",
+            f"Replay: {tasks['pieces']} tasks, the longest {tasks['seconds_max']:g} s, "
+            f"{tasks['seconds_sum']:g} s in all",
             f"Python per row (sample of {sample['rows_sampled']:,}): decode {sample['decode']} us, "
             f"Arrow {sample['arrow']} us",
             f"Failed checks: {', '.join(result['checks_failed']) or 'none'}",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import struct
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import crc32c
@@ -44,3 +48,15 @@ def raw_frame(fields: tuple[int, int, int, int, int], body: bytes) -> bytes:
     """
     covered = struct.pack(">qiiqB", *fields) + body
     return struct.pack(">II", len(covered) + 4, crc32c.crc32c(covered)) + covered
+
+
+@contextmanager
+def memory_folder(prefix: str) -> Iterator[Path]:
+    """A temporary folder in memory where there is one: the writer fsyncs every batch it
+    appends, which costs nothing there. For hypothesis tests, which cannot take tmp_path."""
+    shm = Path("/dev/shm")
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=shm if shm.is_dir() else None))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from raftka.audit.decode import DAMAGED, decode_file
-from raftka.audit.files import AuditInputError, discover
+from raftka.audit.files import AuditInputError, discover, pack
 from raftka.audit.plain import PlainAudit, audit_paths
+from raftka.audit.walk import HEAD_COLUMNS, Head, is_head, read_heads
 from tests.unit.audit_incident import Incident, build_incident
 
 
@@ -193,3 +194,25 @@ def test_an_unreadable_file_is_a_damaged_row(incident: Incident) -> None:
     gone = type(first)(first.node, first.path + ".missing", 0, first.source, False, False)
     [row] = list(decode_file(gone))
     assert row.type == DAMAGED and "cannot read" in row.error and row.file.endswith(".missing")
+
+
+def test_reading_heads_only_gives_the_heads_of_a_full_read(incident: Incident) -> None:
+    """What the Spark job reads for the walk and the merge: each batch's first record and all
+    damage (the incident has a torn tail and damaged files), as the full read finds them."""
+    files = discover([incident.root])
+    for file in files:
+        heads = [r for r in decode_file(file, with_json=False) if is_head(r)]
+        assert list(decode_file(file, with_json=False, heads_only=True)) == heads, file.path
+    full = [r for f in files for r in decode_file(f, with_json=False) if is_head(r)]
+    assert [Head._make(h) for h in read_heads(files)] == [
+        Head(*(getattr(r, c) for c in HEAD_COLUMNS)) for r in full
+    ]
+
+
+def test_files_are_packed_in_order_into_partitions_of_a_byte_budget(incident: Incident) -> None:
+    files = discover([incident.root])
+    biggest = max(Path(f.path).stat().st_size for f in files)
+    packed = pack(files, biggest)
+    assert [f for group in packed for f in group] == files
+    assert all(sum(Path(f.path).stat().st_size for f in group) <= biggest for group in packed)
+    assert pack(files, 1) == [[f] for f in files]  # a file bigger than the budget is alone

@@ -5,9 +5,8 @@ targeted corruption of such a history trips the check that is about it."""
 from __future__ import annotations
 
 import shutil
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -15,8 +14,7 @@ from hypothesis import strategies as st
 
 from raftka.audit.checks import ERROR
 from raftka.audit.plain import audit_paths, replay_input
-from raftka.audit.replay import BASE, REPLAY_COLUMNS, replay, replay_order
-from raftka.audit.replay import Row as ReplayRow
+from raftka.audit.replay import BASE, replay, replay_order
 from raftka.audit.synthetic import Shape, write_history
 from raftka.metadata import records
 from raftka.metadata.delta import MetadataDelta
@@ -28,7 +26,7 @@ from raftka.raft.effects import Snapshot
 from raftka.raft.snapshot_schedule import SnapshotPolicy
 from raftka.raft.storage import layout, snapshot_file
 from tests.unit import metadata_support as m
-from tests.unit.storage_support import flip_byte
+from tests.unit.storage_support import flip_byte, memory_folder
 
 SMALL = Shape(brokers=3, topics=3, partitions=2, groups=2, commit_partitions_max=4)
 NEVER = SnapshotPolicy(
@@ -38,14 +36,8 @@ RECORDS = 400
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@contextmanager
-def _folder() -> Iterator[Path]:
-    shm = Path("/dev/shm")  # the writer fsyncs every batch it appends: memory makes that free
-    path = Path(tempfile.mkdtemp(prefix="audit-prop-", dir=shm if shm.is_dir() else None))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path)
+def _folder() -> AbstractContextManager[Path]:
+    return memory_folder("audit-prop-")
 
 
 def _errors(root: Path) -> set[str]:
@@ -342,8 +334,7 @@ def test_a_history_replayed_in_pieces_cut_at_a_snapshot_gives_the_same_events(se
         write_history(root / "node-1" / "data", RECORDS, seed=seed, shape=SMALL,
                       snapshot_policy=SnapshotPolicy(snapshot_interval_records=50))  # fmt: skip
         audited = audit_paths([root])
-        rows = sorted(replay_input(audited.rows, audited.merged), key=replay_order)
-        plain = [ReplayRow._make((*(getattr(r, c) for c in REPLAY_COLUMNS[:-1]), None)) for r in rows]
+        plain = sorted(replay_input(audited.rows, audited.merged), key=replay_order)
         boundaries = sorted({r.offset for r in plain if r.kind == "SNAPSHOT" and r.offset > 0})
         at = boundaries[cut % len(boundaries)]
         before = [r for r in plain if (r.batch_offset - (r.kind == "SNAPSHOT")) < at]

@@ -1,0 +1,202 @@
+"""The replay in pieces, each one Spark task that reads its batches straight from the files.
+
+The merge chose one copy of every canonical batch (``raftka.audit.merge``). ``plan`` cuts that
+history at snapshots into pieces of about equal size: a piece replays the batches from one
+snapshot to the next, starting from a copy of the first (role BASE) and comparing its
+image with every snapshot at its end, so each snapshot is checked against the log once,
+as in one replay from the start (``raftka.audit.replay``).
+
+``run_piece`` reads its piece's files itself, decodes each record once with
+``raftka.audit.decode`` (the controllers' own code) and replays it through ``MetadataDelta``: no
+record crosses into the JVM, which costs more than decoding it. It writes two Parquet
+files that the tables read back: the events (``EVENT_SCHEMA``) and the columns of the
+canonical records that the tables query (``CANONICAL_SCHEMA``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import gc
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raftka.audit.decode import (
+    CONTROL_TYPES,
+    SNAPSHOT_KIND,
+    control_columns,
+    decode_record,
+    snapshot_contents,
+)
+from raftka.audit.files import SNAPSHOT, AuditInputError, LogFile
+from raftka.audit.merge import Chosen
+from raftka.audit.replay import BASE, EVENT_SCHEMA, Batch, Record, Row, replay_batches
+from raftka.audit.schema import ROW_SCHEMA, to_batch
+from raftka.metadata.snapshot import SnapshotError
+from raftka.raft.storage import batch_codec
+
+# The canonical records' columns the tables read, typed as in ``raftka.audit.schema``.
+CANONICAL_COLUMNS = ("offset", "batch_offset", "epoch", "timestamp_ms", "type", "leader", "voters", "topic_id",
+                     "partition", "group", "committed_offset")  # fmt: skip
+CANONICAL_SCHEMA = pa.schema([ROW_SCHEMA.field(name) for name in CANONICAL_COLUMNS])
+EVENTS = "events"
+CANONICAL = "canonical"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Consecutive input of one file: chosen batches at ``positions``, or a whole snapshot."""
+
+    file: LogFile
+    positions: tuple[int, ...]
+    role: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    index: int
+    runs: tuple[Run, ...]
+
+
+def plan(
+    files: Sequence[LogFile],
+    chosen: Sequence[Chosen],
+    snapshots: Sequence[tuple[str, int, int]],
+    start: int,
+    pieces: int,
+) -> list[Piece]:
+    """Up to ``pieces`` pieces, cut at snapshot offsets above ``start`` (the history's first
+    offset). ``snapshots``: (node, file_seq, offset) of every readable snapshot file."""
+    by_key = {(f.node, f.seq): f for f in files}
+    offsets = sorted({offset for _, _, offset in snapshots if offset > start})
+    count = max(1, min(pieces, len(offsets) + 1))
+    boundaries = sorted({offsets[len(offsets) * k // count] for k in range(1, count)}) if offsets else []
+    # (offset, is_log, node, file_seq, position, role): replay order is the tuple's first five
+    items: list[list[tuple[Any, ...]]] = [[] for _ in range(len(boundaries) + 1)]
+    for c in chosen:
+        items[bisect.bisect_right(boundaries, c.base_offset)].append(
+            (c.base_offset, 1, c.node, c.file_seq, c.position, None)
+        )
+    for node, seq, offset in snapshots:
+        # a snapshot at S holds the log below S: the piece that replays up to S checks it
+        upto = offset - 1 if offset > start else offset
+        items[bisect.bisect_right(boundaries, upto)].append((offset, 0, node, seq, -1, None))
+    for k, boundary in enumerate(boundaries, start=1):
+        node, seq = min(((n, s) for n, s, o in snapshots if o == boundary), key=lambda k: by_key[k].path)
+        items[k].append((boundary, 0, node, seq, -1, BASE))
+    return [Piece(k, tuple(_runs(sorted(mine, key=lambda i: i[:5]), by_key))) for k, mine in enumerate(items)]
+
+
+def _runs(items: list[tuple[Any, ...]], by_key: dict[tuple[str, int], LogFile]) -> Iterator[Run]:
+    run: tuple[tuple[str, int], str | None] | None = None
+    positions: list[int] = []
+    for _, is_log, node, seq, position, role in items:
+        if run is not None and (not is_log or run != ((node, seq), role)):
+            yield Run(by_key[run[0]], tuple(positions), run[1])
+            run, positions = None, []
+        if is_log:
+            run = ((node, seq), role)
+            positions.append(position)
+        else:
+            yield Run(by_key[(node, seq)], (), role)
+    if run is not None:
+        yield Run(by_key[run[0]], tuple(positions), run[1])
+
+
+def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
+    """Replay ``piece`` into ``folder``/events and ``folder``/canonical; what it did."""
+    started = time.monotonic()
+    canonical: list[tuple[Any, ...]] = []
+    with _no_cyclic_gc():
+        events = list(replay_batches(_batches(piece, canonical)))
+    _write(to_batch(events, EVENT_SCHEMA), Path(folder) / EVENTS, piece.index)
+    _write(to_batch(canonical, CANONICAL_SCHEMA), Path(folder) / CANONICAL, piece.index)
+    return {"piece": piece.index, "records": len(canonical), "events": len(events),
+            "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """A piece allocates millions of objects that hold no cycles (records, images, rows):
+    the cyclic collector would walk them again and again, a fifth of the replay's time,
+    and free nothing. Reference counting frees them as before."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _write(batch: pa.RecordBatch, folder: Path, index: int) -> None:
+    """Whole or not at all: a retried task replaces its file, readers never see half of one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"piece-{index:05d}.parquet"
+    partial = folder / f".{path.name}.partial"  # a dot-name: Spark's reader skips it
+    pq.write_table(pa.Table.from_batches([batch]), partial)
+    os.replace(partial, path)
+
+
+def _batches(piece: Piece, canonical: list[tuple[Any, ...]]) -> Iterator[Batch]:
+    """The piece's input for ``replay_batches``; each log record's canonical columns go to
+    ``canonical`` as it is read."""
+    for run in piece.runs:
+        data = Path(run.file.path).read_bytes()
+        if run.file.source == SNAPSHOT:
+            yield _snapshot(run, data)
+        else:
+            for position in run.positions:
+                yield _batch(run.file, data, position, canonical)
+
+
+def _snapshot(run: Run, data: bytes) -> Batch:
+    file = run.file
+    try:
+        sid, contents = snapshot_contents(file, data)
+    except SnapshotError as exc:
+        raise _changed(file, str(exc)) from None
+    if not contents.records:
+        raise _changed(file, "the snapshot is empty now")
+    timestamp = contents.timestamp_ms if contents.timestamp_ms >= 0 else None
+    first = Row(file.node, file.path, file.seq, None, SNAPSHOT_KIND, sid.offset, 0, len(contents.records), sid.offset,
+                sid.epoch, timestamp, None, None, contents.records[0], run.role)  # fmt: skip
+    return Batch(first, [(None, None, raw, None) for raw in contents.records])
+
+
+def _batch(file: LogFile, data: bytes, position: int, canonical: list[tuple[Any, ...]]) -> Batch:
+    frame = batch_codec.decode_frame(data, position)
+    batch = frame.batch
+    if batch is None:
+        raise _changed(file, f"byte {position}: {frame.error}")
+    base, epoch, timestamp = batch.base_offset, batch.epoch, batch.timestamp_ms
+    control = CONTROL_TYPES.get(batch.kind)
+    found: list[Record] = []
+    for index, raw in enumerate(batch.records):
+        if control:
+            type_name, leader, voters, _, error = control_columns(control, raw)
+            found.append((type_name, error, raw, None))
+            canonical.append(
+                (base + index, base, epoch, timestamp, type_name, leader, voters, None, None, None, None)
+            )
+        else:
+            type_name, typed, record, error = decode_record(raw)
+            found.append((type_name, error, raw, record))
+            topic_id, _, partition, _, _, leader, _, _, group, committed = typed
+            canonical.append((base + index, base, epoch, timestamp, type_name, leader, None, topic_id, partition, group,
+                              committed))  # fmt: skip
+    type_name, error, raw, _ = found[0]
+    first = Row(file.node, file.path, file.seq, position, batch.kind.name, base, 0, len(found), base, epoch, timestamp,
+                type_name, error, raw, None)  # fmt: skip
+    return Batch(first, found)
+
+
+def _changed(file: LogFile, what: str) -> AuditInputError:
+    return AuditInputError(f"{file.path} changed while it was audited: {what}")

@@ -1,0 +1,100 @@
+"""The replay in pieces read straight from the files (what the Spark job's tasks run), without
+a JVM: any number of pieces gives exactly the events of one replay of the whole history,
+and the canonical records' columns are those of the chosen copies' decoded rows."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from raftka.audit.decode import SNAPSHOT_KIND
+from raftka.audit.files import SEGMENT, AuditInputError, discover
+from raftka.audit.pieces import CANONICAL, CANONICAL_COLUMNS, EVENTS, plan, run_piece
+from raftka.audit.plain import PlainAudit, audit_paths
+from raftka.audit.synthetic import Shape, write_history
+from raftka.audit.walk import is_head
+from raftka.raft.snapshot_schedule import SnapshotPolicy
+from tests.unit.audit_incident import Incident, build_incident
+from tests.unit.storage_support import flip_byte, memory_folder
+
+SMALL = Shape(brokers=3, topics=3, partitions=2, groups=2, commit_partitions_max=4)
+
+
+def _folder() -> AbstractContextManager[Path]:
+    return memory_folder("audit-pieces-")
+
+
+def _pieces(
+    root: Path, out: Path, count: int
+) -> tuple[PlainAudit, list[dict[str, Any]], list[tuple[Any, ...]]]:
+    """The plain audit of ``root``, and the events and canonical rows of ``count`` pieces."""
+    audited = audit_paths([root])
+    heads = [r for r in audited.rows if is_head(r) and r.batch_offset is not None]
+    snapshots = [(r.node, r.file_seq, r.offset) for r in heads if r.kind == SNAPSHOT_KIND]
+    pieces = plan(discover([root]), audited.merged.chosen, snapshots, audited.merged.start_offset or 0, count)
+    events: list[dict[str, Any]] = []
+    canonical: list[tuple[Any, ...]] = []
+    for piece in pieces:
+        run_piece(piece, str(out))
+        name = f"piece-{piece.index:05d}.parquet"
+        events += pq.read_table(out / EVENTS / name).to_pylist()
+        canonical += [tuple(r.values()) for r in pq.read_table(out / CANONICAL / name).to_pylist()]
+    return audited, events, canonical
+
+
+def _chosen_rows(audited: PlainAudit) -> list[tuple[Any, ...]]:
+    chosen = {(c.node, c.file_seq, c.position) for c in audited.merged.chosen}
+    rows = [r for r in audited.rows if r.source == SEGMENT and r.batch_offset is not None
+            and (r.node, r.file_seq, r.position) in chosen]  # fmt: skip
+    return [tuple(getattr(r, c) for c in CANONICAL_COLUMNS) for r in sorted(rows, key=lambda r: r.offset)]
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory: pytest.TempPathFactory) -> Incident:
+    return build_incident(tmp_path_factory.mktemp("incident"))
+
+
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_the_incident_in_pieces(incident: Incident, tmp_path: Path, count: int) -> None:
+    audited, events, canonical = _pieces(incident.root, tmp_path, count)
+    assert events == audited.events
+    assert canonical == _chosen_rows(audited)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32),
+    nodes=st.integers(1, 3),
+    interval=st.integers(30, 200),
+    count=st.integers(1, 8),
+)
+def test_any_number_of_pieces_gives_the_events_of_one_replay(
+    seed: int, nodes: int, interval: int, count: int
+) -> None:
+    with _folder() as root:
+        for node in range(1, nodes + 1):
+            write_history(root / f"node-{node}" / "data", 600, seed=seed, node_id=node, shape=SMALL,
+                          snapshot_policy=SnapshotPolicy(snapshot_interval_records=interval * node),
+                          segment_bytes=3_000, archive=node != 2)  # fmt: skip
+        audited, events, canonical = _pieces(root, root / "out", count)
+        assert events == audited.events
+        assert canonical == _chosen_rows(audited)
+
+
+def test_a_file_changed_after_the_heads_were_read_is_named(tmp_path: Path) -> None:
+    data_dir = tmp_path / "node-1" / "data"
+    write_history(
+        data_dir, 300, shape=SMALL, snapshot_policy=SnapshotPolicy(snapshot_interval_records=1 << 40)
+    )
+    audited = audit_paths([tmp_path])
+    [piece] = plan(discover([tmp_path]), audited.merged.chosen, [], 0, 4)
+    segment = piece.runs[0].file.path
+    flip_byte(Path(segment), 40)
+    with pytest.raises(AuditInputError, match="changed while it was audited"):
+        run_piece(piece, str(tmp_path / "out"))
