@@ -211,14 +211,21 @@ class AsyncProducer:
         return NO_PRODUCER if self._idempotence is None else self._idempotence.producer
 
     async def wait_ready(self, topic: str) -> None:
-        """Until every partition of ``topic`` has a leader (bounded by ``max_block_ms``)."""
+        """Until ``topic`` is known and every partition has a leader (bounded by
+        ``max_block_ms``): a topic created a moment ago may not have reached the brokers'
+        metadata yet, which is not an error until the time is up."""
         deadline = time.monotonic() + self.max_block_s
         while True:
-            info = await self.metadata.topic(topic)
-            if len(info.available()) == len(info.partitions):
-                return
-            if time.monotonic() > deadline:
-                raise ProducerError("LEADER_NOT_AVAILABLE", f"{topic} has partitions without a leader")
+            try:
+                info = await self.metadata.topic(topic)
+            except KafkaError as e:
+                if e.code != "UNKNOWN_TOPIC_OR_PARTITION" or time.monotonic() > deadline:
+                    raise
+            else:
+                if len(info.available()) == len(info.partitions):
+                    return
+                if time.monotonic() > deadline:
+                    raise ProducerError("LEADER_NOT_AVAILABLE", f"{topic} has partitions without a leader")
             await asyncio.sleep(self._retry_backoff_s)
             await self.metadata.refresh(force=True)
 

@@ -18,7 +18,7 @@ import pytest
 from raftka.client import producer as producer_module
 from raftka.client.cluster_metadata import ClusterMetadata, PartitionLeader, TopicInfo
 from raftka.client.consumer import AsyncConsumer
-from raftka.client.errors import OffsetOutOfRangeError, ProducerError
+from raftka.client.errors import KafkaError, OffsetOutOfRangeError, ProducerError
 from raftka.client.partitioner import default_partition
 from raftka.client.producer import AsyncProducer, Producer
 from raftka.client.types import RecordMetadata, TopicPartition
@@ -301,3 +301,37 @@ def test_metadata_from_a_lagging_broker_never_sends_the_client_back_to_an_older_
     assert metadata.leader(TopicPartition(TOPIC_NAME, 0)) == PartitionLeader(1, 6)
     metadata._adopt(answer(1, 0, topic_id=uuid.UUID(int=77).bytes))  # re-created: its epochs start over
     assert metadata.leader(TopicPartition(TOPIC_NAME, 0)) == PartitionLeader(1, 0)
+
+
+def test_wait_ready_waits_for_a_topic_the_brokers_do_not_know_yet(tmp_path: Path) -> None:
+    """A topic created a moment ago reaches the brokers' metadata a little later; the
+    producer waits for it within max_block_ms instead of failing at once."""
+
+    async def main() -> None:
+        async with broker_in_process(tmp_path, {TOPIC_NAME: PARTITIONS}) as broker:
+            producer = AsyncProducer(broker.address, max_block_ms=30_000, retry_backoff_ms=10)
+            try:
+                waiting = asyncio.create_task(producer.wait_ready("later"))
+                while producer.metadata._refreshed_at == 0:
+                    await asyncio.sleep(0.01)  # until the producer has asked and not found it
+                assert not waiting.done()
+                broker.set_topics({TOPIC_NAME: PARTITIONS, "later": 2})
+                await waiting
+                assert len((await producer.metadata.topic("later")).partitions) == 2
+            finally:
+                await producer.close()
+
+    asyncio.run(main())
+
+
+def test_wait_ready_gives_up_on_an_unknown_topic_after_max_block_ms(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with serving(tmp_path) as address:
+            producer = AsyncProducer(address, max_block_ms=50, retry_backoff_ms=10)
+            try:
+                with pytest.raises(KafkaError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+                    await producer.wait_ready("never")
+            finally:
+                await producer.close()
+
+    asyncio.run(main())
