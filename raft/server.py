@@ -24,6 +24,7 @@ from raft.logs import configure_logging
 from raft.node_config import ConfigError, NodeConfig, load_config
 from raftka.raft.core import RaftCore
 from raftka.raft.driver import RaftNode, StateMachine, monotonic_ms
+from raftka.raft.health import NodeHealth
 from raftka.raft.storage.base import StorageError
 from raftka.raft.storage.file import FileStorage
 from raftka.raft.storage.meta import check_meta
@@ -90,9 +91,13 @@ async def start_controller(config: NodeConfig) -> Controller:
     """A journal node: the quorum with the journal state machine and its service."""
     node: RaftNode
     journal = Journal(config.journal, lambda snapshot: node.save_snapshot(snapshot))
+    health = NodeHealth(config.node_id, [raft_pb2.DESCRIPTOR.services_by_name["Journal"]])
     node = await open_node(
-        config, journal, [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server)]
+        config,
+        journal,
+        [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server), health.add_to_server],
     )
+    node.add_caught_up_listener(health.set_serving)
     service = JournalService(node, journal, config.voter_addresses)
     await node.start()
     return Controller(node, journal, node.core.cluster_id)
