@@ -8,7 +8,7 @@ SEEDS ?= 2000
 JOBS ?= 2
 BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat
+.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat docker-test
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ $(BENCH_STAMP): $(STAMP)
 # make bench-kafka BENCH_KAFKA_ARGS='--records 2000000 --raftka-replication-factors 3,1'
 bench-kafka: $(BENCH_STAMP)
 	$(BIN)/python -m raftka.cli.bench_kafka $(BENCH_KAFKA_ARGS)
+
+# Not part of `make test`: builds the image on a debootstrapped base (kept between runs),
+# runs deploy/compose.yaml (3 controllers, 3 brokers), produces and consumes through it, and
+# removes it. Installs docker.io, docker-compose and debootstrap with apt-get if missing.
+docker-test: $(STAMP)
+	PYTHON=$(BIN)/python deploy/docker-test.sh
 
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto \

@@ -65,7 +65,9 @@ class BrokerLifecycle:
         link: ControllerLink,
         metadata_offset: Callable[[], int],
         incarnation_id: str = "",
+        on_state: Callable[[State], None] = lambda state: None,
     ) -> None:
+        """``on_state`` hears every change of state (the node's health follows it)."""
         self.broker_id = broker_id
         self.incarnation_id = incarnation_id or new_incarnation_id()
         self.broker_epoch = -1
@@ -76,6 +78,7 @@ class BrokerLifecycle:
         self._fast_s = min(heartbeat_interval_ms, FAST_HEARTBEAT_MS) / 1000
         self._link = link
         self._metadata_offset = metadata_offset
+        self._on_state = on_state
         self._wake = asyncio.Event()
         self._shutdown_requested = False
         self._last_problem = ""
@@ -185,6 +188,7 @@ class BrokerLifecycle:
                 broker_epoch=self.broker_epoch,
             )
             self.state = state
+            self._on_state(state)
 
     def _problem(self, what: str, detail: str) -> None:
         """Warn once per distinct problem: a controller election must not flood the log."""

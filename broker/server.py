@@ -48,11 +48,12 @@ from raftka.metadata.state_machine import MetadataStateMachine
 from raftka.metadata.validation import GROUP_MEMBERS_MAX
 from raftka.node.assembly import ServerError, open_node
 from raftka.node.config import NodeConfig, parse_host_port
+from raftka.node.health import NodeHealth
 from raftka.node.logs import configure_logging
 from raftka.node.metrics_endpoint import MetricsEndpoint, serve_metrics
 from raftka.raft.driver import RaftNode
 from raftka.raft.metrics import RaftCollector
-from raftka.v1 import broker_pb2_grpc, metadata_pb2
+from raftka.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 from raftka.wire.frames import DATA_LISTENER
 from raftka.wire.server import FrameServer, Listener
 
@@ -79,6 +80,7 @@ class Broker:
         lifecycle: BrokerLifecycle,
         link: ControllerLink,
         data: DataPlane,
+        health: NodeHealth,
         metrics: MetricsEndpoint | None = None,
     ) -> None:
         self.node = node
@@ -87,6 +89,7 @@ class Broker:
         self.partitions = partitions
         self.lifecycle = lifecycle
         self.data = data
+        self.health = health
         self._link = link
         self.lifecycle_task = asyncio.create_task(
             lifecycle.run(), name=f"broker-{lifecycle.broker_id}-lifecycle"
@@ -98,6 +101,7 @@ class Broker:
 
     async def controlled_shutdown(self, timeout_s: float = CONTROLLED_SHUTDOWN_TIMEOUT_S) -> bool:
         """Hand leaderships over, then stop; False if the controller did not confirm in time."""
+        self.health.shut_down()
         self.lifecycle.request_shutdown()
         try:
             await asyncio.wait_for(asyncio.shield(self.lifecycle_task), timeout_s)
@@ -107,6 +111,7 @@ class Broker:
         return self.lifecycle.state is State.STOPPED
 
     async def close(self) -> None:
+        self.health.shut_down()
         self.lifecycle_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.lifecycle_task
@@ -252,10 +257,14 @@ async def start_broker(config: NodeConfig) -> Broker:
 
     state_machine.add_listener(adopt)
     api: BrokerApi
+    health = NodeHealth(config.node_id, [broker_pb2.DESCRIPTOR.services_by_name["Broker"]])
     node = await open_node(
         config,
         state_machine,
-        [lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)],
+        [
+            lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server),
+            health.add_to_server,
+        ],
     )
     api = BrokerApi(
         data.replicas,
@@ -279,6 +288,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         link,
         lambda: state_machine.image.offset - 1,  # the last offset replayed (image.offset is the next)
         incarnation_id,
+        on_state=lambda state: health.set_serving(state is State.RUNNING),
     )
     await node.start()
     try:
@@ -289,7 +299,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         await data.close()
         await node.shutdown(graceful=False)
         raise
-    return Broker(node, state_machine, partitions, lifecycle, link, data, metrics)
+    return Broker(node, state_machine, partitions, lifecycle, link, data, health, metrics)
 
 
 def _endpoint(name: str, address: str) -> metadata_pb2.BrokerEndpoint:

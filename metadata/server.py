@@ -20,11 +20,12 @@ from raftka.metadata.service import ControllerService
 from raftka.metadata.state_machine import MetadataStateMachine
 from raftka.node.assembly import ServerError, open_node, serve_until_signalled
 from raftka.node.config import NodeConfig
+from raftka.node.health import NodeHealth
 from raftka.node.logs import configure_logging
 from raftka.node.metrics_endpoint import MetricsEndpoint, serve_metrics
 from raftka.raft.driver import RaftNode
 from raftka.raft.metrics import RaftCollector
-from raftka.v1 import controller_pb2_grpc
+from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +52,16 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
     """Recover storage, build core, transport, image and controller, and start serving."""
     node: RaftNode
     state_machine = MetadataStateMachine(config.metadata, lambda snapshot: node.save_snapshot(snapshot))
+    health = NodeHealth(config.node_id, [controller_pb2.DESCRIPTOR.services_by_name["Controller"]])
     node = await open_node(
         config,
         state_machine,
-        [lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(service, server)],
+        [
+            lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(service, server),
+            health.add_to_server,
+        ],
     )
+    node.add_caught_up_listener(health.set_serving)  # and NOT_SERVING from the start of a shutdown
     controller = QuorumController(
         node,
         state_machine,

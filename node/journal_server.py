@@ -15,13 +15,14 @@ import structlog
 
 from raftka.node.assembly import ServerError, open_node, serve_until_signalled
 from raftka.node.config import ConfigError, NodeConfig, load_config
+from raftka.node.health import NodeHealth
 from raftka.node.journal import Journal
 from raftka.node.journal_service import JournalService
 from raftka.node.logs import configure_logging
 from raftka.raft.driver import RaftNode
 from raftka.raft.storage.base import StorageError
 from raftka.raft.storage.meta import check_meta
-from raftka.v1 import raft_pb2_grpc
+from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 
 class Controller:
@@ -37,9 +38,13 @@ async def start_controller(config: NodeConfig) -> Controller:
     """A journal node: the quorum with the journal state machine and its service."""
     node: RaftNode
     journal = Journal(config.journal, lambda snapshot: node.save_snapshot(snapshot))
+    health = NodeHealth(config.node_id, [raft_pb2.DESCRIPTOR.services_by_name["Journal"]])
     node = await open_node(
-        config, journal, [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server)]
+        config,
+        journal,
+        [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server), health.add_to_server],
     )
+    node.add_caught_up_listener(health.set_serving)
     service = JournalService(node, journal, config.voter_addresses)
     await node.start()
     return Controller(node, journal, node.core.cluster_id)

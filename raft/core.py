@@ -232,6 +232,14 @@ class RaftCore:
         """A voter with new or wiped storage that may not vote yet (see the module doc)."""
         return self._recovery is not None
 
+    @property
+    def leader_high_watermark(self) -> int:
+        """The high watermark this epoch's leader last sent, while it is live; -1 otherwise."""
+        state = self._state
+        if isinstance(state, FollowerState) and not state.leader_lost:
+            return state.leader_high_watermark
+        return -1
+
     def exposed_high_watermark(self) -> int:
         """What a leader tells others: nothing until its own epoch has committed."""
         state = self._state
@@ -867,6 +875,7 @@ class RaftCore:
                 self._retry_fetch_after(self.cfg.election_timeout_ms)
             return
         self._fetch_ok(state)
+        state.leader_high_watermark = max(state.leader_high_watermark, resp.high_watermark)
         if resp.diverging is None and resp.snapshot_id is None:
             self._append_fetched(resp)
         elif not current:

@@ -32,6 +32,10 @@ The layer above gets:
   committed and every committed batch has been applied (slices included), so every
   earlier batch has reached the state machine: the layer above may act as leader on its
   state at once. A resigned, stopped or failed node announces no leader.
+- whether it has caught up (``caught_up``, pushed to ``add_caught_up_listener``), what
+  a health check reports: the announced leader, or a follower or observer of a live
+  leader that has applied everything up to the high watermark that leader last sent it.
+  It turns false as soon as ``shutdown`` starts.
 
 Fail-stop: an exception in any event (a bug in the core, a transport or storage that
 raises, a state machine that cannot apply) stops the node: it is logged with its
@@ -141,6 +145,8 @@ class RaftNode:
         self._last_seen = (core.role_name, core.epoch, core.leader_id)
         self._leadership = LeaderAndEpoch(NO_LEADER, core.epoch)
         self._leadership_listeners: list[LeadershipListener] = []
+        self._caught_up = False
+        self._caught_up_listeners: list[Callable[[bool], None]] = []
         self._stopped = asyncio.Event()
         self._closed = False
         self._foreign_peers_seen = 0
@@ -166,6 +172,7 @@ class RaftNode:
         if self._closed:
             return
         self._closed = True
+        self._publish_caught_up()
         if graceful and self.core.is_leader and not self._stopped.is_set():
             self.resign()
             await asyncio.sleep(grace_s)
@@ -213,6 +220,15 @@ class RaftNode:
     def add_leadership_listener(self, listener: LeadershipListener) -> None:
         """Called on the loop thread, without awaiting, on every change (see the module doc)."""
         self._leadership_listeners.append(listener)
+
+    @property
+    def caught_up(self) -> bool:
+        """What listeners were last told (see the module doc)."""
+        return self._caught_up
+
+    def add_caught_up_listener(self, listener: Callable[[bool], None]) -> None:
+        """Called on the loop thread, without awaiting, whenever ``caught_up`` changes."""
+        self._caught_up_listeners.append(listener)
 
     async def append(self, records: Sequence[bytes]) -> int:
         return await self.submit(records)
@@ -310,6 +326,7 @@ class RaftNode:
             return
         self._notice_role_change()
         self._publish_leadership()
+        self._publish_caught_up()
         if len(core.foreign_peers) != self._foreign_peers_seen:
             self._foreign_peers_seen = len(core.foreign_peers)
             self._log.error(
@@ -395,6 +412,24 @@ class RaftNode:
         for listener in self._leadership_listeners:
             listener(leadership)
 
+    def _publish_caught_up(self) -> None:
+        """The leader once announced; anyone else once it has applied every batch up to the
+        high watermark a live leader of this epoch last sent it (``_committed_end`` is the
+        end of what the core has handed over, applied once ``_to_apply`` is empty)."""
+        core = self.core
+        if self._closed or self._stopped.is_set() or self._to_apply:
+            caught_up = False
+        elif core.is_leader:
+            caught_up = self._leadership.leader_id == core.node_id
+        else:
+            heard = core.leader_high_watermark
+            caught_up = heard >= 0 and self._committed_end >= heard
+        if caught_up == self._caught_up:
+            return
+        self._caught_up = caught_up
+        for listener in self._caught_up_listeners:
+            listener(caught_up)
+
     def _notice_overlapping_observers(self) -> None:
         """Fetches from one observer id overlapped: two processes are probably configured
         with that node id (see ``RaftCore._on_fetch_request``). Said once a minute at most."""
@@ -465,6 +500,7 @@ class RaftNode:
             self._timer.cancel()
         self._fail_pending(error)
         self._publish_leadership()
+        self._publish_caught_up()
 
     def _fail_pending(self, error: Exception, from_offset: int = 0) -> None:
         """Fail the appends of batches at ``from_offset`` or after."""

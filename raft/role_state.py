@@ -116,6 +116,7 @@ class FollowerState:
     fetch_retry_ms: int = 0  # backoff before the next fetch
     fetch_sent_ms: int | None = None  # a fetch in flight since then
     download: SnapshotDownload | None = None  # a snapshot being fetched chunk by chunk
+    leader_high_watermark: int = -1  # the highest the leader sent in a fetch answer (-1: none yet)
 
 
 RoleState = UnattachedState | ProspectiveState | CandidateState | LeaderState | ResignedState | FollowerState

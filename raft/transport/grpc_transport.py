@@ -51,8 +51,9 @@ The module is not named ``grpc.py`` so that it can never shadow the grpc package
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -163,7 +164,7 @@ class GrpcTransport:
     Other services (the Journal, the controller's) share the server: pass ``servicers``,
     callables run as ``add(server)`` in ``start`` before the server starts, e.g.
     ``lambda s: raft_pb2_grpc.add_JournalServicer_to_server(journal, s)``. Their methods
-    must be asyncio unary-unary ones, as every method of ours is (see ``_CallBudgets``).
+    are asyncio coroutines or async generators (see ``_CallBudgets``).
     """
 
     def __init__(
@@ -618,7 +619,9 @@ class _CallBudgets(grpc.aio.ServerInterceptor):
         budget = self._raft if method in _RAFT_METHODS else self._services
         if handler.unary_unary is not None:
             make, behavior = grpc.unary_unary_rpc_method_handler, handler.unary_unary
-        else:  # the Exchange stream: one call however many requests it carries
+        elif handler.unary_stream is not None:  # health's Watch: one call however long it watches
+            make, behavior = grpc.unary_stream_rpc_method_handler, handler.unary_stream
+        else:  # the Exchange stream, reflection's: one call however many requests it carries
             assert handler.stream_stream is not None, f"{method}: no budget for this kind of method"
             make, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
         admitting = self._admitting[method] = make(
@@ -640,19 +643,38 @@ class _Budget:
         self._in_progress = 0
 
     def admit(self, behavior: _Behavior) -> _Behavior:
+        """``behavior`` wrapped, of the same kind: grpc tells a coroutine (which answers, or
+        writes with ``context.write``) from an async generator (which yields its answers)."""
+        if inspect.isasyncgenfunction(behavior):
+            return self._admit_generator(behavior)
+
         async def admitted(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if self._in_progress >= self._calls_max:
-                await context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"node busy: {self._calls_max} {self._name} calls in progress already; retry later",
-                )
-            self._in_progress += 1
+            await self._enter(context)
             try:
                 return await behavior(request, context)
             finally:
                 self._in_progress -= 1
 
         return admitted
+
+    def _admit_generator(self, behavior: Callable[..., AsyncIterator[Any]]) -> _Behavior:
+        async def admitted(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await self._enter(context)
+            try:
+                async for answer in behavior(request, context):
+                    yield answer
+            finally:
+                self._in_progress -= 1
+
+        return admitted  # type: ignore[return-value]
+
+    async def _enter(self, context: grpc.aio.ServicerContext) -> None:
+        if self._in_progress >= self._calls_max:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"node busy: {self._calls_max} {self._name} calls in progress already; retry later",
+            )
+        self._in_progress += 1
 
 
 _Exchange = Callable[[grpc.aio.ServicerContext], Awaitable[None]]

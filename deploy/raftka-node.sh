@@ -1,0 +1,140 @@
+#!/bin/sh
+# raftka-node: the container's entrypoint. It writes the node's config from environment
+# variables, so one image and one manifest serve every node (a StatefulSet's pods differ
+# only in their ordinal), then formats the data volume once or runs the server.
+#
+#   raftka-node start    format the volume if it is not yet formatted, then run the server
+#   raftka-node format   only the formatting (a Kubernetes init container)
+#   raftka-node server   only the server
+#   raftka-node health   exit 0 when this node's gRPC health says SERVING (HEALTHCHECK)
+#   raftka-node config   print the generated config
+#   raftka-node ARGS...  anything else runs `raftka ARGS...` (produce, consume, topics...)
+#
+# Environment (the config keys they set are in README's configuration table):
+#   RAFTKA_ROLE         controller or broker. Unset: RAFTKA_CONFIG is a mounted file, used as is.
+#   RAFTKA_NODE_ID      this node's id; or RAFTKA_NODE_ID_BASE plus the ordinal that ends
+#                       $HOSTNAME (a StatefulSet pod raftka-controller-2 with base 1 is node 3)
+#   RAFTKA_HOST         the name this node listens on and advertises (its compose service,
+#                       or POD.SERVICE in Kubernetes); every client must resolve it
+#   RAFTKA_VOTERS       controller.quorum.voters: 1@HOST:PORT,2@HOST:PORT,3@HOST:PORT
+#   RAFTKA_CLUSTER_ID   the cluster id storage is formatted with (`raftka storage random-uuid`)
+#   RAFTKA_GRPC_PORT    gRPC listener (Raft, controller or broker API, health): 9093
+#   RAFTKA_DATA_PORT    a broker's data listener (raftka's clients): 9094
+#   RAFTKA_KAFKA_PORT   a broker's Kafka listener (Kafka's clients): 9092; "" for none
+#   RAFTKA_DATA_DIR     /var/lib/raftka (the volume)
+#   RAFTKA_CONFIG       where the config is written: /etc/raftka/node.toml
+#   RAFTKA_LOG_LEVEL    info;  RAFTKA_LOG_FORMAT: json
+set -eu
+
+CONFIG=${RAFTKA_CONFIG:-/etc/raftka/node.toml}
+GRPC_PORT=${RAFTKA_GRPC_PORT:-9093}
+RESOLVE_WAIT_S=60
+
+die() {
+    echo "raftka-node: error: $*" >&2
+    exit 2
+}
+
+need() {
+    eval "value=\${$1:-}"
+    [ -n "$value" ] || die "$1 is not set ($2)"
+}
+
+node_id() {
+    if [ -n "${RAFTKA_NODE_ID:-}" ]; then
+        echo "$RAFTKA_NODE_ID"
+        return
+    fi
+    need RAFTKA_NODE_ID_BASE "set RAFTKA_NODE_ID, or RAFTKA_NODE_ID_BASE for a StatefulSet"
+    ordinal=${HOSTNAME##*-}
+    case $ordinal in
+    '' | *[!0-9]*) die "RAFTKA_NODE_ID_BASE: HOSTNAME '$HOSTNAME' does not end in -ORDINAL" ;;
+    esac
+    echo $((RAFTKA_NODE_ID_BASE + ordinal))
+}
+
+write_config() {
+    if [ -z "${RAFTKA_ROLE:-}" ]; then
+        [ -r "$CONFIG" ] || die "RAFTKA_ROLE is not set and RAFTKA_CONFIG ($CONFIG) is not a readable file"
+        return
+    fi
+    need RAFTKA_HOST "the name other nodes and clients reach this node by"
+    need RAFTKA_VOTERS "controller.quorum.voters, e.g. 1@controller-1:9093,2@controller-2:9093,3@controller-3:9093"
+    id=$(node_id)
+    case $id in '' | *[!0-9]*) die "RAFTKA_NODE_ID: expected a number, got '$id'" ;; esac
+    mkdir -p "$(dirname "$CONFIG")"
+    {
+        echo "node_id = $id"
+        echo "process_roles = [\"$RAFTKA_ROLE\"]"
+        echo "data_dir = \"${RAFTKA_DATA_DIR:-/var/lib/raftka}\""
+        echo "listener = \"$RAFTKA_HOST:$GRPC_PORT\""
+        echo
+        echo "[controller.quorum]"
+        echo "voters = \"$RAFTKA_VOTERS\""
+        echo
+        echo "[logging]"
+        echo "level = \"${RAFTKA_LOG_LEVEL:-info}\""
+        echo "format = \"${RAFTKA_LOG_FORMAT:-json}\""
+        case $RAFTKA_ROLE in
+        controller) ;;
+        broker)
+            kafka_port=${RAFTKA_KAFKA_PORT-9092}
+            echo
+            echo "[broker]"
+            echo "data_listener = \"$RAFTKA_HOST:${RAFTKA_DATA_PORT:-9094}\""
+            echo
+            echo "[kafka]"
+            echo "listener = \"${kafka_port:+$RAFTKA_HOST:$kafka_port}\""
+            ;;
+        *) die "RAFTKA_ROLE: expected controller or broker, got '$RAFTKA_ROLE'" ;;
+        esac
+    } >"$CONFIG.tmp"
+    mv "$CONFIG.tmp" "$CONFIG"
+}
+
+# The server binds RAFTKA_HOST's address: in Kubernetes a pod's DNS name can lag its start.
+wait_resolvable() {
+    [ -n "${RAFTKA_HOST:-}" ] || return 0
+    waited=0
+    until getent hosts "$RAFTKA_HOST" >/dev/null; do
+        [ $waited -lt $RESOLVE_WAIT_S ] || die "RAFTKA_HOST: '$RAFTKA_HOST' does not resolve after ${RESOLVE_WAIT_S}s"
+        sleep 1
+        waited=$((waited + 1))
+    done
+}
+
+format() {
+    need RAFTKA_CLUSTER_ID "the same on every node; make one with 'raftka storage random-uuid'"
+    # Formats an empty volume; leaves one formatted for this cluster and node as it is;
+    # refuses one formatted for another cluster or node (a mix-up the operator must see).
+    raftka storage format --config "$CONFIG" --cluster-id "$RAFTKA_CLUSTER_ID"
+}
+
+command=${1:-start}
+case $command in
+start)
+    write_config
+    format
+    wait_resolvable
+    exec raftka server --config "$CONFIG"
+    ;;
+format)
+    write_config
+    format
+    ;;
+server)
+    write_config
+    wait_resolvable
+    exec raftka server --config "$CONFIG"
+    ;;
+health)
+    exec raftka health "${RAFTKA_HOST:-127.0.0.1}:$GRPC_PORT" --timeout "${RAFTKA_HEALTH_TIMEOUT_S:-3}"
+    ;;
+config)
+    write_config
+    cat "$CONFIG"
+    ;;
+*)
+    exec raftka "$@"
+    ;;
+esac
