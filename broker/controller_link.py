@@ -14,6 +14,8 @@ from typing import Any
 
 import grpc
 
+from raftka.security.grpc_gate import forwarded_metadata
+from raftka.security.tls import TlsFiles, aio_channel
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
@@ -35,8 +37,10 @@ class ControllerLink:
         voter_addresses: Mapping[int, str],
         leader_id: Callable[[], int],
         request_timeout_s: float,
+        tls: TlsFiles | None = None,
     ) -> None:
         assert voter_addresses, "the voter set is never empty"
+        self._tls = tls
         self._voters = dict(voter_addresses)
         self._leader_id = leader_id
         self._timeout_s = request_timeout_s
@@ -61,7 +65,9 @@ class ControllerLink:
         LinkError when none answered this time."""
         address = self.target()
         try:
-            response = await getattr(self._stub(address), method)(request, timeout=self._timeout_s)
+            response = await getattr(self._stub(address), method)(
+                request, timeout=self._timeout_s, metadata=forwarded_metadata()
+            )
         except grpc.aio.AioRpcError as e:
             self._miss(address)
             raise LinkError(f"{address}: {e.code().name}: {e.details()}") from None
@@ -92,7 +98,7 @@ class ControllerLink:
     def _stub(self, address: str) -> controller_pb2_grpc.ControllerStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            channel = aio_channel(address, self._tls, _CHANNEL_OPTIONS)
             self._channels[address] = channel
             stub = self._stubs[address] = controller_pb2_grpc.ControllerStub(channel)
         return stub

@@ -16,8 +16,10 @@ from typing import NoReturn
 from raft.logs import command_logging
 from raft.node_config import ConfigError
 from raftka.cli import (
+    acls,
     audit_cmd,
     brokers,
+    certs_cmd,
     chaos,
     cluster,
     configs,
@@ -75,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         audit_cmd,
         chaos,
         perf,
+        certs_cmd,
+        acls,
     ):
         module.register(commands)
     return parser

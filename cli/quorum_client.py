@@ -14,6 +14,7 @@ from types import TracebackType
 import grpc
 
 from raftka.cli.errors import CliError
+from raftka.security.tls import TlsFiles, sync_channel
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 DescribeQuorumResponse = raft_pb2.DescribeQuorumResponse
@@ -32,8 +33,9 @@ class QuorumError(CliError):
 
 
 class QuorumClient:
-    def __init__(self, call_timeout_s: float = 2.0) -> None:
+    def __init__(self, call_timeout_s: float = 2.0, tls: TlsFiles | None = None) -> None:
         self.call_timeout_s = call_timeout_s
+        self._tls = tls
         self._stubs: dict[str, raft_pb2_grpc.RaftStub] = {}
         self._channels: list[grpc.Channel] = []
 
@@ -96,7 +98,7 @@ class QuorumClient:
     def _stub(self, address: str) -> raft_pb2_grpc.RaftStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            channel = sync_channel(address, self._tls, _CHANNEL_OPTIONS)
             self._channels.append(channel)
             stub = self._stubs[address] = raft_pb2_grpc.RaftStub(channel)
         return stub

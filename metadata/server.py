@@ -16,6 +16,8 @@ import structlog
 
 from raft.logs import configure_logging
 from raft.node_config import NodeConfig
+from raftka.metadata.acls import Authorizer
+from raftka.metadata.authorization import controller_policy
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.service import ControllerService
 from raftka.metadata.state_machine import MetadataStateMachine
@@ -49,6 +51,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
         config,
         state_machine,
         [lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(service, server)],
+        controller_policy(Authorizer(config.authorizer.super_users, lambda: state_machine.image.acls)),
     )
     controller = QuorumController(
         node,
