@@ -15,6 +15,8 @@ from typing import Any
 import grpc
 
 from raftka.rpc.stubs import ControllerRpc, NotControllerError, Stubs, controller_answer
+from raftka.security.grpc_gate import forwarded_metadata
+from raftka.security.tls import TlsFiles
 from raftka.v1 import controller_pb2_grpc
 
 
@@ -28,6 +30,7 @@ class ControllerLink:
         voter_addresses: Mapping[int, str],
         leader_id: Callable[[], int],
         request_timeout_s: float,
+        tls: TlsFiles | None = None,
     ) -> None:
         assert voter_addresses, "the voter set is never empty"
         self._voters = dict(voter_addresses)
@@ -36,7 +39,7 @@ class ControllerLink:
         self._hint: str | None = None
         self._failed_leader: int | None = None  # the Raft leader a call just failed on: skip it
         self._next_voter = 0
-        self._stubs = Stubs(controller_pb2_grpc.ControllerStub)
+        self._stubs = Stubs(controller_pb2_grpc.ControllerStub, tls)
 
     def target(self) -> str:
         """The address the next call goes to."""
@@ -54,7 +57,10 @@ class ControllerLink:
         address = self.target()
         try:
             response = controller_answer(
-                address, await rpc(self._stubs[address])(request, timeout=self._timeout_s)
+                address,
+                await rpc(self._stubs[address])(
+                    request, timeout=self._timeout_s, metadata=forwarded_metadata()
+                ),
             )
         except grpc.aio.AioRpcError as e:
             self._miss(address)

@@ -156,6 +156,7 @@ class DataPlane:
             config.broker,
             broker_epoch,
             lambda p: self.replicas.fail_reads_of(p),
+            config.tls.client_ssl if config.tls else None,
         )
         self.listeners: list[Listener] = []
         self.isr_changes = IsrChanges(
@@ -193,7 +194,7 @@ class DataPlane:
         for key, address, listener in wanted:
             host, port = parse_host_port(address, key)
             try:
-                await listener.start(host, port)
+                await listener.start(host, port, config.tls.server_ssl if config.tls else None)
             except OSError as e:
                 raise ServerError(f"{key}: cannot listen on {address}: {e.strerror or e}") from None
             self.listeners.append(listener)
@@ -244,7 +245,9 @@ async def start_broker(config: NodeConfig) -> Broker:
     lifecycle: BrokerLifecycle
     state_machine = MetadataStateMachine(config.metadata, lambda snapshot: node.save_snapshot(snapshot))
     partitions = BrokerPartitions(config.node_id)
-    link = ControllerLink(addresses, lambda: node.leadership.leader_id, CONTROLLER_REQUEST_TIMEOUT_S)
+    link = ControllerLink(
+        addresses, lambda: node.leadership.leader_id, CONTROLLER_REQUEST_TIMEOUT_S, config.tls
+    )
     incarnation_id = new_incarnation_id()
     data = DataPlane(config, link, lambda: lifecycle.broker_epoch, incarnation_id)
     roles_log = log.bind(node_id=config.node_id, role="broker")  # runs in raft's callbacks: bind here

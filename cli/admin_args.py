@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from raftka.cli import output, quorum
 from raftka.cli.errors import CliError
+from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.client.admin import Admin, RetryPolicy
 
 T = TypeVar("T")
@@ -28,13 +29,14 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         "--timeout-s", type=float, default=15.0, help="give up after this long without an answer (default 15)"
     )
     output.add_output_option(parser)
+    add_tls_options(parser)
 
 
 def open_admin(args: argparse.Namespace) -> Admin:
     if args.timeout_s <= 0:
         raise CliError(f"--timeout-s: expected a positive number, got {args.timeout_s:g}")
     addresses = quorum.bootstrap_addresses(args.bootstrap_controller, args.dir)
-    return Admin(addresses, RetryPolicy(total_timeout_s=args.timeout_s))
+    return Admin(addresses, RetryPolicy(total_timeout_s=args.timeout_s), client_tls(args))
 
 
 def parse_key_values(items: Sequence[str], flag: str) -> dict[str, str]:

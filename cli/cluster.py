@@ -27,6 +27,7 @@ from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.errors import AdminError
 from raftka.node.config import (
     BROKER,
+    AuthorizerConfig,
     BrokerConfig,
     KafkaConfig,
     LogConfig,
@@ -36,6 +37,8 @@ from raftka.node.config import (
     render_toml,
 )
 from raftka.raft.storage import meta
+from raftka.security.certs import CLIENT_UNIT, init_certs, subject
+from raftka.security.tls import TlsFiles
 from raftka.v1 import raft_pb2
 
 LOOPBACK = "127.0.0.1"
@@ -58,6 +61,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     up_cmd.add_argument("--controllers", type=int, help="number of controllers when creating (default 3)")
     up_cmd.add_argument("--brokers", type=int, help="number of brokers when creating (default 3)")
+    up_cmd.add_argument(
+        "--tls",
+        action="store_true",
+        help="when creating: a development CA and certificates in DIR/certs, mutual TLS on every listener",
+    )
     up_cmd.add_argument(
         "--timeout-s", type=float, default=30.0, help="how long to wait for a leader, then for the brokers"
     )
@@ -87,20 +95,30 @@ def _add_dir_option(parser: argparse.ArgumentParser) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    result = up(local.resolve_dir(args.dir), args.controllers, args.timeout_s, brokers=args.brokers)
+    result = up(
+        local.resolve_dir(args.dir), args.controllers, args.timeout_s, brokers=args.brokers, tls=args.tls
+    )
     print(output.to_json(result) if args.output == "json" else format_up(result, args.dir))
     return 0
 
 
 def up(
-    cluster_dir: Path, controllers: int | None, timeout_s: float, *, brokers: int | None = None
+    cluster_dir: Path,
+    controllers: int | None,
+    timeout_s: float,
+    *,
+    brokers: int | None = None,
+    tls: bool = False,
 ) -> dict[str, Any]:
     """Create the cluster if needed, start the nodes that are down, wait for a leader and
     then for every broker to be registered and unfenced."""
     created = not local.exists(cluster_dir)
     if created:
         cluster = create(
-            cluster_dir, 3 if controllers is None else controllers, brokers=3 if brokers is None else brokers
+            cluster_dir,
+            3 if controllers is None else controllers,
+            brokers=3 if brokers is None else brokers,
+            tls=tls,
         )
     else:
         cluster = local.load(cluster_dir)
@@ -113,9 +131,14 @@ def up(
                     f"the cluster in {cluster_dir} has {len(have)} {flag}, not {wanted}; "
                     f"to make a new one: raftka cluster down, then remove {cluster_dir}"
                 )
+        if tls and not cluster.tls:
+            raise CliError(
+                f"the cluster in {cluster_dir} runs without TLS; to make a new one with it: "
+                f"raftka cluster down, then remove {cluster_dir}"
+            )
     started = {node.id: local.start_node(node) for node in cluster.controllers() if not local.is_alive(node)}
     local.save(cluster)
-    with QuorumClient(call_timeout_s=0.5) as client:
+    with QuorumClient(call_timeout_s=0.5, tls=cluster.client_tls()) as client:
         leader = wait_for_leader(cluster, started, client, timeout_s)
     started_brokers = {
         node.id: local.start_node(node) for node in cluster.brokers() if not local.is_alive(node)
@@ -127,6 +150,7 @@ def up(
         "dir": str(cluster_dir),
         "cluster_id": cluster.cluster_id,
         "created": created,
+        "tls": cluster.tls,
         "started": sorted(started) + sorted(started_brokers),
         "leader_id": leader.leader_id,
         "leader_epoch": leader.leader_epoch,
@@ -147,8 +171,9 @@ def up(
     }
 
 
-def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.LocalCluster:
-    """Pick ports, write one config per node, format every node with one new cluster id."""
+def create(cluster_dir: Path, controllers: int, *, brokers: int = 3, tls: bool = False) -> local.LocalCluster:
+    """Pick ports, write one config per node, format every node with one new cluster id;
+    with ``tls``, first a CA and a certificate per node and for the commands."""
     if not 1 <= controllers <= MAX_CONTROLLERS:
         raise CliError(f"--controllers: expected 1 to {MAX_CONTROLLERS}, got {controllers}")
     if not 0 <= brokers <= MAX_BROKERS:
@@ -161,6 +186,16 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
     kafka_ports = kafka_listener_ports(brokers)
     voters = tuple(Voter(i, LOOPBACK, port) for i, port in enumerate(ports[:controllers], start=1))
     cluster_id = meta.new_cluster_id()
+    broker_ids = range(FIRST_BROKER_ID, FIRST_BROKER_ID + brokers)
+    certs = cluster_dir.absolute() / local.CERTS_DIR
+    if tls:
+        init_certs(
+            certs, controllers=[v.node_id for v in voters], brokers=broker_ids, clients=[local.CLIENT_CERT]
+        )
+
+    def node_tls(name: str) -> TlsFiles | None:
+        return TlsFiles(certs / "ca.crt", certs / f"{name}.crt", certs / f"{name}.key") if tls else None
+
     nodes = []
     for voter in voters:
         config = NodeConfig(
@@ -170,11 +205,14 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
             listener=voter.address,
             log=LOCAL_LOG,
             metrics=MetricsConfig(port=metrics_ports[voter.node_id - 1]),
+            tls=node_tls(f"controller-{voter.node_id}"),
+            # the certificate every command presents may do everything; others need ACLs
+            authorizer=AuthorizerConfig(super_users=(_client_principal(),) if tls else ()),
         )
         # A brand-new cluster: every voter may vote before it has heard its peers.
         nodes.append(_write_node(config, local.CONTROLLER, cluster_id, initial_cluster=True))
     broker_ports = ports[controllers:]
-    for i, broker_id in enumerate(range(FIRST_BROKER_ID, FIRST_BROKER_ID + brokers)):
+    for i, broker_id in enumerate(broker_ids):
         config = NodeConfig(
             node_id=broker_id,
             data_dir=_node_dir(cluster_dir, broker_id) / "data",
@@ -188,11 +226,16 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3) -> local.Lo
             ),
             log=LOCAL_LOG,
             metrics=MetricsConfig(port=metrics_ports[controllers + i]),
+            tls=node_tls(f"broker-{broker_id}"),
         )
         nodes.append(_write_node(config, local.BROKER, cluster_id, initial_cluster=False))
-    cluster = local.LocalCluster(cluster_dir, cluster_id, nodes)
+    cluster = local.LocalCluster(cluster_dir, cluster_id, nodes, tls)
     local.save(cluster)
     return cluster
+
+
+def _client_principal() -> str:
+    return "User:" + subject(local.CLIENT_CERT, CLIENT_UNIT).rfc4514_string()
 
 
 def _node_dir(cluster_dir: Path, node_id: int) -> Path:
@@ -287,7 +330,7 @@ def wait_for_brokers(
     wanted = {node.id for node in cluster.brokers()}
     seen = "no answer from the controller"
     policy = RetryPolicy(request_timeout_s=1.0, total_timeout_s=1.0)
-    with Admin(cluster.addresses(), policy) as admin:
+    with Admin(cluster.addresses(), policy, cluster.client_tls()) as admin:
         while True:
             _check_started(cluster, started)
             try:
@@ -342,6 +385,13 @@ def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
             ),
             *([f"Kafka:       {kafka}  (Kafka clients: bootstrap.servers)"] if kafka else []),
             *([f"Metrics:     {metrics}  (Prometheus targets: GET /metrics)"] if metrics else []),
+            *(
+                [
+                    f"TLS:         mutual, certificates in {Path(result['dir']) / local.CERTS_DIR} (commands present {local.CLIENT_CERT}.crt)"
+                ]
+                if result.get("tls")
+                else []
+            ),
             f"Describe it: raftka quorum describe --status{suffix}",
             f"Brokers:     raftka brokers list{suffix}",
             f"Stop it:     raftka cluster down{suffix}",
@@ -433,7 +483,7 @@ def status(cluster_dir: Path) -> dict[str, Any]:
     cluster = local.load(cluster_dir)
     nodes = []
     answers: list[DescribeQuorumResponse] = []
-    with QuorumClient(call_timeout_s=1.0) as client:
+    with QuorumClient(call_timeout_s=1.0, tls=cluster.client_tls()) as client:
         for node in cluster.nodes:
             alive = local.is_alive(node)
             resp = client.try_describe(node.address) if alive else None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from raftka.cli import local, output, quorum
 from raftka.cli.errors import CliError
+from raftka.cli.tls_args import add_tls_options
 
 
 def add_broker_options(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +21,7 @@ def add_broker_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dir", type=Path, help="local cluster directory (default: .raftka/local)")
     output.add_output_option(parser)
+    add_tls_options(parser)
 
 
 def add_idempotence_option(parser: argparse.ArgumentParser) -> None:

@@ -16,11 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raftka.cli.errors import CliError
+from raftka.security.tls import TlsFiles
 
 DEFAULT_DIR = Path(".raftka") / "local"
 STATE_FILE = "cluster.json"
 CONTROLLER = "controller"
 BROKER = "broker"
+CERTS_DIR = "certs"  # `cluster up --tls`: the CA and every certificate (raftka.security.certs)
+CLIENT_CERT = "admin"  # the certificate every command presents to a TLS cluster
 
 
 @dataclass(slots=True)
@@ -42,6 +45,17 @@ class LocalCluster:
     dir: Path
     cluster_id: str
     nodes: list[NodeRecord]
+    tls: bool = False  # made with `cluster up --tls`: certificates in CERTS_DIR
+
+    def certs_dir(self) -> Path:
+        return (self.dir / CERTS_DIR).absolute()
+
+    def client_tls(self) -> TlsFiles | None:
+        """The certificate commands present to this cluster; None if it runs plaintext."""
+        if not self.tls:
+            return None
+        certs = self.certs_dir()
+        return TlsFiles(certs / "ca.crt", certs / f"{CLIENT_CERT}.crt", certs / f"{CLIENT_CERT}.key")
 
     def node(self, node_id: int) -> NodeRecord:
         for node in self.nodes:
@@ -105,7 +119,7 @@ def load(cluster_dir: Path) -> LocalCluster:
         raise CliError(f"cannot read {path}: {e}") from None
     try:
         nodes = [NodeRecord(**node) for node in data["nodes"]]
-        return LocalCluster(cluster_dir, data["cluster_id"], nodes)
+        return LocalCluster(cluster_dir, data["cluster_id"], nodes, bool(data.get("tls", False)))
     except (KeyError, TypeError) as e:
         raise CliError(
             f"{path} is not a raftka cluster file ({e}); remove {cluster_dir} to start over"
@@ -115,7 +129,11 @@ def load(cluster_dir: Path) -> LocalCluster:
 def save(cluster: LocalCluster) -> None:
     """Write atomically, so a crash mid-write never leaves a cluster nobody can read."""
     path = cluster.dir / STATE_FILE
-    data = {"cluster_id": cluster.cluster_id, "nodes": [dataclasses.asdict(n) for n in cluster.nodes]}
+    data = {
+        "cluster_id": cluster.cluster_id,
+        "tls": cluster.tls,
+        "nodes": [dataclasses.asdict(n) for n in cluster.nodes],
+    }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)

@@ -14,8 +14,10 @@ from importlib.metadata import version
 from typing import NoReturn
 
 from raftka.cli import (
+    acls,
     audit_cmd,
     brokers,
+    certs_cmd,
     chaos,
     cluster,
     configs,
@@ -77,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         audit_cmd,
         chaos,
         perf,
+        certs_cmd,
+        acls,
     ):
         module.register(commands)
     return parser

@@ -12,9 +12,11 @@ from raftka.cli import output
 from raftka.cli.admin_args import add_connection_options, open_admin, single
 from raftka.cli.data_args import add_broker_options, broker_addresses
 from raftka.cli.errors import CliError
+from raftka.cli.tls_args import client_tls
 from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
 from raftka.client.errors import KafkaError
 from raftka.client.types import OffsetCommit, TopicPartition
+from raftka.security.tls import TlsFiles
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -105,7 +107,7 @@ def parse_time(text: str) -> int:
 def run_list(args: argparse.Namespace) -> int:
     timestamp = parse_time(args.time)
     try:
-        offsets = asyncio.run(list_offsets(broker_addresses(args), args.topic, timestamp))
+        offsets = asyncio.run(list_offsets(broker_addresses(args), args.topic, timestamp, client_tls(args)))
     except KafkaError as e:
         raise CliError(str(e)) from None
     rows = [
@@ -124,9 +126,9 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 async def list_offsets(
-    addresses: list[str], topic: str, timestamp: int
+    addresses: list[str], topic: str, timestamp: int, tls: TlsFiles | None = None
 ) -> dict[TopicPartition, tuple[int, int]]:
-    metadata = ClusterMetadata(addresses)
+    metadata = ClusterMetadata(addresses, tls=tls)
     try:
         info = await metadata.topic(topic)
         return await metadata.list_offsets(

@@ -23,6 +23,7 @@ from raftka.cli import data_args, local, output, proc_cpu, quorum
 from raftka.cli.data_args import add_broker_options, broker_addresses, not_negative, positive
 from raftka.cli.errors import CliError
 from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
+from raftka.cli.tls_args import client_tls
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.errors import AdminError
@@ -84,7 +85,7 @@ def ensure_topic(args: argparse.Namespace) -> None:
         {"min.insync.replicas": str(args.min_insync_replicas)},
     )
     addresses = quorum.bootstrap_addresses(args.bootstrap_controller, args.dir)
-    with Admin(addresses, RetryPolicy(total_timeout_s=30)) as admin:
+    with Admin(addresses, RetryPolicy(total_timeout_s=30), client_tls(args)) as admin:
         result = admin.create_topics([topic])[0]
     if result.error not in (None, "TOPIC_ALREADY_EXISTS"):
         raise AdminError(result.error, result.message)
@@ -132,6 +133,7 @@ async def measure_produce(args: argparse.Namespace) -> dict[str, Any]:
         linger_ms=args.linger_ms,
         compression=args.compression,
         enable_idempotence=data_args.idempotence(args),
+        tls=client_tls(args),
     )
     value = os.urandom(args.record_size)
     sample_every = max(1, args.records // LATENCY_SAMPLES_MAX)
@@ -192,7 +194,10 @@ def run_consume(args: argparse.Namespace) -> int:
 
 async def measure_consume(args: argparse.Namespace) -> dict[str, Any]:
     consumer = AsyncConsumer(
-        broker_addresses(args), auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20
+        broker_addresses(args),
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=4 << 20,
+        tls=client_tls(args),
     )
     records = 0
     size = 0
@@ -234,10 +239,11 @@ def run_e2e(args: argparse.Namespace) -> int:
 
 async def measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
     addresses = broker_addresses(args)
+    tls = client_tls(args)
     producer = AsyncProducer(
-        addresses, acks=ACKS[args.acks], linger_ms=0, enable_idempotence=data_args.idempotence(args)
+        addresses, acks=ACKS[args.acks], linger_ms=0, enable_idempotence=data_args.idempotence(args), tls=tls
     )
-    consumer = AsyncConsumer(addresses, auto_offset_reset="latest", fetch_max_wait_ms=100)
+    consumer = AsyncConsumer(addresses, auto_offset_reset="latest", fetch_max_wait_ms=100, tls=tls)
     padding = os.urandom(args.record_size - _STAMP.size)
     total = int(args.rate * args.duration)
     latencies_ms: list[float] = []

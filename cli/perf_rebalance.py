@@ -25,6 +25,7 @@ from raftka.cli import output
 from raftka.cli.data_args import add_broker_options, broker_addresses, positive
 from raftka.cli.errors import CliError
 from raftka.cli.perf_data import ensure_topic
+from raftka.cli.tls_args import client_tls
 from raftka.client.consumer import AsyncConsumer, RebalanceListener
 from raftka.client.types import TopicPartition
 
@@ -82,6 +83,7 @@ def run_perf_rebalance(args: argparse.Namespace) -> int:
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     addresses = broker_addresses(args)
+    tls = client_tls(args)
     group = f"perf-rebalance-{int(time.time())}"
     rng = random.Random(args.seed)
     members: list[tuple[AsyncConsumer, _Owned]] = []
@@ -93,6 +95,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             heartbeat_interval_ms=args.heartbeat_interval_ms,
             partition_assignment_strategy=[args.assignor],
             enable_auto_commit=False,
+            tls=tls,
         )
         owned = _Owned()
         consumer.subscribe([args.topic], owned)

@@ -26,6 +26,7 @@ from raftka.cli.data_args import (
     positive,
 )
 from raftka.cli.errors import CliError
+from raftka.cli.tls_args import client_tls
 from raftka.client.producer import Producer
 from raftka.client.types import RecordMetadata
 
@@ -96,6 +97,7 @@ def run_produce(args: argparse.Namespace) -> int:
         compression=args.compression,
         delivery_timeout_ms=int(args.timeout_s * 1000),
         enable_idempotence=idempotence(args),
+        tls=client_tls(args),
     )
     tally = Tally()
     try:

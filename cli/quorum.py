@@ -14,6 +14,7 @@ from typing import Any
 from raftka.cli import local, output
 from raftka.cli.errors import CliError
 from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
+from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.node.config import ConfigError, parse_host_port
 
 
@@ -35,12 +36,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     describe.add_argument("--timeout-s", type=float, default=10.0, help="how long to look for a leader")
     output.add_output_option(describe)
+    add_tls_options(describe)
     describe.set_defaults(func=run_describe)
 
 
 def run_describe(args: argparse.Namespace) -> int:
     addresses = bootstrap_addresses(args.bootstrap_controller, args.dir)
-    with QuorumClient() as client:
+    with QuorumClient(tls=client_tls(args)) as client:
         resp = client.describe_leader(addresses, args.timeout_s)
     if args.status:
         status = status_view(resp)

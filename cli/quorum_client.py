@@ -15,6 +15,7 @@ import grpc
 
 from raftka.cli.errors import CliError
 from raftka.rpc.stubs import BlockingStubs
+from raftka.security.tls import TlsFiles
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 DescribeQuorumResponse = raft_pb2.DescribeQuorumResponse
@@ -25,9 +26,9 @@ class QuorumError(CliError):
 
 
 class QuorumClient:
-    def __init__(self, call_timeout_s: float = 2.0) -> None:
+    def __init__(self, call_timeout_s: float = 2.0, tls: TlsFiles | None = None) -> None:
         self.call_timeout_s = call_timeout_s
-        self._stubs = BlockingStubs(raft_pb2_grpc.RaftStub)
+        self._stubs = BlockingStubs(raft_pb2_grpc.RaftStub, tls)
 
     def __enter__(self) -> QuorumClient:
         return self

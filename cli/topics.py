@@ -18,9 +18,11 @@ from raftka.cli import output
 from raftka.cli.admin_args import add_connection_options, open_admin, parse_key_values, single
 from raftka.cli.data_args import broker_addresses
 from raftka.cli.errors import CliError
+from raftka.cli.tls_args import client_tls
 from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
 from raftka.client.errors import KafkaError
 from raftka.client.types import NewTopic, PartitionInfo, TopicDescription, TopicPartition
+from raftka.security.tls import TlsFiles
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -141,11 +143,13 @@ def leader_offsets(args: argparse.Namespace, topics: list[TopicDescription]) -> 
     except CliError:
         return {}
     wanted = [TopicPartition(t.name, p.partition) for t in topics for p in t.partitions if not p.offline]
-    return asyncio.run(_leader_offsets(addresses, wanted)) if wanted else {}
+    return asyncio.run(_leader_offsets(addresses, wanted, client_tls(args))) if wanted else {}
 
 
-async def _leader_offsets(addresses: list[str], partitions: list[TopicPartition]) -> Offsets:
-    metadata = ClusterMetadata(addresses, request_timeout_s=5)
+async def _leader_offsets(
+    addresses: list[str], partitions: list[TopicPartition], tls: TlsFiles | None
+) -> Offsets:
+    metadata = ClusterMetadata(addresses, request_timeout_s=5, tls=tls)
     try:
         starts = await metadata.list_offsets(partitions, LIST_EARLIEST)
         ends = await metadata.list_offsets(partitions, LIST_LATEST)

@@ -24,6 +24,7 @@ it on a private event loop, for scripts and the CLI.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from tenacity.wait import wait_exponential_jitter
 
 from raftka.client.errors import AdminError
 from raftka.client.types import (
+    AclBinding,
     BrokerInfo,
     ClusterDescription,
     ConfigEntry,
@@ -52,6 +54,7 @@ from raftka.client.types import (
     topic_id_str,
 )
 from raftka.rpc.stubs import ControllerRpc, NotControllerError, Stubs, controller_answer
+from raftka.security.tls import TlsFiles
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
@@ -65,6 +68,7 @@ RETRIABLE_CODES = frozenset({E.NOT_CONTROLLER, E.REQUEST_TIMED_OUT})
 RETRIABLE_STATUS = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 _MIN_ATTEMPT_TIMEOUT_S = 0.05
+ANY_ACL = AclBinding()  # the filter that matches every ACL
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +99,10 @@ class _CallState:
 
 
 class AsyncAdmin:
-    def __init__(self, bootstrap: Sequence[str], policy: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, bootstrap: Sequence[str], policy: RetryPolicy | None = None, tls: TlsFiles | None = None
+    ) -> None:
+        """``tls``: mutual TLS to the controllers with these files; None: plaintext."""
         addresses = [a.strip() for a in bootstrap if a.strip()]
         if not addresses:
             raise ValueError("bootstrap: expected at least one HOST:PORT")
@@ -103,7 +110,7 @@ class AsyncAdmin:
         self._policy = policy or RetryPolicy()
         self._next_bootstrap = 0
         self._controller: str | None = None  # the last known active controller
-        self._stubs = Stubs(controller_pb2_grpc.ControllerStub)
+        self._stubs = Stubs(controller_pb2_grpc.ControllerStub, tls)
         self._backoff = wait_exponential_jitter(
             multiplier=self._policy.backoff_initial_s,
             max=self._policy.backoff_max_s,
@@ -120,6 +127,26 @@ class AsyncAdmin:
 
     async def close(self) -> None:
         await self._stubs.close()
+
+    # ACLs -----------------------------------------------------------------------------
+
+    async def create_acls(self, acls: Sequence[AclBinding]) -> None:
+        """Add ``acls`` (one batch: all or none); an ACL already there stays one ACL."""
+        defaults = {"pattern_type": "LITERAL", "permission_type": "ALLOW", "host": "*"}
+        request = controller_pb2.CreateAclsRequest()
+        for acl in acls:
+            fields = {name: getattr(acl, name) or defaults.get(name, "") for name in _ACL_FIELDS}
+            request.acls.add(**fields)
+        await self._call(lambda stub: stub.CreateAcls, request)
+
+    async def delete_acls(self, filters: Sequence[AclBinding]) -> list[AclBinding]:
+        """Remove every ACL some filter matches; the ACLs removed."""
+        request = controller_pb2.DeleteAclsRequest(filters=[_acl_pb(f) for f in filters])
+        return [_acl(a) for a in (await self._call(lambda stub: stub.DeleteAcls, request)).deleted]
+
+    async def describe_acls(self, acl_filter: AclBinding = ANY_ACL) -> list[AclBinding]:
+        request = controller_pb2.DescribeAclsRequest(filter=_acl_pb(acl_filter))
+        return [_acl(a) for a in (await self._call(lambda stub: stub.DescribeAcls, request)).acls]
 
     # topics ---------------------------------------------------------------------------
 
@@ -367,8 +394,10 @@ class Admin:
     as a context manager, to release its channels.
     """
 
-    def __init__(self, bootstrap: Sequence[str], policy: RetryPolicy | None = None) -> None:
-        self._admin = AsyncAdmin(bootstrap, policy)  # first: a bad bootstrap leaks no loop
+    def __init__(
+        self, bootstrap: Sequence[str], policy: RetryPolicy | None = None, tls: TlsFiles | None = None
+    ) -> None:
+        self._admin = AsyncAdmin(bootstrap, policy, tls)  # first: a bad bootstrap leaks no loop
         self._loop = asyncio.new_event_loop()
 
     def __enter__(self) -> Admin:
@@ -418,6 +447,15 @@ class Admin:
     def elect_leaders(self, partitions: Mapping[str, Sequence[int]] | None = None) -> list[PartitionResult]:
         return self._run(self._admin.elect_leaders(partitions))
 
+    def create_acls(self, acls: Sequence[AclBinding]) -> None:
+        self._run(self._admin.create_acls(acls))
+
+    def delete_acls(self, filters: Sequence[AclBinding]) -> list[AclBinding]:
+        return self._run(self._admin.delete_acls(filters))
+
+    def describe_acls(self, acl_filter: AclBinding = ANY_ACL) -> list[AclBinding]:
+        return self._run(self._admin.describe_acls(acl_filter))
+
     def commit_offsets(self, group: str, offsets: Sequence[OffsetCommit]) -> list[PartitionResult]:
         return self._run(self._admin.commit_offsets(group, offsets))
 
@@ -455,6 +493,17 @@ def _offset_fetch_requests(
             last.topics.add(topic=topic, partitions=run)
             named += len(run)
     return requests
+
+
+_ACL_FIELDS = tuple(f.name for f in dataclasses.fields(AclBinding))
+
+
+def _acl_pb(acl: AclBinding) -> controller_pb2.AclBinding:
+    return controller_pb2.AclBinding(**{name: getattr(acl, name) for name in _ACL_FIELDS})
+
+
+def _acl(message: controller_pb2.AclBinding) -> AclBinding:
+    return AclBinding(**{name: getattr(message, name) for name in _ACL_FIELDS})
 
 
 def _error_name(code: int) -> str | None:

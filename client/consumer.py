@@ -51,6 +51,7 @@ from raftka.client.loop_thread import LoopThread
 from raftka.client.types import ConsumerRecord, TopicPartition
 from raftka.records.batch import iter_batches
 from raftka.records.codec import RecordError, data_batches
+from raftka.security.tls import TlsFiles
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient, WireError
 
@@ -83,6 +84,7 @@ class AsyncConsumer:
         partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
+        tls: TlsFiles | None = None,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(f"auto_offset_reset: {auto_offset_reset!r} is not one of {', '.join(RESETS)}")
@@ -96,7 +98,7 @@ class AsyncConsumer:
         self._partition_max_bytes = max_partition_fetch_bytes
         self._prefetch_max_bytes = prefetch_max_bytes
         self._timeout_s = request_timeout_ms / 1000
-        self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=self._timeout_s)
+        self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=self._timeout_s, tls=tls)
         self._assigned: list[TopicPartition] = []
         self._fetch_position: dict[TopicPartition, int] = {}  # next offset to fetch
         self._position: dict[TopicPartition, int] = {}  # next offset poll returns

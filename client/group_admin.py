@@ -27,6 +27,7 @@ from raftka.client.types import (
     PartitionResult,
     TopicPartition,
 )
+from raftka.security.tls import TlsFiles
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient, WireError
 
@@ -35,8 +36,13 @@ BACKOFF_S = 0.1
 
 
 class GroupAdmin:
-    def __init__(self, bootstrap_servers: str | Sequence[str], request_timeout_s: float = 10.0) -> None:
-        self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=request_timeout_s)
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        request_timeout_s: float = 10.0,
+        tls: TlsFiles | None = None,
+    ) -> None:
+        self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=request_timeout_s, tls=tls)
         self._timeout_s = request_timeout_s
 
     async def close(self) -> None:

@@ -259,3 +259,17 @@ class GroupDescription:
     coordinator: int
     members: tuple[GroupMemberDescription, ...]
     offsets: tuple[GroupPartitionOffsets, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL (``raftka acls``); as a filter, an empty field matches any value. Creating
+    one, an empty pattern type is LITERAL, an empty permission ALLOW and an empty host *."""
+
+    principal: str = ""  # User:CN=alice,OU=client,O=raftka, or User:*
+    operation: str = ""  # ALL, CREATE, DELETE, ALTER, ALTER_CONFIGS, DESCRIBE, READ, WRITE
+    resource_type: str = ""  # TOPIC, GROUP or CLUSTER
+    resource_name: str = ""  # a name, * for all; the cluster's is kafka-cluster
+    pattern_type: str = ""  # LITERAL or PREFIXED
+    permission_type: str = ""  # ALLOW or DENY
+    host: str = ""  # * (hosts are not matched)

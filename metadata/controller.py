@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from raftka.metadata import broker_ops, config_ops, group_ops, offset_ops, topic_ops
+from raftka.metadata import acl_ops, broker_ops, config_ops, group_ops, offset_ops, topic_ops
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan
@@ -503,6 +503,29 @@ class QuorumController:
     ) -> controller_pb2.DeleteGroupsResponse:
         return await self._write(
             controller_pb2.DeleteGroupsResponse, lambda image: group_ops.delete(image, request), request
+        )
+
+    # ACLs ------------------------------------------------------------------------------
+
+    async def create_acls(
+        self, request: controller_pb2.CreateAclsRequest
+    ) -> controller_pb2.CreateAclsResponse:
+        return await self._write(
+            controller_pb2.CreateAclsResponse, lambda image: acl_ops.create(image, request), request
+        )
+
+    async def delete_acls(
+        self, request: controller_pb2.DeleteAclsRequest
+    ) -> controller_pb2.DeleteAclsResponse:
+        return await self._write(
+            controller_pb2.DeleteAclsResponse, lambda image: acl_ops.delete(image, request), request
+        )
+
+    async def describe_acls(
+        self, request: controller_pb2.DescribeAclsRequest
+    ) -> controller_pb2.DescribeAclsResponse:
+        return await self._read(
+            controller_pb2.DescribeAclsResponse, lambda image: acl_ops.describe(image, request), request
         )
 
     # sessions --------------------------------------------------------------------------

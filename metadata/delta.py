@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
+from raftka.metadata import acls
+from raftka.metadata.acls import Acl
 from raftka.metadata.image import (
     LEADER_UNCHANGED,
     NO_LEADER,
@@ -129,6 +131,7 @@ class MetadataDelta:
         self._features: _Cow[str, int] = _Cow(image.features)
         self._next_producer_id = image.next_producer_id
         self._groups: _Cow[str, GroupGeneration] = _Cow(image.groups)
+        self._acls: _Cow[str, Acl] = _Cow(image.acls)
         self._applied = False
 
     def replay(self, record: MetadataRecord) -> None:
@@ -158,6 +161,7 @@ class MetadataDelta:
             next_producer_id=self._next_producer_id,
             features=self._features.result(),
             groups=self._groups.result(),
+            acls=self._acls.result(),
         )
 
     # brokers ----------------------------------------------------------------------------
@@ -335,6 +339,18 @@ class MetadataDelta:
             r.timestamp_ms,
         )
 
+    # ACLs ------------------------------------------------------------------------------
+
+    def _access_control_entry(self, r: metadata_pb2.AccessControlEntryRecord) -> None:
+        if r.id in self._acls.view:
+            raise ReplayError(f"AccessControlEntryRecord: ACL {r.id} exists already")
+        self._acls.edit()[r.id] = acls.from_pb(r)
+
+    def _remove_access_control_entry(self, r: metadata_pb2.RemoveAccessControlEntryRecord) -> None:
+        if r.id not in self._acls.view:
+            raise ReplayError(f"RemoveAccessControlEntryRecord: no ACL {r.id}")
+        del self._acls.edit()[r.id]
+
 
 _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "register_broker": MetadataDelta._register_broker,
@@ -352,5 +368,7 @@ _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "offset_commit": MetadataDelta._offset_commit,
     "remove_group_offsets": MetadataDelta._remove_group_offsets,
     "group_rebalance": MetadataDelta._group_rebalance,
+    "access_control_entry": MetadataDelta._access_control_entry,
+    "remove_access_control_entry": MetadataDelta._remove_access_control_entry,
 }
 assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

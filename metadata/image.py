@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from raftka.metadata.acls import Acl
+
 NO_LEADER = -1
 LEADER_UNCHANGED = -2  # PartitionChangeRecord.leader: leave the leader as it is
 
@@ -102,6 +104,7 @@ class MetadataImage:
     next_producer_id: int = 0
     features: Mapping[str, int] = field(default_factory=frozen)
     groups: Mapping[str, GroupGeneration] = field(default_factory=frozen)  # group -> last rebalance
+    acls: Mapping[str, Acl] = field(default_factory=frozen)  # ACL id -> ACL (raftka.metadata.acls)
 
     def topic(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids_by_name.get(name)

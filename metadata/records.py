@@ -16,6 +16,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
+from raftka.metadata import acls
 from raftka.metadata.image import LEADER_UNCHANGED, NO_LEADER
 from raftka.v1 import metadata_pb2
 
@@ -242,6 +243,21 @@ def _check_group_rebalance(r: metadata_pb2.GroupRebalanceRecord) -> None:
                 raise RecordError(f"{kind}.members[].assignment: bad entry for member {member.member_id!r}")
 
 
+def _check_access_control_entry(r: metadata_pb2.AccessControlEntryRecord) -> None:
+    kind = "AccessControlEntryRecord"
+    acl = acls.from_pb(r)
+    problem = acls.binding_problem(acl.to_pb(), kind)
+    if problem is not None:
+        raise RecordError(problem)
+    if r.id != acl.id:
+        raise RecordError(f"{kind}.id: {r.id!r} is not the digest of its fields ({acl.id})")
+
+
+def _check_remove_access_control_entry(r: metadata_pb2.RemoveAccessControlEntryRecord) -> None:
+    if not r.id:
+        raise RecordError("RemoveAccessControlEntryRecord.id: empty")
+
+
 def _no_fields(_: Message) -> None:
     pass
 
@@ -262,5 +278,7 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "offset_commit": _check_offset_commit,
     "remove_group_offsets": _check_remove_group_offsets,
     "group_rebalance": _check_group_rebalance,
+    "access_control_entry": _check_access_control_entry,
+    "remove_access_control_entry": _check_remove_access_control_entry,
 }
 assert set(_CHECKS) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from raftka.metadata.acls import Authorizer
+from raftka.metadata.authorization import controller_policy
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.metrics import ControllerCollector, EventQueueProbe
 from raftka.metadata.service import ControllerService
@@ -60,6 +62,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
             lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(service, server),
             health.add_to_server,
         ],
+        controller_policy(Authorizer(config.authorizer.super_users, lambda: state_machine.image.acls)),
     )
     node.add_caught_up_listener(health.set_serving)  # and NOT_SERVING from the start of a shutdown
     controller = QuorumController(

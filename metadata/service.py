@@ -107,3 +107,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def DeleteGroups(self, request: Pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext) -> Any:
         return await self._call(self._c.delete_groups, request, Pb.DeleteGroupsResponse)
+
+    async def CreateAcls(self, request: Pb.CreateAclsRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.create_acls, request, Pb.CreateAclsResponse)
+
+    async def DeleteAcls(self, request: Pb.DeleteAclsRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.delete_acls, request, Pb.DeleteAclsResponse)
+
+    async def DescribeAcls(self, request: Pb.DescribeAclsRequest, context: grpc.aio.ServicerContext) -> Any:
+        return await self._call(self._c.describe_acls, request, Pb.DescribeAclsResponse)

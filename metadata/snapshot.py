@@ -165,6 +165,8 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
             )
     for group, g in sorted(image.groups.items()):
         yield MetadataRecord(group_rebalance=group_rebalance_record(group, g))
+    for _, acl in sorted(image.acls.items()):
+        yield MetadataRecord(access_control_entry=acl.record())
 
 
 def group_rebalance_record(group: str, g: GroupGeneration) -> metadata_pb2.GroupRebalanceRecord:

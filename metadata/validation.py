@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from raftka.metadata.acls import ACLS_PER_REQUEST_MAX
 from raftka.v1 import controller_pb2
 
 ErrorCode = controller_pb2.ErrorCode
@@ -200,6 +201,10 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
                 records_max,
                 per_batch,
             )
+        case Pb.CreateAclsRequest():
+            yield "acls", len(request.acls), min(ACLS_PER_REQUEST_MAX, records_max), per_batch
+        case Pb.DeleteAclsRequest():
+            yield "filters", len(request.filters), ACLS_PER_REQUEST_MAX, ""
         case Pb.RecordGroupRebalanceRequest():
             members = request.rebalance.members
             yield "rebalance.members", len(members), GROUP_MEMBERS_MAX, ""

@@ -20,6 +20,8 @@ from raftka.raft.driver import RaftNode, StateMachine, monotonic_ms
 from raftka.raft.storage.file import FileStorage
 from raftka.raft.storage.meta import check_meta
 from raftka.raft.transport.grpc_transport import AddServicer, GrpcTransport
+from raftka.security.grpc_gate import Policy, PrincipalGate
+from raftka.security.quorum_gate import quorum_gate
 from raftka.v1 import raft_pb2
 
 
@@ -28,13 +30,18 @@ class ServerError(Exception):
 
 
 async def open_node(
-    config: NodeConfig, state_machine: StateMachine, servicers: Sequence[AddServicer] = ()
+    config: NodeConfig,
+    state_machine: StateMachine,
+    servicers: Sequence[AddServicer] = (),
+    policy: Policy | None = None,
 ) -> RaftNode:
     """Recover storage and wire core, gRPC transport and driver around the layer above.
 
     Every node type (journal node, controller, broker) is assembled here, so they cannot
     drift apart. The node is returned unstarted: servicers may refer to services built
-    from it, which must exist before ``await node.start()``.
+    from it, which must exist before ``await node.start()``. With TLS on, every call is
+    judged by ``policy`` (``raftka.security.grpc_gate``) and the quorum's streams by the roles
+    of their callers' certificates (``raftka.security.quorum_gate``).
     """
     meta = check_meta(config.data_dir, config.node_id)
     storage = FileStorage(
@@ -64,6 +71,10 @@ async def open_node(
         meta.cluster_id,
         describe=lambda: describe_quorum(node, meta.cluster_id, addresses),
         servicers=servicers,
+        server_credentials=config.tls.server_credentials if config.tls else None,
+        channel_credentials=config.tls.channel_credentials if config.tls else None,
+        exchange_gate=quorum_gate(config.voter_ids) if config.tls else None,
+        interceptors=[PrincipalGate(policy)] if config.tls else [],
     )
     node = RaftNode(core, storage, transport, state_machine)
     return node

@@ -19,6 +19,8 @@ from typing import Any
 
 from raftka.raft.config import RaftConfig
 from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.security.tls import KEYS as TLS_KEYS
+from raftka.security.tls import TlsError, TlsFiles, tls_files
 
 MIB = 1 << 20
 CONTROLLER = "controller"
@@ -117,6 +119,15 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthorizerConfig:
+    """Who may do admin operations when TLS is on (``raftka.metadata.authorization``)."""
+
+    super_users: tuple[
+        str, ...
+    ] = ()  # principals allowed everything (Kafka's super.users), e.g. "User:CN=admin,OU=client,O=raftka"
+
+
+@dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: str = "info"
     format: str = "json"
@@ -138,6 +149,8 @@ class NodeConfig:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    tls: TlsFiles | None = None  # [tls]: every listener and connection of the node; None: plaintext
+    authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
 
     @property
     def voter_ids(self) -> frozenset[int]:
@@ -189,6 +202,8 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "logging.level": (str, LoggingConfig().level),
     "logging.format": (str, LoggingConfig().format),
     **_declare("metrics", MetricsConfig),
+    **{f"tls.{name}": (str, "") for name in TLS_KEYS},
+    "authorizer.super_users": (list, []),
 }
 _TABLES = frozenset(key.rpartition(".")[0] for key in _SCHEMA if "." in key) | {"controller"}
 _POSITIVE = (
@@ -276,6 +291,16 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     fmt = values["logging.format"]
     if fmt not in LOG_FORMATS:
         raise ConfigError(f"logging.format: expected one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
+    try:
+        tls = tls_files({name: values[f"tls.{name}"] for name in TLS_KEYS}, base_dir.absolute())
+    except TlsError as e:
+        raise ConfigError(str(e)) from None
+    super_users = values["authorizer.super_users"]
+    for user in super_users:
+        if not isinstance(user, str) or not user.startswith("User:") or user == "User:":
+            raise ConfigError(
+                f'authorizer.super_users: expected principals like "User:CN=admin,OU=client,O=raftka", got {user!r}'
+            )
     return NodeConfig(
         node_id=node_id,
         data_dir=base_dir.absolute() / values["data_dir"],
@@ -298,6 +323,8 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         kafka=KafkaConfig(**_table(values, "kafka", KafkaConfig)),
         logging=LoggingConfig(level, fmt),
         metrics=MetricsConfig(**_table(values, "metrics", MetricsConfig)),
+        tls=tls,
+        authorizer=AuthorizerConfig(tuple(super_users)),
     )
 
 
@@ -418,6 +445,8 @@ def render_toml(config: NodeConfig) -> str:
         "logging.level": config.logging.level,
         "logging.format": config.logging.format,
         **_render("metrics", config.metrics),
+        **{f"tls.{name}": str(getattr(config.tls, name)) if config.tls else "" for name in TLS_KEYS},
+        "authorizer.super_users": list(config.authorizer.super_users),
     }
     assert values.keys() == _SCHEMA.keys(), "render_toml must write every key"
     sections: dict[str, list[str]] = {}

@@ -4,7 +4,8 @@ the broker's link to the active controller, and the CLI.
 - ``CHANNEL_OPTIONS``: a node that just (re)started is found again within a poll or two,
   not after gRPC's default reconnect backoff of a second or more.
 - ``Stubs`` (asyncio) and ``BlockingStubs``: one channel per address, opened on first use
-  and closed together, so a caller polling every few milliseconds never reconnects.
+  and closed together, so a caller polling every few milliseconds never reconnects; with
+  ``tls``, each is mutual TLS with the caller's certificate.
 - ``ControllerRpc`` and ``controller_answer``: an RPC is named by its typed stub method
   (``lambda stub: stub.CreateTopics``), never by a string, and is always called with a
   deadline; a standby's ``NOT_CONTROLLER`` answer becomes ``NotControllerError``, which
@@ -22,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
+from raftka.security.tls import TlsFiles, aio_channel, sync_channel
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
@@ -39,8 +41,9 @@ ControllerRpc = Callable[[controller_pb2_grpc.ControllerStub], Any]
 
 
 class _StubCache(Generic[S]):
-    def __init__(self, stub: Callable[[Any], S]) -> None:
+    def __init__(self, stub: Callable[[Any], S], tls: TlsFiles | None = None) -> None:
         self._make_stub = stub
+        self._tls = tls
         self._channels: dict[str, Any] = {}
         self._stubs: dict[str, S] = {}
 
@@ -65,7 +68,7 @@ class Stubs(_StubCache[S]):
     """asyncio stubs of one service (``Stubs(ControllerStub)``), one channel per address."""
 
     def _open(self, address: str) -> grpc.aio.Channel:
-        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return aio_channel(address, self._tls, CHANNEL_OPTIONS)
 
     async def close(self) -> None:
         for channel in self._take_channels():
@@ -76,7 +79,7 @@ class BlockingStubs(_StubCache[S]):
     """Blocking stubs of one service, for commands that do one thing at a time."""
 
     def _open(self, address: str) -> grpc.Channel:
-        return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return sync_channel(address, self._tls, CHANNEL_OPTIONS)
 
     def close(self) -> None:
         for channel in self._take_channels():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections.abc import Callable
 
 from google.protobuf.message import DecodeError, Message
@@ -69,15 +70,24 @@ class Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None  # set while the socket's buffer is over its limit
 
     @classmethod
-    async def open(cls, address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> Connection:
+    async def open(
+        cls, address: str, *, timeout_s: float = CONNECT_TIMEOUT_S, tls: ssl.SSLContext | None = None
+    ) -> Connection:
+        """Connect; with ``tls``, the TLS handshake (both certificates checked) is part of it."""
         host, _, port = address.rpartition(":")
+        host = host.strip("[]")
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(address), host.strip("[]"), int(port)), timeout_s
+                loop.create_connection(
+                    lambda: cls(address), host, int(port), ssl=tls, server_hostname=host if tls else None
+                ),
+                timeout_s,
             )
         except TimeoutError:
             raise WireError("UNAVAILABLE", f"{address}: no connection within {timeout_s:g} s") from None
+        except ssl.SSLError as e:
+            raise WireError("UNAVAILABLE", f"{address}: TLS handshake failed: {e.reason or e}") from None
         except OSError as e:
             raise WireError("UNAVAILABLE", f"{address}: {e.strerror or e}") from None
         return connection
@@ -199,9 +209,12 @@ class BrokerClient:
     """Typed calls to one broker over a connection opened on first use and again after
     it is lost; concurrent callers share one connection attempt."""
 
-    def __init__(self, address: str, *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    def __init__(
+        self, address: str, *, connect_timeout_s: float = CONNECT_TIMEOUT_S, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.address = address
         self._connect_timeout_s = connect_timeout_s
+        self._tls = tls
         self._connection: Connection | None = None
         self._connecting: asyncio.Future[Connection] | None = None
 
@@ -304,7 +317,7 @@ class BrokerClient:
     async def _connect(self) -> Connection:
         if self._connecting is None:
             self._connecting = asyncio.ensure_future(
-                Connection.open(self.address, timeout_s=self._connect_timeout_s)
+                Connection.open(self.address, timeout_s=self._connect_timeout_s, tls=self._tls)
             )
             self._connecting.add_done_callback(self._connected)
         return await asyncio.shield(self._connecting)

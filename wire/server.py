@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 import structlog
 from google.protobuf.message import DecodeError, Message
 
+from raftka.security.principal import Principal, current_principal, from_ssl
 from raftka.v1 import controller_pb2
 from raftka.wire.frames import (
     APIS,
@@ -94,10 +96,13 @@ class Listener:
         self._server: asyncio.base_events.Server | None = None
         self._refusals_logged_at = -REFUSAL_LOG_INTERVAL_S
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen; the port bound (``port`` 0 picks a free one)."""
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
+        """Listen; the port bound (``port`` 0 picks a free one). With ``tls``, a connection
+        reaches the dispatcher only once its TLS handshake succeeded."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_address=True)
+        self._server = await loop.create_server(
+            lambda: _Connection(self), host, port, reuse_address=True, ssl=tls
+        )
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -176,6 +181,7 @@ class _Connection(asyncio.Protocol):
         self._decoder = FrameDecoder(listener.request_max_bytes)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
+        self._principal: Principal | None = None  # from the client's certificate (TLS)
         self._tasks: set[asyncio.Task[bytes | None]] = set()
         # ordered answers: every request not yet answered, in arrival order (a task, or its answer)
         self._unanswered: collections.deque[asyncio.Task[bytes | None] | bytes] = collections.deque()
@@ -187,6 +193,7 @@ class _Connection(asyncio.Protocol):
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._principal = from_ssl(transport.get_extra_info("ssl_object"))
         if not self._listener._admit(self):
             transport.abort()
             return
@@ -256,6 +263,7 @@ class _Connection(asyncio.Protocol):
             return
         context = contextvars.copy_context()
         context.run(current_peer.set, self._peer)
+        context.run(current_principal.set, self._principal)
         task = asyncio.get_running_loop().create_task(call, context=context)
         self._tasks.add(task)
         if self._dispatcher.ordered:

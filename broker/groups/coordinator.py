@@ -32,6 +32,7 @@ from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.broker.groups.group import PARKED, Delivery, Group, GroupLimits, Rebalanced, State, with_status
 from raftka.metadata.image import MetadataImage
 from raftka.rpc.stubs import ControllerRpc
+from raftka.security.principal import current_principal
 from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
 from raftka.wire.frames import DATA_LISTENER
 from raftka.wire.server import current_peer
@@ -276,6 +277,13 @@ class GroupCoordinator:
             problem = E.UNKNOWN_MEMBER_ID, f"no member {request.member_id!r} here: join again"
         if problem is not None:
             return with_status(controller_pb2.OffsetCommitResponse(), *problem)
+        if generation is None and current_principal.get() is not None:
+            # From outside the group (a reset) with TLS on: on its own, not batched, so the
+            # controller judges it as the client that sent it (raftka.metadata.authorization).
+            try:
+                return await self._write(lambda stub: stub.OffsetCommit, request)
+            except LinkError as e:
+                return with_status(controller_pb2.OffsetCommitResponse(), E.COORDINATOR_NOT_AVAILABLE, str(e))
         return await self._commits.submit(request)
 
     # running -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Callable
 
@@ -203,9 +204,11 @@ class ReplicaFetcher:
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
         on_truncated: Callable[[Partition], None],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.leader_id = leader_id
         self._address = address
+        self._tls = tls
         self._config = config
         self._fetch = FollowerFetch(local_id, config, broker_epoch, on_truncated)
         self._changed = asyncio.Event()
@@ -258,7 +261,7 @@ class ReplicaFetcher:
         if self._client is None or self._client.address != address:
             if self._client is not None:
                 self._client.close()
-            self._client = BrokerClient(address)
+            self._client = BrokerClient(address, tls=self._tls)
         return self._client
 
 
@@ -272,9 +275,11 @@ class ReplicaFetchers:
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
         on_truncated: Callable[[Partition], None],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._local_id = local_id
         self._address = address
+        self._tls = tls
         self._config = config
         self._broker_epoch = broker_epoch
         self._on_truncated = on_truncated
@@ -292,6 +297,7 @@ class ReplicaFetchers:
                 self._config,
                 self._broker_epoch,
                 self._on_truncated,
+                self._tls,
             )
         fetcher.add(partition)
         self._source[partition] = partition.leader_id

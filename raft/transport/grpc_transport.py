@@ -87,6 +87,10 @@ __all__ = ["AddServicer", "DescribeCallback", "GrpcTransport"]
 
 DescribeCallback = Callable[[], raft_pb2.DescribeQuorumResponse]
 AddServicer = Callable[[grpc.aio.Server], None]
+# Why the caller of a stream may not send this request (rpc field, sender id), or None.
+ExchangeCheck = Callable[[str, int], str | None]
+# The check for one inbound stream, from its call's context; PermissionError refuses it.
+ExchangeGate = Callable[[grpc.aio.ServicerContext], ExchangeCheck]
 
 _MESSAGE_BYTES_MAX = 64 << 20  # a 1 MiB fetch or snapshot chunk fits with a wide margin
 # What the server takes from any caller: gRPC's default. Raft requests are tiny; clients'
@@ -181,6 +185,10 @@ class GrpcTransport:
         peer_calls_max: int = 64,
         inbound_calls_max: int = 1024,
         service_calls_max: int = 1024,
+        server_credentials: grpc.ServerCredentials | None = None,
+        channel_credentials: grpc.ChannelCredentials | None = None,
+        exchange_gate: ExchangeGate | None = None,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> None:
         """``listen`` and the ``peers`` values are "host:port"; ``peers`` maps every voter's
         id to its address and may include this node. Timeouts: a Fetch call's deadline is
@@ -190,13 +198,21 @@ class GrpcTransport:
         would) and a peer's requests waiting for this node's core. ``inbound_calls_max``
         bounds the Raft requests waiting for the core over all streams, and the Exchange
         streams open at once (each is one call). Apart from those, the server runs at most
-        ``service_calls_max`` calls of its other methods at once; more are refused.
+        ``service_calls_max`` calls of its other methods at once; more are refused. With
+        ``server_credentials`` the server speaks TLS only, with ``channel_credentials`` so
+        do this node's calls to its peers (``raftka.security.tls``); without, plaintext.
+        ``exchange_gate`` decides who may open an Exchange stream and send what on it
+        (a refused request is answered INVALID_REQUEST and never reaches the core);
+        ``interceptors`` run on every call after the budgets (authorization).
         """
         assert request_timeout_ms > 0 and fetch_timeout_margin_ms > 0
         assert peer_calls_max > 0 and inbound_calls_max > 0
         self._node_id = node_id
         self._listen = listen
-        self._peers = {peer_id: _Peer(address) for peer_id, address in peers.items()}
+        self._peers = {peer_id: _Peer(address, channel_credentials) for peer_id, address in peers.items()}
+        self._server_credentials = server_credentials
+        self._exchange_gate = exchange_gate
+        self._interceptors = tuple(interceptors)
         self._cluster_id = cluster_id
         self._describe = describe
         self._servicers = tuple(servicers)
@@ -225,12 +241,15 @@ class GrpcTransport:
     async def start(self, inbox: Inbox) -> None:
         assert self._inbox is None, "start() called twice"
         self._inbox = inbox
-        server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=[self._budgets])
+        server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=[self._budgets, *self._interceptors])
         raft_pb2_grpc.add_RaftServicer_to_server(_RaftServicer(self._exchange, self._describe), server)
         for add in self._servicers:
             add(server)
         try:
-            self._port = server.add_insecure_port(self._listen)
+            if self._server_credentials is None:
+                self._port = server.add_insecure_port(self._listen)
+            else:
+                self._port = server.add_secure_port(self._listen, self._server_credentials)
         except RuntimeError as e:
             raise OSError(f"cannot listen on {self._listen}: {e}") from e
         await server.start()
@@ -366,7 +385,14 @@ class GrpcTransport:
 
     async def _exchange(self, context: grpc.aio.ServicerContext) -> None:
         """Serve one peer's stream: read its requests, write the core's answers."""
-        stream = _InboundStream(context.peer(), self._peer_calls_max)
+        check = None
+        if self._exchange_gate is not None:
+            try:
+                check = self._exchange_gate(context)
+            except PermissionError as e:
+                self._log.warning("raft stream refused", peer=context.peer(), reason=str(e))
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(e))
+        stream = _InboundStream(context.peer(), self._peer_calls_max, check)
         if self._closed:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
         self._streams.add(stream)
@@ -422,6 +448,12 @@ class GrpcTransport:
             self._log.warning("invalid request", rpc=kind, field=e.field, reason=e.reason, peer=stream.peer)
             error = codec.error_response(rpc.response_pb, Error.INVALID_REQUEST)
             self._answer(stream, frame.call_id, rpc, error)
+            return
+        if stream.check is not None and (refused := stream.check(kind, rpc.sender(request))) is not None:
+            self._log.warning("raft request refused", rpc=kind, reason=refused, peer=stream.peer)
+            self._answer(
+                stream, frame.call_id, rpc, codec.error_response(rpc.response_pb, Error.INVALID_REQUEST)
+            )
             return
         self._ask_core(stream, frame.call_id, rpc, request)
 
@@ -511,10 +543,11 @@ class _OutboundStream:
 class _Peer:
     """A peer's channel, made on first use and reused, and this node's stream to the peer."""
 
-    __slots__ = ("address", "stream", "_channel", "_stub", "_closing")
+    __slots__ = ("address", "stream", "_credentials", "_channel", "_stub", "_closing")
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, credentials: grpc.ChannelCredentials | None) -> None:
         self.address = address
+        self._credentials = credentials
         self.stream: _OutboundStream | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._channel: grpc.aio.Channel | None = None
@@ -522,7 +555,12 @@ class _Peer:
 
     def stub(self) -> raft_pb2_grpc.RaftStub:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+            if self._credentials is None:
+                self._channel = grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+            else:
+                self._channel = grpc.aio.secure_channel(
+                    self.address, self._credentials, options=_CHANNEL_OPTIONS
+                )
             self._stub = raft_pb2_grpc.RaftStub(self._channel)
         return self._stub
 
@@ -556,10 +594,11 @@ class _InboundStream:
     """A peer's Exchange stream into this node: the rpc_ids of its requests waiting for the
     core, and the answers waiting to be written."""
 
-    __slots__ = ("peer", "pending", "closing", "_answers", "_answers_max")
+    __slots__ = ("peer", "check", "pending", "closing", "_answers", "_answers_max")
 
-    def __init__(self, peer: str, answers_max: int) -> None:
+    def __init__(self, peer: str, answers_max: int, check: ExchangeCheck | None = None) -> None:
         self.peer = peer  # the caller's address, for logs
+        self.check = check  # who the caller is allowed to speak for (None: anyone)
         self.pending: set[int] = set()
         self.closing = False  # end with UNAVAILABLE: this node is shutting down
         # None ends the stream; ``answer`` bounds the rest.

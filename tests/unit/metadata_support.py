@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
+from raftka.metadata.acls import Acl
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import BROKER, LEADER_UNCHANGED, NO_LEADER, TOPIC, MetadataImage
 from raftka.v1 import metadata_pb2 as pb
@@ -291,3 +292,13 @@ def valid_log(draw: st.DrawFn, max_records: int = 40) -> list[Record]:
         image = replay(image, record)
         log.append(record)
     return log
+
+
+def acl(principal: str, operation: str, resource_type: str, name: str, *, pattern: str = "LITERAL") -> Record:
+    """An ALLOW ACL as the controller writes it (its id the digest of its fields)."""
+    entry = Acl(resource_type, name, pattern, principal, "*", operation, "ALLOW")
+    return Record(access_control_entry=entry.record())
+
+
+def remove_acl(acl_id: str) -> Record:
+    return Record(remove_access_control_entry=pb.RemoveAccessControlEntryRecord(id=acl_id))

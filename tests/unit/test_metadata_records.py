@@ -29,6 +29,8 @@ EVERY_TYPE = {
     "OFFSET_COMMIT_RECORD": m.commit("g", TID, 3, 42, "meta", ts=1_700_000_000_000),
     "REMOVE_GROUP_OFFSETS_RECORD": m.remove_group_offsets("g"),
     "GROUP_REBALANCE_RECORD": m.group_rebalance("g", 3, ["m1", "m2"], assignment=[("orders", [0, 1])]),
+    "ACCESS_CONTROL_ENTRY_RECORD": m.acl("User:CN=alice,OU=client,O=raftka", "CREATE", "TOPIC", "orders"),
+    "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": m.remove_acl("0123456789abcdef0123456789abcdef"),
 }
 
 

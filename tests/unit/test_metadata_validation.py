@@ -259,6 +259,8 @@ def test_the_walk_finds_every_list_of_the_client_requests() -> None:
         ("RecordGroupRebalanceRequest", "rebalance.members[].assignment"),
         ("RecordGroupRebalanceRequest", "rebalance.members[].assignment[].partitions"),
         ("DeleteGroupsRequest", "groups"),
+        ("CreateAclsRequest", "acls"),
+        ("DeleteAclsRequest", "filters"),
     }
 
 

@@ -124,6 +124,21 @@ class ControllerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/raftka.v1.Controller/CreateAcls',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/raftka.v1.Controller/DeleteAcls',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/raftka.v1.Controller/DescribeAcls',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -237,6 +252,24 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -329,6 +362,21 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.CreateAclsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -817,6 +865,87 @@ class Controller:
             '/raftka.v1.Controller/DeleteGroups',
             raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/CreateAcls',
+            raftka_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/DeleteAcls',
+            raftka_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/DescribeAcls',
+            raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,48 @@
+"""Who may speak on the quorum's Exchange streams (with mutual TLS on).
+
+Only controller certificates take part in elections and replication as voters, each
+only as itself: controller 1's certificate cannot send a Vote as node 2. Brokers follow
+the metadata log as observers, so a broker's certificate may Fetch (and FetchSnapshot),
+as its own id, which must not be a voter's (a broker posing as a voter would count
+towards the high watermark). Client certificates cannot open a stream at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+import grpc
+
+from raftka.security.principal import BROKER, CONTROLLER, from_grpc
+
+OBSERVER_RPCS = frozenset({"fetch", "fetch_snapshot"})
+Check = Callable[[str, int], str | None]  # (rpc field, sender id) -> why refused, or None
+
+
+def quorum_gate(voter_ids: Collection[int]) -> Callable[[grpc.aio.ServicerContext], Check]:
+    """The transport's ``exchange_gate``; PermissionError refuses a stream outright."""
+    voters = frozenset(voter_ids)
+
+    def gate(context: grpc.aio.ServicerContext) -> Check:
+        caller = from_grpc(context)
+        if caller is None:  # a plaintext server
+            return lambda rpc, sender: None
+        if caller.role == CONTROLLER:
+            return lambda rpc, sender: (
+                None if sender == caller.node_id else f"{caller} may not speak for node {sender}"
+            )
+        if caller.role == BROKER:
+
+            def observer(rpc: str, sender: int) -> str | None:
+                if rpc not in OBSERVER_RPCS:
+                    return f"{rpc}: only controllers vote and lead, and {caller} is a broker's certificate"
+                if sender != caller.node_id or sender in voters:
+                    return f"{caller} may fetch only as observer {caller.node_id}, not as node {sender}"
+                return None
+
+            return observer
+        raise PermissionError(
+            f"{caller} may not join the quorum: only controller and broker certificates may"
+        )
+
+    return gate

@@ -1,0 +1,291 @@
+"""``raftka cluster up --tls`` end to end: every command finds the client certificate by
+itself, an ordinary user's certificate (made with the cluster's CA) is refused admin
+operations until an ACL allows them, clients the cluster does not trust get nothing, and
+Kafka's own clients work over SSL, their admin requests judged as themselves when a
+broker forwards them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import NewTopic as KafkaNewTopic
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+from raftka.cli import local
+from raftka.security.certs import CLIENT_UNIT, Authority
+from tests.integration.metadata_cluster import RAFTKA, UP_TIMEOUT_S, MetadataCluster
+
+pytestmark = pytest.mark.integration
+ALICE = "User:CN=alice,OU=client,O=raftka"
+TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    cluster = MetadataCluster(tmp_path_factory.mktemp("tls") / "cluster")
+    try:
+        up = json.loads(cluster.raftka("cluster", "up", "--tls", "--output", "json", timeout_s=UP_TIMEOUT_S))
+        assert up["tls"] is True
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def raftka(cluster: MetadataCluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RAFTKA, *args, "--dir", str(cluster.dir)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def ok(cluster: MetadataCluster, *args: str, stdin: str = "") -> str:
+    done = raftka(cluster, *args, stdin=stdin)
+    assert done.returncode == 0, f"raftka {' '.join(args)} failed: {done.stderr.strip()}"
+    return done.stdout
+
+
+def as_json(cluster: MetadataCluster, *args: str) -> object:
+    return json.loads(ok(cluster, *args, "--output", "json"))
+
+
+def alice(cluster: MetadataCluster) -> list[str]:
+    """Flags presenting alice's certificate, signed by the cluster's own CA."""
+    certs = local.load(cluster.dir).certs_dir()
+    if not (certs / "alice.crt").exists():
+        authority = Authority(
+            x509.load_pem_x509_certificate((certs / "ca.crt").read_bytes()),
+            load_pem_private_key((certs / "ca.key").read_bytes(), password=None),
+        )
+        issued = authority.issue("alice", CLIENT_UNIT)
+        (certs / "alice.crt").write_bytes(issued.cert_pem)
+        (certs / "alice.key").write_bytes(issued.key_pem)
+    return [
+        "--tls-ca",
+        str(certs / "ca.crt"),
+        "--tls-cert",
+        str(certs / "alice.crt"),
+        "--tls-key",
+        str(certs / "alice.key"),
+    ]
+
+
+def kafka_ssl(cluster: MetadataCluster, name: str = "admin") -> dict[str, str]:
+    certs = local.load(cluster.dir).certs_dir()
+    return {
+        "bootstrap.servers": ",".join(local.load(cluster.dir).kafka_addresses()),
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(certs / "ca.crt"),
+        "ssl.certificate.location": str(certs / f"{name}.crt"),
+        "ssl.key.location": str(certs / f"{name}.key"),
+    }
+
+
+def test_every_command_works_with_the_local_clusters_certificate(cluster: MetadataCluster) -> None:
+    ok(cluster, "topics", "create", "orders", "--partitions", "2", "--replication-factor", "3")
+    assert "orders" in [t["name"] for t in as_json(cluster, "topics", "list")]
+    assert len(as_json(cluster, "topics", "describe", "orders")[0]["partitions"]) == 2
+    ok(cluster, "configs", "alter", "--topic", "orders", "--set", "retention.ms=3600000")
+    ok(cluster, "produce", "orders", stdin="one\ntwo\nthree\n")
+    printed = ok(
+        cluster, "consume", "orders", "--from-beginning", "--max-messages", "3", "--group", "readers"
+    )
+    assert sorted(printed.split()) == ["one", "three", "two"]
+    assert "readers" in [g["group"] for g in as_json(cluster, "groups", "list")]
+    ok(cluster, "groups", "describe", "readers")
+    ok(
+        cluster,
+        "groups",
+        "reset-offsets",
+        "--group",
+        "readers",
+        "--topic",
+        "orders",
+        "--to-earliest",
+        "--execute",
+    )
+    ok(cluster, "offsets", "list", "orders")
+    ok(cluster, "quorum", "describe", "--status")
+    assert len(as_json(cluster, "brokers", "list")) == 3
+    ok(
+        cluster,
+        "offsets",
+        "commit",
+        "--group",
+        "tools",
+        "--topic",
+        "orders",
+        "--partition",
+        "0",
+        "--offset",
+        "1",
+    )
+    assert as_json(cluster, "offsets", "fetch", "--group", "tools")["offsets"][0]["offset"] == 1
+    ok(cluster, "topics", "alter", "orders", "--partitions", "3")
+    ok(cluster, "topics", "elect-leaders", "orders")
+    assert all(n["alive"] for n in as_json(cluster, "cluster", "status")["nodes"])
+    ok(cluster, "groups", "delete", "readers")
+    ok(cluster, "topics", "delete", "orders")
+    assert "orders" not in [t["name"] for t in as_json(cluster, "topics", "list")]
+
+
+def test_an_ordinary_user_is_refused_admin_operations_until_an_acl_allows_them(
+    cluster: MetadataCluster,
+) -> None:
+    ok(cluster, "topics", "create", "payments", "--partitions", "1", "--replication-factor", "3")
+    refused = raftka(cluster, "topics", "delete", "payments", *alice(cluster))
+    assert refused.returncode == 1 and "TOPIC_AUTHORIZATION_FAILED" in refused.stderr
+    assert ALICE in refused.stderr
+    assert "payments" in [
+        t["name"] for t in as_json(cluster, "topics", "list", *alice(cluster))
+    ]  # reads are open
+    ok(cluster, "produce", "payments", stdin="paid\n")
+    ok(cluster, "consume", "payments", "--from-beginning", "--max-messages", "1", "--group", "payers")
+    reset = (
+        "groups",
+        "reset-offsets",
+        "--group",
+        "payers",
+        "--topic",
+        "payments",
+        "--to-earliest",
+        "--execute",
+    )
+    refused = raftka(cluster, *reset, *alice(cluster))  # through a broker: judged as alice
+    assert refused.returncode == 1 and "GROUP_AUTHORIZATION_FAILED" in refused.stderr
+    refused = raftka(cluster, "groups", "delete", "payers", *alice(cluster))
+    assert refused.returncode == 1 and "GROUP_AUTHORIZATION_FAILED" in refused.stdout
+    assert "payers" in [g["group"] for g in as_json(cluster, "groups", "list")]
+    create = (
+        "topics",
+        "create",
+        "alice-orders",
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "3",
+        *alice(cluster),
+    )
+    assert "TOPIC_AUTHORIZATION_FAILED" in raftka(cluster, *create).stderr
+    assert "CLUSTER_AUTHORIZATION_FAILED" in raftka(cluster, "acls", "list", *alice(cluster)).stderr
+
+    grant = (
+        "--allow-principal",
+        ALICE,
+        "--operation",
+        "Create",
+        "--topic",
+        "alice-",
+        "--resource-pattern-type",
+        "prefixed",
+    )
+    ok(cluster, "acls", "add", *grant)
+    listed = as_json(cluster, "acls", "list", "--principal", ALICE)
+    assert [(a["operation"], a["resource_name"], a["pattern_type"]) for a in listed] == [
+        ("CREATE", "alice-", "PREFIXED")
+    ]
+    ok(cluster, *create)
+    assert (
+        "TOPIC_AUTHORIZATION_FAILED"
+        in raftka(cluster, "topics", "delete", "alice-orders", *alice(cluster)).stderr
+    )
+
+    removed = as_json(
+        cluster,
+        "acls",
+        "remove",
+        "--allow-principal",
+        ALICE,
+        "--topic",
+        "alice-",
+        "--resource-pattern-type",
+        "prefixed",
+    )
+    assert len(removed) == 1 and as_json(cluster, "acls", "list") == []
+    again = (
+        "topics",
+        "create",
+        "alice-more",
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "3",
+        *alice(cluster),
+    )
+    assert "TOPIC_AUTHORIZATION_FAILED" in raftka(cluster, *again).stderr
+
+
+def test_a_client_without_the_clusters_certificate_gets_nothing(
+    cluster: MetadataCluster, tmp_path: Path
+) -> None:
+    address = local.load(cluster.dir).addresses()[0]
+    plaintext = subprocess.run(
+        [
+            *RAFTKA,
+            "topics",
+            "list",
+            "--bootstrap-controller",
+            address,
+            "--timeout-s",
+            "2",
+            "--dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert plaintext.returncode == 1 and "UNAVAILABLE" in plaintext.stderr
+    other = tmp_path / "other"
+    subprocess.run([*RAFTKA, "certs", "init", str(other)], check=True, capture_output=True, timeout=TIMEOUT_S)
+    foreign = [
+        "--tls-ca",
+        str(other / "ca.crt"),
+        "--tls-cert",
+        str(other / "admin.crt"),
+        "--tls-key",
+        str(other / "admin.key"),
+    ]
+    refused = raftka(cluster, "topics", "list", "--timeout-s", "2", *foreign)
+    assert refused.returncode == 1 and "UNAVAILABLE" in refused.stderr
+
+
+def test_kafka_clients_use_ssl_and_their_admin_requests_are_judged_as_themselves(
+    cluster: MetadataCluster,
+) -> None:
+    admin = AdminClient(kafka_ssl(cluster))
+    admin.create_topics([KafkaNewTopic("kafka-tls", num_partitions=1, replication_factor=3)])[
+        "kafka-tls"
+    ].result(30)
+    producer = Producer(kafka_ssl(cluster))
+    for i in range(3):
+        producer.produce("kafka-tls", value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer(kafka_ssl(cluster) | {"group.id": "kafka-readers", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["kafka-tls"])
+    values = []
+    try:
+        while len(values) < 3:
+            message = consumer.poll(30)
+            assert message is not None and message.error() is None, message and message.error()
+            values.append(message.value())
+    finally:
+        consumer.close()
+    assert values == [b"v0", b"v1", b"v2"]
+
+    ok(cluster, "topics", "list", *alice(cluster))  # makes alice's certificate
+    as_alice = AdminClient(kafka_ssl(cluster, "alice"))
+    with pytest.raises(KafkaException) as refused:
+        as_alice.delete_topics(["kafka-tls"])["kafka-tls"].result(30)
+    assert (
+        refused.value.args[0].code() == 29
+    )  # TOPIC_AUTHORIZATION_FAILED: judged as alice, not as the broker
+    assert "kafka-tls" in [t["name"] for t in as_json(cluster, "topics", "list")]
