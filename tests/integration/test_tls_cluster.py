@@ -308,3 +308,5 @@ def test_health_perf_and_chaos_present_the_clusters_certificate(cluster: Metadat
 
     chaos = as_json(cluster, "chaos", "kill-leader", "--rounds", "1", "--until", "offset-commit")
     assert chaos["summary"]["rounds"] == 1 and chaos["rounds"][0]["commit_ms"] is not None
+    broker = as_json(cluster, "chaos", "kill-broker", "--rate", "100", "--group-consumers", "1")
+    assert broker["summary"]["lost"] == 0 and broker["summary"]["acknowledged"] > 0
