@@ -142,10 +142,10 @@ def _raftka(*argv: str) -> None:
         raise CliError(f"raftka {' '.join(argv)} failed with status {done.returncode}")
 
 
-def delete_topic(bootstrap: str, topic: str) -> None:
+def delete_topic(bootstrap: str, topic: str, ssl: Mapping[str, str]) -> None:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **ssl})
     for future in admin.delete_topics([topic], operation_timeout=30).values():
         try:
             future.result()
@@ -163,7 +163,8 @@ def run(options: argparse.Namespace) -> dict[str, dict[str, Any]]:
             running_tansu(Path(scratch) / "tansu.log") as tansu,
         ):
             print(f"Tansu on {tansu.address} (pid {tansu.pid})", file=sys.stderr)
-            source = ["--bootstrap-server", tansu.address]
+            # --dir: an empty one, so that a local cluster's certificate is not offered to Tansu
+            source = ["--bootstrap-server", tansu.address, "--dir", scratch]
             results["tansu (rf 1, memory)"] = one_target(
                 options, f"{TOPIC_PREFIX}-{stamp}", source, 1, {"tansu": tansu.pid}
             )
@@ -172,9 +173,8 @@ def run(options: argparse.Namespace) -> dict[str, dict[str, Any]]:
             topic = f"{TOPIC_PREFIX}-{stamp}-rf{factor}"
             results[f"raftka (rf {factor})"] = one_target(options, topic, ["--dir", str(cluster_dir)], factor)
             # only once the run has checked whose brokers these are; a failed run leaves its topic
-            delete_topic(
-                perf_kafka.kafka_bootstrap(argparse.Namespace(bootstrap_server=None, dir=cluster_dir)), topic
-            )
+            local_args = argparse.Namespace(bootstrap_server=None, dir=cluster_dir)
+            delete_topic(perf_kafka.kafka_bootstrap(local_args), topic, perf_kafka.ssl_properties(local_args))
     return results
 
 

@@ -26,6 +26,7 @@ from raftka.cli import local, output
 from raftka.cli.errors import CliError
 from raftka.cli.offset_probe import OffsetCommitProbe
 from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
+from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.v1 import raft_pb2
 
 POLL_INTERVAL_S = 0.005
@@ -71,6 +72,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
     output.add_output_option(kill)
+    add_tls_options(kill)
     kill.set_defaults(func=run_kill_leader)
     from raftka.cli import chaos_broker  # it builds on this module's LocalTarget: imported once this one is
 
@@ -83,9 +85,10 @@ def run_kill_leader(args: argparse.Namespace) -> int:
     cluster = local.load(local.resolve_dir(args.dir))
     json_out = args.output == "json"
     controllers = {node.id: node.address for node in cluster.controllers()}
+    tls = client_tls(args)
     with (
-        QuorumClient(call_timeout_s=DESCRIBE_TIMEOUT_S) as client,
-        OffsetCommitProbe(controllers, DESCRIBE_TIMEOUT_S) as probe,
+        QuorumClient(call_timeout_s=DESCRIBE_TIMEOUT_S, tls=tls) as client,
+        OffsetCommitProbe(controllers, DESCRIBE_TIMEOUT_S, tls) as probe,
     ):
         if args.until == "offset-commit":
             probe.prepare()

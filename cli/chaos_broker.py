@@ -42,12 +42,14 @@ from raftka.cli.chaos import SIGNALS, LocalTarget
 from raftka.cli.data_args import add_idempotence_option, idempotence
 from raftka.cli.errors import CliError
 from raftka.cli.quorum_client import QuorumClient
+from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.consumer import Consumer
 from raftka.client.errors import KafkaError
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.producer import Producer
 from raftka.client.types import GroupDescription, NewTopic, PartitionInfo, RecordMetadata, TopicPartition
+from raftka.security.tls import TlsFiles
 
 POLL_INTERVAL_S = 0.01
 PARTITIONS = 6
@@ -70,6 +72,7 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
     add_idempotence_option(kill)
     output.add_output_option(kill)
+    add_tls_options(kill)
     kill.set_defaults(func=run_kill_broker)
 
 
@@ -120,8 +123,9 @@ class NumberedLoad:
 class GroupReaders:
     """Consumers of one group, each polling on its own thread, recording the numbers read."""
 
-    def __init__(self, addresses: list[str], topic: str, count: int) -> None:
+    def __init__(self, addresses: list[str], topic: str, count: int, tls: TlsFiles | None = None) -> None:
         self.group = f"{topic}-readers"
+        self._tls = tls
         self.processed: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -134,6 +138,7 @@ class GroupReaders:
                 session_timeout_ms=6_000,
                 heartbeat_interval_ms=500,
                 request_timeout_ms=5_000,
+                tls=tls,
             )
             for i in range(count)
         ]
@@ -176,7 +181,7 @@ class GroupReaders:
         """Stable, and every partition owned by exactly one member."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            description = asyncio.run(_describe(addresses, self.group))
+            description = asyncio.run(_describe(addresses, self.group, self._tls))
             owned = [tp.partition for m in description.members for tp in m.assignment]
             if description.state == "Stable" and sorted(owned) == list(range(partitions)):
                 return True
@@ -191,8 +196,8 @@ class GroupReaders:
             consumer.close()
 
 
-async def _describe(addresses: list[str], group: str) -> GroupDescription:
-    admin = GroupAdmin(addresses)
+async def _describe(addresses: list[str], group: str, tls: TlsFiles | None) -> GroupDescription:
+    admin = GroupAdmin(addresses, tls=tls)
     try:
         return await admin.describe_group(group)
     finally:
@@ -245,7 +250,8 @@ def run_kill_broker(args: argparse.Namespace) -> int:
         raise CliError("kill-broker needs at least 3 brokers (RF 3, min.insync.replicas 2)")
     topic = f"chaos-{uuid.uuid4().hex[:8]}"
     json_out = args.output == "json"
-    with Admin(cluster.addresses(), RetryPolicy(total_timeout_s=args.timeout_s)) as admin:
+    tls = client_tls(args)
+    with Admin(cluster.addresses(), RetryPolicy(total_timeout_s=args.timeout_s), tls) as admin:
         result = admin.create_topics([NewTopic(topic, PARTITIONS, 3, {"min.insync.replicas": "2"})])[0]
         result.check()
         producer = Producer(
@@ -254,16 +260,17 @@ def run_kill_broker(args: argparse.Namespace) -> int:
             linger_ms=5,
             delivery_timeout_ms=120_000,
             enable_idempotence=idempotence(args),
+            tls=tls,
         )
         load = NumberedLoad(producer, topic, args.rate)
         readers = (
-            GroupReaders(cluster.broker_addresses(), topic, args.group_consumers)
+            GroupReaders(cluster.broker_addresses(), topic, args.group_consumers, tls)
             if args.group_consumers
             else None
         )
         rounds = []
         try:
-            with QuorumClient(call_timeout_s=0.5) as client:
+            with QuorumClient(call_timeout_s=0.5, tls=tls) as client:
                 target = LocalTarget(cluster, client)
                 for number in range(1, args.rounds + 1):
                     outcome = _round(admin, target, topic, number, SIGNALS[args.signal], args.timeout_s)
@@ -274,7 +281,7 @@ def run_kill_broker(args: argparse.Namespace) -> int:
             load.stop()
             producer.close()
         report: dict[str, Any] = audit(
-            load.acknowledged, read_everything(cluster.broker_addresses(), topic), load.sent
+            load.acknowledged, read_everything(cluster.broker_addresses(), topic, tls), load.sent
         )
         if readers is not None:
             try:
@@ -369,9 +376,11 @@ def _healthy(partitions: list[PartitionInfo]) -> bool:
     return all(p.leader >= 0 and len(p.isr) == len(p.replicas) for p in partitions)
 
 
-def read_everything(addresses: list[str], topic: str) -> list[tuple[int, int, bytes | None]]:
+def read_everything(
+    addresses: list[str], topic: str, tls: TlsFiles | None = None
+) -> list[tuple[int, int, bytes | None]]:
     """Every record of every partition, from the log start to the high watermark."""
-    consumer = Consumer(addresses, auto_offset_reset="earliest")
+    consumer = Consumer(addresses, auto_offset_reset="earliest", tls=tls)
     try:
         tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         consumer.assign(tps)

@@ -18,6 +18,7 @@ from raftka.cli.errors import CliError
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.types import NewTopic
 from raftka.rpc.stubs import BlockingStubs
+from raftka.security.tls import TlsFiles
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 TOPIC = "raftka-chaos"
@@ -27,10 +28,11 @@ E = controller_pb2.ErrorCode
 
 
 class OffsetCommitProbe:
-    def __init__(self, addresses: Mapping[int, str], timeout_s: float) -> None:
+    def __init__(self, addresses: Mapping[int, str], timeout_s: float, tls: TlsFiles | None = None) -> None:
         self._addresses = dict(addresses)
         self._timeout_s = timeout_s
-        self._stubs = BlockingStubs(controller_pb2_grpc.ControllerStub)
+        self._tls = tls
+        self._stubs = BlockingStubs(controller_pb2_grpc.ControllerStub, tls)
         self._offset = 0
 
     def __enter__(self) -> OffsetCommitProbe:
@@ -43,7 +45,8 @@ class OffsetCommitProbe:
 
     def prepare(self) -> None:
         """Create the one-partition topic the commits are for (an existing one is fine)."""
-        with Admin(list(self._addresses.values()), RetryPolicy(total_timeout_s=SETUP_TIMEOUT_S)) as admin:
+        policy = RetryPolicy(total_timeout_s=SETUP_TIMEOUT_S)
+        with Admin(list(self._addresses.values()), policy, self._tls) as admin:
             (result,) = admin.create_topics([NewTopic(TOPIC, 1, 1)])
         if result.error not in (None, "TOPIC_ALREADY_EXISTS"):
             raise CliError(

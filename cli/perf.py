@@ -51,7 +51,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf = commands.add_parser("perf", help="measure the quorum's and the brokers' performance")
     kinds = perf.add_subparsers(dest="kind", required=True, metavar="KIND")
     quorum = kinds.add_parser(
-        "quorum", help="append throughput/latency with the load in the leader's process"
+        "quorum",
+        help="append throughput/latency with the load in the leader's process "
+        "(its own 3-node quorum on loopback, plaintext: no cluster is involved)",
     )
     add_load_options(quorum, "appends")
     quorum.add_argument("--record-bytes", type=int, default=100, help="bytes per record")

@@ -19,7 +19,9 @@ partition (assigned, no group join), with one change to librdkafka's defaults
 (``CONSUMER_DEFAULTS``), and times the reading apart from the startup. ``--config
 KEY=VALUE`` passes any other librdkafka property. With the local cluster, or with
 ``cpu_of`` processes given, each run also reports CPU seconds per million records per
-process, this one (with librdkafka's threads) included.
+process, this one (with librdkafka's threads) included. With a certificate (``--tls-*``,
+``--command-config``, or the local cluster's from ``cluster up --tls``) every client
+speaks SSL (``ssl_properties``).
 
 confluent-kafka is imported only when one of these runs: it is a dev and bench
 dependency, not one of raftka's.
@@ -42,6 +44,7 @@ from raftka.cli.data_args import positive
 from raftka.cli.errors import CliError
 from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
 from raftka.cli.perf_data import CpuMeter, print_result
+from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.metadata.validation import ValidationError, validate_topic_name
 
 DEFAULT_TOPIC = "raftka-perf-kafka"
@@ -164,6 +167,7 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dir", type=Path, help="local cluster directory (default: .raftka/local)")
     output.add_output_option(parser)
+    add_tls_options(parser)
 
 
 # arguments ----------------------------------------------------------------------------
@@ -257,6 +261,22 @@ def expected_cluster_id(args: argparse.Namespace) -> str | None:
     return None if args.bootstrap_server is not None else local.load(local.resolve_dir(args.dir)).cluster_id
 
 
+def ssl_properties(args: argparse.Namespace) -> dict[str, str]:
+    """librdkafka's properties for the command's certificate (``client_tls``), none for
+    plaintext. The broker's certificate is checked against the CA and the host dialled
+    (librdkafka's default ``ssl.endpoint.identification.algorithm=https``; the
+    certificates of ``raftka certs init`` name 127.0.0.1 and localhost)."""
+    tls = client_tls(args)
+    if tls is None:
+        return {}
+    return {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(tls.ca),
+        "ssl.certificate.location": str(tls.cert),
+        "ssl.key.location": str(tls.key),
+    }
+
+
 def _confluent_kafka() -> Any:
     try:
         import confluent_kafka
@@ -277,7 +297,7 @@ def ensure_topic(bootstrap: str, args: argparse.Namespace) -> int:
     ck = _confluent_kafka()
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **ssl_properties(args)})
     if args.topic not in _list_topics(admin, bootstrap, expected_cluster_id(args)).topics:
         new = NewTopic(
             args.topic,
@@ -406,6 +426,7 @@ def producer_config(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
         "batch.size": args.batch_size,
         "enable.idempotence": args.idempotence,
         "partitioner": args.partitioner,
+        **ssl_properties(args),
         **client_properties(args.config),
     }
 
@@ -569,6 +590,7 @@ def measure_consume(args: argparse.Namespace, cpu_of: Mapping[str, int] | None =
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         **CONSUMER_DEFAULTS,
+        **ssl_properties(args),
         **client_properties(args.config),
         "error_cb": client_errors,
     }

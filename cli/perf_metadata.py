@@ -23,7 +23,9 @@ import grpc
 from raftka.cli import local, output, perf, proc_cpu, quorum  # perf registers this module: import it whole
 from raftka.cli.errors import CliError
 from raftka.cli.latency import percentile
+from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.rpc.stubs import NotControllerError, Stubs, controller_answer
+from raftka.security.tls import TlsFiles
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode
@@ -52,6 +54,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="also report CPU ms per commit of every node of the local cluster (from /proc)",
     )
+    add_tls_options(parser)
     parser.set_defaults(func=run_metadata)
 
 
@@ -66,7 +69,7 @@ def run_metadata(args: argparse.Namespace) -> int:
     if args.cpu:
         nodes = local.load(local.resolve_dir(args.dir)).nodes
         cpu = functools.partial(proc_cpu.sample, nodes)
-    results = asyncio.run(measure(addresses, levels, args.duration, args.warmup, cpu))
+    results = asyncio.run(measure(addresses, levels, args.duration, args.warmup, cpu, client_tls(args)))
     if args.output == "json":
         print(output.to_json(results))
         return 0
@@ -92,8 +95,9 @@ async def measure(
     duration_s: float,
     warmup_s: float,
     cpu: CpuSampler | None = None,
+    tls: TlsFiles | None = None,
 ) -> list[dict[str, Any]]:
-    stubs = Stubs(controller_pb2_grpc.ControllerStub)
+    stubs = Stubs(controller_pb2_grpc.ControllerStub, tls)
     try:
         active = await find_active(stubs, addresses, FIND_TIMEOUT_S)
         await ensure_topic(stubs[active])

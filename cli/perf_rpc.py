@@ -26,7 +26,9 @@ SERVER_START_TIMEOUT_S = 10.0
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = kinds.add_parser(
-        "rpc", help="the gRPC floor: perf metadata's load against a controller that does nothing"
+        "rpc",
+        help="the gRPC floor: perf metadata's load against a controller that does nothing "
+        "(its own, on loopback, plaintext: no cluster is involved)",
     )
     perf.add_load_options(parser, "requests")
     parser.set_defaults(func=run_rpc)

@@ -19,7 +19,9 @@ import grpc
 
 from raftka.cli import local, output
 from raftka.cli.errors import CliError
+from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.rpc.stubs import Stubs
+from raftka.security.tls import TlsFiles
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 POLL_INTERVAL_S = 0.1
@@ -35,6 +37,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--record-bytes", type=int, default=100, help="bytes per appended entry")
     parser.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
     output.add_output_option(parser)
+    add_tls_options(parser)
     parser.set_defaults(func=run_stability)
 
 
@@ -42,7 +45,9 @@ def run_stability(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.rate < 0 or not 1 <= args.record_bytes <= 1 << 20:
         raise CliError("--duration must be positive, --rate not negative, --record-bytes 1 to 1048576")
     cluster = local.load(local.resolve_dir(args.dir))
-    result = asyncio.run(watch(cluster.addresses(), args.duration, args.rate, args.record_bytes))
+    result = asyncio.run(
+        watch(cluster.addresses(), args.duration, args.rate, args.record_bytes, client_tls(args))
+    )
     if args.output == "json":
         print(output.to_json(result))
     else:
@@ -58,8 +63,10 @@ def run_stability(args: argparse.Namespace) -> int:
     return 0
 
 
-async def watch(addresses: list[str], duration_s: float, rate: float, record_bytes: int) -> dict[str, Any]:
-    raft_stubs, journal_stubs = Stubs(raft_pb2_grpc.RaftStub), Stubs(raft_pb2_grpc.JournalStub)
+async def watch(
+    addresses: list[str], duration_s: float, rate: float, record_bytes: int, tls: TlsFiles | None = None
+) -> dict[str, Any]:
+    raft_stubs, journal_stubs = Stubs(raft_pb2_grpc.RaftStub, tls), Stubs(raft_pb2_grpc.JournalStub, tls)
     raft = {address: raft_stubs[address] for address in addresses}
     journal = {address: journal_stubs[address] for address in addresses}
     start = time.monotonic()

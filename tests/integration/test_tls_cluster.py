@@ -1,8 +1,9 @@
 """``raftka cluster up --tls`` end to end: every command finds the client certificate by
 itself, an ordinary user's certificate (made with the cluster's CA) is refused admin
-operations until an ACL allows them, clients the cluster does not trust get nothing, and
+operations until an ACL allows them, clients the cluster does not trust get nothing,
 Kafka's own clients work over SSL, their admin requests judged as themselves when a
-broker forwards them."""
+broker forwards them, and the probes, benchmarks and fault injection (health, perf,
+chaos) work as well, with small counts."""
 
 from __future__ import annotations
 
@@ -289,3 +290,23 @@ def test_kafka_clients_use_ssl_and_their_admin_requests_are_judged_as_themselves
         refused.value.args[0].code() == 29
     )  # TOPIC_AUTHORIZATION_FAILED: judged as alice, not as the broker
     assert "kafka-tls" in [t["name"] for t in as_json(cluster, "topics", "list")]
+
+
+def test_health_perf_and_chaos_present_the_clusters_certificate(cluster: MetadataCluster) -> None:
+    nodes = local.load(cluster.dir)
+    for node in (nodes.controllers()[0], nodes.brokers()[0]):
+        assert ok(cluster, "health", node.address).strip() == f"{node.address}: SERVING"
+    metadata = ok(cluster, "perf", "metadata", "--concurrency", "2", "--duration", "0.3", "--warmup", "0")
+    assert "Active controller: 127.0.0.1:" in metadata
+    assert "stable" in ok(cluster, "perf", "stability", "--duration", "1")
+
+    records = ("--records", "200", "--topic", "perf-tls")
+    produced = as_json(cluster, "perf", "kafka", *records, "--partitions", "2", "--record-size", "64")
+    assert (produced["delivered"], produced["errors"]) == (200, 0)
+    consumed = as_json(cluster, "perf", "kafka-consume", *records, "--timeout-s", "30")
+    assert (consumed["records"], consumed["errors"]) == (200, 0)
+
+    chaos = as_json(cluster, "chaos", "kill-leader", "--rounds", "1", "--until", "offset-commit")
+    assert chaos["summary"]["rounds"] == 1 and chaos["rounds"][0]["commit_ms"] is not None
+    broker = as_json(cluster, "chaos", "kill-broker", "--rate", "100", "--group-consumers", "1")
+    assert broker["summary"]["lost"] == 0 and broker["summary"]["acknowledged"] > 0
