@@ -10,8 +10,8 @@ the driver, walk each node's log (``raftka.audit.walk``) and merge the nodes' co
 canonical history (``raftka.audit.merge``): a million heads for ten million records, cheaper
 to walk here than to ship to a task; replay the history in order (``raftka.audit.replay``) in
 pieces cut at snapshots, which Spark tasks run in parallel straight from the files
-(``raftka.audit.pieces``); build the tables with window functions (``raftka.audit.tables``) over what
-the pieces wrote. Exit status 1 when an error-level check fails.
+(``raftka.audit.pieces``), each folding its offset commits per series (``raftka.audit.commits``);
+build the tables with window functions (``raftka.audit.tables``) over what the pieces wrote. Exit status 1 when an error-level check fails.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from raftka.audit import report, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
+from raftka.audit.commits import SERIES_SCHEMA, combine
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.files import AuditInputError, LogFile, discover, file_size, pack
 from raftka.audit.pieces import CANONICAL, CANONICAL_SCHEMA, EVENTS, plan, run_piece
@@ -165,7 +166,12 @@ def run(
         "violations": spark.createDataFrame(to_batch([tuple(v.values()) for v in violations], VIOLATION_SCHEMA).to_pandas()
                                             if violations else [], schema=from_arrow_schema(VIOLATION_SCHEMA)),
     }  # fmt: skip
-    frames["group_offsets"] = tables.group_offsets(canonical, events, frames["topic_lifecycle"])
+    series = combine(d.pop("series") for d in sorted(done, key=lambda d: d["piece"]))
+    frames["group_offsets"] = tables.group_offsets(
+        spark.createDataFrame(series, schema=from_arrow_schema(SERIES_SCHEMA)),
+        events,
+        frames["topic_lifecycle"],
+    )
     frames["group_rebalances"] = tables.group_rebalances(events)
     tables_dir = out / "tables"
     per_table = Timings()

@@ -1,0 +1,124 @@
+"""Burrow's evaluation of offset commits, computed where the replay already reads them.
+
+Each replay piece sees its offset commits in log order: it folds them into one ``Series``
+per (group, topic_id, partition) and hands the folds back; the driver joins the pieces'
+folds in piece order (pieces are consecutive ranges of the history), which gives exactly
+what a window over all commits ordered by offset gives, without Spark shuffling and
+sorting every commit of the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+STALL_COMMITS = 3  # a partition whose last this many commits did not move is stalled (Burrow)
+COMMIT = "OFFSET_COMMIT_RECORD"
+# One row per series: the columns ``raftka.audit.tables.group_offsets`` starts from.
+SERIES_SCHEMA = pa.schema([
+    ("group", pa.string()), ("topic_id", pa.string()), ("partition", pa.int32()), ("commits", pa.int64()),
+    ("first_offset", pa.int64()), ("last_offset", pa.int64()), ("first_ms", pa.int64()), ("last_ms", pa.int64()),
+    ("rewinds", pa.int64()), ("rewound_by", pa.int64()), ("stalled_commits", pa.int64()),
+    ("max_gap_ms", pa.int64()), ("mean_gap_ms", pa.float64()), ("recent_moves", pa.int64()),
+])  # fmt: skip
+
+Key = tuple[Any, Any, Any]  # group, topic_id, partition
+
+
+class Series:
+    """The commits of one partition of one group so far, in offset order. ``committed`` may be
+    None (SQL's NULL): it then compares with nothing, as in the window it replaces."""
+
+    __slots__ = ("commits", "first", "first_ms", "last", "last_ms", "min_ms", "max_ms", "rewinds", "rewound_by",
+                 "stalled", "max_gap", "gap_sum", "tail")  # fmt: skip
+
+    def __init__(self, timestamp_ms: int, committed: int | None) -> None:
+        self.commits = 1
+        self.first, self.first_ms = committed, timestamp_ms
+        self.last, self.last_ms = committed, timestamp_ms
+        self.min_ms = self.max_ms = timestamp_ms
+        self.rewinds = self.stalled = self.gap_sum = 0
+        self.rewound_by: int | None = None
+        self.max_gap: int | None = None
+        self.tail = [committed]  # the last STALL_COMMITS + 1 committed offsets
+
+    def add(self, timestamp_ms: int, committed: int | None) -> None:
+        self._step(self.last, self.last_ms, committed, timestamp_ms)
+        self.commits += 1
+        self.last, self.last_ms = committed, timestamp_ms
+        self.min_ms, self.max_ms = min(self.min_ms, timestamp_ms), max(self.max_ms, timestamp_ms)
+        self.tail.append(committed)
+        if len(self.tail) > STALL_COMMITS + 1:
+            del self.tail[0]
+
+    def then(self, later: Series) -> None:
+        """Append ``later``, the same series' commits in the next piece."""
+        self._step(self.last, self.last_ms, later.first, later.first_ms)
+        self.commits += later.commits
+        self.last, self.last_ms = later.last, later.last_ms
+        self.min_ms, self.max_ms = min(self.min_ms, later.min_ms), max(self.max_ms, later.max_ms)
+        self.rewinds += later.rewinds
+        self.stalled += later.stalled
+        self.gap_sum += later.gap_sum
+        self.rewound_by = _plus(self.rewound_by, later.rewound_by)
+        if later.max_gap is not None:  # ours is set: the step between the pieces made a gap
+            self.max_gap = max(self.max_gap, later.max_gap)  # type: ignore[type-var]
+        self.tail = (self.tail + later.tail)[-(STALL_COMMITS + 1) :]
+
+    def _step(self, previous: int | None, previous_ms: int, committed: int | None, timestamp_ms: int) -> None:
+        gap = timestamp_ms - previous_ms
+        self.max_gap = gap if self.max_gap is None else max(self.max_gap, gap)
+        self.gap_sum += gap
+        if committed is None or previous is None:
+            return
+        if committed < previous:
+            self.rewinds += 1
+            self.rewound_by = _plus(self.rewound_by, previous - committed)
+        elif committed == previous:
+            self.stalled += 1
+
+    def row(self, key: Key) -> tuple[Any, ...]:
+        gaps = self.commits - 1
+        tail = self.tail
+        moves = sum(
+            1
+            for i in range(max(1, len(tail) - STALL_COMMITS), len(tail))
+            if tail[i] is not None and tail[i - 1] is not None and tail[i] != tail[i - 1]
+        )
+        return (*key, self.commits, self.first, self.last, self.min_ms, self.max_ms, self.rewinds, self.rewound_by,
+                self.stalled, self.max_gap, self.gap_sum / gaps if gaps else None, moves)  # fmt: skip
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b
+
+
+def fold(canonical: Iterable[Sequence[Any]], skipped: set[int]) -> dict[Key, Series]:
+    """The series of the offset commits among ``canonical`` rows (``CANONICAL_COLUMNS``, in
+    offset order), leaving out those of batches the replay skipped (based at ``skipped``)."""
+    series: dict[Key, Series] = {}
+    for _, batch_offset, _, timestamp_ms, type_name, _, _, topic_id, partition, group, committed in canonical:
+        if type_name != COMMIT or batch_offset in skipped:
+            continue
+        key = (group, topic_id, partition)
+        found = series.get(key)
+        if found is None:
+            series[key] = Series(timestamp_ms, committed)
+        else:
+            found.add(timestamp_ms, committed)
+    return series
+
+
+def combine(pieces: Iterable[dict[Key, Series]]) -> list[tuple[Any, ...]]:
+    """One row per series (``SERIES_SCHEMA``) from the pieces' folds, given in piece order."""
+    whole: dict[Key, Series] = {}
+    for piece in pieces:
+        for key, part in piece.items():
+            found = whole.get(key)
+            if found is None:
+                whole[key] = part
+            else:
+                found.then(part)
+    return [series.row(key) for key, series in whole.items()]
