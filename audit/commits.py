@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 STALL_COMMITS = 3  # a partition whose last this many commits did not move is stalled (Burrow)
 COMMIT = "OFFSET_COMMIT_RECORD"
@@ -24,6 +26,7 @@ SERIES_SCHEMA = pa.schema([
     ("max_gap_ms", pa.int64()), ("mean_gap_ms", pa.float64()), ("recent_moves", pa.int64()),
 ])  # fmt: skip
 
+SERIES_KEY = ["group", "topic_id", "partition"]
 Key = tuple[Any, Any, Any]  # group, topic_id, partition
 
 
@@ -34,24 +37,9 @@ class Series:
     __slots__ = ("commits", "first", "first_ms", "last", "last_ms", "min_ms", "max_ms", "rewinds", "rewound_by",
                  "stalled", "max_gap", "gap_sum", "tail")  # fmt: skip
 
-    def __init__(self, timestamp_ms: int, committed: int | None) -> None:
-        self.commits = 1
-        self.first, self.first_ms = committed, timestamp_ms
-        self.last, self.last_ms = committed, timestamp_ms
-        self.min_ms = self.max_ms = timestamp_ms
-        self.rewinds = self.stalled = self.gap_sum = 0
-        self.rewound_by: int | None = None
-        self.max_gap: int | None = None
-        self.tail = [committed]  # the last STALL_COMMITS + 1 committed offsets
-
-    def add(self, timestamp_ms: int, committed: int | None) -> None:
-        self._step(self.last, self.last_ms, committed, timestamp_ms)
-        self.commits += 1
-        self.last, self.last_ms = committed, timestamp_ms
-        self.min_ms, self.max_ms = min(self.min_ms, timestamp_ms), max(self.max_ms, timestamp_ms)
-        self.tail.append(committed)
-        if len(self.tail) > STALL_COMMITS + 1:
-            del self.tail[0]
+    def __init__(self, values: Sequence[Any]) -> None:
+        (self.commits, self.first, self.first_ms, self.last, self.last_ms, self.min_ms, self.max_ms, self.rewinds,
+         self.rewound_by, self.stalled, self.max_gap, self.gap_sum, self.tail) = values  # fmt: skip
 
     def then(self, later: Series) -> None:
         """Append ``later``, the same series' commits in the next piece."""
@@ -95,19 +83,60 @@ def _plus(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else a + b
 
 
-def fold(canonical: Iterable[Sequence[Any]], skipped: set[int]) -> dict[Key, Series]:
-    """The series of the offset commits among ``canonical`` rows (``CANONICAL_COLUMNS``, in
-    offset order), leaving out those of batches the replay skipped (based at ``skipped``)."""
-    series: dict[Key, Series] = {}
-    for _, batch_offset, _, timestamp_ms, type_name, _, _, topic_id, partition, group, committed in canonical:
-        if type_name != COMMIT or batch_offset in skipped:
-            continue
-        key = (group, topic_id, partition)
-        found = series.get(key)
-        if found is None:
-            series[key] = Series(timestamp_ms, committed)
-        else:
-            found.add(timestamp_ms, committed)
+def fold(canonical: pa.RecordBatch, skipped: set[int]) -> dict[Key, Series]:
+    """The series of the offset commits among ``canonical`` rows (``CANONICAL_SCHEMA``, in
+    offset order), leaving out those of batches the replay skipped (based at ``skipped``):
+    a piece's million commits in a few array passes, not a Python step per commit."""
+    table = pa.Table.from_batches([canonical])
+    keep = pc.equal(table["type"], COMMIT)
+    if skipped:
+        keep = pc.and_(
+            keep, pc.invert(pc.is_in(table["batch_offset"], pa.array(sorted(skipped), pa.int64())))
+        )
+    commits = table.filter(keep)
+    if not commits.num_rows:
+        return {}
+    # each series' rows in offset order: the single-threaded group-by lists them as it meets them
+    rows = pa.array(np.arange(commits.num_rows, dtype=np.int64))
+    grouped = (
+        commits.select(SERIES_KEY).append_column("row", rows).group_by(SERIES_KEY, use_threads=False)
+        .aggregate([("row", "list")])
+    )  # fmt: skip
+    lists = grouped["row_list"].combine_chunks()
+    order = lists.values.to_numpy()
+    bounds = lists.offsets.to_numpy()
+    starts, ends = bounds[:-1], bounds[1:]
+    ms = commits["timestamp_ms"].to_numpy()[order]
+    column = commits["committed_offset"]
+    known = column.is_valid().to_numpy(zero_copy_only=False)[order]
+    committed = column.fill_null(0).to_numpy()[order]
+    step = np.ones(len(order), dtype=bool)  # a commit after another of its series
+    step[starts] = False
+    previous = np.roll(committed, 1)
+    compared = step & known & np.roll(known, 1)  # SQL: a NULL compares with nothing
+    rewind = compared & (committed < previous)
+    gap = np.where(step, ms - np.roll(ms, 1), 0)
+    columns = (
+        ends - starts,
+        np.add.reduceat(rewind.astype(np.int64), starts),
+        np.add.reduceat(np.where(rewind, previous - committed, 0), starts),
+        np.add.reduceat((compared & (committed == previous)).astype(np.int64), starts),
+        np.maximum.reduceat(np.where(step, gap, np.iinfo(np.int64).min), starts),
+        np.add.reduceat(gap, starts),
+        np.minimum.reduceat(ms, starts),
+        np.maximum.reduceat(ms, starts),
+    )
+    values = [c if k else None for c, k in zip(committed.tolist(), known.tolist(), strict=True)]
+    times = ms.tolist()
+    keys = zip(*(grouped[name].to_pylist() for name in SERIES_KEY), strict=True)
+    series = {}
+    for key, start, end, (count, rewinds, rewound_by, stalled, max_gap, gap_sum, min_ms, max_ms) in zip(
+        keys, starts.tolist(), ends.tolist(), zip(*(c.tolist() for c in columns), strict=True), strict=True
+    ):
+        tail = values[max(start, end - STALL_COMMITS - 1) : end]
+        series[key] = Series((count, values[start], times[start], values[end - 1], times[end - 1], min_ms, max_ms,
+                              rewinds, rewound_by if rewinds else None, stalled, max_gap if count > 1 else None,
+                              gap_sum, tail))  # fmt: skip
     return series
 
 

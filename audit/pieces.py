@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raftka.audit.commits import fold
+from raftka.audit.counts import count
 from raftka.audit.decode import (
     CONTROL_TYPES,
     SNAPSHOT_KIND,
@@ -113,16 +114,18 @@ def _runs(items: list[tuple[Any, ...]], by_key: dict[tuple[str, int], LogFile]) 
 
 def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
     """Replay ``piece`` into ``folder``/events and ``folder``/canonical; what it did, with its
-    offset commits folded per series (``raftka.audit.commits``)."""
+    offset commits folded per series (``raftka.audit.commits``) and its records counted
+    (``raftka.audit.counts``)."""
     started = time.monotonic()
     canonical: list[tuple[Any, ...]] = []
     with _no_cyclic_gc():
         events = list(replay_batches(_batches(piece, canonical)))
     _write(to_batch(events, EVENT_SCHEMA), Path(folder) / EVENTS, piece.index)
-    _write(to_batch(canonical, CANONICAL_SCHEMA), Path(folder) / CANONICAL, piece.index)
-    series = fold(canonical, {event[2] for event in events if event[0] == SKIPPED})
+    rows = to_batch(canonical, CANONICAL_SCHEMA)
+    _write(rows, Path(folder) / CANONICAL, piece.index)
+    series = fold(rows, {event[2] for event in events if event[0] == SKIPPED})
     return {"piece": piece.index, "records": len(canonical), "events": len(events), "series": series,
-            "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
+            "counts": count(rows), "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
 
 
 @contextmanager

@@ -11,7 +11,6 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from raftka.audit.commits import STALL_COMMITS
-from raftka.audit.decode import LEADER_CHANGE
 from raftka.audit.replay import BROKER, CONFIG, GROUP, REBALANCE, STATE, TOPIC_EVENT, TRANSITION
 
 CONDITIONS = ("offline", "under_replicated", "under_min_isr", "non_preferred")
@@ -22,19 +21,13 @@ def _duration(start: str, end: Column) -> Column:
     return end - F.col(start)
 
 
-def controller_epochs(canonical: DataFrame, uncommitted: DataFrame, end_ms: int) -> DataFrame:
+def controller_epochs(
+    per_epoch: DataFrame, opened: DataFrame, uncommitted: DataFrame, end_ms: int
+) -> DataFrame:
     """One row per epoch: its leader, offsets and times, tenure, the leaderless gap before it
-    and the elections between it and the previous committed epoch that never won."""
-    per_epoch = canonical.groupBy("epoch").agg(
-        F.min("offset").alias("start_offset"),
-        F.max("offset").alias("end_offset"),
-        F.min("timestamp_ms").alias("first_ms"),
-        F.max("timestamp_ms").alias("last_ms"),
-        F.count("*").alias("records"),
-    )
-    opened = canonical.filter(F.col("type") == LEADER_CHANGE).select(
-        "epoch", "leader", "voters", F.col("timestamp_ms").alias("start_ms")
-    )
+    and the elections between it and the previous committed epoch that never won.
+    ``per_epoch``: offsets, times and records per epoch; ``opened``: the LeaderChange records
+    (``raftka.audit.counts``)."""
     order = Window.orderBy("epoch")
     epochs = (
         per_epoch.join(opened, "epoch", "left")

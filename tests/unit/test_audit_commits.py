@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raftka.audit.commits import COMMIT, STALL_COMMITS, combine, fold
+from raftka.audit.pieces import CANONICAL_SCHEMA
+from raftka.audit.schema import to_batch
 
 KEYS = [("g1", "t1", 0), ("g1", "t1", 1), ("g2", "t1", 0)]
 
@@ -61,6 +63,8 @@ def test_any_cut_into_pieces_gives_the_window_over_all_commits(
 ) -> None:
     rows = _canonical(commits, other_every)
     bounds = [0, *sorted(cuts), len(rows)]
-    pieces = [fold(rows[a:b], skipped) for a, b in zip(bounds, bounds[1:], strict=False)]
+    pieces = [
+        fold(to_batch(rows[a:b], CANONICAL_SCHEMA), skipped) for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
     combined = {row[:3]: row for row in combine(pieces)}
     assert combined == _window(rows, skipped)
