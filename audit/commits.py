@@ -126,17 +126,29 @@ def fold(canonical: pa.RecordBatch, skipped: set[int]) -> dict[Key, Series]:
         np.minimum.reduceat(ms, starts),
         np.maximum.reduceat(ms, starts),
     )
-    values = [c if k else None for c, k in zip(committed.tolist(), known.tolist(), strict=True)]
-    times = ms.tolist()
+
+    def at(positions: np.ndarray) -> list[int | None]:
+        return [
+            c if k else None
+            for c, k in zip(committed[positions].tolist(), known[positions].tolist(), strict=True)
+        ]
+
+    firsts, lasts = at(starts), at(ends - 1)
+    first_ms, last_ms = ms[starts].tolist(), ms[ends - 1].tolist()
+    # the last STALL_COMMITS + 1 of each series (fewer in a shorter one), as consecutive runs
+    tail_starts = np.maximum(starts, ends - STALL_COMMITS - 1)
+    tails = at(
+        np.concatenate([np.arange(a, b) for a, b in zip(tail_starts.tolist(), ends.tolist(), strict=True)])
+    )
+    tail_bounds = np.concatenate([[0], np.cumsum(ends - tail_starts)]).tolist()
     keys = zip(*(grouped[name].to_pylist() for name in SERIES_KEY), strict=True)
     series = {}
-    for key, start, end, (count, rewinds, rewound_by, stalled, max_gap, gap_sum, min_ms, max_ms) in zip(
-        keys, starts.tolist(), ends.tolist(), zip(*(c.tolist() for c in columns), strict=True), strict=True
+    for i, (key, (count, rewinds, rewound_by, stalled, max_gap, gap_sum, min_ms, max_ms)) in enumerate(
+        zip(keys, zip(*(c.tolist() for c in columns), strict=True), strict=True)
     ):
-        tail = values[max(start, end - STALL_COMMITS - 1) : end]
-        series[key] = Series((count, values[start], times[start], values[end - 1], times[end - 1], min_ms, max_ms,
-                              rewinds, rewound_by if rewinds else None, stalled, max_gap if count > 1 else None,
-                              gap_sum, tail))  # fmt: skip
+        series[key] = Series((count, firsts[i], first_ms[i], lasts[i], last_ms[i], min_ms, max_ms, rewinds,
+                              rewound_by if rewinds else None, stalled, max_gap if count > 1 else None, gap_sum,
+                              tails[tail_bounds[i] : tail_bounds[i + 1]]))  # fmt: skip
     return series
 
 

@@ -120,12 +120,13 @@ def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
     canonical: list[tuple[Any, ...]] = []
     with _no_cyclic_gc():
         events = list(replay_batches(_batches(piece, canonical)))
-    _write(to_batch(events, EVENT_SCHEMA), Path(folder) / EVENTS, piece.index)
-    rows = to_batch(canonical, CANONICAL_SCHEMA)
-    _write(rows, Path(folder) / CANONICAL, piece.index)
-    series = fold(rows, {event[2] for event in events if event[0] == SKIPPED})
+        _write(to_batch(events, EVENT_SCHEMA), Path(folder) / EVENTS, piece.index)
+        rows = to_batch(canonical, CANONICAL_SCHEMA)
+        _write(rows, Path(folder) / CANONICAL, piece.index)
+        series = fold(rows, {event[2] for event in events if event[0] == SKIPPED})
+        counts = count(rows)
     return {"piece": piece.index, "records": len(canonical), "events": len(events), "series": series,
-            "counts": count(rows), "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
+            "counts": counts, "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
 
 
 @contextmanager
