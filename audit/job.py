@@ -10,8 +10,9 @@ the driver, walk each node's log (``raftka.audit.walk``) and merge the nodes' co
 canonical history (``raftka.audit.merge``): a million heads for ten million records, cheaper
 to walk here than to ship to a task; replay the history in order (``raftka.audit.replay``) in
 pieces cut at snapshots, which Spark tasks run in parallel straight from the files
-(``raftka.audit.pieces``); build the tables with window functions (``raftka.audit.tables``) over what
-the pieces wrote. Exit status 1 when an error-level check fails.
+(``raftka.audit.pieces``), each folding its offset commits per series (``raftka.audit.commits``)
+and counting its records per epoch and time bucket (``raftka.audit.counts``); build the tables
+with window functions (``raftka.audit.tables``) over what the pieces wrote and counted. Exit status 1 when an error-level check fails.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -35,6 +37,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from raftka.audit import report, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
+from raftka.audit.commits import SERIES_SCHEMA, combine
+from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.files import AuditInputError, LogFile, discover, file_size, pack
 from raftka.audit.pieces import CANONICAL, CANONICAL_SCHEMA, EVENTS, plan, run_piece
@@ -145,9 +149,8 @@ def run(
     canonical = spark.read.schema(from_arrow_schema(CANONICAL_SCHEMA)).parquet(str(scratch / CANONICAL))
     timings.mark("replay")
 
-    bounds = canonical.agg(
-        F.min("offset"), F.max("offset"), F.min("timestamp_ms"), F.max("timestamp_ms"), F.count("*")
-    ).first()
+    counts = Counts().add(d.pop("counts") for d in sorted(done, key=lambda d: d["piece"]))
+    bounds = counts.bounds()
     end_ms = bounds[3] or 0
     uncommitted = spark.createDataFrame(merged.uncommitted_leader_changes or [], schema=_UNCOMMITTED)
     replay_violations = (
@@ -155,7 +158,10 @@ def run(
     )
     violations += replay_violations.to_pylist()
     frames = {
-        "controller_epochs": tables.controller_epochs(canonical, uncommitted, end_ms),
+        "controller_epochs": tables.controller_epochs(
+            spark.createDataFrame(counts.epoch_rows(), schema=from_arrow_schema(EPOCH_SCHEMA)),
+            spark.createDataFrame(counts.opened, schema=from_arrow_schema(OPENED_SCHEMA)), uncommitted, end_ms,
+        ),
         "partition_transitions": tables.partition_transitions(events),
         "partition_intervals": tables.partition_intervals(events, end_ms),
         "broker_timeline": tables.broker_timeline(events, end_ms),
@@ -165,7 +171,12 @@ def run(
         "violations": spark.createDataFrame(to_batch([tuple(v.values()) for v in violations], VIOLATION_SCHEMA).to_pandas()
                                             if violations else [], schema=from_arrow_schema(VIOLATION_SCHEMA)),
     }  # fmt: skip
-    frames["group_offsets"] = tables.group_offsets(canonical, events, frames["topic_lifecycle"])
+    series = combine(d.pop("series") for d in sorted(done, key=lambda d: d["piece"]))
+    frames["group_offsets"] = tables.group_offsets(
+        spark.createDataFrame(series, schema=from_arrow_schema(SERIES_SCHEMA)),
+        events,
+        frames["topic_lifecycle"],
+    )
     frames["group_rebalances"] = tables.group_rebalances(events)
     tables_dir = out / "tables"
     per_table = Timings()
@@ -178,7 +189,7 @@ def run(
         name: spark.read.parquet(str(tables_dir / name)).select(*(columns or ["*"])).toPandas()
         for name, columns in report.TABLES_SHOWN.items()
     }
-    write_rate = _write_rate(canonical, bounds[2], end_ms)
+    write_rate = _write_rate(counts, bounds[2], end_ms)
     committed = _committed_over_time(canonical, events, bounds[2], end_ms)
     summary = _summary(files, merged, bounds, violations, collected, events, timings)
     shutil.rmtree(scratch)
@@ -206,19 +217,11 @@ def _partition_bytes(files: Sequence[LogFile], tasks: int) -> int:
 _UNCOMMITTED = "epoch int, leader int, offset long, timestamp_ms long, nodes array<string>"
 
 
-def bucket_ms(start_ms: int | None, end_ms: int | None, buckets: int = 120) -> int:
-    """A round bucket width that cuts the history into about ``buckets`` pieces."""
-    span = max(1, (end_ms or 0) - (start_ms or 0))
-    for width in (1_000, 5_000, 10_000, 60_000, 300_000, 900_000, 3_600_000, 21_600_000, 86_400_000):
-        if span / width <= buckets:
-            return width
-    return 604_800_000
-
-
-def _write_rate(canonical: DataFrame, start_ms: int | None, end_ms: int | None) -> Any:
+def _write_rate(counts: Counts, start_ms: int | None, end_ms: int | None) -> Any:
     width = bucket_ms(start_ms, end_ms)
-    bucket = (F.floor(F.col("timestamp_ms") / width) * width).alias("bucket_ms")
-    frame = canonical.groupBy(bucket, "type").count().toPandas()
+    frame = pd.DataFrame(counts.rate_by(width), columns=["bucket_ms", "type", "count"]).astype(
+        {"bucket_ms": "int64", "count": "int64"}
+    )
     frame.attrs["width_ms"] = width
     return frame
 

@@ -28,6 +28,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raftka.audit.commits import fold
+from raftka.audit.counts import count
 from raftka.audit.decode import (
     CONTROL_TYPES,
     SNAPSHOT_KIND,
@@ -37,7 +39,7 @@ from raftka.audit.decode import (
 )
 from raftka.audit.files import SNAPSHOT, AuditInputError, LogFile
 from raftka.audit.merge import Chosen
-from raftka.audit.replay import BASE, EVENT_SCHEMA, Batch, Record, Row, replay_batches
+from raftka.audit.replay import BASE, EVENT_SCHEMA, SKIPPED, Batch, Record, Row, replay_batches
 from raftka.audit.schema import ROW_SCHEMA, to_batch
 from raftka.metadata.snapshot import SnapshotError
 from raftka.raft.storage import batch_codec
@@ -111,15 +113,20 @@ def _runs(items: list[tuple[Any, ...]], by_key: dict[tuple[str, int], LogFile]) 
 
 
 def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
-    """Replay ``piece`` into ``folder``/events and ``folder``/canonical; what it did."""
+    """Replay ``piece`` into ``folder``/events and ``folder``/canonical; what it did, with its
+    offset commits folded per series (``raftka.audit.commits``) and its records counted
+    (``raftka.audit.counts``)."""
     started = time.monotonic()
     canonical: list[tuple[Any, ...]] = []
     with _no_cyclic_gc():
         events = list(replay_batches(_batches(piece, canonical)))
-    _write(to_batch(events, EVENT_SCHEMA), Path(folder) / EVENTS, piece.index)
-    _write(to_batch(canonical, CANONICAL_SCHEMA), Path(folder) / CANONICAL, piece.index)
-    return {"piece": piece.index, "records": len(canonical), "events": len(events),
-            "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
+        _write(to_batch(events, EVENT_SCHEMA), Path(folder) / EVENTS, piece.index)
+        rows = to_batch(canonical, CANONICAL_SCHEMA)
+        _write(rows, Path(folder) / CANONICAL, piece.index)
+        series = fold(rows, {event[2] for event in events if event[0] == SKIPPED})
+        counts = count(rows)
+    return {"piece": piece.index, "records": len(canonical), "events": len(events), "series": series,
+            "counts": counts, "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
 
 
 @contextmanager

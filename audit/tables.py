@@ -10,31 +10,24 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from raftka.audit.decode import LEADER_CHANGE
-from raftka.audit.replay import BROKER, CONFIG, GROUP, REBALANCE, SKIPPED, STATE, TOPIC_EVENT, TRANSITION
+from raftka.audit.commits import STALL_COMMITS
+from raftka.audit.replay import BROKER, CONFIG, GROUP, REBALANCE, STATE, TOPIC_EVENT, TRANSITION
 
 CONDITIONS = ("offline", "under_replicated", "under_min_isr", "non_preferred")
 FLAP_WINDOW_MS = 60_000  # fenced again this soon after an unfence: a flap
-STALL_COMMITS = 3  # a partition whose last this many commits did not move is stalled (Burrow)
 
 
 def _duration(start: str, end: Column) -> Column:
     return end - F.col(start)
 
 
-def controller_epochs(canonical: DataFrame, uncommitted: DataFrame, end_ms: int) -> DataFrame:
+def controller_epochs(
+    per_epoch: DataFrame, opened: DataFrame, uncommitted: DataFrame, end_ms: int
+) -> DataFrame:
     """One row per epoch: its leader, offsets and times, tenure, the leaderless gap before it
-    and the elections between it and the previous committed epoch that never won."""
-    per_epoch = canonical.groupBy("epoch").agg(
-        F.min("offset").alias("start_offset"),
-        F.max("offset").alias("end_offset"),
-        F.min("timestamp_ms").alias("first_ms"),
-        F.max("timestamp_ms").alias("last_ms"),
-        F.count("*").alias("records"),
-    )
-    opened = canonical.filter(F.col("type") == LEADER_CHANGE).select(
-        "epoch", "leader", "voters", F.col("timestamp_ms").alias("start_ms")
-    )
+    and the elections between it and the previous committed epoch that never won.
+    ``per_epoch``: offsets, times and records per epoch; ``opened``: the LeaderChange records
+    (``raftka.audit.counts``)."""
     order = Window.orderBy("epoch")
     epochs = (
         per_epoch.join(opened, "epoch", "left")
@@ -221,48 +214,16 @@ def config_history(events: DataFrame) -> DataFrame:
     )  # fmt: skip
 
 
-def group_offsets(canonical: DataFrame, events: DataFrame, topics: DataFrame) -> DataFrame:
+def group_offsets(series: DataFrame, events: DataFrame, topics: DataFrame) -> DataFrame:
     """Burrow's evaluation without lag, per group and partition: commits, rewinds (an offset
-    lower than the one before), stalls (commits that did not move it), gaps between commits."""
-    skipped = events.filter(F.col("event") == SKIPPED).select(F.col("offset").alias("batch_offset"))
-    series = ("key", "group", "topic_id", "partition")
-    commits = (
-        canonical.filter(F.col("type") == "OFFSET_COMMIT_RECORD")
-        .join(F.broadcast(skipped), "batch_offset", "left_anti")
-        .select("group", "topic_id", "partition", "offset", "timestamp_ms", "committed_offset")
-        # sorted first by a hash of the three, millions of commits sort on one long compare; the
-        # names after it keep every series apart even if two hashes collide
-        .withColumn("key", F.xxhash64("group", "topic_id", "partition"))
-    )
-    order = Window.partitionBy(*series).orderBy("offset")
-    last_n = order.rowsBetween(-(STALL_COMMITS - 1), Window.currentRow)
-    steps = (
-        commits.withColumn("previous", F.lag("committed_offset").over(order))
-        .withColumn("gap_ms", F.col("timestamp_ms") - F.lag("timestamp_ms").over(order))
-        .withColumn(
-            "recent_moves", F.count(F.when(F.col("committed_offset") != F.col("previous"), 1)).over(last_n)
-        )
-        .withColumn("position", F.row_number().over(order))
-    )
+    lower than the one before), stalls (commits that did not move it), gaps between commits;
+    ``series`` holds them, folded by the replay (``raftka.audit.commits``)."""
     expired = (
         events.filter(F.col("event") == GROUP)
         .groupBy(F.col("resource").alias("group"))
         .agg(F.max("timestamp_ms").alias("expired_ms"))
     )
     names = topics.groupBy("topic_id").agg(F.last("topic").alias("topic"))
-    summary = steps.groupBy(*series).agg(
-        F.count("*").alias("commits"),
-        F.min_by("committed_offset", "offset").alias("first_offset"),
-        F.max_by("committed_offset", "offset").alias("last_offset"),
-        F.min("timestamp_ms").alias("first_ms"),
-        F.max("timestamp_ms").alias("last_ms"),
-        F.count(F.when(F.col("committed_offset") < F.col("previous"), 1)).alias("rewinds"),
-        F.sum(F.when(F.col("committed_offset") < F.col("previous"), F.col("previous") - F.col("committed_offset"))).alias("rewound_by"),
-        F.count(F.when(F.col("committed_offset") == F.col("previous"), 1)).alias("stalled_commits"),
-        F.max("gap_ms").alias("max_gap_ms"),
-        F.avg("gap_ms").alias("mean_gap_ms"),
-        F.max_by("recent_moves", "position").alias("recent_moves"),
-    )  # fmt: skip
     status = (
         F.when(F.col("expired_ms").isNotNull() & (F.col("expired_ms") > F.col("last_ms")), "EXPIRED")
         .when((F.col("commits") >= STALL_COMMITS) & (F.col("recent_moves") == 0), "STALLED")
@@ -270,10 +231,10 @@ def group_offsets(canonical: DataFrame, events: DataFrame, topics: DataFrame) ->
         .otherwise("OK")
     )
     return (
-        summary.join(names, "topic_id", "left")
+        series.join(names, "topic_id", "left")
         .join(expired, "group", "left")
         .withColumn("status", status)
-        .drop("recent_moves", "key")
+        .drop("recent_moves")
         .orderBy("group", "topic", "partition")
     )
 

@@ -1,0 +1,165 @@
+"""Burrow's evaluation of offset commits, computed where the replay already reads them.
+
+Each replay piece sees its offset commits in log order: it folds them into one ``Series``
+per (group, topic_id, partition) and hands the folds back; the driver joins the pieces'
+folds in piece order (pieces are consecutive ranges of the history), which gives exactly
+what a window over all commits ordered by offset gives, without Spark shuffling and
+sorting every commit of the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+STALL_COMMITS = 3  # a partition whose last this many commits did not move is stalled (Burrow)
+COMMIT = "OFFSET_COMMIT_RECORD"
+# One row per series: the columns ``raftka.audit.tables.group_offsets`` starts from.
+SERIES_SCHEMA = pa.schema([
+    ("group", pa.string()), ("topic_id", pa.string()), ("partition", pa.int32()), ("commits", pa.int64()),
+    ("first_offset", pa.int64()), ("last_offset", pa.int64()), ("first_ms", pa.int64()), ("last_ms", pa.int64()),
+    ("rewinds", pa.int64()), ("rewound_by", pa.int64()), ("stalled_commits", pa.int64()),
+    ("max_gap_ms", pa.int64()), ("mean_gap_ms", pa.float64()), ("recent_moves", pa.int64()),
+])  # fmt: skip
+
+SERIES_KEY = ["group", "topic_id", "partition"]
+Key = tuple[Any, Any, Any]  # group, topic_id, partition
+
+
+class Series:
+    """The commits of one partition of one group so far, in offset order. ``committed`` may be
+    None (SQL's NULL): it then compares with nothing, as in the window it replaces."""
+
+    __slots__ = ("commits", "first", "first_ms", "last", "last_ms", "min_ms", "max_ms", "rewinds", "rewound_by",
+                 "stalled", "max_gap", "gap_sum", "tail")  # fmt: skip
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        (self.commits, self.first, self.first_ms, self.last, self.last_ms, self.min_ms, self.max_ms, self.rewinds,
+         self.rewound_by, self.stalled, self.max_gap, self.gap_sum, self.tail) = values  # fmt: skip
+
+    def then(self, later: Series) -> None:
+        """Append ``later``, the same series' commits in the next piece."""
+        self._step(self.last, self.last_ms, later.first, later.first_ms)
+        self.commits += later.commits
+        self.last, self.last_ms = later.last, later.last_ms
+        self.min_ms, self.max_ms = min(self.min_ms, later.min_ms), max(self.max_ms, later.max_ms)
+        self.rewinds += later.rewinds
+        self.stalled += later.stalled
+        self.gap_sum += later.gap_sum
+        self.rewound_by = _plus(self.rewound_by, later.rewound_by)
+        if later.max_gap is not None:  # ours is set: the step between the pieces made a gap
+            self.max_gap = max(self.max_gap, later.max_gap)  # type: ignore[type-var]
+        self.tail = (self.tail + later.tail)[-(STALL_COMMITS + 1) :]
+
+    def _step(self, previous: int | None, previous_ms: int, committed: int | None, timestamp_ms: int) -> None:
+        gap = timestamp_ms - previous_ms
+        self.max_gap = gap if self.max_gap is None else max(self.max_gap, gap)
+        self.gap_sum += gap
+        if committed is None or previous is None:
+            return
+        if committed < previous:
+            self.rewinds += 1
+            self.rewound_by = _plus(self.rewound_by, previous - committed)
+        elif committed == previous:
+            self.stalled += 1
+
+    def row(self, key: Key) -> tuple[Any, ...]:
+        gaps = self.commits - 1
+        tail = self.tail
+        moves = sum(
+            1
+            for i in range(max(1, len(tail) - STALL_COMMITS), len(tail))
+            if tail[i] is not None and tail[i - 1] is not None and tail[i] != tail[i - 1]
+        )
+        return (*key, self.commits, self.first, self.last, self.min_ms, self.max_ms, self.rewinds, self.rewound_by,
+                self.stalled, self.max_gap, self.gap_sum / gaps if gaps else None, moves)  # fmt: skip
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b
+
+
+def fold(canonical: pa.RecordBatch, skipped: set[int]) -> dict[Key, Series]:
+    """The series of the offset commits among ``canonical`` rows (``CANONICAL_SCHEMA``, in
+    offset order), leaving out those of batches the replay skipped (based at ``skipped``):
+    a piece's million commits in a few array passes, not a Python step per commit."""
+    table = pa.Table.from_batches([canonical])
+    keep = pc.equal(table["type"], COMMIT)
+    if skipped:
+        keep = pc.and_(
+            keep, pc.invert(pc.is_in(table["batch_offset"], pa.array(sorted(skipped), pa.int64())))
+        )
+    commits = table.filter(keep)
+    if not commits.num_rows:
+        return {}
+    # each series' rows in offset order: the single-threaded group-by lists them as it meets them
+    rows = pa.array(np.arange(commits.num_rows, dtype=np.int64))
+    grouped = (
+        commits.select(SERIES_KEY).append_column("row", rows).group_by(SERIES_KEY, use_threads=False)
+        .aggregate([("row", "list")])
+    )  # fmt: skip
+    lists = grouped["row_list"].combine_chunks()
+    order = lists.values.to_numpy()
+    bounds = lists.offsets.to_numpy()
+    starts, ends = bounds[:-1], bounds[1:]
+    ms = commits["timestamp_ms"].to_numpy()[order]
+    column = commits["committed_offset"]
+    known = column.is_valid().to_numpy(zero_copy_only=False)[order]
+    committed = column.fill_null(0).to_numpy()[order]
+    step = np.ones(len(order), dtype=bool)  # a commit after another of its series
+    step[starts] = False
+    previous = np.roll(committed, 1)
+    compared = step & known & np.roll(known, 1)  # SQL: a NULL compares with nothing
+    rewind = compared & (committed < previous)
+    gap = np.where(step, ms - np.roll(ms, 1), 0)
+    columns = (
+        ends - starts,
+        np.add.reduceat(rewind.astype(np.int64), starts),
+        np.add.reduceat(np.where(rewind, previous - committed, 0), starts),
+        np.add.reduceat((compared & (committed == previous)).astype(np.int64), starts),
+        np.maximum.reduceat(np.where(step, gap, np.iinfo(np.int64).min), starts),
+        np.add.reduceat(gap, starts),
+        np.minimum.reduceat(ms, starts),
+        np.maximum.reduceat(ms, starts),
+    )
+
+    def at(positions: np.ndarray) -> list[int | None]:
+        return [
+            c if k else None
+            for c, k in zip(committed[positions].tolist(), known[positions].tolist(), strict=True)
+        ]
+
+    firsts, lasts = at(starts), at(ends - 1)
+    first_ms, last_ms = ms[starts].tolist(), ms[ends - 1].tolist()
+    # the last STALL_COMMITS + 1 of each series (fewer in a shorter one), as consecutive runs
+    tail_starts = np.maximum(starts, ends - STALL_COMMITS - 1)
+    tails = at(
+        np.concatenate([np.arange(a, b) for a, b in zip(tail_starts.tolist(), ends.tolist(), strict=True)])
+    )
+    tail_bounds = np.concatenate([[0], np.cumsum(ends - tail_starts)]).tolist()
+    keys = zip(*(grouped[name].to_pylist() for name in SERIES_KEY), strict=True)
+    series = {}
+    for i, (key, (count, rewinds, rewound_by, stalled, max_gap, gap_sum, min_ms, max_ms)) in enumerate(
+        zip(keys, zip(*(c.tolist() for c in columns), strict=True), strict=True)
+    ):
+        series[key] = Series((count, firsts[i], first_ms[i], lasts[i], last_ms[i], min_ms, max_ms, rewinds,
+                              rewound_by if rewinds else None, stalled, max_gap if count > 1 else None, gap_sum,
+                              tails[tail_bounds[i] : tail_bounds[i + 1]]))  # fmt: skip
+    return series
+
+
+def combine(pieces: Iterable[dict[Key, Series]]) -> list[tuple[Any, ...]]:
+    """One row per series (``SERIES_SCHEMA``) from the pieces' folds, given in piece order."""
+    whole: dict[Key, Series] = {}
+    for piece in pieces:
+        for key, part in piece.items():
+            found = whole.get(key)
+            if found is None:
+                whole[key] = part
+            else:
+                found.then(part)
+    return [series.row(key) for key, series in whole.items()]
