@@ -13,12 +13,11 @@ from raftka.cli.errors import CliError
 from raftka.cli.tls_args import add_tls_options
 
 
-def add_broker_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT,...",
-        help="brokers to ask (default: the local cluster from 'raftka cluster up')",
-    )
+def add_broker_options(
+    parser: argparse.ArgumentParser,
+    bootstrap_help: str = "brokers to ask (default: the local cluster from 'raftka cluster up')",
+) -> None:
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT,...", help=bootstrap_help)
     parser.add_argument("--dir", type=Path, help="local cluster directory (default: .raftka/local)")
     output.add_output_option(parser)
     add_tls_options(parser)

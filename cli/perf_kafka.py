@@ -36,15 +36,14 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn
 
-from raftka.cli import local, output, quorum
-from raftka.cli.data_args import positive
+from raftka.cli import local, quorum
+from raftka.cli.data_args import add_broker_options, positive
 from raftka.cli.errors import CliError
 from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
 from raftka.cli.perf_data import CpuMeter, print_result
-from raftka.cli.tls_args import add_tls_options, client_tls
+from raftka.cli.tls_args import client_tls
 from raftka.metadata.validation import ValidationError, validate_topic_name
 
 DEFAULT_TOPIC = "raftka-perf-kafka"
@@ -160,14 +159,10 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
         help="a librdkafka property, applied after the options above; repeat for more "
         "(as kafka-producer-perf-test's --producer-props)",
     )
-    parser.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT,...",
-        help="any Kafka brokers (default: the Kafka listeners of the local cluster from 'raftka cluster up')",
+    add_broker_options(
+        parser,
+        "any Kafka brokers (default: the Kafka listeners of the local cluster from 'raftka cluster up')",
     )
-    parser.add_argument("--dir", type=Path, help="local cluster directory (default: .raftka/local)")
-    output.add_output_option(parser)
-    add_tls_options(parser)
 
 
 # arguments ----------------------------------------------------------------------------
