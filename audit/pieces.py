@@ -10,7 +10,8 @@ as in one replay from the start (``raftka.audit.replay``).
 ``raftka.audit.decode`` (the controllers' own code) and replays it through ``MetadataDelta``: no
 record crosses into the JVM, which costs more than decoding it. It writes two Parquet
 files that the tables read back: the events (``EVENT_SCHEMA``) and the columns of the
-canonical records that the tables query (``CANONICAL_SCHEMA``).
+canonical records that the tables query (``CANONICAL_SCHEMA``); and its part of the tables that
+are its events filtered (``raftka.audit.event_tables``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from raftka.audit.decode import (
     decode_record,
     snapshot_contents,
 )
+from raftka.audit.event_tables import event_tables
 from raftka.audit.files import SNAPSHOT, AuditInputError, LogFile
 from raftka.audit.merge import Chosen
 from raftka.audit.replay import BASE, EVENT_SCHEMA, SKIPPED, Batch, Record, Row, replay_batches
@@ -127,9 +129,12 @@ def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
 def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
     canonical: list[tuple[Any, ...]] = []
     events = list(replay_batches(_batches(piece, canonical)))
-    _write(to_batch(events, EVENT_SCHEMA), Path(folder) / EVENTS, piece.index)
+    event_batch = to_batch(events, EVENT_SCHEMA)
+    _write(pa.Table.from_batches([event_batch]), Path(folder) / EVENTS, piece.index)
+    for name, table in event_tables(event_batch).items():
+        _write(table, Path(folder) / name, piece.index)
     rows = to_batch(canonical, CANONICAL_SCHEMA)
-    _write(rows, Path(folder) / CANONICAL, piece.index)
+    _write(pa.Table.from_batches([rows]), Path(folder) / CANONICAL, piece.index)
     series = fold(rows, {event[2] for event in events if event[0] == SKIPPED})
     return {"piece": piece.index, "records": len(canonical), "events": len(events), "series": series,
             "counts": count(rows)}  # fmt: skip
@@ -149,12 +154,12 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _write(batch: pa.RecordBatch, folder: Path, index: int) -> None:
+def _write(table: pa.Table, folder: Path, index: int) -> None:
     """Whole or not at all: a retried task replaces its file, readers never see half of one."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"piece-{index:05d}.parquet"
     partial = folder / f".{path.name}.partial"  # a dot-name: Spark's reader skips it
-    pq.write_table(pa.Table.from_batches([batch]), partial)
+    pq.write_table(table, partial)
     os.replace(partial, path)
 
 

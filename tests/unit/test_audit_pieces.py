@@ -14,9 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftka.audit.decode import SNAPSHOT_KIND
+from raftka.audit.event_tables import CONFIG_COLUMNS, EVENT_TABLES, TRANSITION_COLUMNS
 from raftka.audit.files import SEGMENT, AuditInputError, discover
 from raftka.audit.pieces import CANONICAL, CANONICAL_COLUMNS, EVENTS, plan, run_piece
 from raftka.audit.plain import PlainAudit, audit_paths
+from raftka.audit.replay import CONFIG, TRANSITION
 from raftka.audit.synthetic import Shape, write_history
 from raftka.audit.walk import is_head
 from raftka.raft.snapshot_schedule import SnapshotPolicy
@@ -33,7 +35,8 @@ def _folder() -> AbstractContextManager[Path]:
 def _pieces(
     root: Path, out: Path, count: int
 ) -> tuple[PlainAudit, list[dict[str, Any]], list[tuple[Any, ...]]]:
-    """The plain audit of ``root``, and the events and canonical rows of ``count`` pieces."""
+    """The plain audit of ``root``, and the events and canonical rows of ``count`` pieces
+    (whose event tables are checked against their events on the way)."""
     audited = audit_paths([root])
     heads = [r for r in audited.rows if is_head(r) and r.batch_offset is not None]
     snapshots = [(r.node, r.file_seq, r.offset) for r in heads if r.kind == SNAPSHOT_KIND]
@@ -43,9 +46,23 @@ def _pieces(
     for piece in pieces:
         run_piece(piece, str(out))
         name = f"piece-{piece.index:05d}.parquet"
-        events += pq.read_table(out / EVENTS / name).to_pylist()
+        mine = pq.read_table(out / EVENTS / name).to_pylist()
+        _check_event_tables(mine, {table: pq.read_table(out / table / name).to_pylist() for table in EVENT_TABLES})
+        events += mine
         canonical += [tuple(r.values()) for r in pq.read_table(out / CANONICAL / name).to_pylist()]
     return audited, events, canonical
+
+
+def _check_event_tables(events: list[dict[str, Any]], parts: dict[str, list[dict[str, Any]]]) -> None:
+    """A piece's part of each event table is its events of that kind, projected."""
+    assert parts["partition_transitions"] == [
+        {c: e[c] for c in TRANSITION_COLUMNS} for e in events if e["event"] == TRANSITION
+    ]
+    assert parts["config_history"] == [
+        {c: e[c] for c in CONFIG_COLUMNS} | {"operation": "DELETE" if e["value_after"] is None else "SET"}
+        for e in events
+        if e["event"] == CONFIG
+    ]
 
 
 def _chosen_rows(audited: PlainAudit) -> list[tuple[Any, ...]]:
