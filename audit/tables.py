@@ -7,13 +7,15 @@ by the thing they are about; nothing here re-derives what a record means.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from raftka.audit.commits import STALL_COMMITS
-from raftka.audit.replay import BROKER, CONFIG, GROUP, REBALANCE, STATE, TOPIC_EVENT, TRANSITION
+from raftka.audit.event_tables import CONDITIONS
+from raftka.audit.replay import BROKER, GROUP, REBALANCE, STATE, TOPIC_EVENT, TRANSITION
 
-CONDITIONS = ("offline", "under_replicated", "under_min_isr", "non_preferred")
 FLAP_WINDOW_MS = 60_000  # fenced again this soon after an unfence: a flap
 
 
@@ -63,35 +65,33 @@ def controller_epochs(
     return epochs.unionByName(lost).orderBy("epoch", F.desc("committed"))
 
 
-def partition_transitions(events: DataFrame) -> DataFrame:
-    return events.filter(F.col("event") == TRANSITION).select(
-        "seq", "offset", "epoch", "timestamp_ms", "topic", "topic_id", "partition", "cause", "clean", "isr_change",
-        "leader_before", "leader_after", "isr_before", "isr_after", "replicas_before", "replicas_after",
-        "leader_epoch_before", "leader_epoch_after", "partition_epoch_before", "partition_epoch_after",
-        *CONDITIONS,
-    )  # fmt: skip
-
-
 def partition_intervals(events: DataFrame, end_ms: int) -> DataFrame:
     """Gaps and islands: each run of state samples with a condition true is one interval,
-    ending at the first sample after it (open at the end of the history). The runs of all
-    four conditions come from one pass over the samples in order."""
+    ending at the first sample after it (open at the end of the history). The four
+    conditions travel as the bits of one mask, so one lag finds where each run starts and
+    one running sum per bit numbers the runs, all over the same ordered window."""
     samples = events.filter(F.col("event").isin(TRANSITION, STATE)).select(
-        "seq", "offset", "timestamp_ms", "topic", "topic_id", "partition", *CONDITIONS, "min_isr"
-    )
+        "seq", "offset", "timestamp_ms", "topic", "topic_id", "partition", "min_isr",
+        sum((F.coalesce(F.col(c), F.lit(False)).cast("int") * _bit(c)) for c in CONDITIONS).alias("mask"),
+    )  # fmt: skip
     per_partition = Window.partitionBy("topic_id", "partition").orderBy("seq")
     running = per_partition.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    samples = samples.withColumn("next_ms", F.lead("timestamp_ms").over(per_partition)).withColumn(
-        "next_offset", F.lead("offset").over(per_partition)
+    samples = samples.select(
+        "*",
+        F.lead("timestamp_ms").over(per_partition).alias("next_ms"),
+        F.lead("offset").over(per_partition).alias("next_offset"),
+        F.col("mask")
+        .bitwiseAND(F.bitwise_not(F.coalesce(F.lag("mask").over(per_partition), F.lit(0))))
+        .alias("started"),
     )
-    flags = {condition: F.coalesce(F.col(condition), F.lit(False)) for condition in CONDITIONS}
-    for condition, flag in flags.items():
-        started = flag & ~F.coalesce(F.lag(condition).over(per_partition), F.lit(False))
-        samples = samples.withColumn(f"run_{condition}", F.sum(started.cast("int")).over(running))
+    samples = samples.select(
+        "*",
+        *[F.sum(_has(F.col("started"), c).cast("int")).over(running).alias(f"run_{c}") for c in CONDITIONS],
+    )
     states = F.explode(
         F.array(*[
-            F.struct(F.lit(c).alias("condition"), flag.alias("flag"), F.col(f"run_{c}").alias("run"))
-            for c, flag in flags.items()
+            F.struct(F.lit(c).alias("condition"), _has(F.col("mask"), c).alias("flag"), F.col(f"run_{c}").alias("run"))
+            for c in CONDITIONS
         ])
     )  # fmt: skip
     return (
@@ -105,7 +105,7 @@ def partition_intervals(events: DataFrame, end_ms: int) -> DataFrame:
             "next_ms",
             "next_offset",
             states.alias("state"),
-        )
+        )  # fmt: skip
         .filter(F.col("state.flag"))
         .groupBy(
             F.col("state.condition").alias("condition"),
@@ -119,7 +119,8 @@ def partition_intervals(events: DataFrame, end_ms: int) -> DataFrame:
             F.min("timestamp_ms").alias("start_ms"),
             F.max("next_offset").alias("end_offset"),
             F.max("next_ms").alias("next_ms"),
-            F.count("*").alias("samples"),
+            # the run reaches the partition's last sample: still true at the history's end
+            F.max(F.col("next_ms").isNull()).alias("open"),
             F.max("min_isr").alias("min_isr"),
         )
         .select(
@@ -129,13 +130,21 @@ def partition_intervals(events: DataFrame, end_ms: int) -> DataFrame:
             "partition",
             "start_offset",
             "start_ms",
-            "end_offset",
-            F.coalesce("next_ms", F.lit(end_ms)).alias("end_ms"),
-            F.col("next_ms").isNull().alias("open"),
+            F.when(~F.col("open"), F.col("end_offset")).alias("end_offset"),
+            F.when(F.col("open"), F.lit(end_ms)).otherwise(F.col("next_ms")).alias("end_ms"),
+            "open",
             "min_isr",
         )
         .withColumn("duration_ms", F.col("end_ms") - F.col("start_ms"))
     )
+
+
+def _bit(condition: str) -> int:
+    return 1 << CONDITIONS.index(condition)
+
+
+def _has(mask: Column, condition: str) -> Column:
+    return mask.bitwiseAND(_bit(condition)) != 0
 
 
 def broker_timeline(events: DataFrame, end_ms: int) -> DataFrame:
@@ -207,13 +216,6 @@ def topic_lifecycle(events: DataFrame, end_ms: int) -> DataFrame:
     )
 
 
-def config_history(events: DataFrame) -> DataFrame:
-    return events.filter(F.col("event") == CONFIG).select(
-        "seq", "offset", "epoch", "timestamp_ms", "resource_type", "resource", "topic_id", "key", "value_before",
-        "value_after", F.when(F.col("value_after").isNull(), "DELETE").otherwise("SET").alias("operation"),
-    )  # fmt: skip
-
-
 def group_offsets(series: DataFrame, events: DataFrame, topics: DataFrame) -> DataFrame:
     """Burrow's evaluation without lag, per group and partition: commits, rewinds (an offset
     lower than the one before), stalls (commits that did not move it), gaps between commits;
@@ -256,43 +258,53 @@ def group_rebalances(events: DataFrame) -> DataFrame:
 
 
 def leadership_by_broker(events: DataFrame, end_ms: int) -> DataFrame:
-    """Per broker: elections won (clean or not), leaderships lost, and partition-time led."""
-    samples = events.filter(F.col("event").isin(TRANSITION, STATE))
+    """Per broker: elections won (clean or not), leaderships lost, ISR removals, and
+    partition-time led. Each sample adds its share to the brokers it names (the leader
+    after it, the leader it removed, the replicas it took out of the ISR), so one pass
+    and one aggregation make the table."""
     order = Window.partitionBy("topic_id", "partition").orderBy("seq")
-    led = (
-        samples.withColumn("until_ms", F.coalesce(F.lead("timestamp_ms").over(order), F.lit(end_ms)))
-        .filter(F.col("leader_after") >= 0)
-        .groupBy(F.col("leader_after").alias("broker"))
-        .agg(F.sum(F.col("until_ms") - F.col("timestamp_ms")).alias("partition_ms_led"))
+    samples = events.filter(F.col("event").isin(TRANSITION, STATE)).withColumn(
+        "until_ms", F.coalesce(F.lead("timestamp_ms").over(order), F.lit(end_ms))
     )
-    transitions = samples.filter(F.col("event") == TRANSITION)
-    won = (
-        transitions.filter(F.col("cause") == "election")
-        .groupBy(F.col("leader_after").alias("broker"))
-        .agg(
-            F.count("*").alias("elections_won"),
-            F.count(F.when(~F.col("clean"), 1)).alias("unclean_elections_won"),
-        )
-    )
-    lost = (
-        transitions.filter(
-            F.col("leader_before").isNotNull()
-            & (F.col("leader_before") >= 0)
-            & (F.col("cause").isin("election", "offline"))
-        )  # fmt: skip
-        .groupBy(F.col("leader_before").alias("broker"))
-        .agg(F.count("*").alias("leaderships_lost"))
-    )
-    removed = (
-        transitions.filter(F.col("isr_change").isNotNull())
-        .select(F.explode(F.array_except("isr_before", "isr_after")).alias("broker"))
-        .groupBy("broker")
-        .agg(F.count("*").alias("isr_removals"))
-    )
+    transition = F.col("event") == TRANSITION
+    election = transition & (F.col("cause") == "election")
+    shares = F.concat(
+        F.array(
+            F.when(F.col("leader_after") >= 0, _share(
+                F.col("leader_after"), led=F.col("until_ms") - F.col("timestamp_ms"), won=election,
+                unclean=election & ~F.col("clean"),
+            )),
+            F.when(transition & (F.col("leader_before") >= 0) & F.col("cause").isin("election", "offline"),
+                   _share(F.col("leader_before"), lost=F.lit(True))),
+        ),
+        F.when(transition & F.col("isr_change").isNotNull(), F.transform(
+            F.array_except("isr_before", "isr_after"), lambda broker: _share(broker, removed=F.lit(True))
+        )).otherwise(F.array()),
+    )  # fmt: skip
+    share = F.explode(shares).alias("share")
     return (
-        led.join(won, "broker", "full")
-        .join(lost, "broker", "full")
-        .join(removed, "broker", "full")
-        .fillna(0)
+        samples.select(share)
+        .filter(F.col("share").isNotNull())
+        .groupBy(F.col("share.broker").alias("broker"))
+        .agg(
+            F.sum("share.led").alias("partition_ms_led"),
+            F.count_if("share.won").alias("elections_won"),
+            F.count_if("share.unclean").alias("unclean_elections_won"),
+            F.count_if("share.lost").alias("leaderships_lost"),
+            F.count_if("share.removed").alias("isr_removals"),
+        )
         .orderBy("broker")
+    )
+
+
+def _share(broker: Column, led: Any = 0, **counted: Any) -> Column:
+    """What one sample adds to one broker's row of ``leadership_by_broker``: partition-time
+    ``led`` and the events ``counted`` (won, unclean, lost, removed: true or false)."""
+    flags = {name: counted.get(name, False) for name in ("won", "unclean", "lost", "removed")}
+    return F.struct(
+        broker.alias("broker"),
+        F.lit(led).cast("long").alias("led")
+        if not isinstance(led, Column)
+        else led.cast("long").alias("led"),
+        *[(v if isinstance(v, Column) else F.lit(v)).alias(name) for name, v in flags.items()],
     )

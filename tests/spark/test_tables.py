@@ -1,0 +1,59 @@
+"""The window-function tables on hand-made samples: where an interval ends, and what each
+sample adds to its brokers' leadership row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from raftka.audit.replay import EVENT_NAMES, EVENT_SCHEMA, STATE, TRANSITION
+from raftka.audit.schema import to_batch
+
+END_MS = 10_000
+
+
+def _events(spark: Any, samples: list[dict[str, Any]]) -> Any:
+    rows = [tuple(sample.get(name) for name in EVENT_NAMES) for sample in samples]
+    return spark.createDataFrame(pa.Table.from_batches([to_batch(rows, EVENT_SCHEMA)]))
+
+
+def _sample(offset: int, *, event: str = STATE, **values: Any) -> dict[str, Any]:
+    return {"event": event, "seq": offset << 20, "offset": offset, "timestamp_ms": offset * 10, "topic": "t",
+            "topic_id": "T", "partition": 0, "min_isr": 2} | values  # fmt: skip
+
+
+def _intervals(spark: Any, samples: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    from raftka.audit.tables import partition_intervals
+
+    table = partition_intervals(_events(spark, samples), END_MS).filter("condition = 'under_replicated'")
+    return [tuple(r) for r in table.select("start_offset", "end_offset", "end_ms", "open").collect()]
+
+
+def test_a_run_still_true_at_the_last_sample_is_open_to_the_end(spark: Any) -> None:
+    samples = [_sample(1, under_replicated=True), _sample(5, under_replicated=True)]
+    assert _intervals(spark, samples) == [(1, None, END_MS, True)]
+
+
+def test_a_run_ends_at_the_first_sample_without_the_condition(spark: Any) -> None:
+    samples = [_sample(1, under_replicated=True), _sample(5, under_replicated=True), _sample(7)]
+    assert _intervals(spark, samples) == [(1, 7, 70, False)]
+
+
+def test_runs_of_one_partition_are_separate_intervals(spark: Any) -> None:
+    samples = [_sample(1, under_replicated=True), _sample(3), _sample(5, under_replicated=True, offline=True)]
+    assert sorted(_intervals(spark, samples), key=str) == [(1, 3, 30, False), (5, None, END_MS, True)]
+
+
+def test_leadership_shares_go_to_the_brokers_a_sample_names(spark: Any) -> None:
+    from raftka.audit.tables import leadership_by_broker
+
+    samples = [
+        _sample(1, leader_after=1, isr_after=[1, 2], replicas_after=[1, 2]),
+        _sample(4, event=TRANSITION, cause="election", clean=False, leader_before=1, leader_after=2,
+                isr_change="shrink", isr_before=[1, 2], isr_after=[2]),
+        _sample(6, event=TRANSITION, cause="offline", leader_before=2, leader_after=-1),
+    ]  # fmt: skip
+    rows = [tuple(r) for r in leadership_by_broker(_events(spark, samples), END_MS).collect()]
+    # broker: partition-ms led, elections won, unclean ones, leaderships lost, ISR removals
+    assert rows == [(1, 30, 0, 0, 1, 1), (2, 20, 1, 1, 1, 0)]
