@@ -1,4 +1,5 @@
-"""Burrow's evaluation of offset commits, computed where the replay already reads them.
+"""Burrow's evaluation of offset commits, and each group's progress over time, computed where
+the replay already reads them.
 
 Each replay piece sees its offset commits in log order: it folds them into one ``Series``
 per (group, topic_id, partition) and hands the folds back; the driver joins the pieces'
@@ -10,11 +11,13 @@ sorting every commit of the history.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from raftka.audit.counts import bucket_ms
 
 STALL_COMMITS = 3  # a partition whose last this many commits did not move is stalled (Burrow)
 COMMIT = "OFFSET_COMMIT_RECORD"
@@ -27,7 +30,23 @@ SERIES_SCHEMA = pa.schema([
 ])  # fmt: skip
 
 SERIES_KEY = ["group", "topic_id", "partition"]
+PROGRESS_BUCKETS = 200  # the consumer-progress chart's buckets across the history
 Key = tuple[Any, Any, Any]  # group, topic_id, partition
+# (bucket start ms, group, what the group's commits in it moved its partitions' offsets by)
+Progress = list[tuple[int, str, int]]
+
+
+class Folded(NamedTuple):
+    """One piece's commits: a series per partition of a group, and the groups' progress
+    bucketed at the piece's own width (``bucket_ms``: the driver re-buckets it exactly)."""
+
+    series: dict[Key, Series]
+    progress: Progress
+
+
+class Combined(NamedTuple):
+    rows: list[tuple[Any, ...]]  # one per series, SERIES_SCHEMA
+    progress: Progress  # at the width ``combine`` was given
 
 
 class Series:
@@ -83,10 +102,11 @@ def _plus(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else a + b
 
 
-def fold(canonical: pa.RecordBatch, skipped: set[int]) -> dict[Key, Series]:
+def fold(canonical: pa.RecordBatch, skipped: set[int]) -> Folded:
     """The series of the offset commits among ``canonical`` rows (``CANONICAL_SCHEMA``, in
-    offset order), leaving out those of batches the replay skipped (based at ``skipped``):
-    a piece's million commits in a few array passes, not a Python step per commit."""
+    offset order), leaving out those of batches the replay skipped (based at ``skipped``),
+    and the groups' progress: a piece's million commits in a few array passes, not a
+    Python step per commit."""
     table = pa.Table.from_batches([canonical])
     keep = pc.equal(table["type"], COMMIT)
     if skipped:
@@ -95,7 +115,7 @@ def fold(canonical: pa.RecordBatch, skipped: set[int]) -> dict[Key, Series]:
         )
     commits = table.filter(keep)
     if not commits.num_rows:
-        return {}
+        return Folded({}, [])
     # each series' rows in offset order: the single-threaded group-by lists them as it meets them
     rows = pa.array(np.arange(commits.num_rows, dtype=np.int64))
     grouped = (
@@ -141,6 +161,7 @@ def fold(canonical: pa.RecordBatch, skipped: set[int]) -> dict[Key, Series]:
         np.concatenate([np.arange(a, b) for a, b in zip(tail_starts.tolist(), ends.tolist(), strict=True)])
     )
     tail_bounds = np.concatenate([[0], np.cumsum(ends - tail_starts)]).tolist()
+    progress = _progress(grouped["group"], ends - starts, ms, committed - np.where(step, previous, 0))
     keys = zip(*(grouped[name].to_pylist() for name in SERIES_KEY), strict=True)
     series = {}
     for i, (key, (count, rewinds, rewound_by, stalled, max_gap, gap_sum, min_ms, max_ms)) in enumerate(
@@ -149,17 +170,50 @@ def fold(canonical: pa.RecordBatch, skipped: set[int]) -> dict[Key, Series]:
         series[key] = Series((count, firsts[i], first_ms[i], lasts[i], last_ms[i], min_ms, max_ms, rewinds,
                               rewound_by if rewinds else None, stalled, max_gap if count > 1 else None, gap_sum,
                               tails[tail_bounds[i] : tail_bounds[i + 1]]))  # fmt: skip
-    return series
+    return Folded(series, progress)
 
 
-def combine(pieces: Iterable[dict[Key, Series]]) -> list[tuple[Any, ...]]:
-    """One row per series (``SERIES_SCHEMA``) from the pieces' folds, given in piece order."""
+def _progress(groups: pa.ChunkedArray, lengths: np.ndarray, ms: np.ndarray, moved: np.ndarray) -> Progress:
+    """Per group and time bucket, what its commits moved its partitions' committed offsets
+    by (a series' first commit in the piece counts from zero: ``combine`` takes back where
+    the series stood). Its running sum is the sum of the group's committed offsets."""
+    width = bucket_ms(int(ms.min()), int(ms.max()), PROGRESS_BUCKETS)
+    rows = pa.table({
+        "bucket_ms": ms // width * width, "group": groups.take(np.repeat(np.arange(len(lengths)), lengths)),
+        "moved": moved,
+    })  # fmt: skip
+    summed = rows.group_by(["bucket_ms", "group"], use_threads=False).aggregate([("moved", "sum")])
+    return list(zip(*(summed[name].to_pylist() for name in ("bucket_ms", "group", "moved_sum")), strict=True))
+
+
+def combine(pieces: Iterable[Folded], width: int) -> Combined:
+    """One row per series (``SERIES_SCHEMA``) from the pieces' folds, given in piece order,
+    and the groups' progress at ``width`` (a multiple of every piece's bucket width)."""
     whole: dict[Key, Series] = {}
+    moved: dict[tuple[int, str], int] = {}
     for piece in pieces:
-        for key, part in piece.items():
+        for bucket, group, by in piece.progress:
+            key = (bucket // width * width, group)
+            moved[key] = moved.get(key, 0) + by
+        for key, part in piece.series.items():
             found = whole.get(key)
             if found is None:
                 whole[key] = part
-            else:
-                found.then(part)
-    return [series.row(key) for key, series in whole.items()]
+                continue
+            if found.last:  # the piece counted this series from zero: from where it stood instead
+                at = (part.first_ms // width * width, key[0])
+                moved[at] = moved.get(at, 0) - found.last
+            found.then(part)
+    progress = [(bucket, group, by) for (bucket, group), by in moved.items()]
+    return Combined([series.row(key) for key, series in whole.items()], progress)
+
+
+def committed_over_time(progress: Progress) -> list[tuple[str, int, int]]:
+    """(group, bucket start ms, sum of the group's committed offsets at the bucket's end), in
+    bucket order per group: the running sums of the progress ``combine`` made."""
+    out = []
+    running: dict[str, int] = {}
+    for bucket, group, by in sorted(progress, key=lambda p: (p[1], p[0])):
+        running[group] = running.get(group, 0) + by
+        out.append((group, bucket, running[group]))
+    return out

@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -38,14 +39,14 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from raftka.audit import report, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
-from raftka.audit.commits import SERIES_SCHEMA, combine
+from raftka.audit.commits import PROGRESS_BUCKETS, SERIES_SCHEMA, combine, committed_over_time
 from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import EVENT_TABLES
 from raftka.audit.files import AuditInputError, LogFile, discover, file_size, pack
-from raftka.audit.pieces import CANONICAL, CANONICAL_SCHEMA, EVENTS, plan, run_piece
+from raftka.audit.pieces import EVENTS, plan, run_piece
 from raftka.audit.plain import walk_and_merge
-from raftka.audit.replay import EVENT_SCHEMA, SKIPPED
+from raftka.audit.replay import EVENT_SCHEMA
 from raftka.audit.schema import to_batch
 from raftka.audit.walk import Head, read_heads
 
@@ -148,7 +149,6 @@ def run(
         .collect()
     )
     events = spark.read.schema(from_arrow_schema(EVENT_SCHEMA)).parquet(str(scratch / EVENTS))
-    canonical = spark.read.schema(from_arrow_schema(CANONICAL_SCHEMA)).parquet(str(scratch / CANONICAL))
     timings.mark("replay")
 
     counts = Counts().add(d.pop("counts") for d in sorted(done, key=lambda d: d["piece"]))
@@ -170,9 +170,12 @@ def run(
         "leadership_by_broker": tables.leadership_by_broker(events, end_ms),
         "violations": _frame(spark, [tuple(v.values()) for v in violations], VIOLATION_SCHEMA),
     }  # fmt: skip
-    series = combine(d.pop("series") for d in sorted(done, key=lambda d: d["piece"]))
+    commits = combine(
+        (d.pop("folded") for d in sorted(done, key=lambda d: d["piece"])),
+        bucket_ms(bounds[2], end_ms, PROGRESS_BUCKETS),
+    )
     frames["group_offsets"] = tables.group_offsets(
-        _frame(spark, series, SERIES_SCHEMA), events, frames["topic_lifecycle"]
+        _frame(spark, commits.rows, SERIES_SCHEMA), events, frames["topic_lifecycle"]
     )
     frames["group_rebalances"] = tables.group_rebalances(events)
     tables_dir = out / "tables"
@@ -186,13 +189,16 @@ def run(
         per_table.mark(name)
     timings.mark("tables")
 
-    collected = {
-        name: spark.read.parquet(str(tables_dir / name)).select(*(columns or ["*"])).toPandas()
+    collected = {  # read here, as summary.json and report.html are written here
+        name: pq.read_table(tables_dir / name, columns=list(columns) if columns else None).to_pandas()
         for name, columns in report.TABLES_SHOWN.items()
     }
     write_rate = _write_rate(counts, bounds[2], end_ms)
-    committed = _committed_over_time(canonical, events, bounds[2], end_ms)
-    summary = _summary(files, merged, bounds, violations, collected, events, timings)
+    committed = pd.DataFrame(
+        committed_over_time(commits.progress), columns=["group", "bucket_ms", "committed"]
+    )
+    skipped = sum(d["skipped"] for d in done)
+    summary = _summary(files, merged, bounds, violations, collected, skipped)
     shutil.rmtree(scratch)
     timings.mark("report_data")
     report.write(out / "report.html", summary, collected, write_rate, committed)
@@ -233,30 +239,13 @@ def _write_rate(counts: Counts, start_ms: int | None, end_ms: int | None) -> Any
     return frame
 
 
-def _committed_over_time(
-    canonical: DataFrame, events: DataFrame, start_ms: int | None, end_ms: int | None
-) -> Any:
-    """Per group and bucket, the newest committed offset of each partition (for the chart)."""
-    width = bucket_ms(start_ms, end_ms, buckets=200)
-    skipped = events.filter(F.col("event") == SKIPPED).select(F.col("offset").alias("batch_offset"))
-    bucket = (F.floor(F.col("timestamp_ms") / width) * width).alias("bucket_ms")
-    return (
-        canonical.filter(F.col("type") == "OFFSET_COMMIT_RECORD")
-        .join(F.broadcast(skipped), "batch_offset", "left_anti")
-        .groupBy("group", "topic_id", "partition", bucket)
-        .agg(F.max_by("committed_offset", "offset").alias("committed_offset"))
-        .toPandas()
-    )
-
-
 def _summary(
     files: list[Any],
     merged: Any,
     bounds: Any,
     violations: list[dict[str, Any]],
     collected: dict[str, Any],
-    events: DataFrame,
-    timings: Timings,
+    skipped: int,
 ) -> dict[str, Any]:
     checks = check_results(violations)
     failed = [c["check"] for c in checks if not c["passed"]]
@@ -267,7 +256,6 @@ def _summary(
     intervals = collected["partition_intervals"]
     brokers = collected["broker_timeline"]
     elections = transitions[transitions["cause"] == "election"]
-    skipped = events.filter(F.col("event") == SKIPPED).count()
     return {
         "status": "failed" if failed else "passed",
         "exit_status": EXIT_FAILED_CHECK if failed else EXIT_OK,

@@ -8,10 +8,10 @@ as in one replay from the start (``raftka.audit.replay``).
 
 ``run_piece`` reads its piece's files itself, decodes each record once with
 ``raftka.audit.decode`` (the controllers' own code) and replays it through ``MetadataDelta``: no
-record crosses into the JVM, which costs more than decoding it. It writes two Parquet
-files that the tables read back: the events (``EVENT_SCHEMA``) and the columns of the
-canonical records that the tables query (``CANONICAL_SCHEMA``); and its part of the tables that
-are its events filtered (``raftka.audit.event_tables``).
+record crosses into the JVM, which costs more than decoding it. It writes its events
+(``EVENT_SCHEMA``) as Parquet for the tables, and its part of the tables that are its
+events filtered (``raftka.audit.event_tables``); what the tables need of its records
+(offset commits, counts) it folds itself and hands back.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ CANONICAL_COLUMNS = ("offset", "batch_offset", "epoch", "timestamp_ms", "type", 
                      "partition", "group", "committed_offset")  # fmt: skip
 CANONICAL_SCHEMA = pa.schema([ROW_SCHEMA.field(name) for name in CANONICAL_COLUMNS])
 EVENTS = "events"
-CANONICAL = "canonical"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +114,8 @@ def _runs(items: list[tuple[Any, ...]], by_key: dict[tuple[str, int], LogFile]) 
 
 
 def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
-    """Replay ``piece`` into ``folder``/events and ``folder``/canonical; what it did, with its
-    offset commits folded per series (``raftka.audit.commits``) and its records counted
+    """Replay ``piece`` into ``folder``/events (and the event tables); what it did, with its
+    offset commits folded (``raftka.audit.commits``) and its records counted
     (``raftka.audit.counts``)."""
     started = time.monotonic()
     with _no_cyclic_gc():
@@ -126,18 +125,23 @@ def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
     return done | {"seconds": round(time.monotonic() - started, 3)}
 
 
-def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
+def replay_piece(piece: Piece) -> tuple[list[tuple[Any, ...]], pa.RecordBatch]:
+    """The events of ``piece`` (tuples in ``EVENT_SCHEMA`` order) and the columns of its
+    canonical records (``CANONICAL_SCHEMA``)."""
     canonical: list[tuple[Any, ...]] = []
     events = list(replay_batches(_batches(piece, canonical)))
+    return events, to_batch(canonical, CANONICAL_SCHEMA)
+
+
+def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
+    events, rows = replay_piece(piece)
     event_batch = to_batch(events, EVENT_SCHEMA)
     _write(pa.Table.from_batches([event_batch]), Path(folder) / EVENTS, piece.index)
     for name, table in event_tables(event_batch).items():
         _write(table, Path(folder) / name, piece.index)
-    rows = to_batch(canonical, CANONICAL_SCHEMA)
-    _write(pa.Table.from_batches([rows]), Path(folder) / CANONICAL, piece.index)
-    series = fold(rows, {event[2] for event in events if event[0] == SKIPPED})
-    return {"piece": piece.index, "records": len(canonical), "events": len(events), "series": series,
-            "counts": count(rows)}  # fmt: skip
+    skipped = [event[2] for event in events if event[0] == SKIPPED]  # their batches' offsets
+    return {"piece": piece.index, "records": rows.num_rows, "events": len(events), "skipped": len(skipped),
+            "folded": fold(rows, set(skipped)), "counts": count(rows)}  # fmt: skip
 
 
 @contextmanager

@@ -196,18 +196,9 @@ def _write_rate(ax: Any, rate: pd.DataFrame, start_ms: int) -> None:
 def _committed(ax: Any, committed: pd.DataFrame, start_ms: int) -> None:
     if committed.empty:
         return _empty(ax, "offset commit")
-    wide = committed.pivot_table(
-        index="bucket_ms", columns=["group", "topic_id", "partition"], values="committed_offset"
-    )
-    wide = wide.sort_index().ffill()
-    per_group = wide.T.groupby(level="group").sum(min_count=1).T
-    for group in per_group.columns[:12]:
-        ax.plot(
-            _seconds(per_group.index.to_series(), start_ms),
-            per_group[group],
-            label=group,
-            drawstyle="steps-post",
-        )
+    for group in sorted(committed["group"].unique())[:12]:
+        mine = committed[committed["group"] == group]
+        ax.plot(_seconds(mine["bucket_ms"], start_ms), mine["committed"], label=group, drawstyle="steps-post")
     ax.legend(loc="upper left", fontsize=7, ncol=4)
     ax.set_ylabel("sum of committed offsets")
     ax.set_xlabel("seconds since the history's start")

@@ -1,5 +1,6 @@
 """Offset-commit series folded per piece and joined in piece order: any cut of the history
-gives what the window over every commit in offset order gives (written out plainly here)."""
+gives what the window over every commit in offset order gives, and each group's committed
+offsets over time as summed from every commit so far (both written out plainly here)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftka.audit.commits import COMMIT, STALL_COMMITS, combine, fold
+from raftka.audit.commits import COMMIT, PROGRESS_BUCKETS, STALL_COMMITS, combine, committed_over_time, fold
+from raftka.audit.counts import bucket_ms
 from raftka.audit.pieces import CANONICAL_SCHEMA
 from raftka.audit.schema import to_batch
 
@@ -66,5 +68,37 @@ def test_any_cut_into_pieces_gives_the_window_over_all_commits(
     pieces = [
         fold(to_batch(rows[a:b], CANONICAL_SCHEMA), skipped) for a, b in zip(bounds, bounds[1:], strict=False)
     ]
-    combined = {row[:3]: row for row in combine(pieces)}
+    combined = {row[:3]: row for row in combine(pieces, 1000).rows}
     assert combined == _window(rows, skipped)
+
+
+def _committed_sums(rows: list[tuple[Any, ...]], skipped: set[int], width: int) -> list[tuple[str, int, int]]:
+    """Per group, at the end of each bucket it committed in: the sum over its partitions of
+    the offset each committed last (a NULL counts as 0)."""
+    kept = [r for r in rows if r[4] == COMMIT and r[1] not in skipped]
+    out = []
+    for group in sorted({r[9] for r in kept}):
+        mine = [r for r in kept if r[9] == group]
+        for bucket in sorted({r[3] // width * width for r in mine}):
+            last = {(r[7], r[8]): r[10] or 0 for r in mine if r[3] // width * width <= bucket}
+            out.append((group, bucket, sum(last.values())))
+    return out
+
+
+@given(
+    commits=st.lists(commit, max_size=60),
+    cuts=st.lists(st.integers(0, 60), max_size=5),
+    skipped=st.sets(st.integers(0, 60), max_size=5),
+    spread_ms=st.sampled_from([1, 1_000, 100_000]),
+)
+def test_any_cut_into_pieces_gives_each_groups_committed_offsets_over_time(
+    commits: list[tuple[int, int, int | None]], cuts: list[int], skipped: set[int], spread_ms: int
+) -> None:
+    times = sorted(ms * spread_ms for _, ms, _ in commits)  # batch times go forward with offsets
+    rows = _canonical([(key, ms, c) for (key, _, c), ms in zip(commits, times, strict=True)], 1 << 30)
+    width = bucket_ms(min(times, default=0), max(times, default=0), PROGRESS_BUCKETS)
+    bounds = [0, *sorted(cuts), len(rows)]
+    pieces = [
+        fold(to_batch(rows[a:b], CANONICAL_SCHEMA), skipped) for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
+    assert committed_over_time(combine(pieces, width).progress) == _committed_sums(rows, skipped, width)

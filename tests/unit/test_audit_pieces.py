@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import CONFIG_COLUMNS, EVENT_TABLES, TRANSITION_COLUMNS
 from raftka.audit.files import SEGMENT, AuditInputError, discover
-from raftka.audit.pieces import CANONICAL, CANONICAL_COLUMNS, EVENTS, plan, run_piece
+from raftka.audit.pieces import CANONICAL_COLUMNS, EVENTS, plan, replay_piece, run_piece
 from raftka.audit.plain import PlainAudit, audit_paths
 from raftka.audit.replay import CONFIG, TRANSITION
 from raftka.audit.synthetic import Shape, write_history
@@ -47,9 +47,11 @@ def _pieces(
         run_piece(piece, str(out))
         name = f"piece-{piece.index:05d}.parquet"
         mine = pq.read_table(out / EVENTS / name).to_pylist()
-        _check_event_tables(mine, {table: pq.read_table(out / table / name).to_pylist() for table in EVENT_TABLES})
+        _check_event_tables(
+            mine, {table: pq.read_table(out / table / name).to_pylist() for table in EVENT_TABLES}
+        )
         events += mine
-        canonical += [tuple(r.values()) for r in pq.read_table(out / CANONICAL / name).to_pylist()]
+        canonical += [tuple(r.values()) for r in replay_piece(piece)[1].to_pylist()]
     return audited, events, canonical
 
 
