@@ -4,6 +4,7 @@ offsets over time as summed from every commit so far (both written out plainly h
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from hypothesis import given
@@ -70,6 +71,14 @@ def test_any_cut_into_pieces_gives_the_window_over_all_commits(
     ]
     combined = {row[:3]: row for row in combine(pieces, 1000).rows}
     assert combined == _window(rows, skipped)
+
+
+def test_a_series_travels_pickled_as_its_values() -> None:
+    rows = _canonical([(0, 10, 5), (0, 20, 3), (1, 30, None), (0, 40, 3)], 1 << 30)
+    [(key, series)] = [
+        item for item in fold(to_batch(rows, CANONICAL_SCHEMA), set()).series.items() if item[0] == KEYS[0]
+    ]
+    assert pickle.loads(pickle.dumps(series)).row(key) == series.row(key) == _window(rows, set())[key]
 
 
 def _committed_sums(rows: list[tuple[Any, ...]], skipped: set[int], width: int) -> list[tuple[str, int, int]]:
