@@ -38,7 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from raftka.audit import report, tables
+from raftka.audit import collector, report, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
 from raftka.audit.commits import PROGRESS_BUCKETS, SERIES_SCHEMA, combine, committed_over_time
 from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
@@ -125,6 +125,18 @@ def run(
     include_snapshots: bool = True,
 ) -> dict[str, Any]:
     """Audit the nodes under ``paths`` into ``out``; returns the summary (also in summary.json)."""
+    with collector.paused():  # a million heads and chosen batches live on the driver
+        return _run(spark, paths, out, include_archive=include_archive, include_snapshots=include_snapshots)
+
+
+def _run(
+    spark: SparkSession,
+    paths: Sequence[str],
+    out: Path,
+    *,
+    include_archive: bool,
+    include_snapshots: bool,
+) -> dict[str, Any]:
     timings = Timings()
     files = discover(paths, include_archive=include_archive, include_snapshots=include_snapshots)
     out.mkdir(parents=True, exist_ok=True)

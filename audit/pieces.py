@@ -17,11 +17,9 @@ events filtered (``raftka.audit.event_tables``); what the tables need of its rec
 from __future__ import annotations
 
 import bisect
-import gc
 import os
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raftka.audit import collector
 from raftka.audit.commits import fold
 from raftka.audit.counts import count
 from raftka.audit.decode import (
@@ -118,7 +117,7 @@ def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
     offset commits folded (``raftka.audit.commits``) and its records counted
     (``raftka.audit.counts``)."""
     started = time.monotonic()
-    with _no_cyclic_gc():
+    with collector.paused():
         # its millions of objects are freed on return, before the collector is on again:
         # left alive, the first collection after it would walk them all
         done = _replay_piece(piece, folder)
@@ -142,20 +141,6 @@ def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
     skipped = [event[2] for event in events if event[0] == SKIPPED]  # their batches' offsets
     return {"piece": piece.index, "records": rows.num_rows, "events": len(events), "skipped": len(skipped),
             "folded": fold(rows, set(skipped)), "counts": count(rows)}  # fmt: skip
-
-
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """A piece allocates millions of objects that hold no cycles (records, images, rows):
-    the cyclic collector would walk them again and again, a fifth of the replay's time,
-    and free nothing. Reference counting frees them as before."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _write(table: pa.Table, folder: Path, index: int) -> None:
