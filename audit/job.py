@@ -10,9 +10,12 @@ the driver, walk each node's log (``raftka.audit.walk``) and merge the nodes' co
 canonical history (``raftka.audit.merge``): a million heads for ten million records, cheaper
 to walk here than to ship to a task; replay the history in order (``raftka.audit.replay``) in
 pieces cut at snapshots, which Spark tasks run in parallel straight from the files
-(``raftka.audit.pieces``), each folding its offset commits per series (``raftka.audit.commits``)
-and counting its records per epoch and time bucket (``raftka.audit.counts``); build the tables
-with window functions (``raftka.audit.tables``) over what the pieces wrote and counted. Exit status 1 when an error-level check fails.
+(``raftka.audit.pieces``), each writing its events and its part of the tables that are
+events filtered (``raftka.audit.event_tables``), folding its offset commits per series
+(``raftka.audit.commits``) and counting its records per epoch and time bucket
+(``raftka.audit.counts``); build the other tables with window functions
+(``raftka.audit.tables``) over what the pieces wrote and counted. Exit status 1 when an
+error-level check fails.
 """
 
 from __future__ import annotations
