@@ -92,22 +92,20 @@ def _superseded(head: Row, last: int, rewinds: Sequence[tuple[int, int]]) -> boo
 def _choose(ordered: list[_Candidate], result: MergeResult) -> None:
     committed = _committed_test(result.voters)
     position = None  # the canonical history's end so far
+    epoch = -1  # of its last batch: a Raft log's epochs never go back
     chosen_by_offset: list[_Candidate] = []
     others: list[_Candidate] = []
     for candidate in ordered:
         if position is None:
             result.start_offset = position = candidate.base
-        if candidate.base == position:
-            chosen_by_offset.append(candidate)
-            result.chosen.append(Chosen(*min(candidate.copies), candidate.base))
-            position = candidate.last + 1
-        elif candidate.base > position:
+        if candidate.base < position or candidate.epoch < epoch:
+            others.append(candidate)  # another copy, or an older leader's tail longer than what replaced it
+            continue
+        if candidate.base > position:
             result.gaps.append((position, candidate.base))
-            chosen_by_offset.append(candidate)
-            result.chosen.append(Chosen(*min(candidate.copies), candidate.base))
-            position = candidate.last + 1
-        else:
-            others.append(candidate)
+        chosen_by_offset.append(candidate)
+        result.chosen.append(Chosen(*min(candidate.copies), candidate.base))
+        position, epoch = candidate.last + 1, candidate.epoch
     result.end_offset = position
     _report_divergence(others, chosen_by_offset, committed, result)
 
