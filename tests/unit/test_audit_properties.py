@@ -152,6 +152,16 @@ class _LeaderNotVoter(_Corrupt):
         return Batch(batch.base_offset, batch.epoch, batch.timestamp_ms, batch.kind, (record,))
 
 
+class _VotersChanged(_Corrupt):
+    """A leader that names itself a voter: raftka's voter set is static, so it is no voter."""
+
+    def change(self, batch: Batch, decoded: list[MetadataRecord]) -> Batch | None:
+        if batch.kind != BatchKind.LEADER_CHANGE:
+            return batch
+        record = control.encode_leader_change(7, frozenset({1, 2, 3, 7}), batch.epoch)
+        return Batch(batch.base_offset, batch.epoch, batch.timestamp_ms, batch.kind, (record,))
+
+
 class _UnknownTopic(_Corrupt):
     def change(self, batch: Batch, decoded: list[MetadataRecord]) -> Batch | None:
         if len(decoded) != 1:
@@ -273,6 +283,19 @@ def test_a_replayable_bad_isr_is_refused_by_replay(seed: int, after: int) -> Non
 def test_a_leader_change_naming_no_voter_is_caught(seed: int, later: bool) -> None:
     """The first epoch's LeaderChange, or a later failover's."""
     corruption = _LeaderNotVoter(1 if later else 0)
+    with _folder() as root:
+        write_history(
+            root / "node-1" / "data", 3_000, seed=seed, shape=SMALL, snapshot_policy=NEVER, mutate=corruption
+        )
+        assert corruption.done
+        assert "epoch_starts_with_leader_change" in _errors(root)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32))
+def test_a_leader_change_naming_a_voter_set_of_its_own_is_caught(seed: int) -> None:
+    """A later failover's LeaderChange: the first epoch's names the voter set."""
+    corruption = _VotersChanged(1)
     with _folder() as root:
         write_history(
             root / "node-1" / "data", 3_000, seed=seed, shape=SMALL, snapshot_policy=NEVER, mutate=corruption
