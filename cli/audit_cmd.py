@@ -2,8 +2,9 @@
 
 Without DIR it audits every node of the local cluster (``raftka cluster up``). Spark runs
 embedded (``--master local[2]``) unless told otherwise; pyspark is imported only when this
-command runs, so no other command needs it or Java. Exit status 1 when an error-level
-check fails, so the command can gate CI or a cron job.
+command runs, so no other command needs it or Java. Exit status: 0 when every check
+passed, 1 when an error-level check failed (so the command can gate CI or a cron job),
+2 when the audit could not run (a bad path, option or ``--out``, no Java, no audit extra).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from raftka.cli import local, output
 from raftka.cli.errors import CliError
 
+EXIT_CANNOT_AUDIT = 2  # distinct from 1, a failed check: a gate must tell the two apart
 MEMORY_RE = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
 INSTALL_HELP = (
     "the audit needs raftka's audit extra: pip install 'raftka[audit]' (pyspark, pyarrow, matplotlib, pandas)"
@@ -45,27 +47,31 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    if not MEMORY_RE.fullmatch(args.driver_memory):
-        raise CliError(f"--driver-memory: expected a size like 4g or 512m, got {args.driver_memory!r}")
+    check_driver_memory(args.driver_memory)
     if not args.master.strip():
-        raise CliError("--master: empty")
+        raise CliError("--master: empty", status=EXIT_CANNOT_AUDIT)
     paths = args.paths or [Path(n.data_dir) for n in local.load(local.resolve_dir(args.dir)).nodes]
-    if args.out.exists() and not args.out.is_dir():
-        raise CliError(f"--out: {args.out} exists and is not a folder")
     try:
         from raftka.audit.files import AuditInputError
         from raftka.audit.job import run
+        from raftka.audit.out import claim
         from raftka.audit.spark import JavaMissing, owned_session
     except ImportError as exc:
-        raise CliError(f"{INSTALL_HELP} ({exc})") from None
+        raise CliError(f"{INSTALL_HELP} ({exc})", status=EXIT_CANNOT_AUDIT) from None
     try:
+        claim(args.out)  # before a JVM starts: a folder the audit may not take is refused at once
         with owned_session(args.master, driver_memory=args.driver_memory) as spark:
             summary = run(spark, [str(p) for p in paths], args.out, include_archive=not args.no_archive,
                           include_snapshots=not args.no_snapshots)  # fmt: skip
     except (JavaMissing, AuditInputError) as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(str(exc), status=EXIT_CANNOT_AUDIT) from None
     print(output.to_json(summary) if args.output == "json" else format_summary(summary, args.out))
     return int(summary["exit_status"])
+
+
+def check_driver_memory(value: str) -> None:
+    if not MEMORY_RE.fullmatch(value):
+        raise CliError(f"--driver-memory: expected a size like 4g or 512m, got {value!r}", status=EXIT_CANNOT_AUDIT)
 
 
 def format_summary(summary: dict[str, Any], out: Path) -> str:

@@ -34,13 +34,12 @@ from raftka.cli import (
     storage_cmd,
     topics,
 )
-from raftka.cli.errors import CliError
+from raftka.cli.errors import EXIT_FAILURE, CliError
 from raftka.client.errors import AdminError, KafkaError
 from raftka.node.config import ConfigError
 from raftka.node.logs import command_logging
 from raftka.raft.storage.base import StorageError
 
-EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -99,7 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
-    except (CliError, AdminError, KafkaError, ConfigError, StorageError) as e:
+    except CliError as e:
+        fail(str(e), e.status)
+    except (AdminError, KafkaError, ConfigError, StorageError) as e:
         fail(str(e), EXIT_FAILURE)
     except BrokenPipeError:  # `raftka log dump DIR | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush

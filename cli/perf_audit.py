@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from raftka.cli import output
+from raftka.cli.audit_cmd import check_driver_memory
 from raftka.cli.errors import CliError
 
 RECORDS_MAX = 100_000_000
@@ -42,6 +43,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run_perf_audit(args: argparse.Namespace) -> int:
     if not 1 <= args.records <= RECORDS_MAX:
         raise CliError(f"--records: expected 1 to {RECORDS_MAX}, got {args.records}")
+    check_driver_memory(args.driver_memory)
     try:
         from raftka.audit.job import run
         from raftka.audit.spark import JavaMissing, owned_session

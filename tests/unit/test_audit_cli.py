@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from raftka.audit.out import MARKER, claim
 from raftka.audit.plain import audit_paths
 from raftka.cli.main import main
 from tests.unit.audit_incident import Incident, build_incident
@@ -44,15 +45,50 @@ def test_servers_clients_and_other_commands_never_import_pyspark() -> None:
 def test_audit_arguments_are_checked(
     incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
+    """Exit status 2, not 1: a gate must tell an audit that could not run from a failed check."""
     with pytest.raises(SystemExit) as exit_:
         main(["audit", str(incident.root), "--out", str(tmp_path / "out"), *argv])
-    assert exit_.value.code == 1 and message in capsys.readouterr().err
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_audit_never_takes_a_folder_it_did_not_make(
+    incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out ~`` must not cost ``~/scratch`` or ``~/tables``: refused before Spark starts."""
+    home = tmp_path / "home"
+    (home / "scratch").mkdir(parents=True)
+    (home / "scratch" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit) as exit_:
+        main(["audit", str(incident.root), "--out", str(home)])
+    assert exit_.value.code == 2
+    assert f"--out: {home} holds scratch and no earlier audit made it" in capsys.readouterr().err
+    assert (home / "scratch" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in home.iterdir()) == ["scratch"]
+
+    a_file = tmp_path / "report"
+    a_file.write_text("x")
+    with pytest.raises(SystemExit) as exit_:
+        main(["audit", str(incident.root), "--out", str(a_file)])
+    assert exit_.value.code == 2 and "is not a folder" in capsys.readouterr().err
+
+
+def test_an_audits_own_folder_and_an_empty_one_are_taken(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    claim(empty)
+    (empty / "tables").mkdir()  # what an audit that stopped halfway leaves
+    claim(empty)  # taken again: its marker says an audit made it
+    claim(tmp_path / "new" / "out")
+    assert (tmp_path / "new" / "out" / MARKER).is_file()
 
 
 def test_perf_audit_records_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["perf", "audit", "--records", "0"])
     assert exit_.value.code == 1 and "--records: expected 1 to" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["perf", "audit", "--driver-memory", "6 GB"])
+    assert exit_.value.code == 2 and "--driver-memory: expected a size" in capsys.readouterr().err
 
 
 def test_collect_copies_every_history_file_read_only_with_checksums(
