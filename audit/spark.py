@@ -7,6 +7,7 @@ saying what to install instead of a py4j stack trace.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,8 @@ JAVA_HELP = (
     "the audit runs on Spark, which needs Java 17 or later: install it (Debian/Ubuntu: "
     "apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17) or set JAVA_HOME"
 )
+JAVA_FEATURE_MIN = 17
+JAVA_VERSION_RE = re.compile(r'version "(\d+)(?:\.(\d+))?')
 SHUFFLE_PARTITIONS = 4  # the audit's shuffles are small: a few partitions, not Spark's 200
 # The embedded JVM lives for one audit: the optimizing compiler's work does not pay back
 # in it (the tables of the 10M-record history took 38 CPU s with the quick compiler
@@ -34,7 +37,8 @@ class JavaMissing(RuntimeError):
 
 
 def java_version() -> str:
-    """The ``java -version`` line of the Java Spark would use; JavaMissing without one."""
+    """The ``java -version`` line of the Java Spark would use; JavaMissing without one, or
+    with one older than Spark 4 runs on (it would fail later, inside the JVM)."""
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if java is None or not Path(java).exists():
@@ -46,7 +50,19 @@ def java_version() -> str:
     first = (done.stderr or done.stdout).strip().splitlines()
     if done.returncode != 0 or not first:
         raise JavaMissing(f"{java} -version failed; {JAVA_HELP}")
+    feature = java_feature_version(first[0])
+    if feature is not None and feature < JAVA_FEATURE_MIN:
+        raise JavaMissing(f"{java} is Java {feature} ({first[0]}); {JAVA_HELP}")
     return first[0]
+
+
+def java_feature_version(line: str) -> int | None:
+    """17 from 'openjdk version "17.0.9" 2023-10-17', 8 from 'java version "1.8.0_392"'."""
+    found = JAVA_VERSION_RE.search(line)
+    if found is None:
+        return None
+    major, minor = int(found[1]), int(found[2] or 0)
+    return minor if major == 1 else major
 
 
 def session(master: str | None = "local[2]", *, driver_memory: str = "4g") -> SparkSession:
