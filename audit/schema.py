@@ -70,7 +70,3 @@ def to_batch(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.RecordBatch
     costs four times as much)."""
     return pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(schema)))
 
-
-def rows_of(batch: pa.RecordBatch | pa.Table) -> Iterator[tuple[Any, ...]]:
-    """The rows of an Arrow batch as plain tuples, column by column (faster than to_pylist)."""
-    return zip(*(column.to_pylist() for column in batch.columns), strict=True)

@@ -54,7 +54,7 @@ def parse_options(options: Mapping[str, str]) -> Options:
     get = {k.lower(): v for k, v in options.items()}.get
     paths = _paths(get("path"), get("paths"))
     batch_rows = get("batchrows", str(BATCH_ROWS_DEFAULT))
-    if not batch_rows.isdigit() or not 1 <= int(batch_rows) <= BATCH_ROWS_MAX:
+    if not (batch_rows.isascii() and batch_rows.isdigit()) or not 1 <= int(batch_rows) <= BATCH_ROWS_MAX:
         raise AuditInputError(f"batchRows: expected 1 to {BATCH_ROWS_MAX}, got {batch_rows!r}")
     node = get("node")
     if node is not None and not node.strip():
