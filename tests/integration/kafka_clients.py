@@ -202,36 +202,47 @@ class AioKafka:
     ) -> GroupRun:
         async def read() -> GroupRun:
             members = [self._consumer(topic, bootstrap, group, i) for i in range(2)]
-            for consumer in members:
-                await consumer.start()
-            run = GroupRun()
-            produced = False
-            while not produced or len(run.records) < count:
+            try:
                 for consumer in members:
-                    run.records.extend(await self._poll(consumer))
-                if not produced and await asyncio.to_thread(whole):
-                    await asyncio.to_thread(produce)
-                    produced = True
-            run.assignments = [{tp.partition for tp in m.assignment()} for m in members]
-            for consumer in members:
-                await consumer.commit()
-                await consumer.stop()
-            return run
+                    await consumer.start()
+                run = GroupRun()
+                produced = False
+                while not produced or len(run.records) < count:
+                    for consumer in members:
+                        run.records.extend(await self._poll(consumer))
+                    if not produced and await asyncio.to_thread(whole):
+                        await asyncio.to_thread(produce)
+                        produced = True
+                run.assignments = [{tp.partition for tp in m.assignment()} for m in members]
+                for consumer in members:
+                    await consumer.commit()
+                return run
+            finally:
+                await self._stop(members)
 
         return asyncio.run(read())
 
     def resume(self, bootstrap: str, topic: str, group: str, count: int) -> list[Seen]:
         async def read() -> list[Seen]:
             consumer = self._consumer(topic, bootstrap, group, 2)
-            await consumer.start()
-            seen: list[Seen] = []
-            while len(seen) < count:
-                seen.extend(await self._poll(consumer))
-            await consumer.commit()
-            await consumer.stop()
-            return seen
+            try:
+                await consumer.start()
+                seen: list[Seen] = []
+                while len(seen) < count:
+                    seen.extend(await self._poll(consumer))
+                await consumer.commit()
+                return seen
+            finally:
+                await self._stop([consumer])
 
         return asyncio.run(read())
+
+    @staticmethod
+    async def _stop(consumers: list) -> None:
+        """Every member stopped, also when reading failed: a consumer left running keeps
+        tasks that ``asyncio.run`` then waits for until the test's timeout, hiding the error."""
+        for consumer in consumers:
+            await consumer.stop()
 
     @staticmethod
     def _consumer(topic: str, bootstrap: str, group: str, index: int):
