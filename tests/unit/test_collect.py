@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from raftka.audit.files import discover
 from raftka.raft.storage import layout
 from raftka.raft.storage.base import StorageError
 from raftka.raft.storage.collect import LISTINGS_MAX, MANIFEST, collect
@@ -97,6 +98,16 @@ def test_a_failed_or_killed_collect_does_not_block_the_next(
     ]
     _assert_manifest_is_the_copy(out / "node-1")
     assert sorted(os.listdir(out)) == [killed.name, "node-1"]
+
+
+def test_the_audit_skips_a_staging_folder_left_by_a_killed_collect(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    killed = out / f".node-{NODE_ID}.partial-999-left" / "data"  # as far as a killed run got
+    format_storage(killed, "collect-test", NODE_ID, initial_cluster=True)
+    collect(data_dir, out)
+    assert {(f.node, Path(f.path).name) for f in discover([out])} == {
+        ("1", layout.segment_name(offset)) for offset in (0, 100, 200)
+    }
 
 
 def _keep_deleting_after_listing(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
