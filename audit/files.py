@@ -2,10 +2,10 @@
 
 A path given to the audit is a node's data dir, its ``__cluster_metadata-0`` log dir, or
 a folder holding several of them (``.raftka/local``, or what ``raftka metadata collect``
-wrote). Files are listed with the storage layout's own functions (``raftka.raft.storage.layout``),
-archive first, so the audit and the node agree on names and order. Spark's own file
-listing is not used: it skips names starting with ``_`` or ``.``, and the log folder is
-``__cluster_metadata-0``.
+wrote; hidden folders in it are skipped). Files are listed with the storage layout's own
+functions (``raftka.raft.storage.layout``), archive first, so the audit and the node agree
+on names and order. Spark's own file listing is not used: it skips names starting with
+``_`` or ``.``, and the log folder is ``__cluster_metadata-0``.
 """
 
 from __future__ import annotations
@@ -109,10 +109,12 @@ def _log_dirs(path: Path) -> list[Path]:
 
 
 def _search(path: Path, depth: int) -> list[Path]:
+    """Log dirs below ``path``, skipping hidden folders: ``metadata collect`` builds a copy in
+    one (``.node-<id>.partial-...``), and a killed run leaves it, incomplete, beside the copy."""
     if depth == 0:
         return []
     found = []
-    for child in sorted(p for p in path.iterdir() if p.is_dir()):
+    for child in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
         log = layout.log_dir(child)
         found += [log] if log.is_dir() else _search(child, depth - 1)
     return found
