@@ -69,6 +69,7 @@ class _Walker:
         self._epochs = array("q")  # and their epochs
         self._next: int | None = None  # the effective log's end
         self._file_seq = -1
+        self._voters: list[int] | None = None  # the first LeaderChange's: raftka's voter set is static
 
     def see(self, head: Row) -> None:
         new_file = head.file_seq != self._file_seq
@@ -134,8 +135,17 @@ class _Walker:
             self._report("epoch_starts_with_leader_change", ERROR, message, head)
             return
         declared = json.loads(head.json).get("epoch") if head.json else None
-        if head.leader not in (head.voters or ()):
-            message = f"epoch {head.epoch}: LeaderChange names leader {head.leader}, not one of the voters {head.voters}"
+        voters = sorted(head.voters or ())
+        if self._voters is None:
+            self._voters = voters
+        if head.leader not in voters:
+            message = f"epoch {head.epoch}: LeaderChange names leader {head.leader}, not one of the voters {voters}"
+            self._report("epoch_starts_with_leader_change", ERROR, message, head)
+        elif voters != self._voters:
+            message = (
+                f"epoch {head.epoch}: LeaderChange names voters {voters}, but the node's first epoch had "
+                f"{self._voters} (the voter set is static: controller.quorum.voters)"
+            )
             self._report("epoch_starts_with_leader_change", ERROR, message, head)
         elif declared is not None and declared != head.epoch:
             message = f"a LeaderChange for epoch {declared} opens epoch {head.epoch}"
