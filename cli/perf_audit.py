@@ -61,10 +61,12 @@ def run_perf_audit(args: argparse.Namespace) -> int:
                          "batches": stats.batches, "snapshots": stats.snapshots, "epochs": stats.epochs}  # fmt: skip
         sample = python_costs(data_dir)
         try:
+            starting = time.monotonic()
             with owned_session(args.master, driver_memory=args.driver_memory) as spark:
                 started = time.monotonic()
                 summary = run(spark, [str(data_dir)], root / "audit")
                 seconds = time.monotonic() - started
+            session_seconds = started - starting  # the JVM and the session: `raftka audit` pays it too
         except JavaMissing as exc:
             raise CliError(str(exc)) from None
     finally:
@@ -75,6 +77,7 @@ def run_perf_audit(args: argparse.Namespace) -> int:
         "records": records,
         "audit_seconds": round(seconds, 1),
         "records_per_s": round(records / seconds),
+        "session_start_seconds": round(session_seconds, 1),
         "steps_s": summary["timings_s"],
         "cpu_s": summary["cpu_s"],
         "replay_tasks": summary["replay_tasks"],
@@ -120,7 +123,8 @@ def _format(result: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"Audited {result['records']:,} records in {result['audit_seconds']:g} s: "
-            f"{result['records_per_s']:,} records/s ({result['master']})",
+            f"{result['records_per_s']:,} records/s ({result['master']}; starting Spark took "
+            f"{result['session_start_seconds']:g} s more)",
             f"Steps: {steps}",
             f"CPU seconds (this machine's processes): {cpu}",
             f"Replay: {tasks['pieces']} tasks, the longest {tasks['seconds_max']:g} s, "

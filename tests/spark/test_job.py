@@ -122,6 +122,7 @@ def test_violations_and_summary(incident: Incident, audited: Audited) -> None:
         "gaps": None,
     }
     assert summary["headline"]["leader_changes"] == 2 and summary["headline"]["broker_restarts"] == 2
+    assert summary["headline"]["failed_elections"] == 1  # epoch 2, skipped between epochs 1 and 3
     assert json.loads((out / "summary.json").read_text())["status"] == "passed"
 
 
@@ -145,3 +146,14 @@ def test_a_damaged_copy_fails_the_cli_with_exit_status_1(
     summary = json.loads(capsys.readouterr().out)
     assert status == 1 and summary["failed_checks"] == ["no_damage"]
     assert spark.sparkContext._jsc is not None  # the command left the shared session running
+
+
+def test_perf_audit_writes_a_history_and_audits_it_clean(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["perf", "audit", "--records", "3000", "--dir", str(tmp_path), "--output", "json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0 and result["checks_failed"] == []
+    assert result["records"] >= 3000 and result["generated"]["records"] == result["records"]
+    assert set(result["steps_s"]) >= {"heads", "walk_and_merge", "replay", "tables", "report"}
+    assert result["session_start_seconds"] >= 0
