@@ -38,7 +38,8 @@ CHECKS = (
     Check(
         "records_replay",
         "every record decodes and replays through MetadataDelta (no unknown topic or broker, "
-        "leader in the ISR, ISR within the replicas, no duplicate topic)",
+        "partitions take in registered brokers only, leader in the ISR, ISR within the replicas, "
+        "no duplicate topic)",
     ),
     Check("partition_epochs_increase", "leader and partition epochs strictly increase per partition"),
     Check("broker_epochs", "a broker epoch is the offset of its registration and increases"),

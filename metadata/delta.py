@@ -9,6 +9,13 @@ the other topics' partitions. A record that cannot apply (unknown topic or broke
 stale broker epoch, an ISR outside the replicas...) raises ``ReplayError`` and leaves
 the delta as it was, so a caller can drop a bad batch whole.
 
+Partitions take in registered brokers only: every broker a PartitionRecord names, and
+every one a PartitionChangeRecord adds to the replicas or the ISR or makes leader. The
+ids a change keeps may be those of a broker that has unregistered since (Kafka lets a
+broker that holds replicas unregister; its partitions keep its id). A snapshot restates
+such partitions as they are, so a delta that replays one (``snapshot=True``) does not
+check its PartitionRecords' brokers.
+
 Records are expected to be well formed (``raftka.metadata.records.check``, which ``encode`` and
 ``decode`` run); replay checks what only the image can tell.
 """
@@ -43,6 +50,7 @@ K2 = TypeVar("K2")
 V = TypeVar("V")
 
 _NOTHING: Mapping[Any, Any] = frozen()
+_PartitionRecord = metadata_pb2.PartitionRecord | metadata_pb2.PartitionChangeRecord
 
 
 class ReplayError(Exception):
@@ -120,8 +128,10 @@ class _Nested(Generic[K, K2, V]):
 class MetadataDelta:
     """Records replayed onto ``image``; ``apply`` makes the next image (once)."""
 
-    def __init__(self, image: MetadataImage) -> None:
+    def __init__(self, image: MetadataImage, *, snapshot: bool = False) -> None:
+        """``snapshot``: the records restate an image (``raftka.metadata.snapshot``)."""
         self.image = image
+        self._snapshot = snapshot
         self._brokers: _Cow[int, BrokerRegistration] = _Cow(image.brokers)
         self._topics: _Cow[bytes, TopicImage] = _Cow(image.topics_by_id)
         self._names: _Cow[str, bytes] = _Cow(image.topic_ids_by_name)
@@ -229,10 +239,27 @@ class MetadataDelta:
             partitions = self._partitions[topic_id] = _copy(self._topics.view[topic_id].partitions)
         return partitions
 
+    def _brought_in(
+        self, kind: str, r: _PartitionRecord, ids: tuple[int, ...], before: tuple[int, ...]
+    ) -> None:
+        """Every id of ``ids`` not in ``before`` is a registered broker."""
+        if ids is before:
+            return
+        brokers = self._brokers.view
+        for broker_id in ids:
+            if broker_id not in brokers and broker_id not in before:
+                problem = f"broker {broker_id} is not registered"
+                raise ReplayError(f"{kind} for {topic_id_str(r.topic_id)}-{r.partition_id}: {problem}")
+
     def _partition(self, r: metadata_pb2.PartitionRecord) -> None:
-        self._topic_partitions("PartitionRecord", r.topic_id)
+        # records.check keeps the ISR within the replicas and the leader in the ISR: the replicas are all
+        kind = "PartitionRecord"
+        self._topic_partitions(kind, r.topic_id)
+        replicas = tuple(r.replicas[:])
+        if not self._snapshot:
+            self._brought_in(kind, r, replicas, ())
         self._edit_partitions(r.topic_id)[r.partition_id] = PartitionState(
-            tuple(r.replicas[:]), tuple(r.isr[:]), r.leader, r.leader_epoch, r.partition_epoch
+            replicas, tuple(r.isr[:]), r.leader, r.leader_epoch, r.partition_epoch
         )
 
     def _partition_change(self, r: metadata_pb2.PartitionChangeRecord) -> None:
@@ -249,6 +276,10 @@ class MetadataDelta:
         if leader != NO_LEADER and leader not in isr:
             problem = f"leader {leader} is not in isr {list(isr)}"
             raise ReplayError(f"{kind} for {topic_id_str(r.topic_id)}-{r.partition_id}: {problem}")
+        self._brought_in(kind, r, replicas, current.replicas)
+        self._brought_in(kind, r, isr, current.isr)
+        if leader not in (current.leader, NO_LEADER):
+            self._brought_in(kind, r, (leader,), ())
         leader_epoch = current.leader_epoch + (leader != current.leader)
         self._edit_partitions(r.topic_id)[r.partition_id] = PartitionState(
             replicas, isr, leader, leader_epoch, current.partition_epoch + 1

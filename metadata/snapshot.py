@@ -17,6 +17,9 @@ Layout, big-endian::
 Records come in a fixed order (features, brokers, producer ids, topics by name with
 their configs and partitions, other configs, offsets, groups' last rebalances), so every
 replica writes the same bytes for the same image. A partition costs about 45 bytes.
+Brokers come before the partitions that name them; a partition may still name a broker
+that has unregistered, which no record restates, so the delta replaying a snapshot
+does not ask a PartitionRecord for registered brokers (``MetadataDelta(snapshot=True)``).
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def decode_image(data: bytes) -> MetadataImage:
 
 def rebuild_image(contents: SnapshotContents) -> MetadataImage:
     """Replay checked snapshot contents (``read_snapshot``) into the image they hold."""
-    delta = MetadataDelta(MetadataImage())
+    delta = MetadataDelta(MetadataImage(), snapshot=True)
     for index, raw in enumerate(contents.records):
         try:
             delta.replay(records.decode(raw))

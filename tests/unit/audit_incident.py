@@ -22,6 +22,7 @@ its newest segment ends in a torn write; node 3 holds the whole log.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,9 +64,11 @@ class Incident:
 
 
 class _Log:
-    """Batches in the order the story writes them, offsets and timestamps assigned."""
+    """Batches in the order the story writes them, offsets and timestamps assigned;
+    ``replace``: steps written with other records (a corruption), by name."""
 
-    def __init__(self) -> None:
+    def __init__(self, replace: Mapping[str, tuple[m.Record, ...]]) -> None:
+        self.replace = replace
         self.batches: list[Batch] = []
         self.offsets: dict[str, int] = {}
         self.epoch = 0
@@ -82,6 +85,7 @@ class _Log:
         self.batches.append(Batch(self.next_offset, epoch, self.time_ms, BatchKind.LEADER_CHANGE, (record,)))
 
     def data(self, name: str, *recs: m.Record) -> Batch:
+        recs = self.replace.get(name, recs)
         self.offsets[name] = self.next_offset
         self.time_ms += STEP_MS
         batch = Batch(
@@ -96,8 +100,8 @@ class _Log:
         return epoch
 
 
-def _story() -> tuple[_Log, Batch]:
-    log = _Log()
+def _story(replace: Mapping[str, tuple[m.Record, ...]]) -> tuple[_Log, Batch]:
+    log = _Log(replace)
     log.leader(1, 1)
     b101, b102, b103 = (log.register(f"register-{b}", b) for b in (101, 102, 103))
     log.data("unfence", m.unfence(101, b101), m.unfence(102, b102), m.unfence(103, b103))
@@ -149,8 +153,9 @@ def _story() -> tuple[_Log, Batch]:
     return log, diverged
 
 
-def build_incident(root: Path) -> Incident:
-    log, diverged = _story()
+def build_incident(root: Path, replace: Mapping[str, tuple[m.Record, ...]] | None = None) -> Incident:
+    """``replace``: steps of the story written with other records, by name (see ``_Log``)."""
+    log, diverged = _story(replace or {})
     snapshot_at = log.offsets["restart-103"]  # mid-epoch 3
     incident = Incident(root, log.batches, diverged, log.offsets, snapshot_at)
     snapshot = _snapshot(log.batches, snapshot_at)

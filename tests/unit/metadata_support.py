@@ -182,7 +182,6 @@ CONFIG_KEYS = ("retention.ms", "segment.bytes")
 GROUPS = ("g1", "g2")
 
 
-_BROKER_SETS = st.lists(st.sampled_from(BROKER_IDS), min_size=1, max_size=3, unique=True)
 _BOOLS = st.booleans()
 _EPOCHS = st.integers(0, 9)
 
@@ -190,6 +189,13 @@ _EPOCHS = st.integers(0, 9)
 def _pick(draw: st.DrawFn, choices: Sequence):  # type: ignore[no-untyped-def]
     """``st.sampled_from`` without building a strategy per draw (integers ones are cached): much faster."""
     return choices[draw(st.integers(0, len(choices) - 1))]
+
+
+def _replicas(draw: st.DrawFn, ids: Sequence[int]) -> list[int]:
+    """1 to 3 distinct ``ids`` (there is one at least), in a drawn order."""
+    pool = list(ids)
+    count = draw(st.integers(1, min(3, len(pool))))
+    return [pool.pop(draw(st.integers(0, len(pool) - 1))) for _ in range(count)]
 
 
 def _subset(draw: st.DrawFn, items: Sequence[int]) -> list[int]:
@@ -202,13 +208,15 @@ def _leader(draw: st.DrawFn, isr: Sequence[int]) -> int:
 
 @st.composite
 def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
-    """One record that replays cleanly onto ``image``."""
+    """One record that replays cleanly onto ``image``. Partitions take in registered brokers
+    only, and keep the ids of brokers that unregister."""
     brokers = image.brokers
     topics = image.topics_by_id
     with_partitions = sorted(tid for tid, t in topics.items() if t.partitions)
     options = ["register", "topic", "config_broker", "feature", "producer_ids", "no_op"]
     options += ["fence", "unfence", "unregister"] if brokers else []
-    options += ["partition", "remove", "config_topic"] if topics else []
+    options += ["remove", "config_topic"] if topics else []
+    options += ["partition"] if topics and brokers else []
     options += ["change", "change", "commit", "commit"] if with_partitions else []
     options += ["remove_group_offsets"] if image.offsets or image.groups else []
     options += ["group_rebalance"]
@@ -230,7 +238,7 @@ def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
     if kind == "partition":
         tid = _pick(draw, sorted(topics))
         partition_id = draw(st.integers(0, len(topics[tid].partitions)))
-        replicas = draw(_BROKER_SETS)
+        replicas = _replicas(draw, sorted(brokers))
         isr = _subset(draw, replicas)
         return partition(
             tid,
@@ -246,14 +254,15 @@ def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
         parts = topics[tid].partitions
         partition_id = _pick(draw, sorted(parts))
         current = parts[partition_id]
-        replicas = draw(_BROKER_SETS) if draw(_BOOLS) else None
+        replicas = _replicas(draw, sorted({*brokers, *current.replicas})) if draw(_BOOLS) else None
         allowed = replicas if replicas is not None else current.replicas
         isr = None
         if replicas is not None or draw(_BOOLS):
-            isr = _subset(draw, allowed)
+            isr = _subset(draw, [b for b in allowed if b in brokers or b in current.isr])
         resulting_isr = isr if isr is not None else current.isr
         keeps_leader = current.leader == NO_LEADER or current.leader in resulting_isr
-        leader = _pick(draw, [*resulting_isr, NO_LEADER, *([LEADER_UNCHANGED] if keeps_leader else [])])
+        leaders = [b for b in resulting_isr if b in brokers or b == current.leader]
+        leader = _pick(draw, [*leaders, NO_LEADER, *([LEADER_UNCHANGED] if keeps_leader else [])])
         return change(tid, partition_id, leader=leader, isr=isr, replicas=replicas)
     if kind == "remove":
         return remove(_pick(draw, sorted(topics)))

@@ -11,7 +11,9 @@ from raftka.audit.decode import DAMAGED, decode_file
 from raftka.audit.files import AuditInputError, discover, pack
 from raftka.audit.plain import PlainAudit, audit_paths
 from raftka.audit.walk import HEAD_COLUMNS, Head, is_head, read_heads
-from tests.unit.audit_incident import Incident, build_incident
+from raftka.metadata.records import topic_id_str
+from tests.unit import metadata_support as m
+from tests.unit.audit_incident import ORDERS, Incident, build_incident
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +162,18 @@ def test_exactly_the_expected_violations(incident: Incident, audited: PlainAudit
     ]
     torn = next(v for v in audited.all_violations if v["check"] == "no_damage")
     assert torn["file"].endswith(".log") and torn["position"] is not None
+
+
+def test_a_change_bringing_in_an_unregistered_broker_is_skipped(tmp_path: Path) -> None:
+    """Orders-0's preferred election replaced by a change that adds broker 104, which never
+    registered, to its replicas: every node skips that batch."""
+    grow = m.change(ORDERS, 0, replicas=[101, 102, 103, 104])
+    incident = build_incident(tmp_path, replace={"preferred-orders-0": (grow,)})
+    violations = audit_paths([incident.root]).all_violations
+    [skipped] = [v for v in violations if v["check"] == "records_replay"]
+    assert (skipped["severity"], skipped["offset"]) == ("error", incident.offsets["preferred-orders-0"])
+    problem = f"PartitionChangeRecord for {topic_id_str(ORDERS)}-0: broker 104 is not registered"
+    assert problem in skipped["message"]
 
 
 def test_the_merge_takes_the_committed_history(incident: Incident, audited: PlainAudit) -> None:

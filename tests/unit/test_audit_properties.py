@@ -177,6 +177,16 @@ class _IsrOutsideReplicas(_Corrupt):
         return _as(batch, m.change(tid, p, isr=[999]))
 
 
+class _UnregisteredBroker(_Corrupt):
+    """A partition's replicas grow by broker 999, which never registered; nothing else is wrong."""
+
+    def change(self, batch: Batch, decoded: list[MetadataRecord]) -> Batch | None:
+        if len(decoded) != 1 or not self.partitions:
+            return batch
+        (tid, p), replicas = sorted(self.partitions.items())[0]
+        return _as(batch, m.change(tid, p, replicas=[*replicas, 999]))
+
+
 class _BrokerEpoch(_Corrupt):
     def change(self, batch: Batch, decoded: list[MetadataRecord]) -> Batch | None:
         if len(decoded) != 1:
@@ -276,6 +286,24 @@ def test_a_replayable_bad_isr_is_refused_by_replay(seed: int, after: int) -> Non
         )
         assert corruption.done
         assert "records_replay" in _errors(root)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32), after=st.integers(40, 150))
+def test_a_partition_change_bringing_in_an_unregistered_broker_is_refused_by_replay(
+    seed: int, after: int
+) -> None:
+    corruption = _UnregisteredBroker(after)
+    with _folder() as root:
+        write_history(
+            root / "node-1" / "data", 1_500, seed=seed, shape=SMALL, snapshot_policy=NEVER, mutate=corruption
+        )
+        assert corruption.done
+        assert any(
+            (v["check"], v["severity"]) == ("records_replay", ERROR)
+            and "broker 999 is not registered" in v["message"]
+            for v in audit_paths([root]).all_violations
+        )
 
 
 @SETTINGS

@@ -15,6 +15,7 @@ from raftka.metadata.image import (
     MetadataImage,
     PartitionState,
 )
+from raftka.metadata.records import topic_id_str
 from raftka.v1 import metadata_pb2 as pb
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import replay
@@ -137,6 +138,35 @@ def test_partition_change_must_leave_a_consistent_partition(cluster: MetadataIma
 def test_partition_record_replaces_a_partition(cluster: MetadataImage) -> None:
     image = replay(cluster, m.partition(T1, 0, [3], leader_epoch=4, partition_epoch=6))
     assert image.topics_by_id[T1].partitions[0] == PartitionState((3,), (3,), 3, 4, 6)
+
+
+def test_a_partition_record_names_only_registered_brokers(cluster: MetadataImage) -> None:
+    a2 = f"PartitionRecord for {topic_id_str(T1)}-2"
+    with pytest.raises(ReplayError, match=f"{a2}: broker 4 is not registered"):
+        replay(cluster, m.partition(T1, 2, [1, 4], isr=[1]))  # never registered, out of the ISR
+    gone = replay(cluster, m.unregister(3, 30))
+    with pytest.raises(ReplayError, match=f"{a2}: broker 3 is not registered"):
+        replay(gone, m.partition(T1, 2, [3, 1]))  # unregistered, and the leader
+
+
+def test_a_partition_change_keeps_but_never_brings_in_an_unregistered_broker(cluster: MetadataImage) -> None:
+    a0 = f"PartitionChangeRecord for {topic_id_str(T1)}-0"
+    with pytest.raises(ReplayError, match=f"{a0}: broker 4 is not registered"):
+        replay(cluster, m.change(T1, 0, replicas=[1, 2, 3, 4]))
+    gone = replay(cluster, m.unregister(3, 30))  # its partitions keep its id
+    image = replay(
+        gone,
+        m.change(T1, 0, isr=[1, 3]),  # 3 stays a replica and in the ISR
+        m.change(T1, 0, replicas=[3, 1, 2]),  # reordered
+        m.change(T2, 0, isr=[3], leader=3),  # b-0: 3 led it and still does, alone in its ISR
+    )
+    assert image.topics_by_id[T1].partitions[0] == PartitionState((3, 1, 2), (1, 3), 1, 0, 2)
+    assert image.topics_by_id[T2].partitions[0] == PartitionState((3, 1, 2), (3,), 3, 0, 1)
+    with pytest.raises(ReplayError, match=f"{a0}: broker 3 is not registered"):
+        replay(gone, m.change(T1, 0, leader=3))  # in a-0's ISR, but a new leader
+    shrunk = replay(gone, m.change(T1, 0, isr=[1, 2]))
+    with pytest.raises(ReplayError, match=f"{a0}: broker 3 is not registered"):
+        replay(shrunk, m.change(T1, 0, isr=[1, 2, 3]))  # a replica, but new to the ISR
 
 
 def test_remove_topic_drops_its_partitions_configs_and_offsets(cluster: MetadataImage) -> None:

@@ -16,7 +16,7 @@ NOW_MS = 1_700_000_000_000
 
 
 def image_with_topic() -> MetadataImage:
-    return replay(EMPTY, m.topic("t", T1), m.partition(T1, 0, [1]), m.partition(T1, 1, [1]))
+    return replay(EMPTY, m.register(1, 0), m.topic("t", T1), m.partition(T1, 0, [1]), m.partition(T1, 1, [1]))
 
 
 def rebalance_request(group: str, generation: int) -> pb.RecordGroupRebalanceRequest:

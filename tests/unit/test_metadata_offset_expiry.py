@@ -25,7 +25,9 @@ FRESH_MS = OLD_MS + 1
 
 
 def with_commits(*commits: m.Record) -> MetadataImage:
-    return replay(EMPTY, m.topic("t", T1), m.partition(T1, 0, [1]), m.partition(T1, 1, [1]), *commits)
+    return replay(
+        EMPTY, m.register(1, 0), m.topic("t", T1), m.partition(T1, 0, [1]), m.partition(T1, 1, [1]), *commits
+    )
 
 
 def removed(plan: Plan) -> list[str]:

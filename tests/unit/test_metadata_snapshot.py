@@ -35,6 +35,7 @@ def populated() -> MetadataImage:
         m.commit("g", T2, 0, 1),
         m.group_rebalance("g", 3, ["m1", "m2"], assignment=[("a", [0, 1])]),
         m.group_rebalance("only-members", 1, ["x"]),
+        m.unregister(2, 4),  # no record restates broker 2, but b-0 and a-1 keep its id
         offset=1234,
     )
 
@@ -63,11 +64,15 @@ def test_the_same_image_always_encodes_to_the_same_bytes() -> None:
 def test_header_carries_offset_and_timestamp() -> None:
     contents = read_snapshot(encode_image(populated(), timestamp_ms=1_700_000_000_123))
     assert contents.offset == 1234 and contents.timestamp_ms == 1_700_000_000_123
-    assert len(contents.records) == 15  # one per record of populated(), two groups among them
+    # one per record of populated() but broker 2's registration and unregistration
+    assert len(contents.records) == 14
 
 
 def test_about_forty_bytes_per_partition() -> None:
-    image = replay(EMPTY, m.topic("t", T1), *(m.partition(T1, p, [101, 102, 103]) for p in range(1000)))
+    brokers = [m.register(b, b) for b in (101, 102, 103)]
+    image = replay(
+        EMPTY, *brokers, m.topic("t", T1), *(m.partition(T1, p, [101, 102, 103]) for p in range(1000))
+    )
     per_partition = len(encode_image(image)) / 1000
     assert per_partition < 50, per_partition  # KRaft: about 100
 
