@@ -32,6 +32,7 @@ TABLES_SHOWN: dict[str, tuple[str, ...] | None] = {
     "violations": None,
 }
 ROWS_SHOWN = 200
+SERIES_POINTS_MARKED = 20  # a group with fewer points in the committed-offsets chart gets markers
 CHART_IDS = ("leadership", "fenced", "partition_states", "churn", "write_rate", "committed")
 _CONDITION_COLORS = {"offline": "#c0392b", "under_min_isr": "#e67e22", "under_replicated": "#f1c40f"}
 
@@ -184,9 +185,11 @@ def _write_rate(ax: Any, rate: pd.DataFrame, start_ms: int) -> None:
     table = table.reindex(buckets, fill_value=0)  # a quiet bucket is zero, not a line between neighbours
     table = table[table.sum().sort_values(ascending=False).index]
     x = _seconds(table.index.to_series(), start_ms)
+    palette = matplotlib.colormaps["tab20"].colors  # the default cycle's 10 colours would repeat
     ax.stackplot(
-        x, *(table[c] / (width / 1000.0) for c in table.columns), labels=list(table.columns), step="post"
-    )
+        x, *(table[c] / (width / 1000.0) for c in table.columns), labels=list(table.columns), step="post",
+        colors=[palette[i % len(palette)] for i in range(len(table.columns))],
+    )  # fmt: skip
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     ax.set_ylabel("records / s")
     ax.set_xlabel("seconds since the history's start")
@@ -198,7 +201,9 @@ def _committed(ax: Any, committed: pd.DataFrame, start_ms: int) -> None:
         return _empty(ax, "offset commit")
     for group in sorted(committed["group"].unique())[:12]:
         mine = committed[committed["group"] == group]
-        ax.plot(_seconds(mine["bucket_ms"], start_ms), mine["committed"], label=group, drawstyle="steps-post")
+        few = len(mine) < SERIES_POINTS_MARKED  # a line of one point draws nothing
+        ax.plot(_seconds(mine["bucket_ms"], start_ms), mine["committed"], label=group, drawstyle="steps-post",
+                marker="o" if few else None, markersize=4)  # fmt: skip
     ax.legend(loc="upper left", fontsize=7, ncol=4)
     ax.set_ylabel("sum of committed offsets")
     ax.set_xlabel("seconds since the history's start")
@@ -269,6 +274,8 @@ def _cell(value: Any) -> str:
         return "yes" if value else "no"
     if value is None or (isinstance(value, float) and value != value):
         return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # a count in a column pandas made float
     if hasattr(value, "tolist"):
         return str(value.tolist())
     return str(value)
