@@ -48,6 +48,7 @@ from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import EVENT_TABLES
 from raftka.audit.files import AuditInputError, LogFile, discover, file_size, pack
+from raftka.audit.out import claim
 from raftka.audit.pieces import EVENTS, plan, run_piece
 from raftka.audit.plain import walk_and_merge
 from raftka.audit.replay import EVENT_SCHEMA
@@ -142,7 +143,9 @@ def _run(
 ) -> dict[str, Any]:
     timings = Timings()
     files = discover(paths, include_archive=include_archive, include_snapshots=include_snapshots)
-    out.mkdir(parents=True, exist_ok=True)
+    if not files:
+        raise AuditInputError(f"paths: no segment or snapshot files to audit in {', '.join(map(str, paths))}")
+    claim(out)
     scratch = out / SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
     tasks = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
@@ -313,8 +316,7 @@ def _summary(
         "headline": {
             "epochs": int(len(committed_epochs)),
             "leader_changes": int(max(0, len(committed_epochs) - 1)),
-            "failed_elections": int(committed_epochs["failed_elections_before"].fillna(0).sum())
-            + int((~epochs["committed"]).sum()),
+            "failed_elections": failed_elections(epochs),
             "leaderless_ms_max": _num(gaps.max()),
             "leaderless_ms_median": _num(gaps.median()),
             "partition_elections": int(len(elections)),
@@ -336,6 +338,19 @@ def _summary(
         },
         "tables": {name: f"tables/{name}" for name in TABLES},
     }
+
+
+def failed_elections(epochs: pd.DataFrame) -> int:
+    """Epochs that never committed a leader: those skipped between committed epochs
+    (``failed_elections_before``, which counts an uncommitted LeaderChange's epoch too), and
+    uncommitted LeaderChanges before the first or after the last committed epoch."""
+    committed = epochs[epochs["committed"]]
+    skipped = int(committed["failed_elections_before"].fillna(0).sum())
+    if committed.empty:
+        return int(epochs["epoch"].nunique())
+    lost = epochs.loc[~epochs["committed"], "epoch"]
+    outside = lost[(lost < committed["epoch"].min()) | (lost > committed["epoch"].max())]
+    return skipped + int(outside.nunique())
 
 
 def _num(value: Any) -> float | None:

@@ -1,10 +1,11 @@
 """The replay in pieces, each one Spark task that reads its batches straight from the files.
 
 The merge chose one copy of every canonical batch (``raftka.audit.merge``). ``plan`` cuts that
-history at snapshots into pieces of about equal size: a piece replays the batches from one
-snapshot to the next, starting from a copy of the first (role BASE) and comparing its
-image with every snapshot at its end, so each snapshot is checked against the log once,
-as in one replay from the start (``raftka.audit.replay``).
+history at snapshots into pieces of about equal size, as many as the job asks for and more
+for a long history (``PIECE_RECORDS_MAX``): a piece replays the batches from one snapshot to
+the next, starting from a copy of the first (role BASE) and comparing its image with every
+snapshot at its end, so each snapshot is checked against the log once, as in one replay
+from the start (``raftka.audit.replay``). Where there is no snapshot, there is no cut.
 
 ``run_piece`` reads its piece's files itself, decodes each record once with
 ``raftka.audit.decode`` (the controllers' own code) and replays it through ``MetadataDelta``: no
@@ -50,6 +51,9 @@ CANONICAL_COLUMNS = ("offset", "batch_offset", "epoch", "timestamp_ms", "type", 
                      "partition", "group", "committed_offset")  # fmt: skip
 CANONICAL_SCHEMA = pa.schema([ROW_SCHEMA.field(name) for name in CANONICAL_COLUMNS])
 EVENTS = "events"
+# Records of a piece at most, where snapshots allow: a task's share of the work, and what its
+# retry costs, stay small on a long history.
+PIECE_RECORDS_MAX = 2_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +78,16 @@ def plan(
     start: int,
     pieces: int,
 ) -> list[Piece]:
-    """Up to ``pieces`` pieces, cut at snapshot offsets above ``start`` (the history's first
-    offset). ``snapshots``: (node, file_seq, offset) of every readable snapshot file."""
+    """``pieces`` pieces, more for a long history (about ``PIECE_RECORDS_MAX`` records each at
+    most), fewer where snapshots are too few: cut at the snapshot offsets above ``start`` (the
+    history's first offset) nearest to equal shares of it, so they hold about as many records
+    each (offsets count records). ``snapshots``: (node, file_seq, offset) of every readable
+    snapshot file."""
     by_key = {(f.node, f.seq): f for f in files}
     offsets = sorted({offset for _, _, offset in snapshots if offset > start})
-    count = max(1, min(pieces, len(offsets) + 1))
-    boundaries = sorted({offsets[len(offsets) * k // count] for k in range(1, count)}) if offsets else []
+    span = chosen[-1].base_offset - start if chosen else 0  # the history's records, to a batch
+    count = max(1, min(max(pieces, -(-span // PIECE_RECORDS_MAX)), len(offsets) + 1))
+    boundaries = sorted({_nearest(offsets, start + span * k // count) for k in range(1, count)})
     # (offset, is_log, node, file_seq, position, role): replay order is the tuple's first five
     items: list[list[tuple[Any, ...]]] = [[] for _ in range(len(boundaries) + 1)]
     for c in chosen:
@@ -94,6 +102,12 @@ def plan(
         node, seq = min(((n, s) for n, s, o in snapshots if o == boundary), key=lambda k: by_key[k].path)
         items[k].append((boundary, 0, node, seq, -1, BASE))
     return [Piece(k, tuple(_runs(sorted(mine, key=lambda i: i[:5]), by_key))) for k, mine in enumerate(items)]
+
+
+def _nearest(offsets: Sequence[int], target: int) -> int:
+    """The offset in sorted ``offsets`` nearest to ``target`` (the lower on a tie)."""
+    i = bisect.bisect_left(offsets, target)
+    return min(offsets[max(0, i - 1) : i + 1], key=lambda offset: abs(offset - target))
 
 
 def _runs(items: list[tuple[Any, ...]], by_key: dict[tuple[str, int], LogFile]) -> Iterator[Run]:

@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from raftka.audit import pieces as pieces_module
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import CONFIG_COLUMNS, EVENT_TABLES, TRANSITION_COLUMNS
-from raftka.audit.files import SEGMENT, AuditInputError, discover
-from raftka.audit.pieces import CANONICAL_COLUMNS, EVENTS, plan, replay_piece, run_piece
+from raftka.audit.files import SEGMENT, SNAPSHOT, AuditInputError, discover
+from raftka.audit.pieces import CANONICAL_COLUMNS, EVENTS, Piece, plan, replay_piece, run_piece
 from raftka.audit.plain import PlainAudit, audit_paths
-from raftka.audit.replay import CONFIG, TRANSITION
+from raftka.audit.replay import BASE, CONFIG, TRANSITION
 from raftka.audit.synthetic import Shape, write_history
 from raftka.audit.walk import is_head
 from raftka.raft.snapshot_schedule import SnapshotPolicy
@@ -32,15 +33,25 @@ def _folder() -> AbstractContextManager[Path]:
     return memory_folder("audit-pieces-")
 
 
+def _plan(root: Path, count: int) -> tuple[PlainAudit, list[Piece]]:
+    """The plain audit of ``root``, and the job's plan of ``count`` pieces (more if long)."""
+    audited = audit_paths([root])
+    pieces = plan(discover([root]), audited.merged.chosen, _snapshots(audited), audited.merged.start_offset or 0,
+                  count)  # fmt: skip
+    return audited, pieces
+
+
+def _snapshots(audited: PlainAudit) -> list[tuple[str, int, int]]:
+    heads = [r for r in audited.rows if is_head(r) and r.batch_offset is not None]
+    return [(r.node, r.file_seq, r.offset) for r in heads if r.kind == SNAPSHOT_KIND]
+
+
 def _pieces(
     root: Path, out: Path, count: int
 ) -> tuple[PlainAudit, list[dict[str, Any]], list[tuple[Any, ...]]]:
     """The plain audit of ``root``, and the events and canonical rows of ``count`` pieces
     (whose event tables are checked against their events on the way)."""
-    audited = audit_paths([root])
-    heads = [r for r in audited.rows if is_head(r) and r.batch_offset is not None]
-    snapshots = [(r.node, r.file_seq, r.offset) for r in heads if r.kind == SNAPSHOT_KIND]
-    pieces = plan(discover([root]), audited.merged.chosen, snapshots, audited.merged.start_offset or 0, count)
+    audited, pieces = _plan(root, count)
     events: list[dict[str, Any]] = []
     canonical: list[tuple[Any, ...]] = []
     for piece in pieces:
@@ -117,3 +128,45 @@ def test_a_file_changed_after_the_heads_were_read_is_named(tmp_path: Path) -> No
     flip_byte(Path(segment), 40)
     with pytest.raises(AuditInputError, match="changed while it was audited"):
         run_piece(piece, str(tmp_path / "out"))
+
+
+def test_a_long_history_is_cut_into_more_pieces_at_its_snapshots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No more than about ``PIECE_RECORDS_MAX`` records a piece, about equal, each cut at a
+    snapshot (the next piece starts from it), and still the events of one replay."""
+    write_history(tmp_path / "node-1" / "data", 3_000, shape=SMALL,
+                  snapshot_policy=SnapshotPolicy(snapshot_interval_records=100))  # fmt: skip
+    monkeypatch.setattr(pieces_module, "PIECE_RECORDS_MAX", 500)
+    audited, pieces = _plan(tmp_path, 2)
+    snapshot_at = {(node, seq): offset for node, seq, offset in _snapshots(audited)}
+    offsets = sorted(set(snapshot_at.values()))
+    spacing = max(b - a for a, b in zip(offsets, offsets[1:], strict=False))
+    starts = [0]
+    for piece in pieces[1:]:
+        base = piece.runs[0]
+        assert base.role == BASE and base.file.source == SNAPSHOT
+        starts.append(snapshot_at[(base.file.node, base.file.seq)])
+    sizes = [b - a for a, b in zip(starts, [*starts[1:], audited.merged.end_offset], strict=True)]
+    assert len(pieces) >= audited.merged.end_offset // 500 and max(sizes) <= 500 + spacing
+    assert min(sizes) >= audited.merged.end_offset // len(pieces) - spacing
+    _, events, _ = _pieces(tmp_path, tmp_path / "out", 2)
+    assert events == audited.events
+
+
+def test_no_cut_where_there_is_no_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the last snapshot a long stretch stays one piece (its chunks bound what it holds);
+    without snapshots the whole history is one piece."""
+    write_history(tmp_path / "node-1" / "data", 3_000, shape=SMALL,
+                  snapshot_policy=SnapshotPolicy(snapshot_interval_records=100))  # fmt: skip
+    monkeypatch.setattr(pieces_module, "PIECE_RECORDS_MAX", 500)
+    audited = audit_paths([tmp_path])
+    files, chosen = discover([tmp_path]), audited.merged.chosen
+    early = [s for s in _snapshots(audited) if s[2] < 1_000]
+    pieces = plan(files, chosen, early, 0, 2)
+    assert 1 < len(pieces) <= len(early) + 1
+    last, at = pieces[-1].runs[0], max(offset for _, _, offset in early)
+    assert last.role == BASE and (last.file.node, last.file.seq, at) in early
+    assert sum(len(run.positions) for run in pieces[-1].runs) == sum(1 for c in chosen if c.base_offset >= at)
+    [whole] = plan(files, chosen, [], 0, 2)
+    assert sum(len(run.positions) for run in whole.runs) == len(chosen)
