@@ -10,12 +10,12 @@ the driver, walk each node's log (``raftka.audit.walk``) and merge the nodes' co
 canonical history (``raftka.audit.merge``): a million heads for ten million records, cheaper
 to walk here than to ship to a task; replay the history in order (``raftka.audit.replay``) in
 pieces cut at snapshots, which Spark tasks run in parallel straight from the files
-(``raftka.audit.pieces``), each writing its events and its part of the tables that are
-events filtered (``raftka.audit.event_tables``), folding its offset commits per series
-(``raftka.audit.commits``) and counting its records per epoch and time bucket
-(``raftka.audit.counts``); build the other tables with window functions
-(``raftka.audit.tables``) over what the pieces wrote and counted. Exit status 1 when an
-error-level check fails.
+(``raftka.audit.pieces``), each a chunk of records at a time writing its events and its
+part of the tables that are events filtered (``raftka.audit.event_tables``), folding its
+offset commits per series (``raftka.audit.commits``) and counting its records per epoch and
+time bucket (``raftka.audit.counts``), joined in order on the driver; build the other
+tables with window functions (``raftka.audit.tables``) over what the pieces wrote and
+counted. Exit status 1 when an error-level check fails.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import EVENT_TABLES
 from raftka.audit.files import AuditInputError, LogFile, discover, file_size, pack
-from raftka.audit.out import claim
 from raftka.audit.pieces import EVENTS, plan, run_piece
 from raftka.audit.plain import walk_and_merge
 from raftka.audit.replay import EVENT_SCHEMA
@@ -143,9 +142,7 @@ def _run(
 ) -> dict[str, Any]:
     timings = Timings()
     files = discover(paths, include_archive=include_archive, include_snapshots=include_snapshots)
-    if not files:
-        raise AuditInputError(f"paths: no segment or snapshot files to audit in {', '.join(map(str, paths))}")
-    claim(out)
+    out.mkdir(parents=True, exist_ok=True)
     scratch = out / SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
     tasks = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
@@ -171,7 +168,8 @@ def _run(
     events = spark.read.schema(from_arrow_schema(EVENT_SCHEMA)).parquet(str(scratch / EVENTS))
     timings.mark("replay")
 
-    counts = Counts().add(d.pop("counts") for d in sorted(done, key=lambda d: d["piece"]))
+    in_order = sorted(done, key=lambda d: d["piece"])  # each piece's chunks are in order already
+    counts = Counts().add(chunk for d in in_order for chunk in d.pop("counts"))
     bounds = counts.bounds()
     end_ms = bounds[3] or 0
     uncommitted = spark.createDataFrame(merged.uncommitted_leader_changes or [], schema=_UNCOMMITTED)
@@ -201,7 +199,7 @@ def _run(
         }
         # the driver joins the pieces' commit series while Spark writes the tables above
         commits = combine(
-            (d.pop("folded") for d in sorted(done, key=lambda d: d["piece"])),
+            (chunk for d in in_order for chunk in d.pop("folded")),
             bucket_ms(bounds[2], end_ms, PROGRESS_BUCKETS),
         )
         series = _frame(spark, commits.rows, SERIES_SCHEMA)
@@ -316,7 +314,8 @@ def _summary(
         "headline": {
             "epochs": int(len(committed_epochs)),
             "leader_changes": int(max(0, len(committed_epochs) - 1)),
-            "failed_elections": failed_elections(epochs),
+            "failed_elections": int(committed_epochs["failed_elections_before"].fillna(0).sum())
+            + int((~epochs["committed"]).sum()),
             "leaderless_ms_max": _num(gaps.max()),
             "leaderless_ms_median": _num(gaps.median()),
             "partition_elections": int(len(elections)),
@@ -338,19 +337,6 @@ def _summary(
         },
         "tables": {name: f"tables/{name}" for name in TABLES},
     }
-
-
-def failed_elections(epochs: pd.DataFrame) -> int:
-    """Epochs that never committed a leader: those skipped between committed epochs
-    (``failed_elections_before``, which counts an uncommitted LeaderChange's epoch too), and
-    uncommitted LeaderChanges before the first or after the last committed epoch."""
-    committed = epochs[epochs["committed"]]
-    skipped = int(committed["failed_elections_before"].fillna(0).sum())
-    if committed.empty:
-        return int(epochs["epoch"].nunique())
-    lost = epochs.loc[~epochs["committed"], "epoch"]
-    outside = lost[(lost < committed["epoch"].min()) | (lost > committed["epoch"].max())]
-    return skipped + int(outside.nunique())
 
 
 def _num(value: Any) -> float | None:

@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftka.audit import pieces as pieces_module
+from raftka.audit.commits import PROGRESS_BUCKETS, combine, committed_over_time
+from raftka.audit.counts import Counts, bucket_ms
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import CONFIG_COLUMNS, EVENT_TABLES, TRANSITION_COLUMNS
 from raftka.audit.files import SEGMENT, SNAPSHOT, AuditInputError, discover
@@ -22,7 +24,10 @@ from raftka.audit.plain import PlainAudit, audit_paths
 from raftka.audit.replay import BASE, CONFIG, TRANSITION
 from raftka.audit.synthetic import Shape, write_history
 from raftka.audit.walk import is_head
+from raftka.metadata import records
+from raftka.raft.batch import Batch, BatchKind
 from raftka.raft.snapshot_schedule import SnapshotPolicy
+from tests.unit import metadata_support as m
 from tests.unit.audit_incident import Incident, build_incident
 from tests.unit.storage_support import flip_byte, memory_folder
 
@@ -56,14 +61,17 @@ def _pieces(
     canonical: list[tuple[Any, ...]] = []
     for piece in pieces:
         run_piece(piece, str(out))
-        name = f"piece-{piece.index:05d}.parquet"
-        mine = pq.read_table(out / EVENTS / name).to_pylist()
-        _check_event_tables(
-            mine, {table: pq.read_table(out / table / name).to_pylist() for table in EVENT_TABLES}
-        )
+        mine = _read(out / EVENTS, piece)
+        _check_event_tables(mine, {table: _read(out / table, piece) for table in EVENT_TABLES})
         events += mine
-        canonical += [tuple(r.values()) for r in replay_piece(piece)[1].to_pylist()]
+        canonical += [tuple(r.values()) for _, rows in replay_piece(piece) for r in rows.to_pylist()]
     return audited, events, canonical
+
+
+def _read(folder: Path, piece: Piece) -> list[dict[str, Any]]:
+    """The rows ``piece`` wrote to ``folder``, its chunks' files in order."""
+    return [row for path in sorted(folder.glob(f"piece-{piece.index:05d}-*.parquet"))
+            for row in pq.read_table(path).to_pylist()]  # fmt: skip
 
 
 def _check_event_tables(events: list[dict[str, Any]], parts: dict[str, list[dict[str, Any]]]) -> None:
@@ -128,6 +136,69 @@ def test_a_file_changed_after_the_heads_were_read_is_named(tmp_path: Path) -> No
     flip_byte(Path(segment), 40)
     with pytest.raises(AuditInputError, match="changed while it was audited"):
         run_piece(piece, str(tmp_path / "out"))
+
+
+class _SkipCommits:
+    """Every ``every``-th batch of several offset commits ends with a commit to an unknown
+    topic: every node skips it, its valid commits with it (they must not be folded)."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.seen = every, 0
+
+    def __call__(self, batch: Batch) -> Batch:
+        if batch.kind != BatchKind.DATA or len(batch.records) < 2:
+            return batch
+        if any(records.decode(raw).WhichOneof("record") != "offset_commit" for raw in batch.records):
+            return batch
+        self.seen += 1
+        if self.seen % self.every:
+            return batch
+        unknown = records.encode(m.commit("g", m.topic_id(0xDEAD), 0, 1))
+        return Batch(
+            batch.base_offset, batch.epoch, batch.timestamp_ms, batch.kind, (*batch.records[:-1], unknown)
+        )
+
+
+def _outcome(piece: Piece, out: Path) -> dict[str, Any]:
+    """All that ``piece`` hands on, however it was chunked: its files' rows and what the
+    driver makes of its folds and counts."""
+    done = run_piece(piece, str(out))
+    counts = Counts().add(done["counts"])
+    _, _, start_ms, end_ms, _ = counts.bounds()
+    commits = combine(done["folded"], bucket_ms(start_ms, end_ms, PROGRESS_BUCKETS))
+    return {
+        "files": {folder: _read(out / folder, piece) for folder in (EVENTS, *EVENT_TABLES)},
+        "done": {k: done[k] for k in ("records", "events", "skipped")},
+        "series": sorted(commits.rows, key=lambda row: row[:3]),  # group_offsets orders them
+        "committed": committed_over_time(commits.progress),
+        "epochs": counts.epochs,
+        "opened": counts.opened,
+        "rate": sorted(counts.rate_by(bucket_ms(start_ms, end_ms))),
+    }
+
+
+@pytest.mark.parametrize("chunk", [1, 37, 400])
+def test_a_piece_in_chunks_gives_what_it_gives_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """Chunks are finer cuts of the history: the events, event tables, commit folds and counts
+    of a piece are those of the piece replayed whole, skipped batches' commits left out and
+    the snapshots at its end compared across the chunks."""
+    root = tmp_path / "history"
+    for node in (1, 2):
+        write_history(root / f"node-{node}" / "data", 2_000, seed=7, node_id=node, shape=SMALL,
+                      snapshot_policy=SnapshotPolicy(snapshot_interval_records=300 * node), segment_bytes=3_000,
+                      mutate=_SkipCommits(4))  # fmt: skip
+    _, pieces = _plan(root, 3)
+    whole = [_outcome(piece, tmp_path / "whole") for piece in pieces]
+    assert sum(w["done"]["skipped"] for w in whole) > 1
+    assert any(w["series"] for w in whole)
+    monkeypatch.setattr(pieces_module, "CHUNK_RECORDS", chunk)
+    assert [_outcome(piece, tmp_path / "chunked") for piece in pieces] == whole
+    assert len(list((tmp_path / "chunked" / EVENTS).glob("*.parquet"))) > len(pieces)
+    for piece in pieces:  # a chunk ends with the batch that brings it to ``chunk`` records
+        offsets = [rows.column("batch_offset").to_pylist() for _, rows in replay_piece(piece)]
+        assert all(mine.index(mine[-1]) < chunk <= len(mine) for mine in offsets[:-1])
 
 
 def test_a_long_history_is_cut_into_more_pieces_at_its_snapshots(
