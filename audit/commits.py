@@ -1,11 +1,11 @@
 """Burrow's evaluation of offset commits, and each group's progress over time, computed where
 the replay already reads them.
 
-Each replay piece sees its offset commits in log order: it folds them into one ``Series``
-per (group, topic_id, partition) and hands the folds back; the driver joins the pieces'
-folds in piece order (pieces are consecutive ranges of the history), which gives exactly
-what a window over all commits ordered by offset gives, without Spark shuffling and
-sorting every commit of the history.
+Each replay piece sees its offset commits in log order, a chunk at a time: it folds each
+chunk's into one ``Series`` per (group, topic_id, partition) and hands the folds back; the
+driver joins them in order (pieces and their chunks are consecutive ranges of the
+history), which gives exactly what a window over all commits ordered by offset gives,
+without Spark shuffling and sorting every commit of the history.
 """
 
 from __future__ import annotations

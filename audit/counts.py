@@ -1,11 +1,11 @@
 """The canonical records counted by the replay pieces: per epoch, and per time bucket and type.
 
-A piece counts its own records with Arrow (``count``); the driver adds the pieces' counts
-(``Counts.add``). That gives the history's bounds, the epochs' offsets and times for
-``raftka.audit.tables.controller_epochs`` and the report's write rate without Spark scanning
-every record again. A piece buckets time at the width ``bucket_ms`` picks for its own span:
-every width divides the wider ones, and the whole history's span picks one at least as
-wide, so the driver re-buckets the pieces' counts exactly.
+A piece counts its own records with Arrow (``count``), a chunk at a time; the driver adds
+the chunks' counts (``Counts.add``). That gives the history's bounds, the epochs' offsets
+and times for ``raftka.audit.tables.controller_epochs`` and the report's write rate without
+Spark scanning every record again. A chunk buckets time at the width ``bucket_ms`` picks
+for its own span: every width divides the wider ones, and the whole history's span picks
+one at least as wide, so the driver re-buckets the chunks' counts exactly.
 """
 
 from __future__ import annotations

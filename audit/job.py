@@ -10,12 +10,12 @@ the driver, walk each node's log (``raftka.audit.walk``) and merge the nodes' co
 canonical history (``raftka.audit.merge``): a million heads for ten million records, cheaper
 to walk here than to ship to a task; replay the history in order (``raftka.audit.replay``) in
 pieces cut at snapshots, which Spark tasks run in parallel straight from the files
-(``raftka.audit.pieces``), each writing its events and its part of the tables that are
-events filtered (``raftka.audit.event_tables``), folding its offset commits per series
-(``raftka.audit.commits``) and counting its records per epoch and time bucket
-(``raftka.audit.counts``); build the other tables with window functions
-(``raftka.audit.tables``) over what the pieces wrote and counted. Exit status 1 when an
-error-level check fails.
+(``raftka.audit.pieces``), each a chunk of records at a time writing its events and its
+part of the tables that are events filtered (``raftka.audit.event_tables``), folding its
+offset commits per series (``raftka.audit.commits``) and counting its records per epoch and
+time bucket (``raftka.audit.counts``), joined in order on the driver; build the other
+tables with window functions (``raftka.audit.tables``) over what the pieces wrote and
+counted. Exit status 1 when an error-level check fails.
 """
 
 from __future__ import annotations
@@ -171,7 +171,8 @@ def _run(
     events = spark.read.schema(from_arrow_schema(EVENT_SCHEMA)).parquet(str(scratch / EVENTS))
     timings.mark("replay")
 
-    counts = Counts().add(d.pop("counts") for d in sorted(done, key=lambda d: d["piece"]))
+    in_order = sorted(done, key=lambda d: d["piece"])  # each piece's chunks are in order already
+    counts = Counts().add(chunk for d in in_order for chunk in d.pop("counts"))
     bounds = counts.bounds()
     end_ms = bounds[3] or 0
     uncommitted = spark.createDataFrame(merged.uncommitted_leader_changes or [], schema=_UNCOMMITTED)
@@ -201,7 +202,7 @@ def _run(
         }
         # the driver joins the pieces' commit series while Spark writes the tables above
         commits = combine(
-            (d.pop("folded") for d in sorted(done, key=lambda d: d["piece"])),
+            (chunk for d in in_order for chunk in d.pop("folded")),
             bucket_ms(bounds[2], end_ms, PROGRESS_BUCKETS),
         )
         series = _frame(spark, commits.rows, SERIES_SCHEMA)

@@ -1,17 +1,20 @@
 """The replay in pieces, each one Spark task that reads its batches straight from the files.
 
 The merge chose one copy of every canonical batch (``raftka.audit.merge``). ``plan`` cuts that
-history at snapshots into pieces of about equal size: a piece replays the batches from one
-snapshot to the next, starting from a copy of the first (role BASE) and comparing its
-image with every snapshot at its end, so each snapshot is checked against the log once,
-as in one replay from the start (``raftka.audit.replay``).
+history at snapshots into pieces of about equal size, as many as the job asks for and more
+for a long history (``PIECE_RECORDS_MAX``): a piece replays the batches from one snapshot to
+the next, starting from a copy of the first (role BASE) and comparing its image with every
+snapshot at its end, so each snapshot is checked against the log once, as in one replay
+from the start (``raftka.audit.replay``). Where there is no snapshot, there is no cut.
 
 ``run_piece`` reads its piece's files itself, decodes each record once with
 ``raftka.audit.decode`` (the controllers' own code) and replays it through ``MetadataDelta``: no
-record crosses into the JVM, which costs more than decoding it. It writes its events
-(``EVENT_SCHEMA``) as Parquet for the tables, and its part of the tables that are its
-events filtered (``raftka.audit.event_tables``); what the tables need of its records
-(offset commits, counts) it folds itself and hands back.
+record crosses into the JVM, which costs more than decoding it. It holds ``CHUNK_RECORDS`` of
+its records at a time, so its memory does not grow with the piece: for each chunk it writes
+the events (``EVENT_SCHEMA``) as Parquet for the tables, and its part of the tables that are
+its events filtered (``raftka.audit.event_tables``); what the tables need of its records
+(offset commits, counts) it folds itself and hands back, chunk by chunk, in order. Chunks are
+finer cuts of the history, joined on the driver as the pieces are.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raftka.audit import collector
-from raftka.audit.commits import fold
+from raftka.audit.commits import Folded, fold
 from raftka.audit.counts import count
 from raftka.audit.decode import (
     CONTROL_TYPES,
@@ -40,7 +44,7 @@ from raftka.audit.decode import (
 from raftka.audit.event_tables import event_tables
 from raftka.audit.files import SNAPSHOT, AuditInputError, LogFile
 from raftka.audit.merge import Chosen
-from raftka.audit.replay import BASE, EVENT_SCHEMA, SKIPPED, Batch, Record, Row, replay_batches
+from raftka.audit.replay import BASE, EVENT_SCHEMA, SKIPPED, Batch, Record, Replay, Row
 from raftka.audit.schema import ROW_SCHEMA, to_batch
 from raftka.metadata.snapshot import SnapshotError
 from raftka.raft.storage import batch_codec
@@ -50,6 +54,12 @@ CANONICAL_COLUMNS = ("offset", "batch_offset", "epoch", "timestamp_ms", "type", 
                      "partition", "group", "committed_offset")  # fmt: skip
 CANONICAL_SCHEMA = pa.schema([ROW_SCHEMA.field(name) for name in CANONICAL_COLUMNS])
 EVENTS = "events"
+# Records of a piece at most, where snapshots allow: a task's share of the work, and what its
+# retry costs, stay small on a long history.
+PIECE_RECORDS_MAX = 2_000_000
+# Canonical records a piece holds at once: every this many (to the end of a batch) it writes
+# the events so far and folds and counts the records, and keeps only the folds and counts.
+CHUNK_RECORDS = 500_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +84,16 @@ def plan(
     start: int,
     pieces: int,
 ) -> list[Piece]:
-    """Up to ``pieces`` pieces, cut at snapshot offsets above ``start`` (the history's first
-    offset). ``snapshots``: (node, file_seq, offset) of every readable snapshot file."""
+    """``pieces`` pieces, more for a long history (about ``PIECE_RECORDS_MAX`` records each at
+    most), fewer where snapshots are too few: cut at the snapshot offsets above ``start`` (the
+    history's first offset) nearest to equal shares of it, so they hold about as many records
+    each (offsets count records). ``snapshots``: (node, file_seq, offset) of every readable
+    snapshot file."""
     by_key = {(f.node, f.seq): f for f in files}
     offsets = sorted({offset for _, _, offset in snapshots if offset > start})
-    count = max(1, min(pieces, len(offsets) + 1))
-    boundaries = sorted({offsets[len(offsets) * k // count] for k in range(1, count)}) if offsets else []
+    span = chosen[-1].base_offset - start if chosen else 0  # the history's records, to a batch
+    count = max(1, min(max(pieces, -(-span // PIECE_RECORDS_MAX)), len(offsets) + 1))
+    boundaries = sorted({_nearest(offsets, start + span * k // count) for k in range(1, count)})
     # (offset, is_log, node, file_seq, position, role): replay order is the tuple's first five
     items: list[list[tuple[Any, ...]]] = [[] for _ in range(len(boundaries) + 1)]
     for c in chosen:
@@ -94,6 +108,12 @@ def plan(
         node, seq = min(((n, s) for n, s, o in snapshots if o == boundary), key=lambda k: by_key[k].path)
         items[k].append((boundary, 0, node, seq, -1, BASE))
     return [Piece(k, tuple(_runs(sorted(mine, key=lambda i: i[:5]), by_key))) for k, mine in enumerate(items)]
+
+
+def _nearest(offsets: Sequence[int], target: int) -> int:
+    """The offset in sorted ``offsets`` nearest to ``target`` (the lower on a tie)."""
+    i = bisect.bisect_left(offsets, target)
+    return min(offsets[max(0, i - 1) : i + 1], key=lambda offset: abs(offset - target))
 
 
 def _runs(items: list[tuple[Any, ...]], by_key: dict[tuple[str, int], LogFile]) -> Iterator[Run]:
@@ -113,9 +133,9 @@ def _runs(items: list[tuple[Any, ...]], by_key: dict[tuple[str, int], LogFile]) 
 
 
 def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
-    """Replay ``piece`` into ``folder``/events (and the event tables); what it did, with its
-    offset commits folded (``raftka.audit.commits``) and its records counted
-    (``raftka.audit.counts``)."""
+    """Replay ``piece`` into ``folder``/events (and the event tables), a file per chunk; what it
+    did, with each chunk's offset commits folded (``raftka.audit.commits``) and its records
+    counted (``raftka.audit.counts``), in chunk order."""
     started = time.monotonic()
     with collector.paused():
         # its millions of objects are freed on return, before the collector is on again:
@@ -124,36 +144,59 @@ def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
     return done | {"seconds": round(time.monotonic() - started, 3)}
 
 
-def replay_piece(piece: Piece) -> tuple[list[tuple[Any, ...]], pa.RecordBatch]:
-    """The events of ``piece`` (tuples in ``EVENT_SCHEMA`` order) and the columns of its
-    canonical records (``CANONICAL_SCHEMA``)."""
+def replay_piece(piece: Piece) -> Iterator[tuple[pa.RecordBatch, pa.RecordBatch]]:
+    """The events of ``piece`` (``EVENT_SCHEMA``) and the columns of its canonical records
+    (``CANONICAL_SCHEMA``), a chunk at a time: a chunk ends with the batch that brings its
+    records to ``CHUNK_RECORDS``, so it holds its batches' events and records whole (its fold
+    knows which of its batches were skipped), and the replay's image carries on to the next."""
     canonical: list[tuple[Any, ...]] = []
-    events = list(replay_batches(_batches(piece, canonical)))
-    return events, to_batch(canonical, CANONICAL_SCHEMA)
+    batches = _batches(piece, canonical)
+    replay = Replay()
+    while True:
+        events = to_batch(list(replay.run(_chunk(batches, canonical))), EVENT_SCHEMA)
+        yield events, to_batch(canonical, CANONICAL_SCHEMA)
+        if len(canonical) < CHUNK_RECORDS:
+            return  # the batches ran out
+        canonical.clear()
+
+
+def _chunk(batches: Iterator[Batch], canonical: list[tuple[Any, ...]]) -> Iterator[Batch]:
+    """``batches`` until ``canonical`` holds ``CHUNK_RECORDS`` records, looked at when the replay
+    asks for the next batch: by then it has given every event of the batches before."""
+    for batch in batches:
+        yield batch
+        if len(canonical) >= CHUNK_RECORDS:
+            return
 
 
 def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
-    events, rows = replay_piece(piece)
-    event_batch = to_batch(events, EVENT_SCHEMA)
-    _write(pa.Table.from_batches([event_batch]), Path(folder) / EVENTS, piece.index)
-    for name, table in event_tables(event_batch).items():
-        _write(table, Path(folder) / name, piece.index)
-    skipped = [event[2] for event in events if event[0] == SKIPPED]  # their batches' offsets
-    return {"piece": piece.index, "records": rows.num_rows, "events": len(events), "skipped": len(skipped),
-            "folded": fold(rows, set(skipped)), "counts": count(rows)}  # fmt: skip
+    done: dict[str, Any] = {"piece": piece.index, "records": 0, "events": 0, "skipped": 0}
+    folded: list[Folded] = []
+    counts: list[dict[str, Any]] = []
+    for chunk, (events, rows) in enumerate(replay_piece(piece)):
+        name = f"piece-{piece.index:05d}-{chunk:05d}.parquet"
+        _write(pa.Table.from_batches([events]), Path(folder) / EVENTS, name)
+        for table_name, table in event_tables(events).items():
+            _write(table, Path(folder) / table_name, name)
+        skipped = pc.filter(events["offset"], pc.equal(events["event"], SKIPPED)).to_pylist()  # batch offsets
+        done["records"] += rows.num_rows
+        done["events"] += events.num_rows
+        done["skipped"] += len(skipped)
+        folded.append(fold(rows, set(skipped)))
+        counts.append(count(rows))
+    return done | {"folded": folded, "counts": counts}
 
 
-def _write(table: pa.Table, folder: Path, index: int) -> None:
+def _write(table: pa.Table, folder: Path, name: str) -> None:
     """Whole or not at all: a retried task replaces its file, readers never see half of one."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"piece-{index:05d}.parquet"
-    partial = folder / f".{path.name}.partial"  # a dot-name: Spark's reader skips it
+    partial = folder / f".{name}.partial"  # a dot-name: Spark's reader skips it
     pq.write_table(table, partial)
-    os.replace(partial, path)
+    os.replace(partial, folder / name)
 
 
 def _batches(piece: Piece, canonical: list[tuple[Any, ...]]) -> Iterator[Batch]:
-    """The piece's input for ``replay_batches``; each log record's canonical columns go to
+    """The piece's input for the replay; each log record's canonical columns go to
     ``canonical`` as it is read."""
     for run in piece.runs:
         data = Path(run.file.path).read_bytes()

@@ -130,7 +130,7 @@ def replay(rows: Iterable[Row]) -> Iterator[tuple[Any, ...]]:
 
 def replay_batches(batches: Iterable[Batch]) -> Iterator[tuple[Any, ...]]:
     """``replay`` for records already grouped into batches."""
-    yield from _Replay().run(batches)
+    yield from Replay().run(batches)
 
 
 def event_dicts(rows: Iterable[Row]) -> list[dict[str, Any]]:
@@ -138,7 +138,11 @@ def event_dicts(rows: Iterable[Row]) -> list[dict[str, Any]]:
     return [dict(zip(EVENT_NAMES, event, strict=True)) for event in replay(rows)]
 
 
-class _Replay:
+class Replay:
+    """One replay of the history. ``run`` may be called again with the batches that follow
+    the last it was given: the image and the events' seqs carry on, so a piece of the history
+    can be replayed a chunk at a time (``raftka.audit.pieces``) without holding it whole."""
+
     def __init__(self) -> None:
         self.image: MetadataImage | None = None  # None: not started (no offset 0, no snapshot yet)
         self._waiting_since: int | None = None  # first offset that could not be replayed

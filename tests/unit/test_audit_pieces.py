@@ -13,15 +13,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from raftka.audit import pieces as pieces_module
+from raftka.audit.commits import PROGRESS_BUCKETS, combine, committed_over_time
+from raftka.audit.counts import Counts, bucket_ms
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import CONFIG_COLUMNS, EVENT_TABLES, TRANSITION_COLUMNS
-from raftka.audit.files import SEGMENT, AuditInputError, discover
-from raftka.audit.pieces import CANONICAL_COLUMNS, EVENTS, plan, replay_piece, run_piece
+from raftka.audit.files import SEGMENT, SNAPSHOT, AuditInputError, discover
+from raftka.audit.pieces import CANONICAL_COLUMNS, EVENTS, Piece, plan, replay_piece, run_piece
 from raftka.audit.plain import PlainAudit, audit_paths
-from raftka.audit.replay import CONFIG, TRANSITION
+from raftka.audit.replay import BASE, CONFIG, TRANSITION
 from raftka.audit.synthetic import Shape, write_history
 from raftka.audit.walk import is_head
+from raftka.metadata import records
+from raftka.raft.batch import Batch, BatchKind
 from raftka.raft.snapshot_schedule import SnapshotPolicy
+from tests.unit import metadata_support as m
 from tests.unit.audit_incident import Incident, build_incident
 from tests.unit.storage_support import flip_byte, memory_folder
 
@@ -32,27 +38,40 @@ def _folder() -> AbstractContextManager[Path]:
     return memory_folder("audit-pieces-")
 
 
+def _plan(root: Path, count: int) -> tuple[PlainAudit, list[Piece]]:
+    """The plain audit of ``root``, and the job's plan of ``count`` pieces (more if long)."""
+    audited = audit_paths([root])
+    pieces = plan(discover([root]), audited.merged.chosen, _snapshots(audited), audited.merged.start_offset or 0,
+                  count)  # fmt: skip
+    return audited, pieces
+
+
+def _snapshots(audited: PlainAudit) -> list[tuple[str, int, int]]:
+    heads = [r for r in audited.rows if is_head(r) and r.batch_offset is not None]
+    return [(r.node, r.file_seq, r.offset) for r in heads if r.kind == SNAPSHOT_KIND]
+
+
 def _pieces(
     root: Path, out: Path, count: int
 ) -> tuple[PlainAudit, list[dict[str, Any]], list[tuple[Any, ...]]]:
     """The plain audit of ``root``, and the events and canonical rows of ``count`` pieces
     (whose event tables are checked against their events on the way)."""
-    audited = audit_paths([root])
-    heads = [r for r in audited.rows if is_head(r) and r.batch_offset is not None]
-    snapshots = [(r.node, r.file_seq, r.offset) for r in heads if r.kind == SNAPSHOT_KIND]
-    pieces = plan(discover([root]), audited.merged.chosen, snapshots, audited.merged.start_offset or 0, count)
+    audited, pieces = _plan(root, count)
     events: list[dict[str, Any]] = []
     canonical: list[tuple[Any, ...]] = []
     for piece in pieces:
         run_piece(piece, str(out))
-        name = f"piece-{piece.index:05d}.parquet"
-        mine = pq.read_table(out / EVENTS / name).to_pylist()
-        _check_event_tables(
-            mine, {table: pq.read_table(out / table / name).to_pylist() for table in EVENT_TABLES}
-        )
+        mine = _read(out / EVENTS, piece)
+        _check_event_tables(mine, {table: _read(out / table, piece) for table in EVENT_TABLES})
         events += mine
-        canonical += [tuple(r.values()) for r in replay_piece(piece)[1].to_pylist()]
+        canonical += [tuple(r.values()) for _, rows in replay_piece(piece) for r in rows.to_pylist()]
     return audited, events, canonical
+
+
+def _read(folder: Path, piece: Piece) -> list[dict[str, Any]]:
+    """The rows ``piece`` wrote to ``folder``, its chunks' files in order."""
+    return [row for path in sorted(folder.glob(f"piece-{piece.index:05d}-*.parquet"))
+            for row in pq.read_table(path).to_pylist()]  # fmt: skip
 
 
 def _check_event_tables(events: list[dict[str, Any]], parts: dict[str, list[dict[str, Any]]]) -> None:
@@ -117,3 +136,108 @@ def test_a_file_changed_after_the_heads_were_read_is_named(tmp_path: Path) -> No
     flip_byte(Path(segment), 40)
     with pytest.raises(AuditInputError, match="changed while it was audited"):
         run_piece(piece, str(tmp_path / "out"))
+
+
+class _SkipCommits:
+    """Every ``every``-th batch of several offset commits ends with a commit to an unknown
+    topic: every node skips it, its valid commits with it (they must not be folded)."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.seen = every, 0
+
+    def __call__(self, batch: Batch) -> Batch:
+        if batch.kind != BatchKind.DATA or len(batch.records) < 2:
+            return batch
+        if any(records.decode(raw).WhichOneof("record") != "offset_commit" for raw in batch.records):
+            return batch
+        self.seen += 1
+        if self.seen % self.every:
+            return batch
+        unknown = records.encode(m.commit("g", m.topic_id(0xDEAD), 0, 1))
+        return Batch(
+            batch.base_offset, batch.epoch, batch.timestamp_ms, batch.kind, (*batch.records[:-1], unknown)
+        )
+
+
+def _outcome(piece: Piece, out: Path) -> dict[str, Any]:
+    """All that ``piece`` hands on, however it was chunked: its files' rows and what the
+    driver makes of its folds and counts."""
+    done = run_piece(piece, str(out))
+    counts = Counts().add(done["counts"])
+    _, _, start_ms, end_ms, _ = counts.bounds()
+    commits = combine(done["folded"], bucket_ms(start_ms, end_ms, PROGRESS_BUCKETS))
+    return {
+        "files": {folder: _read(out / folder, piece) for folder in (EVENTS, *EVENT_TABLES)},
+        "done": {k: done[k] for k in ("records", "events", "skipped")},
+        "series": sorted(commits.rows, key=lambda row: row[:3]),  # group_offsets orders them
+        "committed": committed_over_time(commits.progress),
+        "epochs": counts.epochs,
+        "opened": counts.opened,
+        "rate": sorted(counts.rate_by(bucket_ms(start_ms, end_ms))),
+    }
+
+
+@pytest.mark.parametrize("chunk", [1, 37, 400])
+def test_a_piece_in_chunks_gives_what_it_gives_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """Chunks are finer cuts of the history: the events, event tables, commit folds and counts
+    of a piece are those of the piece replayed whole, skipped batches' commits left out and
+    the snapshots at its end compared across the chunks."""
+    root = tmp_path / "history"
+    for node in (1, 2):
+        write_history(root / f"node-{node}" / "data", 2_000, seed=7, node_id=node, shape=SMALL,
+                      snapshot_policy=SnapshotPolicy(snapshot_interval_records=300 * node), segment_bytes=3_000,
+                      mutate=_SkipCommits(4))  # fmt: skip
+    _, pieces = _plan(root, 3)
+    whole = [_outcome(piece, tmp_path / "whole") for piece in pieces]
+    assert sum(w["done"]["skipped"] for w in whole) > 1
+    assert any(w["series"] for w in whole)
+    monkeypatch.setattr(pieces_module, "CHUNK_RECORDS", chunk)
+    assert [_outcome(piece, tmp_path / "chunked") for piece in pieces] == whole
+    assert len(list((tmp_path / "chunked" / EVENTS).glob("*.parquet"))) > len(pieces)
+    for piece in pieces:  # a chunk ends with the batch that brings it to ``chunk`` records
+        offsets = [rows.column("batch_offset").to_pylist() for _, rows in replay_piece(piece)]
+        assert all(mine.index(mine[-1]) < chunk <= len(mine) for mine in offsets[:-1])
+
+
+def test_a_long_history_is_cut_into_more_pieces_at_its_snapshots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No more than about ``PIECE_RECORDS_MAX`` records a piece, about equal, each cut at a
+    snapshot (the next piece starts from it), and still the events of one replay."""
+    write_history(tmp_path / "node-1" / "data", 3_000, shape=SMALL,
+                  snapshot_policy=SnapshotPolicy(snapshot_interval_records=100))  # fmt: skip
+    monkeypatch.setattr(pieces_module, "PIECE_RECORDS_MAX", 500)
+    audited, pieces = _plan(tmp_path, 2)
+    snapshot_at = {(node, seq): offset for node, seq, offset in _snapshots(audited)}
+    offsets = sorted(set(snapshot_at.values()))
+    spacing = max(b - a for a, b in zip(offsets, offsets[1:], strict=False))
+    starts = [0]
+    for piece in pieces[1:]:
+        base = piece.runs[0]
+        assert base.role == BASE and base.file.source == SNAPSHOT
+        starts.append(snapshot_at[(base.file.node, base.file.seq)])
+    sizes = [b - a for a, b in zip(starts, [*starts[1:], audited.merged.end_offset], strict=True)]
+    assert len(pieces) >= audited.merged.end_offset // 500 and max(sizes) <= 500 + spacing
+    assert min(sizes) >= audited.merged.end_offset // len(pieces) - spacing
+    _, events, _ = _pieces(tmp_path, tmp_path / "out", 2)
+    assert events == audited.events
+
+
+def test_no_cut_where_there_is_no_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the last snapshot a long stretch stays one piece (its chunks bound what it holds);
+    without snapshots the whole history is one piece."""
+    write_history(tmp_path / "node-1" / "data", 3_000, shape=SMALL,
+                  snapshot_policy=SnapshotPolicy(snapshot_interval_records=100))  # fmt: skip
+    monkeypatch.setattr(pieces_module, "PIECE_RECORDS_MAX", 500)
+    audited = audit_paths([tmp_path])
+    files, chosen = discover([tmp_path]), audited.merged.chosen
+    early = [s for s in _snapshots(audited) if s[2] < 1_000]
+    pieces = plan(files, chosen, early, 0, 2)
+    assert 1 < len(pieces) <= len(early) + 1
+    last, at = pieces[-1].runs[0], max(offset for _, _, offset in early)
+    assert last.role == BASE and (last.file.node, last.file.seq, at) in early
+    assert sum(len(run.positions) for run in pieces[-1].runs) == sum(1 for c in chosen if c.base_offset >= at)
+    [whole] = plan(files, chosen, [], 0, 2)
+    assert sum(len(run.positions) for run in whole.runs) == len(chosen)
