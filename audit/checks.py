@@ -33,7 +33,8 @@ CHECKS = (
     ),
     Check("epochs_monotonic", "each node's epochs never decrease along its log"),
     Check(
-        "epoch_starts_with_leader_change", "every epoch starts with a LeaderChange naming a voter as leader"
+        "epoch_starts_with_leader_change",
+        "every epoch starts with a LeaderChange naming a voter as leader and the node's first voter set",
     ),
     Check(
         "records_replay",
