@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -22,6 +23,7 @@ from typing import NamedTuple
 import pytest
 
 POLL_MS = 200
+PHASE_TIMEOUT_S = 120  # under pytest's 300 s: a stuck group fails with what it waited for
 
 
 class Seen(NamedTuple):
@@ -61,9 +63,12 @@ class KafkaPython:
     def group(
         self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce
     ) -> GroupRun:
-        from kafka import KafkaConsumer
-
-        members = [KafkaConsumer(topic, **self._options(bootstrap, group, i)) for i in range(2)]
+        first = self._subscribed(topic, bootstrap, group, 0)
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while not first.assignment():  # the second member joins a stable group
+            assert time.monotonic() < deadline, f"the first member held nothing after {PHASE_TIMEOUT_S} s"
+            first.poll(timeout_ms=POLL_MS)
+        members = [first, self._subscribed(topic, bootstrap, group, 1)]
         run = GroupRun()
 
         def poll() -> None:
@@ -79,9 +84,7 @@ class KafkaPython:
         return run
 
     def resume(self, bootstrap: str, topic: str, group: str, count: int) -> list[Seen]:
-        from kafka import KafkaConsumer
-
-        consumer = KafkaConsumer(topic, **self._options(bootstrap, group, 2))
+        consumer = self._subscribed(topic, bootstrap, group, 2)
         seen: list[Seen] = []
         while len(seen) < count:
             for batch in consumer.poll(timeout_ms=POLL_MS).values():
@@ -89,6 +92,21 @@ class KafkaPython:
         consumer.commit()
         consumer.close()
         return seen
+
+    @classmethod
+    def _subscribed(cls, topic: str, bootstrap: str, group: str, index: int):  # noqa: ANN206
+        """A member that knows the topic's partitions before it joins. One that joins first
+        leads with no partition metadata, assigns nothing and joins again at once; after such
+        a quick second join kafka-python 3.0.12 sometimes never completes it: its assignment
+        stays empty and it sends no heartbeat again (2 runs in 3 on a slow machine)."""
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(**cls._options(bootstrap, group, index))
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while not consumer.partitions_for_topic(topic):
+            assert time.monotonic() < deadline, f"kafka-python never learned {topic}'s partitions"
+        consumer.subscribe([topic])
+        return consumer
 
     @staticmethod
     def _options(bootstrap: str, group: str, index: int) -> dict:
@@ -207,7 +225,11 @@ class AioKafka:
                     await consumer.start()
                 run = GroupRun()
                 produced = False
+                deadline = time.monotonic() + 2 * PHASE_TIMEOUT_S  # both of _read's phases
                 while not produced or len(run.records) < count:
+                    assert time.monotonic() < deadline, (
+                        f"produced: {produced}, {len(run.records)} of {count} read"
+                    )
                     for consumer in members:
                         run.records.extend(await self._poll(consumer))
                     if not produced and await asyncio.to_thread(whole):
@@ -364,11 +386,18 @@ class Kcat:
 
 
 def _read(run: GroupRun, count: int, whole: Check, produce: Produce, poll: Callable[[], None]) -> None:
-    """Poll until the group is whole, produce, then poll until ``count`` records are read."""
+    """Poll until the group is whole, produce, then poll until ``count`` records are read;
+    each phase within ``PHASE_TIMEOUT_S``, so a group that never forms fails saying so."""
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
     while not whole():
+        assert time.monotonic() < deadline, f"the group was not whole after {PHASE_TIMEOUT_S} s"
         poll()
     produce()
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
     while len(run.records) < count:
+        assert time.monotonic() < deadline, (
+            f"{len(run.records)} of {count} records read after {PHASE_TIMEOUT_S} s"
+        )
         poll()
 
 

@@ -22,6 +22,7 @@ from raftka.client.group_admin import GroupAdmin
 from raftka.client.types import NewTopic
 from tests.integration.kafka_clients import CLIENTS, Seen
 from tests.integration.metadata_cluster import MetadataCluster
+from tests.integration.polling import wait_until
 from tests.unit.kafka_wire import call
 
 pytestmark = pytest.mark.integration
@@ -57,6 +58,11 @@ def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(
     data = [n.data_address for n in cluster.nodes("broker")]
     with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=30)) as admin:
         admin.create_topics([NewTopic(topic, PARTITIONS, 3, {"min.insync.replicas": "2"})])[0].check()
+    # every broker's metadata has the topic before the group forms: a leader that assigns
+    # with no partition metadata assigns nothing, and kafka-python can take tens of seconds
+    # (on a slow machine, past the test's timeout) to notice and rebalance again
+    wait_until(lambda: all(topic_is_led(a, topic) for a in kafka.split(",")), timeout_s=30,
+               what=f"every broker's Kafka metadata to lead all {PARTITIONS} partitions of {topic}")  # fmt: skip
 
     run = client.group(
         kafka,
@@ -86,6 +92,18 @@ def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(
     resumed = client.resume(kafka, topic, group, LATER)
     assert sorted(s.key for s in resumed) == sorted(k for k, _ in keyed(FIRST, LATER, client.name))
     assert all(s.offset >= ends.get(s.partition, 0) for s in resumed), "the new member read below the commits"
+
+
+def topic_is_led(address: str, topic: str) -> bool:
+    """The broker's Kafka Metadata names a leader for every partition of ``topic``."""
+    asked = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    [found] = call(address, asked, 12, MetadataResponse).topics
+    led = [p for p in found.partitions if p.error_code == 0 and p.leader_id >= 0]
+    return found.error_code == 0 and len(led) == PARTITIONS
 
 
 def group_is_whole(bootstrap: list[str], group: str) -> bool:
