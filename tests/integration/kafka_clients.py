@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 import pytest
 
+from tests.integration.polling import wait_until
+
 POLL_MS = 200
 PHASE_TIMEOUT_S = 120  # under pytest's 300 s: a stuck group fails with what it waited for
 
@@ -102,9 +104,11 @@ class KafkaPython:
         from kafka import KafkaConsumer
 
         consumer = KafkaConsumer(**cls._options(bootstrap, group, index))
-        deadline = time.monotonic() + PHASE_TIMEOUT_S
-        while not consumer.partitions_for_topic(topic):
-            assert time.monotonic() < deadline, f"kafka-python never learned {topic}'s partitions"
+        wait_until(
+            lambda: consumer.partitions_for_topic(topic),
+            timeout_s=PHASE_TIMEOUT_S,
+            what=f"kafka-python to learn {topic}'s partitions",
+        )
         consumer.subscribe([topic])
         return consumer
 
