@@ -25,6 +25,7 @@ import pytest
 from tests.integration.polling import wait_until
 
 POLL_MS = 200
+FIRST_MEMBER_WAIT_S = 60
 PHASE_TIMEOUT_S = 120  # under pytest's 300 s: a stuck group fails with what it waited for
 
 
@@ -32,6 +33,12 @@ class Seen(NamedTuple):
     partition: int
     offset: int
     key: bytes
+
+
+class StuckJoin(AssertionError):
+    """kafka-python 3.0.12 left a join it never completes (see ``KafkaPython._subscribed``):
+    the member holds nothing and sends no heartbeat. Its test expects this failure, and only
+    this one; a group of raftka's that never forms fails the other clients' tests."""
 
 
 @dataclass
@@ -65,12 +72,7 @@ class KafkaPython:
     def group(
         self, bootstrap: str, topic: str, group: str, count: int, whole: Check, produce: Produce
     ) -> GroupRun:
-        first = self._subscribed(topic, bootstrap, group, 0)
-        deadline = time.monotonic() + PHASE_TIMEOUT_S
-        while not first.assignment():  # the second member joins a stable group
-            assert time.monotonic() < deadline, f"the first member held nothing after {PHASE_TIMEOUT_S} s"
-            first.poll(timeout_ms=POLL_MS)
-        members = [first, self._subscribed(topic, bootstrap, group, 1)]
+        members = [self._first_member(topic, bootstrap, group), self._subscribed(topic, bootstrap, group, 1)]
         run = GroupRun()
 
         def poll() -> None:
@@ -94,6 +96,18 @@ class KafkaPython:
         consumer.commit()
         consumer.close()
         return seen
+
+    @classmethod
+    def _first_member(cls, topic: str, bootstrap: str, group: str):  # noqa: ANN206
+        """A member holding the topic's partitions, so the second joins a stable group."""
+        first = cls._subscribed(topic, bootstrap, group, 0)
+        deadline = time.monotonic() + FIRST_MEMBER_WAIT_S
+        while not first.assignment():
+            if time.monotonic() >= deadline:
+                first.close()
+                raise StuckJoin(f"kafka-python's first member held nothing after {FIRST_MEMBER_WAIT_S} s")
+            first.poll(timeout_ms=POLL_MS)
+        return first
 
     @classmethod
     def _subscribed(cls, topic: str, bootstrap: str, group: str, index: int):  # noqa: ANN206
@@ -394,7 +408,8 @@ def _read(run: GroupRun, count: int, whole: Check, produce: Produce, poll: Calla
     each phase within ``PHASE_TIMEOUT_S``, so a group that never forms fails saying so."""
     deadline = time.monotonic() + PHASE_TIMEOUT_S
     while not whole():
-        assert time.monotonic() < deadline, f"the group was not whole after {PHASE_TIMEOUT_S} s"
+        if time.monotonic() >= deadline:
+            raise StuckJoin(f"the group was not whole after {PHASE_TIMEOUT_S} s")
         poll()
     produce()
     deadline = time.monotonic() + PHASE_TIMEOUT_S

@@ -20,7 +20,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.types import NewTopic
-from tests.integration.kafka_clients import CLIENTS, Seen
+from tests.integration.kafka_clients import CLIENTS, KafkaPython, Seen, StuckJoin
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
 from tests.unit.kafka_wire import call
@@ -48,7 +48,18 @@ def java_partition(key: bytes) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % PARTITIONS
 
 
-@pytest.mark.parametrize("client_type", CLIENTS, ids=lambda c: c.name)
+KNOWN_CLIENT_BUGS = {
+    KafkaPython: pytest.mark.xfail(
+        raises=StuckJoin,
+        strict=False,
+        reason="kafka-python 3.0.12 sometimes never completes a join (1 run in 4 on a slow machine)",
+    )
+}
+
+
+@pytest.mark.parametrize(
+    "client_type", [pytest.param(c, id=c.name, marks=KNOWN_CLIENT_BUGS.get(c, ())) for c in CLIENTS]
+)
 def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(
     cluster: MetadataCluster, client_type: type
 ) -> None:
