@@ -1,5 +1,5 @@
 """A broker's Prometheus metrics, named after Kafka's ``BrokerTopicMetrics``,
-``ReplicaManager`` and ``RequestMetrics`` MBeans (the README's Metrics section lists them).
+``ReplicaManager`` and ``RequestMetrics`` MBeans (docs/metrics.md lists them).
 
 Counts of what the broker holds (partitions led, under-replicated) are read from the
 replica manager at scrape time. Traffic and latency are counted at the point of work,

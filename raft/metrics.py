@@ -1,5 +1,5 @@
 """The quorum's Prometheus metrics, named after KRaft's ``kafka.server:type=raft-metrics``
-and ``kafka.server:type=SnapshotEmitter`` (the README's Metrics section lists them all).
+and ``kafka.server:type=SnapshotEmitter`` (docs/metrics.md lists them all).
 
 State (leader, epoch, high watermark, log end) is read from the core when scraped, so
 nothing is kept twice. What only the moment of work knows (how long a commit took, how

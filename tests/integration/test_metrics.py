@@ -1,5 +1,5 @@
 """The Prometheus endpoints of a live cluster (``raftka cluster up``: 3 controllers, 3
-brokers, real processes), scraped over HTTP as Prometheus would: every name README lists
+brokers, real processes), scraped over HTTP as Prometheus would: every name docs/metrics.md lists
 is exported by the nodes it is documented for, one controller is active, and the values
 move when records are produced and consumed."""
 
@@ -21,7 +21,7 @@ from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
 
 pytestmark = pytest.mark.integration
-README = Path(__file__).parents[2] / "README.md"
+METRICS_PAGE = Path(__file__).parents[2] / "docs" / "metrics.md"
 TOPIC = "metered"
 RECORDS = 200
 
@@ -37,7 +37,7 @@ def cluster(tmp_path: Path):  # noqa: ANN201
 
 
 def documented() -> set[str]:
-    section = README.read_text(encoding="utf-8").split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    section = METRICS_PAGE.read_text(encoding="utf-8")
     return set(re.findall(r"^\| `([a-z_]+)` \|", section, re.MULTILINE))
 
 

@@ -1,5 +1,5 @@
 """The Prometheus metrics: the collectors on in-process objects, the accumulators at the
-points of work, the HTTP endpoint and its bounds, and README's list of names, which must
+points of work, the HTTP endpoint and its bounds, and docs/metrics.md's list of names, which must
 be exactly what the nodes export."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tests.unit.test_raft_driver import leading, new_node
 from tests.unit.test_raft_roles import _follower_of_2_in_epoch_5_now_prospective
 from tests.unit.transport_fakes import run
 
-README = Path(__file__).parents[2] / "README.md"
+METRICS_PAGE = Path(__file__).parents[2] / "docs" / "metrics.md"
 
 
 # accumulators -----------------------------------------------------------------------
@@ -388,11 +388,11 @@ def test_a_collector_that_fails_costs_the_scrape_not_the_endpoint() -> None:
     run(scenario)
 
 
-# README -------------------------------------------------------------------------------
+# docs/metrics.md -------------------------------------------------------------------------------
 
 
-def test_readme_lists_exactly_the_metrics_the_nodes_export() -> None:
-    section = README.read_text(encoding="utf-8").split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+def test_the_metrics_page_lists_exactly_the_metrics_the_nodes_export() -> None:
+    section = METRICS_PAGE.read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, re.MULTILINE))
     node = SimpleNamespace(
         core=SimpleNamespace(leader_id=1, epoch=1, role_name="leader", high_watermark=0, log_end_offset=0),
