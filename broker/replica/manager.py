@@ -26,6 +26,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import structlog
 
@@ -53,6 +54,7 @@ FETCH_BYTES_MAX = 64 << 20
 LIST_EARLIEST = -2
 LIST_LATEST = -1
 Key = tuple[str, int]
+_Change = TypeVar("_Change", PartitionRole, StoppedPartition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,11 +128,11 @@ class ReplicaManager:
         self._image = image
         now = self._clock_ms()
         for gone in changes.stopped:
-            self._isolated(gone.topic, gone.partition, gone.topic_id, "delete", lambda g=gone: self._stop(g))
+            self._isolated(gone, "delete", self._stop)
         for role in changes.leading:
-            self._isolated(role.topic, role.partition, role.topic_id, "lead", lambda r=role: self._lead(r, now))
+            self._isolated(role, "lead", lambda r: self._lead(r, now))
         for role in changes.following:
-            self._isolated(role.topic, role.partition, role.topic_id, "follow", lambda r=role: self._follow(r))
+            self._isolated(role, "follow", self._follow)
         if not self._strays_removed:
             registration = image.brokers.get(self.local_id)
             if registration is not None and registration.incarnation_id == self._incarnation_id:
@@ -149,15 +151,13 @@ class ReplicaManager:
     def _topic_value(self, topic: str, key: str) -> str:
         return self._topic_configs(topic).get(key, TOPIC_CONFIGS[key].default)
 
-    def _isolated(
-        self, topic: str, partition_id: int, topic_id: bytes, change: str, work: Callable[[], None]
-    ) -> None:
+    def _isolated(self, change: _Change, name: str, work: Callable[[_Change], None]) -> None:
         """Carry out one partition's change; if it fails, that partition alone goes offline."""
-        key = (topic, partition_id)
+        key = (change.topic, change.partition)
         try:
-            work()
+            work(change)
         except Exception as e:  # any failure of one partition must spare the others
-            self._take_offline(key, OfflinePartition(topic_id, change, repr(e)))
+            self._take_offline(key, OfflinePartition(change.topic_id, name, repr(e)))
             return
         self._offline.pop(key, None)
 

@@ -24,11 +24,11 @@ from raftka.broker.log.folder_names import (
 from raftka.broker.log.manager import LogManager
 from raftka.broker.log.partition_log import METADATA_FILE
 from raftka.metadata.validation import TOPIC_NAME_MAX_CHARS, validate_topic_name
-from raftka.node.config import ControllerConfig
+from raftka.node.config import PARTITIONS_PER_TOPIC_MAX
 from tests.unit.test_partition_log import append
 
 TOPIC_ID = uuid.UUID(int=5).bytes
-PARTITION_MAX = ControllerConfig().max_partitions_per_topic - 1
+PARTITION_MAX = PARTITIONS_PER_TOPIC_MAX - 1  # the largest partition id a controller can be configured for
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-"
 legal_topics = st.integers(1, TOPIC_NAME_MAX_CHARS).flatmap(
     lambda n: st.text(TOPIC_CHARS, min_size=n, max_size=n).filter(lambda t: t not in (".", ".."))
@@ -50,11 +50,13 @@ def create_and_delete(root: Path, topic: str, partition: int) -> None:
     manager.close()
 
 
-@pytest.mark.parametrize("length", [249, 236, 230, 214, 213, 1])
+@pytest.mark.parametrize(
+    ("length", "partition"), [(249, 0), (236, 0), (230, 0), (214, 0), (213, 0), (1, 0), (249, PARTITION_MAX)]
+)
 def test_a_partition_log_of_a_topic_of_any_legal_length_is_created_and_deleted(
-    tmp_path: Path, length: int
+    tmp_path: Path, length: int, partition: int
 ) -> None:
-    create_and_delete(tmp_path, "t" * length, 0)
+    create_and_delete(tmp_path, "t" * length, partition)
 
 
 @settings(max_examples=150, deadline=None)
@@ -67,7 +69,9 @@ def test_every_legal_topic_name_and_partition_creates_and_deletes(topic: str, pa
 
 @settings(max_examples=300)
 @given(topic=legal_topics, partition=st.integers(0, PARTITION_MAX))
-def test_a_delete_folder_fits_a_file_name_and_is_never_read_as_a_partition(topic: str, partition: int) -> None:
+def test_a_delete_folder_fits_a_file_name_and_is_never_read_as_a_partition(
+    topic: str, partition: int
+) -> None:
     live = partition_folder(topic, partition)
     assert len(live.encode()) <= NAME_MAX_BYTES
     assert parse_partition_folder(live) == (topic, partition)
