@@ -213,7 +213,9 @@ def test_under_replicated_counts_only_partitions_led_here_with_a_short_isr() -> 
         SimpleNamespace(is_leader=True, isr=(1, 2), replicas=(1, 2)),
         SimpleNamespace(is_leader=False, isr=(2,), replicas=(1, 2)),
     ]
-    replicas = SimpleNamespace(partitions=lambda: partitions, offline=lambda: {}, metrics=BrokerTopicMetrics())
+    replicas = SimpleNamespace(
+        partitions=lambda: partitions, offline=lambda: {}, metrics=BrokerTopicMetrics()
+    )
     isr_changes = SimpleNamespace(shrinks=2, expands=1)
     values = samples(BrokerCollector(replicas, isr_changes).collect())  # type: ignore[arg-type]
     assert values["kafka_server_replicamanager_underreplicatedpartitions"] == 1

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.core import Metric
+from structlog.testing import capture_logs
 
 from raftka.broker.log import manager as log_manager
 from raftka.broker.log.manager import LogManager
@@ -92,7 +93,12 @@ def test_a_partition_whose_log_cannot_be_created_goes_offline_and_the_others_ser
     async def body() -> None:
         (tmp_path / "bad-0").write_bytes(b"")  # a file where its folder must go: mkdir fails
         broker = Broker(tmp_path)
-        broker.adopt(image(1, {"good": 0, "bad": 0}))
+        with capture_logs() as logged:
+            broker.adopt(image(1, {"good": 0, "bad": 0}))
+            broker.adopt(image(2, {"good": 0, "bad": 1}))  # tried again, failing alike: not logged again
+        [offline] = [e for e in logged if e["log_level"] == "error"]
+        assert (offline["topic"], offline["partition"], offline["change"]) == ("bad", 0, "lead")
+        assert "FileExistsError" in offline["error"]
 
         assert (await broker.produce("good", b"a")).error == E.NONE
         refused = await broker.produce("bad", b"a")
@@ -102,7 +108,7 @@ def test_a_partition_whose_log_cannot_be_created_goes_offline_and_the_others_ser
         assert broker.gauge("kafka_server_replicamanager_partitioncount") == 1
 
         (tmp_path / "bad-0").unlink()  # the operator fixed the disk; the next change tries again
-        broker.adopt(image(2, {"good": 0, "bad": 1}))
+        broker.adopt(image(3, {"good": 0, "bad": 2}))
         assert (await broker.produce("bad", b"b")).error == E.NONE
         assert broker.replicas.offline() == {}
         assert broker.gauge("kafka_server_replicamanager_offlinereplicacount") == 0
