@@ -126,6 +126,11 @@ class BrokerCollector(Collector):
         )
         yield gauge(REPLICAS + "leadercount", "Partitions this broker leads.", led)
         yield gauge(REPLICAS + "partitioncount", "Partitions this broker holds a replica of.", partitions)
+        yield gauge(
+            REPLICAS + "offlinereplicacount",
+            "Partitions offline on this broker: applying their metadata failed (the broker logs why).",
+            len(self._replicas.offline()),
+        )
         yield counter(
             REPLICAS + "isrshrinkspersec",
             "ISR shrinks the controller accepted from this broker.",

@@ -231,6 +231,7 @@ _NOT_NEGATIVE = (  # 0: off
     "controller.leader_rebalance_interval_ms",
 )
 RACK_CHARS_MAX = 255
+PARTITIONS_PER_TOPIC_MAX = 100_000  # partition ids up to 99999: "<249-character topic>-99999" is 255 bytes
 _TYPE_NAMES = {int: "an integer", bool: "true or false", str: "a string", list: "a list"}
 
 
@@ -283,6 +284,12 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     _check_metrics_port(
         values["metrics.port"], (listener, values["broker.data_listener"], values["kafka.listener"])
     )
+    partitions_max = values["controller.max_partitions_per_topic"]
+    if partitions_max > PARTITIONS_PER_TOPIC_MAX:
+        raise ConfigError(
+            f"controller.max_partitions_per_topic: at most {PARTITIONS_PER_TOPIC_MAX} (a partition's folder, "
+            f"<topic>-<partition>, must fit a 255-byte file name for topics of 249 characters), got {partitions_max}"
+        )
     if len(values["broker.rack"]) > RACK_CHARS_MAX:
         raise ConfigError(f"broker.rack: at most {RACK_CHARS_MAX} characters")
     level = values["logging.level"].lower()

@@ -10,7 +10,10 @@ checkpointed here as well (``replication-offset-checkpoint``), since a restarted
 replica must not serve or count what it cannot know was committed.
 
 A removed partition's folder is renamed to ``<name>.<hex>-delete`` first (an atomic
-step a crash cannot undo halfway) and then deleted; leftovers are deleted at start.
+step a crash cannot undo halfway; ``folder_names`` keeps it within a file name's length)
+and then deleted; leftovers are deleted at start. Only folders whose names parse as a
+partition's are opened as logs. One log that cannot be opened or deleted fails alone:
+the error goes to the caller, who takes that partition offline, and the others serve.
 
 With a ``BackgroundFlusher`` (the broker's case), rolled segments, ``flush.ms`` flushes
 and the checkpoint files are synced on its thread; without one (tools, tests), at once.
@@ -21,7 +24,6 @@ from __future__ import annotations
 import concurrent.futures
 import shutil
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -30,6 +32,12 @@ import structlog
 from raftka.broker.log import checkpoint
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.flusher import BackgroundFlusher
+from raftka.broker.log.folder_names import (
+    delete_folder,
+    is_delete_folder,
+    parse_partition_folder,
+    partition_folder,
+)
 from raftka.broker.log.partition_log import METADATA_FILE, PartitionLog, stored_topic_id
 from raftka.raft.storage.fsio import fsync_dir
 
@@ -37,12 +45,7 @@ log = structlog.get_logger("raftka.broker.log")
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINTS_FILE = "recovery-point-offset-checkpoint"
 HIGH_WATERMARKS_FILE = "replication-offset-checkpoint"
-DELETE_SUFFIX = "-delete"
 RECOVERY_THREADS = 2  # Kafka's num.recovery.threads.per.data.dir; CRC-32C and reads leave the GIL
-
-
-def _partition_name(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
 
 
 class LogManager:
@@ -54,20 +57,26 @@ class LogManager:
         self._recovery_points: dict[str, int] = {}
         self._found_at_start: set[str] = set()
         self._claimed: set[str] = set()  # logs the metadata has given this broker since start
+        self._failed: set[str] = set()  # logs forgotten after a failure: recovered when opened again
 
     def open_all(self) -> None:
         """Open (and after a crash recover) every log found, in parallel; the metadata
         later claims each (``get_or_create``) with its topic's configs, or the broker
         deletes it as a stray."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        for leftover in self.directory.glob(f"*{DELETE_SUFFIX}"):
-            shutil.rmtree(leftover, ignore_errors=True)
+        for leftover in self.directory.iterdir():
+            if is_delete_folder(leftover.name):
+                shutil.rmtree(leftover, ignore_errors=True)
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         self._clean_shutdown = marker.exists()
         marker.unlink(missing_ok=True)
         fsync_dir(self.directory)
         self._recovery_points = dict(_read_offsets(self.directory / RECOVERY_POINTS_FILE))
-        self._found_at_start = {p.parent.name for p in self.directory.glob(f"*/{METADATA_FILE}")}
+        self._found_at_start = {
+            p.parent.name
+            for p in self.directory.glob(f"*/{METADATA_FILE}")
+            if parse_partition_folder(p.parent.name) is not None
+        }
         names = sorted(self._found_at_start)
         with concurrent.futures.ThreadPoolExecutor(
             RECOVERY_THREADS, thread_name_prefix="log-recovery"
@@ -77,10 +86,16 @@ class LogManager:
                     self._logs[name] = opened
 
     def _open_found(self, name: str) -> PartitionLog | None:
+        """None if it has no topic id or cannot be opened: the metadata's claim tries again."""
         topic_id = stored_topic_id(self.directory / name)
         if topic_id is None:
             return None
-        return self._open(name, topic_id, LogConfig())
+        try:
+            return self._open(name, topic_id, LogConfig())
+        except Exception as e:  # one bad log must not keep the broker from serving the rest
+            log.error("cannot open a partition log found at start", partition=name, error=repr(e))
+            self._failed.add(name)
+            return None
 
     def remove_strays(self, assigned: set[str]) -> list[str]:
         """Delete the folders found at start that the metadata no longer gives this broker
@@ -90,7 +105,10 @@ class LogManager:
         strays = sorted(self._found_at_start - assigned - self._claimed)
         for name in strays:
             log.info("deleting a stray partition log", partition=name)
-            self.remove(name)
+            try:
+                self.remove(name)
+            except OSError as e:  # left on disk: tried again at the next start
+                log.error("cannot delete a stray partition log", partition=name, error=repr(e))
         self._found_at_start = set()
         return strays
 
@@ -101,13 +119,14 @@ class LogManager:
         return self._logs.get(name)
 
     def get_or_create(self, topic: str, partition: int, topic_id: bytes, config: LogConfig) -> PartitionLog:
-        name = _partition_name(topic, partition)
+        name = partition_folder(topic, partition)
         self._claimed.add(name)
         existing = self._logs.get(name)
         if existing is not None and existing.topic_id == topic_id:
             existing.update_config(config)
             return existing
-        if existing is not None:
+        stored = existing.topic_id if existing is not None else stored_topic_id(self.directory / name)
+        if stored not in (None, topic_id):
             log.info("replacing the log of a deleted topic with the same name", partition=name)
             self.remove(name)
         opened = self._logs[name] = self._open(name, topic_id, config)
@@ -118,7 +137,7 @@ class LogManager:
             self.directory / name,
             topic_id,
             config,
-            clean_shutdown=self._clean_shutdown,
+            clean_shutdown=self._clean_shutdown and name not in self._failed,
             recovery_point=self._recovery_points.get(name, 0),
             background=self._flusher,
         )
@@ -132,8 +151,21 @@ class LogManager:
         if directory.exists():
             self._rename_and_delete(directory)
 
+    def forget(self, name: str) -> None:
+        """Stop using a log that failed, leaving its folder as it is (its partition went
+        offline); ``get_or_create`` opens it again."""
+        partition_log = self._logs.pop(name, None)
+        if partition_log is None:
+            return
+        self._failed.add(name)
+        try:
+            partition_log.close()
+        except OSError as e:
+            log.warning("closing a failed partition log failed too", partition=name, error=repr(e))
+        self._recovery_points[name] = partition_log.recovery_point
+
     def _rename_and_delete(self, directory: Path) -> None:
-        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+        doomed = directory.with_name(delete_folder(directory.name))
         directory.rename(doomed)
         fsync_dir(self.directory)
         shutil.rmtree(doomed, ignore_errors=True)

@@ -7,6 +7,14 @@ to the replica fetchers, leaders serve producers and consumers and track their
 followers through the followers' own fetches. Requests are validated per partition:
 a bad partition gets its error and nothing written, the others proceed.
 
+Metadata is applied per partition too: an error while one partition's change is carried
+out (opening, creating or deleting its log, taking its role) takes that partition
+offline on this broker (Kafka's offline partition: requests for it are answered
+KAFKA_STORAGE_ERROR, which clients retry), is logged once, and the other partitions'
+changes go on, so the broker keeps serving and following the metadata log. The next
+change the metadata makes to that partition (a new leader epoch, its deletion) tries it
+again.
+
 Bounds: acks=all bytes waiting for the ISR (``produce_waiting_bytes_max``) and parked
 fetches (``fetch_parked_max``); a request over the first is refused, a fetch over the
 second is answered at once with what there is.
@@ -17,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
 
 import structlog
 
@@ -44,6 +54,16 @@ FETCH_BYTES_MAX = 64 << 20
 LIST_EARLIEST = -2
 LIST_LATEST = -1
 Key = tuple[str, int]
+_Change = TypeVar("_Change", PartitionRole, StoppedPartition)
+
+
+@dataclass(frozen=True, slots=True)
+class OfflinePartition:
+    """A partition this broker holds but cannot serve: applying its metadata failed."""
+
+    topic_id: bytes
+    change: str  # what failed: "lead", "follow" or "delete"
+    error: str
 
 
 def _now_ms() -> int:
@@ -78,6 +98,7 @@ class ReplicaManager:
         self._on_follow = on_follow
         self._on_stop_following = on_stop_following
         self._partitions: dict[Key, Partition] = {}
+        self._offline: dict[Key, OfflinePartition] = {}
         self._image = MetadataImage()
         self._acks = OffsetWaiters()
         self._appended = Wakeups()  # log end moved: followers' fetches
@@ -98,17 +119,20 @@ class ReplicaManager:
     def get(self, topic: str, partition: int) -> Partition | None:
         return self._partitions.get((topic, partition))
 
+    def offline(self) -> Mapping[Key, OfflinePartition]:
+        return self._offline
+
     def apply(self, image: MetadataImage, changes: RoleChanges) -> None:
         """Adopt a metadata image: role changes first, then any topic config changes."""
         configs_changed = image.configs is not self._image.configs
         self._image = image
         now = self._clock_ms()
         for gone in changes.stopped:
-            self._stop(gone)
+            self._isolated(gone, "delete", self._stop)
         for role in changes.leading:
-            self._lead(role, now)
+            self._isolated(role, "lead", lambda r: self._lead(r, now))
         for role in changes.following:
-            self._follow(role)
+            self._isolated(role, "follow", self._follow)
         if not self._strays_removed:
             registration = image.brokers.get(self.local_id)
             if registration is not None and registration.incarnation_id == self._incarnation_id:
@@ -126,6 +150,33 @@ class ReplicaManager:
 
     def _topic_value(self, topic: str, key: str) -> str:
         return self._topic_configs(topic).get(key, TOPIC_CONFIGS[key].default)
+
+    def _isolated(self, change: _Change, name: str, work: Callable[[_Change], None]) -> None:
+        """Carry out one partition's change; if it fails, that partition alone goes offline."""
+        key = (change.topic, change.partition)
+        try:
+            work(change)
+        except Exception as e:  # any failure of one partition must spare the others
+            self._take_offline(key, OfflinePartition(change.topic_id, name, repr(e)))
+            return
+        self._offline.pop(key, None)
+
+    def _take_offline(self, key: Key, offline: OfflinePartition) -> None:
+        partition = self._partitions.pop(key, None)
+        if partition is not None:
+            self._on_stop_following(partition)
+            self._acks.fail(partition, E.KAFKA_STORAGE_ERROR)
+            self._wake(partition)
+            self._logs.forget(partition.name)
+        if self._offline.get(key) != offline:  # once per cause: a retry failing alike stays quiet
+            log.error(
+                "partition offline on this broker: applying its metadata failed",
+                topic=key[0],
+                partition=key[1],
+                change=offline.change,
+                error=offline.error,
+            )
+        self._offline[key] = offline
 
     def _partition_for(self, role: PartitionRole) -> Partition:
         key = (role.topic, role.partition)
@@ -167,8 +218,15 @@ class ReplicaManager:
             )
 
     def _stop(self, gone: StoppedPartition) -> None:
-        partition = self._partitions.pop((gone.topic, gone.partition), None)
+        key = (gone.topic, gone.partition)
+        offline = self._offline.get(key)
+        if offline is not None and offline.topic_id == gone.topic_id:
+            self._logs.remove(gone.name)  # what is left of it; raises (it stays offline) if that fails
+            log.info("offline partition removed", partition=gone.name, deleted=gone.deleted)
+            return
+        partition = self._partitions.get(key)
         if partition is not None and partition.topic_id == gone.topic_id:
+            del self._partitions[key]
             self._drop(
                 partition, E.NOT_LEADER_OR_FOLLOWER if not gone.deleted else E.UNKNOWN_TOPIC_OR_PARTITION
             )
@@ -307,6 +365,13 @@ class ReplicaManager:
     def _leader_partition(self, topic: str, partition_id: int, current_leader_epoch: int) -> Partition:
         partition = self._partitions.get((topic, partition_id))
         if partition is None:
+            offline = self._offline.get((topic, partition_id))
+            if offline is not None and offline.topic_id == self._image.topic_ids_by_name.get(topic):
+                raise PartitionError(
+                    E.KAFKA_STORAGE_ERROR,
+                    f"{topic}-{partition_id} is offline on broker {self.local_id}: "
+                    f"its log failed while it was told to {offline.change}",
+                )
             raise self._not_here(topic, partition_id)
         partition.check_leader(current_leader_epoch)
         return partition

@@ -6,11 +6,13 @@ committed image are unchanged.
 
 from __future__ import annotations
 
+import string
 from typing import Any
 
 import pytest
 
 from raftka.metadata.topic_configs import TOPIC_CONFIGS
+from raftka.metadata.validation import TOPIC_NAME_MAX_CHARS
 from raftka.v1 import controller_pb2 as pb
 from tests.unit.metadata_controller_support import E, create, live_brokers, log_end, run, single
 
@@ -178,6 +180,30 @@ def test_delete_topics_removes_configs_and_offsets() -> None:
                 member, c.delete_topics(pb.DeleteTopicsRequest(names=names))
             )
             assert response.topics[0].error == code
+        await quorum.close()
+
+    run(body)
+
+
+def test_every_legal_topic_name_length_is_created_and_deleted() -> None:
+    """Kafka's names: 1 to 249 of [a-zA-Z0-9._-]; one of each length, in one request each way."""
+    chars = (string.ascii_letters + string.digits + "._-") * 4
+    names = [chars[:length] for length in range(1, TOPIC_NAME_MAX_CHARS + 1)] + ["...", "-", "_."]
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        await live_brokers(c)
+        created = await c.create_topics(
+            pb.CreateTopicsRequest(
+                topics=[Topic(name=n, num_partitions=1, replication_factor=1) for n in names]
+            )
+        )
+        assert [(t.name, t.error) for t in created.topics] == [(n, E.NONE) for n in names]
+        assert set(member.image.topic_ids_by_name) == set(names)
+        deleted = await c.delete_topics(pb.DeleteTopicsRequest(names=names))
+        assert [(t.name, t.error) for t in deleted.topics] == [(n, E.NONE) for n in names]
+        assert not member.image.topics_by_id
         await quorum.close()
 
     run(body)

@@ -213,7 +213,9 @@ def test_under_replicated_counts_only_partitions_led_here_with_a_short_isr() -> 
         SimpleNamespace(is_leader=True, isr=(1, 2), replicas=(1, 2)),
         SimpleNamespace(is_leader=False, isr=(2,), replicas=(1, 2)),
     ]
-    replicas = SimpleNamespace(partitions=lambda: partitions, metrics=BrokerTopicMetrics())
+    replicas = SimpleNamespace(
+        partitions=lambda: partitions, offline=lambda: {}, metrics=BrokerTopicMetrics()
+    )
     isr_changes = SimpleNamespace(shrinks=2, expands=1)
     values = samples(BrokerCollector(replicas, isr_changes).collect())  # type: ignore[arg-type]
     assert values["kafka_server_replicamanager_underreplicatedpartitions"] == 1
@@ -404,7 +406,7 @@ def test_the_metrics_page_lists_exactly_the_metrics_the_nodes_export() -> None:
         EventQueueProbe(),  # type: ignore[arg-type]
     )
     broker = BrokerCollector(
-        SimpleNamespace(partitions=list, metrics=BrokerTopicMetrics()),  # type: ignore[arg-type]
+        SimpleNamespace(partitions=list, offline=dict, metrics=BrokerTopicMetrics()),  # type: ignore[arg-type]
         SimpleNamespace(shrinks=0, expands=0),  # type: ignore[arg-type]
     )
     exported = {

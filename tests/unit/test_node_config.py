@@ -141,6 +141,10 @@ def test_absolute_data_dir_is_kept() -> None:
         (minimal(metrics={"port": 65536}), "metrics.port"),
         (minimal(metrics={"port": "9100"}), "metrics.port"),
         (minimal(metrics={"port": 19091}), "metrics.port"),  # the node's own listener
+        (
+            minimal(controller={"quorum": {"voters": VOTERS}, "max_partitions_per_topic": 100_001}),
+            "controller.max_partitions_per_topic",
+        ),
         (minimal(brokers=1), "brokers"),
         (minimal(extra={"x": 1}), "extra"),
     ],

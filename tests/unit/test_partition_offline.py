@@ -1,0 +1,154 @@
+"""An error applying one partition's metadata takes that partition offline on this broker
+and spares the rest: the broker applies the other partitions' changes, serves them, and a
+restart that replays the same metadata does not fail on it either. Real partition logs
+on disk; the failures are real file system errors."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.core import Metric
+from structlog.testing import capture_logs
+
+from raftka.broker.log import manager as log_manager
+from raftka.broker.log.manager import LogManager
+from raftka.broker.metrics import BrokerCollector
+from raftka.broker.partitions import BrokerPartitions
+from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
+from raftka.node.config import BrokerConfig
+from raftka.records.codec import BatchBuilder
+from raftka.v1 import broker_pb2 as pb
+from raftka.v1 import controller_pb2
+
+E = controller_pb2.ErrorCode
+BROKER = 1
+LONG_TOPIC = "l" * 236  # its old ``-delete`` name was longer than 255 bytes
+
+
+class Broker:
+    """One broker's replica manager over real logs, fed images by the test."""
+
+    def __init__(self, root: Path) -> None:
+        self.logs = LogManager(root)
+        self.logs.open_all()
+        self.roles = BrokerPartitions(BROKER)
+        self.replicas = ReplicaManager(
+            BROKER,
+            self.logs,
+            BrokerConfig(),
+            request_isr_change=lambda p, isr: None,
+            on_follow=lambda p: None,
+            on_stop_following=lambda p: None,
+            high_watermarks={},
+        )
+
+    def adopt(self, image: MetadataImage) -> None:
+        self.replicas.apply(image, self.roles.update(image))
+
+    async def produce(self, topic: str, value: bytes) -> pb.ProducePartitionResult:
+        builder = BatchBuilder()
+        assert builder.append(1_700_000_000_000, None, value)
+        request = pb.ProduceRequest(acks=1, timeout_ms=1_000)
+        request.topics.add(name=topic).partitions.add(partition=0, records=bytes(builder.build()))
+        return (await self.replicas.produce(request)).topics[0].partitions[0]
+
+    def gauge(self, name: str) -> float:
+        families: list[Metric] = list(BrokerCollector(self.replicas, Counts()).collect())  # type: ignore[arg-type]
+        return next(s.value for f in families for s in f.samples if s.name == name)
+
+
+class Counts:
+    shrinks = expands = 0
+
+
+def image(offset: int, leader_epochs: dict[str, int]) -> MetadataImage:
+    """Topics of one partition each, led by this broker at the given leader epochs."""
+    ids = {name: uuid.uuid5(uuid.NAMESPACE_OID, name).bytes for name in leader_epochs}
+    topics = {
+        ids[name]: TopicImage(
+            name,
+            ids[name],
+            frozen({0: PartitionState((BROKER,), (BROKER,), BROKER, epoch, epoch)}),
+        )
+        for name, epoch in leader_epochs.items()
+    }
+    return MetadataImage(
+        offset=offset,
+        brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, (), "", False)}),
+        topics_by_id=frozen(topics),
+        topic_ids_by_name=frozen(ids),
+    )
+
+
+def run(coro: Any) -> None:
+    asyncio.run(coro)
+
+
+def test_a_partition_whose_log_cannot_be_created_goes_offline_and_the_others_serve(tmp_path: Path) -> None:
+    async def body() -> None:
+        (tmp_path / "bad-0").write_bytes(b"")  # a file where its folder must go: mkdir fails
+        broker = Broker(tmp_path)
+        with capture_logs() as logged:
+            broker.adopt(image(1, {"good": 0, "bad": 0}))
+            broker.adopt(image(2, {"good": 0, "bad": 1}))  # tried again, failing alike: not logged again
+        [offline] = [e for e in logged if e["log_level"] == "error"]
+        assert (offline["topic"], offline["partition"], offline["change"]) == ("bad", 0, "lead")
+        assert "FileExistsError" in offline["error"]
+
+        assert (await broker.produce("good", b"a")).error == E.NONE
+        refused = await broker.produce("bad", b"a")
+        assert refused.error == E.KAFKA_STORAGE_ERROR and "bad-0 is offline on broker 1" in refused.message
+        assert set(broker.replicas.offline()) == {("bad", 0)}
+        assert broker.gauge("kafka_server_replicamanager_offlinereplicacount") == 1
+        assert broker.gauge("kafka_server_replicamanager_partitioncount") == 1
+
+        (tmp_path / "bad-0").unlink()  # the operator fixed the disk; the next change tries again
+        broker.adopt(image(3, {"good": 0, "bad": 2}))
+        assert (await broker.produce("bad", b"b")).error == E.NONE
+        assert broker.replicas.offline() == {}
+        assert broker.gauge("kafka_server_replicamanager_offlinereplicacount") == 0
+        broker.logs.close()
+
+    run(body())
+
+
+def test_a_deletion_that_fails_spares_the_rest_and_a_restart_replaying_it_does_not_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old ``-delete`` name (too long for this topic) makes the rename fail for real."""
+    created, deleted = image(1, {"good": 0, LONG_TOPIC: 0}), image(2, {"good": 0})
+
+    async def body() -> None:
+        monkeypatch.setattr(log_manager, "delete_folder", lambda name: f"{name}.{uuid.uuid4().hex}-delete")
+        broker = Broker(tmp_path)
+        broker.adopt(created)
+        assert (await broker.produce(LONG_TOPIC, b"x")).error == E.NONE
+        broker.adopt(deleted)  # the rename fails: ENAMETOOLONG
+        assert (await broker.produce("good", b"a")).error == E.NONE
+        gone = await broker.produce(LONG_TOPIC, b"y")
+        assert gone.error == E.UNKNOWN_TOPIC_OR_PARTITION, "the topic is deleted; its leftover is no answer"
+        assert set(broker.replicas.offline()) == {(LONG_TOPIC, 0)}
+        broker.logs.close()
+
+        replaying = Broker(tmp_path)  # a restart replays the committed create and delete
+        replaying.adopt(created)
+        replaying.adopt(deleted)
+        assert (await replaying.produce("good", b"b")).error == E.NONE
+        replaying.logs.close()
+
+        monkeypatch.undo()
+        fixed = Broker(tmp_path)
+        fixed.adopt(created)
+        fixed.adopt(deleted)
+        assert (await fixed.produce("good", b"c")).error == E.NONE
+        assert fixed.replicas.get("good", 0).log.log_end_offset == 3, "good kept every record"
+        assert fixed.replicas.offline() == {}
+        assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("l")], "the leftover is gone"
+        fixed.logs.close()
+
+    run(body())
