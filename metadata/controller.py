@@ -98,6 +98,7 @@ class QuorumController:
         max_partitions_per_topic: int,
         offsets_retention_ms: int,
         leader_rebalance_interval_ms: int = 0,
+        disconnect_fence_ms: int = 0,
         clock: Callable[[], int] = monotonic_ms,
         wall_clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -109,7 +110,7 @@ class QuorumController:
         self._wall_clock = wall_clock
         self._records_max = node.config.append_max_records
         self._limits = topic_ops.Limits(max_partitions_per_topic, self._records_max)
-        self._sessions = BrokerSessions(session_timeout_ms)
+        self._sessions = BrokerSessions(session_timeout_ms, disconnect_fence_ms)
         self._offsets_retention_ms = offsets_retention_ms
         self._next_offset_expiry_ms = 0  # monotonic: the first tick as active controller looks
         self._leader_rebalance_interval_ms = leader_rebalance_interval_ms  # 0: off
@@ -125,6 +126,7 @@ class QuorumController:
         self._barrier_task: asyncio.Task[None] | None = None
         self._log = log.bind(node_id=node.node_id)
         node.add_leadership_listener(self._on_leadership)
+        node.add_peer_connection_listener(self._on_peer_connection)
 
     # leadership -----------------------------------------------------------------------
     @property
@@ -561,6 +563,21 @@ class QuorumController:
         if plan.records:
             self._log.info("rebalancing leaders to preferred replicas", partitions=len(plan.records))
         return Plan(plan.response, plan.records[: self._records_max])
+
+    def _on_peer_connection(self, node_id: int, connected: bool) -> None:
+        """A broker fetches the metadata log from this node over a connection that lives as
+        long as its process: when the last one closes, it is fenced soon unless it comes
+        back (``BrokerSessions``); the next tick does it."""
+        if not self.is_active:
+            return
+        if connected:
+            self._sessions.reconnected(node_id, self._clock())
+        elif self._sessions.disconnected(node_id, self._clock()):
+            self._log.info(
+                "broker disconnected: fencing it unless it reconnects",
+                broker_id=node_id,
+                within_ms=self._sessions.disconnect_fence_ms,
+            )
 
     def _still_expiring(self, broker_id: int) -> bool:
         image = self.latest_image

@@ -74,6 +74,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
         max_partitions_per_topic=config.controller.max_partitions_per_topic,
         offsets_retention_ms=config.controller.offsets_retention_minutes * 60_000,
         leader_rebalance_interval_ms=config.controller.leader_rebalance_interval_ms,
+        disconnect_fence_ms=config.controller.disconnect_fence_ms,
     )
     service = ControllerService(controller)
     await node.start()

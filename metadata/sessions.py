@@ -5,6 +5,13 @@ controller's monotonic clock, pushed back by every heartbeat. A new active contr
 cannot know how long ago a broker last heartbeated its predecessor, so it starts every
 session afresh with a full timeout (as Kafka does), which never fences a live broker
 early and delays fencing a dead one by at most one timeout.
+
+A broker whose every connection to this controller closed is most likely dead: a
+process that exits has its connections reset by the kernel at once. Its session is then
+cut short to ``disconnect_fence_ms`` unless it reconnects or heartbeats first, so a dead
+broker's partitions move in well under a second instead of a session timeout. A hung
+broker (SIGSTOP) or one cut off by the network keeps its connections open and is fenced
+by the session timeout, as before.
 """
 
 from __future__ import annotations
@@ -15,9 +22,12 @@ from collections.abc import Iterable
 class BrokerSessions:
     """One deadline per registered broker; bounded by the number of registrations."""
 
-    def __init__(self, timeout_ms: int) -> None:
+    def __init__(self, timeout_ms: int, disconnect_fence_ms: int = 0) -> None:
+        """``disconnect_fence_ms``: 0 leaves a disconnected broker its full session."""
         assert timeout_ms > 0, timeout_ms
+        assert 0 <= disconnect_fence_ms < timeout_ms, disconnect_fence_ms
         self.timeout_ms = timeout_ms
+        self.disconnect_fence_ms = disconnect_fence_ms
         self._deadlines: dict[int, int] = {}
 
     def reset(self, broker_ids: Iterable[int], now_ms: int) -> None:
@@ -25,7 +35,21 @@ class BrokerSessions:
         self._deadlines = dict.fromkeys(broker_ids, now_ms + self.timeout_ms)
 
     def touch(self, broker_id: int, now_ms: int) -> None:
+        """A heartbeat (or registration): a full session from now."""
         self._deadlines[broker_id] = now_ms + self.timeout_ms
+
+    def disconnected(self, broker_id: int, now_ms: int) -> bool:
+        """The broker's last connection closed: cut its session short. True if it was cut."""
+        deadline = self._deadlines.get(broker_id)
+        if not self.disconnect_fence_ms or deadline is None:
+            return False
+        self._deadlines[broker_id] = min(deadline, now_ms + self.disconnect_fence_ms)
+        return True
+
+    def reconnected(self, broker_id: int, now_ms: int) -> None:
+        """The broker connected again: it is alive, so a full session from now."""
+        if broker_id in self._deadlines:
+            self.touch(broker_id, now_ms)
 
     def forget(self, broker_id: int) -> None:
         self._deadlines.pop(broker_id, None)

@@ -67,6 +67,9 @@ class ControllerConfig:
     max_partitions_per_topic: int = 10_000
     offsets_retention_minutes: int = 10_080  # a group that commits nothing this long loses its offsets
     leader_rebalance_interval_ms: int = 300_000  # preferred leaders take their partitions back; 0: off
+    # a broker whose connections to the active controller all closed is fenced this long after,
+    # unless it reconnects or heartbeats first; 0: only the session timeout fences
+    disconnect_fence_ms: int = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +199,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "controller.max_partitions_per_topic": (int, ControllerConfig().max_partitions_per_topic),
     "controller.offsets_retention_minutes": (int, ControllerConfig().offsets_retention_minutes),
     "controller.leader_rebalance_interval_ms": (int, ControllerConfig().leader_rebalance_interval_ms),
+    "controller.disconnect_fence_ms": (int, ControllerConfig().disconnect_fence_ms),
     **_declare("metadata", MetadataConfig),
     **_declare("broker", BrokerConfig),
     **_declare("kafka", KafkaConfig),
@@ -229,6 +233,7 @@ _NOT_NEGATIVE = (  # 0: off
     "journal.snapshot_interval_ms",
     "metadata.snapshot_interval_ms",
     "controller.leader_rebalance_interval_ms",
+    "controller.disconnect_fence_ms",
 )
 RACK_CHARS_MAX = 255
 PARTITIONS_PER_TOPIC_MAX = 100_000  # partition ids up to 99999: "<249-character topic>-99999" is 255 bytes
@@ -281,6 +286,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     _check_data_listener(values["broker.data_listener"], listener, roles)
     _check_kafka_listener(values["kafka.listener"], (listener, values["broker.data_listener"]), roles)
     _check_group_settings(values)
+    _check_disconnect_fence(values)
     _check_metrics_port(
         values["metrics.port"], (listener, values["broker.data_listener"], values["kafka.listener"])
     )
@@ -324,6 +330,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
             values["controller.max_partitions_per_topic"],
             values["controller.offsets_retention_minutes"],
             values["controller.leader_rebalance_interval_ms"],
+            values["controller.disconnect_fence_ms"],
         ),
         metadata=MetadataConfig(**_table(values, "metadata", MetadataConfig)),
         broker=BrokerConfig(**_table(values, "broker", BrokerConfig)),
@@ -390,6 +397,15 @@ def _check_metrics_port(port: int, listeners: tuple[str, ...]) -> None:
             raise ConfigError(f"{key}: {port} is the port of {address} already")
 
 
+def _check_disconnect_fence(values: Mapping[str, Any]) -> None:
+    """A disconnected broker is fenced sooner than a silent one, or the key means nothing."""
+    fence, session = values["controller.disconnect_fence_ms"], values["controller.session_timeout_ms"]
+    if fence >= session:
+        raise ConfigError(
+            f"controller.disconnect_fence_ms: {fence} is not below controller.session_timeout_ms {session}"
+        )
+
+
 def _check_group_settings(values: Mapping[str, Any]) -> None:
     """The broker checks group_max_size against the metadata's bound when it starts."""
     low, high = values["broker.group_min_session_timeout_ms"], values["broker.group_max_session_timeout_ms"]
@@ -446,6 +462,7 @@ def render_toml(config: NodeConfig) -> str:
         "controller.max_partitions_per_topic": config.controller.max_partitions_per_topic,
         "controller.offsets_retention_minutes": config.controller.offsets_retention_minutes,
         "controller.leader_rebalance_interval_ms": config.controller.leader_rebalance_interval_ms,
+        "controller.disconnect_fence_ms": config.controller.disconnect_fence_ms,
         **_render("metadata", config.metadata),
         **_render("broker", config.broker),
         **_render("kafka", config.kafka),

@@ -147,6 +147,7 @@ class RaftNode:
         self._leadership_listeners: list[LeadershipListener] = []
         self._caught_up = False
         self._caught_up_listeners: list[Callable[[bool], None]] = []
+        self._peer_connection_listeners: list[Callable[[int, bool], None]] = []
         self._stopped = asyncio.Event()
         self._closed = False
         self._foreign_peers_seen = 0
@@ -230,6 +231,12 @@ class RaftNode:
         """Called on the loop thread, without awaiting, whenever ``caught_up`` changes."""
         self._caught_up_listeners.append(listener)
 
+    def add_peer_connection_listener(self, listener: Callable[[int, bool], None]) -> None:
+        """Called on the loop thread, without awaiting, with ``(peer_id, connected)`` when a
+        peer's first connection into this node opens or its last one closes (see
+        ``raftka.raft.transport.base``)."""
+        self._peer_connection_listeners.append(listener)
+
     async def append(self, records: Sequence[bytes]) -> int:
         return await self.submit(records)
 
@@ -291,6 +298,14 @@ class RaftNode:
         with self._fail_stop():
             self.core.unreachable(peer_id, self._clock())
         self._schedule_flush()
+
+    def peer_connected(self, peer_id: int) -> None:
+        for listener in self._peer_connection_listeners:
+            listener(peer_id, True)
+
+    def peer_disconnected(self, peer_id: int) -> None:
+        for listener in self._peer_connection_listeners:
+            listener(peer_id, False)
 
     # the loop -------------------------------------------------------------------------
     def _schedule_flush(self) -> None:

@@ -21,6 +21,15 @@ class Inbox(Protocol):
 
     def unreachable(self, peer_id: int) -> None: ...
 
+    def peer_connected(self, peer_id: int) -> None:
+        """``peer_id`` opened its first connection into this node (or its first since its
+        last one closed)."""
+        ...
+
+    def peer_disconnected(self, peer_id: int) -> None:
+        """``peer_id``'s last connection into this node closed."""
+        ...
+
 
 class Transport(Protocol):
     async def start(self, inbox: Inbox) -> None: ...

@@ -51,6 +51,7 @@ The module is not named ``grpc.py`` so that it can never shadow the grpc package
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -229,6 +230,9 @@ class GrpcTransport:
         self._call_ids = itertools.count(1)  # outbound, on every stream
         self._rpc_ids = itertools.count(1)  # inbound, as the core sees them
         self._streams: set[_InboundStream] = set()
+        # Open inbound streams per sender (the id their requests name), for peer_connected
+        # and peer_disconnected.
+        self._streams_by_sender: collections.Counter[int] = collections.Counter()
         # Inbound requests waiting for the core's answer, by rpc_id; bounded by
         # ``inbound_calls_max``, and by ``peer_calls_max`` per stream.
         self._pending: dict[int, _InboundCall] = {}
@@ -407,6 +411,7 @@ class GrpcTransport:
             self._streams.discard(stream)
             for rpc_id in stream.pending:
                 self._pending.pop(rpc_id, None)
+            self._forget_sender(stream)
             self._log.debug("inbound raft stream closed", peer=stream.peer)
         if stream.closing:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
@@ -455,7 +460,28 @@ class GrpcTransport:
                 stream, frame.call_id, rpc, codec.error_response(rpc.response_pb, Error.INVALID_REQUEST)
             )
             return
+        self._learn_sender(stream, rpc.sender(request))
         self._ask_core(stream, frame.call_id, rpc, request)
+
+    def _learn_sender(self, stream: _InboundStream, sender: int) -> None:
+        """The first accepted request names who the stream is from; a stream that names
+        another sender later still counts for its first."""
+        if stream.sender is not None or self._inbox is None:
+            return
+        stream.sender = sender
+        self._streams_by_sender[sender] += 1
+        if self._streams_by_sender[sender] == 1:
+            self._inbox.peer_connected(sender)
+
+    def _forget_sender(self, stream: _InboundStream) -> None:
+        sender = stream.sender
+        if sender is None or self._inbox is None:
+            return
+        self._streams_by_sender[sender] -= 1
+        if self._streams_by_sender[sender] == 0:
+            del self._streams_by_sender[sender]
+            if not self._closed:
+                self._inbox.peer_disconnected(sender)
 
     def _ask_core(self, stream: _InboundStream, call_id: int, rpc: _Rpc, request: Request) -> None:
         inbox = self._inbox
@@ -594,10 +620,11 @@ class _InboundStream:
     """A peer's Exchange stream into this node: the rpc_ids of its requests waiting for the
     core, and the answers waiting to be written."""
 
-    __slots__ = ("peer", "check", "pending", "closing", "_answers", "_answers_max")
+    __slots__ = ("peer", "check", "sender", "pending", "closing", "_answers", "_answers_max")
 
     def __init__(self, peer: str, answers_max: int, check: ExchangeCheck | None = None) -> None:
         self.peer = peer  # the caller's address, for logs
+        self.sender: int | None = None  # the node its first accepted request came from
         self.check = check  # who the caller is allowed to speak for (None: anyone)
         self.pending: set[int] = set()
         self.closing = False  # end with UNAVAILABLE: this node is shutting down

@@ -87,6 +87,7 @@ class Quorum:
     max_partitions_per_topic: int = 10_000
     offsets_retention_ms: int = 7 * 24 * 3_600_000
     leader_rebalance_interval_ms: int = 0  # off unless a test turns it on
+    disconnect_fence_ms: int = 0  # off unless a test turns it on
     snapshot_interval_records: int = 10_000
     raft: RaftConfig = FAST_RAFT
     seed: int = 0
@@ -139,6 +140,7 @@ class Quorum:
             max_partitions_per_topic=self.max_partitions_per_topic,
             offsets_retention_ms=self.offsets_retention_ms,
             leader_rebalance_interval_ms=self.leader_rebalance_interval_ms,
+            disconnect_fence_ms=self.disconnect_fence_ms,
             clock=self.clock,
             wall_clock=self.wall_clock,
         )

@@ -511,3 +511,64 @@ def test_preferred_leaders_take_their_partitions_back_once_in_the_isr_again() ->
         await quorum.close()
 
     run(body)
+
+
+def test_a_broker_whose_connections_all_close_is_fenced_without_waiting_for_its_session() -> None:
+    """A dead broker's process closes its connections at once; the controller fences it
+    ``disconnect_fence_ms`` later (not a session timeout later), unless it reconnects or
+    heartbeats in between, and its leaderships move with a leader-epoch bump."""
+
+    async def body() -> None:
+        quorum, member = await single(session_timeout_ms=9000, disconnect_fence_ms=500)
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "three", 3, 3)
+        before = partitions_of(member.image, "three")
+        node = member.node
+
+        node.peer_connected(101)
+        node.peer_disconnected(101)
+        quorum.clock.advance(499)
+        await c.tick()
+        assert not member.image.brokers[101].fenced, "within the grace"
+        node.peer_connected(101)
+        quorum.clock.advance(8000)
+        await c.tick()
+        assert not member.image.brokers[101].fenced, "reconnected: a full session again"
+
+        await heartbeat(c, 101, epochs[101])
+        node.peer_disconnected(102)
+        quorum.clock.advance(100)
+        await heartbeat(c, 102, epochs[102])
+        quorum.clock.advance(1000)
+        await c.tick()
+        assert not member.image.brokers[102].fenced, "a heartbeat after the disconnect is a live broker"
+
+        for broker_id in (102, 103):
+            await heartbeat(c, broker_id, epochs[broker_id])
+        node.peer_disconnected(101)
+        quorum.clock.advance(500)
+        await c.tick()
+        image = member.image
+        assert image.brokers[101].fenced and not image.brokers[102].fenced and not image.brokers[103].fenced
+        for p, state in partitions_of(image, "three").items():
+            assert 101 not in state.isr
+            if before[p].leader == 101:
+                assert state.leader in (102, 103) and state.leader_epoch == before[p].leader_epoch + 1
+        await quorum.close()
+
+    run(body)
+
+
+def test_disconnects_fence_nothing_when_turned_off() -> None:
+    async def body() -> None:
+        quorum, member = await single(session_timeout_ms=9000)  # disconnect_fence_ms 0: off
+        c = member.controller
+        await live_brokers(c)
+        member.node.peer_disconnected(101)
+        quorum.clock.advance(8000)
+        await c.tick()
+        assert not member.image.brokers[101].fenced
+        await quorum.close()
+
+    run(body)

@@ -675,3 +675,33 @@ def test_a_fetch_answer_larger_than_what_a_server_takes_still_arrives() -> None:
             assert (await inbox1.next_delivered()).msg == big
 
     run(body)
+
+
+def test_a_peer_is_connected_from_its_first_stream_until_its_last_one_closes() -> None:
+    """What the controller fences a dead broker by: its last stream into this node ending.
+    A second stream from the same sender (a reconnect racing the old stream's end) keeps
+    it connected; a stream that sent nothing accepted names nobody."""
+
+    async def body() -> None:
+        inbox = FakeInbox(answering=True)
+        async with node(2, inbox) as two:
+            async with raw_stream(two) as silent:
+                await silent.send(raft_pb2.RaftRequest(call_id=1))  # no request: names nobody
+            async with raw_stream(two) as first:
+                await first.send(vote_frame(1))
+                await first.answer()
+                assert await inbox.next_connection() == (VOTE.candidate_id, True)
+                async with raw_stream(two) as second:
+                    await second.send(vote_frame(1))
+                    await second.answer()
+                assert inbox.connections.empty(), "the first stream is still open"
+                await first.send(vote_frame(2))
+                await first.answer()
+            assert await inbox.next_connection() == (VOTE.candidate_id, False)
+            async with raw_stream(two) as again:
+                await again.send(vote_frame(1))
+                await again.answer()
+                assert await inbox.next_connection() == (VOTE.candidate_id, True)
+            assert await inbox.next_connection() == (VOTE.candidate_id, False)
+
+    run(body)

@@ -71,6 +71,7 @@ class FakeInbox:
         self.answering = answering
         self.delivered: asyncio.Queue[Envelope] = asyncio.Queue()
         self.unreachable_peers: asyncio.Queue[int] = asyncio.Queue()
+        self.connections: asyncio.Queue[tuple[int, bool]] = asyncio.Queue()  # (peer_id, connected)
 
     def deliver(self, envelope: Envelope) -> None:
         self.delivered.put_nowait(envelope)
@@ -82,11 +83,20 @@ class FakeInbox:
     def unreachable(self, peer_id: int) -> None:
         self.unreachable_peers.put_nowait(peer_id)
 
+    def peer_connected(self, peer_id: int) -> None:
+        self.connections.put_nowait((peer_id, True))
+
+    def peer_disconnected(self, peer_id: int) -> None:
+        self.connections.put_nowait((peer_id, False))
+
     async def next_delivered(self) -> Envelope:
         return await within(self.delivered.get())
 
     async def next_unreachable(self) -> int:
         return await within(self.unreachable_peers.get())
+
+    async def next_connection(self) -> tuple[int, bool]:
+        return await within(self.connections.get())
 
 
 async def within(awaitable: Awaitable[T]) -> T:
