@@ -46,6 +46,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNSUPPORTED_VERSION: _ClassVar[ErrorCode]
     OUT_OF_ORDER_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
     INVALID_PRODUCER_EPOCH: _ClassVar[ErrorCode]
+    OFFSET_NOT_AVAILABLE: _ClassVar[ErrorCode]
     NOT_COORDINATOR: _ClassVar[ErrorCode]
     COORDINATOR_NOT_AVAILABLE: _ClassVar[ErrorCode]
     ILLEGAL_GENERATION: _ClassVar[ErrorCode]
@@ -102,6 +103,7 @@ KAFKA_STORAGE_ERROR: ErrorCode
 UNSUPPORTED_VERSION: ErrorCode
 OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode
 INVALID_PRODUCER_EPOCH: ErrorCode
+OFFSET_NOT_AVAILABLE: ErrorCode
 NOT_COORDINATOR: ErrorCode
 COORDINATOR_NOT_AVAILABLE: ErrorCode
 ILLEGAL_GENERATION: ErrorCode
@@ -542,10 +544,14 @@ class AllocateProducerIdsResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., producer_id_start: _Optional[int] = ..., producer_id_len: _Optional[int] = ...) -> None: ...
 
 class CommitGroupOffsetsRequest(_message.Message):
-    __slots__ = ("groups",)
+    __slots__ = ("groups", "broker_id", "broker_epoch")
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     groups: _containers.RepeatedCompositeFieldContainer[OffsetCommitRequest]
-    def __init__(self, groups: _Optional[_Iterable[_Union[OffsetCommitRequest, _Mapping]]] = ...) -> None: ...
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, groups: _Optional[_Iterable[_Union[OffsetCommitRequest, _Mapping]]] = ..., broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
 
 class CommitGroupOffsetsResponse(_message.Message):
     __slots__ = ("status", "groups")
@@ -556,10 +562,14 @@ class CommitGroupOffsetsResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[OffsetCommitResponse, _Mapping]]] = ...) -> None: ...
 
 class RecordGroupRebalanceRequest(_message.Message):
-    __slots__ = ("rebalance",)
+    __slots__ = ("rebalance", "broker_id", "broker_epoch")
     REBALANCE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     rebalance: _metadata_pb2.GroupRebalanceRecord
-    def __init__(self, rebalance: _Optional[_Union[_metadata_pb2.GroupRebalanceRecord, _Mapping]] = ...) -> None: ...
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, rebalance: _Optional[_Union[_metadata_pb2.GroupRebalanceRecord, _Mapping]] = ..., broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
 
 class RecordGroupRebalanceResponse(_message.Message):
     __slots__ = ("status", "recorded_generation_id")
