@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from raftka.metadata import offset_ops
 from raftka.metadata.broker_ops import registered
-from raftka.metadata.group_placement import group_coordinator
+from raftka.metadata.group_placement import check_coordinator
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, refuse, refuse_with
 from raftka.metadata.validation import ValidationError, validate_group_id
@@ -37,7 +37,7 @@ def record_rebalance(
     try:
         validate_group_id(rebalance.group)
         registered(image, request.broker_id, request.broker_epoch)
-        _check_coordinator(image, rebalance.group, request.broker_id)
+        check_coordinator(image, rebalance.group, request.broker_id)
     except ValidationError as e:
         return refuse_with(response, e)
     previous = image.groups.get(rebalance.group)
@@ -70,7 +70,7 @@ def commit_batch(
     for commit in request.groups:
         try:
             validate_group_id(commit.group)
-            _check_coordinator(image, commit.group, request.broker_id)
+            check_coordinator(image, commit.group, request.broker_id)
             _check_generation(image, commit)
         except ValidationError as e:
             response.groups.append(refuse_with(controller_pb2.OffsetCommitResponse(), e).response)
@@ -79,16 +79,6 @@ def commit_batch(
         response.groups.append(plan.response)
         records += plan.records
     return Plan(response, records)
-
-
-def _check_coordinator(image: MetadataImage, group: str, sender: int) -> None:
-    """ValidationError unless ``sender`` is the group's coordinator in ``image``."""
-    coordinator = group_coordinator(image, group)
-    if coordinator != sender:
-        where = "no broker does" if coordinator is None else f"broker {coordinator} does"
-        raise ValidationError(
-            ErrorCode.NOT_COORDINATOR, f"broker {sender} does not coordinate group {group!r}: {where}"
-        )
 
 
 def _check_generation(image: MetadataImage, commit: controller_pb2.OffsetCommitRequest) -> None:

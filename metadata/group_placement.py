@@ -14,6 +14,8 @@ from collections.abc import Iterable
 import crc32c
 
 from raftka.metadata.image import MetadataImage
+from raftka.metadata.validation import ValidationError
+from raftka.v1 import controller_pb2
 
 
 def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
@@ -24,3 +26,14 @@ def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
 def group_coordinator(image: MetadataImage, group_id: str) -> int | None:
     """The group's coordinator in ``image``; None while no broker is unfenced."""
     return coordinator_for(group_id, (b.broker_id for b in image.unfenced_brokers()))
+
+
+def check_coordinator(image: MetadataImage, group_id: str, sender: int) -> None:
+    """ValidationError (NOT_COORDINATOR) unless ``sender`` coordinates the group in ``image``."""
+    coordinator = group_coordinator(image, group_id)
+    if coordinator != sender:
+        where = "no broker does" if coordinator is None else f"broker {coordinator} does"
+        raise ValidationError(
+            controller_pb2.ErrorCode.NOT_COORDINATOR,
+            f"broker {sender} does not coordinate group {group_id!r}: {where}",
+        )

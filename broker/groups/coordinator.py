@@ -278,13 +278,18 @@ class GroupCoordinator:
             problem = E.UNKNOWN_MEMBER_ID, f"no member {request.member_id!r} here: join again"
         if problem is not None:
             return with_status(controller_pb2.OffsetCommitResponse(), *problem)
+        request.ClearField("coordinator_id")  # only this broker says who forwards it
         if generation is None and current_principal.get() is not None:
             # From outside the group (a reset) with TLS on: on its own, not batched, so the
-            # controller judges it as the client that sent it (raftka.metadata.authorization).
+            # controller judges it as the client that sent it (raftka.metadata.authorization),
+            # and this broker as the group's coordinator (raftka.metadata.offset_ops).
+            request.coordinator_id, request.coordinator_epoch = self.broker_id, self._broker_epoch()
             try:
-                return await self._write(lambda stub: stub.OffsetCommit, request)
+                answer = await self._write(lambda stub: stub.OffsetCommit, request)
             except LinkError as e:
                 return with_status(controller_pb2.OffsetCommitResponse(), E.COORDINATOR_NOT_AVAILABLE, str(e))
+            answer.status.error = _for_members(answer.status.error)
+            return answer
         return await self._commits.submit(request)
 
     # running -------------------------------------------------------------------------------

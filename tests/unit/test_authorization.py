@@ -253,8 +253,9 @@ def test_only_a_brokers_own_certificate_registers_it(tmp_path: Path, certs: Cert
 def test_a_group_commit_is_taken_only_from_the_certificate_of_the_broker_it_names(
     tmp_path: Path, certs: Certs
 ) -> None:
-    """The controller fences a commit batch by its sender (``raftka.metadata.group_ops``); with TLS
-    the sender is the certificate's broker, so broker 101 cannot send as its group's coordinator 102."""
+    """The controller fences a group's commits by the coordinator that sends them
+    (``raftka.metadata.group_ops``, ``offset_ops``); with TLS that is the certificate's broker,
+    so broker 101 cannot send as another broker, in a batch or a commit forwarded on its own."""
 
     async def body() -> None:
         async with tls_controller(tmp_path, certs) as (started, address):
@@ -275,6 +276,12 @@ def test_a_group_commit_is_taken_only_from_the_certificate_of_the_broker_it_name
             end = log_end(started)
             claimed = pb.CommitGroupOffsetsRequest(groups=[commit], broker_id=102, broker_epoch=epoch)
             refused = await call(address, certs.broker, "CommitGroupOffsets", claimed)
+            assert refused.status.error == E.CLUSTER_AUTHORIZATION_FAILED, refused.status
+            assert "for broker 102: the certificate is broker 101's" in refused.status.message
+            assert log_end(started) == end and "g" not in started.state_machine.image.offsets
+            forwarded = pb.OffsetCommitRequest(coordinator_id=102, coordinator_epoch=epoch)
+            forwarded.MergeFrom(commit)
+            refused = await call(address, certs.broker, "OffsetCommit", forwarded)
             assert refused.status.error == E.CLUSTER_AUTHORIZATION_FAILED, refused.status
             assert "for broker 102: the certificate is broker 101's" in refused.status.message
             assert log_end(started) == end and "g" not in started.state_machine.image.offsets

@@ -9,6 +9,7 @@ on and this broker has not replayed it yet.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,9 +23,14 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
+from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.metadata.group_placement import coordinator_for
+from raftka.metadata.image import EMPTY
+from raftka.security.principal import CLIENT, Principal, current_principal
+from raftka.v1 import controller_pb2
 from tests.unit import metadata_support as m
-from tests.unit.broker_in_process import BROKER
+from tests.unit.broker_in_process import BROKER, GROUP_LIMITS
+from tests.unit.controller_in_memory import ControllerInMemory
 from tests.unit.kafka_wire import BrokerThread, broker_thread, call
 
 TOPIC = "events"
@@ -78,12 +84,16 @@ def commit(served: BrokerThread, group: str, member_id: str = "", generation: in
     return [p.error_code for t in answer.topics for p in t.partitions]
 
 
-def behind_the_coordinators_back(served: BrokerThread, *records: m.Record) -> None:
+def behind_the_coordinators_back_of(controller: ControllerInMemory, *records: m.Record) -> None:
     """The controller's image moves on; the broker's coordinator does not hear of it."""
+    controller.image = m.replay(controller.image, *records)
+
+
+def behind_the_coordinators_back(served: BrokerThread, *records: m.Record) -> None:
+    """As above, on the broker's own loop."""
 
     async def change() -> None:
-        controller = served.broker.controller
-        controller.image = m.replay(controller.image, *records)
+        behind_the_coordinators_back_of(served.broker.controller, *records)
 
     served.run(change())
 
@@ -123,3 +133,43 @@ def test_a_coordinator_whose_registration_was_replaced_answers_not_coordinator(s
 def test_a_commit_from_outside_an_empty_group_is_still_taken(served: BrokerThread) -> None:
     assert commit(served, "tool") == [0]
     assert [o.offset for o in served.broker.controller.image.offsets["tool"].values()] == [5]
+
+
+def test_a_reset_forwarded_on_its_own_with_tls_is_refused_once_the_group_moved() -> None:
+    """With TLS a commit from outside the group goes to the controller on its own (judged as
+    its client); it names this coordinator, so a stale one cannot write it either."""
+    topic_id = m.topic_id(1)
+    controller = ControllerInMemory(
+        m.replay(
+            EMPTY,
+            m.register(BROKER, 1, fenced=False),
+            m.topic(TOPIC, topic_id),
+            m.partition(topic_id, 0, [BROKER]),
+        )
+    )
+    groups = GroupCoordinator(BROKER, lambda: 1, GROUP_LIMITS, controller, 4096)  # type: ignore[arg-type]
+    controller.listeners.append(groups.update)
+    controller.set_image(controller.image)
+
+    def reset(offset: int) -> controller_pb2.OffsetCommitRequest:
+        return controller_pb2.OffsetCommitRequest(
+            group=MOVING_EMPTY_GROUP,
+            topics=[
+                controller_pb2.OffsetCommitTopic(
+                    topic=TOPIC, partitions=[controller_pb2.OffsetCommitPartition(partition=0, offset=offset)]
+                )
+            ],
+            coordinator_id=OTHER_BROKER,  # a client's claim: the coordinator puts its own
+        )
+
+    async def body() -> None:
+        current_principal.set(Principal("User:CN=alice,OU=client,O=raftka", CLIENT))
+        taken = await groups.commit(reset(5))
+        assert taken.status.error == controller_pb2.NONE and not taken.partitions[0].error, taken
+        behind_the_coordinators_back_of(controller, m.register(OTHER_BROKER, 1_000, fenced=False))
+        refused = await groups.commit(reset(6))
+        assert refused.status.error == controller_pb2.NOT_COORDINATOR, refused
+        assert [o.offset for o in controller.image.offsets[MOVING_EMPTY_GROUP].values()] == [5]
+        await groups.close()
+
+    asyncio.run(body())

@@ -5,7 +5,8 @@ group may have moved to another broker, or a newer generation may be recorded. T
 controller takes a coordinator's commit batch and rebalances only from the group's
 current coordinator (per its image) at that broker's current registration, and a member's
 commit only at a generation not older than the recorded one; a refused one appends
-nothing. Commits from outside the group (no generation) are still taken.
+nothing. Commits from outside the group (no generation) are still taken, and a commit a
+coordinator forwards on its own (``coordinator_id``) is fenced the same way.
 """
 
 from __future__ import annotations
@@ -141,6 +142,38 @@ def test_a_commit_or_rebalance_from_a_broker_that_does_not_coordinate_the_group_
         )
         assert (await c.commit_group_offsets(new)).groups[0].status.error == E.NONE
         assert committed(member, group) == 8
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_commit_forwarded_on_its_own_is_taken_only_from_the_coordinator_it_names() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "t", partitions=1, rf=1)
+        coordinator, other = BROKERS[0], BROKERS[1]
+        group = group_of(coordinator)
+
+        def forwarded(offset: int, by: int, epoch: int) -> pb.OffsetCommitRequest:
+            request = commit(group, offset)
+            request.coordinator_id, request.coordinator_epoch = by, epoch
+            return request
+
+        before = log_end(member)
+        not_coordinator = await c.commit_offsets(forwarded(1, other, epochs[other]))
+        assert not_coordinator.status.error == E.NOT_COORDINATOR, not_coordinator.status
+        stale = await c.commit_offsets(forwarded(2, coordinator, epochs[coordinator] - 1))
+        assert stale.status.error == E.STALE_BROKER_EPOCH, stale.status
+        assert log_end(member) == before and committed(member, group) is None
+
+        assert (await c.commit_offsets(forwarded(3, coordinator, epochs[coordinator]))).status.error == E.NONE
+        assert committed(member, group) == 3
+        assert (
+            await c.commit_offsets(commit(group, 4))
+        ).status.error == E.NONE  # an operator's, straight here
+        assert committed(member, group) == 4
         await quorum.close()
 
     run(body)
