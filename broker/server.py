@@ -137,6 +137,7 @@ class DataPlane:
             )
         self.groups = GroupCoordinator(
             config.node_id,
+            broker_epoch,
             GroupLimits(
                 min_session_timeout_ms=broker.group_min_session_timeout_ms,
                 max_session_timeout_ms=broker.group_max_session_timeout_ms,

@@ -226,5 +226,6 @@ RETRIABLE = frozenset(
         E.FENCED_LEADER_EPOCH,
         E.UNKNOWN_LEADER_EPOCH,
         E.KAFKA_STORAGE_ERROR,
+        E.OFFSET_NOT_AVAILABLE,
     }
 )

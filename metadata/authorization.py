@@ -9,7 +9,8 @@
   offsets from outside a group (a reset), and manage ACLs. A broker forwarding a
   client's request is judged as that client (``raftka.security.grpc_gate``), never as itself,
   so a broker cannot lend its rights to a Kafka client; a broker asking for itself has
-  no admin rights unless an operator gave them.
+  no admin rights unless an operator gave them. A commit that names the coordinator
+  forwarding it (``coordinator_id``) must come with that broker's certificate too.
 - Reads (list and describe topics, configs, the cluster, committed offsets) are open to
   every certificate of the cluster.
 
@@ -71,6 +72,10 @@ def controller_policy(authorizer: Authorizer) -> Policy:
     def policy(method: str, caller: Principal, forwarded: str | None, request: Any) -> Denial | None:
         if method in BROKER_METHODS:
             return _broker_problem(method, caller, request)
+        if method == "OffsetCommit" and request.HasField("coordinator_id"):
+            problem = _broker_problem(method, caller, request, request.coordinator_id)
+            if problem is not None:
+                return problem
         needs = _NEEDS.get(method)
         if needs is None:
             return None  # a read
@@ -96,12 +101,16 @@ def _allowed(authorizer: Authorizer, principal: str, operation: str, resource_ty
     )
 
 
-def _broker_problem(method: str, caller: Principal, request: Any) -> Denial | None:
+def _broker_problem(
+    method: str, caller: Principal, request: Any, broker_id: int | None = None
+) -> Denial | None:
+    """Unless the caller is a broker, and the one ``broker_id`` (by default the request's) names."""
     if caller.role != BROKER:
         return Denial(
             E.CLUSTER_AUTHORIZATION_FAILED, f"{method} is for brokers: {caller} is not a broker's certificate"
         )
-    broker_id = getattr(request, "broker_id", None)
+    if broker_id is None:
+        broker_id = getattr(request, "broker_id", None)
     if broker_id is not None and broker_id != caller.node_id:
         return Denial(
             E.CLUSTER_AUTHORIZATION_FAILED,

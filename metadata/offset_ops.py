@@ -2,7 +2,9 @@
 
 A commit writes one OffsetCommitRecord per partition, all in one batch; partitions of
 unknown topics, or beyond a topic's partitions, get UNKNOWN_TOPIC_OR_PARTITION and
-write nothing while the rest of the request goes ahead.
+write nothing while the rest of the request goes ahead. A commit a coordinator forwards
+on its own names that broker (``coordinator_id``) and is taken only from the group's
+current coordinator at its current registration, as the batches of ``group_ops`` are.
 
 Offsets expire as Kafka's do after ``offsets.retention.minutes``, so groups that are
 gone cannot grow the image without bound. Kafka expires a group's offsets once the
@@ -14,6 +16,8 @@ RemoveGroupOffsetsRecord), a group with any recent commit or rebalance keeps eve
 
 from __future__ import annotations
 
+from raftka.metadata.broker_ops import registered
+from raftka.metadata.group_placement import check_coordinator
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, refuse_with
 from raftka.metadata.validation import ValidationError, validate_committed_offset, validate_group_id
@@ -26,6 +30,9 @@ def commit(image: MetadataImage, request: controller_pb2.OffsetCommitRequest, no
     response = controller_pb2.OffsetCommitResponse()
     try:
         validate_group_id(request.group)
+        if request.HasField("coordinator_id"):
+            registered(image, request.coordinator_id, request.coordinator_epoch)
+            check_coordinator(image, request.group, request.coordinator_id)
     except ValidationError as e:
         return refuse_with(response, e)
     repeated = duplicates((t.topic, p.partition) for t in request.topics for p in t.partitions)

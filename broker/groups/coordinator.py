@@ -1,13 +1,13 @@
 """A broker's group coordinator: the consumer groups the metadata puts on this broker.
 
-Placement: a group's coordinator is the unfenced broker with the highest hash of
-(broker id, group id), rendezvous hashing, so every broker computes the same answer
-from its image and a broker that comes or goes moves only its own share of groups.
-A request for a group this broker does not coordinate (in its image) is answered
-NOT_COORDINATOR; when the image moves a group away, its waiting members are told so
-and its state is dropped, and its members find the new coordinator and join again.
-A group created here starts its generations above the last one recorded in the
-metadata log, so a member of an old coordinator's generation cannot commit.
+Placement: ``raftka.metadata.group_placement``. A request for a group this broker does
+not coordinate (in its image) is answered NOT_COORDINATOR; when the image moves a group
+away, its waiting members are told so and its state is dropped, and its members find
+the new coordinator and join again. A group created here starts its generations above
+the last one recorded in the metadata log, so a member of an old coordinator's
+generation cannot commit. This broker's image may lag, so the controller checks the same
+on its own (``raftka.metadata.group_ops``): every write names this broker and its broker
+epoch, and a refusal reaches the member as NOT_COORDINATOR or ILLEGAL_GENERATION.
 
 Protocol rules live in ``raftka.broker.groups.group``; this module does the I/O: JoinGroup and
 SyncGroup wait on futures until their group answers them, one timer task polls the
@@ -22,14 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-import crc32c
 import structlog
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
 from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.broker.groups.group import PARKED, Delivery, Group, GroupLimits, Rebalanced, State, with_status
+from raftka.metadata.group_placement import group_coordinator
 from raftka.metadata.image import MetadataImage
 from raftka.rpc.stubs import ControllerRpc
 from raftka.security.principal import current_principal
@@ -48,11 +48,6 @@ POLL_INTERVAL_MAX_S = 1.0
 CONSUMER_PROTOCOL = "consumer"
 
 
-def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
-    """Rendezvous hashing: the broker with the highest hash of (broker, group)."""
-    return max(broker_ids, key=lambda b: (crc32c.crc32c(f"{b}\x00{group_id}".encode()), b), default=None)
-
-
 def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -61,12 +56,14 @@ class GroupCoordinator:
     def __init__(
         self,
         broker_id: int,
+        broker_epoch: Callable[[], int],
         limits: GroupLimits,
         link: ControllerLink,
         records_max: int,
         clock_ms: Callable[[], int] = _monotonic_ms,
     ) -> None:
         self.broker_id = broker_id
+        self._broker_epoch = broker_epoch
         self.limits = limits
         self._link = link
         self._clock_ms = clock_ms
@@ -76,7 +73,7 @@ class GroupCoordinator:
             tuple[str, str, str], asyncio.Future[Pb.JoinGroupResponse | Pb.SyncGroupResponse]
         ] = {}
         self._wake = asyncio.Event()
-        self._commits = _CommitBatcher(self._write, records_max)
+        self._commits = _CommitBatcher(self._write, records_max, self._identity)
         self._tasks: set[asyncio.Task[None]] = set()
 
     # metadata ------------------------------------------------------------------------------
@@ -92,7 +89,11 @@ class GroupCoordinator:
             self._deliver(group_id, group.dead())
 
     def _coordinator(self, group_id: str) -> int | None:
-        return coordinator_for(group_id, (b.broker_id for b in self._image.unfenced_brokers()))
+        return group_coordinator(self._image, group_id)
+
+    def _identity(self) -> dict[str, int]:
+        """Who writes a group's commits and rebalances: the fields the controller checks."""
+        return {"broker_id": self.broker_id, "broker_epoch": self._broker_epoch()}
 
     def _owns(self, group_id: str) -> bool:
         return self._coordinator(group_id) == self.broker_id
@@ -277,13 +278,18 @@ class GroupCoordinator:
             problem = E.UNKNOWN_MEMBER_ID, f"no member {request.member_id!r} here: join again"
         if problem is not None:
             return with_status(controller_pb2.OffsetCommitResponse(), *problem)
+        request.ClearField("coordinator_id")  # only this broker says who forwards it
         if generation is None and current_principal.get() is not None:
             # From outside the group (a reset) with TLS on: on its own, not batched, so the
-            # controller judges it as the client that sent it (raftka.metadata.authorization).
+            # controller judges it as the client that sent it (raftka.metadata.authorization),
+            # and this broker as the group's coordinator (raftka.metadata.offset_ops).
+            request.coordinator_id, request.coordinator_epoch = self.broker_id, self._broker_epoch()
             try:
-                return await self._write(lambda stub: stub.OffsetCommit, request)
+                answer = await self._write(lambda stub: stub.OffsetCommit, request)
             except LinkError as e:
                 return with_status(controller_pb2.OffsetCommitResponse(), E.COORDINATOR_NOT_AVAILABLE, str(e))
+            answer.status.error = _for_members(answer.status.error)
+            return answer
         return await self._commits.submit(request)
 
     # running -------------------------------------------------------------------------------
@@ -348,11 +354,11 @@ class GroupCoordinator:
     async def _record(self, group: Group, rebalanced: Rebalanced) -> None:
         """Write the completed rebalance, then let the group answer its members."""
         request = controller_pb2.RecordGroupRebalanceRequest(
-            rebalance=self._rebalance_record(group.group_id, rebalanced)
+            rebalance=self._rebalance_record(group.group_id, rebalanced), **self._identity()
         )
         try:
             answer = await self._write(lambda stub: stub.RecordGroupRebalance, request)
-            error, message = answer.status.error, answer.status.message
+            error, message = _for_members(answer.status.error), answer.status.message
             if error == E.ILLEGAL_GENERATION:  # an old coordinator recorded more than our image showed
                 group.generation_id = max(group.generation_id, answer.recorded_generation_id)
                 error = E.REBALANCE_IN_PROGRESS
@@ -419,9 +425,15 @@ class _CommitBatcher:
     """Offset commits that arrive while one CommitGroupOffsets is in flight go together in
     the next, up to ``records_max`` partitions per call."""
 
-    def __init__(self, write: Callable, records_max: int) -> None:  # type: ignore[type-arg]
+    def __init__(
+        self,
+        write: Callable,  # type: ignore[type-arg]
+        records_max: int,
+        identity: Callable[[], dict[str, int]],
+    ) -> None:
         self._write = write
         self._records_max = records_max
+        self._identity = identity
         self._queue: list[
             tuple[controller_pb2.OffsetCommitRequest, asyncio.Future[controller_pb2.OffsetCommitResponse]]
         ] = []
@@ -452,10 +464,10 @@ class _CommitBatcher:
                     break
                 batch.append(self._queue.pop(0))
                 size += partitions
-            call = controller_pb2.CommitGroupOffsetsRequest(groups=[r for r, _ in batch])
+            call = controller_pb2.CommitGroupOffsetsRequest(groups=[r for r, _ in batch], **self._identity())
             try:
                 answer = await self._write(lambda stub: stub.CommitGroupOffsets, call)
-                error, message = answer.status.error, answer.status.message
+                error, message = _for_members(answer.status.error), answer.status.message
             except LinkError as e:
                 answer, error, message = (
                     None,
@@ -487,6 +499,12 @@ class _CommitBatcher:
                     )
                 )
         self._queue.clear()
+
+
+def _for_members(error: int) -> int:
+    """The controller's refusal as a member should hear it: a write refused because this
+    broker's registration is not the current one means this broker does not coordinate."""
+    return E.NOT_COORDINATOR if error in (E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED) else error
 
 
 def _assigned(assignment: bytes) -> list[tuple[str, list[int]]]:

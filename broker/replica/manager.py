@@ -530,6 +530,7 @@ class ReplicaManager:
         if data.timestamp == LIST_EARLIEST:
             result.offset = partition.log.log_start_offset
         elif data.timestamp == LIST_LATEST:
+            partition.check_high_watermark_caught_up()
             result.offset = partition.high_watermark
         elif data.timestamp < 0:
             raise PartitionError(
@@ -539,6 +540,8 @@ class ReplicaManager:
             found = partition.log.offset_for_timestamp(data.timestamp)
             if found is not None and found[0] < partition.high_watermark:
                 result.offset, result.timestamp = found
+            else:  # none below the high watermark: perhaps only because it lags
+                partition.check_high_watermark_caught_up()
 
     def end_offset_for_epoch(
         self, topic: str, partition_id: int, current_leader_epoch: int, epoch: int

@@ -10,6 +10,10 @@ Kafka's replication rules, kept here as plain methods with no I/O of their own:
 - A follower's fetch offset counts as its log end offset only when its last fetched
   epoch agrees with the leader's log; otherwise the answer carries the diverging epoch
   and the follower truncates first (KIP-595's fetch validation).
+- A new leader's high watermark is its own, which may lag the old leader's: until it
+  reaches the start of this leader epoch, offsets that depend on it (ListOffsets for the
+  latest offset, or a timestamp past it) are answered OFFSET_NOT_AVAILABLE, so clients
+  retry rather than take a stale, lower offset (Kafka's ``fetchOffsetForTimestamp``).
 - A follower is caught up when a fetch reaches the leader's log end, or reaches what
   the log end was at its previous fetch (Kafka's lastCaughtUpTime). One not caught up
   for ``replica.lag.time.max.ms`` leaves the ISR; one whose log end reaches the high
@@ -140,6 +144,15 @@ class Partition:
                 )
         if not self.is_leader:
             raise self._error(E.NOT_LEADER_OR_FOLLOWER, f"broker {self.local_id} does not lead {self.name}")
+
+    def check_high_watermark_caught_up(self) -> None:
+        """PartitionError while this leader's high watermark is below its epoch's start offset."""
+        if self.high_watermark < self.epoch_start_offset:
+            raise self._error(
+                E.OFFSET_NOT_AVAILABLE,
+                f"{self.name}: the high watermark {self.high_watermark} has not reached leader epoch "
+                f"{self.leader_epoch}'s start offset {self.epoch_start_offset} yet: retry",
+            )
 
     def _error(self, code: int, message: str) -> PartitionError:
         return PartitionError(code, message, self.leader_id, self.leader_epoch)

@@ -96,7 +96,7 @@ async def broker_in_process(
         high_watermarks={},
     )
     controller = ControllerInMemory(MetadataImage())
-    groups = GroupCoordinator(BROKER, GROUP_LIMITS, controller, 4096)  # type: ignore[arg-type]
+    groups = GroupCoordinator(BROKER, lambda: 1, GROUP_LIMITS, controller, 4096)  # type: ignore[arg-type]
     controller.listeners.append(groups.update)
     producer_ids = ProducerIdManager(controller, BROKER, lambda: 1)  # type: ignore[arg-type]
     api = BrokerApi(replicas, groups, controller, "c", lambda: 1, producer_ids)  # type: ignore[arg-type]

@@ -30,6 +30,9 @@ class ControllerInMemory:
     async def OffsetFetch(self, request: Any, timeout: float) -> Any:
         return offset_ops.fetch(self.image, request)
 
+    async def OffsetCommit(self, request: Any, timeout: float) -> Any:
+        return self._commit(offset_ops.commit(self.image, request, NOW_MS))
+
     async def CommitGroupOffsets(self, request: Any, timeout: float) -> Any:
         return self._commit(group_ops.commit_batch(self.image, request, NOW_MS))
 

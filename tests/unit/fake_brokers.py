@@ -80,6 +80,9 @@ class FakeCluster:
         self.in_flight_max: dict[int, int] = collections.Counter()
         self.producer_ids_given = 0
         self.init_failures: collections.deque[int] = collections.deque()  # InitProducerId answers, in turn
+        self.list_offsets_failures: dict[int, collections.deque[int]] = collections.defaultdict(
+            collections.deque
+        )  # ListOffsets answers, by partition
         self.produced: list[tuple[int, int]] = []  # (broker, partition) of every produce a broker was asked
         self.fetched: list[tuple[int, int]] = []  # likewise for fetches
         self.addresses: dict[int, str] = {}
@@ -106,6 +109,9 @@ class FakeCluster:
 
     def fail_next_produces(self, partition: int, code: int, times: int = 1) -> None:
         self.failures[partition].extend([code] * times)
+
+    def fail_next_list_offsets(self, partition: int, code: int, times: int = 1) -> None:
+        self.list_offsets_failures[partition].extend([code] * times)
 
     def lose_next_answers(self, partition: int, code: int | None, times: int = 1) -> None:
         """Write the next produces' batches, then answer ``code`` (None: close the connection)."""
@@ -223,8 +229,13 @@ class _FakeBroker:
             answer = response.topics.add(name=topic.name)
             for data in topic.partitions:
                 result = answer.partitions.add(partition=data.partition, timestamp=-1)
-                if not self._refused(data.partition, result):
-                    result.offset = 0 if data.timestamp == -2 else self.cluster.logs[data.partition].end
+                failures = self.cluster.list_offsets_failures[data.partition]
+                if self._refused(data.partition, result):
+                    continue
+                if failures:
+                    result.error = failures.popleft()
+                    continue
+                result.offset = 0 if data.timestamp == -2 else self.cluster.logs[data.partition].end
         return response
 
     def _refused(self, partition: int, result) -> bool:  # noqa: ANN001: any per-partition result

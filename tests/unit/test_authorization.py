@@ -250,6 +250,49 @@ def test_only_a_brokers_own_certificate_registers_it(tmp_path: Path, certs: Cert
     run(body)
 
 
+def test_a_group_commit_is_taken_only_from_the_certificate_of_the_broker_it_names(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """The controller fences a group's commits by the coordinator that sends them
+    (``raftka.metadata.group_ops``, ``offset_ops``); with TLS that is the certificate's broker,
+    so broker 101 cannot send as another broker, in a batch or a commit forwarded on its own."""
+
+    async def body() -> None:
+        async with tls_controller(tmp_path, certs) as (started, address):
+            await unfenced_broker(address, certs)
+            create = pb.CreateTopicsRequest(
+                topics=[pb.CreatableTopic(name="t", num_partitions=1, replication_factor=1)]
+            )
+            assert (await call(address, certs.admin, "CreateTopics", create)).status.error == E.NONE
+            epoch = started.state_machine.image.brokers[101].epoch
+            commit = pb.OffsetCommitRequest(
+                group="g",
+                topics=[
+                    pb.OffsetCommitTopic(
+                        topic="t", partitions=[pb.OffsetCommitPartition(partition=0, offset=3)]
+                    )
+                ],
+            )
+            end = log_end(started)
+            claimed = pb.CommitGroupOffsetsRequest(groups=[commit], broker_id=102, broker_epoch=epoch)
+            refused = await call(address, certs.broker, "CommitGroupOffsets", claimed)
+            assert refused.status.error == E.CLUSTER_AUTHORIZATION_FAILED, refused.status
+            assert "for broker 102: the certificate is broker 101's" in refused.status.message
+            assert log_end(started) == end and "g" not in started.state_machine.image.offsets
+            forwarded = pb.OffsetCommitRequest(coordinator_id=102, coordinator_epoch=epoch)
+            forwarded.MergeFrom(commit)
+            refused = await call(address, certs.broker, "OffsetCommit", forwarded)
+            assert refused.status.error == E.CLUSTER_AUTHORIZATION_FAILED, refused.status
+            assert "for broker 102: the certificate is broker 101's" in refused.status.message
+            assert log_end(started) == end and "g" not in started.state_machine.image.offsets
+            own = pb.CommitGroupOffsetsRequest(groups=[commit], broker_id=101, broker_epoch=epoch)
+            taken = await call(address, certs.broker, "CommitGroupOffsets", own)
+            assert taken.status.error == E.NONE and taken.groups[0].status.error == E.NONE, taken
+            assert [o.offset for o in started.state_machine.image.offsets["g"].values()] == [3]
+
+    run(body)
+
+
 def test_an_acl_lets_a_non_super_user_create_topics(tmp_path: Path, certs: Certs) -> None:
     async def body() -> None:
         async with tls_controller(tmp_path, certs) as (started, address):

@@ -176,6 +176,21 @@ def test_a_consumer_follows_a_moved_leader_without_gaps_or_repeats() -> None:
     run(scenario)
 
 
+def test_a_consumer_retries_the_latest_offset_while_a_new_leader_answers_offset_not_available() -> None:
+    async def scenario(cluster: FakeCluster) -> None:
+        cluster.logs[0].append(bytes(_batch(b"a", b"b", b"c")))
+        cluster.fail_next_list_offsets(0, E.OFFSET_NOT_AVAILABLE, times=2)
+        consumer = AsyncConsumer(cluster.bootstrap, auto_offset_reset="latest")
+        try:
+            await consumer.assign([P0])
+            assert await consumer.position(P0) == 3
+        finally:
+            await consumer.close()
+        assert not cluster.list_offsets_failures[0], "both refusals were answered and retried"
+
+    run(scenario)
+
+
 def test_records_that_do_not_decode_are_an_error_after_those_before_them() -> None:
     """As Kafka's consumer: poll returns what decoded, the next poll raises, and so does
     every poll until the application seeks past the damage."""

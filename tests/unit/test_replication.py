@@ -136,16 +136,23 @@ class Cluster:
                 await self.replicate(follower)
 
 
-def batch(*values: bytes) -> bytes:
+T0_MS = 1_700_000_000_000  # the records' timestamp unless a test says otherwise
+
+
+def batch(*values: bytes, timestamp_ms: int = T0_MS) -> bytes:
     builder = BatchBuilder()
     for value in values:
-        assert builder.append(1_700_000_000_000, None, value)
+        assert builder.append(timestamp_ms, None, value)
     return bytes(builder.build())
 
 
-def produce_request(values: list[bytes], acks: int = -1, timeout_ms: int = 10_000) -> pb.ProduceRequest:
+def produce_request(
+    values: list[bytes], acks: int = -1, timeout_ms: int = 10_000, timestamp_ms: int = T0_MS
+) -> pb.ProduceRequest:
     request = pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms)
-    request.topics.add(name=TOPIC_NAME).partitions.add(partition=0, records=batch(*values))
+    request.topics.add(name=TOPIC_NAME).partitions.add(
+        partition=0, records=batch(*values, timestamp_ms=timestamp_ms)
+    )
     return request
 
 
@@ -348,6 +355,45 @@ def test_stale_and_future_leader_epochs_are_refused(tmp_path: Path, request_kind
             if code != E.NONE:
                 assert (result.leader_id, result.leader_epoch) == (1, 2)
         assert leader.partition.log.log_end_offset == (1 if request_kind == "produce" else 0)
+
+    run(body())
+
+
+def test_a_new_leader_answers_offset_not_available_until_its_high_watermark_reaches_its_epoch_start(
+    tmp_path: Path,
+) -> None:
+    """Kafka's rule: the latest offset, and a timestamp found at or past the high watermark,
+    wait for the new leader's high watermark to reach its epoch's start; never a lower one."""
+
+    def list_offset(node: Node, timestamp: int) -> pb.ListOffsetsPartitionResult:
+        request = pb.ListOffsetsRequest()
+        request.topics.add(name=TOPIC_NAME).partitions.add(partition=0, timestamp=timestamp)
+        return node.replicas.list_offsets(request).topics[0].partitions[0]
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        n1, n2 = cluster.nodes[1], cluster.nodes[2]
+        await n1.replicas.produce(produce_request([b"a", b"b", b"c"], acks=1))
+        await cluster.catch_up(2, 3)
+        later_ms = T0_MS + 60_000
+        await n1.replicas.produce(produce_request([b"d", b"e"], acks=1, timestamp_ms=later_ms))
+        await cluster.catch_up(2, 3, rounds=1)  # both hold all 5; the leader's HW is 3 still
+        await cluster.catch_up(2, 3, rounds=1)  # the leader's HW reaches 5; 2 heard 3 last
+        assert list_offset(n1, -1).offset == n1.partition.high_watermark == 5  # what clients saw
+        assert n2.partition.high_watermark == 3
+
+        cluster.elect(2, (2, 3))
+        assert n2.partition.epoch_start_offset == 5
+        for timestamp in (-1, later_ms):  # latest; a record found at or past the lagging HW
+            lagging = list_offset(n2, timestamp)
+            assert lagging.error == E.OFFSET_NOT_AVAILABLE, (timestamp, E.Name(lagging.error))
+            assert "start offset 5" in lagging.message
+        assert (list_offset(n2, -2).error, list_offset(n2, -2).offset) == (E.NONE, 0)  # earliest
+        assert (list_offset(n2, T0_MS).error, list_offset(n2, T0_MS).offset) == (E.NONE, 0)  # below the HW
+
+        await cluster.catch_up(3, rounds=1)  # 3 fetches from the new leader: its HW reaches 5
+        assert (list_offset(n2, -1).error, list_offset(n2, -1).offset) == (E.NONE, 5)
+        assert (list_offset(n2, later_ms).error, list_offset(n2, later_ms).offset) == (E.NONE, 3)
 
     run(body())
 

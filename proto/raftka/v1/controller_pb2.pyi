@@ -46,6 +46,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNSUPPORTED_VERSION: _ClassVar[ErrorCode]
     OUT_OF_ORDER_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
     INVALID_PRODUCER_EPOCH: _ClassVar[ErrorCode]
+    OFFSET_NOT_AVAILABLE: _ClassVar[ErrorCode]
     NOT_COORDINATOR: _ClassVar[ErrorCode]
     COORDINATOR_NOT_AVAILABLE: _ClassVar[ErrorCode]
     ILLEGAL_GENERATION: _ClassVar[ErrorCode]
@@ -102,6 +103,7 @@ KAFKA_STORAGE_ERROR: ErrorCode
 UNSUPPORTED_VERSION: ErrorCode
 OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode
 INVALID_PRODUCER_EPOCH: ErrorCode
+OFFSET_NOT_AVAILABLE: ErrorCode
 NOT_COORDINATOR: ErrorCode
 COORDINATOR_NOT_AVAILABLE: ErrorCode
 ILLEGAL_GENERATION: ErrorCode
@@ -542,10 +544,14 @@ class AllocateProducerIdsResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., producer_id_start: _Optional[int] = ..., producer_id_len: _Optional[int] = ...) -> None: ...
 
 class CommitGroupOffsetsRequest(_message.Message):
-    __slots__ = ("groups",)
+    __slots__ = ("groups", "broker_id", "broker_epoch")
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     groups: _containers.RepeatedCompositeFieldContainer[OffsetCommitRequest]
-    def __init__(self, groups: _Optional[_Iterable[_Union[OffsetCommitRequest, _Mapping]]] = ...) -> None: ...
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, groups: _Optional[_Iterable[_Union[OffsetCommitRequest, _Mapping]]] = ..., broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
 
 class CommitGroupOffsetsResponse(_message.Message):
     __slots__ = ("status", "groups")
@@ -556,10 +562,14 @@ class CommitGroupOffsetsResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[OffsetCommitResponse, _Mapping]]] = ...) -> None: ...
 
 class RecordGroupRebalanceRequest(_message.Message):
-    __slots__ = ("rebalance",)
+    __slots__ = ("rebalance", "broker_id", "broker_epoch")
     REBALANCE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     rebalance: _metadata_pb2.GroupRebalanceRecord
-    def __init__(self, rebalance: _Optional[_Union[_metadata_pb2.GroupRebalanceRecord, _Mapping]] = ...) -> None: ...
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, rebalance: _Optional[_Union[_metadata_pb2.GroupRebalanceRecord, _Mapping]] = ..., broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
 
 class RecordGroupRebalanceResponse(_message.Message):
     __slots__ = ("status", "recorded_generation_id")
@@ -612,18 +622,22 @@ class OffsetCommitTopic(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[OffsetCommitPartition, _Mapping]]] = ...) -> None: ...
 
 class OffsetCommitRequest(_message.Message):
-    __slots__ = ("group", "topics", "generation_id", "member_id", "group_instance_id")
+    __slots__ = ("group", "topics", "generation_id", "member_id", "group_instance_id", "coordinator_id", "coordinator_epoch")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     group: str
     topics: _containers.RepeatedCompositeFieldContainer[OffsetCommitTopic]
     generation_id: int
     member_id: str
     group_instance_id: str
-    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetCommitTopic, _Mapping]]] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ...) -> None: ...
+    coordinator_id: int
+    coordinator_epoch: int
+    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetCommitTopic, _Mapping]]] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ..., coordinator_id: _Optional[int] = ..., coordinator_epoch: _Optional[int] = ...) -> None: ...
 
 class PartitionResult(_message.Message):
     __slots__ = ("topic", "partition", "error", "message")
