@@ -80,12 +80,20 @@ class Node:
         return [r.offset for r in read_records(self.partition.log.read(0, 1 << 30).records)]
 
     def values(self) -> list[bytes]:
-        return [r.value for r in read_records(self.partition.log.read(0, 1 << 30).records)]
+        """Every value from the log start: a read answers from one segment, so read on."""
+        log, found = self.partition.log, []
+        start = log.log_start_offset
+        while start < log.log_end_offset:
+            records = list(read_records(log.read(start, 1 << 30).records))
+            found += [r.value for r in records]
+            start = records[-1].offset + 1
+        return found
 
 
 class Cluster:
-    def __init__(self, root: Path, min_isr: int = 1) -> None:
+    def __init__(self, root: Path, min_isr: int = 1, **topic_configs: str) -> None:
         self.clock = Clock()
+        self.topic_configs = topic_configs
         self.nodes = {b: Node(b, root, self.clock) for b in (1, 2, 3)}
         self.state = PartitionState(
             replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=0, partition_epoch=0
@@ -108,10 +116,13 @@ class Cluster:
             brokers=frozen(brokers),
             topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen({0: self.state}))}),
             topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
-            configs=frozen({(TOPIC, TOPIC_NAME): frozen({"min.insync.replicas": str(self.min_isr)})}),
+            configs=frozen({(TOPIC, TOPIC_NAME): frozen(self.topic_configs_now())}),
         )
         for node in self.nodes.values():
             node.adopt(image)
+
+    def topic_configs_now(self) -> dict[str, str]:
+        return {"min.insync.replicas": str(self.min_isr), **self.topic_configs}
 
     def elect(self, leader: int, isr: tuple[int, ...]) -> None:
         self.publish(
@@ -400,5 +411,42 @@ def test_a_parked_consumer_fetch_wakes_when_the_high_watermark_moves(tmp_path: P
         await cluster.catch_up(2, 3)
         answer = (await asyncio.wait_for(parked, 10)).topics[0].partitions[0]
         assert [r.value for r in read_records(answer.records)] == [b"a"]
+
+    run(body())
+
+
+def test_retention_never_deletes_past_the_high_watermark_so_acks_all_is_answered_for_replicated_records(
+    tmp_path: Path,
+) -> None:
+    """Kafka's deletableSegments: with retention.bytes 0 every inactive segment is due, but
+    a segment goes only once the high watermark has passed its last record. Deleted before
+    the followers fetched it, the followers would restart at the new log start and the
+    high watermark would acknowledge records no follower holds."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path, min_isr=3, **{"segment.bytes": "100", "retention.bytes": "0"})
+        leader = cluster.nodes[1]
+        produced = [b"v%d" % i for i in range(5)]
+        pending = []
+        for value in produced:  # each batch rolls a segment of its own
+            pending.append(asyncio.create_task(leader.replicas.produce(produce_request([value]))))
+            await asyncio.sleep(0)
+        log = leader.partition.log
+        assert len(log.segments) == len(produced)
+        now_ms = 1_700_000_000_000
+        leader.logs.apply_retention(now_ms, leader.replicas.high_watermarks())
+        assert (log.log_start_offset, leader.partition.high_watermark) == (0, 0), "no follower has fetched"
+        assert not any(task.done() for task in pending)
+
+        # 2 holds everything; 3 has not fetched: the high watermark stays
+        await cluster.catch_up(2, rounds=2 * len(produced))
+        leader.logs.apply_retention(now_ms, leader.replicas.high_watermarks())
+        assert log.log_start_offset == leader.partition.high_watermark == 0
+
+        await cluster.catch_up(3, 2, rounds=2 * len(produced))  # a fetch answers from one segment
+        assert [result_of(await task).error for task in pending] == [E.NONE] * len(produced)
+        assert cluster.nodes[2].values() == cluster.nodes[3].values() == produced
+        leader.logs.apply_retention(now_ms, leader.replicas.high_watermarks())
+        assert 0 < log.log_start_offset <= leader.partition.high_watermark == len(produced)
 
     run(body())
