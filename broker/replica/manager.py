@@ -285,6 +285,7 @@ class ReplicaManager:
         value = lambda key: self._topic_value(topic, key)  # noqa: E731
         return BatchLimits(
             max_message_bytes=int(value("max.message.bytes")),
+            uncompressed_batch_bytes_max=self.config.uncompressed_batch_bytes_max,
             timestamp_type=value("message.timestamp.type"),
             timestamp_before_max_ms=int(value("message.timestamp.before.max.ms")),
             timestamp_after_max_ms=int(value("message.timestamp.after.max.ms")),

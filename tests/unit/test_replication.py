@@ -29,7 +29,7 @@ from raftka.metadata.image import (
     frozen,
 )
 from raftka.node.config import BrokerConfig
-from raftka.records.codec import BatchBuilder, read_records
+from raftka.records.codec import BatchBuilder, Compression, read_records
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
 
@@ -116,12 +116,12 @@ class Cluster:
             brokers=frozen(brokers),
             topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen({0: self.state}))}),
             topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
-            configs=frozen({(TOPIC, TOPIC_NAME): frozen(self.topic_configs_now())}),
+            configs=frozen({(TOPIC, TOPIC_NAME): frozen(self.all_topic_configs())}),
         )
         for node in self.nodes.values():
             node.adopt(image)
 
-    def topic_configs_now(self) -> dict[str, str]:
+    def all_topic_configs(self) -> dict[str, str]:
         return {"min.insync.replicas": str(self.min_isr), **self.topic_configs}
 
     def elect(self, leader: int, isr: tuple[int, ...]) -> None:
@@ -448,5 +448,30 @@ def test_retention_never_deletes_past_the_high_watermark_so_acks_all_is_answered
         assert cluster.nodes[2].values() == cluster.nodes[3].values() == produced
         leader.logs.apply_retention(now_ms, leader.replicas.high_watermarks())
         assert 0 < log.log_start_offset <= leader.partition.high_watermark == len(produced)
+
+    run(body())
+
+
+def test_a_decompression_bomb_is_refused_with_nothing_written_and_the_leader_serves_on(
+    tmp_path: Path,
+) -> None:
+    """4 MiB of zeros in a zstd batch of a few hundred bytes, against a bound of 1 MiB."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        leader = cluster.nodes[1]
+        leader.replicas.config = dataclasses.replace(
+            leader.replicas.config, uncompressed_batch_bytes_max=1 << 20
+        )
+        builder = BatchBuilder(Compression.ZSTD)
+        assert builder.append(1_700_000_000_000, None, bytes(4 << 20))
+        bomb = pb.ProduceRequest(acks=1, timeout_ms=10_000)
+        bomb.topics.add(name=TOPIC_NAME).partitions.add(partition=0, records=bytes(builder.build()))
+        refused = result_of(await leader.replicas.produce(bomb))
+        assert refused.error == E.INVALID_RECORD
+        assert "broker.uncompressed_batch_bytes_max" in refused.message
+        assert leader.partition.log.log_end_offset == 0
+        assert result_of(await leader.replicas.produce(produce_request([b"a"], acks=1))).error == E.NONE
+        assert leader.values() == [b"a"]
 
     run(body())
