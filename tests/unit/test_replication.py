@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,9 @@ from raftka.node.config import BrokerConfig
 from raftka.records.codec import BatchBuilder, Compression, read_records
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
+from raftka.wire import frames
+from raftka.wire.client import BrokerClient
+from raftka.wire.server import FrameServer
 
 E = controller_pb2.ErrorCode
 TOPIC_NAME = "t"
@@ -473,5 +479,75 @@ def test_a_decompression_bomb_is_refused_with_nothing_written_and_the_leader_ser
         assert leader.partition.log.log_end_offset == 0
         assert result_of(await leader.replicas.produce(produce_request([b"a"], acks=1))).error == E.NONE
         assert leader.values() == [b"a"]
+
+    run(body())
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def consumer_fetch(max_bytes: int) -> pb.FetchRequest:
+    request = pb.FetchRequest(replica_id=-1, max_bytes=max_bytes, max_wait_ms=0)
+    request.topics.add(name=TOPIC_NAME).partitions.add(
+        partition=0, fetch_offset=0, partition_max_bytes=max_bytes
+    )
+    return request
+
+
+def test_fetches_on_a_connection_that_never_reads_share_its_answer_bound_and_others_are_served(
+    tmp_path: Path,
+) -> None:
+    """64 fetches of 1 MiB each, sent at once by a client that reads nothing (a tiny
+    receive buffer, so the kernel takes little): their answers together stay within the
+    connection's 2 MiB, where each used to pin its own 1 MiB; another connection's fetch
+    gets its whole answer meanwhile."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        leader = cluster.nodes[1]
+        for i in range(12):
+            await leader.replicas.produce(produce_request([bytes([i]) * (256 << 10)], acks=1))
+        await cluster.catch_up(2, 3, rounds=8)
+        assert leader.partition.high_watermark == 12
+        bound = 2 << 20
+        answered: list[int] = []
+
+        async def fetch(request: pb.FetchRequest) -> pb.FetchResponse:
+            response = await leader.replicas.fetch(request)
+            answered.append(len(response.topics[0].partitions[0].records))
+            return response
+
+        server = FrameServer({frames.FETCH.key: fetch}, answer_bytes_max=bound)
+        port = await server.start("127.0.0.1", 0)
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect(("127.0.0.1", port))
+        _, writer = await asyncio.open_connection(sock=stuck)
+        other = BrokerClient(f"127.0.0.1:{port}")
+        try:
+            await until(lambda: len(server.connections) == 1, "the stuck connection accepted")
+            (connection,) = server.connections
+            sent_by = connection._transport.get_extra_info("socket")
+            sent_by.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # and no autotuning
+            in_kernel = sent_by.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) + stuck.getsockopt(
+                socket.SOL_SOCKET, socket.SO_RCVBUF
+            )
+            requests = [frames.encode_request(frames.FETCH, i, consumer_fetch(1 << 20)) for i in range(64)]
+            writer.write(b"".join(requests))
+            await until(lambda: len(answered) == 64, "every fetch of the stuck connection answered")
+            queued = connection.queued_answer_bytes()
+            assert bound // 2 < queued <= bound, f"{queued} bytes of answers queued"
+            assert connection.answers.held == 0
+            assert sum(answered) <= bound + in_kernel, f"{sum(answered)} bytes of records read for answers"
+            answer = await other.Fetch(consumer_fetch(1 << 20), timeout=10)
+            assert len(answer.topics[0].partitions[0].records) > 3 * (256 << 10)
+        finally:
+            other.close()
+            writer.close()
+            await server.close()
 
     run(body())
