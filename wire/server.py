@@ -15,9 +15,10 @@ Bounds: at most ``connections_max`` connections (more are closed at once), at mo
 connection is not read meanwhile, so TCP pushes back on the client), no reading while
 4 MiB of its answers are unsent (in asyncio's write buffer, or finished and waiting for
 an earlier answer), and requests of at most ``request_max_bytes``. A connection's
-answers share ``answer_bytes_max`` (``answer_room``): its fetches read no more than what
-its queued answers and its other fetches leave, so a client that sends 64 fetches and
-reads nothing pins 64 MiB, not 64 times that.
+answers share ``answer_bytes_max`` (``answer_room``): it is not read while they reach
+it, and its fetches read no more than what its queued answers and its other fetches
+leave, so a client that sends 64 fetches at once and reads nothing pins 64 MiB, not 64
+times that.
 """
 
 from __future__ import annotations
@@ -193,6 +194,7 @@ class _Connection(asyncio.Protocol):
         # ordered answers: every request not yet answered, in arrival order (a task, or its answer)
         self._unanswered: collections.deque[asyncio.Task[bytes | None] | bytes] = collections.deque()
         self._ready_bytes = 0  # ordered answers finished but waiting for an earlier one
+        self._unsent_high = min(WRITE_BUFFER_HIGH_BYTES, listener.answer_bytes_max)
         self.answers = AnswerBudget(listener.answer_bytes_max, self.queued_answer_bytes)
         self._reading = True
         self._writable = True
@@ -206,7 +208,7 @@ class _Connection(asyncio.Protocol):
         if not self._listener._admit(self):
             transport.abort()
             return
-        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        transport.set_write_buffer_limits(high=self._unsent_high)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._listener.connections.discard(self)
@@ -240,9 +242,14 @@ class _Connection(asyncio.Protocol):
         return len(self._unanswered) if self._dispatcher.ordered else len(self._tasks)
 
     def _may_start(self) -> bool:
+        """Whether to start requests and read: not while 4 MiB of answers are unsent, the
+        answers reach their bound, or ``in_flight_max`` requests are in progress. Each
+        stop ends with a call back here: asyncio's ``resume_writing``, or a request
+        finishing (which releases what it held, and sends what waited for it)."""
         return (
             self._writable
-            and self._ready_bytes < WRITE_BUFFER_HIGH_BYTES
+            and self.queued_answer_bytes() < self._unsent_high
+            and self.answers.used < self.answers.limit
             and self._busy() < self._listener.in_flight_max
         )
 
