@@ -6,8 +6,8 @@ event loop for seconds (a decompression bomb). Here every codec stops at ``limit
 bytes of output, before it would spend more: gzip through zlib's ``max_length``, snappy
 from the lengths its blocks declare, lz4 and zstd into an output buffer that grows
 fourfold up to ``limit`` (most batches fit the first guess, four times their compressed
-size; one that needs more is decompressed again, so the work stays below one and a half
-times the bound's worth).
+size; one that needs more is decompressed again into the larger buffer, and the tries
+that came short cost less than the last one's worth).
 
 Kafka's framings, as its clients write them: gzip members (possibly several), snappy
 in xerial's blocks (Java) or raw (librdkafka, kafka-python's default is xerial), the LZ4

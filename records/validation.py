@@ -151,8 +151,8 @@ def _check_records(
 
 
 def _decodable(buf: bytearray, position: int, header: BatchHeader, limits: BatchLimits) -> bytes | bytearray:
-    """The batch, its records decompressed within the bound; DecompressionError, before
-    anything is decoded, for a record count its bytes cannot hold."""
+    """The batch, its records decompressed within the bound; RecordError, before anything
+    is decoded, for a record count its bytes cannot hold."""
     records = memoryview(buf)[position + HEADER_SIZE : position + header.size]
     if header.compression == Compression.NONE:
         _check_count(header, len(records), "its")
@@ -173,7 +173,7 @@ def _decodable(buf: bytearray, position: int, header: BatchHeader, limits: Batch
 
 def _check_count(header: BatchHeader, size: int, whose: str) -> None:
     if header.record_count > size // MIN_RECORD_BYTES:
-        raise DecompressionError(
+        raise RecordError(
             f"{header.record_count} records need at least {MIN_RECORD_BYTES} bytes each, "
             f"more than {whose} {size} bytes"
         )
