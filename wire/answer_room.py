@@ -7,7 +7,10 @@ from a client that never reads could each pin a 64 MiB answer. Instead they shar
 connection's bound: a listener gives each request it starts an ``AnswerRoom`` (in
 ``current_answer_room``), and a handler whose answer can be large (a fetch) reads no
 more than ``available()`` and ``hold``s what it read until its answer is queued, where
-the connection counts it until it is sent. Requests served elsewhere (gRPC) have none.
+the connection counts it until it is sent. A fetch still returns its first batch whole
+when there is any room (Kafka's KIP-74), so a connection's answers reach at most the
+bound plus one batch, and the next fetch, finding no room, reads nothing. Requests
+served elsewhere (gRPC) have none.
 """
 
 from __future__ import annotations
@@ -40,13 +43,6 @@ class AnswerRoom:
     def available(self) -> int:
         """Bytes this answer may take in all."""
         return max(0, self._budget.limit - self._budget.used + self.held)
-
-    @property
-    def alone(self) -> bool:
-        """Nothing else of the connection's takes room: an answer may then go over by the
-        one batch a fetch always returns (Kafka's KIP-74), or a batch larger than the
-        bound could never be read."""
-        return self._budget.used == self.held
 
     def hold(self, size: int) -> None:
         """This answer now takes ``size`` bytes (0: it is queued, or will not be)."""

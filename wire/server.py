@@ -17,8 +17,8 @@ connection is not read meanwhile, so TCP pushes back on the client), no reading 
 an earlier answer), and requests of at most ``request_max_bytes``. A connection's
 answers share ``answer_bytes_max`` (``answer_room``): it is not read while they reach
 it, and its fetches read no more than what its queued answers and its other fetches
-leave, so a client that sends 64 fetches at once and reads nothing pins 64 MiB, not 64
-times that.
+leave (a fetch's first batch still comes whole), so a client that sends 64 fetches at
+once and reads nothing pins 64 MiB and a batch, not 64 times that.
 """
 
 from __future__ import annotations

@@ -351,12 +351,11 @@ class ReplicaManager:
     def _read(self, request: Pb.FetchRequest) -> tuple[Pb.FetchResponse, int, bool, list[Partition]]:
         """One pass over the asked partitions: (answer, bytes, answer at once, partitions to park on).
         On a listener's connection, the answer takes no more than the room its connection's
-        other answers leave (``answer_room``), and its first batch comes whole regardless
-        only when nothing else of the connection's is queued."""
+        other answers leave (``answer_room``); with no room, it takes nothing."""
         response = Pb.FetchResponse()
         room = current_answer_room.get()
         budget = request.max_bytes if room is None else min(request.max_bytes, room.available())
-        first_batch_whole = room is None or room.alone
+        first_batch_whole = budget > 0  # Kafka's KIP-74: the first batch comes whole, however large
         size = 0
         stop = False
         keys: list[Partition] = []
