@@ -104,6 +104,18 @@ def test_retention_by_bytes_and_by_time_deletes_whole_inactive_segments(tmp_path
     assert values(timed, timed.log_start_offset)
 
 
+def test_retention_deletes_only_segments_below_the_high_watermark(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=100, retention_bytes=0, retention_ms=0)
+    for i in range(5):
+        append(log, b"v%d" % i)
+    assert [s.base_offset for s in log.segments] == [0, 1, 2, 3, 4]
+    assert log.delete_old_segments(NOW + 1_000, high_watermark=0) == 0
+    assert log.delete_old_segments(NOW + 1_000, high_watermark=2) == 2
+    assert log.log_start_offset == 2 and values(log, 2) == [b"v2", b"v3", b"v4"]
+    assert log.delete_old_segments(NOW + 1_000, high_watermark=log.log_end_offset) == 2
+    assert log.log_start_offset == 4, "the active segment stays"
+
+
 def test_a_torn_tail_is_cut_at_the_last_whole_batch_and_appends_continue(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     append(log, b"a")
