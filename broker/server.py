@@ -210,7 +210,7 @@ class DataPlane:
         self.logs.checkpoint_recovery_points()
 
     def _apply_retention(self) -> None:
-        self.logs.apply_retention(int(time.time() * 1000))
+        self.logs.apply_retention(int(time.time() * 1000), self.replicas.high_watermarks())
 
     def _expire_producers(self) -> None:
         self.logs.expire_producers(int(time.time() * 1000), self._producer_id_expiration_ms)

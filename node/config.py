@@ -89,6 +89,7 @@ class BrokerConfig:
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
     log_retention_check_interval_ms: int = 300_000  # how often retention deletes old segments
     produce_waiting_bytes_max: int = 64 * MIB  # acks=all bytes waiting for the ISR; more is refused
+    uncompressed_batch_bytes_max: int = 64 * MIB  # a compressed batch's records decompressed; more is refused
     fetch_parked_max: int = 1_000  # long-polling fetches parked at once; more are answered at once
     group_min_session_timeout_ms: int = 6_000  # Kafka's group.min.session.timeout.ms
     group_max_session_timeout_ms: int = 1_800_000  # Kafka's group.max.session.timeout.ms

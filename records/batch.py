@@ -155,6 +155,17 @@ def count_records(buf: bytes | bytearray | memoryview) -> int:
     return count
 
 
+def uncompressed(buf: bytes | bytearray | memoryview, pos: int, records: bytes | bytearray) -> bytearray:
+    """The batch at ``pos`` as if it had been sent uncompressed: its header, its codec bits
+    cleared and its length fitted, before ``records`` (decompressed elsewhere). For decoding
+    records only: the CRC is left as it was."""
+    out = bytearray(buf[pos : pos + HEADER_SIZE])
+    _EPOCH.pack_into(out, _BATCH_LENGTH_AT, _BATCH_LENGTH_MIN + len(records))
+    _ATTRIBUTES.pack_into(out, CRC_START, _ATTRIBUTES.unpack_from(out, CRC_START)[0] & ~COMPRESSION_MASK)
+    out += records
+    return out
+
+
 def crc_matches(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:
     """Whether the CRC-32C stored in the header matches the batch's bytes."""
     covered = memoryview(buf)[pos + CRC_START : pos + header.size]

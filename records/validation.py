@@ -1,8 +1,11 @@
 """The partition leader's check of a producer's batches (Kafka's LogValidator for magic 2).
 
 Everything the leader will store is checked before anything is written: the frame and
-CRC of every batch, its size against ``max.message.bytes``, every record (decoded by the
-codec, so a malformed varint or a count that lies is caught), offset deltas 0..n-1, and
+CRC of every batch, its size against ``max.message.bytes``, its record count against the
+bytes that many records need, compressed records decompressed within a bound
+(``decompression``: ``max.message.bytes`` counts compressed bytes, so a small batch could
+otherwise decompress to gigabytes), every record (decoded by the codec, so a malformed
+varint or a count that lies is caught), offset deltas 0..n-1, and
 CreateTime timestamps within the topic's bounds of the broker's clock, and an idempotent
 producer's fields (id, epoch 0 or more, sequence 0 or more) whose batch comes alone, as
 Kafka requires of a produce request since version 3, so a retried batch is one
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 
 from raftka.records.batch import (
     CONTROL_MASK,
+    HEADER_SIZE,
     MAGIC,
     NO_PRODUCER_ID,
     TRANSACTIONAL_MASK,
@@ -24,12 +28,17 @@ from raftka.records.batch import (
     crc_matches,
     parse_header,
     set_log_append_time,
+    uncompressed,
 )
-from raftka.records.codec import RecordError, iter_batch_records
+from raftka.records.codec import Compression, RecordError, iter_batch_records
+from raftka.records.decompression import DecompressionError, decompress
 from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 _MAGIC_AT = 16
+# The smallest record: length, attributes, timestamp delta, offset delta, key length, value
+# length and header count, one byte each; a batch's count cannot exceed its bytes over this.
+MIN_RECORD_BYTES = 7
 
 
 class BatchValidationError(Exception):
@@ -42,6 +51,8 @@ class BatchValidationError(Exception):
 @dataclass(frozen=True, slots=True)
 class BatchLimits:
     max_message_bytes: int
+    # what a compressed batch's records may decompress to (never below max_message_bytes)
+    uncompressed_batch_bytes_max: int = 64 << 20
     timestamp_type: str = "CreateTime"
     timestamp_before_max_ms: int = 2**63 - 1
     timestamp_after_max_ms: int = 3_600_000
@@ -123,7 +134,7 @@ def _check_records(
     latest = now_ms + min(limits.timestamp_after_max_ms, 2**62)
     count = 0
     try:
-        for expected, record in enumerate(iter_batch_records(bytes(buf[position : position + header.size]))):
+        for expected, record in enumerate(iter_batch_records(_decodable(buf, position, header, limits))):
             if record.offset - header.base_offset != expected:
                 raise invalid(f"record {expected} has offset delta {record.offset - header.base_offset}")
             if check_time and not earliest <= record.timestamp <= latest:
@@ -133,7 +144,36 @@ def _check_records(
                     f"[{earliest}, {latest}] (message.timestamp.before/after.max.ms)",
                 )
             count += 1
-    except RecordError as e:
+    except (RecordError, DecompressionError) as e:
         raise invalid(f"records do not decode: {e}") from None
     if count != header.record_count:
         raise invalid(f"header says {header.record_count} records, {count} decoded")
+
+
+def _decodable(buf: bytearray, position: int, header: BatchHeader, limits: BatchLimits) -> bytes | bytearray:
+    """The batch, its records decompressed within the bound; RecordError, before anything
+    is decoded, for a record count its bytes cannot hold."""
+    records = memoryview(buf)[position + HEADER_SIZE : position + header.size]
+    if header.compression == Compression.NONE:
+        _check_count(header, len(records), "its")
+        return bytes(buf[position : position + header.size])
+    limit = max(limits.uncompressed_batch_bytes_max, limits.max_message_bytes)
+    _check_count(header, limit, "the uncompressed bound's")
+    try:
+        codec = Compression(header.compression)
+    except ValueError:
+        raise DecompressionError(f"compression codec {header.compression} is not one of Kafka's") from None
+    try:
+        plain = decompress(codec, records, limit)
+    except DecompressionError as e:
+        raise DecompressionError(f"{e} (the bound is broker.uncompressed_batch_bytes_max)") from None
+    _check_count(header, len(plain), "its uncompressed")
+    return uncompressed(buf, position, plain)
+
+
+def _check_count(header: BatchHeader, size: int, whose: str) -> None:
+    if header.record_count > size // MIN_RECORD_BYTES:
+        raise RecordError(
+            f"{header.record_count} records need at least {MIN_RECORD_BYTES} bytes each, "
+            f"more than {whose} {size} bytes"
+        )

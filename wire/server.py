@@ -13,8 +13,12 @@ close that one connection.
 Bounds: at most ``connections_max`` connections (more are closed at once), at most
 ``in_flight_max`` requests being handled or waiting to be answered per connection (the
 connection is not read meanwhile, so TCP pushes back on the client), no reading while
-the client is not reading its answers (asyncio's write-buffer limits), and requests of at
-most ``request_max_bytes``.
+4 MiB of its answers are unsent (in asyncio's write buffer, or finished and waiting for
+an earlier answer), and requests of at most ``request_max_bytes``. A connection's
+answers share ``answer_bytes_max`` (``answer_room``): it is not read while they reach
+it, and its fetches read no more than what its queued answers and its other fetches
+leave (a fetch's first batch still comes whole), so a client that sends 64 fetches at
+once and reads nothing pins 64 MiB and a batch, not 64 times that.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from google.protobuf.message import DecodeError, Message
 
 from raftka.security.principal import Principal, current_principal, from_ssl
 from raftka.v1 import controller_pb2
+from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
 from raftka.wire.frames import (
     APIS,
     REQUEST_FRAME_MAX_BYTES,
@@ -68,7 +73,8 @@ class Dispatcher(Protocol):
 
 CONNECTIONS_MAX = 4_096
 IN_FLIGHT_MAX = 64
-WRITE_BUFFER_HIGH_BYTES = 4 << 20
+WRITE_BUFFER_HIGH_BYTES = 4 << 20  # unsent answers past which a connection is not read
+ANSWER_BYTES_MAX = 64 << 20  # a connection's answers, queued or being read: the largest fetch answer
 REFUSAL_LOG_INTERVAL_S = 60.0
 # The address of the client whose request a handler is serving ("host:port"): each
 # request's task starts with it set (a group coordinator shows it as the member's host).
@@ -86,11 +92,13 @@ class Listener:
         connections_max: int = CONNECTIONS_MAX,
         in_flight_max: int = IN_FLIGHT_MAX,
         request_max_bytes: int = REQUEST_FRAME_MAX_BYTES,
+        answer_bytes_max: int = ANSWER_BYTES_MAX,
     ) -> None:
         self.dispatcher = dispatcher
         self.name = name
         self.connections_max = connections_max
         self.in_flight_max = in_flight_max
+        self.answer_bytes_max = answer_bytes_max
         self.request_max_bytes = request_max_bytes
         self.connections: set[_Connection] = set()
         self._server: asyncio.base_events.Server | None = None
@@ -185,6 +193,9 @@ class _Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[bytes | None]] = set()
         # ordered answers: every request not yet answered, in arrival order (a task, or its answer)
         self._unanswered: collections.deque[asyncio.Task[bytes | None] | bytes] = collections.deque()
+        self._ready_bytes = 0  # ordered answers finished but waiting for an earlier one
+        self._unsent_high = min(WRITE_BUFFER_HIGH_BYTES, listener.answer_bytes_max)
+        self.answers = AnswerBudget(listener.answer_bytes_max, self.queued_answer_bytes)
         self._reading = True
         self._writable = True
 
@@ -197,17 +208,23 @@ class _Connection(asyncio.Protocol):
         if not self._listener._admit(self):
             transport.abort()
             return
-        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        transport.set_write_buffer_limits(high=self._unsent_high)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._listener.connections.discard(self)
         for task in self._tasks:
             task.cancel()
         self._unanswered.clear()
+        self._ready_bytes = 0
 
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+    def queued_answer_bytes(self) -> int:
+        """Answers not yet sent: in the write buffer, or finished and waiting for their turn."""
+        unsent = 0 if self._transport is None else self._transport.get_write_buffer_size()
+        return unsent + self._ready_bytes
 
     def pause_writing(self) -> None:
         self._writable = False
@@ -224,11 +241,23 @@ class _Connection(asyncio.Protocol):
     def _busy(self) -> int:
         return len(self._unanswered) if self._dispatcher.ordered else len(self._tasks)
 
+    def _may_start(self) -> bool:
+        """Whether to start requests and read: not while 4 MiB of answers are unsent, the
+        answers reach their bound, or ``in_flight_max`` requests are in progress. Each
+        stop ends with a call back here: asyncio's ``resume_writing``, or a request
+        finishing (which releases what it held, and sends what waited for it)."""
+        return (
+            self._writable
+            and self.queued_answer_bytes() < self._unsent_high
+            and self.answers.used < self.answers.limit
+            and self._busy() < self._listener.in_flight_max
+        )
+
     def _dispatch(self) -> None:
         """Start requests while the bounds allow, then read on only if they still do."""
         transport = self._transport
         assert transport is not None
-        while self._writable and self._busy() < self._listener.in_flight_max and not transport.is_closing():
+        while self._may_start() and not transport.is_closing():
             try:
                 frame = self._decoder.next_frame()
                 if frame is None:
@@ -246,7 +275,7 @@ class _Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        want = self._writable and self._busy() < self._listener.in_flight_max
+        want = self._may_start()
         if want and not self._reading:
             transport.resume_reading()
         elif not want and self._reading:
@@ -258,20 +287,24 @@ class _Connection(asyncio.Protocol):
         if isinstance(call, bytes):
             if self._dispatcher.ordered and self._unanswered:
                 self._unanswered.append(call)
+                self._ready_bytes += len(call)
             else:
                 self._write(call)
             return
         context = contextvars.copy_context()
         context.run(current_peer.set, self._peer)
         context.run(current_principal.set, self._principal)
+        room = AnswerRoom(self.answers)
+        context.run(current_answer_room.set, room)
         task = asyncio.get_running_loop().create_task(call, context=context)
         self._tasks.add(task)
         if self._dispatcher.ordered:
             self._unanswered.append(task)
-        task.add_done_callback(self._finished)
+        task.add_done_callback(lambda done: self._finished(done, room))
 
-    def _finished(self, task: asyncio.Task[bytes | None]) -> None:
+    def _finished(self, task: asyncio.Task[bytes | None], room: AnswerRoom) -> None:
         self._tasks.discard(task)
+        room.hold(0)  # the answer is queued now, or there is none
         if task.cancelled() or self._transport is None or self._transport.is_closing():
             return
         if (error := task.exception()) is not None:
@@ -289,6 +322,7 @@ class _Connection(asyncio.Protocol):
             self.abort()
             return
         if self._dispatcher.ordered:
+            self._ready_bytes += len(task.result() or b"")
             self._write_answered()
         else:
             self._write(task.result())
@@ -304,6 +338,7 @@ class _Connection(asyncio.Protocol):
                     return
                 head = head.result()
             unanswered.popleft()
+            self._ready_bytes -= len(head or b"")
             self._write(head)
 
     def _write(self, answer: bytes | None) -> None:

@@ -172,9 +172,14 @@ class LogManager:
 
     # upkeep -----------------------------------------------------------------------------
 
-    def apply_retention(self, now_ms: int) -> None:
+    def apply_retention(self, now_ms: int, high_watermarks: Mapping[str, int]) -> None:
+        """Retention on every log, each bounded by its partition's high watermark; a log
+        with none (not yet claimed by the metadata) keeps everything."""
         for name, partition_log in self._logs.items():
-            deleted = partition_log.delete_old_segments(now_ms)
+            high_watermark = high_watermarks.get(name)
+            if high_watermark is None:
+                continue
+            deleted = partition_log.delete_old_segments(now_ms, high_watermark)
             if deleted:
                 log.info("retention deleted segments", partition=name, segments=deleted)
 

@@ -3,12 +3,13 @@ idempotent producers' state (Kafka's UnifiedLog, smaller).
 
 Appends go to the active (last) segment, which rolls on ``segment.bytes``, on
 ``segment.ms`` and when its index is full. Retention deletes whole inactive segments
-and moves the log start offset. Durability is Kafka's default: data reaches the page
-cache on append and is fsynced on roll, on close, every ``flush.ms`` (through the
-manager) and, with ``flush.messages``, once that many records are unflushed
-(``flush.messages=1``: before the append returns, so before it can count toward the
-high watermark). ``recovery_point`` is the offset below which everything is on disk;
-after a crash, segments from there on are scanned and cut after their last good batch.
+below the high watermark and moves the log start offset, never past the high
+watermark. Durability is Kafka's default: data reaches the page cache on append and
+is fsynced on roll, on close, every ``flush.ms`` (through the manager) and, with
+``flush.messages``, once that many records are unflushed (``flush.messages=1``: before
+the append returns, so before it can count toward the high watermark).
+``recovery_point`` is the offset below which everything is on disk; after a crash,
+segments from there on are scanned and cut after their last good batch.
 
 The fsync of a rolled segment (up to a gigabyte of page cache) would stall a broker's
 event loop, so with ``background`` it runs elsewhere, as Kafka schedules it on another
@@ -366,10 +367,17 @@ class PartitionLog:
             producer_snapshots.delete(self.directory, snapshot)
         self.producers = ProducerState()
 
-    def delete_old_segments(self, now_ms: int) -> int:
-        """Retention on whole inactive segments; the number deleted."""
+    def delete_old_segments(self, now_ms: int, high_watermark: int) -> int:
+        """Retention on whole inactive segments; the number deleted. Only segments wholly
+        below ``high_watermark`` go (Kafka's deletableSegments), so the log start never
+        passes it: a record no follower has fetched yet is never deleted, and an acks=all
+        producer waiting for it is never answered for a record no replica holds."""
         deleted = 0
-        while len(self.segments) > 1 and self._expired(self.segments[0], now_ms):
+        while (
+            len(self.segments) > 1
+            and self.segments[1].base_offset <= high_watermark
+            and self._expired(self.segments[0], now_ms)
+        ):
             gone = self.segments.pop(0)
             gone.delete()
             producer_snapshots.delete(self.directory, gone.base_offset)

@@ -42,6 +42,7 @@ from raftka.metadata.topic_configs import TOPIC_CONFIGS
 from raftka.node.config import BrokerConfig
 from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
 from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.answer_room import current_answer_room
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
@@ -343,6 +344,7 @@ class ReplicaManager:
         value = lambda key: self._topic_value(topic, key)  # noqa: E731
         return BatchLimits(
             max_message_bytes=int(value("max.message.bytes")),
+            uncompressed_batch_bytes_max=self.config.uncompressed_batch_bytes_max,
             timestamp_type=value("message.timestamp.type"),
             timestamp_before_max_ms=int(value("message.timestamp.before.max.ms")),
             timestamp_after_max_ms=int(value("message.timestamp.after.max.ms")),
@@ -412,9 +414,13 @@ class ReplicaManager:
             await wakeups.wait(keys, remaining)
 
     def _read(self, request: Pb.FetchRequest) -> tuple[Pb.FetchResponse, int, bool, list[Partition]]:
-        """One pass over the asked partitions: (answer, bytes, answer at once, partitions to park on)."""
+        """One pass over the asked partitions: (answer, bytes, answer at once, partitions to park on).
+        On a listener's connection, the answer takes no more than the room its connection's
+        other answers leave (``answer_room``); with no room, it takes nothing."""
         response = Pb.FetchResponse()
-        budget = request.max_bytes
+        room = current_answer_room.get()
+        budget = request.max_bytes if room is None else min(request.max_bytes, room.available())
+        first_batch_whole = budget > 0  # Kafka's KIP-74: the first batch comes whole, however large
         size = 0
         stop = False
         keys: list[Partition] = []
@@ -442,11 +448,13 @@ class ReplicaManager:
                     data.fetch_offset,
                     max(max_bytes, 1),
                     max_offset=None if request.replica_id >= 0 else partition.high_watermark,
-                    min_one_batch=size == 0,
+                    min_one_batch=size == 0 and first_batch_whole,
                 )
                 result.records = read.records
                 size += len(read.records)
                 budget -= len(read.records)
+        if room is not None:
+            room.hold(size)
         return response, size, stop, keys
 
     def _fetch_partition(

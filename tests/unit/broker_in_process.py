@@ -37,6 +37,7 @@ from tests.unit.controller_in_memory import ControllerInMemory
 BROKER = 101
 GROUP_LIMITS = GroupLimits(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)
 ONE_BROKER_KAFKA = KafkaConfig(auto_create_topics_enable=False, default_replication_factor=1)
+DEFAULT_BROKER_CONFIG = BrokerConfig()
 
 
 class InProcessBroker:
@@ -83,13 +84,14 @@ async def broker_in_process(
     topics: dict[str, int],
     configs: dict[str, dict[str, str]] | None = None,
     kafka_config: KafkaConfig = ONE_BROKER_KAFKA,
+    broker_config: BrokerConfig = DEFAULT_BROKER_CONFIG,
 ) -> AsyncIterator[InProcessBroker]:
     logs = LogManager(tmp_path)
     logs.open_all()
     replicas = ReplicaManager(
         BROKER,
         logs,
-        BrokerConfig(),
+        broker_config,
         request_isr_change=lambda p, isr: None,
         on_follow=lambda p: None,
         on_stop_following=lambda p: None,

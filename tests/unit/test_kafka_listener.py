@@ -14,10 +14,11 @@ import pytest
 from kafka.partitioner import murmur2
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from raftka.broker.kafka.errors import KAFKA_ERRORS
-from raftka.records.codec import BatchBuilder
+from raftka.node.config import BrokerConfig
+from raftka.records.codec import BatchBuilder, Compression
 from raftka.v1 import controller_pb2
 from tests.unit.kafka_wire import BrokerThread, RawConnection, broker_thread, correlation_of, request_frame
 
@@ -46,15 +47,16 @@ def one_record_batch(value: bytes) -> bytes:
     return bytes(builder.build())
 
 
-def produce_request(acks: int, topic: str = TOPIC, value: bytes = b"v") -> ProduceRequest:
+def produce_request(
+    acks: int, topic: str = TOPIC, value: bytes = b"v", records: bytes | None = None
+) -> ProduceRequest:
     P = ProduceRequest.TopicProduceData
+    records = one_record_batch(value) if records is None else records
     return ProduceRequest(
         transactional_id=None,
         acks=acks,
         timeout_ms=5_000,
-        topic_data=[
-            P(name=topic, partition_data=[P.PartitionProduceData(index=0, records=one_record_batch(value))])
-        ],
+        topic_data=[P(name=topic, partition_data=[P.PartitionProduceData(index=0, records=records)])],
     )
 
 
@@ -171,6 +173,29 @@ def test_acks_0_produce_gets_no_answer_and_a_refused_one_closes_the_connection(s
     with RawConnection(served.bootstrap) as connection:
         connection.send(request_frame(produce_request(acks=0, topic="nowhere"), 9, 1))
         assert connection.read_frame() is None
+
+
+def test_a_zstd_bomb_is_refused_as_invalid_record_and_the_connection_serves_on(tmp_path: Path) -> None:
+    """4 MiB of zeros in a zstd batch of a few hundred bytes, against a bound of 1 MiB."""
+    builder = BatchBuilder(Compression.ZSTD)
+    builder.append(1_700_000_000_000, None, bytes(4 << 20))
+    bomb = bytes(builder.build())
+    assert len(bomb) < 4096
+    bounded = BrokerConfig(uncompressed_batch_bytes_max=1 << 20)
+    with (
+        broker_thread(tmp_path, {TOPIC: 1}, broker_config=bounded) as served,
+        RawConnection(served.bootstrap) as connection,
+    ):
+        connection.send(request_frame(produce_request(acks=1, records=bomb), 9, 1))
+        connection.send(request_frame(produce_request(acks=1, value=b"after"), 9, 2))
+        refused, accepted = (
+            ProduceResponse.decode(connection.read_frame(), version=9, header=True) for _ in range(2)
+        )
+        partition = refused.responses[0].partition_responses[0]
+        assert partition.error_code == KAFKA_ERRORS[controller_pb2.ErrorCode.INVALID_RECORD]
+        assert "broker.uncompressed_batch_bytes_max" in partition.error_message
+        assert accepted.responses[0].partition_responses[0].error_code == 0
+        assert served.broker.replicas.get(TOPIC, 0).log.log_end_offset == 1, "only the second was written"
 
 
 def test_random_bytes_after_a_real_header_never_stop_the_listener(served: BrokerThread) -> None:

@@ -91,7 +91,7 @@ def test_retention_by_bytes_and_by_time_deletes_whole_inactive_segments(tmp_path
     for i in range(12):
         append(log, b"x" * 50, timestamp=NOW + i)
     before = len(log.segments)
-    assert log.delete_old_segments(NOW) > 0
+    assert log.delete_old_segments(NOW, log.log_end_offset) > 0
     assert log.size_in_bytes <= 400 + 200 and len(log.segments) < before
     assert log.log_start_offset == log.segments[0].base_offset > 0
     with pytest.raises(OffsetOutOfRange):
@@ -99,9 +99,21 @@ def test_retention_by_bytes_and_by_time_deletes_whole_inactive_segments(tmp_path
     timed = open_log(tmp_path / "timed", segment_bytes=200, retention_ms=1000)
     for i in range(6):
         append(timed, b"y" * 50, timestamp=NOW + i)
-    timed.delete_old_segments(NOW + 1_000_000)
+    timed.delete_old_segments(NOW + 1_000_000, timed.log_end_offset)
     assert len(timed.segments) == 1, "the active segment is never deleted"
     assert values(timed, timed.log_start_offset)
+
+
+def test_retention_deletes_only_segments_below_the_high_watermark(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=100, retention_bytes=0, retention_ms=0)
+    for i in range(5):
+        append(log, b"v%d" % i)
+    assert [s.base_offset for s in log.segments] == [0, 1, 2, 3, 4]
+    assert log.delete_old_segments(NOW + 1_000, high_watermark=0) == 0
+    assert log.delete_old_segments(NOW + 1_000, high_watermark=2) == 2
+    assert log.log_start_offset == 2 and values(log, 2) == [b"v2", b"v3", b"v4"]
+    assert log.delete_old_segments(NOW + 1_000, high_watermark=log.log_end_offset) == 2
+    assert log.log_start_offset == 4, "the active segment stays"
 
 
 def test_a_torn_tail_is_cut_at_the_last_whole_batch_and_appends_continue(tmp_path: Path) -> None:
@@ -257,7 +269,7 @@ def test_a_job_runs_after_its_segment_was_deleted(tmp_path: Path) -> None:
     append(log, b"a")
     log.roll()
     append(log, b"b")
-    assert log.delete_old_segments(NOW) == 1 and not (tmp_path / f"{0:020d}.log").exists()
+    assert log.delete_old_segments(NOW, log.log_end_offset) == 1 and not (tmp_path / f"{0:020d}.log").exists()
     queued[0].run()  # fsyncs the deleted file through its duplicate descriptors; no error
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,9 +32,12 @@ from raftka.metadata.image import (
     frozen,
 )
 from raftka.node.config import BrokerConfig
-from raftka.records.codec import BatchBuilder, read_records
+from raftka.records.codec import BatchBuilder, Compression, read_records
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
+from raftka.wire import frames
+from raftka.wire.client import BrokerClient
+from raftka.wire.server import FrameServer
 
 E = controller_pb2.ErrorCode
 TOPIC_NAME = "t"
@@ -80,12 +86,20 @@ class Node:
         return [r.offset for r in read_records(self.partition.log.read(0, 1 << 30).records)]
 
     def values(self) -> list[bytes]:
-        return [r.value for r in read_records(self.partition.log.read(0, 1 << 30).records)]
+        """Every value from the log start: a read answers from one segment, so read on."""
+        log, found = self.partition.log, []
+        start = log.log_start_offset
+        while start < log.log_end_offset:
+            records = list(read_records(log.read(start, 1 << 30).records))
+            found += [r.value for r in records]
+            start = records[-1].offset + 1
+        return found
 
 
 class Cluster:
-    def __init__(self, root: Path, min_isr: int = 1) -> None:
+    def __init__(self, root: Path, min_isr: int = 1, **topic_configs: str) -> None:
         self.clock = Clock()
+        self.topic_configs = topic_configs
         self.nodes = {b: Node(b, root, self.clock) for b in (1, 2, 3)}
         self.state = PartitionState(
             replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=0, partition_epoch=0
@@ -108,10 +122,13 @@ class Cluster:
             brokers=frozen(brokers),
             topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen({0: self.state}))}),
             topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
-            configs=frozen({(TOPIC, TOPIC_NAME): frozen({"min.insync.replicas": str(self.min_isr)})}),
+            configs=frozen({(TOPIC, TOPIC_NAME): frozen(self.all_topic_configs())}),
         )
         for node in self.nodes.values():
             node.adopt(image)
+
+    def all_topic_configs(self) -> dict[str, str]:
+        return {"min.insync.replicas": str(self.min_isr), **self.topic_configs}
 
     def elect(self, leader: int, isr: tuple[int, ...]) -> None:
         self.publish(
@@ -446,5 +463,139 @@ def test_a_parked_consumer_fetch_wakes_when_the_high_watermark_moves(tmp_path: P
         await cluster.catch_up(2, 3)
         answer = (await asyncio.wait_for(parked, 10)).topics[0].partitions[0]
         assert [r.value for r in read_records(answer.records)] == [b"a"]
+
+    run(body())
+
+
+def test_retention_never_deletes_past_the_high_watermark_so_acks_all_is_answered_for_replicated_records(
+    tmp_path: Path,
+) -> None:
+    """Kafka's deletableSegments: with retention.bytes 0 every inactive segment is due, but
+    a segment goes only once the high watermark has passed its last record. Deleted before
+    the followers fetched it, the followers would restart at the new log start and the
+    high watermark would acknowledge records no follower holds."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path, min_isr=3, **{"segment.bytes": "100", "retention.bytes": "0"})
+        leader = cluster.nodes[1]
+        produced = [b"v%d" % i for i in range(5)]
+        pending = []
+        for value in produced:  # each batch rolls a segment of its own
+            pending.append(asyncio.create_task(leader.replicas.produce(produce_request([value]))))
+            await asyncio.sleep(0)
+        log = leader.partition.log
+        assert len(log.segments) == len(produced)
+        now_ms = 1_700_000_000_000
+        leader.logs.apply_retention(now_ms, leader.replicas.high_watermarks())
+        assert (log.log_start_offset, leader.partition.high_watermark) == (0, 0), "no follower has fetched"
+        assert not any(task.done() for task in pending)
+
+        # 2 holds everything; 3 has not fetched: the high watermark stays
+        await cluster.catch_up(2, rounds=2 * len(produced))
+        leader.logs.apply_retention(now_ms, leader.replicas.high_watermarks())
+        assert log.log_start_offset == leader.partition.high_watermark == 0
+
+        await cluster.catch_up(3, 2, rounds=2 * len(produced))  # a fetch answers from one segment
+        assert [result_of(await task).error for task in pending] == [E.NONE] * len(produced)
+        assert cluster.nodes[2].values() == cluster.nodes[3].values() == produced
+        leader.logs.apply_retention(now_ms, leader.replicas.high_watermarks())
+        assert 0 < log.log_start_offset <= leader.partition.high_watermark == len(produced)
+
+    run(body())
+
+
+def test_a_decompression_bomb_is_refused_with_nothing_written_and_the_leader_serves_on(
+    tmp_path: Path,
+) -> None:
+    """4 MiB of zeros in a zstd batch of a few hundred bytes, against a bound of 1 MiB."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        leader = cluster.nodes[1]
+        leader.replicas.config = dataclasses.replace(
+            leader.replicas.config, uncompressed_batch_bytes_max=1 << 20
+        )
+        builder = BatchBuilder(Compression.ZSTD)
+        assert builder.append(1_700_000_000_000, None, bytes(4 << 20))
+        bomb = pb.ProduceRequest(acks=1, timeout_ms=10_000)
+        bomb.topics.add(name=TOPIC_NAME).partitions.add(partition=0, records=bytes(builder.build()))
+        refused = result_of(await leader.replicas.produce(bomb))
+        assert refused.error == E.INVALID_RECORD
+        assert "broker.uncompressed_batch_bytes_max" in refused.message
+        assert leader.partition.log.log_end_offset == 0
+        assert result_of(await leader.replicas.produce(produce_request([b"a"], acks=1))).error == E.NONE
+        assert leader.values() == [b"a"]
+
+    run(body())
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def consumer_fetch(max_bytes: int) -> pb.FetchRequest:
+    request = pb.FetchRequest(replica_id=-1, max_bytes=max_bytes, max_wait_ms=0)
+    request.topics.add(name=TOPIC_NAME).partitions.add(
+        partition=0, fetch_offset=0, partition_max_bytes=max_bytes
+    )
+    return request
+
+
+def test_fetches_on_a_connection_that_never_reads_share_its_answer_bound_and_others_are_served(
+    tmp_path: Path,
+) -> None:
+    """64 fetches of 1 MiB each, sent at once by a client that reads nothing (a tiny
+    receive buffer, so the kernel takes little): their answers together stay within the
+    connection's 2 MiB (and the one batch a fetch returns whole), where each used to pin
+    its own 1 MiB; another connection's fetch gets its whole answer meanwhile."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        leader = cluster.nodes[1]
+        for i in range(12):
+            await leader.replicas.produce(produce_request([bytes([i]) * (256 << 10)], acks=1))
+        await cluster.catch_up(2, 3, rounds=8)
+        assert leader.partition.high_watermark == 12
+        batch_bytes = len(leader.partition.log.read(0, 1).records)  # the first batch comes whole
+        bound = 2 << 20
+        answered: list[int] = []
+
+        async def fetch(request: pb.FetchRequest) -> pb.FetchResponse:
+            response = await leader.replicas.fetch(request)
+            answered.append(len(response.topics[0].partitions[0].records))
+            return response
+
+        server = FrameServer({frames.FETCH.key: fetch}, answer_bytes_max=bound)
+        port = await server.start("127.0.0.1", 0)
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect(("127.0.0.1", port))
+        _, writer = await asyncio.open_connection(sock=stuck)
+        other = BrokerClient(f"127.0.0.1:{port}")
+        try:
+            await until(lambda: len(server.connections) == 1, "the stuck connection accepted")
+            (connection,) = server.connections
+            sent_by = connection._transport.get_extra_info("socket")
+            sent_by.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # and no autotuning
+            in_kernel = sent_by.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) + stuck.getsockopt(
+                socket.SOL_SOCKET, socket.SO_RCVBUF
+            )
+            requests = [frames.encode_request(frames.FETCH, i, consumer_fetch(1 << 20)) for i in range(64)]
+            writer.write(b"".join(requests))
+            await until(lambda: len(answered) == 64, "every fetch of the stuck connection answered")
+            queued = connection.queued_answer_bytes()
+            assert bound // 2 < queued <= bound + batch_bytes, f"{queued} bytes of answers queued"
+            assert connection.answers.held == 0
+            read = sum(answered)
+            assert read <= bound + batch_bytes + in_kernel, f"{read} bytes of records read for answers"
+            answer = await other.Fetch(consumer_fetch(1 << 20), timeout=10)
+            assert len(answer.topics[0].partitions[0].records) > 3 * (256 << 10)
+        finally:
+            other.close()
+            writer.close()
+            await server.close()
 
     run(body())

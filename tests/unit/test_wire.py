@@ -20,7 +20,7 @@ from raftka.v1 import controller_pb2
 from raftka.wire import frames
 from raftka.wire.client import BrokerClient, Connection, WireError
 from raftka.wire.frames import FrameDecoder, FrameError
-from raftka.wire.server import FrameServer, Handler
+from raftka.wire.server import FrameServer, Handler, Listener
 
 E = controller_pb2.ErrorCode
 
@@ -330,5 +330,63 @@ def test_an_unreachable_broker_is_unavailable() -> None:
         with pytest.raises(WireError) as err:
             await client.Metadata(pb.MetadataRequest(), timeout=5)
         assert err.value.code == "UNAVAILABLE" and f"127.0.0.1:{port}" in err.value.message
+
+    run(scenario)
+
+
+class HeadWaits:
+    """An ordered protocol whose request of one zero byte waits for ``release`` and whose
+    every answer is 1 MiB: the answers after it finish and wait for their turn."""
+
+    ordered = True
+    answer_bytes = 1 << 20
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.finished = 0
+
+    def dispatch(self, frame: memoryview) -> Any:
+        return self._answer(slow=frame[0] == 0)
+
+    async def _answer(self, slow: bool) -> bytes:
+        if slow:
+            await self.release.wait()
+        self.finished += 1
+        return b"\x01" * self.answer_bytes
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def test_answers_waiting_behind_a_slow_one_count_as_unsent_and_stop_reading() -> None:
+    """Ordered answers finished behind a slow first one are held in memory, not in the
+    write buffer: at 4 MiB of them the connection is not read, as for unsent answers."""
+
+    async def scenario() -> None:
+        dispatcher = HeadWaits()
+        listener = Listener(dispatcher, name="test")
+        port = await listener.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(struct.pack(">I", 1) + b"\x00")  # the slow one
+            await until(lambda: len(listener.connections) == 1, "the connection")
+            (connection,) = listener.connections
+            transport = connection._transport
+            for sent in range(1, 5):
+                writer.write(struct.pack(">I", 1) + b"\x01")
+                await until(lambda sent=sent: dispatcher.finished == sent, f"answer {sent} finished")
+            assert connection.queued_answer_bytes() == 4 * HeadWaits.answer_bytes
+            assert not transport.is_reading(), "4 MiB of answers wait: the connection is not read"
+            dispatcher.release.set()
+            received = await reader.readexactly(5 * HeadWaits.answer_bytes)
+            assert received == b"\x01" * (5 * HeadWaits.answer_bytes)
+            await until(transport.is_reading, "reading again once the answers are sent")
+        finally:
+            writer.close()
+            await listener.close()
 
     run(scenario)
