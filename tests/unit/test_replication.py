@@ -37,6 +37,7 @@ E = controller_pb2.ErrorCode
 TOPIC_NAME = "t"
 TOPIC_ID = uuid.UUID(int=7).bytes
 LAG_MS = 30_000
+INCARNATION = "x"
 
 
 class Clock:
@@ -50,14 +51,14 @@ class Clock:
 class Node:
     """One broker: its logs, replica manager and follower fetch state."""
 
-    def __init__(self, broker_id: int, root: Path, clock: Clock) -> None:
+    def __init__(self, broker_id: int, root: Path, clock: Clock, incarnation: str = INCARNATION) -> None:
         self.broker_id = broker_id
         self.isr_requests: list[tuple[int, ...]] = []
         self.logs = LogManager(root / f"broker-{broker_id}")
         self.logs.open_all()
         config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
         self.fetch = FollowerFetch(broker_id, config, lambda: 1, lambda p: None)
-        self.roles = BrokerPartitions(broker_id)
+        self.roles = BrokerPartitions(broker_id, incarnation)
         self.replicas = ReplicaManager(
             broker_id,
             self.logs,
@@ -85,8 +86,10 @@ class Node:
 
 class Cluster:
     def __init__(self, root: Path, min_isr: int = 1) -> None:
+        self.root = root
         self.clock = Clock()
         self.nodes = {b: Node(b, root, self.clock) for b in (1, 2, 3)}
+        self.incarnations = dict.fromkeys(self.nodes, INCARNATION)  # what the image registers
         self.state = PartitionState(
             replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=0, partition_epoch=0
         )
@@ -99,7 +102,12 @@ class Cluster:
         self.state = dataclasses.replace(self.state, **changes)
         brokers = {
             b: BrokerRegistration(
-                b, "x", 1, (Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),), "", b in self.fenced
+                b,
+                self.incarnations[b],
+                1,
+                (Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
+                "",
+                b in self.fenced,
             )
             for b in self.nodes
         }
@@ -112,6 +120,12 @@ class Cluster:
         )
         for node in self.nodes.values():
             node.adopt(image)
+
+    def restart_wiped(self, broker_id: int, incarnation: str) -> Node:
+        """A new process for ``broker_id`` on an empty disk, given the current image."""
+        node = self.nodes[broker_id] = Node(broker_id, self.root / incarnation, self.clock, incarnation)
+        self.publish()
+        return node
 
     def elect(self, leader: int, isr: tuple[int, ...]) -> None:
         self.publish(
@@ -193,6 +207,81 @@ def test_a_follower_that_diverges_over_several_epochs_converges(tmp_path: Path) 
         await cluster.nodes[3].replicas.produce(produce_request([b"z"], acks=1))
         await cluster.catch_up(1, 2)
         assert n1.values() == n2.values() == cluster.nodes[3].values() == [b"a", b"z"]
+
+    run(body())
+
+
+async def committed_everywhere(cluster: Cluster, values: list[bytes]) -> None:
+    """acks=all on leader 1, then every follower has the records and knows they are committed."""
+    pending = asyncio.create_task(cluster.nodes[1].replicas.produce(produce_request(values)))
+    await asyncio.sleep(0)  # appended, waiting for the ISR
+    await cluster.catch_up(2, 3)
+    assert result_of(await pending).error == E.NONE
+    for node in cluster.nodes.values():
+        assert (node.values(), node.partition.high_watermark) == (values, len(values))
+
+
+def test_a_restarted_broker_takes_no_role_until_this_incarnation_is_registered_and_unfenced(
+    tmp_path: Path,
+) -> None:
+    """Broker 1, the leader, restarts on an empty disk while the image still registers its
+    previous process and names it leader at epoch 0: it neither leads nor follows, refuses
+    produce and fetch, and its followers keep every committed record."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path, min_isr=2)
+        committed = [b"a", b"b", b"c"]
+        await committed_everywhere(cluster, committed)
+
+        restarted = cluster.restart_wiped(1, "restarted")
+        assert restarted.partition is None
+        refused = result_of(await restarted.replicas.produce(produce_request([b"d"])))
+        assert refused.error == E.NOT_LEADER_OR_FOLLOWER
+        assert "not registered and unfenced" in refused.message
+        for follower in (2, 3):
+            answer = (await cluster.replicate(follower)).topics[0].partitions[0]
+            assert answer.error == E.NOT_LEADER_OR_FOLLOWER and not answer.HasField("diverging_epoch")
+            node = cluster.nodes[follower]
+            assert (node.values(), node.partition.high_watermark) == (committed, 3)
+
+        # Its registration: the controller moved the leadership away (epoch 1), fenced.
+        cluster.incarnations[1] = "restarted"
+        cluster.fenced.add(1)
+        cluster.elect(2, (2, 3))
+        assert restarted.partition is None, "registered but fenced: still nothing"
+        cluster.fenced.discard(1)
+        cluster.publish()
+        assert (restarted.partition.leader_id, restarted.partition.leader_epoch) == (2, 1)
+        await cluster.catch_up(1, 3)
+        assert restarted.values() == committed
+
+    run(body())
+
+
+def test_a_follower_refuses_to_truncate_committed_records_when_its_leader_lost_its_own_epoch(
+    tmp_path: Path,
+) -> None:
+    """The leader comes back on an empty disk as the same registered process, so it leads
+    epoch 0 again and tells its followers that their whole log diverges: they keep what is
+    committed and stall until the leader epoch moves."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path, min_isr=2)
+        committed = [b"a", b"b", b"c"]
+        await committed_everywhere(cluster, committed)
+
+        emptied = cluster.restart_wiped(1, INCARNATION)
+        assert emptied.partition.is_leader and emptied.partition.log.log_end_offset == 0
+        for follower in (2, 3):
+            answer = (await cluster.replicate(follower)).topics[0].partitions[0]
+            assert answer.diverging_epoch.end_offset < 0, answer
+            node = cluster.nodes[follower]
+            assert (node.values(), node.partition.high_watermark) == (committed, 3)
+            assert node.partition not in node.fetch.partitions, "stalled, not fetching again"
+
+        cluster.elect(2, (2, 3))  # the controller moves the leadership: fetching resumes
+        await cluster.catch_up(1, 3)
+        assert emptied.values() == cluster.nodes[3].values() == committed
 
     run(body())
 
