@@ -32,10 +32,16 @@ def register(
 ) -> Plan:
     """``next_offset``: where the batch will start, so the epoch (the registration's own
     offset) is known now; the registration is the batch's last record.
-    ``has_live_session``: the id's current registration still heartbeats. Another
-    incarnation claiming it then is a second process with the same id (Kafka's
-    DUPLICATE_BROKER_REGISTRATION), refused so the two cannot replace each other in turn;
-    a retry of the same incarnation, or a restart once the old session lapsed, is not."""
+
+    ``has_live_session``: the id's current registration still heartbeats. A new
+    incarnation with the same listeners is that broker restarted before its session ran
+    out (two live processes cannot listen on one address): it replaces the old one at
+    once, so the partitions the old one led get new leaders now, not a session timeout
+    later. With other listeners it is taken for a second process using the id (Kafka's
+    DUPLICATE_BROKER_REGISTRATION) and refused, so the two cannot replace each other in
+    turn; it may register once the old session lapses. Either way the old incarnation
+    leaves every ISR it is not the last member of, and each partition it led elects
+    another ISR member in a new leader epoch, in the registration's own batch."""
     response = controller_pb2.BrokerRegistrationResponse()
     problem = _registration_problem(image, request)
     if problem is not None:
@@ -46,15 +52,16 @@ def register(
         and not existing.fenced
         and has_live_session
         and existing.incarnation_id != request.incarnation_id
+        and not _same_listeners(existing, request)
     ):
         return refuse(
             response,
             ErrorCode.DUPLICATE_BROKER_REGISTRATION,
             f"broker_id: {request.broker_id} is registered by a live incarnation "
-            f"({existing.incarnation_id}); another process may be using this id",
+            f"({existing.incarnation_id}) with other listeners; another process may be using this id",
         )
     records = []
-    if request.broker_id in image.brokers:  # a new incarnation replaces the old, which leaves its ISRs
+    if existing is not None:  # a new registration starts fenced: the old one leaves its ISRs
         records += elections.remove_broker(image, request.broker_id)
     response.broker_epoch = next_offset + len(records)
     registration = metadata_pb2.RegisterBrokerRecord(
@@ -67,6 +74,11 @@ def register(
     )
     records.append(MetadataRecord(register_broker=registration))
     return Plan(response, records)
+
+
+def _same_listeners(existing: BrokerRegistration, request: controller_pb2.BrokerRegistrationRequest) -> bool:
+    ours = {(e.name, e.host, e.port) for e in existing.endpoints}
+    return ours == {(e.name, e.host, e.port) for e in request.listeners}
 
 
 def _registration_problem(

@@ -386,7 +386,17 @@ class QuorumController:
     ) -> controller_pb2.BrokerRegistrationResponse:
         def plan(image: MetadataImage) -> Plan:
             live = self._sessions.is_live(request.broker_id, self._clock())
-            return broker_ops.register(image, request, self._node.log_end_offset, has_live_session=live)
+            made = broker_ops.register(image, request, self._node.log_end_offset, has_live_session=live)
+            old = image.brokers.get(request.broker_id)
+            if live and not made.failed and old is not None and not old.fenced:
+                self._log.info(
+                    "broker registered again before its session ended: the old registration leaves its roles",
+                    broker_id=request.broker_id,
+                    incarnation_id=request.incarnation_id,
+                    replaced=old.incarnation_id,
+                    partition_changes=len(made.records) - 1,
+                )
+            return made
 
         def planned(made: Plan) -> None:
             if not made.failed:
