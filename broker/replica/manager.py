@@ -110,6 +110,7 @@ class ReplicaManager:
         if changes.started:  # every role this incarnation has: any other log found at start is a stray
             self._serving = True
             self._logs.remove_strays({p.name for p in self._partitions.values()})
+            self._checkpointed_high_watermarks.clear()
         if configs_changed:
             for partition in self._partitions.values():
                 partition.log.update_config(self.log_config(partition.topic))
@@ -491,7 +492,10 @@ class ReplicaManager:
     # upkeep -----------------------------------------------------------------------------
 
     def high_watermarks(self) -> dict[str, int]:
-        return {p.name: p.high_watermark for p in self._partitions.values()}
+        """What to checkpoint. Before this incarnation serves, the checkpoint read at start
+        stands too: a broker stopped again before it serves must not forget them."""
+        current = {p.name: p.high_watermark for p in self._partitions.values()}
+        return current if self._serving else {**self._checkpointed_high_watermarks, **current}
 
     def fail_reads_of(self, partition: Partition) -> None:
         """A follower's log moved under it (truncation): nothing parked reads stale state."""

@@ -51,7 +51,14 @@ class Clock:
 class Node:
     """One broker: its logs, replica manager and follower fetch state."""
 
-    def __init__(self, broker_id: int, root: Path, clock: Clock, incarnation: str = INCARNATION) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        root: Path,
+        clock: Clock,
+        incarnation: str = INCARNATION,
+        high_watermarks: dict[str, int] | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.isr_requests: list[tuple[int, ...]] = []
         self.logs = LogManager(root / f"broker-{broker_id}")
@@ -66,7 +73,7 @@ class Node:
             request_isr_change=lambda p, isr: self.isr_requests.append(isr),
             on_follow=lambda p: self.fetch.partitions.__setitem__(p, 0.0),
             on_stop_following=lambda p: self.fetch.partitions.pop(p, None),
-            high_watermarks={},
+            high_watermarks=high_watermarks or {},
             clock_ms=clock,
         )
 
@@ -100,6 +107,11 @@ class Cluster:
     def publish(self, **changes: object) -> None:
         """A metadata image with the partition changed as given, adopted by every broker."""
         self.state = dataclasses.replace(self.state, **changes)
+        image = self.image()
+        for node in self.nodes.values():
+            node.adopt(image)
+
+    def image(self) -> MetadataImage:
         brokers = {
             b: BrokerRegistration(
                 b,
@@ -111,15 +123,13 @@ class Cluster:
             )
             for b in self.nodes
         }
-        image = MetadataImage(
+        return MetadataImage(
             offset=10,
             brokers=frozen(brokers),
             topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen({0: self.state}))}),
             topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
             configs=frozen({(TOPIC, TOPIC_NAME): frozen({"min.insync.replicas": str(self.min_isr)})}),
         )
-        for node in self.nodes.values():
-            node.adopt(image)
 
     def restart_wiped(self, broker_id: int, incarnation: str) -> Node:
         """A new process for ``broker_id`` on an empty disk, given the current image."""
@@ -284,6 +294,19 @@ def test_a_follower_refuses_to_truncate_committed_records_when_its_leader_lost_i
         assert emptied.values() == cluster.nodes[3].values() == committed
 
     run(body())
+
+
+def test_the_checkpointed_high_watermarks_stand_until_the_broker_serves(tmp_path: Path) -> None:
+    """Checkpointing only the partitions served would write an empty checkpoint while the
+    broker waits for its registration, forgetting every high watermark should it stop."""
+    cluster = Cluster(tmp_path)
+    found = {f"{TOPIC_NAME}-0": 3, "deleted-0": 5}
+    node = Node(1, tmp_path / "restarted", cluster.clock, "restarted", high_watermarks=found)
+    node.adopt(cluster.image())  # registers the previous process
+    assert node.replicas.high_watermarks() == found
+    cluster.incarnations[1] = "restarted"
+    node.adopt(cluster.image())
+    assert node.replicas.high_watermarks() == {f"{TOPIC_NAME}-0": 0}, "its log is empty; the stray is gone"
 
 
 def test_the_high_watermark_never_goes_back_on_any_broker(tmp_path: Path) -> None:
