@@ -8,8 +8,8 @@ leader at its old leader epoch, and a restarted broker acting on that (after a l
 or an unflushed tail) would lead records it no longer has and tell its followers to
 truncate what was committed. The controller moves the old incarnation's leaderships (a
 new leader epoch) when the new one registers, and unfences it once it has replayed the
-log up to its registration, so the first image this broker serves names only roles given
-to this incarnation. From then on it serves for the life of the process.
+log up to its registration, so any leadership in the first image this broker serves was
+given to this incarnation. From then on it serves for the life of the process.
 ``BrokerPartitions.update`` turns each new image into the role changes since the last
 one, which is the hook the data plane (partition logs, produce/fetch, replica fetchers)
 plugs into: become leader at an epoch, follow a (new) leader at an epoch, stop serving

@@ -7,11 +7,11 @@ votes. Committed batches are replayed into a ``MetadataStateMachine``; every new
 becomes role changes in ``BrokerPartitions``, which the replica manager turns into
 leaders and followers of partition logs, once the image holds this process's own
 registration unfenced (until then produce and fetch are answered NOT_LEADER_OR_FOLLOWER);
-the lifecycle task registers the broker and heartbeats the active controller. The data API (``raftka.broker.data_service``) is served on
-the broker's data listener (``broker.data_listener``, the raw-TCP data protocol of
-``wire``) for producers, consumers and followers, on its Kafka listener
-(``kafka.listener``, ``raftka.broker.kafka``) for Kafka's own clients, and on the node's gRPC
-server for tools.
+the lifecycle task registers the broker and heartbeats the active controller. The data
+API (``raftka.broker.data_service``) is served on the broker's data listener
+(``broker.data_listener``, the raw-TCP data protocol of ``wire``) for producers,
+consumers and followers, on its Kafka listener (``kafka.listener``,
+``raftka.broker.kafka``) for Kafka's own clients, and on the node's gRPC server for tools.
 
 SIGTERM or SIGINT is a controlled shutdown: the broker heartbeats ``want_shut_down``
 until the controller has moved its leaderships away, waiting at most
