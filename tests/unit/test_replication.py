@@ -222,11 +222,14 @@ def test_a_follower_that_diverges_over_several_epochs_converges(tmp_path: Path) 
 
 
 async def committed_everywhere(cluster: Cluster, values: list[bytes]) -> None:
-    """acks=all on leader 1, then every follower has the records and knows they are committed."""
-    pending = asyncio.create_task(cluster.nodes[1].replicas.produce(produce_request(values)))
-    await asyncio.sleep(0)  # appended, waiting for the ISR
-    await cluster.catch_up(2, 3)
-    assert result_of(await pending).error == E.NONE
+    """Each value a batch of its own on leader 1, acknowledged once every follower has it,
+    and every follower knows they are committed."""
+    for value in values:
+        pending = asyncio.create_task(cluster.nodes[1].replicas.produce(produce_request([value])))
+        await asyncio.sleep(0)  # appended, waiting for the ISR
+        await cluster.catch_up(2, 3, rounds=2)  # fetched, then acknowledged by the next fetch
+        assert result_of(await pending).error == E.NONE
+    await cluster.catch_up(2, 3, rounds=1)  # the followers learn the last high watermark
     for node in cluster.nodes.values():
         assert (node.values(), node.partition.high_watermark) == (values, len(values))
 
@@ -268,30 +271,37 @@ def test_a_restarted_broker_takes_no_role_until_this_incarnation_is_registered_a
     run(body())
 
 
+@pytest.mark.parametrize("lost", ["disk", "tail"])
 def test_a_follower_refuses_to_truncate_committed_records_when_its_leader_lost_its_own_epoch(
-    tmp_path: Path,
+    tmp_path: Path, lost: str
 ) -> None:
-    """The leader comes back on an empty disk as the same registered process, so it leads
-    epoch 0 again and tells its followers that their whole log diverges: they keep what is
-    committed and stall until the leader epoch moves."""
+    """The leader comes back as the same registered process, on an empty disk or without
+    its unflushed tail, so it leads epoch 0 again and tells its followers that their log
+    diverges below their high watermark: they keep what is committed and stall until the
+    leader epoch moves."""
 
     async def body() -> None:
         cluster = Cluster(tmp_path, min_isr=2)
         committed = [b"a", b"b", b"c"]
         await committed_everywhere(cluster, committed)
 
-        emptied = cluster.restart_wiped(1, INCARNATION)
-        assert emptied.partition.is_leader and emptied.partition.log.log_end_offset == 0
+        if lost == "disk":
+            leader = cluster.restart_wiped(1, INCARNATION)
+        else:
+            leader = cluster.nodes[1]
+            leader.partition.log.truncate_to(1)
+        kept = leader.partition.log.log_end_offset
+        assert leader.partition.is_leader and kept < 3
         for follower in (2, 3):
             answer = (await cluster.replicate(follower)).topics[0].partitions[0]
-            assert answer.diverging_epoch.end_offset < 0, answer
+            assert answer.diverging_epoch.end_offset == (-1 if lost == "disk" else kept), answer
             node = cluster.nodes[follower]
             assert (node.values(), node.partition.high_watermark) == (committed, 3)
             assert node.partition not in node.fetch.partitions, "stalled, not fetching again"
 
         cluster.elect(2, (2, 3))  # the controller moves the leadership: fetching resumes
         await cluster.catch_up(1, 3)
-        assert emptied.values() == cluster.nodes[3].values() == committed
+        assert leader.values() == cluster.nodes[3].values() == committed
 
     run(body())
 
