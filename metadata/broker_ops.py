@@ -32,16 +32,11 @@ def register(
 ) -> Plan:
     """``next_offset``: where the batch will start, so the epoch (the registration's own
     offset) is known now; the registration is the batch's last record.
-
-    ``has_live_session``: the id's current registration still heartbeats. A new
-    incarnation with the same listeners is that broker restarted before its session ran
-    out (two live processes cannot listen on one address): it replaces the old one at
-    once, so the partitions the old one led get new leaders now, not a session timeout
-    later. With other listeners it is taken for a second process using the id (Kafka's
-    DUPLICATE_BROKER_REGISTRATION) and refused, so the two cannot replace each other in
-    turn; it may register once the old session lapses. Either way the old incarnation
-    leaves every ISR it is not the last member of, and each partition it led elects
-    another ISR member in a new leader epoch, in the registration's own batch."""
+    ``has_live_session``: the id's current registration still heartbeats. Another
+    incarnation claiming it then is a second process with the same id (Kafka's
+    DUPLICATE_BROKER_REGISTRATION), refused so the two cannot replace each other in turn;
+    a retry of the same incarnation, or a restart once the old session lapsed, is not. (A
+    restart before then, ``restarted``, has the controller fence the old one first.)"""
     response = controller_pb2.BrokerRegistrationResponse()
     problem = _registration_problem(image, request)
     if problem is not None:
@@ -52,16 +47,15 @@ def register(
         and not existing.fenced
         and has_live_session
         and existing.incarnation_id != request.incarnation_id
-        and not _same_listeners(existing, request)
     ):
         return refuse(
             response,
             ErrorCode.DUPLICATE_BROKER_REGISTRATION,
             f"broker_id: {request.broker_id} is registered by a live incarnation "
-            f"({existing.incarnation_id}) with other listeners; another process may be using this id",
+            f"({existing.incarnation_id}); another process may be using this id",
         )
     records = []
-    if existing is not None:  # a new registration starts fenced: the old one leaves its ISRs
+    if request.broker_id in image.brokers:  # a new incarnation replaces the old, which leaves its ISRs
         records += elections.remove_broker(image, request.broker_id)
     response.broker_epoch = next_offset + len(records)
     registration = metadata_pb2.RegisterBrokerRecord(
@@ -76,9 +70,24 @@ def register(
     return Plan(response, records)
 
 
-def _same_listeners(existing: BrokerRegistration, request: controller_pb2.BrokerRegistrationRequest) -> bool:
-    ours = {(e.name, e.host, e.port) for e in existing.endpoints}
-    return ours == {(e.name, e.host, e.port) for e in request.listeners}
+def restarted(
+    image: MetadataImage, request: controller_pb2.BrokerRegistrationRequest, *, has_live_session: bool
+) -> BrokerRegistration | None:
+    """The live registration that ``request`` comes to replace, if it is the same broker
+    restarted before its session ran out: a new incarnation with the same listeners (two
+    live processes cannot listen on one address; other listeners are a duplicate id).
+    None for anything else, an invalid request included."""
+    existing = image.brokers.get(request.broker_id)
+    if (
+        existing is None
+        or existing.fenced
+        or not has_live_session
+        or existing.incarnation_id == request.incarnation_id
+        or _registration_problem(image, request) is not None
+    ):
+        return None
+    listeners = {(e.name, e.host, e.port) for e in request.listeners}
+    return existing if listeners == {(e.name, e.host, e.port) for e in existing.endpoints} else None
 
 
 def _registration_problem(

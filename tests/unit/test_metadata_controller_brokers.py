@@ -290,6 +290,14 @@ def test_a_broker_restarted_within_its_session_replaces_its_old_incarnation_at_o
         before = partitions_of(member.image, "t")
         led = {p for p, s in before.items() if s.leader == 101}
         assert led, before
+        invalid = pb.BrokerRegistrationRequest(
+            broker_id=101,
+            incarnation_id="restarted",
+            listeners=[metadata_pb2.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=9101)],
+            rack="r" * 256,
+        )
+        refused = await refused_without_append(member, c.register_broker(invalid))
+        assert refused.status.error == E.INVALID_REQUEST and not member.image.brokers[101].fenced
         epoch = await register(c, 101, incarnation="restarted")  # no session time has passed
         image = member.image
         assert image.brokers[101].fenced and image.brokers[101].incarnation_id == "restarted"
