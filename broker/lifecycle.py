@@ -5,8 +5,11 @@ broker back to REGISTERING):
 
 - REGISTERING: ask the active controller for a registration, with this process's fresh
   incarnation id, until it answers with a broker epoch (the offset of the registration
-  record). DUPLICATE_BROKER_REGISTRATION means the previous incarnation's session has
-  not expired yet: keep asking, it will.
+  record). A previous incarnation with the same listeners is replaced at once (its
+  leaderships move); DUPLICATE_BROKER_REGISTRATION means a live incarnation with other
+  listeners holds the id: keep asking, its session runs out if it is dead. The broker
+  serves no partition until the image holds this registration unfenced
+  (``raftka.broker.partitions``).
 - FENCED: registered, heartbeating with the offset of the last metadata record it has
   replayed (Kafka's ``currentMetadataOffset``; -1 before any); the controller unfences
   the broker once that offset reaches its registration record, the broker epoch.

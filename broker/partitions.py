@@ -2,6 +2,14 @@
 
 A broker is a replica of a partition when the image lists it in the partition's
 replicas; it leads the partition when the image names it leader, and follows otherwise.
+But it takes no role at all until the image holds this process's own registration (its
+incarnation id), unfenced. Until then the image may still name the previous incarnation
+leader at its old leader epoch, and a restarted broker acting on that (after a lost disk
+or an unflushed tail) would lead records it no longer has and tell its followers to
+truncate what was committed. The controller moves the old incarnation's leaderships (a
+new leader epoch) when the new one registers, and unfences it once it has replayed the
+log up to its registration, so any leadership in the first image this broker serves was
+given to this incarnation. From then on it serves for the life of the process.
 ``BrokerPartitions.update`` turns each new image into the role changes since the last
 one, which is the hook the data plane (partition logs, produce/fetch, replica fetchers)
 plugs into: become leader at an epoch, follow a (new) leader at an epoch, stop serving
@@ -61,21 +69,33 @@ class RoleChanges:
     moved appears again even if its role did not: a follower must then fetch from the
     new leader and truncate by leader epoch, a leader must fence older epochs. A leader's
     partition also appears when only its partition epoch moved (an ISR change committed),
-    which is the answer to its AlterPartition."""
+    which is the answer to its AlterPartition. ``started``: the first changes this
+    incarnation serves, so every role it has is in them."""
 
     leading: tuple[PartitionRole, ...] = ()
     following: tuple[PartitionRole, ...] = ()
     stopped: tuple[StoppedPartition, ...] = ()
+    started: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.leading or self.following or self.stopped)
 
 
+def _registered_and_unfenced(image: MetadataImage, broker_id: int, incarnation_id: str) -> bool:
+    """The image holds this incarnation's registration, unfenced."""
+    registration = image.brokers.get(broker_id)
+    return (
+        registration is not None and registration.incarnation_id == incarnation_id and not registration.fenced
+    )
+
+
 class BrokerPartitions:
     """The partitions one broker serves, kept up to date image by image."""
 
-    def __init__(self, broker_id: int) -> None:
+    def __init__(self, broker_id: int, incarnation_id: str) -> None:
         self.broker_id = broker_id
+        self.incarnation_id = incarnation_id
+        self.serving = False  # this incarnation has been seen registered and unfenced
         self._topics: Mapping[bytes, TopicImage] = MappingProxyType({})
         self._roles: dict[bytes, dict[int, PartitionRole]] = {}  # topic id -> partition -> role
 
@@ -94,7 +114,12 @@ class BrokerPartitions:
 
     def update(self, image: MetadataImage) -> RoleChanges:
         """Adopt ``image``; return how this broker's roles changed since the last one."""
-        if image.topics_by_id is self._topics:  # e.g. an offset commit: no topic changed
+        started = not self.serving
+        if started:
+            if not _registered_and_unfenced(image, self.broker_id, self.incarnation_id):
+                return RoleChanges()
+            self.serving = True
+        elif image.topics_by_id is self._topics:  # e.g. an offset commit: no topic changed
             return RoleChanges()
         leading: list[PartitionRole] = []
         following: list[PartitionRole] = []
@@ -123,7 +148,7 @@ class BrokerPartitions:
                 for partition_id in self._roles.pop(topic_id, {}):
                     stopped.append(StoppedPartition(topic.name, topic_id, partition_id, deleted=True))
         self._topics = image.topics_by_id
-        return RoleChanges(tuple(leading), tuple(following), tuple(stopped))
+        return RoleChanges(tuple(leading), tuple(following), tuple(stopped), started)
 
     def _role(self, topic: TopicImage, partition_id: int, state: PartitionState) -> PartitionRole | None:
         if self.broker_id not in state.replicas:

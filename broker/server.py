@@ -5,12 +5,13 @@ The broker runs the same RaftCore as the controllers, with a node id outside the
 set, so it only fetches the metadata log (and snapshots) from the leader and never
 votes. Committed batches are replayed into a ``MetadataStateMachine``; every new image
 becomes role changes in ``BrokerPartitions``, which the replica manager turns into
-leaders and followers of partition logs; the lifecycle task registers the broker and
-heartbeats the active controller. The data API (``raftka.broker.data_service``) is served on
-the broker's data listener (``broker.data_listener``, the raw-TCP data protocol of
-``wire``) for producers, consumers and followers, on its Kafka listener
-(``kafka.listener``, ``raftka.broker.kafka``) for Kafka's own clients, and on the node's gRPC
-server for tools.
+leaders and followers of partition logs, once the image holds this process's own
+registration unfenced (until then produce and fetch are answered NOT_LEADER_OR_FOLLOWER);
+the lifecycle task registers the broker and heartbeats the active controller. The data
+API (``raftka.broker.data_service``) is served on the broker's data listener
+(``broker.data_listener``, the raw-TCP data protocol of ``wire``) for producers,
+consumers and followers, on its Kafka listener (``kafka.listener``,
+``raftka.broker.kafka``) for Kafka's own clients, and on the node's gRPC server for tools.
 
 SIGTERM or SIGINT is a controlled shutdown: the broker heartbeats ``want_shut_down``
 until the controller has moved its leaderships away, waiting at most
@@ -126,9 +127,7 @@ class DataPlane:
     """The partition logs and their replication, the group coordinator, and the periodic
     work they need."""
 
-    def __init__(
-        self, config: NodeConfig, link: ControllerLink, broker_epoch: Callable[[], int], incarnation_id: str
-    ) -> None:
+    def __init__(self, config: NodeConfig, link: ControllerLink, broker_epoch: Callable[[], int]) -> None:
         broker = config.broker
         if broker.group_max_size > GROUP_MEMBERS_MAX:
             raise ServerError(
@@ -171,7 +170,6 @@ class DataPlane:
             on_follow=self.fetchers.follow,
             on_stop_following=self.fetchers.stop_following,
             high_watermarks=self.logs.read_high_watermarks(),
-            incarnation_id=incarnation_id,
         )
         self.producer_ids = ProducerIdManager(link, config.node_id, broker_epoch)
         self._producer_id_expiration_ms = config.broker.producer_id_expiration_ms
@@ -245,16 +243,18 @@ async def start_broker(config: NodeConfig) -> Broker:
     node: RaftNode
     lifecycle: BrokerLifecycle
     state_machine = MetadataStateMachine(config.metadata, lambda snapshot: node.save_snapshot(snapshot))
-    partitions = BrokerPartitions(config.node_id)
+    incarnation_id = new_incarnation_id()
+    partitions = BrokerPartitions(config.node_id, incarnation_id)
     link = ControllerLink(
         addresses, lambda: node.leadership.leader_id, CONTROLLER_REQUEST_TIMEOUT_S, config.tls
     )
-    incarnation_id = new_incarnation_id()
-    data = DataPlane(config, link, lambda: lifecycle.broker_epoch, incarnation_id)
+    data = DataPlane(config, link, lambda: lifecycle.broker_epoch)
     roles_log = log.bind(node_id=config.node_id, role="broker")  # runs in raft's callbacks: bind here
 
     def adopt(image: MetadataImage) -> None:
         changes = partitions.update(image)
+        if changes.started:
+            roles_log.info("registered and unfenced: serving partitions", offset=image.offset)
         log_role_changes(roles_log, changes)
         data.replicas.apply(image, changes)
         data.groups.update(image)

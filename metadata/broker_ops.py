@@ -35,7 +35,8 @@ def register(
     ``has_live_session``: the id's current registration still heartbeats. Another
     incarnation claiming it then is a second process with the same id (Kafka's
     DUPLICATE_BROKER_REGISTRATION), refused so the two cannot replace each other in turn;
-    a retry of the same incarnation, or a restart once the old session lapsed, is not."""
+    a retry of the same incarnation, or a restart once the old session lapsed, is not. (A
+    restart before then, ``restarted``, has the controller fence the old one first.)"""
     response = controller_pb2.BrokerRegistrationResponse()
     problem = _registration_problem(image, request)
     if problem is not None:
@@ -67,6 +68,26 @@ def register(
     )
     records.append(MetadataRecord(register_broker=registration))
     return Plan(response, records)
+
+
+def restarted(
+    image: MetadataImage, request: controller_pb2.BrokerRegistrationRequest, *, has_live_session: bool
+) -> BrokerRegistration | None:
+    """The live registration that ``request`` comes to replace, if it is the same broker
+    restarted before its session ran out: a new incarnation with the same listeners (two
+    live processes cannot listen on one address; other listeners are a duplicate id).
+    None for anything else, an invalid request included."""
+    existing = image.brokers.get(request.broker_id)
+    if (
+        existing is None
+        or existing.fenced
+        or not has_live_session
+        or existing.incarnation_id == request.incarnation_id
+        or _registration_problem(image, request) is not None
+    ):
+        return None
+    listeners = {(e.name, e.host, e.port) for e in request.listeners}
+    return existing if listeners == {(e.name, e.host, e.port) for e in existing.endpoints} else None
 
 
 def _registration_problem(

@@ -395,7 +395,31 @@ class QuorumController:
                 self._sessions.touch(request.broker_id, self._clock())
                 self._shutting_down.discard(request.broker_id)
 
+        await self._fence_previous_incarnation(request)
         return await self._write(controller_pb2.BrokerRegistrationResponse, plan, request, planned)
+
+    async def _fence_previous_incarnation(self, request: controller_pb2.BrokerRegistrationRequest) -> None:
+        """A broker restarted before its session ran out (``broker_ops.restarted``): its
+        previous incarnation is gone, so its session ends now and it is fenced as an
+        expired one is, in steps, before the new one registers. The partitions it led get
+        new leaders in new leader epochs at once, not a session timeout later, and the
+        image never names the dead process leader when the new one starts serving.
+        (Kafka refuses such a registration until the session lapses.)"""
+        image = self.latest_image
+        if image is None or self._out_of_bounds(request) is not None:
+            return  # _write answers
+        live = self._sessions.is_live(request.broker_id, self._clock())
+        previous = broker_ops.restarted(image, request, has_live_session=live)
+        if previous is None:
+            return
+        self._log.info(
+            "broker restarted before its session ended: fencing its previous incarnation",
+            broker_id=request.broker_id,
+            incarnation_id=request.incarnation_id,
+            previous_incarnation_id=previous.incarnation_id,
+        )
+        self._sessions.end(request.broker_id, self._clock())
+        await self._fence_expired(request.broker_id)
 
     async def broker_heartbeat(
         self, request: controller_pb2.BrokerHeartbeatRequest
@@ -539,22 +563,29 @@ class QuorumController:
         for broker_id in self._sessions.expired(self._clock()):
             if self._still_expiring(broker_id):
                 self._log.info("broker session expired: fencing it", broker_id=broker_id)
-            while self._still_expiring(broker_id):
-                step = await self._write(controller_pb2.BrokerHeartbeatResponse, self._expiry_step(broker_id))
-                if step.status.error != ErrorCode.NONE:
-                    return
-            image = self.latest_image
-            if image is None:
+            if not await self._fence_expired(broker_id):
                 return
-            broker = image.brokers.get(broker_id)
-            if broker is None or broker.fenced:
-                self._sessions.forget(broker_id)
         if self._clock() >= self._next_offset_expiry_ms:
             self._next_offset_expiry_ms = self._clock() + OFFSET_EXPIRY_INTERVAL_MS
             await self._write(controller_pb2.OffsetCommitResponse, self._expire_offsets)
         if self._leader_rebalance_interval_ms and self._clock() >= self._next_leader_rebalance_ms:
             self._next_leader_rebalance_ms = self._clock() + self._leader_rebalance_interval_ms
             await self._write(controller_pb2.ElectLeadersResponse, self._rebalance_leaders)
+
+    async def _fence_expired(self, broker_id: int) -> bool:
+        """Fence a broker whose session has ended, one step per batch (``broker_ops.fence``);
+        False if this controller could not write."""
+        while self._still_expiring(broker_id):
+            step = await self._write(controller_pb2.BrokerHeartbeatResponse, self._expiry_step(broker_id))
+            if step.status.error != ErrorCode.NONE:
+                return False
+        image = self.latest_image
+        if image is None:
+            return False
+        broker = image.brokers.get(broker_id)
+        if broker is None or broker.fenced:
+            self._sessions.forget(broker_id)
+        return True
 
     def _rebalance_leaders(self, image: MetadataImage) -> Plan:
         """Kafka's auto leader rebalance: every partition whose preferred replica is back

@@ -51,6 +51,11 @@ class BrokerSessions:
         if broker_id in self._deadlines:
             self.touch(broker_id, now_ms)
 
+    def end(self, broker_id: int, now_ms: int) -> None:
+        """The broker is known to be gone (it restarted): its session ends now."""
+        if broker_id in self._deadlines:
+            self._deadlines[broker_id] = now_ms
+
     def forget(self, broker_id: int) -> None:
         self._deadlines.pop(broker_id, None)
 

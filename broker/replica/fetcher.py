@@ -9,7 +9,11 @@ still follows that leader at the epoch the request was sent with:
   high watermark follows the leader's as far as the local log reaches;
 - a diverging epoch truncates the log to where it agrees with the leader's (the
   smaller of the leader's end offset for that epoch and our own), never to the high
-  watermark alone; the next fetch checks again from there;
+  watermark alone; the next fetch checks again from there. Except when our last batch
+  is of the epoch the leader leads now and the cut would go below our high watermark:
+  a leader never loses records of its own epoch but with its disk, so it would take
+  committed records with it. The partition stalls instead (logged once), until the
+  metadata gives it a new leader epoch;
 - an offset out of range means the leader's log starts after ours ends (retention):
   the log restarts empty at the leader's log start;
 - a fenced or unknown leader epoch, or not-leader, waits for the metadata to move.
@@ -149,7 +153,26 @@ class FollowerFetch:
             target = partition.log.log_start_offset  # nothing of that epoch or older on one side
         else:
             target = max(min(diverging.end_offset, local_end), partition.log.log_start_offset)
-        self._truncate(partition, target, f"diverging epoch {diverging.epoch} ends at {diverging.end_offset}")
+        why = f"diverging epoch {diverging.epoch} ends at {diverging.end_offset}"
+        if target < partition.high_watermark and partition.log.latest_epoch == partition.leader_epoch:
+            self._stall(partition, target, why)
+            return
+        self._truncate(partition, target, why)
+
+    def _stall(self, partition: Partition, offset: int, why: str) -> None:
+        """Stop fetching a partition whose leader, in the epoch of our own last batch, says we
+        hold records it does not: it lost them, and following would lose committed ones."""
+        log.error(
+            "refusing to truncate committed records: the leader lost records of its own epoch; "
+            "the partition stalls until its leader epoch moves",
+            partition=partition.name,
+            leader=partition.leader_id,
+            leader_epoch=partition.leader_epoch,
+            offset=offset,
+            high_watermark=partition.high_watermark,
+            reason=why,
+        )
+        self.partitions.pop(partition, None)
 
     def _truncate(self, partition: Partition, offset: int, why: str) -> None:
         if offset < partition.high_watermark:

@@ -86,14 +86,12 @@ class ReplicaManager:
         on_follow: Callable[[Partition], None],
         on_stop_following: Callable[[Partition], None],
         high_watermarks: Mapping[str, int],
-        incarnation_id: str = "",
         clock_ms: Callable[[], int] = _monotonic_ms,
     ) -> None:
         self.local_id = local_id
         self.config = config
         self._clock_ms = clock_ms
-        self._incarnation_id = incarnation_id  # strays are removed once its registration is in the image
-        self._strays_removed = not incarnation_id
+        self._serving = False  # roles have started (``RoleChanges.started``)
         self._logs = logs
         self._request_isr_change = request_isr_change
         self._on_follow = on_follow
@@ -134,11 +132,10 @@ class ReplicaManager:
             self._isolated(role, "lead", lambda r: self._lead(r, now))
         for role in changes.following:
             self._isolated(role, "follow", self._follow)
-        if not self._strays_removed:
-            registration = image.brokers.get(self.local_id)
-            if registration is not None and registration.incarnation_id == self._incarnation_id:
-                self._logs.remove_strays({p.name for p in self._partitions.values()})
-                self._strays_removed = True
+        if changes.started:  # every role this incarnation has: any other log found at start is a stray
+            self._serving = True
+            self._logs.remove_strays({p.name for p in self._partitions.values()})
+            self._checkpointed_high_watermarks.clear()
         if configs_changed:
             for partition in self._partitions.values():
                 partition.log.update_config(self.log_config(partition.topic))
@@ -379,11 +376,18 @@ class ReplicaManager:
         return partition
 
     def _not_here(self, topic: str, partition_id: int) -> PartitionError:
-        """UNKNOWN_TOPIC_OR_PARTITION, or NOT_LEADER_OR_FOLLOWER naming the leader the image knows."""
+        """UNKNOWN_TOPIC_OR_PARTITION, or NOT_LEADER_OR_FOLLOWER naming the leader the image knows
+        (none while this broker does not serve yet: the image may still name it)."""
         image_topic = self._image.topic(topic)
         state = None if image_topic is None else image_topic.partitions.get(partition_id)
         if state is None:
             return PartitionError(E.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic}-{partition_id}")
+        if not self._serving:
+            return PartitionError(
+                E.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.local_id} serves no partition yet: this process is not registered "
+                "and unfenced by the controller",
+            )
         return PartitionError(
             E.NOT_LEADER_OR_FOLLOWER,
             f"broker {self.local_id} is not a replica of {topic}-{partition_id}",
@@ -564,7 +568,10 @@ class ReplicaManager:
     # upkeep -----------------------------------------------------------------------------
 
     def high_watermarks(self) -> dict[str, int]:
-        return {p.name: p.high_watermark for p in self._partitions.values()}
+        """What to checkpoint. Before this incarnation serves, the checkpoint read at start
+        stands too: a broker stopped again before it serves must not forget them."""
+        current = {p.name: p.high_watermark for p in self._partitions.values()}
+        return current if self._serving else {**self._checkpointed_high_watermarks, **current}
 
     def fail_reads_of(self, partition: Partition) -> None:
         """A follower's log moved under it (truncation): nothing parked reads stale state."""

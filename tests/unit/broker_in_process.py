@@ -35,6 +35,7 @@ from raftka.wire.server import FrameServer
 from tests.unit.controller_in_memory import ControllerInMemory
 
 BROKER = 101
+INCARNATION = "i"
 GROUP_LIMITS = GroupLimits(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)
 ONE_BROKER_KAFKA = KafkaConfig(auto_create_topics_enable=False, default_replication_factor=1)
 DEFAULT_BROKER_CONFIG = BrokerConfig()
@@ -52,7 +53,7 @@ class InProcessBroker:
             Endpoint(DATA_LISTENER, "127.0.0.1", port),
             Endpoint(KAFKA_LISTENER, "127.0.0.1", kafka_port),
         )
-        self._partitions = BrokerPartitions(BROKER)
+        self._partitions = BrokerPartitions(BROKER, INCARNATION)
 
     def set_topics(self, topics: dict[str, int], configs: dict[str, dict[str, str]] | None = None) -> None:
         """Topic name -> partition count, all led by this broker (ids derive from the name)."""
@@ -62,7 +63,7 @@ class InProcessBroker:
         ids = {name: uuid.uuid5(uuid.NAMESPACE_OID, name).bytes for name in topics}
         image = MetadataImage(
             offset=self.controller.image.offset + 1,
-            brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, self._endpoints, "", False)}),
+            brokers=frozen({BROKER: BrokerRegistration(BROKER, INCARNATION, 1, self._endpoints, "", False)}),
             topics_by_id=frozen(
                 {
                     ids[n]: TopicImage(n, ids[n], frozen(dict.fromkeys(range(c), state)))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from raftka.broker.partitions import BrokerPartitions, Role, RoleChanges, StoppedPartition
-from raftka.metadata.image import MetadataImage, PartitionState, TopicImage, frozen
+from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
 
 ME = 101
+INCARNATION = "this-process"
 ORDERS = b"o" * 16
 CLICKS = b"c" * 16
 
@@ -22,8 +23,13 @@ def topic(name: str, topic_id: bytes, partitions: dict[int, PartitionState]) -> 
     return TopicImage(name, topic_id, frozen(dict(partitions)))
 
 
-def image(*topics: TopicImage) -> MetadataImage:
+def registration(incarnation: str = INCARNATION, fenced: bool = False) -> BrokerRegistration:
+    return BrokerRegistration(ME, incarnation, 7, (), "", fenced)
+
+
+def image(*topics: TopicImage, me: BrokerRegistration | None = None) -> MetadataImage:
     return MetadataImage(
+        brokers=frozen({ME: me or registration()}),
         topics_by_id=frozen({t.topic_id: t for t in topics}),
         topic_ids_by_name=frozen({t.name: t.topic_id for t in topics}),
     )
@@ -38,7 +44,7 @@ def names(changes: RoleChanges) -> tuple[list[str], list[str], list[str]]:
 
 
 def test_first_image_reports_what_this_broker_leads_and_follows() -> None:
-    partitions = BrokerPartitions(ME)
+    partitions = BrokerPartitions(ME, INCARNATION)
     orders = topic(
         "orders",
         ORDERS,
@@ -58,7 +64,7 @@ def test_first_image_reports_what_this_broker_leads_and_follows() -> None:
 
 
 def test_leader_moves_are_reported_and_isr_changes_are_not() -> None:
-    partitions = BrokerPartitions(ME)
+    partitions = BrokerPartitions(ME, INCARNATION)
     partitions.update(
         image(topic("orders", ORDERS, {0: state((101, 102), 101, 0), 1: state((102, 101), 102, 0)}))
     )
@@ -83,7 +89,7 @@ def test_leader_moves_are_reported_and_isr_changes_are_not() -> None:
 
 
 def test_an_image_that_shares_the_topics_reports_nothing() -> None:
-    partitions = BrokerPartitions(ME)
+    partitions = BrokerPartitions(ME, INCARNATION)
     first = image(topic("orders", ORDERS, {0: state((101,), 101)}))
     partitions.update(first)
     assert not partitions.update(dataclasses.replace(first, offset=99))  # same topic mapping
@@ -91,7 +97,7 @@ def test_an_image_that_shares_the_topics_reports_nothing() -> None:
 
 
 def test_reassignment_away_and_topic_deletion_stop_serving() -> None:
-    partitions = BrokerPartitions(ME)
+    partitions = BrokerPartitions(ME, INCARNATION)
     orders = topic("orders", ORDERS, {0: state((101, 102), 101), 1: state((102, 101), 102)})
     clicks = topic("clicks", CLICKS, {0: state((101,), 101)})
     partitions.update(image(orders, clicks))
@@ -107,9 +113,27 @@ def test_reassignment_away_and_topic_deletion_stop_serving() -> None:
 
 
 def test_a_recreated_topic_is_a_new_topic() -> None:
-    partitions = BrokerPartitions(ME)
+    partitions = BrokerPartitions(ME, INCARNATION)
     partitions.update(image(topic("orders", ORDERS, {0: state((101,), 101, 5)})))
     again = topic("orders", b"n" * 16, {0: state((101,), 101, 0)})
     changes = partitions.update(image(again))
     assert [r.topic_id for r in changes.leading] == [b"n" * 16]
     assert [s.topic_id for s in changes.stopped] == [ORDERS]
+
+
+def test_no_role_until_this_incarnation_is_registered_and_unfenced() -> None:
+    """The image still names the previous incarnation leader at its old epoch: a restarted
+    broker acting on it would lead with whatever its disk has left."""
+    partitions = BrokerPartitions(ME, INCARNATION)
+    orders = topic("orders", ORDERS, {0: state((101, 102), 101, 4), 1: state((102, 101), 102, 4)})
+    for me in (registration("the-previous-process"), registration(fenced=True)):
+        changes = partitions.update(image(orders, me=me))
+        assert not changes and not changes.started, me
+        assert list(partitions.roles()) == []
+    moved = topic("orders", ORDERS, {0: state((101, 102), 102, 5), 1: state((102, 101), 102, 4)})
+    changes = partitions.update(image(moved))
+    assert changes.started, "the first image this incarnation serves"
+    assert names(changes) == ([], ["orders-0", "orders-1"], [])
+    assert [r.leader_epoch for r in changes.following] == [5, 4]
+    later = partitions.update(image(moved, me=registration(fenced=True)))
+    assert not later.started and list(partitions.roles()), "fenced later (a missed session): roles stay"

@@ -276,6 +276,43 @@ def test_new_incarnation_replaces_the_old_and_leaves_its_isrs() -> None:
     run(body)
 
 
+def test_a_broker_restarted_within_its_session_replaces_its_old_incarnation_at_once() -> None:
+    """Same listeners, new incarnation, old session still live: the old incarnation's
+    leaderships move now, in new leader epochs, and it leaves every ISR; the new one is
+    registered fenced. Waiting for the session instead left the image naming a dead
+    process leader, which the restarted process could take for its own."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "t", 3, 3)
+        before = partitions_of(member.image, "t")
+        led = {p for p, s in before.items() if s.leader == 101}
+        assert led, before
+        invalid = pb.BrokerRegistrationRequest(
+            broker_id=101,
+            incarnation_id="restarted",
+            listeners=[metadata_pb2.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=9101)],
+            rack="r" * 256,
+        )
+        refused = await refused_without_append(member, c.register_broker(invalid))
+        assert refused.status.error == E.INVALID_REQUEST and not member.image.brokers[101].fenced
+        epoch = await register(c, 101, incarnation="restarted")  # no session time has passed
+        image = member.image
+        assert image.brokers[101].fenced and image.brokers[101].incarnation_id == "restarted"
+        for p, state in partitions_of(image, "t").items():
+            assert 101 not in state.isr and state.leader != 101, (p, state)
+            if p in led:
+                assert state.leader in state.isr and state.leader_epoch == before[p].leader_epoch + 1
+        stale = await heartbeat(c, 101, epochs[101])
+        assert stale.status.error == E.STALE_BROKER_EPOCH, "the old incarnation is gone"
+        assert not (await heartbeat(c, 101, epoch)).is_fenced
+        await quorum.close()
+
+    run(body)
+
+
 def test_a_second_process_cannot_take_a_live_brokers_id() -> None:
     async def body() -> None:
         quorum, member = await single()

@@ -43,6 +43,7 @@ E = controller_pb2.ErrorCode
 TOPIC_NAME = "t"
 TOPIC_ID = uuid.UUID(int=7).bytes
 LAG_MS = 30_000
+INCARNATION = "x"
 
 
 class Clock:
@@ -56,14 +57,21 @@ class Clock:
 class Node:
     """One broker: its logs, replica manager and follower fetch state."""
 
-    def __init__(self, broker_id: int, root: Path, clock: Clock) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        root: Path,
+        clock: Clock,
+        incarnation: str = INCARNATION,
+        high_watermarks: dict[str, int] | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.isr_requests: list[tuple[int, ...]] = []
         self.logs = LogManager(root / f"broker-{broker_id}")
         self.logs.open_all()
         config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
         self.fetch = FollowerFetch(broker_id, config, lambda: 1, lambda p: None)
-        self.roles = BrokerPartitions(broker_id)
+        self.roles = BrokerPartitions(broker_id, incarnation)
         self.replicas = ReplicaManager(
             broker_id,
             self.logs,
@@ -71,7 +79,7 @@ class Node:
             request_isr_change=lambda p, isr: self.isr_requests.append(isr),
             on_follow=lambda p: self.fetch.partitions.__setitem__(p, 0.0),
             on_stop_following=lambda p: self.fetch.partitions.pop(p, None),
-            high_watermarks={},
+            high_watermarks=high_watermarks or {},
             clock_ms=clock,
         )
 
@@ -98,9 +106,11 @@ class Node:
 
 class Cluster:
     def __init__(self, root: Path, min_isr: int = 1, **topic_configs: str) -> None:
+        self.root = root
         self.clock = Clock()
         self.topic_configs = topic_configs
         self.nodes = {b: Node(b, root, self.clock) for b in (1, 2, 3)}
+        self.incarnations = dict.fromkeys(self.nodes, INCARNATION)  # what the image registers
         self.state = PartitionState(
             replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=0, partition_epoch=0
         )
@@ -111,21 +121,35 @@ class Cluster:
     def publish(self, **changes: object) -> None:
         """A metadata image with the partition changed as given, adopted by every broker."""
         self.state = dataclasses.replace(self.state, **changes)
+        image = self.image()
+        for node in self.nodes.values():
+            node.adopt(image)
+
+    def image(self) -> MetadataImage:
         brokers = {
             b: BrokerRegistration(
-                b, "x", 1, (Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),), "", b in self.fenced
+                b,
+                self.incarnations[b],
+                1,
+                (Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
+                "",
+                b in self.fenced,
             )
             for b in self.nodes
         }
-        image = MetadataImage(
+        return MetadataImage(
             offset=10,
             brokers=frozen(brokers),
             topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen({0: self.state}))}),
             topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
             configs=frozen({(TOPIC, TOPIC_NAME): frozen(self.all_topic_configs())}),
         )
-        for node in self.nodes.values():
-            node.adopt(image)
+
+    def restart_wiped(self, broker_id: int, incarnation: str) -> Node:
+        """A new process for ``broker_id`` on an empty disk, given the current image."""
+        node = self.nodes[broker_id] = Node(broker_id, self.root / incarnation, self.clock, incarnation)
+        self.publish()
+        return node
 
     def all_topic_configs(self) -> dict[str, str]:
         return {"min.insync.replicas": str(self.min_isr), **self.topic_configs}
@@ -219,6 +243,104 @@ def test_a_follower_that_diverges_over_several_epochs_converges(tmp_path: Path) 
         assert n1.values() == n2.values() == cluster.nodes[3].values() == [b"a", b"z"]
 
     run(body())
+
+
+async def committed_everywhere(cluster: Cluster, values: list[bytes]) -> None:
+    """Each value a batch of its own on leader 1, acknowledged once every follower has it,
+    and every follower knows they are committed."""
+    for value in values:
+        pending = asyncio.create_task(cluster.nodes[1].replicas.produce(produce_request([value])))
+        await asyncio.sleep(0)  # appended, waiting for the ISR
+        await cluster.catch_up(2, 3, rounds=2)  # fetched, then acknowledged by the next fetch
+        assert result_of(await pending).error == E.NONE
+    await cluster.catch_up(2, 3, rounds=1)  # the followers learn the last high watermark
+    for node in cluster.nodes.values():
+        assert (node.values(), node.partition.high_watermark) == (values, len(values))
+
+
+def test_a_restarted_broker_takes_no_role_until_this_incarnation_is_registered_and_unfenced(
+    tmp_path: Path,
+) -> None:
+    """Broker 1, the leader, restarts on an empty disk while the image still registers its
+    previous process and names it leader at epoch 0: it neither leads nor follows, refuses
+    produce and fetch, and its followers keep every committed record."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path, min_isr=2)
+        committed = [b"a", b"b", b"c"]
+        await committed_everywhere(cluster, committed)
+
+        restarted = cluster.restart_wiped(1, "restarted")
+        assert restarted.partition is None
+        refused = result_of(await restarted.replicas.produce(produce_request([b"d"])))
+        assert refused.error == E.NOT_LEADER_OR_FOLLOWER
+        assert "not registered and unfenced" in refused.message
+        for follower in (2, 3):
+            answer = (await cluster.replicate(follower)).topics[0].partitions[0]
+            assert answer.error == E.NOT_LEADER_OR_FOLLOWER and not answer.HasField("diverging_epoch")
+            node = cluster.nodes[follower]
+            assert (node.values(), node.partition.high_watermark) == (committed, 3)
+
+        # Its registration: the controller moved the leadership away (epoch 1), fenced.
+        cluster.incarnations[1] = "restarted"
+        cluster.fenced.add(1)
+        cluster.elect(2, (2, 3))
+        assert restarted.partition is None, "registered but fenced: still nothing"
+        cluster.fenced.discard(1)
+        cluster.publish()
+        assert (restarted.partition.leader_id, restarted.partition.leader_epoch) == (2, 1)
+        await cluster.catch_up(1, 3)
+        assert restarted.values() == committed
+
+    run(body())
+
+
+@pytest.mark.parametrize("lost", ["disk", "tail"])
+def test_a_follower_refuses_to_truncate_committed_records_when_its_leader_lost_its_own_epoch(
+    tmp_path: Path, lost: str
+) -> None:
+    """The leader comes back as the same registered process, on an empty disk or without
+    its unflushed tail, so it leads epoch 0 again and tells its followers that their log
+    diverges below their high watermark: they keep what is committed and stall until the
+    leader epoch moves."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path, min_isr=2)
+        committed = [b"a", b"b", b"c"]
+        await committed_everywhere(cluster, committed)
+
+        if lost == "disk":
+            leader = cluster.restart_wiped(1, INCARNATION)
+        else:
+            leader = cluster.nodes[1]
+            leader.partition.log.truncate_to(1)
+        kept = leader.partition.log.log_end_offset
+        assert leader.partition.is_leader and kept < 3
+        for follower in (2, 3):
+            answer = (await cluster.replicate(follower)).topics[0].partitions[0]
+            assert answer.diverging_epoch.end_offset == (-1 if lost == "disk" else kept), answer
+            node = cluster.nodes[follower]
+            assert (node.values(), node.partition.high_watermark) == (committed, 3)
+            assert node.partition not in node.fetch.partitions, "stalled, not fetching again"
+
+        cluster.elect(2, (2, 3))  # the controller moves the leadership: fetching resumes
+        await cluster.catch_up(1, 3)
+        assert leader.values() == cluster.nodes[3].values() == committed
+
+    run(body())
+
+
+def test_the_checkpointed_high_watermarks_stand_until_the_broker_serves(tmp_path: Path) -> None:
+    """Checkpointing only the partitions served would write an empty checkpoint while the
+    broker waits for its registration, forgetting every high watermark should it stop."""
+    cluster = Cluster(tmp_path)
+    found = {f"{TOPIC_NAME}-0": 3, "deleted-0": 5}
+    node = Node(1, tmp_path / "restarted", cluster.clock, "restarted", high_watermarks=found)
+    node.adopt(cluster.image())  # registers the previous process
+    assert node.replicas.high_watermarks() == found
+    cluster.incarnations[1] = "restarted"
+    node.adopt(cluster.image())
+    assert node.replicas.high_watermarks() == {f"{TOPIC_NAME}-0": 0}, "its log is empty; the stray is gone"
 
 
 def test_the_high_watermark_never_goes_back_on_any_broker(tmp_path: Path) -> None:
