@@ -27,6 +27,7 @@ from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 BROKER = 1
+INCARNATION = "incarnation-1"  # registered and unfenced in every image: the broker serves
 LONG_TOPIC = "l" * 236  # its old ``-delete`` name was longer than 255 bytes
 
 
@@ -36,7 +37,7 @@ class Broker:
     def __init__(self, root: Path) -> None:
         self.logs = LogManager(root)
         self.logs.open_all()
-        self.roles = BrokerPartitions(BROKER)
+        self.roles = BrokerPartitions(BROKER, INCARNATION)
         self.replicas = ReplicaManager(
             BROKER,
             self.logs,
@@ -79,7 +80,7 @@ def image(offset: int, leader_epochs: dict[str, int]) -> MetadataImage:
     }
     return MetadataImage(
         offset=offset,
-        brokers=frozen({BROKER: BrokerRegistration(BROKER, "i", 1, (), "", False)}),
+        brokers=frozen({BROKER: BrokerRegistration(BROKER, INCARNATION, 1, (), "", False)}),
         topics_by_id=frozen(topics),
         topic_ids_by_name=frozen(ids),
     )
