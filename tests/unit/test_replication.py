@@ -56,15 +56,17 @@ class Node:
         self.logs = LogManager(root / f"broker-{broker_id}")
         self.logs.open_all()
         config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
-        self.fetch = FollowerFetch(broker_id, config, lambda: 1, lambda p: None)
+        self.fetch = FollowerFetch(
+            broker_id, config, lambda: 1, lambda p: None, clock=lambda: clock.ms / 1000
+        )
         self.roles = BrokerPartitions(broker_id)
         self.replicas = ReplicaManager(
             broker_id,
             self.logs,
             config,
             request_isr_change=lambda p, isr: self.isr_requests.append(isr),
-            on_follow=lambda p: self.fetch.partitions.__setitem__(p, 0.0),
-            on_stop_following=lambda p: self.fetch.partitions.pop(p, None),
+            on_follow=self.fetch.add,
+            on_stop_following=self.fetch.remove,
             high_watermarks={},
             clock_ms=clock,
         )
@@ -84,7 +86,8 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, root: Path, min_isr: int = 1) -> None:
+    def __init__(self, root: Path, min_isr: int = 1, partitions: int = 1) -> None:
+        self.partition_count = partitions
         self.clock = Clock()
         self.nodes = {b: Node(b, root, self.clock) for b in (1, 2, 3)}
         self.state = PartitionState(
@@ -106,7 +109,13 @@ class Cluster:
         image = MetadataImage(
             offset=10,
             brokers=frozen(brokers),
-            topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen({0: self.state}))}),
+            topics_by_id=frozen(
+                {
+                    TOPIC_ID: TopicImage(
+                        TOPIC_NAME, TOPIC_ID, frozen(dict.fromkeys(range(self.partition_count), self.state))
+                    )
+                }
+            ),
             topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
             configs=frozen({(TOPIC, TOPIC_NAME): frozen({"min.insync.replicas": str(self.min_isr)})}),
         )
@@ -143,9 +152,11 @@ def batch(*values: bytes) -> bytes:
     return bytes(builder.build())
 
 
-def produce_request(values: list[bytes], acks: int = -1, timeout_ms: int = 10_000) -> pb.ProduceRequest:
+def produce_request(
+    values: list[bytes], acks: int = -1, timeout_ms: int = 10_000, partition: int = 0
+) -> pb.ProduceRequest:
     request = pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms)
-    request.topics.add(name=TOPIC_NAME).partitions.add(partition=0, records=batch(*values))
+    request.topics.add(name=TOPIC_NAME).partitions.add(partition=partition, records=batch(*values))
     return request
 
 
