@@ -10,10 +10,13 @@ checkpointed here as well (``replication-offset-checkpoint``), since a restarted
 replica must not serve or count what it cannot know was committed.
 
 A removed partition's folder is renamed to ``<name>.<hex>-delete`` first (an atomic
-step a crash cannot undo halfway) and then deleted; leftovers are deleted at start.
+step a crash cannot undo halfway, with the parent folder fsynced, so a topic re-created
+under the same name never sees the old data) and then deleted; leftovers are deleted at
+start. Nothing of a removed log is flushed: it is deleted.
 
-With a ``BackgroundFlusher`` (the broker's case), rolled segments, ``flush.ms`` flushes
-and the checkpoint files are synced on its thread; without one (tools, tests), at once.
+With a ``BackgroundFlusher`` (the broker's case), rolled segments, ``flush.ms`` flushes,
+the checkpoint files and the deletion of removed folders run on its thread; without one
+(tools, tests), at once.
 """
 
 from __future__ import annotations
@@ -127,7 +130,7 @@ class LogManager:
         self._claimed.discard(name)
         partition_log = self._logs.pop(name, None)
         if partition_log is not None:
-            partition_log.close()
+            partition_log.close_unflushed()
         directory = self.directory / name
         if directory.exists():
             self._rename_and_delete(directory)
@@ -136,7 +139,10 @@ class LogManager:
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         directory.rename(doomed)
         fsync_dir(self.directory)
-        shutil.rmtree(doomed, ignore_errors=True)
+        if self._flusher is None:
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:
+            self._flusher.submit(lambda: shutil.rmtree(doomed), f"deleting {doomed.name}")
 
     # upkeep -----------------------------------------------------------------------------
 
@@ -163,7 +169,7 @@ class LogManager:
                 if self._flusher is None:
                     partition_log.flush()
                 elif (job := partition_log.flush_job()) is not None:
-                    self._flusher(partition_log, job)
+                    self._flusher.flush(partition_log, job)
 
     def checkpoint_recovery_points(self) -> None:
         points = {**self._recovery_points, **{n: pl.recovery_point for n, pl in self._logs.items()}}
