@@ -155,7 +155,7 @@ class DataPlane:
             self._address,
             config.broker,
             broker_epoch,
-            lambda p: self.replicas.fail_reads_of(p),
+            lambda partitions: self.replicas.truncated(partitions),
             config.tls.client_ssl if config.tls else None,
         )
         self.listeners: list[Listener] = []

@@ -61,13 +61,14 @@ class FollowerFetch:
         local_id: int,
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
-        on_truncated: Callable[[Partition], None],
+        on_truncated: Callable[[list[Partition]], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.local_id = local_id
         self._config = config
         self._broker_epoch = broker_epoch
-        self._on_truncated = on_truncated
+        self._on_truncated = on_truncated  # once per answer, with every partition it cut
+        self._truncated: list[Partition] = []
         self._clock = clock
         self.partitions: dict[Partition, float] = {}  # -> monotonic time before which it is not fetched
         self.failed: dict[Partition, str] = {}  # -> why it stopped: fetched again once followed anew
@@ -127,6 +128,7 @@ class FollowerFetch:
             log.warning("fetch refused", error=E.Name(response.status.error), detail=response.status.message)
             self._delay(p for p, _, _ in sent.values())
             return
+        self._truncated = []
         for topic in response.topics:
             for result in topic.partitions:
                 entry = sent.get((topic.topic_id, result.partition))
@@ -146,6 +148,8 @@ class FollowerFetch:
                     self._append_failed(partition, str(e))
                 except Exception as e:  # noqa: BLE001: its log is in an unknown state; the others are not
                     self._fail(partition, e)
+        if self._truncated:
+            self._on_truncated(self._truncated)
 
     def _apply_partition(self, partition: Partition, result: broker_pb2.FetchPartitionResult) -> None:
         if result.error == E.NONE:
@@ -195,8 +199,8 @@ class FollowerFetch:
             log_end_offset=partition.log.log_end_offset,
             reason=why,
         )
+        self._truncated.append(partition)
         partition.log.truncate_to(offset)
-        self._on_truncated(partition)
 
     def _reset_out_of_range(self, partition: Partition, result: broker_pb2.FetchPartitionResult) -> None:
         if result.log_start_offset > partition.log.log_end_offset:
@@ -205,9 +209,9 @@ class FollowerFetch:
                 partition=partition.name,
                 offset=result.log_start_offset,
             )
+            self._truncated.append(partition)
             partition.log.truncate_fully_and_start_at(result.log_start_offset)
             partition.high_watermark = max(partition.high_watermark, result.log_start_offset)
-            self._on_truncated(partition)
         elif 0 <= result.log_end_offset < partition.log.log_end_offset:
             self._truncate(partition, result.log_end_offset, "the leader's log ends before ours")
         else:
@@ -266,7 +270,7 @@ class ReplicaFetcher:
         address: Callable[[int], str | None],
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
-        on_truncated: Callable[[Partition], None],
+        on_truncated: Callable[[list[Partition]], None],
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.leader_id = leader_id
@@ -366,7 +370,7 @@ class ReplicaFetchers:
         address: Callable[[int], str | None],
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
-        on_truncated: Callable[[Partition], None],
+        on_truncated: Callable[[list[Partition]], None],
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self._local_id = local_id

@@ -490,9 +490,13 @@ class ReplicaManager:
     def high_watermarks(self) -> dict[str, int]:
         return {p.name: p.high_watermark for p in self._partitions.values()}
 
-    def fail_reads_of(self, partition: Partition) -> None:
-        """A follower's log moved under it (truncation): nothing parked reads stale state."""
-        self._wake(partition)
+    def truncated(self, partitions: list[Partition]) -> None:
+        """Followers' logs were cut: nothing parked reads stale state, and the lowered
+        recovery points are checkpointed (as Kafka's ``LogManager.truncateTo`` does), so a
+        crash does not take what is written after the cut for flushed data."""
+        for partition in partitions:
+            self._wake(partition)
+        self._logs.checkpoint_recovery_points()
 
 
 PARTITIONS_PER_REQUEST_MAX = 10_000

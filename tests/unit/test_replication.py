@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from raftka.broker.log.manager import LogManager
+from raftka.broker.log import checkpoint
+from raftka.broker.log.manager import RECOVERY_POINTS_FILE, LogManager
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.replica.fetcher import FollowerFetch
 from raftka.broker.replica.manager import ReplicaManager
@@ -57,7 +58,7 @@ class Node:
         self.logs.open_all()
         config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
         self.fetch = FollowerFetch(
-            broker_id, config, lambda: 1, lambda p: None, clock=lambda: clock.ms / 1000
+            broker_id, config, lambda: 1, self._truncated, clock=lambda: clock.ms / 1000
         )
         self.roles = BrokerPartitions(broker_id)
         self.replicas = ReplicaManager(
@@ -70,6 +71,9 @@ class Node:
             high_watermarks={},
             clock_ms=clock,
         )
+
+    def _truncated(self, partitions: list) -> None:  # noqa: ANN001: a list of Partition
+        self.replicas.truncated(partitions)
 
     def adopt(self, image: MetadataImage) -> None:
         self.replicas.apply(image, self.roles.update(image))
@@ -413,3 +417,29 @@ def test_a_parked_consumer_fetch_wakes_when_the_high_watermark_moves(tmp_path: P
         assert [r.value for r in read_records(answer.records)] == [b"a"]
 
     run(body())
+
+
+def test_a_follower_truncation_checkpoints_its_lowered_recovery_point(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        old_leader = cluster.nodes[1]
+        await old_leader.replicas.produce(produce_request([b"a"], acks=1))
+        await cluster.catch_up(2, 3)
+        for value in (b"lost1", b"lost2"):
+            await old_leader.replicas.produce(produce_request([value], acks=1))
+        old_leader.partition.log.flush()
+        old_leader.logs.checkpoint_recovery_points()
+        assert recovery_points(old_leader) == {"t-0": 3}
+
+        cluster.elect(2, (2, 3))
+        await cluster.nodes[2].replicas.produce(produce_request([b"b"], acks=1))
+        await cluster.catch_up(1)
+        assert old_leader.values() == [b"a", b"b"]
+        # What follows the cut is not flushed: a crash now must scan it, not trust it.
+        assert recovery_points(old_leader) == {"t-0": 1}
+
+    run(body())
+
+
+def recovery_points(node: Node) -> dict[str, int]:
+    return {name: offset for name, offset in checkpoint.read(node.logs.directory / RECOVERY_POINTS_FILE)}
