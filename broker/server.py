@@ -155,7 +155,7 @@ class DataPlane:
             self._address,
             config.broker,
             broker_epoch,
-            lambda partitions: self.replicas.truncated(partitions),
+            lambda partitions, then: self.replicas.truncated(partitions, then),
             config.tls.client_ssl if config.tls else None,
         )
         self.listeners: list[Listener] = []

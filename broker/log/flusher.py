@@ -34,8 +34,12 @@ class BackgroundFlusher:
             lambda f: self._loop.call_soon_threadsafe(self._finished, partition_log, job, f)
         )
 
-    def submit(self, work: Callable[[], None], what: str) -> None:
-        self._executor.submit(work).add_done_callback(lambda f: self._log_failure(f, what))
+    def submit(self, work: Callable[[], None], what: str, then: Callable[[], None] | None = None) -> None:
+        """Run ``work``; then, on the loop, ``then`` (after a failure too: it is logged)."""
+        future = self._executor.submit(work)
+        future.add_done_callback(lambda f: self._log_failure(f, what))
+        if then is not None:
+            future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(then))
 
     def close(self) -> None:
         """Wait for every queued sync (a clean shutdown is declared after them)."""

@@ -25,7 +25,7 @@ import concurrent.futures
 import shutil
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import structlog
@@ -171,19 +171,24 @@ class LogManager:
                 elif (job := partition_log.flush_job()) is not None:
                     self._flusher.flush(partition_log, job)
 
-    def checkpoint_recovery_points(self) -> None:
+    def checkpoint_recovery_points(self, then: Callable[[], None] | None = None) -> None:
+        """Write the logs' recovery points; ``then``, on the loop, once that is done."""
         points = {**self._recovery_points, **{n: pl.recovery_point for n, pl in self._logs.items()}}
-        self._write_checkpoint(RECOVERY_POINTS_FILE, sorted(points.items()))
+        self._write_checkpoint(RECOVERY_POINTS_FILE, sorted(points.items()), then)
 
     def write_high_watermarks(self, high_watermarks: Mapping[str, int]) -> None:
         self._write_checkpoint(HIGH_WATERMARKS_FILE, sorted(high_watermarks.items()))
 
-    def _write_checkpoint(self, name: str, entries: list[tuple[str | int, int]]) -> None:
+    def _write_checkpoint(
+        self, name: str, entries: list[tuple[str | int, int]], then: Callable[[], None] | None = None
+    ) -> None:
         path = self.directory / name
         if self._flusher is None:
             checkpoint.write(path, entries)
+            if then is not None:
+                then()
         else:
-            self._flusher.submit(lambda: checkpoint.write(path, entries), name)
+            self._flusher.submit(lambda: checkpoint.write(path, entries), name, then)
 
     def read_high_watermarks(self) -> dict[str, int]:
         return dict(_read_offsets(self.directory / HIGH_WATERMARKS_FILE))

@@ -9,7 +9,9 @@ still follows that leader at the epoch the request was sent with:
   high watermark follows the leader's as far as the local log reaches;
 - a diverging epoch truncates the log to where it agrees with the leader's (the
   smaller of the leader's end offset for that epoch and our own), never to the high
-  watermark alone; the next fetch checks again from there;
+  watermark alone; the next fetch checks again from there, once the lowered recovery
+  point is on disk (``on_truncated`` says when), so nothing written after the cut is
+  ever taken for flushed data by a recovery;
 - an offset out of range means the leader's log starts after ours ends (retention):
   the log restarts empty at the leader's log start;
 - a fenced or unknown leader epoch, or not-leader, waits for the metadata to move.
@@ -50,6 +52,7 @@ UNREACHABLE_BACKOFF_MAX_S = 1.0
 APPEND_BACKOFF_MAX_S = 30.0  # batches that keep failing to append are retried at least this often
 APPEND_LOG_INTERVAL_S = 60.0  # a partition's append failures are logged at most this often
 RESTART_BACKOFF_MAX_S = 30.0
+IDLE_WAIT_MAX_S = 1.0  # the loop looks again at least this often, e.g. for a leader's new address
 
 
 class FollowerFetch:
@@ -61,18 +64,21 @@ class FollowerFetch:
         local_id: int,
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
-        on_truncated: Callable[[list[Partition]], None],
+        on_truncated: Callable[[list[Partition], Callable[[], None]], None],
         clock: Callable[[], float] = time.monotonic,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.local_id = local_id
         self._config = config
         self._broker_epoch = broker_epoch
-        self._on_truncated = on_truncated  # once per answer, with every partition it cut
+        self._on_truncated = on_truncated  # (partitions cut, call when that is on disk), once per answer
         self._truncated: list[Partition] = []
         self._clock = clock
+        self._wake = wake  # a partition became ready outside ``apply``
         self.partitions: dict[Partition, float] = {}  # -> monotonic time before which it is not fetched
         self.failed: dict[Partition, str] = {}  # -> why it stopped: fetched again once followed anew
         self._append_failures: dict[Partition, _Failures] = {}
+        self._held: set[Partition] = set()  # cut, until the cut's recovery point is on disk
 
     def add(self, partition: Partition) -> None:
         self.partitions[partition] = 0.0
@@ -84,7 +90,12 @@ class FollowerFetch:
         self._append_failures.pop(partition, None)
 
     def ready(self, now: float) -> list[Partition]:
-        return [p for p, not_before in self.partitions.items() if not_before <= now]
+        return [p for p, not_before in self.partitions.items() if not_before <= now and p not in self._held]
+
+    def wait_s(self, now: float) -> float:
+        """How long until a partition may be fetched (looked at again within a second)."""
+        waits = [not_before - now for p, not_before in self.partitions.items() if p not in self._held]
+        return min(max(min(waits, default=IDLE_WAIT_MAX_S), 0.01), IDLE_WAIT_MAX_S)
 
     def request(
         self, ready: list[Partition]
@@ -149,7 +160,14 @@ class FollowerFetch:
                 except Exception as e:  # noqa: BLE001: its log is in an unknown state; the others are not
                     self._fail(partition, e)
         if self._truncated:
-            self._on_truncated(self._truncated)
+            held = set(self._truncated)
+            self._held |= held
+            self._on_truncated(self._truncated, lambda: self._resume(held))
+
+    def _resume(self, held: set[Partition]) -> None:
+        """The truncations are on disk: fetch those partitions again."""
+        self._held -= held
+        self._wake()
 
     def _apply_partition(self, partition: Partition, result: broker_pb2.FetchPartitionResult) -> None:
         if result.error == E.NONE:
@@ -270,15 +288,15 @@ class ReplicaFetcher:
         address: Callable[[int], str | None],
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
-        on_truncated: Callable[[list[Partition]], None],
+        on_truncated: Callable[[list[Partition], Callable[[], None]], None],
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.leader_id = leader_id
         self._address = address
         self._tls = tls
         self._config = config
-        self._fetch = FollowerFetch(local_id, config, broker_epoch, on_truncated)
         self._changed = asyncio.Event()
+        self._fetch = FollowerFetch(local_id, config, broker_epoch, on_truncated, wake=self._changed.set)
         self._client: BrokerClient | None = None
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{local_id}-from-{leader_id}")
 
@@ -333,9 +351,8 @@ class ReplicaFetcher:
             client = self._leader()
             if not ready or client is None:
                 self._changed.clear()
-                wake_in = min((nb - now for nb in self._fetch.partitions.values()), default=1.0)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), max(wake_in, 0.01))
+                    await asyncio.wait_for(self._changed.wait(), self._fetch.wait_s(now))
                 continue
             request, sent = self._fetch.request(ready)
             timeout_s = self._config.replica_fetch_wait_max_ms / 1000 + 5
@@ -370,7 +387,7 @@ class ReplicaFetchers:
         address: Callable[[int], str | None],
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
-        on_truncated: Callable[[list[Partition]], None],
+        on_truncated: Callable[[list[Partition], Callable[[], None]], None],
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self._local_id = local_id

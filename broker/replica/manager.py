@@ -490,13 +490,14 @@ class ReplicaManager:
     def high_watermarks(self) -> dict[str, int]:
         return {p.name: p.high_watermark for p in self._partitions.values()}
 
-    def truncated(self, partitions: list[Partition]) -> None:
+    def truncated(self, partitions: list[Partition], then: Callable[[], None]) -> None:
         """Followers' logs were cut: nothing parked reads stale state, and the lowered
         recovery points are checkpointed (as Kafka's ``LogManager.truncateTo`` does), so a
-        crash does not take what is written after the cut for flushed data."""
+        crash does not take what is written after the cut for flushed data; ``then`` once
+        that is on disk (the fetcher appends nothing to them before)."""
         for partition in partitions:
             self._wake(partition)
-        self._logs.checkpoint_recovery_points()
+        self._logs.checkpoint_recovery_points(then)
 
 
 PARTITIONS_PER_REQUEST_MAX = 10_000

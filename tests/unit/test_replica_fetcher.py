@@ -112,3 +112,30 @@ def test_a_crashed_fetch_loop_restarts_and_the_fetcher_still_closes_cleanly() ->
         await fetcher.close()
 
     asyncio.run(body())
+
+
+def test_a_truncated_partition_is_fetched_again_only_once_its_recovery_point_is_on_disk(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        old_leader = cluster.nodes[1]
+        await old_leader.replicas.produce(produce_request([b"a"], acks=1))
+        await cluster.catch_up(2, 3)
+        await old_leader.replicas.produce(produce_request([b"lost"], acks=1))
+        old_leader.slow_disk = True
+        cluster.elect(2, (2, 3))
+        await cluster.nodes[2].replicas.produce(produce_request([b"b"], acks=1))
+
+        await cluster.replicate(1)  # answered with the diverging epoch: cut back to 1
+        assert old_leader.partition.log.log_end_offset == 1
+        assert old_leader.fetch.ready(float("inf")) == []
+        await cluster.replicate(1)
+        assert old_leader.values() == [b"a"], "nothing appended before the cut is on disk"
+
+        for on_disk in old_leader.on_disk_later:
+            on_disk()
+        await cluster.catch_up(1)
+        assert old_leader.values() == [b"a", b"b"]
+
+    run(body())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from raftka.broker.log.manager import RECOVERY_POINTS_FILE, LogManager
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.replica.fetcher import FollowerFetch
 from raftka.broker.replica.manager import ReplicaManager
+from raftka.broker.replica.partition import Partition
 from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
@@ -54,6 +56,8 @@ class Node:
     def __init__(self, broker_id: int, root: Path, clock: Clock) -> None:
         self.broker_id = broker_id
         self.isr_requests: list[tuple[int, ...]] = []
+        self.slow_disk = False  # a truncation's checkpoint is on disk only once the test runs on_disk_later
+        self.on_disk_later: list[Callable[[], None]] = []
         self.logs = LogManager(root / f"broker-{broker_id}")
         self.logs.open_all()
         config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
@@ -72,8 +76,9 @@ class Node:
             clock_ms=clock,
         )
 
-    def _truncated(self, partitions: list) -> None:  # noqa: ANN001: a list of Partition
-        self.replicas.truncated(partitions)
+    def _truncated(self, partitions: list[Partition], then: Callable[[], None]) -> None:
+        on_disk = (lambda: self.on_disk_later.append(then)) if self.slow_disk else then
+        self.replicas.truncated(partitions, on_disk)
 
     def adopt(self, image: MetadataImage) -> None:
         self.replicas.apply(image, self.roles.update(image))
