@@ -1,9 +1,10 @@
 """A follower's fetcher under faults: a failure stays with its partition, a corrupt batch
-is retried with growing backoff and logged rarely, and a crashed fetch loop restarts.
+is retried with growing backoff and logged rarely, a crashed fetch loop restarts, and a
+truncated partition waits until its lowered recovery point is on disk.
 
 The partition tests use the in-process cluster of ``test_replication`` (real logs, fetches
 handed over by the test, the cluster's clock); the loop test runs a real ``ReplicaFetcher``
-task whose leader is never reachable.
+task whose leader has no address yet.
 """
 
 from __future__ import annotations
