@@ -296,7 +296,7 @@ async def start_broker(config: NodeConfig) -> Broker:
     await node.start()
     try:
         await data.serve(api, config)
-        collectors = [RaftCollector(node), BrokerCollector(data.replicas, data.isr_changes)]
+        collectors = [RaftCollector(node), BrokerCollector(data.replicas, data.isr_changes, data.fetchers)]
         metrics = await serve_metrics(config, collectors)
     except ServerError:
         await data.close()
