@@ -26,12 +26,14 @@ from raftka.records.batch import count_records
 from raftka.v1 import broker_pb2
 
 if TYPE_CHECKING:
+    from raftka.broker.replica.fetcher import ReplicaFetchers
     from raftka.broker.replica.isr import IsrChanges
     from raftka.broker.replica.manager import ReplicaManager
 
 Pb = broker_pb2
 TOPICS = "kafka_server_brokertopicmetrics_"
 REPLICAS = "kafka_server_replicamanager_"
+FETCHERS = "kafka_server_replicafetchermanager_"
 REQUEST_TIME = "kafka_network_requestmetrics_totaltimems"
 
 
@@ -95,9 +97,10 @@ def timed_fetch(
 
 
 class BrokerCollector(Collector):
-    def __init__(self, replicas: ReplicaManager, isr_changes: IsrChanges) -> None:
+    def __init__(self, replicas: ReplicaManager, isr_changes: IsrChanges, fetchers: ReplicaFetchers) -> None:
         self._replicas = replicas
         self._isr_changes = isr_changes
+        self._fetchers = fetchers
 
     def collect(self) -> Iterator[Metric]:
         led = under_replicated = partitions = 0
@@ -130,6 +133,11 @@ class BrokerCollector(Collector):
             REPLICAS + "offlinereplicacount",
             "Partitions offline on this broker: applying their metadata failed (the broker logs why).",
             len(self._replicas.offline()),
+        )
+        yield gauge(
+            FETCHERS + "failedpartitionscount",
+            "Partitions this broker follows that stopped replicating on an error writing their log.",
+            len(self._fetchers.failed()),
         )
         yield counter(
             REPLICAS + "isrshrinkspersec",

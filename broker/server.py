@@ -155,7 +155,7 @@ class DataPlane:
             self._address,
             config.broker,
             broker_epoch,
-            lambda p: self.replicas.fail_reads_of(p),
+            lambda partitions, then: self.replicas.truncated(partitions, then),
             config.tls.client_ssl if config.tls else None,
         )
         self.listeners: list[Listener] = []
@@ -297,7 +297,7 @@ async def start_broker(config: NodeConfig) -> Broker:
     await node.start()
     try:
         await data.serve(api, config)
-        collectors = [RaftCollector(node), BrokerCollector(data.replicas, data.isr_changes)]
+        collectors = [RaftCollector(node), BrokerCollector(data.replicas, data.isr_changes, data.fetchers)]
         metrics = await serve_metrics(config, collectors)
     except ServerError:
         await data.close()

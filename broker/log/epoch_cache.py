@@ -3,21 +3,29 @@ which offset, persisted as ``leader-epoch-checkpoint``.
 
 It answers "where does epoch E end in this log?", which is how a follower finds where
 its log and its new leader's part ways (truncation by epoch, never by high watermark).
+
+Every change is handed to ``save`` (the broker's: a write queued on its flusher thread,
+in order with the segment syncs, so the file is durable before any recovery point that
+counts on it). After a crash the file may lag the log; recovery re-reads the epochs of
+the batches it scans (``rebuild_from``), as Kafka's segment recovery does.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from raftka.broker.log import checkpoint
 
 FILE_NAME = "leader-epoch-checkpoint"
+Entries = list[tuple[int, int]]
 
 
 class LeaderEpochCache:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, save: Callable[[Entries], None] | None = None) -> None:
         self._path = directory / FILE_NAME
+        self._save_entries = save or (lambda entries: checkpoint.write(self._path, entries))
         entries = checkpoint.read(self._path)
         self._epochs = [int(epoch) for epoch, _ in entries]
         self._starts = [start for _, start in entries]
@@ -26,7 +34,7 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int | None:
         return self._epochs[-1] if self._epochs else None
 
-    def entries(self) -> list[tuple[int, int]]:
+    def entries(self) -> Entries:
         return list(zip(self._epochs, self._starts, strict=True))
 
     def assign(self, epoch: int, start_offset: int) -> None:
@@ -61,10 +69,23 @@ class LeaderEpochCache:
         self._starts[0] = start_offset
         self._save()
 
+    def rebuild_from(self, offset: int, batches: Iterable[tuple[int, int]]) -> None:
+        """Recovery scanned the log from ``offset``: from there the batches' own (epoch,
+        base offset), not the checkpoint, say where each epoch starts."""
+        before = self.entries()
+        keep = bisect.bisect_left(self._starts, offset)
+        del self._epochs[keep:], self._starts[keep:]
+        for epoch, start in batches:
+            if epoch >= 0 and (not self._epochs or epoch > self._epochs[-1]):
+                self._epochs.append(epoch)
+                self._starts.append(start)
+        if self.entries() != before:
+            self._save()
+
     def clear(self) -> None:
         self._epochs.clear()
         self._starts.clear()
         self._save()
 
     def _save(self) -> None:
-        checkpoint.write(self._path, self.entries())
+        self._save_entries(self.entries())

@@ -1,7 +1,8 @@
 """Disk syncs off the event loop: a broker's fsyncs of rolled segments, ``flush.ms``
-flushes and its checkpoint files run here, one at a time and in order, on one worker
-thread, so a gigabyte of page cache being written back never stalls produce and fetch
-(Kafka schedules the same work on its scheduler thread).
+flushes, its checkpoint files (a log's leader-epoch cache and start offset included) and
+the deletion of removed logs run here, one at a time and in order, on one worker thread,
+so a gigabyte of page cache being written back never stalls produce and fetch (Kafka
+schedules the same work on its scheduler thread).
 
 A partition log is only ever touched on the event loop: a finished flush is handed back
 there (``PartitionLog.flushed``). A sync that fails is logged and its recovery point
@@ -26,15 +27,19 @@ class BackgroundFlusher:
         self._loop = loop
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="log-flush")
 
-    def __call__(self, partition_log: PartitionLog, job: FlushJob) -> None:
+    def flush(self, partition_log: PartitionLog, job: FlushJob) -> None:
         """Run ``job``; then, on the loop, tell ``partition_log``."""
         future = self._executor.submit(job.run)
         future.add_done_callback(
             lambda f: self._loop.call_soon_threadsafe(self._finished, partition_log, job, f)
         )
 
-    def submit(self, work: Callable[[], None], what: str) -> None:
-        self._executor.submit(work).add_done_callback(lambda f: self._log_failure(f, what))
+    def submit(self, work: Callable[[], None], what: str, then: Callable[[], None] | None = None) -> None:
+        """Run ``work``; then, on the loop, ``then`` (after a failure too: it is logged)."""
+        future = self._executor.submit(work)
+        future.add_done_callback(lambda f: self._log_failure(f, what))
+        if then is not None:
+            future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(then))
 
     def close(self) -> None:
         """Wait for every queued sync (a clean shutdown is declared after them)."""
@@ -56,4 +61,4 @@ class BackgroundFlusher:
     @staticmethod
     def _log_failure(future: concurrent.futures.Future[None], what: str) -> None:
         if future.exception() is not None:
-            log.error("writing a checkpoint failed", checkpoint=what, error=str(future.exception()))
+            log.error("background disk work failed", work=what, error=str(future.exception()))

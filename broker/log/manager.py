@@ -10,13 +10,16 @@ checkpointed here as well (``replication-offset-checkpoint``), since a restarted
 replica must not serve or count what it cannot know was committed.
 
 A removed partition's folder is renamed to ``<name>.<hex>-delete`` first (an atomic
-step a crash cannot undo halfway; ``folder_names`` keeps it within a file name's length)
-and then deleted; leftovers are deleted at start. Only folders whose names parse as a
-partition's are opened as logs. One log that cannot be opened or deleted fails alone:
-the error goes to the caller, who takes that partition offline, and the others serve.
+step a crash cannot undo halfway, with the parent folder fsynced, so a topic re-created
+under the same name never sees the old data; ``folder_names`` keeps the name within a
+file name's length) and then deleted; leftovers are deleted at start. Nothing of a
+removed log is flushed: it is deleted. Only folders whose names parse as a partition's
+are opened as logs. One log that cannot be opened or deleted fails alone: the error goes
+to the caller, who takes that partition offline, and the others serve.
 
-With a ``BackgroundFlusher`` (the broker's case), rolled segments, ``flush.ms`` flushes
-and the checkpoint files are synced on its thread; without one (tools, tests), at once.
+With a ``BackgroundFlusher`` (the broker's case), rolled segments, ``flush.ms`` flushes,
+the checkpoint files and the deletion of removed folders run on its thread; without one
+(tools, tests), at once.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import structlog
@@ -146,7 +149,7 @@ class LogManager:
         self._claimed.discard(name)
         partition_log = self._logs.pop(name, None)
         if partition_log is not None:
-            partition_log.close()
+            partition_log.close_unflushed()
         directory = self.directory / name
         if directory.exists():
             self._rename_and_delete(directory)
@@ -168,7 +171,10 @@ class LogManager:
         doomed = directory.with_name(delete_folder(directory.name))
         directory.rename(doomed)
         fsync_dir(self.directory)
-        shutil.rmtree(doomed, ignore_errors=True)
+        if self._flusher is None:
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:
+            self._flusher.submit(lambda: shutil.rmtree(doomed), f"deleting {doomed.name}")
 
     # upkeep -----------------------------------------------------------------------------
 
@@ -200,21 +206,26 @@ class LogManager:
                 if self._flusher is None:
                     partition_log.flush()
                 elif (job := partition_log.flush_job()) is not None:
-                    self._flusher(partition_log, job)
+                    self._flusher.flush(partition_log, job)
 
-    def checkpoint_recovery_points(self) -> None:
+    def checkpoint_recovery_points(self, then: Callable[[], None] | None = None) -> None:
+        """Write the logs' recovery points; ``then``, on the loop, once that is done."""
         points = {**self._recovery_points, **{n: pl.recovery_point for n, pl in self._logs.items()}}
-        self._write_checkpoint(RECOVERY_POINTS_FILE, sorted(points.items()))
+        self._write_checkpoint(RECOVERY_POINTS_FILE, sorted(points.items()), then)
 
     def write_high_watermarks(self, high_watermarks: Mapping[str, int]) -> None:
         self._write_checkpoint(HIGH_WATERMARKS_FILE, sorted(high_watermarks.items()))
 
-    def _write_checkpoint(self, name: str, entries: list[tuple[str | int, int]]) -> None:
+    def _write_checkpoint(
+        self, name: str, entries: list[tuple[str | int, int]], then: Callable[[], None] | None = None
+    ) -> None:
         path = self.directory / name
         if self._flusher is None:
             checkpoint.write(path, entries)
+            if then is not None:
+                then()
         else:
-            self._flusher.submit(lambda: checkpoint.write(path, entries), name)
+            self._flusher.submit(lambda: checkpoint.write(path, entries), name, then)
 
     def read_high_watermarks(self) -> dict[str, int]:
         return dict(_read_offsets(self.directory / HIGH_WATERMARKS_FILE))

@@ -15,7 +15,12 @@ The fsync of a rolled segment (up to a gigabyte of page cache) would stall a bro
 event loop, so with ``background`` it runs elsewhere, as Kafka schedules it on another
 thread: a ``FlushJob`` holds duplicates of the segment's file descriptors (a segment
 deleted meanwhile is unharmed) and the recovery point moves when it is done, unless
-the log was truncated below it in the meantime.
+the log was truncated below it in the meantime. The small checkpoint files (the
+leader-epoch cache, the log start offset) are written there too, in order with those
+syncs, through a descriptor of the log's folder: a leader change over hundreds of
+partitions costs the loop no fsync. Whatever a lost checkpoint write would have said is
+in the batches recovery scans (the epochs are rebuilt from them), and the syncs that
+move the recovery point past those batches come after it in the queue.
 
 The producers' state (``producer_state``) is a function of the log, kept so: every
 append applies its batches (the leader checks a producer's batch first, and answers a
@@ -34,11 +39,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
 from raftka.broker.log import checkpoint, producer_snapshots
 from raftka.broker.log.config import LogConfig
+from raftka.broker.log.epoch_cache import FILE_NAME as EPOCHS_FILE
 from raftka.broker.log.epoch_cache import LeaderEpochCache
 from raftka.broker.log.producer_state import ProducerState
 from raftka.broker.log.segment import LogSegment
@@ -80,6 +87,7 @@ class FlushJob:
 
     fds: list[int]  # duplicates, closed by run
     directory: Path
+    directory_fd: int  # that folder, even if renamed since (its log being deleted); closed by run
     upto: int
     generation: int  # the log's truncation count when the job was made
 
@@ -87,13 +95,21 @@ class FlushJob:
         try:
             for fd in self.fds:
                 os.fsync(fd)
-            fsync_dir(self.directory)
+            os.fsync(self.directory_fd)
         finally:
-            for fd in self.fds:
+            for fd in [*self.fds, self.directory_fd]:
                 os.close(fd)
 
 
-Background = Callable[["PartitionLog", FlushJob], None]
+class Background(Protocol):
+    """Where a log's syncs run off the event loop, one at a time and in order
+    (``BackgroundFlusher``)."""
+
+    def flush(self, partition_log: PartitionLog, job: FlushJob) -> None:
+        """Run ``job``, then tell ``partition_log`` (``flushed``) on the loop."""
+
+    def submit(self, work: Callable[[], None], what: str) -> None:
+        """Run ``work``; a failure is logged, naming ``what``."""
 
 
 def _wall_ms() -> int:
@@ -109,8 +125,11 @@ class PartitionLog:
         self.config = config
         self._background = background  # None: rolled segments are fsynced before roll returns
         self._generation = 0
+        self._directory_synced = True  # False from a segment's creation until its folder is fsynced
         self.segments: list[LogSegment] = []
-        self.epochs = LeaderEpochCache(directory)
+        self.epochs = LeaderEpochCache(
+            directory, lambda entries: self._write_checkpoint(EPOCHS_FILE, entries)
+        )
         self.log_start_offset = 0
         self.recovery_point = 0
         self._unflushed_records = 0
@@ -139,10 +158,12 @@ class PartitionLog:
             if stray.name.endswith((".tmp", ".deleted")):
                 stray.unlink()
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log"))
+        scanned_from: int | None = None  # the first segment recovery scanned
         for i, base in enumerate(bases):
             segment = LogSegment(self.directory, base, self.config.index_interval_bytes, _wall_ms())
             wholly_flushed = i + 1 < len(bases) and bases[i + 1] <= recovery_point
-            segment.load(trust_indexes=clean_shutdown or wholly_flushed)
+            if segment.load(trust_indexes=clean_shutdown or wholly_flushed) and scanned_from is None:
+                scanned_from = base
             self.segments.append(segment)
         for base in {int(p.stem) for p in self.directory.glob("*.index")} - set(bases):
             for suffix in (".index", ".timeindex"):
@@ -154,6 +175,9 @@ class PartitionLog:
         self.log_start_offset = max(self.segments[0].base_offset, stored_start[0][1] if stored_start else 0)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.epochs.truncate_from_end(self.log_end_offset)
+        if scanned_from is not None:
+            scanned = [s for s in self.segments if s.base_offset >= scanned_from]
+            self.epochs.rebuild_from(scanned_from, [start for s in scanned for start in s.epoch_starts])
         self.recovery_point = (
             self.log_end_offset if clean_shutdown else min(recovery_point, self.log_end_offset)
         )
@@ -286,7 +310,7 @@ class PartitionLog:
         if self.active.size == 0:
             return
         job = self._flush_job(self.segments) or FlushJob(
-            [], self.directory, self.recovery_point, self._generation
+            [], self.directory, _open_directory(self.directory), self.recovery_point, self._generation
         )
         self.segments.append(
             LogSegment(
@@ -295,11 +319,12 @@ class PartitionLog:
         )
         snapshot = producer_snapshots.write(self.directory, self.log_end_offset, self.producers)
         job.fds.append(os.open(snapshot, os.O_RDONLY))
+        self._directory_synced = False
         if self._background is None:
             job.run()
             self.flushed(job)
         else:
-            self._background(self, job)
+            self._background.flush(self, job)
 
     # reads ------------------------------------------------------------------------------
 
@@ -360,6 +385,7 @@ class PartitionLog:
         for segment in self.segments:
             segment.delete()
         self.segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes, _wall_ms())]
+        self._directory_synced = False
         self.epochs.clear()
         self._set_log_start(offset)
         self.recovery_point = offset
@@ -395,14 +421,35 @@ class PartitionLog:
 
     def _set_log_start(self, offset: int) -> None:
         self.log_start_offset = offset
-        checkpoint.write(self.directory / LOG_START_FILE, [("log-start-offset", offset)])
+        self._write_checkpoint(LOG_START_FILE, [("log-start-offset", offset)])
 
     # durability -------------------------------------------------------------------------
 
+    def _write_checkpoint(self, name: str, entries: list[tuple[str | int, int]]) -> None:
+        """Write checkpoint ``name`` into this log's folder: queued behind the log's syncs
+        when it has ``background``, at once otherwise."""
+        if self._background is None:
+            checkpoint.write(self.directory / name, entries)
+            return
+        directory_fd = _open_directory(self.directory)
+
+        def write() -> None:
+            try:
+                checkpoint.write_in(directory_fd, name, entries)
+            finally:
+                os.close(directory_fd)
+
+        self._background.submit(write, f"{self.directory.name}/{name}")
+
     def flush(self) -> None:
+        """fsync everything up to the log end, and the folder if a segment was created
+        since it was last synced (a new segment's name is on disk only then)."""
         for segment in self.segments:
             if segment.next_offset > self.recovery_point:
                 segment.flush()
+        if not self._directory_synced:
+            fsync_dir(self.directory)
+            self._directory_synced = True
         self.recovery_point = self.log_end_offset
         self._unflushed_records = 0
         self.first_unflushed_ms = None
@@ -418,7 +465,13 @@ class PartitionLog:
         if not unflushed:
             return None
         fds = [fd for segment in unflushed for fd in segment.duplicate_fds()]
-        return FlushJob(fds, self.directory, unflushed[-1].next_offset, self._generation)
+        return FlushJob(
+            fds,
+            self.directory,
+            _open_directory(self.directory),
+            unflushed[-1].next_offset,
+            self._generation,
+        )
 
     def flushed(self, job: FlushJob) -> None:
         """``job`` has run: what it covered is on disk, unless the log was cut below it since."""
@@ -436,6 +489,11 @@ class PartitionLog:
         finally:
             os.close(fd)
         fsync_dir(self.directory)
+        for segment in self.segments:
+            segment.close()
+
+    def close_unflushed(self) -> None:
+        """Close without syncing anything: the log is about to be deleted."""
         for segment in self.segments:
             segment.close()
 
@@ -477,6 +535,11 @@ class PartitionLog:
         for segment in self._segments_from(start):
             for header in segment.headers_from(max(start, segment.base_offset)):
                 self.producers.apply(header)
+
+
+def _open_directory(directory: Path) -> int:
+    """A descriptor of ``directory`` for work queued on another thread."""
+    return os.open(directory, os.O_RDONLY)
 
 
 def _rebased(header: BatchHeader, base_offset: int, epoch: int) -> BatchHeader:

@@ -65,12 +65,16 @@ class LogSegment:
         self._bytes_since_index = 0
         self._tail: list[Position] = []  # the batches from the last offset index entry on
         self._tail_offsets: list[int] = []  # their base offsets, for bisect
+        self.epoch_starts: list[
+            tuple[int, int]
+        ] = []  # by recover: (leader epoch, base offset) where one begins
 
     # loading ------------------------------------------------------------------------
 
-    def load(self, trust_indexes: bool) -> None:
+    def load(self, trust_indexes: bool) -> bool:
         """Learn the segment's end from its indexes' last entry plus a short scan, or
-        rebuild everything by a full scan (``recover``) when they cannot be trusted."""
+        rebuild everything by a full scan (``recover``) when they cannot be trusted;
+        True when it scanned every batch."""
         if trust_indexes:
             try:
                 self.offset_index.load(self.size)
@@ -80,10 +84,11 @@ class LogSegment:
                 self._resume_from_indexes()
                 if len(self.time_index) and self.time_index.values[-1] >= self.next_offset - self.base_offset:
                     raise IndexError_(f"{self.time_index.path}: an entry points past the log")
-                return
+                return False
             except (IndexError_, BatchFramingError) as e:
                 log.warning("index does not fit its log; rebuilding", segment=str(self.path), reason=str(e))
         self.recover()
+        return True
 
     def _resume_from_indexes(self) -> None:
         """The end, the largest timestamp and the tail, from the indexes' last entries and
@@ -109,8 +114,9 @@ class LogSegment:
         return header
 
     def recover(self) -> int:
-        """Scan every batch (framing and CRC), rebuild both indexes, and cut the file
-        after the last good batch; the bytes cut."""
+        """Scan every batch (framing and CRC), rebuild both indexes and ``epoch_starts``,
+        and cut the file after the last good batch; the bytes cut."""
+        self.epoch_starts = []
         self.offset_index.reset()
         self.time_index.reset()
         self.next_offset = self.base_offset
@@ -127,7 +133,7 @@ class LogSegment:
                     if not crc_matches(chunk, offset_in_chunk, header):
                         problem = f"CRC mismatch in the batch at {position + offset_in_chunk}"
                         break
-                    self._index(header, position + offset_in_chunk)
+                    self._recovered(header, position + offset_in_chunk)
                     consumed = offset_in_chunk + header.size
             except BatchFramingError as e:
                 if consumed == 0:
@@ -135,7 +141,7 @@ class LogSegment:
                     if big is None:
                         problem = str(e)
                     else:
-                        self._index(big, position)
+                        self._recovered(big, position)
                         consumed = big.size
             position += consumed
             if consumed == 0 and not problem:
@@ -171,6 +177,11 @@ class LogSegment:
         self.size += len(payload)
         for position, header in headers:
             self._index(header, start + position)
+
+    def _recovered(self, header: BatchHeader, position: int) -> None:
+        if not self.epoch_starts or header.partition_leader_epoch != self.epoch_starts[-1][0]:
+            self.epoch_starts.append((header.partition_leader_epoch, header.base_offset))
+        self._index(header, position)
 
     def _index(self, header: BatchHeader, position: int) -> None:
         if self._bytes_since_index >= self.index_interval_bytes or len(self.offset_index) == 0:

@@ -9,14 +9,24 @@ still follows that leader at the epoch the request was sent with:
   high watermark follows the leader's as far as the local log reaches;
 - a diverging epoch truncates the log to where it agrees with the leader's (the
   smaller of the leader's end offset for that epoch and our own), never to the high
-  watermark alone; the next fetch checks again from there. Except when our last batch
-  is of the epoch the leader leads now and the cut would go below our high watermark:
-  a leader never loses records of its own epoch but with its disk, so it would take
-  committed records with it. The partition stalls instead (logged once), until the
-  metadata gives it a new leader epoch;
+  watermark alone; the next fetch checks again from there, once the lowered recovery
+  point is on disk (``on_truncated`` says when), so nothing written after the cut is
+  ever taken for flushed data by a recovery. Except when our last batch is of the epoch
+  the leader leads now and the cut would go below our high watermark: a leader never
+  loses records of its own epoch but with its disk, so it would take committed records
+  with it. The partition stalls instead (logged once), until the metadata gives it a
+  new leader epoch;
 - an offset out of range means the leader's log starts after ours ends (retention):
   the log restarts empty at the leader's log start;
 - a fenced or unknown leader epoch, or not-leader, waits for the metadata to move.
+
+Failures stay with the partition they belong to (Kafka's ``markPartitionFailed``):
+batches that do not fit the log (a corrupt batch, a gap) are retried with exponential
+backoff and logged at most once a minute; any other error applying a partition (an
+``OSError`` from its log) marks it failed: it stops being fetched, is reported in
+``failed``, and fetches again only when the metadata makes it a follower anew. The
+other partitions carry on. An unexpected error in the loop itself restarts it, with
+exponential backoff, so one bug never stops replication from a leader for good.
 """
 
 from __future__ import annotations
@@ -26,8 +36,10 @@ import contextlib
 import ssl
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from raftka.broker.log.partition_log import LogAppendError
 from raftka.broker.partitions import Role
@@ -41,6 +53,10 @@ log = structlog.get_logger("broker.fetcher")
 
 ERROR_BACKOFF_S = 0.1  # after a failed call, and for a partition its leader refused
 UNREACHABLE_BACKOFF_MAX_S = 1.0
+APPEND_BACKOFF_MAX_S = 30.0  # batches that keep failing to append are retried at least this often
+APPEND_LOG_INTERVAL_S = 60.0  # a partition's append failures are logged at most this often
+RESTART_BACKOFF_MAX_S = 30.0
+IDLE_WAIT_MAX_S = 1.0  # the loop looks again at least this often, e.g. for a leader's new address
 
 
 class FollowerFetch:
@@ -52,16 +68,38 @@ class FollowerFetch:
         local_id: int,
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
-        on_truncated: Callable[[Partition], None],
+        on_truncated: Callable[[list[Partition], Callable[[], None]], None],
+        clock: Callable[[], float] = time.monotonic,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.local_id = local_id
         self._config = config
         self._broker_epoch = broker_epoch
-        self._on_truncated = on_truncated
+        self._on_truncated = on_truncated  # (partitions cut, call when that is on disk), once per answer
+        self._truncated: list[Partition] = []
+        self._clock = clock
+        self._wake = wake  # a partition became ready outside ``apply``
         self.partitions: dict[Partition, float] = {}  # -> monotonic time before which it is not fetched
+        self.failed: dict[Partition, str] = {}  # -> why it stopped: fetched again once followed anew
+        self._append_failures: dict[Partition, _Failures] = {}
+        self._held: set[Partition] = set()  # cut, until the cut's recovery point is on disk
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[partition] = 0.0
+        self.failed.pop(partition, None)
+        self._append_failures.pop(partition, None)
+
+    def remove(self, partition: Partition) -> None:
+        self.partitions.pop(partition, None)
+        self._append_failures.pop(partition, None)
 
     def ready(self, now: float) -> list[Partition]:
-        return [p for p, not_before in self.partitions.items() if not_before <= now]
+        return [p for p, not_before in self.partitions.items() if not_before <= now and p not in self._held]
+
+    def wait_s(self, now: float) -> float:
+        """How long until a partition may be fetched (looked at again within a second)."""
+        waits = [not_before - now for p, not_before in self.partitions.items() if p not in self._held]
+        return min(max(min(waits, default=IDLE_WAIT_MAX_S), 0.01), IDLE_WAIT_MAX_S)
 
     def request(
         self, ready: list[Partition]
@@ -105,6 +143,7 @@ class FollowerFetch:
             log.warning("fetch refused", error=E.Name(response.status.error), detail=response.status.message)
             self._delay(p for p, _, _ in sent.values())
             return
+        self._truncated = []
         for topic in response.topics:
             for result in topic.partitions:
                 entry = sent.get((topic.topic_id, result.partition))
@@ -118,7 +157,21 @@ class FollowerFetch:
                     or partition.log.log_end_offset != fetch_offset
                 ):
                     continue  # the partition moved on while the fetch was out
-                self._apply_partition(partition, result)
+                try:
+                    self._apply_partition(partition, result)
+                except LogAppendError as e:
+                    self._append_failed(partition, str(e))
+                except Exception as e:  # noqa: BLE001: its log is in an unknown state; the others are not
+                    self._fail(partition, e)
+        if self._truncated:
+            held = set(self._truncated)
+            self._held |= held
+            self._on_truncated(self._truncated, lambda: self._resume(held))
+
+    def _resume(self, held: set[Partition]) -> None:
+        """The truncations are on disk: fetch those partitions again."""
+        self._held -= held
+        self._wake()
 
     def _apply_partition(self, partition: Partition, result: broker_pb2.FetchPartitionResult) -> None:
         if result.error == E.NONE:
@@ -126,12 +179,8 @@ class FollowerFetch:
                 self._truncate_diverging(partition, result.diverging_epoch)
                 return
             if result.records:
-                try:
-                    partition.log.append_as_follower(result.records)
-                except LogAppendError as e:
-                    log.error("follower append failed", partition=partition.name, detail=str(e))
-                    self._delay([partition])
-                    return
+                partition.log.append_as_follower(result.records)
+                self._append_failures.pop(partition, None)
             partition.follow_high_watermark(result.high_watermark)
         elif result.error == E.OFFSET_OUT_OF_RANGE:
             self._reset_out_of_range(partition, result)
@@ -191,8 +240,8 @@ class FollowerFetch:
             log_end_offset=partition.log.log_end_offset,
             reason=why,
         )
+        self._truncated.append(partition)
         partition.log.truncate_to(offset)
-        self._on_truncated(partition)
 
     def _reset_out_of_range(self, partition: Partition, result: broker_pb2.FetchPartitionResult) -> None:
         if result.log_start_offset > partition.log.log_end_offset:
@@ -201,19 +250,55 @@ class FollowerFetch:
                 partition=partition.name,
                 offset=result.log_start_offset,
             )
+            self._truncated.append(partition)
             partition.log.truncate_fully_and_start_at(result.log_start_offset)
             partition.high_watermark = max(partition.high_watermark, result.log_start_offset)
-            self._on_truncated(partition)
         elif 0 <= result.log_end_offset < partition.log.log_end_offset:
             self._truncate(partition, result.log_end_offset, "the leader's log ends before ours")
         else:
             self._delay([partition])
 
-    def _delay(self, partitions) -> None:  # noqa: ANN001: any iterable of partitions
-        not_before = time.monotonic() + ERROR_BACKOFF_S
+    def _delay(self, partitions, delay_s: float = ERROR_BACKOFF_S) -> None:  # noqa: ANN001: any iterable of partitions
+        not_before = self._clock() + delay_s
         for partition in partitions:
             if partition in self.partitions:
                 self.partitions[partition] = not_before
+
+    def _append_failed(self, partition: Partition, detail: str) -> None:
+        """Batches the log refuses (corrupt, or not continuing it): the leader may send the
+        same again, so back off exponentially and say so now and then, not every time."""
+        now = self._clock()
+        failures = self._append_failures.setdefault(partition, _Failures())
+        failures.count += 1
+        if now - failures.logged_at >= APPEND_LOG_INTERVAL_S:
+            log.error(
+                "follower append failed; retrying with backoff",
+                partition=partition.name,
+                failures=failures.count,
+                detail=detail,
+            )
+            failures.logged_at = now
+        self._delay([partition], min(APPEND_BACKOFF_MAX_S, ERROR_BACKOFF_S * 2 ** (failures.count - 1)))
+
+    def _fail(self, partition: Partition, error: Exception) -> None:
+        """Stop fetching ``partition`` (Kafka's failed partitions): an error writing its log
+        leaves it in a state no retry can trust. Its leader drops it from the ISR once it
+        lags; a new role from the metadata starts it again."""
+        log.error(
+            "partition failed; it stops replicating until its role changes",
+            partition=partition.name,
+            error=repr(error),
+        )
+        self.remove(partition)
+        self.failed[partition] = repr(error)
+
+
+@dataclass(slots=True)
+class _Failures:
+    """A partition's appends that failed in a row, and when that was last logged."""
+
+    count: int = 0
+    logged_at: float = float("-inf")
 
 
 class ReplicaFetcher:
@@ -226,24 +311,29 @@ class ReplicaFetcher:
         address: Callable[[int], str | None],
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
-        on_truncated: Callable[[Partition], None],
+        on_truncated: Callable[[list[Partition], Callable[[], None]], None],
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.leader_id = leader_id
         self._address = address
         self._tls = tls
         self._config = config
-        self._fetch = FollowerFetch(local_id, config, broker_epoch, on_truncated)
         self._changed = asyncio.Event()
+        self._fetch = FollowerFetch(local_id, config, broker_epoch, on_truncated, wake=self._changed.set)
         self._client: BrokerClient | None = None
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{local_id}-from-{leader_id}")
 
+    @property
+    def failed(self) -> dict[Partition, str]:
+        return self._fetch.failed
+
     def add(self, partition: Partition) -> None:
-        self._fetch.partitions[partition] = 0.0
+        self._fetch.add(partition)
         self._changed.set()
 
     def remove(self, partition: Partition) -> None:
-        self._fetch.partitions.pop(partition, None)
+        self._fetch.remove(partition)
+        self._fetch.failed.pop(partition, None)
 
     async def close(self) -> None:
         self._task.cancel()
@@ -253,6 +343,30 @@ class ReplicaFetcher:
             self._client.close()
 
     async def _run(self) -> None:
+        """The fetch loop, restarted after an unexpected error with exponential backoff
+        (each restart is logged, so at most one line per backoff)."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential_jitter(
+                multiplier=ERROR_BACKOFF_S, max=RESTART_BACKOFF_MAX_S, jitter=ERROR_BACKOFF_S
+            ),
+            before_sleep=self._restarting,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self._fetch_loop()
+
+    def _restarting(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.error(
+            "replica fetcher failed; restarting",
+            leader=self.leader_id,
+            restarts=state.attempt_number,
+            in_s=round(state.upcoming_sleep, 3),
+            error=repr(error),
+        )
+
+    async def _fetch_loop(self) -> None:
         backoff_s = ERROR_BACKOFF_S
         while True:
             now = time.monotonic()
@@ -260,9 +374,8 @@ class ReplicaFetcher:
             client = self._leader()
             if not ready or client is None:
                 self._changed.clear()
-                wake_in = min((nb - now for nb in self._fetch.partitions.values()), default=1.0)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), max(wake_in, 0.01))
+                    await asyncio.wait_for(self._changed.wait(), self._fetch.wait_s(now))
                 continue
             request, sent = self._fetch.request(ready)
             timeout_s = self._config.replica_fetch_wait_max_ms / 1000 + 5
@@ -297,7 +410,7 @@ class ReplicaFetchers:
         address: Callable[[int], str | None],
         config: BrokerConfig,
         broker_epoch: Callable[[], int],
-        on_truncated: Callable[[Partition], None],
+        on_truncated: Callable[[list[Partition], Callable[[], None]], None],
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self._local_id = local_id
@@ -329,6 +442,10 @@ class ReplicaFetchers:
         leader = self._source.pop(partition, None)
         if leader is not None:
             self._fetchers[leader].remove(partition)
+
+    def failed(self) -> dict[Partition, str]:
+        """The partitions that stopped replicating on an error, and why."""
+        return {p: why for fetcher in self._fetchers.values() for p, why in fetcher.failed.items()}
 
     async def close(self) -> None:
         fetchers, self._fetchers = self._fetchers, {}

@@ -573,9 +573,14 @@ class ReplicaManager:
         current = {p.name: p.high_watermark for p in self._partitions.values()}
         return current if self._serving else {**self._checkpointed_high_watermarks, **current}
 
-    def fail_reads_of(self, partition: Partition) -> None:
-        """A follower's log moved under it (truncation): nothing parked reads stale state."""
-        self._wake(partition)
+    def truncated(self, partitions: list[Partition], then: Callable[[], None]) -> None:
+        """Followers' logs were cut: nothing parked reads stale state, and the lowered
+        recovery points are checkpointed (as Kafka's ``LogManager.truncateTo`` does), so a
+        crash does not take what is written after the cut for flushed data; ``then`` once
+        that is on disk (the fetcher appends nothing to them before)."""
+        for partition in partitions:
+            self._wake(partition)
+        self._logs.checkpoint_recovery_points(then)
 
 
 PARTITIONS_PER_REQUEST_MAX = 10_000

@@ -217,10 +217,12 @@ def test_under_replicated_counts_only_partitions_led_here_with_a_short_isr() -> 
         partitions=lambda: partitions, offline=lambda: {}, metrics=BrokerTopicMetrics()
     )
     isr_changes = SimpleNamespace(shrinks=2, expands=1)
-    values = samples(BrokerCollector(replicas, isr_changes).collect())  # type: ignore[arg-type]
+    fetchers = SimpleNamespace(failed=lambda: {"t-3": "OSError(5, 'Input/output error')"})
+    values = samples(BrokerCollector(replicas, isr_changes, fetchers).collect())  # type: ignore[arg-type]
     assert values["kafka_server_replicamanager_underreplicatedpartitions"] == 1
     assert values["kafka_server_replicamanager_leadercount"] == 2
     assert values["kafka_server_replicamanager_partitioncount"] == 3
+    assert values["kafka_server_replicafetchermanager_failedpartitionscount"] == 1
     assert values["kafka_server_replicamanager_isrshrinkspersec_total"] == 2
     assert values["kafka_server_replicamanager_isrexpandspersec_total"] == 1
 
@@ -281,7 +283,8 @@ def test_a_real_broker_counts_what_producers_send_and_consumers_read(tmp_path: P
     async def scenario() -> None:
         async with broker_in_process(tmp_path, {"t": 3}) as broker:
             isr_changes = SimpleNamespace(shrinks=0, expands=0)
-            endpoint = MetricsEndpoint([BrokerCollector(broker.replicas, isr_changes)])  # type: ignore[arg-type]
+            fetchers = SimpleNamespace(failed=dict)
+            endpoint = MetricsEndpoint([BrokerCollector(broker.replicas, isr_changes, fetchers)])  # type: ignore[arg-type]
             await endpoint.start("127.0.0.1", 0)
             try:
                 before = await scrape(endpoint.port)
@@ -408,6 +411,7 @@ def test_the_metrics_page_lists_exactly_the_metrics_the_nodes_export() -> None:
     broker = BrokerCollector(
         SimpleNamespace(partitions=list, offline=dict, metrics=BrokerTopicMetrics()),  # type: ignore[arg-type]
         SimpleNamespace(shrinks=0, expands=0),  # type: ignore[arg-type]
+        SimpleNamespace(failed=dict),  # type: ignore[arg-type]
     )
     exported = {
         family.name + ("_total" if family.type == "counter" else "")

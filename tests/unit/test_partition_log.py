@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from raftka.broker.log import checkpoint
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.flusher import BackgroundFlusher
+from raftka.broker.log.folder_names import DELETE_SUFFIX
 from raftka.broker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from raftka.broker.log.partition_log import FlushJob, LogAppendError, OffsetOutOfRange, PartitionLog
 from raftka.cli.main import main
@@ -40,6 +45,19 @@ def open_log(path: Path, clean: bool = True, recovery_point: int = 0, **config: 
     return PartitionLog.open(
         path, TOPIC_ID, LogConfig(**config), clean_shutdown=clean, recovery_point=recovery_point
     )
+
+
+class QueuedFlushes:
+    """A log's background that keeps flush jobs for the test to run, and runs other work at once."""
+
+    def __init__(self) -> None:
+        self.jobs: list[FlushJob] = []
+
+    def flush(self, partition_log: PartitionLog, job: FlushJob) -> None:
+        self.jobs.append(job)
+
+    def submit(self, work: Callable[[], None], what: str) -> None:
+        work()
 
 
 def values(log: PartitionLog, start: int = 0) -> list[bytes]:
@@ -225,14 +243,10 @@ def test_a_rolled_segment_is_fsynced_in_the_background_and_only_then_counts_as_o
     monkeypatch.setattr(
         os, "fsync", lambda fd: (fsynced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))
     )
-    queued: list[FlushJob] = []
+    background = QueuedFlushes()
+    queued = background.jobs
     log = PartitionLog.open(
-        tmp_path,
-        TOPIC_ID,
-        LogConfig(),
-        clean_shutdown=True,
-        recovery_point=0,
-        background=lambda _, job: queued.append(job),
+        tmp_path, TOPIC_ID, LogConfig(), clean_shutdown=True, recovery_point=0, background=background
     )
     append(log, b"a", b"b")
     log.roll()
@@ -257,14 +271,15 @@ def test_a_rolled_segment_is_fsynced_in_the_background_and_only_then_counts_as_o
 
 
 def test_a_job_runs_after_its_segment_was_deleted(tmp_path: Path) -> None:
-    queued: list[FlushJob] = []
+    background = QueuedFlushes()
+    queued = background.jobs
     log = PartitionLog.open(
         tmp_path,
         TOPIC_ID,
         LogConfig(retention_bytes=0),
         clean_shutdown=True,
         recovery_point=0,
-        background=lambda _, job: queued.append(job),
+        background=background,
     )
     append(log, b"a")
     log.roll()
@@ -343,3 +358,121 @@ def test_stray_partition_folders_are_deleted_once_the_broker_knows_its_assignmen
     assert again.remove_strays({"t-0"}) == ["t-1"]
     assert (tmp_path / "t-0").exists() and not (tmp_path / "t-1").exists()
     assert again.remove_strays(set()) == [], "only what was found at start, once"
+
+
+def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """(path, thread name) of every fsync from now on."""
+    seen: list[tuple[str, str]] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        seen.append((os.readlink(f"/proc/self/fd/{fd}"), threading.current_thread().name))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def test_an_epoch_change_over_many_partitions_fsyncs_nothing_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        manager = LogManager(tmp_path, BackgroundFlusher(asyncio.get_running_loop()))
+        manager.open_all()
+        logs = [manager.get_or_create("t", p, TOPIC_ID, LogConfig()) for p in range(50)]
+        for log in logs:
+            append(log, b"a", epoch=0)
+            append(log, b"b", epoch=0)
+        fsyncs = record_fsyncs(monkeypatch)
+        for log in logs:
+            log.truncate_to(1)  # a follower cut back to where it agrees with its new leader ...
+            append(log, b"c", epoch=1)  # ... then leads, at a new epoch
+        on_loop = [path for path, thread in fsyncs if thread == threading.current_thread().name]
+        assert on_loop == []
+        manager.close()  # waits for the queued writes
+        flusher_synced = {path for path, thread in fsyncs if thread.startswith("log-flush")}
+        assert flusher_synced >= {str(tmp_path / f"t-{p}") for p in range(50)}
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    reopened = LogManager(tmp_path)
+    reopened.open_all()
+    for p in range(50):
+        log = reopened.get(f"t-{p}")
+        assert log is not None and log.epochs.entries() == [(0, 0), (1, 1)] and values(log) == [b"a", b"c"]
+
+
+def test_removing_a_partition_renames_it_away_at_once_and_deletes_it_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deleted_on: list[str] = []
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003: shutil.rmtree's
+        deleted_on.append(threading.current_thread().name)
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+
+    async def scenario() -> None:
+        manager = LogManager(tmp_path, BackgroundFlusher(asyncio.get_running_loop()))
+        manager.open_all()
+        log = manager.get_or_create("t", 0, TOPIC_ID, LogConfig(segment_bytes=200))
+        for i in range(20):
+            append(log, b"v%02d" % i)  # unflushed data, and rolled segments whose syncs are queued
+        fsyncs = record_fsyncs(monkeypatch)
+        manager.remove("t-0")
+        loop_thread = threading.current_thread().name
+        assert [path for path, thread in fsyncs if thread == loop_thread] == [str(tmp_path)], (
+            "only the parent folder, for the rename"
+        )
+        assert loop_thread not in deleted_on
+        assert not (tmp_path / "t-0").exists()
+        again = manager.get_or_create("t", 0, uuid.UUID(int=2).bytes, LogConfig())
+        assert again.log_end_offset == 0, "a topic re-created under the name starts empty"
+        append(again, b"new")
+        manager.close()  # waits for the background delete
+        assert deleted_on and not list(tmp_path.glob(f"*{DELETE_SUFFIX}"))
+        assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["t-0"]
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    reopened = LogManager(tmp_path)
+    reopened.open_all()
+    log = reopened.get("t-0")
+    assert log is not None and log.topic_id == uuid.UUID(int=2).bytes and values(log) == [b"new"]
+
+
+def test_flush_messages_one_fsyncs_the_folder_of_a_new_segment_before_the_append_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    background = QueuedFlushes()  # the roll's own sync (which fsyncs the folder too) never runs
+    log = PartitionLog.open(
+        tmp_path,
+        TOPIC_ID,
+        LogConfig(flush_messages=1, segment_bytes=200),
+        clean_shutdown=True,
+        recovery_point=0,
+        background=background,
+    )
+    append(log, b"first")
+    fsyncs = record_fsyncs(monkeypatch)
+    while len(log.segments) == 1:
+        append(log, b"more")
+    new_segment = str(log.active.path)
+    fsynced = [path for path, _ in fsyncs]
+    assert new_segment in fsynced and str(tmp_path) in fsynced, "its name is on disk before the ack"
+    assert log.recovery_point == log.log_end_offset
+
+
+@pytest.mark.parametrize("stale", [[(0, 0)], [(0, 0), (5, 1)]], ids=["missing-epoch", "wrong-epoch"])
+def test_recovery_rebuilds_the_epoch_cache_from_the_batches_it_scans(
+    tmp_path: Path, stale: list[tuple[int, int]]
+) -> None:
+    log = open_log(tmp_path)
+    append(log, b"a", epoch=0)
+    append(log, b"b", b"c", epoch=3)
+    append(log, b"d", epoch=4)
+    # A crash: the batches reached the disk, the last checkpoint writes did not.
+    checkpoint.write(tmp_path / "leader-epoch-checkpoint", stale)
+    recovered = open_log(tmp_path, clean=False, recovery_point=0)
+    assert recovered.epochs.entries() == [(0, 0), (3, 1), (4, 3)]
+    assert checkpoint.read(tmp_path / "leader-epoch-checkpoint") == [("0", 0), ("3", 1), ("4", 3)]

@@ -59,12 +59,17 @@ class Broker:
         return (await self.replicas.produce(request)).topics[0].partitions[0]
 
     def gauge(self, name: str) -> float:
-        families: list[Metric] = list(BrokerCollector(self.replicas, Counts()).collect())  # type: ignore[arg-type]
+        families: list[Metric] = list(BrokerCollector(self.replicas, Counts(), NoFetchers()).collect())  # type: ignore[arg-type]
         return next(s.value for f in families for s in f.samples if s.name == name)
 
 
 class Counts:
     shrinks = expands = 0
+
+
+class NoFetchers:
+    def failed(self) -> dict:
+        return {}
 
 
 def image(offset: int, leader_epochs: dict[str, int]) -> MetadataImage:

@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from raftka.broker.log.manager import LogManager
+from raftka.broker.log import checkpoint
+from raftka.broker.log.manager import RECOVERY_POINTS_FILE, LogManager
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.replica.fetcher import FollowerFetch
 from raftka.broker.replica.manager import ReplicaManager
+from raftka.broker.replica.partition import Partition
 from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
@@ -67,21 +69,29 @@ class Node:
     ) -> None:
         self.broker_id = broker_id
         self.isr_requests: list[tuple[int, ...]] = []
+        self.slow_disk = False  # a truncation's checkpoint is on disk only once the test runs on_disk_later
+        self.on_disk_later: list[Callable[[], None]] = []
         self.logs = LogManager(root / f"broker-{broker_id}")
         self.logs.open_all()
         config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
-        self.fetch = FollowerFetch(broker_id, config, lambda: 1, lambda p: None)
+        self.fetch = FollowerFetch(
+            broker_id, config, lambda: 1, self._truncated, clock=lambda: clock.ms / 1000
+        )
         self.roles = BrokerPartitions(broker_id, incarnation)
         self.replicas = ReplicaManager(
             broker_id,
             self.logs,
             config,
             request_isr_change=lambda p, isr: self.isr_requests.append(isr),
-            on_follow=lambda p: self.fetch.partitions.__setitem__(p, 0.0),
-            on_stop_following=lambda p: self.fetch.partitions.pop(p, None),
+            on_follow=self.fetch.add,
+            on_stop_following=self.fetch.remove,
             high_watermarks=high_watermarks or {},
             clock_ms=clock,
         )
+
+    def _truncated(self, partitions: list[Partition], then: Callable[[], None]) -> None:
+        on_disk = (lambda: self.on_disk_later.append(then)) if self.slow_disk else then
+        self.replicas.truncated(partitions, on_disk)
 
     def adopt(self, image: MetadataImage) -> None:
         self.replicas.apply(image, self.roles.update(image))
@@ -105,8 +115,9 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, root: Path, min_isr: int = 1, **topic_configs: str) -> None:
+    def __init__(self, root: Path, min_isr: int = 1, partitions: int = 1, **topic_configs: str) -> None:
         self.root = root
+        self.partition_count = partitions
         self.clock = Clock()
         self.topic_configs = topic_configs
         self.nodes = {b: Node(b, root, self.clock) for b in (1, 2, 3)}
@@ -140,7 +151,13 @@ class Cluster:
         return MetadataImage(
             offset=10,
             brokers=frozen(brokers),
-            topics_by_id=frozen({TOPIC_ID: TopicImage(TOPIC_NAME, TOPIC_ID, frozen({0: self.state}))}),
+            topics_by_id=frozen(
+                {
+                    TOPIC_ID: TopicImage(
+                        TOPIC_NAME, TOPIC_ID, frozen(dict.fromkeys(range(self.partition_count), self.state))
+                    )
+                }
+            ),
             topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
             configs=frozen({(TOPIC, TOPIC_NAME): frozen(self.all_topic_configs())}),
         )
@@ -188,11 +205,15 @@ def batch(*values: bytes, timestamp_ms: int = T0_MS) -> bytes:
 
 
 def produce_request(
-    values: list[bytes], acks: int = -1, timeout_ms: int = 10_000, timestamp_ms: int = T0_MS
+    values: list[bytes],
+    acks: int = -1,
+    timeout_ms: int = 10_000,
+    timestamp_ms: int = T0_MS,
+    partition: int = 0,
 ) -> pb.ProduceRequest:
     request = pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms)
     request.topics.add(name=TOPIC_NAME).partitions.add(
-        partition=0, records=batch(*values, timestamp_ms=timestamp_ms)
+        partition=partition, records=batch(*values, timestamp_ms=timestamp_ms)
     )
     return request
 
@@ -651,6 +672,28 @@ def test_a_decompression_bomb_is_refused_with_nothing_written_and_the_leader_ser
     run(body())
 
 
+def test_a_follower_truncation_checkpoints_its_lowered_recovery_point(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        old_leader = cluster.nodes[1]
+        await old_leader.replicas.produce(produce_request([b"a"], acks=1))
+        await cluster.catch_up(2, 3)
+        for value in (b"lost1", b"lost2"):
+            await old_leader.replicas.produce(produce_request([value], acks=1))
+        old_leader.partition.log.flush()
+        old_leader.logs.checkpoint_recovery_points()
+        assert recovery_points(old_leader) == {"t-0": 3}
+
+        cluster.elect(2, (2, 3))
+        await cluster.nodes[2].replicas.produce(produce_request([b"b"], acks=1))
+        await cluster.catch_up(1)
+        assert old_leader.values() == [b"a", b"b"]
+        # What follows the cut is not flushed: a crash now must scan it, not trust it.
+        assert recovery_points(old_leader) == {"t-0": 1}
+
+    run(body())
+
+
 async def until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -721,3 +764,7 @@ def test_fetches_on_a_connection_that_never_reads_share_its_answer_bound_and_oth
             await server.close()
 
     run(body())
+
+
+def recovery_points(node: Node) -> dict[str, int]:
+    return {name: offset for name, offset in checkpoint.read(node.logs.directory / RECOVERY_POINTS_FILE)}
