@@ -70,7 +70,7 @@ _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
 def controller_policy(authorizer: Authorizer) -> Policy:
     def policy(method: str, caller: Principal, forwarded: str | None, request: Any) -> Denial | None:
         if method in BROKER_METHODS:
-            return _broker_problem(method, caller, request)
+            return broker_problem(method, caller, getattr(request, "broker_id", None))
         needs = _NEEDS.get(method)
         if needs is None:
             return None  # a read
@@ -96,15 +96,16 @@ def _allowed(authorizer: Authorizer, principal: str, operation: str, resource_ty
     )
 
 
-def _broker_problem(method: str, caller: Principal, request: Any) -> Denial | None:
+def broker_problem(what: str, caller: Principal, broker_id: int | None) -> Denial | None:
+    """Refused unless ``caller`` is a broker's certificate, and broker ``broker_id``'s when the
+    request speaks for one: ``what`` (an RPC, or a follower's Fetch) is only a broker's to make."""
     if caller.role != BROKER:
         return Denial(
-            E.CLUSTER_AUTHORIZATION_FAILED, f"{method} is for brokers: {caller} is not a broker's certificate"
+            E.CLUSTER_AUTHORIZATION_FAILED, f"{what} is for brokers: {caller} is not a broker's certificate"
         )
-    broker_id = getattr(request, "broker_id", None)
     if broker_id is not None and broker_id != caller.node_id:
         return Denial(
             E.CLUSTER_AUTHORIZATION_FAILED,
-            f"{method} for broker {broker_id}: the certificate is broker {caller.node_id}'s",
+            f"{what} for broker {broker_id}: the certificate is broker {caller.node_id}'s",
         )
     return None

@@ -13,6 +13,11 @@ still follows that leader at the epoch the request was sent with:
 - an offset out of range means the leader's log starts after ours ends (retention):
   the log restarts empty at the leader's log start;
 - a fenced or unknown leader epoch, or not-leader, waits for the metadata to move.
+
+Each request carries this broker's current broker epoch (read at every request, so a
+re-registered broker sends its new one); the leader refuses the whole request if it is
+not the registration it knows (``raftka.broker.replica.follower_check``), and the fetcher
+asks again after a backoff.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ class FollowerFetch:
         self._broker_epoch = broker_epoch
         self._on_truncated = on_truncated
         self.partitions: dict[Partition, float] = {}  # -> monotonic time before which it is not fetched
+        self._last_refusal = ""  # the leader's last refusal of a whole request, until one is answered
 
     def ready(self, now: float) -> list[Partition]:
         return [p for p, not_before in self.partitions.items() if not_before <= now]
@@ -98,9 +104,13 @@ class FollowerFetch:
         self, response: broker_pb2.FetchResponse, sent: dict[tuple[bytes, int], tuple[Partition, int, int]]
     ) -> None:
         if response.status.error != E.NONE:
-            log.warning("fetch refused", error=E.Name(response.status.error), detail=response.status.message)
+            refusal = f"{E.Name(response.status.error)}: {response.status.message}"
+            if refusal != self._last_refusal:  # retried every ERROR_BACKOFF_S: say it once
+                log.warning("fetch refused", detail=refusal)
+                self._last_refusal = refusal
             self._delay(p for p, _, _ in sent.values())
             return
+        self._last_refusal = ""
         for topic in response.topics:
             for result in topic.partitions:
                 entry = sent.get((topic.topic_id, result.partition))
