@@ -41,7 +41,7 @@ def follower_refusal(
 ) -> Denial | None:
     """Why this fetch may not count as broker ``replica_id``'s, or None if it may."""
     if principal is not None:
-        denial = broker_problem("Fetch as a follower", principal, replica_id)
+        denial = broker_problem(f"Fetch with replica_id {replica_id}", principal, replica_id)
         if denial is not None:
             return denial
     try:
