@@ -29,9 +29,9 @@ def configure_logging(level: str = "info", fmt: str = "json", **bound: object) -
     structlog.contextvars.bind_contextvars(**bound)
 
 
-class RateLimitedWarning:
-    """At most one warning line per ``interval_s`` for what a client can trigger at will;
-    each line counts the ones left out since the last."""
+class RateLimitedLog:
+    """At most one line per ``interval_s`` for what a client can trigger at will; each line
+    counts the ones left out since the last."""
 
     def __init__(self, logger: structlog.typing.FilteringBoundLogger, interval_s: float) -> None:
         self._logger = logger
@@ -39,13 +39,14 @@ class RateLimitedWarning:
         self._next_s = float("-inf")
         self._left_out = 0
 
-    def warn(self, event: str, **fields: object) -> None:
+    def log(self, level: int, event: str, **fields: object) -> None:
+        """``level``: a ``logging`` level (``logging.WARNING``)."""
         now = time.monotonic()
         if now < self._next_s:
             self._left_out += 1
             return
         self._next_s = now + self._interval_s
-        self._logger.warning(event, left_out=self._left_out, **fields)
+        self._logger.log(level, event, left_out=self._left_out, **fields)
         self._left_out = 0
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ import structlog
 
 from raftka.broker.log.partition_log import LogAppendError
 from raftka.broker.partitions import Role
+from raftka.broker.replica.follower_check import ROUTINE_REFUSALS
 from raftka.broker.replica.partition import Partition
 from raftka.node.config import BrokerConfig
 from raftka.v1 import broker_pb2, controller_pb2
@@ -106,7 +108,8 @@ class FollowerFetch:
         if response.status.error != E.NONE:
             refusal = f"{E.Name(response.status.error)}: {response.status.message}"
             if refusal != self._last_refusal:  # retried every ERROR_BACKOFF_S: say it once
-                log.warning("fetch refused", detail=refusal)
+                level = logging.INFO if response.status.error in ROUTINE_REFUSALS else logging.WARNING
+                log.log(level, "fetch refused", detail=refusal)
                 self._last_refusal = refusal
             self._delay(p for p, _, _ in sent.values())
             return

@@ -34,6 +34,9 @@ from raftka.security.principal import Principal
 from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
+# What every broker restart brings for a moment: fetches before the leader has replayed the
+# new registration, or before the broker is unfenced. The others mean a wrong certificate.
+ROUTINE_REFUSALS = frozenset({E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED, E.INELIGIBLE_REPLICA})
 
 
 def follower_refusal(

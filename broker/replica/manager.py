@@ -16,6 +16,7 @@ second is answered at once with what there is.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -26,13 +27,13 @@ from raftka.broker.log.manager import LogManager
 from raftka.broker.log.producer_state import ProducerStateError
 from raftka.broker.metrics import BrokerTopicMetrics
 from raftka.broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
-from raftka.broker.replica.follower_check import follower_refusal
+from raftka.broker.replica.follower_check import ROUTINE_REFUSALS, follower_refusal
 from raftka.broker.replica.partition import Partition, PartitionError
 from raftka.broker.replica.waiters import OffsetWaiters, Wakeups
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.topic_configs import TOPIC_CONFIGS
 from raftka.node.config import BrokerConfig
-from raftka.node.logs import RateLimitedWarning
+from raftka.node.logs import RateLimitedLog
 from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
 from raftka.security.principal import current_principal
 from raftka.v1 import broker_pb2, controller_pb2
@@ -89,7 +90,7 @@ class ReplicaManager:
         self._committed = Wakeups()  # high watermark moved: consumers' fetches
         self._bytes_waiting = 0
         self.metrics = BrokerTopicMetrics()
-        self._refusals = RateLimitedWarning(log, REFUSAL_LOG_INTERVAL_S)
+        self._refusals = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)
         self._checkpointed_high_watermarks = dict(high_watermarks)  # read at start; used once per partition
 
     # metadata ---------------------------------------------------------------------------
@@ -364,7 +365,8 @@ class ReplicaManager:
         refusal = follower_refusal(self._image, request.replica_id, request.replica_epoch, principal)
         if refusal is None:
             return None
-        self._refusals.warn(
+        self._refusals.log(
+            logging.INFO if refusal.code in ROUTINE_REFUSALS else logging.WARNING,
             "follower fetch refused",
             replica_id=request.replica_id,
             principal=None if principal is None else principal.name,

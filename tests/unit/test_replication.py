@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from raftka.broker.log.manager import LogManager
 from raftka.broker.partitions import BrokerPartitions
@@ -515,5 +516,24 @@ def test_a_follower_fetches_with_its_certificate_and_its_current_broker_epoch(tm
         assert cluster.nodes[2].values() == [b"a", b"b"]
         stale = await leader.replicas.fetch(follower_fetch(2, 1, 2))  # the old registration's epoch
         assert stale.status.error == E.STALE_BROKER_EPOCH
+
+    run(body())
+
+
+def test_refused_follower_fetches_are_logged_at_most_once_per_interval(tmp_path: Path) -> None:
+    """A client can send refused fetches at will: one line per interval on each leader, a
+    warning for a wrong certificate; a stale epoch (every broker restart brings one) is news."""
+
+    async def body() -> None:
+        with structlog.testing.capture_logs() as logs:
+            leader = Cluster(tmp_path / "a").nodes[1]
+            with presenting(CLIENT_CERT):
+                for _ in range(3):
+                    await leader.replicas.fetch(follower_fetch(2, 1, 0))
+            leader = Cluster(tmp_path / "b").nodes[1]
+            for _ in range(3):
+                await leader.replicas.fetch(follower_fetch(2, 0, 0))
+        refused = [(e["log_level"], e["error"]) for e in logs if e["event"] == "follower fetch refused"]
+        assert refused == [("warning", "CLUSTER_AUTHORIZATION_FAILED"), ("info", "STALE_BROKER_EPOCH")]
 
     run(body())
