@@ -3,7 +3,8 @@
 - The brokers' own RPCs (registration, heartbeats, ISR changes, producer ids, group
   commits and rebalances) need a broker certificate, and one whose id is the broker the
   request speaks for: a client certificate cannot register as a broker, nor broker 101
-  heartbeat for broker 102.
+  heartbeat for broker 102. Brokers apply the same rule to a follower's fetch
+  (``raftka.broker.replica.follower_check``).
 - Admin operations need a super user (``authorizer.super_users``) or an ACL: create,
   delete, and alter topics and their configs, elect leaders, delete groups, commit
   offsets from outside a group (a reset), and manage ACLs. A broker forwarding a

@@ -1,7 +1,8 @@
 """Who may fetch as a follower: the broker that ``replica_id`` names, at its current broker
-epoch, unfenced, and (with TLS on) holding that broker's certificate. Kafka's rule: a
-follower fetch needs ClusterAction (a broker's principal), and the leader checks the
-follower's broker epoch (``FetchParams.replicaEpoch``, KIP-903).
+epoch, unfenced, and (with TLS on) holding that broker's certificate. In Kafka a follower
+fetch needs ClusterAction (a broker's principal) and carries the follower's broker epoch
+(``ReplicaState``, KIP-903), which keeps a stale incarnation out of the ISR; raftka's
+leader refuses such a fetch outright.
 
 A follower's fetch is trusted with more than a consumer's: it reads above the high
 watermark, its fetch offset is taken as that replica's log end (so it moves the high

@@ -4,9 +4,10 @@ ReplicaManager).
 Each metadata image that changes this broker's roles (``raftka.broker.partitions``) makes it
 leader or follower of partitions at the epochs the image gives; followers are handed
 to the replica fetchers, leaders serve producers and consumers and track their
-followers through the followers' own fetches, each first proven to be that broker's
-at its current broker epoch (``raftka.broker.replica.follower_check``). Requests are validated per partition:
-a bad partition gets its error and nothing written, the others proceed.
+followers through the followers' own fetches, each first proven to be that broker's at
+its current broker epoch (``raftka.broker.replica.follower_check``). Requests are
+validated per partition: a bad partition gets its error and nothing written, the others
+proceed.
 
 Bounds: acks=all bytes waiting for the ISR (``produce_waiting_bytes_max``) and parked
 fetches (``fetch_parked_max``); a request over the first is refused, a fetch over the
