@@ -537,3 +537,24 @@ def test_refused_follower_fetches_are_logged_at_most_once_per_interval(tmp_path:
         assert refused == [("warning", "CLUSTER_AUTHORIZATION_FAILED"), ("info", "STALE_BROKER_EPOCH")]
 
     run(body())
+
+
+def test_a_follower_says_once_that_its_leader_refuses_it(tmp_path: Path) -> None:
+    """The fetcher asks again every backoff while refused: one line per distinct refusal."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        follower = cluster.nodes[2]
+        with structlog.testing.capture_logs() as logs:
+            follower.broker_epoch = 40  # registered again; the leader has not replayed it
+            for _ in range(3):
+                await cluster.replicate(2)
+            follower.broker_epoch = 1
+            await cluster.replicate(2)
+            follower.broker_epoch = 40
+            await cluster.replicate(2)
+        said = [(e["log_level"], e["detail"]) for e in logs if e["event"] == "fetch refused"]
+        stale = "STALE_BROKER_EPOCH: replica_epoch: broker 2: epoch 40 is not the current registration's (1)"
+        assert said == [("info", stale), ("info", stale)]
+
+    run(body())
