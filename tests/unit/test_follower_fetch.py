@@ -114,15 +114,15 @@ def test_with_tls_only_the_followers_own_certificate_fetches_as_it(
             fetcher(listener, broker, certs.broker) as fetch,
         ):
             await produce_unreplicated(broker)
-            spoofs = [
-                (certs.alice, FOLLOWER, 1, E.CLUSTER_AUTHORIZATION_FAILED),  # a client's certificate
-                (certs.admin, FOLLOWER, 1, E.CLUSTER_AUTHORIZATION_FAILED),  # a super user's is no broker's
-                (certs.broker, FOLLOWER, 1, E.CLUSTER_AUTHORIZATION_FAILED),  # broker 101 claiming 102
-                (certs.follower, FOLLOWER, 0, E.STALE_BROKER_EPOCH),  # its certificate, an old epoch
+            spoofs = [  # (certificate, replica_epoch, answer), each claiming to be broker 102
+                (certs.alice, 1, E.CLUSTER_AUTHORIZATION_FAILED),  # a client's certificate
+                (certs.admin, 1, E.CLUSTER_AUTHORIZATION_FAILED),  # a super user's is no broker's
+                (certs.broker, 1, E.CLUSTER_AUTHORIZATION_FAILED),  # broker 101's
+                (certs.follower, 0, E.STALE_BROKER_EPOCH),  # broker 102's, an old epoch
             ]
-            for tls, replica_id, replica_epoch, code in spoofs:
+            for tls, replica_epoch, code in spoofs:
                 for fetch_offset in (0, 1):
-                    answer = await fetch(follower_fetch(replica_id, replica_epoch, fetch_offset), tls)
+                    answer = await fetch(follower_fetch(FOLLOWER, replica_epoch, fetch_offset), tls)
                     assert answer.status.error == code, (tls.cert.name, E.Name(answer.status.error))
                     assert not answer.topics, "a refused fetch reads nothing"
             assert high_watermark(broker) == 0
