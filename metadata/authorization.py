@@ -3,7 +3,8 @@
 - The brokers' own RPCs (registration, heartbeats, ISR changes, producer ids, group
   commits and rebalances) need a broker certificate, and one whose id is the broker the
   request speaks for: a client certificate cannot register as a broker, nor broker 101
-  heartbeat for broker 102.
+  heartbeat for broker 102. Brokers apply the same rule to a follower's fetch
+  (``raftka.broker.replica.follower_check``).
 - Admin operations need a super user (``authorizer.super_users``) or an ACL: create,
   delete, and alter topics and their configs, elect leaders, delete groups, commit
   offsets from outside a group (a reset), and manage ACLs. A broker forwarding a
@@ -71,9 +72,9 @@ _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
 def controller_policy(authorizer: Authorizer) -> Policy:
     def policy(method: str, caller: Principal, forwarded: str | None, request: Any) -> Denial | None:
         if method in BROKER_METHODS:
-            return _broker_problem(method, caller, request)
+            return broker_problem(method, caller, getattr(request, "broker_id", None))
         if method == "OffsetCommit" and request.HasField("coordinator_id"):
-            problem = _broker_problem(method, caller, request, request.coordinator_id)
+            problem = broker_problem(method, caller, request.coordinator_id)
             if problem is not None:
                 return problem
         needs = _NEEDS.get(method)
@@ -101,19 +102,16 @@ def _allowed(authorizer: Authorizer, principal: str, operation: str, resource_ty
     )
 
 
-def _broker_problem(
-    method: str, caller: Principal, request: Any, broker_id: int | None = None
-) -> Denial | None:
-    """Unless the caller is a broker, and the one ``broker_id`` (by default the request's) names."""
+def broker_problem(what: str, caller: Principal, broker_id: int | None) -> Denial | None:
+    """Refused unless ``caller`` is a broker's certificate, and broker ``broker_id``'s when the
+    request speaks for one: ``what`` (an RPC, or a follower's Fetch) is only a broker's to make."""
     if caller.role != BROKER:
         return Denial(
-            E.CLUSTER_AUTHORIZATION_FAILED, f"{method} is for brokers: {caller} is not a broker's certificate"
+            E.CLUSTER_AUTHORIZATION_FAILED, f"{what} is for brokers: {caller} is not a broker's certificate"
         )
-    if broker_id is None:
-        broker_id = getattr(request, "broker_id", None)
     if broker_id is not None and broker_id != caller.node_id:
         return Denial(
             E.CLUSTER_AUTHORIZATION_FAILED,
-            f"{method} for broker {broker_id}: the certificate is broker {caller.node_id}'s",
+            f"{what} for broker {broker_id}: the certificate is broker {caller.node_id}'s",
         )
     return None

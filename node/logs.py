@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 from collections.abc import Iterator
 
 import structlog
@@ -26,6 +27,27 @@ def configure_logging(level: str = "info", fmt: str = "json", **bound: object) -
         cache_logger_on_first_use=True,
     )
     structlog.contextvars.bind_contextvars(**bound)
+
+
+class RateLimitedLog:
+    """At most one line per ``interval_s`` for what a client can trigger at will; each line
+    counts the ones left out since the last."""
+
+    def __init__(self, logger: structlog.typing.FilteringBoundLogger, interval_s: float) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._next_s = float("-inf")
+        self._left_out = 0
+
+    def log(self, level: int, event: str, **fields: object) -> None:
+        """``level``: a ``logging`` level (``logging.WARNING``)."""
+        now = time.monotonic()
+        if now < self._next_s:
+            self._left_out += 1
+            return
+        self._next_s = now + self._interval_s
+        self._logger.log(level, event, left_out=self._left_out, **fields)
+        self._left_out = 0
 
 
 class _CurrentStderr:

@@ -10,6 +10,11 @@ exactly what ``read_uncommitted`` ones do, and that is correct); no incremental 
 sessions (KIP-227), so every answer says session 0 and clients send full fetches, as
 they do to a Kafka broker whose session cache is full.
 
+A fetch from a follower (a replica id, or a ReplicaState) is refused as Kafka refuses one
+whose principal lacks ClusterAction: TOPIC_AUTHORIZATION_FAILED for every partition.
+raftka's followers use the data listener, so here nobody has it (answered as a consumer's
+fetch, it would silently give a would-be follower only what is below the high watermark).
+
 Limits a Kafka client may ask beyond raftka's (a fetch's bytes and wait, a produce's
 timeout) are lowered to raftka's, as a Kafka broker caps them by its own settings;
 negative ones are refused by the replica manager's checks.
@@ -145,7 +150,7 @@ class LogApis:
         by_id = version >= TOPIC_IDS_FROM
         image = self._api.image
         ours = Pb.FetchRequest(
-            replica_id=-1,  # a consumer, whatever a client claims: this listener serves no Kafka followers
+            replica_id=-1,
             max_wait_ms=min(request.max_wait_ms, FETCH_WAIT_MS_MAX),
             min_bytes=min(request.min_bytes, FETCH_BYTES_MAX),
             max_bytes=min(request.max_bytes, FETCH_BYTES_MAX),
@@ -170,7 +175,16 @@ class LogApis:
                 )
                 if data.current_leader_epoch >= 0:
                     partition.current_leader_epoch = data.current_leader_epoch
-        answer = await self._api.fetch(ours)
+        replica_id = _replica_id(request)
+        if replica_id >= 0:
+            answer = Pb.FetchResponse()  # every partition refused, nothing read
+            answer.status.error = E.TOPIC_AUTHORIZATION_FAILED
+            answer.status.message = (
+                f"replica_id {replica_id}: a follower fetch needs ClusterAction; raftka's followers "
+                "fetch on the data listener, so no principal has it here"
+            )
+        else:
+            answer = await self._api.fetch(ours)
         leaders: set[int] = set()
         topics = []
         for topic, outcomes in _outcomes(ours, answer):
@@ -284,6 +298,13 @@ def _outcomes(request: Message, answer: Message) -> Iterator[tuple[Any, list[tup
         return
     for topic, answered in zip(request.topics, answer.topics, strict=True):
         yield topic, [(result, result.error, result.message) for result in answered.partitions]
+
+
+def _replica_id(request: FetchRequest) -> int:
+    """The broker a Kafka fetch says it comes from, -1 for a consumer: ReplicaId before
+    version 15, ReplicaState from 15."""
+    state = request.replica_state
+    return request.replica_id if state is None else state.replica_id
 
 
 def _leader_hint(result: Any, code: int, leaders: set[int], partition_type: type) -> Any:

@@ -27,12 +27,18 @@ backoff and logged at most once a minute; any other error applying a partition (
 ``failed``, and fetches again only when the metadata makes it a follower anew. The
 other partitions carry on. An unexpected error in the loop itself restarts it, with
 exponential backoff, so one bug never stops replication from a leader for good.
+
+Each request carries this broker's current broker epoch (read at every request, so a
+re-registered broker sends its new one); the leader refuses the whole request if it is
+not the registration it knows (``raftka.broker.replica.follower_check``), and the fetcher
+asks again after a backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import time
 from collections.abc import Callable
@@ -43,6 +49,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from raftka.broker.log.partition_log import LogAppendError
 from raftka.broker.partitions import Role
+from raftka.broker.replica.follower_check import ROUTINE_REFUSALS
 from raftka.broker.replica.partition import Partition
 from raftka.node.config import BrokerConfig
 from raftka.v1 import broker_pb2, controller_pb2
@@ -80,6 +87,7 @@ class FollowerFetch:
         self._clock = clock
         self._wake = wake  # a partition became ready outside ``apply``
         self.partitions: dict[Partition, float] = {}  # -> monotonic time before which it is not fetched
+        self._last_refusal = ""  # the leader's last refusal of a whole request, until one is answered
         self.failed: dict[Partition, str] = {}  # -> why it stopped: fetched again once followed anew
         self._append_failures: dict[Partition, _Failures] = {}
         self._held: set[Partition] = set()  # cut, until the cut's recovery point is on disk
@@ -140,10 +148,15 @@ class FollowerFetch:
         self, response: broker_pb2.FetchResponse, sent: dict[tuple[bytes, int], tuple[Partition, int, int]]
     ) -> None:
         if response.status.error != E.NONE:
-            log.warning("fetch refused", error=E.Name(response.status.error), detail=response.status.message)
+            refusal = f"{E.Name(response.status.error)}: {response.status.message}"
+            if refusal != self._last_refusal:  # retried every ERROR_BACKOFF_S: say it once
+                level = logging.INFO if response.status.error in ROUTINE_REFUSALS else logging.WARNING
+                log.log(level, "fetch refused", detail=refusal)
+                self._last_refusal = refusal
             self._delay(p for p, _, _ in sent.values())
             return
         self._truncated = []
+        self._last_refusal = ""
         for topic in response.topics:
             for result in topic.partitions:
                 entry = sent.get((topic.topic_id, result.partition))

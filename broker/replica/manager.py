@@ -4,8 +4,10 @@ ReplicaManager).
 Each metadata image that changes this broker's roles (``raftka.broker.partitions``) makes it
 leader or follower of partitions at the epochs the image gives; followers are handed
 to the replica fetchers, leaders serve producers and consumers and track their
-followers through the followers' own fetches. Requests are validated per partition:
-a bad partition gets its error and nothing written, the others proceed.
+followers through the followers' own fetches, each first proven to be that broker's at
+its current broker epoch (``raftka.broker.replica.follower_check``). Requests are
+validated per partition: a bad partition gets its error and nothing written, the others
+proceed.
 
 Metadata is applied per partition too: an error while one partition's change is carried
 out (opening, creating or deleting its log, taking its role) takes that partition
@@ -23,6 +25,7 @@ second is answered at once with what there is.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -35,12 +38,15 @@ from raftka.broker.log.manager import LogManager
 from raftka.broker.log.producer_state import ProducerStateError
 from raftka.broker.metrics import BrokerTopicMetrics
 from raftka.broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
+from raftka.broker.replica.follower_check import ROUTINE_REFUSALS, follower_refusal
 from raftka.broker.replica.partition import Partition, PartitionError
 from raftka.broker.replica.waiters import OffsetWaiters, Wakeups
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.topic_configs import TOPIC_CONFIGS
 from raftka.node.config import BrokerConfig
+from raftka.node.logs import RateLimitedLog
 from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
+from raftka.security.principal import current_principal
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.answer_room import current_answer_room
 
@@ -54,6 +60,7 @@ FETCH_WAIT_MS_MAX = 60_000
 FETCH_BYTES_MAX = 64 << 20
 LIST_EARLIEST = -2
 LIST_LATEST = -1
+REFUSAL_LOG_INTERVAL_S = 10.0  # a refused follower fetch is logged at most this often
 Key = tuple[str, int]
 _Change = TypeVar("_Change", PartitionRole, StoppedPartition)
 
@@ -104,6 +111,7 @@ class ReplicaManager:
         self._committed = Wakeups()  # high watermark moved: consumers' fetches
         self._bytes_waiting = 0
         self.metrics = BrokerTopicMetrics()
+        self._refusals = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)
         self._checkpointed_high_watermarks = dict(high_watermarks)  # read at start; used once per partition
 
     # metadata ---------------------------------------------------------------------------
@@ -406,6 +414,9 @@ class ReplicaManager:
         deadline = time.monotonic() + request.max_wait_ms / 1000
         wakeups = self._appended if request.replica_id >= 0 else self._committed
         while True:
+            refused = self._refused_follower(request)  # on every pass: the image may move while parked
+            if refused is not None:
+                return refused
             response, size, stop, keys = self._read(request)
             remaining = deadline - time.monotonic()
             if (
@@ -416,6 +427,27 @@ class ReplicaManager:
             ):
                 return response
             await wakeups.wait(keys, remaining)
+
+    def _refused_follower(self, request: Pb.FetchRequest) -> Pb.FetchResponse | None:
+        """The answer to a follower fetch that may not count as that broker's
+        (``raftka.broker.replica.follower_check``): nothing read, nothing recorded."""
+        if request.replica_id < 0:
+            return None
+        principal = current_principal.get()
+        refusal = follower_refusal(self._image, request.replica_id, request.replica_epoch, principal)
+        if refusal is None:
+            return None
+        self._refusals.log(
+            logging.INFO if refusal.code in ROUTINE_REFUSALS else logging.WARNING,
+            "follower fetch refused",
+            replica_id=request.replica_id,
+            principal=None if principal is None else principal.name,
+            error=E.Name(refusal.code),
+            detail=refusal.message,
+        )
+        response = Pb.FetchResponse()
+        response.status.error, response.status.message = refusal.code, refusal.message
+        return response
 
     def _read(self, request: Pb.FetchRequest) -> tuple[Pb.FetchResponse, int, bool, list[Partition]]:
         """One pass over the asked partitions: (answer, bytes, answer at once, partitions to park on).
@@ -504,8 +536,7 @@ class ReplicaManager:
         partition.update_follower(follower, fetch_offset, now_ms)
         if partition.maybe_advance_high_watermark():
             self._high_watermark_moved(partition)
-        broker = self._image.brokers.get(follower)
-        new_isr = partition.isr_to_expand(follower) if broker is not None and not broker.fenced else None
+        new_isr = partition.isr_to_expand(follower)  # registered and unfenced: _refused_follower
         if new_isr is not None:
             log.info(
                 "expanding isr", partition=partition.name, isr=list(partition.isr), new_isr=list(new_isr)

@@ -1,12 +1,13 @@
 """``raftka cluster up --tls`` end to end: every command finds the client certificate by
 itself, an ordinary user's certificate (made with the cluster's CA) is refused admin
 operations until an ACL allows them, clients the cluster does not trust get nothing,
-Kafka's own clients work over SSL, their admin requests judged as themselves when a
-broker forwards them, and the probes, benchmarks and fault injection (health, perf,
-chaos) work as well, with small counts."""
+no client certificate fetches as a follower, Kafka's own clients work over SSL, their
+admin requests judged as themselves when a broker forwards them, and the probes,
+benchmarks and fault injection (health, perf, chaos) work as well, with small counts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -20,6 +21,9 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from raftka.cli import local
 from raftka.security.certs import CLIENT_UNIT, Authority
+from raftka.security.tls import TlsFiles, aio_channel
+from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+from raftka.wire.client import BrokerClient
 from tests.integration.metadata_cluster import RAFTKA, UP_TIMEOUT_S, MetadataCluster
 
 pytestmark = pytest.mark.integration
@@ -310,3 +314,47 @@ def test_health_perf_and_chaos_present_the_clusters_certificate(cluster: Metadat
     assert chaos["summary"]["rounds"] == 1 and chaos["rounds"][0]["commit_ms"] is not None
     broker = as_json(cluster, "chaos", "kill-broker", "--rate", "100", "--group-consumers", "1")
     assert broker["summary"]["lost"] == 0 and broker["summary"]["acknowledged"] > 0
+
+
+def test_a_client_certificate_cannot_fetch_as_a_follower(cluster: MetadataCluster) -> None:
+    """Alice's certificate and the super user's, with a follower's real broker epoch, over the
+    leader's data listener and its gRPC Broker service: refused, nothing read; the real
+    followers, with their own certificates, go on replicating."""
+    ok(cluster, "topics", "create", "replicated", "--partitions", "1", "--replication-factor", "3")
+    ok(cluster, "produce", "replicated", stdin="first\n")
+    partition = as_json(cluster, "topics", "describe", "replicated")[0]["partitions"][0]
+    brokers = {b["id"]: b for b in as_json(cluster, "brokers", "list")}
+    leader = brokers[partition["leader"]]
+    follower = next(r for r in partition["replicas"] if r != partition["leader"])
+    grpc_address = next(e.partition("://")[2] for e in leader["listeners"] if e.startswith("GRPC://"))
+    request = broker_pb2.FetchRequest(
+        replica_id=follower, replica_epoch=brokers[follower]["epoch"], max_bytes=1 << 20
+    )
+    request.topics.add(name="replicated").partitions.add(
+        partition=0, fetch_offset=0, last_fetched_epoch=-1, partition_max_bytes=1 << 20
+    )
+    alice(cluster)  # makes alice's certificate
+    certs = local.load(cluster.dir).certs_dir()
+
+    async def fetch_as(name: str) -> list[broker_pb2.FetchResponse]:
+        tls = TlsFiles(certs / "ca.crt", certs / f"{name}.crt", certs / f"{name}.key")
+        client = BrokerClient(leader["address"], tls=tls.client_ssl)
+        try:
+            over_data = await client.Fetch(request, timeout=TIMEOUT_S)
+        finally:
+            client.close()
+        async with aio_channel(grpc_address, tls) as channel:
+            over_grpc = await broker_pb2_grpc.BrokerStub(channel).Fetch(request, timeout=TIMEOUT_S)
+        return [over_data, over_grpc]
+
+    for name in ("alice", "admin"):
+        for answer in asyncio.run(fetch_as(name)):
+            assert answer.status.error == controller_pb2.CLUSTER_AUTHORIZATION_FAILED, answer.status
+            assert f"replica_id {follower}" in answer.status.message and not answer.topics
+
+    ok(cluster, "produce", "replicated", stdin="second\n")  # acks=all: the followers still replicate
+    printed = ok(cluster, "consume", "replicated", "--from-beginning", "--max-messages", "2")
+    assert printed.split() == ["first", "second"]
+    assert sorted(as_json(cluster, "topics", "describe", "replicated")[0]["partitions"][0]["isr"]) == sorted(
+        partition["replicas"]
+    )

@@ -1,7 +1,8 @@
 """One real broker in this process for client tests: its replica manager and partition
 logs on disk, its group coordinator, served over the data protocol and Kafka's on
-loopback ports; the controller is ``ControllerInMemory`` and the test sets the topics'
-partitions."""
+loopback ports (with TLS if given); the controller is ``ControllerInMemory`` and the test
+sets the topics' partitions, which the broker leads, with ``followers`` (registered at
+broker epoch 1, never fetching unless the test fetches as them) in every ISR."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from raftka.metadata.image import (
     frozen,
 )
 from raftka.node.config import BrokerConfig, KafkaConfig, NodeConfig
+from raftka.security.tls import TlsFiles
 from raftka.wire.frames import DATA_LISTENER
 from raftka.wire.server import FrameServer
 from tests.unit.controller_in_memory import ControllerInMemory
@@ -43,10 +45,17 @@ DEFAULT_BROKER_CONFIG = BrokerConfig()
 
 class InProcessBroker:
     def __init__(
-        self, replicas: ReplicaManager, controller: ControllerInMemory, port: int, kafka_port: int
+        self,
+        api: BrokerApi,
+        controller: ControllerInMemory,
+        port: int,
+        kafka_port: int,
+        followers: tuple[int, ...],
     ) -> None:
-        self.replicas = replicas
+        self.api = api
+        self.replicas = api.replicas
         self.controller = controller
+        self.followers = followers
         self.address = f"127.0.0.1:{port}"
         self.kafka_address = f"127.0.0.1:{kafka_port}"
         self._endpoints = (
@@ -57,13 +66,16 @@ class InProcessBroker:
 
     def set_topics(self, topics: dict[str, int], configs: dict[str, dict[str, str]] | None = None) -> None:
         """Topic name -> partition count, all led by this broker (ids derive from the name)."""
+        replicas = (BROKER, *self.followers)
         state = PartitionState(
-            replicas=(BROKER,), isr=(BROKER,), leader=BROKER, leader_epoch=0, partition_epoch=0
+            replicas=replicas, isr=replicas, leader=BROKER, leader_epoch=0, partition_epoch=0
         )
         ids = {name: uuid.uuid5(uuid.NAMESPACE_OID, name).bytes for name in topics}
+        brokers = {b: BrokerRegistration(b, f"i{b}", 1, (), "", False) for b in self.followers}
+        brokers[BROKER] = BrokerRegistration(BROKER, INCARNATION, 1, self._endpoints, "", False)
         image = MetadataImage(
             offset=self.controller.image.offset + 1,
-            brokers=frozen({BROKER: BrokerRegistration(BROKER, INCARNATION, 1, self._endpoints, "", False)}),
+            brokers=frozen(brokers),
             topics_by_id=frozen(
                 {
                     ids[n]: TopicImage(n, ids[n], frozen(dict.fromkeys(range(c), state)))
@@ -86,6 +98,8 @@ async def broker_in_process(
     configs: dict[str, dict[str, str]] | None = None,
     kafka_config: KafkaConfig = ONE_BROKER_KAFKA,
     broker_config: BrokerConfig = DEFAULT_BROKER_CONFIG,
+    tls: TlsFiles | None = None,
+    followers: tuple[int, ...] = (),
 ) -> AsyncIterator[InProcessBroker]:
     logs = LogManager(tmp_path)
     logs.open_all()
@@ -104,13 +118,14 @@ async def broker_in_process(
     producer_ids = ProducerIdManager(controller, BROKER, lambda: 1)  # type: ignore[arg-type]
     api = BrokerApi(replicas, groups, controller, "c", lambda: 1, producer_ids)  # type: ignore[arg-type]
     server = FrameServer(api.wire_handlers())
-    port = await server.start("127.0.0.1", 0)
+    server_ssl = tls.server_ssl if tls else None
+    port = await server.start("127.0.0.1", 0, server_ssl)
     kafka = kafka_listener(
         api, NodeConfig(BROKER, tmp_path, (), "127.0.0.1:1", process_roles=("broker",), kafka=kafka_config)
     )
-    kafka_port = await kafka.start("127.0.0.1", 0)
+    kafka_port = await kafka.start("127.0.0.1", 0, server_ssl)
     coordinating = asyncio.create_task(groups.run())
-    broker = InProcessBroker(replicas, controller, port, kafka_port)
+    broker = InProcessBroker(api, controller, port, kafka_port, followers)
     broker.set_topics(topics, configs)
     try:
         yield broker

@@ -9,14 +9,16 @@ hold and what the leader answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from raftka.broker.log import checkpoint
 from raftka.broker.log.manager import RECOVERY_POINTS_FILE, LogManager
@@ -35,6 +37,7 @@ from raftka.metadata.image import (
 )
 from raftka.node.config import BrokerConfig
 from raftka.records.codec import BatchBuilder, Compression, read_records
+from raftka.security.principal import BROKER, CLIENT, Principal, current_principal
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
 from raftka.wire import frames
@@ -68,6 +71,7 @@ class Node:
         high_watermarks: dict[str, int] | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.broker_epoch = 1  # its lifecycle's: the offset of its registration, as the controller answered
         self.isr_requests: list[tuple[int, ...]] = []
         self.slow_disk = False  # a truncation's checkpoint is on disk only once the test runs on_disk_later
         self.on_disk_later: list[Callable[[], None]] = []
@@ -75,7 +79,7 @@ class Node:
         self.logs.open_all()
         config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
         self.fetch = FollowerFetch(
-            broker_id, config, lambda: 1, self._truncated, clock=lambda: clock.ms / 1000
+            broker_id, config, lambda: self.broker_epoch, self._truncated, clock=lambda: clock.ms / 1000
         )
         self.roles = BrokerPartitions(broker_id, incarnation)
         self.replicas = ReplicaManager(
@@ -126,6 +130,7 @@ class Cluster:
             replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=0, partition_epoch=0
         )
         self.fenced: set[int] = set()
+        self.epochs = dict.fromkeys(self.nodes, 1)  # registered broker -> its broker epoch in the image
         self.min_isr = min_isr
         self.publish()
 
@@ -140,13 +145,13 @@ class Cluster:
         brokers = {
             b: BrokerRegistration(
                 b,
-                self.incarnations[b],
-                1,
+                self.incarnations.get(b, INCARNATION),
+                epoch,
                 (Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
                 "",
                 b in self.fenced,
             )
-            for b in self.nodes
+            for b, epoch in self.epochs.items()
         }
         return MetadataImage(
             offset=10,
@@ -768,3 +773,153 @@ def test_fetches_on_a_connection_that_never_reads_share_its_answer_bound_and_oth
 
 def recovery_points(node: Node) -> dict[str, int]:
     return {name: offset for name, offset in checkpoint.read(node.logs.directory / RECOVERY_POINTS_FILE)}
+
+
+# who may fetch as a follower ------------------------------------------------------------
+
+CLIENT_CERT = Principal("User:CN=alice,OU=client,O=raftka", CLIENT)
+BROKER_3_CERT = Principal("User:CN=broker-3,OU=broker,O=raftka", BROKER, 3)
+# case -> (the claims (replica_id, replica_epoch) the spoofer makes, the certificate it
+# presents (None: no TLS), the answer: a whole-request refusal or, for a non-replica, per partition)
+SPOOFS = {
+    "a stale broker epoch": ([(2, 0), (3, 0)], None, E.STALE_BROKER_EPOCH),
+    "a broker epoch not yet registered": ([(2, 2), (3, 2)], None, E.STALE_BROKER_EPOCH),
+    "an unknown broker": ([(4, 1)], None, E.BROKER_ID_NOT_REGISTERED),
+    "a fenced broker": ([(3, 1)], None, E.INELIGIBLE_REPLICA),
+    "a registered broker that is no replica": ([(5, 1)], None, E.NOT_LEADER_OR_FOLLOWER),
+    "a client's certificate": ([(2, 1), (3, 1)], CLIENT_CERT, E.CLUSTER_AUTHORIZATION_FAILED),
+    "another broker's certificate": ([(2, 1)], BROKER_3_CERT, E.CLUSTER_AUTHORIZATION_FAILED),
+}
+
+
+@contextlib.contextmanager
+def presenting(principal: Principal | None) -> Iterator[None]:
+    """Requests handled meanwhile come from ``principal``, as a TLS listener sets it."""
+    token = current_principal.set(principal)
+    try:
+        yield
+    finally:
+        current_principal.reset(token)
+
+
+def follower_fetch(replica_id: int, replica_epoch: int, fetch_offset: int) -> pb.FetchRequest:
+    request = pb.FetchRequest(replica_id=replica_id, replica_epoch=replica_epoch, max_bytes=1 << 20)
+    request.topics.add(name=TOPIC_NAME, topic_id=TOPIC_ID).partitions.add(
+        partition=0, fetch_offset=fetch_offset, last_fetched_epoch=-1, partition_max_bytes=1 << 20
+    )
+    return request
+
+
+def refusal_of(response: pb.FetchResponse) -> tuple[int, bytes]:
+    """(the request's error, else the partition's; the records answered)."""
+    if response.status.error != E.NONE:
+        assert not response.topics
+        return response.status.error, b""
+    result = response.topics[0].partitions[0]
+    return result.error, result.records
+
+
+@pytest.mark.parametrize("case", list(SPOOFS))
+def test_a_spoofed_follower_fetch_reads_nothing_and_moves_neither_the_high_watermark_nor_the_isr(
+    tmp_path: Path, case: str
+) -> None:
+    """Records only the leader holds, an acks=all produce waiting for follower 2, and 3 out
+    of the ISR: a fetch claiming 2 would acknowledge the produce, one claiming 3 would
+    bring it back into the ISR, either would read above the high watermark."""
+    claims, principal, code = SPOOFS[case]
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path, min_isr=2)
+        if case == "a fenced broker":
+            cluster.fenced.add(3)
+        cluster.epochs[5] = 1  # registered, replica of nothing
+        cluster.publish(isr=(1, 2), partition_epoch=1)
+        leader = cluster.nodes[1]
+        pending = asyncio.create_task(leader.replicas.produce(produce_request([b"a", b"b"])))
+        await asyncio.sleep(0)
+        with presenting(principal):
+            for replica_id, replica_epoch in claims:
+                for fetch_offset in (0, 2, 2):
+                    answer = await leader.replicas.fetch(
+                        follower_fetch(replica_id, replica_epoch, fetch_offset)
+                    )
+                    assert refusal_of(answer) == (code, b""), (replica_id, E.Name(refusal_of(answer)[0]))
+        assert leader.partition.high_watermark == 0
+        assert leader.isr_requests == []
+        assert not pending.done(), "acknowledged though only the leader holds the records"
+
+        await cluster.catch_up(2, rounds=2)  # the real follower 2, no certificate (no TLS)
+        assert result_of(await pending).error == E.NONE
+        assert leader.partition.high_watermark == 2
+
+    run(body())
+
+
+def test_a_follower_fetches_with_its_certificate_and_its_current_broker_epoch(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        leader = cluster.nodes[1]
+        await leader.replicas.produce(produce_request([b"a"], acks=1))
+        with presenting(Principal("User:CN=broker-2,OU=broker,O=raftka", BROKER, 2)):
+            await cluster.catch_up(2, rounds=2)
+        assert cluster.nodes[2].values() == [b"a"]
+
+        # 2 lost its session and registered again: the leader has not replayed that yet.
+        cluster.nodes[2].broker_epoch = 40
+        await leader.replicas.produce(produce_request([b"b"], acks=1))
+        refused = await cluster.replicate(2)
+        assert refused.status.error == E.STALE_BROKER_EPOCH
+        assert (
+            "replica_epoch: broker 2: epoch 40 is not the current registration's (1)"
+            in refused.status.message
+        )
+        assert cluster.nodes[2].values() == [b"a"]
+
+        cluster.epochs[2] = 40
+        cluster.publish()
+        await cluster.catch_up(2, rounds=2)
+        assert cluster.nodes[2].values() == [b"a", b"b"]
+        stale = await leader.replicas.fetch(follower_fetch(2, 1, 2))  # the old registration's epoch
+        assert stale.status.error == E.STALE_BROKER_EPOCH
+
+    run(body())
+
+
+def test_refused_follower_fetches_are_logged_at_most_once_per_interval(tmp_path: Path) -> None:
+    """A client can send refused fetches at will: one line per interval on each leader, a
+    warning for a wrong certificate; a stale epoch (every broker restart brings one) is news."""
+
+    async def body() -> None:
+        with structlog.testing.capture_logs() as logs:
+            leader = Cluster(tmp_path / "a").nodes[1]
+            with presenting(CLIENT_CERT):
+                for _ in range(3):
+                    await leader.replicas.fetch(follower_fetch(2, 1, 0))
+            leader = Cluster(tmp_path / "b").nodes[1]
+            for _ in range(3):
+                await leader.replicas.fetch(follower_fetch(2, 0, 0))
+        refused = [(e["log_level"], e["error"]) for e in logs if e["event"] == "follower fetch refused"]
+        assert refused == [("warning", "CLUSTER_AUTHORIZATION_FAILED"), ("info", "STALE_BROKER_EPOCH")]
+
+    run(body())
+
+
+def test_a_follower_says_once_that_its_leader_refuses_it(tmp_path: Path) -> None:
+    """The fetcher asks again every backoff while refused: one line per distinct refusal."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        follower = cluster.nodes[2]
+        with structlog.testing.capture_logs() as logs:
+            follower.broker_epoch = 40  # registered again; the leader has not replayed it
+            for _ in range(3):
+                await cluster.replicate(2)
+            follower.broker_epoch = 1
+            await cluster.replicate(2)
+            follower.broker_epoch = 40
+            await cluster.replicate(2)
+        said = [(e["log_level"], e["detail"]) for e in logs if e["event"] == "fetch refused"]
+        stale = "STALE_BROKER_EPOCH: replica_epoch: broker 2: epoch 40 is not the current registration's (1)"
+        assert said == [("info", stale), ("info", stale)]
+
+    run(body())

@@ -16,6 +16,7 @@ from raftka.security.tls import TlsFiles
 class Certs:
     controller: TlsFiles  # CN=controller-1
     broker: TlsFiles  # CN=broker-101
+    follower: TlsFiles  # CN=broker-102: another broker, one of 101's followers where a test makes it so
     admin: TlsFiles  # CN=admin,OU=client: a super user where the tests configure one
     alice: TlsFiles  # CN=alice,OU=client: an ordinary user
     foreign: TlsFiles  # CN=admin,OU=client, signed by another CA
@@ -42,6 +43,7 @@ def make_certs(directory: Path) -> Certs:
     return Certs(
         controller=files("controller-1", authority.issue("controller-1", CONTROLLER_UNIT)),
         broker=files("broker-101", authority.issue("broker-101", BROKER_UNIT)),
+        follower=files("broker-102", authority.issue("broker-102", BROKER_UNIT)),
         admin=files("admin", authority.issue("admin", CLIENT_UNIT)),
         alice=files("alice", authority.issue("alice", CLIENT_UNIT)),
         foreign=files("foreign", other.issue("admin", CLIENT_UNIT), other_ca),
