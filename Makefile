@@ -8,7 +8,7 @@ SEEDS ?= 2000
 JOBS ?= 2
 BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat docker-test
+.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat docker-test spark-cluster-test
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ $(BENCH_STAMP): $(STAMP)
 # make bench-kafka BENCH_KAFKA_ARGS='--records 2000000 --raftka-replication-factors 3,1'
 bench-kafka: $(BENCH_STAMP)
 	$(BIN)/python -m raftka.cli.bench_kafka $(BENCH_KAFKA_ARGS)
+
+# Not part of `make test` (minutes on two cores): the audit on a Spark standalone master and two
+# workers started from the pyspark installation, with the CLI and spark-submit, a worker killed
+# mid-job; every run must equal the embedded local[2] audit. Needs Java 17, as the audit does.
+spark-cluster-test: $(STAMP)
+	$(BIN)/python -m pytest -m spark_cluster tests/spark/test_standalone.py
 
 # Not part of `make test`: builds the image on a debootstrapped base (kept between runs),
 # runs deploy/compose.yaml (3 controllers, 3 brokers), produces and consumes through it, and

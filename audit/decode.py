@@ -4,7 +4,8 @@ Segments are framed by ``raftka.raft.storage.batch_codec`` and records decoded b
 ``raftka.metadata.records`` (the same checks every replica runs before replay); snapshots by
 ``raftka.raft.storage.snapshot_file`` and ``raftka.metadata.snapshot``. Nothing here raises on bad
 data: damage becomes a DAMAGED row naming the file and the byte where it starts, and
-reading goes on at the next valid batch, as ``raftka metadata dump`` does.
+reading goes on at the next valid batch, as ``raftka metadata dump`` does. A file that cannot
+be opened is one UNREADABLE row: it says nothing about the history, so it is never damage.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from raftka.raft.storage import batch_codec, layout, snapshot_file
 from raftka.v1 import metadata_pb2
 
 DAMAGED = "DAMAGED"
+UNREADABLE = "UNREADABLE"
 LEADER_CHANGE = "LEADER_CHANGE"
 NO_OP = "NO_OP"
 SNAPSHOT_KIND = "SNAPSHOT"
@@ -43,13 +45,13 @@ _topic_id = lru_cache(maxsize=1 << 16)(topic_id_str)
 
 
 def decode_file(file: LogFile, *, with_json: bool = True, heads_only: bool = False) -> Iterator[Row]:
-    """Every row of ``file``; a file that cannot be read is one DAMAGED row. ``heads_only``:
+    """Every row of ``file``; a file that cannot be read is one UNREADABLE row. ``heads_only``:
     only the rows ``raftka.audit.walk.is_head`` keeps (each batch's first record, and damage),
     still checking every frame, so damage is found as in a full read."""
     try:
         data = Path(file.path).read_bytes()
     except OSError as exc:
-        yield _damaged(file, None, f"cannot read the file: {exc.strerror or exc}")
+        yield _damaged(file, None, f"cannot read the file: {exc.strerror or exc}")._replace(type=UNREADABLE)
         return
     if file.source == SNAPSHOT:
         yield from decode_snapshot_bytes(file, data, with_json=with_json, heads_only=heads_only)

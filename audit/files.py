@@ -6,13 +6,22 @@ wrote; hidden folders in it are skipped). Files are listed with the storage layo
 functions (``raftka.raft.storage.layout``), archive first, so the audit and the node agree
 on names and order. Spark's own file listing is not used: it skips names starting with
 ``_`` or ``.``, and the log folder is ``__cluster_metadata-0``.
+
+Every path is made absolute here, on the driver, before a file is shipped to a task: Spark's
+executors run in folders of their own (a standalone worker's ``work/app-.../N``), where a
+relative path names nothing. Files are read with Python on the executors, so a path is a
+local one, or a ``file:`` URI as Hadoop writes them; ``hdfs://`` and ``s3a://`` are refused
+(docs/audit-on-a-cluster.md says what they would take).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from raftka.raft.storage import layout
 from raftka.raft.storage.base import StorageError
@@ -21,6 +30,7 @@ from raftka.raft.storage.meta import read_meta
 SEGMENT = "segment"
 SNAPSHOT = "snapshot"
 SEARCH_DEPTH_MAX = 3  # how deep a folder of nodes is searched for log dirs
+URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")  # scheme://...; a folder may have ':' in its name
 
 
 class AuditInputError(ValueError):
@@ -49,7 +59,7 @@ def discover(
     """Every file of every node under ``paths``; raises AuditInputError naming a bad path."""
     if not paths:
         raise AuditInputError("paths: at least one node folder is needed")
-    log_dirs = [d for p in paths for d in _log_dirs(Path(p))]
+    log_dirs = [d for p in paths for d in _log_dirs(local_path(p, "paths"))]
     if node is not None and len(log_dirs) != 1:
         raise AuditInputError(f"node: names one node, but the paths hold {len(log_dirs)} log folders")
     files: list[LogFile] = []
@@ -65,6 +75,23 @@ def discover(
             directory, node_id, include_archive=include_archive, include_snapshots=include_snapshots
         )
     return files
+
+
+def local_path(value: str | Path, name: str) -> Path:
+    """``value`` as an absolute local path (a ``file:`` URI as its path); AuditInputError
+    naming ``name`` for a URI of another scheme, which the audit cannot read."""
+    text = str(value)
+    if text.startswith("file:"):
+        parts = urlsplit(text)
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise AuditInputError(f"{name}: {text} is not a local file URI (file:///absolute/path)")
+        text = unquote(parts.path)
+    elif URI_RE.match(text):
+        raise AuditInputError(
+            f"{name}: {text}: the audit reads and writes local paths only (or file: URIs), on the driver "
+            "and on every executor; copy the files to a folder every Spark worker sees at the same path"
+        )
+    return Path(os.path.abspath(text))
 
 
 def node_files(
@@ -137,7 +164,7 @@ def pack(files: Sequence[LogFile], max_bytes: int) -> list[list[LogFile]]:
 
 
 def file_size(file: LogFile) -> int:
-    """Its bytes; 0 when it cannot be read (decoding reports it as a DAMAGED row)."""
+    """Its bytes; 0 when it cannot be read (decoding reports it as an UNREADABLE row)."""
     try:
         return Path(file.path).stat().st_size
     except OSError:

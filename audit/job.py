@@ -47,13 +47,13 @@ from raftka.audit.commits import PROGRESS_BUCKETS, SERIES_SCHEMA, combine, commi
 from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import EVENT_TABLES
-from raftka.audit.files import AuditInputError, LogFile, discover, file_size, pack
+from raftka.audit.files import AuditInputError, LogFile, discover, file_size, local_path, pack
 from raftka.audit.out import claim
 from raftka.audit.pieces import EVENTS, plan, run_piece
 from raftka.audit.plain import walk_and_merge
 from raftka.audit.replay import EVENT_SCHEMA
 from raftka.audit.schema import to_batch
-from raftka.audit.walk import Head, read_heads
+from raftka.audit.walk import Head, check_readable, read_heads
 
 log = structlog.get_logger("raftka.audit.job")
 
@@ -145,6 +145,7 @@ def _run(
     files = discover(paths, include_archive=include_archive, include_snapshots=include_snapshots)
     if not files:
         raise AuditInputError(f"paths: no segment or snapshot files to audit in {', '.join(map(str, paths))}")
+    out = local_path(out, "--out")  # absolute before a task is given it: executors run elsewhere
     claim(out)
     scratch = out / SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
@@ -154,6 +155,7 @@ def _run(
     timings.mark("heads")
 
     heads = [Head._make(h) for group in read for h in group]
+    check_readable(heads, len(files))
     violations, merged = walk_and_merge(heads)
     snapshots = [
         (h.node, h.file_seq, h.offset)
@@ -168,7 +170,7 @@ def _run(
         .map(partial(run_piece, folder=str(scratch)))
         .collect()
     )
-    events = spark.read.schema(from_arrow_schema(EVENT_SCHEMA)).parquet(str(scratch / EVENTS))
+    events = spark.read.schema(from_arrow_schema(EVENT_SCHEMA)).parquet((scratch / EVENTS).as_uri())
     timings.mark("replay")
 
     in_order = sorted(done, key=lambda d: d["piece"])  # each piece's chunks are in order already
@@ -240,9 +242,11 @@ def _run(
 
 def _write_table(frame: DataFrame, folder: Path) -> float:
     """Write one table; the seconds it took. The job runs ``TABLE_WRITERS`` at once: one
-    Spark job alone leaves cores idle while it plans, compiles and runs its last tasks."""
+    Spark job alone leaves cores idle while it plans, compiles and runs its last tasks.
+    A ``file:`` URI, as the driver reads it back with Python: a bare path would go to the
+    cluster's default filesystem (``fs.defaultFS``), HDFS on a Hadoop cluster."""
     started = time.monotonic()
-    frame.write.mode("overwrite").parquet(str(folder))
+    frame.write.mode("overwrite").parquet(folder.as_uri())
     return round(time.monotonic() - started, 3)
 
 

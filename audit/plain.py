@@ -20,7 +20,7 @@ from raftka.audit.merge import MergeResult, merge
 from raftka.audit.replay import Row as ReplayRow
 from raftka.audit.replay import event_dicts, replay_order, replay_row
 from raftka.audit.schema import Row
-from raftka.audit.walk import Head, is_head, walk_node
+from raftka.audit.walk import Head, check_readable, is_head, walk_node
 
 
 @dataclass
@@ -36,8 +36,11 @@ class PlainAudit:
 
 
 def audit_paths(paths: Sequence[str | Path]) -> PlainAudit:
-    rows = [row for file in discover(paths) for row in decode_file(file, with_json=True)]
-    violations, merged = walk_and_merge([row for row in rows if is_head(row)])
+    files = discover(paths)
+    rows = [row for file in files for row in decode_file(file, with_json=True)]
+    heads = [row for row in rows if is_head(row)]
+    check_readable(heads, len(files))
+    violations, merged = walk_and_merge(heads)
     return PlainAudit(
         rows, merged, violations, event_dicts(sorted(replay_input(rows, merged), key=replay_order))
     )

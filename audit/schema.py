@@ -33,7 +33,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("offset", pa.int64(), "the record's offset; a snapshot's records carry the snapshot's offset"),
     ("epoch", pa.int32(), "raft epoch of the batch (or of the snapshot)"),
     ("timestamp_ms", pa.int64(), "batch timestamp (a snapshot's: its last batch's)"),
-    ("type", pa.string(), "record type as kafka-dump-log names it, LEADER_CHANGE, NO_OP or DAMAGED"),
+    ("type", pa.string(), "record type as kafka-dump-log names it, LEADER_CHANGE, NO_OP, DAMAGED or UNREADABLE"),
     ("topic_id", pa.string(), "topic id as Kafka prints a Uuid"),
     ("topic", pa.string(), "topic name, where the record itself names it"),
     ("partition", pa.int32(), "partition id"),
@@ -46,7 +46,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("committed_offset", pa.int64(), "the offset an OffsetCommitRecord commits"),
     ("voters", INT_LIST, "the voter set a LEADER_CHANGE names"),
     ("json", pa.string(), "the whole record as JSON (option recordJson)"),
-    ("error", pa.string(), "what is wrong with a DAMAGED row"),
+    ("error", pa.string(), "what is wrong with a DAMAGED row; why an UNREADABLE file could not be read"),
     ("torn_tail", pa.bool_(), "a DAMAGED row that is a torn last write, not damage"),
     ("raw", pa.binary(), "the record's bytes"),
 )

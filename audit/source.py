@@ -10,7 +10,10 @@ of the declared schema (``raftka.audit.schema``). Options, each checked with an 
 ``node`` (the node id, when one node folder is given), ``includeArchive`` and
 ``includeSnapshots`` (true/false, default true), ``batchRows`` (rows per Arrow batch,
 default 65536), ``recordJson`` (true/false, default true: the whole record as JSON).
-Files are listed by ``raftka.audit.files``, not by Spark, whose listing skips ``_``-names.
+Files are listed by ``raftka.audit.files``, not by Spark, whose listing skips ``_``-names;
+a relative path is the driver's (as for Spark's file sources), and each partition names its
+file from the root, as executors run in folders of their own. A file a task cannot open is
+one UNREADABLE row, not damage.
 """
 
 from __future__ import annotations

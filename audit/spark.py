@@ -1,7 +1,9 @@
 """The Spark session the audit runs in: embedded by default, any master when asked.
 
 Java is checked before pyspark starts a JVM, so a machine without it gets one line
-saying what to install instead of a py4j stack trace.
+saying what to install instead of a py4j stack trace. The embedded session has no web UI
+(it lives for one command); on a cluster the driver keeps Spark's, which the master's
+page links to and where its users watch the job (``spark.ui.port``, 4040 by default).
 """
 
 from __future__ import annotations
@@ -70,7 +72,6 @@ def session(master: str | None = "local[2]", *, driver_memory: str = "4g") -> Sp
     java_version()
     builder = (
         SparkSession.builder.appName("raftka-audit")
-        .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -83,6 +84,7 @@ def session(master: str | None = "local[2]", *, driver_memory: str = "4g") -> Sp
         if master.startswith("local"):  # workers run this Python, where audit/ is installed
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JVM_OPTIONS)
+            builder = builder.config("spark.ui.enabled", "false")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(MetadataDataSource)

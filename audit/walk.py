@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftka.audit.checks import ERROR, INFO, violation
-from raftka.audit.decode import DAMAGED, LEADER_CHANGE, SNAPSHOT_KIND, decode_file
-from raftka.audit.files import SNAPSHOT, LogFile
+from raftka.audit.decode import DAMAGED, LEADER_CHANGE, SNAPSHOT_KIND, UNREADABLE, decode_file
+from raftka.audit.files import SNAPSHOT, AuditInputError, LogFile
 from raftka.audit.schema import Row
 
 
@@ -32,6 +32,7 @@ class WalkResult:
 
 
 # The columns of a head that the walk and the merge read: all the job brings to the driver.
+UNREADABLE_SHOWN = 3  # files named in the error when some could not be read
 HEAD_COLUMNS = ("node", "file", "file_seq", "source", "position", "kind", "batch_offset", "batch_records", "batch_crc",
                 "offset", "epoch", "timestamp_ms", "type", "leader", "voters", "json", "error", "torn_tail")  # fmt: skip
 Head = namedtuple("Head", HEAD_COLUMNS)  # type: ignore[misc]  # raftka.audit.schema.Row has these fields too
@@ -50,8 +51,26 @@ def read_heads(files: Sequence[LogFile]) -> list[tuple[Any, ...]]:
 
 
 def is_head(row: Row) -> bool:
-    """The rows the walk and the merge need: a batch's first record, a snapshot's, or damage."""
-    return row.batch_index == 0 or (row.type == DAMAGED and row.batch_offset is None)
+    """The rows the walk and the merge need: a batch's first record, a snapshot's, damage, or
+    a file that could not be read."""
+    return row.batch_index == 0 or (row.type in (DAMAGED, UNREADABLE) and row.batch_offset is None)
+
+
+def check_readable(heads: Iterable[Row], files: int) -> None:
+    """AuditInputError naming the files (of ``files``) that could not be read: the walk
+    needs every file, and an unreadable one says nothing about the history, so it is not
+    damage but an audit that cannot run (where the driver lists a file the executors
+    cannot open, e.g. a path that is not on every worker)."""
+    unreadable = [h for h in heads if h.type == UNREADABLE]
+    if not unreadable:
+        return
+    which = "any" if len(unreadable) == files else f"{len(unreadable)}"
+    shown = "; ".join(f"{h.file}: {h.error}" for h in unreadable[:UNREADABLE_SHOWN])
+    more = ", ..." if len(unreadable) > UNREADABLE_SHOWN else ""
+    raise AuditInputError(
+        f"paths: could not read {which} of the {files} files ({shown}{more}); every Spark executor "
+        "reads the files at the paths the driver lists, so they must be there on every worker"
+    )
 
 
 def walk_node(heads: Iterable[Row]) -> WalkResult:
@@ -72,6 +91,7 @@ class _Walker:
         self._voters: list[int] | None = None  # the first LeaderChange's: raftka's voter set is static
 
     def see(self, head: Row) -> None:
+        assert head.type != UNREADABLE, "check_readable before the walk: an unreadable file is not damage"
         new_file = head.file_seq != self._file_seq
         self._file_seq = head.file_seq
         if head.type == DAMAGED and head.batch_offset is None:

@@ -4,7 +4,9 @@ Without DIR it audits every node of the local cluster (``raftka cluster up``). S
 embedded (``--master local[2]``) unless told otherwise; pyspark is imported only when this
 command runs, so no other command needs it or Java. Exit status: 0 when every check
 passed, 1 when an error-level check failed (so the command can gate CI or a cron job),
-2 when the audit could not run (a bad path, option or ``--out``, no Java, no audit extra).
+2 when the audit could not run (a bad path, option or ``--out``, a file that could not be
+read, no Java, no audit extra). Paths may be relative or ``file:`` URIs: each is made
+absolute here, before a Spark executor (which runs in a folder of its own) is given it.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "audit", help="audit the metadata log history on Spark: tables, checks, report"
     )
     audit.add_argument(
-        "paths", nargs="*", type=Path, metavar="DIR",
-        help="node data dirs, log dirs or folders of them (default: every node of the local cluster)",
+        "paths", nargs="*", metavar="DIR",
+        help="node data dirs, log dirs or folders of them, paths or file: URIs (default: every node of the local cluster)",
     )  # fmt: skip
     audit.add_argument(
-        "--out", type=Path, required=True, help="folder for tables/, summary.json and report.html"
+        "--out", required=True, help="folder for tables/, summary.json and report.html (a path or file: URI)"
     )
     audit.add_argument(
         "--master", default="local[2]", help="Spark master (default local[2]: embedded, 2 cores)"
@@ -50,22 +52,24 @@ def run_audit(args: argparse.Namespace) -> int:
     check_driver_memory(args.driver_memory)
     if not args.master.strip():
         raise CliError("--master: empty", status=EXIT_CANNOT_AUDIT)
-    paths = args.paths or [Path(n.data_dir) for n in local.load(local.resolve_dir(args.dir)).nodes]
+    given = args.paths or [n.data_dir for n in local.load(local.resolve_dir(args.dir)).nodes]
     try:
-        from raftka.audit.files import AuditInputError
+        from raftka.audit.files import AuditInputError, local_path
         from raftka.audit.job import run
         from raftka.audit.out import claim
         from raftka.audit.spark import JavaMissing, owned_session
     except ImportError as exc:
         raise CliError(f"{INSTALL_HELP} ({exc})", status=EXIT_CANNOT_AUDIT) from None
     try:
-        claim(args.out)  # before a JVM starts: a folder the audit may not take is refused at once
+        paths = [str(local_path(p, "paths")) for p in given]
+        out = local_path(args.out, "--out")
+        claim(out)  # before a JVM starts: a folder the audit may not take is refused at once
         with owned_session(args.master, driver_memory=args.driver_memory) as spark:
-            summary = run(spark, [str(p) for p in paths], args.out, include_archive=not args.no_archive,
+            summary = run(spark, paths, out, include_archive=not args.no_archive,
                           include_snapshots=not args.no_snapshots)  # fmt: skip
     except (JavaMissing, AuditInputError) as exc:
         raise CliError(str(exc), status=EXIT_CANNOT_AUDIT) from None
-    print(output.to_json(summary) if args.output == "json" else format_summary(summary, args.out))
+    print(output.to_json(summary) if args.output == "json" else format_summary(summary, out))
     return int(summary["exit_status"])
 
 

@@ -4,6 +4,7 @@ status the story must give; and a damaged copy that fails it."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -12,7 +13,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from raftka.audit import job
 from raftka.audit.checks import CHECK_NAMES
+from raftka.audit.files import discover
 from raftka.audit.job import TABLES
 from raftka.audit.report import CHART_IDS
 from raftka.cli.main import main
@@ -146,6 +149,50 @@ def test_a_damaged_copy_fails_the_cli_with_exit_status_1(
     summary = json.loads(capsys.readouterr().out)
     assert status == 1 and summary["failed_checks"] == ["no_damage"]
     assert spark.sparkContext._jsc is not None  # the command left the shared session running
+
+
+def test_relative_paths_from_another_folder_than_the_executors(
+    spark: Any, incident: Incident, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Spark's Python workers run in the folder the session started in, and the command in
+    another, with relative paths, as on a cluster, where executors run in their workers'
+    folders: every path is made absolute before a task is given it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    nodes = [os.path.relpath(incident.root / f"node-{n}", elsewhere) for n in (1, 2, 3)]
+    status = main(["audit", *nodes, "--out", "out", "--output", "json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert (status, summary["status"]) == (0, "passed")
+    assert summary["history"]["records"] == incident.batches[-1].next_offset
+    assert [f["path"] for f in summary["inputs"]["files"]] == [f.path for f in discover([incident.root])]
+    assert json.loads((elsewhere / "out" / "summary.json").read_text()) == summary
+
+
+def test_a_file_that_cannot_be_read_is_exit_2_not_damage(
+    spark: Any, incident: Incident, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A file listed on the driver that a task cannot open (removed since, or not on the
+    executor's machine) says nothing about the history: the audit could not run."""
+    copy = tmp_path / "copy"
+    shutil.copytree(incident.root, copy)
+    gone: list[str] = []
+
+    def listed_then_removed(*args: Any, **kwargs: Any) -> Any:
+        files = discover(*args, **kwargs)
+        gone.append(files[0].path)
+        Path(files[0].path).unlink()
+        return files
+
+    monkeypatch.setattr(job, "discover", listed_then_removed)
+    with pytest.raises(SystemExit) as exited:
+        main(["audit", str(copy), "--out", str(tmp_path / "out"), "--output", "json"])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert f"could not read 1 of the {len(discover([copy])) + 1} files ({gone[0]}: cannot read" in error
+    assert "no_damage" not in error and not (tmp_path / "out" / "summary.json").exists()
 
 
 def test_perf_audit_writes_a_history_and_audits_it_clean(

@@ -40,6 +40,7 @@ def test_servers_clients_and_other_commands_never_import_pyspark() -> None:
     [
         (["--driver-memory", "lots"], "--driver-memory: expected a size"),
         (["--master", " "], "--master: empty"),
+        (["--out", "s3a://bucket/audit"], "--out: s3a://bucket/audit: the audit reads and writes local paths only"),
     ],
 )
 def test_audit_arguments_are_checked(
@@ -49,6 +50,16 @@ def test_audit_arguments_are_checked(
     with pytest.raises(SystemExit) as exit_:
         main(["audit", str(incident.root), "--out", str(tmp_path / "out"), *argv])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_input_the_audit_cannot_read_is_refused_before_spark_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["audit", "hdfs://namenode:8020/history", "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    assert "paths: hdfs://namenode:8020/history: the audit reads and writes local paths only" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_audit_never_takes_a_folder_it_did_not_make(

@@ -3,14 +3,16 @@ the exact transitions, broker events and violations the story must produce."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-from raftka.audit.decode import DAMAGED, decode_file
-from raftka.audit.files import AuditInputError, discover, pack
+from raftka.audit.decode import DAMAGED, UNREADABLE, decode_file
+from raftka.audit.files import AuditInputError, discover, local_path, pack
 from raftka.audit.plain import PlainAudit, audit_paths
-from raftka.audit.walk import HEAD_COLUMNS, Head, is_head, read_heads
+from raftka.audit.walk import HEAD_COLUMNS, Head, check_readable, is_head, read_heads
 from raftka.metadata.records import topic_id_str
 from tests.unit import metadata_support as m
 from tests.unit.audit_incident import ORDERS, Incident, build_incident
@@ -203,11 +205,64 @@ def test_bad_paths_are_named(tmp_path: Path, incident: Incident) -> None:
         discover([incident.root], node="x")
 
 
-def test_an_unreadable_file_is_a_damaged_row(incident: Incident) -> None:
+def test_paths_are_made_absolute_against_the_working_directory(
+    incident: Incident, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spark executor runs in a folder of its own (a standalone worker's work/app-.../N):
+    every file it is given must be named from the root."""
+    monkeypatch.chdir(incident.root / "node-2")
+    files = discover([os.path.relpath(incident.root)])
+    assert all(Path(f.path).is_absolute() for f in files)
+    assert files == discover([incident.root])
+    assert discover(["../node-1/../node-3"]) == discover([incident.root / "node-3"])
+    assert local_path("a/../b:1", "paths") == incident.root / "node-2" / "b:1"  # ':' in a name is no scheme
+
+
+@pytest.mark.parametrize(
+    "uri", ["file:///data/node%201", "file:/data/node%201", "file://localhost/data/node%201"]
+)
+def test_file_uris_are_their_paths(uri: str) -> None:
+    assert local_path(uri, "paths") == Path("/data/node 1")
+
+
+@pytest.mark.parametrize(
+    ("uri", "why"),
+    [
+        ("hdfs://namenode:8020/raftka/collected", "local paths only"),
+        ("s3a://bucket/raftka/collected", "local paths only"),
+        ("file://otherhost/data", "not a local file URI"),
+        ("file:data", "not a local file URI"),
+    ],
+)
+def test_other_uris_are_refused_by_name(uri: str, why: str) -> None:
+    with pytest.raises(AuditInputError, match=f"--out: {uri}.*{why}"):
+        local_path(uri, "--out")
+    with pytest.raises(AuditInputError, match=f"paths: {uri}"):
+        discover([uri])
+
+
+def test_an_unreadable_file_is_an_unreadable_row_not_damage(incident: Incident) -> None:
     [first, *_] = discover([incident.node_dir(3)])
     gone = type(first)(first.node, first.path + ".missing", 0, first.source, False, False)
     [row] = list(decode_file(gone))
-    assert row.type == DAMAGED and "cannot read" in row.error and row.file.endswith(".missing")
+    assert row.type == UNREADABLE and "cannot read" in row.error and row.file.endswith(".missing")
+    assert is_head(row)
+
+
+def test_a_file_that_cannot_be_read_stops_the_audit_and_is_not_damage(incident: Incident, tmp_path: Path) -> None:
+    """Listed on the driver, gone (or elsewhere) where a task reads it: the audit cannot run."""
+    copy = tmp_path / "copy"
+    shutil.copytree(incident.root, copy)
+    files = discover([copy])
+    gone = Path(files[-1].path)
+    gone.unlink()
+    heads = [Head._make(h) for h in read_heads(files)]
+    assert not [h for h in heads if h.type == DAMAGED and not h.torn_tail]
+    with pytest.raises(AuditInputError, match=rf"paths: could not read 1 of the {len(files)} files \({gone}: cannot read"):
+        check_readable(heads, len(files))
+    shutil.rmtree(copy)
+    with pytest.raises(AuditInputError, match=rf"paths: could not read any of the {len(files)} files"):
+        check_readable([Head._make(h) for h in read_heads(files)], len(files))
 
 
 def test_reading_heads_only_gives_the_heads_of_a_full_read(incident: Incident) -> None:
