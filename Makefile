@@ -8,7 +8,7 @@ SEEDS ?= 2000
 JOBS ?= 2
 BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat docker-test
+.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat chromium docker-test
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ down: $(STAMP)
 	$(BIN)/raftka cluster down
 
 # Lint, then every test: unit, scripted core edges, simulation, real processes.
-test: $(STAMP) lint kcat
+test: $(STAMP) lint kcat chromium
 	$(BIN)/python -m pytest
 
 # Debian's kcat for the Kafka client tests. Without apt-get and root (or sudo without a
@@ -37,6 +37,13 @@ kcat:
 		{ $(SUDO) apt-get install -y -qq kcat >/dev/null 2>&1 || \
 		  { $(SUDO) apt-get update -qq >/dev/null 2>&1 && $(SUDO) apt-get install -y -qq kcat >/dev/null 2>&1; }; }; } || \
 		echo "kcat: could not install it with apt-get; the Kafka client tests will say it is missing"
+
+# Debian's chromium, headless, for the tests that render the audit's report; the same way.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+		{ $(SUDO) apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		  { $(SUDO) apt-get update -qq >/dev/null 2>&1 && $(SUDO) apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } || \
+		echo "chromium: could not install it with apt-get; the audit report tests will say it is missing"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
