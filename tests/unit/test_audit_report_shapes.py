@@ -5,15 +5,11 @@ them (Arrow to pandas). Every chart is drawn or says there was nothing to draw."
 
 from __future__ import annotations
 
-import base64
-import io
 import json
-import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import matplotlib.image
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -27,6 +23,7 @@ from raftka.audit.event_tables import CONDITIONS
 from raftka.audit.job import make_summary
 from raftka.audit.synthetic import START_MS
 from tests.unit.browser_support import render_errors
+from tests.unit.report_support import assert_every_chart_drawn_or_said_empty
 
 SPAN_MS = 10**9  # times fall within about eleven days of the history's start
 ROWS_MAX = 6
@@ -41,10 +38,6 @@ WORDS: dict[str, tuple[str, ...]] = {
     "severity": SEVERITIES,
     "topic": ("orders", "events", "t" * 60),
 }
-CHART_RE = re.compile(
-    r"<img alt='(\w+)' src='data:image/png;base64,([A-Za-z0-9+/=]+)'>"
-    r"|<p class='nothing' data-chart='(\w+)'>Nothing to draw: no [^<]+ in this history\.</p>"
-)
 
 
 def _values(field: pa.Field) -> st.SearchStrategy[Any]:
@@ -114,16 +107,6 @@ def _page(out: Path, tables: dict[str, pd.DataFrame], rate: pd.DataFrame, commit
     return (out / "report.html").read_text(encoding="utf-8")
 
 
-def _charts(page: str) -> dict[str, bytes | None]:
-    """Each chart's PNG, or None where the page says there was nothing to draw."""
-    return {m[0] or m[2]: base64.b64decode(m[1]) if m[0] else None for m in CHART_RE.findall(page)}
-
-
-def _drawn(png: bytes) -> bool:
-    pixels = matplotlib.image.imread(io.BytesIO(png), format="png")
-    return pixels.shape[0] > 50 and pixels.shape[1] > 50 and float(pixels.std()) > 0
-
-
 @settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
@@ -133,9 +116,7 @@ def test_any_tables_make_a_page_whose_every_chart_is_drawn_or_says_there_was_not
     committed: pd.DataFrame, bounds: tuple[int, int] | None,
 ) -> None:  # fmt: skip
     page = _page(tmp_path_factory.mktemp("report"), tables, rate, committed, bounds)
-    charts = _charts(page)
-    assert list(charts) == list(report.CHART_IDS)
-    assert all(_drawn(png) for png in charts.values() if png is not None)
+    charts = assert_every_chart_drawn_or_said_empty(page)
     assert {chart for chart, png in charts.items() if png is not None} == _something_to_draw(
         tables, rate, committed
     )
@@ -202,7 +183,7 @@ def test_a_history_where_no_partition_changed_says_so_instead_of_failing(tmp_pat
     rate = _rate([("TopicRecord", START_MS, 3), ("OffsetCommitRecord", START_MS + 1_000, 1)])
     committed = pd.DataFrame([("g1", START_MS + 1_000, 5)], columns=["group", "bucket_ms", "committed"])
     page = _page(tmp_path, _new_users_history(), rate, committed, (40, START_MS + 60_000))
-    charts = _charts(page)
+    charts = assert_every_chart_drawn_or_said_empty(page)
     assert [chart for chart, png in charts.items() if png is None] == ["partition_states", "churn"]
     assert (
         "Nothing to draw: no leader election or ISR change, election won, leadership lost or ISR removal"
@@ -215,7 +196,7 @@ def test_an_empty_history_renders_every_chart_as_nothing_to_draw(tmp_path: Path)
     page = _page(
         tmp_path, _tables(), _rate([]), pd.DataFrame(columns=["group", "bucket_ms", "committed"]), None
     )
-    assert _charts(page) == dict.fromkeys(report.CHART_IDS)
+    assert assert_every_chart_drawn_or_said_empty(page) == dict.fromkeys(report.CHART_IDS)
     assert render_errors(tmp_path / "report.html", tmp_path) == []
 
 
