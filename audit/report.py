@@ -61,6 +61,9 @@ TABLES_SHOWN: dict[str, pa.Schema] = {
 ROWS_SHOWN = 200
 SERIES_POINTS_MARKED = 20  # a group with fewer points in the committed-offsets chart gets markers
 CHART_IDS = ("leadership", "fenced", "partition_states", "churn", "write_rate", "committed")
+# Labels are names from the history (a consumer group may be called "$\\x$"): text, never
+# mathtext, which would fail the whole report on a group name it cannot parse.
+_PLAIN_TEXT = {"text.parse_math": False}
 _CONDITION_COLORS = {"offline": "#c0392b", "under_min_isr": "#e67e22", "under_replicated": "#f1c40f"}
 
 
@@ -71,8 +74,8 @@ def write(
     write_rate: pd.DataFrame,
     committed: pd.DataFrame,
 ) -> None:
-    start = summary["history"]["start_ms"] or 0
-    charts = charts_png(tables, write_rate, committed, start)
+    start, end = summary["history"]["start_ms"] or 0, summary["history"]["end_ms"]
+    charts = charts_png(tables, write_rate, committed, start, end)
     path.write_text(_page(summary, tables, charts), encoding="utf-8")
 
 
@@ -84,10 +87,16 @@ class Chart(NamedTuple):
 
 
 def charts_png(
-    tables: dict[str, pd.DataFrame], write_rate: pd.DataFrame, committed: pd.DataFrame, start_ms: int
+    tables: dict[str, pd.DataFrame],
+    write_rate: pd.DataFrame,
+    committed: pd.DataFrame,
+    start_ms: int,
+    end_ms: int | None = None,
 ) -> dict[str, Chart]:
     """Every chart by id (``CHART_IDS``). A maker returns what was missing when it found
-    nothing to draw: the page says so in words instead of showing an empty frame."""
+    nothing to draw: the page says so in words instead of showing an empty frame. The
+    charts over time span the whole history (``end_ms``), so they line up and a broker
+    fenced for a second at its registration is not drawn as fenced throughout."""
     makers: dict[str, Callable[[Any], str | None]] = {
         "leadership": lambda ax: _leadership(ax, tables["controller_epochs"], start_ms),
         "fenced": lambda ax: _fenced(ax, tables["broker_timeline"], start_ms),
@@ -98,16 +107,28 @@ def charts_png(
     }
     charts = {}
     for chart_id in CHART_IDS:
-        fig, ax = (
-            plt.subplots(1, 2, figsize=(11, 3.6)) if chart_id == "churn" else plt.subplots(figsize=(11, 3.2))
-        )
-        try:
-            nothing = makers[chart_id](ax)
-            png = None if nothing is not None else _png(fig)
-        finally:
-            plt.close(fig)
-        charts[chart_id] = Chart(png, nothing)
+        with plt.rc_context(_PLAIN_TEXT):
+            charts[chart_id] = _chart(chart_id, makers[chart_id], start_ms, end_ms)
     return charts
+
+
+def _chart(chart_id: str, maker: Callable[[Any], str | None], start_ms: int, end_ms: int | None) -> Chart:
+    fig, ax = (
+        plt.subplots(1, 2, figsize=(11, 3.6)) if chart_id == "churn" else plt.subplots(figsize=(11, 3.2))
+    )
+    try:
+        nothing = maker(ax)
+        if nothing is None and chart_id != "churn" and end_ms is not None:
+            _span_history(ax, _seconds(end_ms, start_ms))
+        return Chart(None if nothing is not None else _png(fig), nothing)
+    finally:
+        plt.close(fig)
+
+
+def _span_history(ax: Any, end_s: float) -> None:
+    """Widen the time axis to the history's start and end; never narrower than what is drawn."""
+    left, right = ax.get_xlim()
+    ax.set_xlim(min(left, 0.0), max(right, end_s))
 
 
 def _png(fig: Any) -> bytes:
@@ -327,7 +348,7 @@ def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict
         f"<p class='verdict'>Verdict: <span class='{'pass' if verdict == 'passed' else 'fail'}'>{verdict}</span>"
         f" ({summary['violations']['error']} errors, {summary['violations']['warning']} warnings, "
         f"{summary['violations']['info']} notes)</p>",
-        f"<p>Nodes {', '.join(summary['inputs']['nodes'])}, {len(summary['inputs']['files'])} files; offsets "
+        f"<p>Nodes {', '.join(summary['inputs']['nodes'])} ({len(summary['inputs']['files'])} files); offsets "
         f"{history['start_offset']} to {history['end_offset']} ({history['records']} records), "
         f"{_utc(history['start_ms'])} to {_utc(history['end_ms'])}; voters {history['voters']}.</p>",
         "<h2>Checks</h2>",

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -21,12 +22,14 @@ from raftka.audit.checks import CHECK_NAMES, SEVERITIES
 from raftka.audit.counts import WIDTHS_MS, bucket_ms
 from raftka.audit.event_tables import CONDITIONS
 from raftka.audit.job import make_summary
+from raftka.audit.report import _span_history
 from raftka.audit.synthetic import START_MS
 from tests.unit.browser_support import render_errors
 from tests.unit.report_support import assert_every_chart_drawn_or_said_empty
 
 SPAN_MS = 10**9  # times fall within about eleven days of the history's start
 ROWS_MAX = 6
+MATHTEXT = "$\\undefined{x}$"  # a name matplotlib would parse as mathtext, and fail on
 # what the job writes in the columns the charts branch on, and something it never writes
 WORDS: dict[str, tuple[str, ...]] = {
     "cause": ("election", "offline", "create", "delete", "reassign", "isr_shrink", "unchanged", "other"),
@@ -36,7 +39,7 @@ WORDS: dict[str, tuple[str, ...]] = {
     "started_by": ("REGISTER", "REREGISTER", "SNAPSHOT", "FENCE", "UNFENCE", "UNREGISTER"),
     "check": tuple(sorted(CHECK_NAMES)),
     "severity": SEVERITIES,
-    "topic": ("orders", "events", "t" * 60),
+    "topic": ("orders", "events", "t" * 60, MATHTEXT),
 }
 
 
@@ -87,7 +90,7 @@ TABLES = st.fixed_dictionaries({name: _frame(schema) for name, schema in report.
 WRITE_RATE = _bucketed(
     "type", st.sampled_from(["OffsetCommitRecord", "NoOpRecord", "PartitionChangeRecord"]), "count"
 )
-COMMITTED = _bucketed("group", st.sampled_from(["g1", "g2", "group-" + "x" * 40]), "committed")
+COMMITTED = _bucketed("group", st.sampled_from(["g1", "g2", "group-" + "x" * 40, MATHTEXT]), "committed")
 BOUNDS = st.none() | st.tuples(st.integers(0, 10**7), st.integers(START_MS, START_MS + SPAN_MS))
 
 
@@ -210,3 +213,23 @@ def test_the_render_check_sees_console_errors_exceptions_and_broken_images(tmp_p
     assert "console.error: drawn wrong" in errors
     assert any(e.startswith("uncaught: ") and "notDefined" in e for e in errors)
     assert "image not drawn: chart" in errors
+
+
+def test_a_chart_over_time_spans_the_whole_history_and_never_cuts_what_it_drew() -> None:
+    """Brokers fenced for a second at their registration, in a history of forty seconds,
+    are drawn as that second of the forty, not as fenced from edge to edge."""
+    figure, ax = plt.subplots()
+    ax.broken_barh([(1.4, 0.5)], (0, 1))
+    ax.set_xlim(1.4, 1.9)
+    _span_history(ax, 40.0)
+    assert ax.get_xlim() == (0.0, 40.0)
+    ax.set_xlim(-3.0, 50.0)  # drawn wider than the history: kept
+    _span_history(ax, 40.0)
+    assert ax.get_xlim() == (-3.0, 50.0)
+    plt.close(figure)
+
+
+def test_a_group_named_like_mathtext_is_drawn_as_its_name(tmp_path: Path) -> None:
+    committed = pd.DataFrame([(MATHTEXT, START_MS, 5)], columns=["group", "bucket_ms", "committed"])
+    page = _page(tmp_path, _tables(), _rate([]), committed, (1, START_MS + 1_000))
+    assert assert_every_chart_drawn_or_said_empty(page)["committed"] is not None
