@@ -8,7 +8,7 @@ SEEDS ?= 2000
 JOBS ?= 2
 BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat docker-test spark-cluster-test
+.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat chromium docker-test spark-cluster-test
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,17 +26,23 @@ down: $(STAMP)
 	$(BIN)/raftka cluster down
 
 # Lint, then every test: unit, scripted core edges, simulation, real processes.
-test: $(STAMP) lint kcat
+test: $(STAMP) lint kcat chromium
 	$(BIN)/python -m pytest
 
-# Debian's kcat for the Kafka client tests. Without apt-get and root (or sudo without a
-# password) it stays missing, and those tests say so (and fail under CI=true).
+# Debian packages some tests need: kcat (the Kafka client tests) and headless chromium
+# (the tests that render the audit's report). Without apt-get and root (or sudo without a
+# password) they stay missing, and those tests say so (and fail under CI=true).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
+define apt_install
+	@command -v $(1) >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+		{ $(SUDO) apt-get install -y -qq $(1) >/dev/null 2>&1 || \
+		  { $(SUDO) apt-get update -qq >/dev/null 2>&1 && $(SUDO) apt-get install -y -qq $(1) >/dev/null 2>&1; }; }; } || \
+		echo "$(1): could not install it with apt-get; $(2) will say it is missing"
+endef
 kcat:
-	@command -v kcat >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
-		{ $(SUDO) apt-get install -y -qq kcat >/dev/null 2>&1 || \
-		  { $(SUDO) apt-get update -qq >/dev/null 2>&1 && $(SUDO) apt-get install -y -qq kcat >/dev/null 2>&1; }; }; } || \
-		echo "kcat: could not install it with apt-get; the Kafka client tests will say it is missing"
+	$(call apt_install,kcat,the Kafka client tests)
+chromium:
+	$(call apt_install,chromium,the audit report tests)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

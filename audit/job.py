@@ -215,15 +215,15 @@ def _run(
     timings.mark("tables")
 
     collected = {  # read here, as summary.json and report.html are written here
-        name: pq.read_table(tables_dir / name, columns=list(columns) if columns else None).to_pandas()
-        for name, columns in report.TABLES_SHOWN.items()
+        name: pq.read_table(tables_dir / name, columns=schema.names).to_pandas()
+        for name, schema in report.TABLES_SHOWN.items()
     }
     write_rate = _write_rate(counts, bounds[2], end_ms)
     committed = pd.DataFrame(
         committed_over_time(commits.progress), columns=["group", "bucket_ms", "committed"]
     )
     skipped = sum(d["skipped"] for d in done)
-    summary = _summary(files, merged, bounds, violations, collected, skipped)
+    summary = make_summary(files, merged, bounds, violations, collected, skipped)
     shutil.rmtree(scratch)
     timings.mark("report_data")
     report.write(out / "report.html", summary, collected, write_rate, committed)
@@ -274,7 +274,7 @@ def _write_rate(counts: Counts, start_ms: int | None, end_ms: int | None) -> Any
     return frame
 
 
-def _summary(
+def make_summary(
     files: list[Any],
     merged: Any,
     bounds: Any,
@@ -284,13 +284,6 @@ def _summary(
 ) -> dict[str, Any]:
     checks = check_results(violations)
     failed = [c["check"] for c in checks if not c["passed"]]
-    epochs = collected["controller_epochs"]
-    committed_epochs = epochs[epochs["committed"]]
-    gaps = committed_epochs["gap_before_ms"].dropna()
-    transitions = collected["partition_transitions"]
-    intervals = collected["partition_intervals"]
-    brokers = collected["broker_timeline"]
-    elections = transitions[transitions["cause"] == "election"]
     return {
         "status": "failed" if failed else "passed",
         "exit_status": EXIT_FAILED_CHECK if failed else EXIT_OK,
@@ -318,30 +311,42 @@ def _summary(
             "gaps": [list(g) for g in merged.gaps],
             "skipped_batches": skipped,
         },
-        "headline": {
-            "epochs": int(len(committed_epochs)),
-            "leader_changes": int(max(0, len(committed_epochs) - 1)),
-            "failed_elections": failed_elections(epochs),
-            "leaderless_ms_max": _num(gaps.max()),
-            "leaderless_ms_median": _num(gaps.median()),
-            "partition_elections": int(len(elections)),
-            "unclean_elections": int((elections["clean"] == False).sum()),  # noqa: E712
-            "isr_shrinks": int((transitions["isr_change"] == "shrink").sum()),
-            "isr_expands": int((transitions["isr_change"] == "expand").sum()),
-            **{
-                f"{c}_partition_ms": _num(intervals.loc[intervals["condition"] == c, "duration_ms"].sum())
-                for c in tables.CONDITIONS
-            },
-            "broker_restarts": int(brokers["restart"].sum()),
-            "broker_fences": int((brokers["started_by"] == "FENCE").sum()),
-            "broker_flaps": int(brokers["flap"].sum()),
-            "register_to_unfence_ms_median": _num(brokers["register_to_unfence_ms"].dropna().median()),
-        },  # fmt: skip
+        "headline": headline(collected),
         "checks": checks,
         "violations": {
             s: sum(1 for v in violations if v["severity"] == s) for s in ("error", "warning", "info")
         },
         "tables": {name: f"tables/{name}" for name in TABLES},
+    }
+
+
+def headline(collected: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """The summary's figures, from the tables the report reads (``report.TABLES_SHOWN``)."""
+    epochs = collected["controller_epochs"]
+    committed_epochs = epochs[epochs["committed"]]
+    gaps = committed_epochs["gap_before_ms"].dropna()
+    transitions = collected["partition_transitions"]
+    intervals = collected["partition_intervals"]
+    brokers = collected["broker_timeline"]
+    elections = transitions[transitions["cause"] == "election"]
+    return {
+        "epochs": int(len(committed_epochs)),
+        "leader_changes": int(max(0, len(committed_epochs) - 1)),
+        "failed_elections": failed_elections(epochs),
+        "leaderless_ms_max": _num(gaps.max()),
+        "leaderless_ms_median": _num(gaps.median()),
+        "partition_elections": int(len(elections)),
+        "unclean_elections": int((elections["clean"] == False).sum()),  # noqa: E712
+        "isr_shrinks": int((transitions["isr_change"] == "shrink").sum()),
+        "isr_expands": int((transitions["isr_change"] == "expand").sum()),
+        **{
+            f"{c}_partition_ms": _num(intervals.loc[intervals["condition"] == c, "duration_ms"].sum())
+            for c in tables.CONDITIONS
+        },
+        "broker_restarts": int(brokers["restart"].sum()),
+        "broker_fences": int((brokers["started_by"] == "FENCE").sum()),
+        "broker_flaps": int(brokers["flap"].sum()),
+        "register_to_unfence_ms_median": _num(brokers["register_to_unfence_ms"].dropna().median()),
     }
 
 

@@ -12,28 +12,58 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from raftka.audit.checks import VIOLATION_SCHEMA  # noqa: E402
 
 # The tables the summary and the page read, and of the two long ones only the columns they
-# count and chart (a 10-million-record history has about a million rows of each).
-TABLES_SHOWN: dict[str, tuple[str, ...] | None] = {
-    "controller_epochs": None,
-    "partition_transitions": ("topic", "cause", "clean", "isr_change"),
-    "partition_intervals": ("condition", "start_ms", "end_ms", "duration_ms"),
-    "broker_timeline": None,
-    "leadership_by_broker": None,
-    "violations": None,
-}
+# count and chart (a 10-million-record history has about a million rows of each), with the
+# types the job writes them in (its Spark test holds them to it): any frame of these
+# columns, empty or odd, must make a page.
+_INTS = pa.list_(pa.field("element", pa.int32()))
+TABLES_SHOWN: dict[str, pa.Schema] = {
+    "controller_epochs": pa.schema([
+        ("epoch", pa.int32()), ("leader", pa.int32()), ("voters", _INTS), ("start_offset", pa.int64()),
+        ("end_offset", pa.int64()), ("start_ms", pa.int64()), ("end_ms", pa.int64()), ("tenure_ms", pa.int64()),
+        ("gap_before_ms", pa.int64()), ("failed_elections_before", pa.int32()), ("records", pa.int64()),
+        pa.field("committed", pa.bool_(), nullable=False),
+    ]),
+    "partition_transitions": pa.schema([
+        ("topic", pa.string()), ("cause", pa.string()), ("clean", pa.bool_()), ("isr_change", pa.string()),
+    ]),
+    "partition_intervals": pa.schema([
+        pa.field("condition", pa.string(), nullable=False), ("start_ms", pa.int64()), ("end_ms", pa.int64()),
+        ("duration_ms", pa.int64()),
+    ]),
+    "broker_timeline": pa.schema([
+        ("broker", pa.int32()), ("broker_epoch", pa.int64()), ("incarnation", pa.string()),
+        pa.field("state", pa.string(), nullable=False), ("started_by", pa.string()), ("start_offset", pa.int64()),
+        ("start_ms", pa.int64()), pa.field("end_ms", pa.int64(), nullable=False), ("duration_ms", pa.int64()),
+        ("restart", pa.bool_()), ("register_to_unfence_ms", pa.int64()), ("partitions_led_when_fenced", pa.int32()),
+        ("flap", pa.bool_()),
+    ]),
+    "leadership_by_broker": pa.schema([
+        ("broker", pa.int32()), ("partition_ms_led", pa.int64()),
+        *(pa.field(c, pa.int64(), nullable=False)
+          for c in ("elections_won", "unclean_elections_won", "leaderships_lost", "isr_removals")),
+    ]),
+    "violations": VIOLATION_SCHEMA,
+}  # fmt: skip
 ROWS_SHOWN = 200
 SERIES_POINTS_MARKED = 20  # a group with fewer points in the committed-offsets chart gets markers
 CHART_IDS = ("leadership", "fenced", "partition_states", "churn", "write_rate", "committed")
+# Labels are names from the history (a consumer group may be called "$\\x$"): text, never
+# mathtext, which would fail the whole report on a group name it cannot parse.
+_PLAIN_TEXT = {"text.parse_math": False}
 _CONDITION_COLORS = {"offline": "#c0392b", "under_min_isr": "#e67e22", "under_replicated": "#f1c40f"}
 
 
@@ -44,56 +74,102 @@ def write(
     write_rate: pd.DataFrame,
     committed: pd.DataFrame,
 ) -> None:
-    start = summary["history"]["start_ms"] or 0
-    charts = charts_png(tables, write_rate, committed, start)
+    start, end = summary["history"]["start_ms"] or 0, summary["history"]["end_ms"]
+    charts = charts_png(tables, write_rate, committed, start, end)
     path.write_text(_page(summary, tables, charts), encoding="utf-8")
 
 
+class Chart(NamedTuple):
+    """One chart: its PNG, or (``png`` None) what the history lacked for it to show."""
+
+    png: bytes | None
+    nothing: str | None
+
+
 def charts_png(
-    tables: dict[str, pd.DataFrame], write_rate: pd.DataFrame, committed: pd.DataFrame, start_ms: int
-) -> dict[str, bytes]:
-    """Every chart as PNG bytes, by id (``CHART_IDS``)."""
-    makers = {
+    tables: dict[str, pd.DataFrame],
+    write_rate: pd.DataFrame,
+    committed: pd.DataFrame,
+    start_ms: int,
+    end_ms: int | None = None,
+) -> dict[str, Chart]:
+    """Every chart by id (``CHART_IDS``). A maker returns what was missing when it found
+    nothing to draw: the page says so in words instead of showing an empty frame. The
+    charts over time span the whole history (``end_ms``), so they line up and a broker
+    fenced for a second at its registration is not drawn as fenced throughout."""
+    makers: dict[str, Callable[[Any], str | None]] = {
         "leadership": lambda ax: _leadership(ax, tables["controller_epochs"], start_ms),
         "fenced": lambda ax: _fenced(ax, tables["broker_timeline"], start_ms),
         "partition_states": lambda ax: _partition_states(ax, tables["partition_intervals"], start_ms),
-        "churn": None,
+        "churn": lambda axes: _churn(axes, tables["partition_transitions"], tables["leadership_by_broker"]),
         "write_rate": lambda ax: _write_rate(ax, write_rate, start_ms),
         "committed": lambda ax: _committed(ax, committed, start_ms),
     }
     charts = {}
     for chart_id in CHART_IDS:
-        if chart_id == "churn":
-            fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-            _churn(axes, tables["partition_transitions"], tables["leadership_by_broker"])
-        else:
-            fig, ax = plt.subplots(figsize=(11, 3.2))
-            makers[chart_id](ax)
-        fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=90)
-        plt.close(fig)
-        charts[chart_id] = buffer.getvalue()
+        with plt.rc_context(_PLAIN_TEXT):
+            charts[chart_id] = _chart(chart_id, makers[chart_id], start_ms, end_ms)
     return charts
+
+
+def _chart(chart_id: str, maker: Callable[[Any], str | None], start_ms: int, end_ms: int | None) -> Chart:
+    fig, ax = (
+        plt.subplots(1, 2, figsize=(11, 3.6)) if chart_id == "churn" else plt.subplots(figsize=(11, 3.2))
+    )
+    try:
+        nothing = maker(ax)
+        if nothing is None and chart_id != "churn" and end_ms is not None:
+            _span_history(ax, _seconds(end_ms, start_ms))
+        return Chart(None if nothing is not None else _png(fig), nothing)
+    finally:
+        plt.close(fig)
+
+
+def _span_history(ax: Any, end_s: float) -> None:
+    """Widen the time axis to the history's start and end; never narrower than what is drawn."""
+    left, right = ax.get_xlim()
+    ax.set_xlim(min(left, 0.0), max(right, end_s))
+
+
+def _png(fig: Any) -> bytes:
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    return buffer.getvalue()
 
 
 def _seconds(ms: Any, start_ms: int) -> Any:
     return (ms - start_ms) / 1000.0
 
 
-def _empty(ax: Any, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} in this history", ha="center", va="center", transform=ax.transAxes)
+def _known(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """The rows a chart can place: every column it draws from holds a value (the tables'
+    columns are nullable, and one row without a time or an id must not sink the chart)."""
+    return frame.dropna(subset=list(columns))
+
+
+def _no(what: str) -> str:
+    return f"no {what} in this history"
+
+
+def _empty_panel(ax: Any, what: str) -> None:
+    """One panel of two with nothing to show, while its neighbour has something."""
+    ax.text(0.5, 0.5, _no(what), ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([])
     ax.set_yticks([])
 
 
-def _leadership(ax: Any, epochs: pd.DataFrame, start_ms: int) -> None:
-    committed = epochs[epochs["committed"]].sort_values("epoch")
+def _leadership(ax: Any, epochs: pd.DataFrame, start_ms: int) -> str | None:
+    committed = _known(epochs[epochs["committed"].eq(True)], "leader", "start_ms")
     if committed.empty:
-        return _empty(ax, "committed epoch")
-    leaders = sorted(committed["leader"].dropna().astype(int).unique())
+        return _no("committed epoch with a leader")
+    committed = committed.sort_values("epoch")
+    leaders = sorted(committed["leader"].astype(int).unique())
     for y, leader in enumerate(leaders):
         mine = committed[committed["leader"] == leader]
-        spans = [(_seconds(r.start_ms, start_ms), max(r.tenure_ms, 1) / 1000.0) for r in mine.itertuples()]
+        spans = [
+            (_seconds(r.start_ms, start_ms), max(_or(r.tenure_ms, 0), 1) / 1000.0) for r in mine.itertuples()
+        ]
         ax.broken_barh(spans, (y - 0.35, 0.7), color="#2e86c1")
     gaps = committed[committed["gap_before_ms"] > 0]  # NaN is not
     # one collection of bands over the whole height, as axvspan draws each (10,000 spans: 0.1 s, not 7)
@@ -110,24 +186,36 @@ def _leadership(ax: Any, epochs: pd.DataFrame, start_ms: int) -> None:
     ax.set_yticks(range(len(leaders)), [f"node {leader}" for leader in leaders])
     ax.set_xlabel("seconds since the history's start")
     ax.set_title("Controller leadership (blue: leading; red: leaderless gap before a new epoch)")
+    return None
 
 
-def _fenced(ax: Any, brokers: pd.DataFrame, start_ms: int) -> None:
+def _or(value: Any, default: float) -> Any:
+    return default if value != value else value  # NaN
+
+
+def _fenced(ax: Any, brokers: pd.DataFrame, start_ms: int) -> str | None:
+    brokers = _known(brokers, "broker", "start_ms")
     if brokers.empty:
-        return _empty(ax, "broker")
-    ids = sorted(brokers["broker"].unique())
+        return _no("broker")
+    ids = sorted(brokers["broker"].astype(int).unique())
+    restarted = brokers["restart"].eq(True)  # null is not
     for y, broker in enumerate(ids):
         mine = brokers[(brokers["broker"] == broker) & (brokers["state"] == "FENCED")]
-        spans = [(_seconds(r.start_ms, start_ms), max(r.duration_ms, 1) / 1000.0) for r in mine.itertuples()]
+        spans = [
+            (_seconds(r.start_ms, start_ms), max(_or(r.duration_ms, 0), 1) / 1000.0)
+            for r in mine.itertuples()
+        ]
         ax.broken_barh(spans, (y - 0.35, 0.7), color="#c0392b")
-        restarts = brokers[(brokers["broker"] == broker) & brokers["restart"]]
+        restarts = brokers[(brokers["broker"] == broker) & restarted]
         ax.plot(_seconds(restarts["start_ms"], start_ms), [y] * len(restarts), "k|", markersize=14)
     ax.set_yticks(range(len(ids)), [f"broker {b}" for b in ids])
     ax.set_xlabel("seconds since the history's start")
     ax.set_title("Broker fenced periods (red; a tick marks a restart: a new registration)")
+    return None
 
 
-def _partition_states(ax: Any, intervals: pd.DataFrame, start_ms: int) -> None:
+def _partition_states(ax: Any, intervals: pd.DataFrame, start_ms: int) -> str | None:
+    intervals = _known(intervals, "condition", "start_ms", "end_ms")
     shown = False
     for condition, color in _CONDITION_COLORS.items():
         mine = intervals[intervals["condition"] == condition]
@@ -146,39 +234,55 @@ def _partition_states(ax: Any, intervals: pd.DataFrame, start_ms: int) -> None:
         )
         shown = True
     if not shown:
-        return _empty(ax, "offline, under-replicated or under-min-ISR partition")
+        return _no("offline, under-replicated or under-min-ISR partition")
     ax.legend(loc="upper right")
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("partitions")
     ax.set_xlabel("seconds since the history's start")
     ax.set_title("Partitions offline / under-replicated / under min ISR over time")
+    return None
 
 
-def _churn(axes: Any, transitions: pd.DataFrame, leadership: pd.DataFrame) -> None:
+CHURN_BY_TOPIC = "leader election or ISR change"
+CHURN_BY_BROKER = "election won, leadership lost or ISR removal"
+
+
+def _churn(axes: Any, transitions: pd.DataFrame, leadership: pd.DataFrame) -> str | None:
+    """Per topic and per broker; a history where no partition changed leader or ISR (topics
+    created, configs and commits: the common case) has nothing to count in either."""
     by_topic, by_broker = axes
-    if transitions.empty:
-        _empty(by_topic, "partition change")
+    transitions = _known(transitions, "topic")
+    counts = pd.DataFrame({
+        "elections": transitions[transitions["cause"] == "election"].groupby("topic").size(),
+        "ISR shrinks": transitions[transitions["isr_change"] == "shrink"].groupby("topic").size(),
+        "ISR expands": transitions[transitions["isr_change"] == "expand"].groupby("topic").size(),
+    }).fillna(0)  # fmt: skip
+    counts = counts[counts.sum(axis=1) > 0]
+    brokers = _known(leadership, "broker").set_index("broker")[
+        ["elections_won", "leaderships_lost", "isr_removals"]
+    ]
+    brokers = brokers[brokers.fillna(0).sum(axis=1) > 0]
+    if counts.empty and brokers.empty:
+        return _no(f"{CHURN_BY_TOPIC}, {CHURN_BY_BROKER}")
+    if counts.empty:
+        _empty_panel(by_topic, CHURN_BY_TOPIC)
     else:
-        counts = pd.DataFrame({
-            "elections": transitions[transitions["cause"] == "election"].groupby("topic").size(),
-            "ISR shrinks": transitions[transitions["isr_change"] == "shrink"].groupby("topic").size(),
-            "ISR expands": transitions[transitions["isr_change"] == "expand"].groupby("topic").size(),
-        }).fillna(0)  # fmt: skip
         counts = counts.loc[counts.sum(axis=1).sort_values(ascending=False).index[:15]]
         counts.plot.bar(ax=by_topic, rot=30)
         by_topic.set_title("Elections and ISR churn per topic (top 15)")
-    if leadership.empty:
-        _empty(by_broker, "broker")
+    if brokers.empty:
+        _empty_panel(by_broker, CHURN_BY_BROKER)
     else:
-        frame = leadership.set_index("broker")[["elections_won", "leaderships_lost", "isr_removals"]]
-        frame.index = [f"broker {b}" for b in frame.index]
-        frame.plot.bar(ax=by_broker, rot=0)
+        brokers.index = [f"broker {int(b)}" for b in brokers.index]
+        brokers.plot.bar(ax=by_broker, rot=0)
         by_broker.set_title("Elections and ISR removals per broker")
+    return None
 
 
-def _write_rate(ax: Any, rate: pd.DataFrame, start_ms: int) -> None:
+def _write_rate(ax: Any, rate: pd.DataFrame, start_ms: int) -> str | None:
+    rate = _known(rate, "bucket_ms", "type", "count")
     if rate.empty:
-        return _empty(ax, "record")
+        return _no("record")
     width = rate.attrs.get("width_ms", 1000)
     table = rate.pivot_table(index="bucket_ms", columns="type", values="count", fill_value=0).sort_index()
     buckets = range(int(table.index.min()), int(table.index.max()) + width, width)
@@ -194,11 +298,13 @@ def _write_rate(ax: Any, rate: pd.DataFrame, start_ms: int) -> None:
     ax.set_ylabel("records / s")
     ax.set_xlabel("seconds since the history's start")
     ax.set_title(f"Metadata write rate by record type ({width // 1000} s buckets)")
+    return None
 
 
-def _committed(ax: Any, committed: pd.DataFrame, start_ms: int) -> None:
+def _committed(ax: Any, committed: pd.DataFrame, start_ms: int) -> str | None:
+    committed = _known(committed, "group", "bucket_ms", "committed")
     if committed.empty:
-        return _empty(ax, "offset commit")
+        return _no("offset commit")
     for group in sorted(committed["group"].unique())[:12]:
         mine = committed[committed["group"] == group]
         few = len(mine) < SERIES_POINTS_MARKED  # a line of one point draws nothing
@@ -208,6 +314,7 @@ def _committed(ax: Any, committed: pd.DataFrame, start_ms: int) -> None:
     ax.set_ylabel("sum of committed offsets")
     ax.set_xlabel("seconds since the history's start")
     ax.set_title("Committed offsets per group (the sum over its partitions; a drop is a rewind)")
+    return None
 
 
 # the page ------------------------------------------------------------------------------
@@ -218,6 +325,7 @@ table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.pass{color:#1e8449;font-weight:bold}.fail{color:#c0392b;font-weight:bold}
 img{max-width:100%;border:1px solid #eee;margin-bottom:1em}.verdict{font-size:1.4em}
+.nothing{color:#666;font-style:italic}
 """
 _CAPTIONS = {
     "leadership": "Which controller led, epoch by epoch; red bands are the windows without a leader "
@@ -230,7 +338,7 @@ _CAPTIONS = {
 }
 
 
-def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict[str, bytes]) -> str:
+def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict[str, Chart]) -> str:
     verdict = summary["status"]
     history = summary["history"]
     parts = [
@@ -240,7 +348,7 @@ def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict
         f"<p class='verdict'>Verdict: <span class='{'pass' if verdict == 'passed' else 'fail'}'>{verdict}</span>"
         f" ({summary['violations']['error']} errors, {summary['violations']['warning']} warnings, "
         f"{summary['violations']['info']} notes)</p>",
-        f"<p>Nodes {', '.join(summary['inputs']['nodes'])}, {len(summary['inputs']['files'])} files; offsets "
+        f"<p>Nodes {', '.join(summary['inputs']['nodes'])} ({len(summary['inputs']['files'])} files); offsets "
         f"{history['start_offset']} to {history['end_offset']} ({history['records']} records), "
         f"{_utc(history['start_ms'])} to {_utc(history['end_ms'])}; voters {history['voters']}.</p>",
         "<h2>Checks</h2>",
@@ -249,9 +357,14 @@ def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict
         _table(pd.DataFrame([{"figure": k, "value": v} for k, v in summary["headline"].items()])),
     ]
     for chart_id in CHART_IDS:
-        data = base64.b64encode(charts[chart_id]).decode()
+        chart = charts[chart_id]
         parts.append(f"<h2 id='{chart_id}'>{html.escape(_CAPTIONS[chart_id])}</h2>")
-        parts.append(f"<img alt='{chart_id}' src='data:image/png;base64,{data}'>")
+        if chart.png is None:
+            parts.append(f"<p class='nothing' data-chart='{chart_id}'>Nothing to draw: "
+                         f"{html.escape(str(chart.nothing))}.</p>")  # fmt: skip
+        else:
+            data = base64.b64encode(chart.png).decode()
+            parts.append(f"<img alt='{chart_id}' src='data:image/png;base64,{data}'>")
     parts += ["<h2>Violations</h2>", _table(tables["violations"].head(ROWS_SHOWN))]
     parts += ["<h2>Controller epochs</h2>", _table(tables["controller_epochs"].head(ROWS_SHOWN))]
     parts.append("</body></html>")

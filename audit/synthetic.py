@@ -37,7 +37,7 @@ RECORDS_MAX = 4_096  # raft.append_max_records
 
 DEFAULT_SNAPSHOTS = SnapshotPolicy()  # what a controller runs with
 # (weight, operation): what a busy cluster's controller appends, in proportion
-_MIX = (
+MIX = (
     (70, "commit"),
     (15, "noop"),
     (7, "isr"),
@@ -59,6 +59,14 @@ class Shape:
     groups: int = 10
     commit_partitions_max: int = 12  # partitions one commit request carries
     step_ms_max: int = 200  # time between two requests, at most
+    mix: tuple[tuple[int, str], ...] = MIX  # leave an operation out to leave its records out
+
+
+def without(*operations: str) -> tuple[tuple[int, str], ...]:
+    """``MIX`` with ``operations`` left out (all of them: a history of LeaderChanges only)."""
+    unknown = set(operations) - {name for _, name in MIX}
+    assert not unknown, unknown
+    return tuple((weight, name) for weight, name in MIX if name not in operations)
 
 
 @dataclass
@@ -161,7 +169,7 @@ class _Cluster:
         self.limits = topic_ops.Limits(max_partitions=10_000, records_max=RECORDS_MAX)
         self.topic_serial = 0
         self.committed: dict[tuple[str, str, int], int] = {}
-        weights, self.operations = zip(*_MIX, strict=True)
+        weights, self.operations = zip(*shape.mix, strict=True) if shape.mix else ((), ())
         self.weights = list(weights)
 
     def run(self, records_wanted: int) -> None:
@@ -171,7 +179,7 @@ class _Cluster:
         for _ in range(self.shape.topics):
             self._create_topic()
         stats = self.w.stats
-        while stats.records < records_wanted:
+        while stats.records < records_wanted and self.operations:
             operation = self.rng.choices(self.operations, self.weights)[0]
             stats.operations[operation] = stats.operations.get(operation, 0) + 1
             self.w.time_ms += self.rng.randint(1, self.shape.step_ms_max)
@@ -242,6 +250,8 @@ class _Cluster:
     def _broker_restart(self) -> None:
         """A broker's session lapses: it is fenced step by step, restarts and rejoins."""
         registered = sorted(self.w.image.brokers)
+        if not registered:
+            return
         broker_id = self.rng.choice(registered)
         while not self.w.image.brokers[broker_id].fenced:
             self.w.data(broker_ops.fence(self.w.image, self.w.image.brokers[broker_id], RECORDS_MAX))
@@ -263,13 +273,15 @@ class _Cluster:
 
     def _topic(self) -> None:
         names = sorted(self.w.image.topic_ids_by_name)
-        if len(names) >= self.shape.topics and self.rng.random() < 0.5:
+        if names and len(names) >= self.shape.topics and self.rng.random() < 0.5:
             request = pb.DeleteTopicsRequest(names=[self.rng.choice(names)])
             self.w.data(topic_ops.delete_topics(self.w.image, request).records)
         else:
             self._create_topic()
 
     def _create_topic(self) -> None:
+        if not self.shape.topics:
+            return
         self.topic_serial += 1
         name = f"topic-{self.rng.randrange(self.shape.topics * 2)}"  # names come back after deletes
         if name in self.w.image.topic_ids_by_name:
@@ -294,6 +306,9 @@ class _Cluster:
         self.w.data(config_ops.alter(self.w.image, request).records)
 
     def _producer_ids(self) -> None:
-        broker = self.rng.choice(self.w.image.unfenced_brokers() or list(self.w.image.brokers.values()))
+        brokers = self.w.image.unfenced_brokers() or list(self.w.image.brokers.values())
+        if not brokers:
+            return
+        broker = self.rng.choice(brokers)
         request = pb.AllocateProducerIdsRequest(broker_id=broker.broker_id, broker_epoch=broker.epoch)
         self.w.data(broker_ops.allocate_producer_ids(self.w.image, request).records)
