@@ -511,22 +511,31 @@ class ReplicaManager:
         result.high_watermark = partition.high_watermark
         result.log_start_offset, result.log_end_offset = log_start, log_end
         follower = request.replica_id
-        if follower >= 0:
-            if follower not in partition.replicas or follower == self.local_id:
-                raise PartitionError(
-                    E.NOT_LEADER_OR_FOLLOWER, f"broker {follower} is not a follower of {partition.name}"
-                )
-            diverging = partition.diverging_epoch(data.fetch_offset, data.last_fetched_epoch)
-            if diverging is not None:
-                result.diverging_epoch.epoch, result.diverging_epoch.end_offset = diverging
-                return partition
-        if not log_start <= data.fetch_offset <= log_end:
+        if follower >= 0 and (follower not in partition.replicas or follower == self.local_id):
             raise PartitionError(
-                E.OFFSET_OUT_OF_RANGE,
-                f"{partition.name}: offset {data.fetch_offset} is outside [{log_start}, {log_end}]",
-                partition.leader_id,
-                partition.leader_epoch,
+                E.NOT_LEADER_OR_FOLLOWER, f"broker {follower} is not a follower of {partition.name}"
             )
+        out_of_range = PartitionError(
+            E.OFFSET_OUT_OF_RANGE,
+            f"{partition.name}: offset {data.fetch_offset} is outside [{log_start}, {log_end}]",
+            partition.leader_id,
+            partition.leader_epoch,
+        )
+        if follower < 0 and data.fetch_offset < log_start:
+            raise out_of_range  # below the log start, whatever the epochs say (as Kafka)
+        diverging = partition.diverging_epoch(data.fetch_offset, _last_fetched_epoch(data, follower))
+        if diverging is not None:
+            if follower < 0 and min(diverging) < 0:  # no epoch that old here: a consumer resets
+                raise PartitionError(
+                    E.OFFSET_OUT_OF_RANGE,
+                    f"{partition.name}: no end offset for leader epoch {data.last_fetched_epoch}",
+                    partition.leader_id,
+                    partition.leader_epoch,
+                )
+            result.diverging_epoch.epoch, result.diverging_epoch.end_offset = diverging
+            return partition
+        if not log_start <= data.fetch_offset <= log_end:
+            raise out_of_range
         if follower >= 0:
             self._follower_fetched(partition, follower, data.fetch_offset, now_ms)
             result.high_watermark = partition.high_watermark
@@ -625,6 +634,16 @@ _ACK_MESSAGES = {
 def _leader_epoch(data) -> int:  # noqa: ANN001: a Produce/Fetch/ListOffsets partition
     """The leader epoch the client knows, -1 when it sent none (not checked)."""
     return data.current_leader_epoch if data.HasField("current_leader_epoch") else -1
+
+
+def _last_fetched_epoch(data: Pb.FetchPartition, replica_id: int) -> int:
+    """The epoch a fetch says it last read, -1 to skip the check: a replica's always (unset
+    is proto3's 0, which replicas sent for epoch 0 before the field had presence), a
+    consumer's only when it sent one (Kafka's consumers validate their position this way
+    from Fetch v12, KIP-320)."""
+    if replica_id >= 0 or data.HasField("last_fetched_epoch"):
+        return data.last_fetched_epoch
+    return -1
 
 
 def _set_error(result, error: PartitionError) -> None:  # noqa: ANN001: any per-partition result

@@ -615,6 +615,63 @@ def test_a_parked_consumer_fetch_wakes_when_the_high_watermark_moves(tmp_path: P
     run(body())
 
 
+def fetch_from(offset: int, last_fetched_epoch: int | None = None) -> pb.FetchRequest:
+    """A consumer's fetch at ``offset``, saying which epoch it last read when given."""
+    request = pb.FetchRequest(replica_id=-1, max_bytes=1 << 20, max_wait_ms=0)
+    asked = request.topics.add(name=TOPIC_NAME).partitions.add(
+        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+    )
+    if last_fetched_epoch is not None:
+        asked.last_fetched_epoch = last_fetched_epoch
+    return request
+
+
+def test_a_consumer_past_an_unclean_leaders_log_is_told_where_its_epoch_ends_not_served_on(
+    tmp_path: Path,
+) -> None:
+    """KIP-320 over the data protocol. A consumer read c, d (offsets 2, 3, epoch 0, committed
+    by the ISR 1, 2); broker 3, which never had them, is elected uncleanly and writes e, f, g.
+    Fetching at 4 blind, the consumer would get g and never see e, f; saying it last read
+    epoch 0, it is told epoch 0 ends at 2 on this leader and is given nothing."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        n1, n3 = cluster.nodes[1], cluster.nodes[3]
+        await n1.replicas.produce(produce_request([b"a", b"b"], acks=1))
+        await cluster.catch_up(2, 3)
+        cluster.publish(isr=(1, 2), partition_epoch=cluster.state.partition_epoch + 1)
+        await n1.replicas.produce(produce_request([b"c", b"d"], acks=1))
+        await cluster.catch_up(2)
+        assert n1.partition.high_watermark == 4
+        cluster.elect(3, (3,))
+        for value in (b"e", b"f", b"g"):
+            await n3.replicas.produce(produce_request([value], acks=1))
+        assert n3.partition.high_watermark == 5
+
+        answers = {}
+        for why, request in {
+            "blind": fetch_from(4),
+            "last read epoch 0": fetch_from(4, 0),
+            "an epoch newer than the leader's": fetch_from(5, 2),
+            "on the log": fetch_from(2, 0),
+        }.items():
+            result = (await n3.replicas.fetch(request)).topics[0].partitions[0]
+            diverging = result.diverging_epoch if result.HasField("diverging_epoch") else None
+            answers[why] = (
+                E.Name(result.error),
+                None if diverging is None else (diverging.epoch, diverging.end_offset),
+                [r.value for r in read_records(result.records)],
+            )
+        assert answers == {
+            "blind": ("NONE", None, [b"g"]),
+            "last read epoch 0": ("NONE", (0, 2), []),
+            "an epoch newer than the leader's": ("NONE", (1, 5), []),
+            "on the log": ("NONE", None, [b"e", b"f", b"g"]),
+        }
+
+    run(body())
+
+
 def test_retention_never_deletes_past_the_high_watermark_so_acks_all_is_answered_for_replicated_records(
     tmp_path: Path,
 ) -> None:
