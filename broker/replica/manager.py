@@ -359,10 +359,13 @@ class ReplicaManager:
         self, waits: list[tuple[Pb.ProducePartitionResult, asyncio.Future[int]]], timeout_ms: int
     ) -> None:
         futures = [future for _, future in waits]
-        await asyncio.wait(futures, timeout=timeout_ms / 1000)
+        try:
+            await asyncio.wait(futures, timeout=timeout_ms / 1000)
+        finally:  # timed out, or this produce was cancelled (its connection closed)
+            for future in futures:
+                future.cancel()  # the waiter is let go at once (a done one stays as it is)
         for result, future in waits:
-            if not future.done():
-                future.cancel()
+            if future.cancelled():
                 result.error = E.REQUEST_TIMED_OUT
                 result.message = f"the in-sync replicas did not confirm within {timeout_ms} ms"
             elif future.result() != E.NONE:

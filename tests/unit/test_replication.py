@@ -417,6 +417,31 @@ def test_acks_all_waits_for_every_isr_member_and_the_answer_names_the_base_offse
     run(body())
 
 
+def test_timed_out_and_abandoned_acks_all_produces_leave_no_waiter_while_the_high_watermark_stands_still(
+    tmp_path: Path,
+) -> None:
+    """Followers that never fetch (an ISR shrink the controller keeps refusing looks the
+    same): producers retrying on timeouts, and one whose connection closed, must not pile
+    up waiters (nor bytes) that only a moving high watermark would let go."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        replicas = cluster.nodes[1].replicas
+        for _ in range(20):
+            result = result_of(await replicas.produce(produce_request([b"x"], timeout_ms=0)))
+            assert result.error == E.REQUEST_TIMED_OUT
+        abandoned = asyncio.create_task(replicas.produce(produce_request([b"y"], timeout_ms=60_000)))
+        await until(lambda: replicas._bytes_waiting > 0, "the produce to wait for the ISR")
+        abandoned.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await abandoned
+        await asyncio.sleep(0)  # one pass of the loop: the cancellations' callbacks
+        assert cluster.nodes[1].partition.high_watermark == 0
+        assert (len(replicas._acks), replicas._bytes_waiting) == (0, 0)
+
+    run(body())
+
+
 def test_acks_all_below_min_isr_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     async def body() -> None:
         cluster = Cluster(tmp_path, min_isr=2)
