@@ -416,11 +416,13 @@ class ReplicaManager:
             return response
         deadline = time.monotonic() + request.max_wait_ms / 1000
         wakeups = self._appended if request.replica_id >= 0 else self._committed
+        arrived = True
         while True:
             refused = self._refused_follower(request)  # on every pass: the image may move while parked
             if refused is not None:
                 return refused
-            response, size, stop, keys = self._read(request)
+            response, size, stop, keys = self._read(request, arrived)
+            arrived = False
             remaining = deadline - time.monotonic()
             if (
                 stop
@@ -452,10 +454,15 @@ class ReplicaManager:
         response.status.error, response.status.message = refusal.code, refusal.message
         return response
 
-    def _read(self, request: Pb.FetchRequest) -> tuple[Pb.FetchResponse, int, bool, list[Partition]]:
+    def _read(
+        self, request: Pb.FetchRequest, arrived: bool
+    ) -> tuple[Pb.FetchResponse, int, bool, list[Partition]]:
         """One pass over the asked partitions: (answer, bytes, answer at once, partitions to park on).
-        On a listener's connection, the answer takes no more than the room its connection's
-        other answers leave (``answer_room``); with no room, it takes nothing."""
+        A follower's fetch offsets are recorded on the pass when it ``arrived`` only: woken
+        later, a parked fetch must not set back what the follower's newer fetches recorded
+        (as Kafka's ``updateFollowerFetchState``, once per request). On a listener's
+        connection, the answer takes no more than the room its connection's other answers
+        leave (``answer_room``); with no room, it takes nothing."""
         response = Pb.FetchResponse()
         room = current_answer_room.get()
         budget = request.max_bytes if room is None else min(request.max_bytes, room.available())
@@ -471,7 +478,7 @@ class ReplicaManager:
                     partition=data.partition, high_watermark=-1, log_start_offset=-1
                 )
                 try:
-                    partition = self._fetch_partition(topic, data, request, now, result)
+                    partition = self._fetch_partition(topic, data, request, arrived, now, result)
                 except PartitionError as e:
                     _set_error(result, e)
                     stop = True
@@ -501,6 +508,7 @@ class ReplicaManager:
         topic: Pb.FetchTopic,
         data: Pb.FetchPartition,
         request: Pb.FetchRequest,
+        arrived: bool,
         now_ms: int,
         result: Pb.FetchPartitionResult,
     ) -> Partition:
@@ -539,7 +547,7 @@ class ReplicaManager:
             return partition
         if not log_start <= data.fetch_offset <= log_end:
             raise out_of_range
-        if follower >= 0:
+        if follower >= 0 and arrived:
             self._follower_fetched(partition, follower, data.fetch_offset, now_ms)
             result.high_watermark = partition.high_watermark
         return partition

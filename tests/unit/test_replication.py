@@ -697,6 +697,33 @@ def test_a_consumer_past_an_unclean_leaders_log_is_told_where_its_epoch_ends_not
     run(body())
 
 
+def test_a_parked_follower_fetch_that_wakes_late_does_not_take_the_followers_log_end_back(
+    tmp_path: Path,
+) -> None:
+    """2's fetch at 2 parks; its client gives up on it and 2 fetches again, catching up to
+    4. Woken later, the old fetch must not record 2 at 2 again: a follower's fetch counts
+    once, when it arrives (Kafka's ``updateFollowerFetchState``), not on every wake-up."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        leader, n2 = cluster.nodes[1], cluster.nodes[2]
+        await leader.replicas.produce(produce_request([b"a", b"b"], acks=1))
+        await cluster.catch_up(2, 3)
+        stale, _ = n2.fetch.request(n2.fetch.ready(float("inf")))
+        stale.max_wait_ms = 60_000
+        parked = asyncio.create_task(leader.replicas.fetch(stale))
+        await asyncio.sleep(0)  # it runs until it parks: nothing past 2 yet
+        assert not parked.done()
+        await leader.replicas.produce(produce_request([b"c", b"d"], acks=1))  # wakes it, later
+        await cluster.replicate(2)  # the newer fetches: at 2, then at 4
+        await cluster.replicate(2)
+        assert leader.partition.followers[2].log_end_offset == 4
+        await asyncio.wait_for(parked, 10)
+        assert leader.partition.followers[2].log_end_offset == 4
+
+    run(body())
+
+
 def test_retention_never_deletes_past_the_high_watermark_so_acks_all_is_answered_for_replicated_records(
     tmp_path: Path,
 ) -> None:
