@@ -479,7 +479,7 @@ class AsyncConsumer:
             self._out_of_range(tp, f"leader epoch {self._fetch_epoch.get(tp)} is not on the leader's log")
             return
         if end < position and self._reset == "none":
-            self._fetch_position[tp] = position  # fetched again, it diverges again until a seek
+            self._fetch_position[tp] = position  # with the epoch fetched last: it diverges again until a seek
             self._error = LogTruncationError(
                 f"{tp}: records from offset {end} on, up to the position {position}, are not on "
                 f"the leader's log (its leader epoch {diverging.epoch} ends at {end}): seek to go on",
