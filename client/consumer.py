@@ -13,6 +13,14 @@ raises ``CORRUPT_MESSAGE`` until the application seeks past them. A leader that 
 (NOT_LEADER_OR_FOLLOWER, a fenced or unknown leader epoch) sends the loop to the
 metadata again. A seek drops what was prefetched for that partition.
 
+A leader change can cut records the consumer fetched (an unclean election). Each fetch
+says which leader epoch the consumer last read, so the leader answers with the diverging
+epoch instead of serving on past the cut (Kafka's KIP-320, checked in the fetch itself,
+as KIP-595's followers do, rather than by a separate OffsetForLeaderEpoch call). The
+consumer then goes back to where that epoch ends on the leader's log, logging the
+truncation when records it returned are gone, or, with ``auto_offset_reset='none'``,
+raises ``LogTruncationError`` naming that offset until the application seeks.
+
 Partitions come from ``assign`` (chosen by the application) or from ``subscribe`` (a
 consumer group shares the topics' partitions among its members; ``raftka.client.group`` runs
 the membership). In a group, ``poll`` joins again when a rebalance is due and calls the
@@ -45,7 +53,13 @@ from typing import Any
 import structlog
 
 from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, RETRIABLE, ClusterMetadata
-from raftka.client.errors import CommitFailedError, ConsumerError, KafkaError, OffsetOutOfRangeError
+from raftka.client.errors import (
+    CommitFailedError,
+    ConsumerError,
+    KafkaError,
+    LogTruncationError,
+    OffsetOutOfRangeError,
+)
 from raftka.client.group import GroupMember
 from raftka.client.loop_thread import LoopThread
 from raftka.client.types import ConsumerRecord, TopicPartition
@@ -101,6 +115,9 @@ class AsyncConsumer:
         self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=self._timeout_s, tls=tls)
         self._assigned: list[TopicPartition] = []
         self._fetch_position: dict[TopicPartition, int] = {}  # next offset to fetch
+        # The leader epoch of the batch before the fetch position, when known (KIP-320):
+        # every change of a fetch position other than by fetched records drops it.
+        self._fetch_epoch: dict[TopicPartition, int] = {}
         self._position: dict[TopicPartition, int] = {}  # next offset poll returns
         # Fetched records, one chunk per partition answer, decoded as poll takes them.
         self._buffer: collections.deque[_Chunk] = collections.deque()
@@ -215,7 +232,7 @@ class AsyncConsumer:
         """Take ``partitions``; positions and prefetched records of the others are dropped."""
         self._assigned = list(dict.fromkeys(partitions))
         keep = set(self._assigned)
-        for positions in (self._position, self._fetch_position):
+        for positions in (self._position, self._fetch_position, self._fetch_epoch):
             for tp in list(positions):
                 if tp not in keep:
                     del positions[tp]
@@ -234,6 +251,7 @@ class AsyncConsumer:
         if offset < 0:
             raise ValueError(f"offset: {offset} is negative")
         self._position[tp] = self._fetch_position[tp] = offset
+        self._fetch_epoch.pop(tp, None)
         self._drop_buffered(lambda buffered: buffered == tp)
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
@@ -265,6 +283,7 @@ class AsyncConsumer:
             for tp, offset in (await self.committed(missing)).items():
                 if offset is not None:
                     self._position[tp] = self._fetch_position[tp] = offset
+                    self._fetch_epoch.pop(tp, None)
             missing = [tp for tp in missing if tp not in self._position]
         if not missing:
             return
@@ -328,6 +347,7 @@ class AsyncConsumer:
         raises again until the application seeks past them (as Kafka's consumer does)."""
         self._drop_buffered(lambda buffered: buffered == tp)
         self._fetch_position[tp] = self._position[tp]
+        self._fetch_epoch.pop(tp, None)
         self._error = ConsumerError(
             "CORRUPT_MESSAGE", f"{tp} at offset {self._position[tp]}: records do not decode: {problem}"
         )
@@ -394,12 +414,14 @@ class AsyncConsumer:
                 topic = topics[tp.topic] = request.topics.add(name=tp.topic)
             state = self.metadata.leader(tp)
             offset = self._fetch_position[tp]
-            topic.partitions.add(
+            asked = topic.partitions.add(
                 partition=tp.partition,
                 fetch_offset=offset,
                 current_leader_epoch=state.leader_epoch if state else -1,
                 partition_max_bytes=self._partition_max_bytes,
             )
+            if tp in self._fetch_epoch:
+                asked.last_fetched_epoch = self._fetch_epoch[tp]
             sent[tp] = offset
         try:
             response = await broker.Fetch(request, timeout=self._timeout_s + self._fetch_max_wait_ms / 1000)
@@ -416,7 +438,9 @@ class AsyncConsumer:
                 tp = TopicPartition(topic.name, result.partition)
                 if tp not in sent or self._fetch_position.get(tp) != sent[tp]:
                     continue  # seeked or unassigned while the fetch was out
-                if result.error == E.NONE:
+                if result.error == E.NONE and result.HasField("diverging_epoch"):
+                    self._diverged(tp, result.diverging_epoch)
+                elif result.error == E.NONE:
                     self._take(tp, sent[tp], result.records)
                 elif result.error == E.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(tp, result.message)
@@ -432,14 +456,48 @@ class AsyncConsumer:
     def _take(self, tp: TopicPartition, fetch_offset: int, payload: bytes) -> None:
         if not payload:
             return
-        next_offset = fetch_offset
+        next_offset, epoch = fetch_offset, None
         for _, header in iter_batches(payload):
-            next_offset = header.next_offset
+            next_offset, epoch = header.next_offset, header.partition_leader_epoch
         if next_offset > fetch_offset:
             self._buffer.append(_Chunk(tp, _records(tp, payload, fetch_offset), len(payload)))
             self._buffered_bytes += len(payload)
-        self._fetch_position[tp] = max(next_offset, fetch_offset)
+            self._fetch_position[tp] = next_offset
+            self._fetch_epoch[tp] = epoch
         self._arrived.set()
+
+    def _diverged(self, tp: TopicPartition, diverging: broker_pb2.EpochEndOffset) -> None:
+        """The leader's log holds what was fetched only up to ``diverging.end_offset`` (its
+        epoch ``diverging.epoch`` ends there): prefetched records past it are dropped and
+        fetching goes on from there, as Kafka's consumer does. Records already returned past
+        it are a truncation: logged, or with ``auto_offset_reset='none'`` raised, the
+        position kept, until the application seeks."""
+        self._drop_buffered(lambda buffered: buffered == tp)
+        position = self._position.get(tp, self._fetch_position[tp])
+        end = diverging.end_offset
+        if end < 0:  # the leader has no epoch that old: as an offset out of range
+            self._out_of_range(tp, f"leader epoch {self._fetch_epoch.get(tp)} is not on the leader's log")
+            return
+        if end < position and self._reset == "none":
+            self._fetch_position[tp] = position  # with the epoch fetched last: it diverges again until a seek
+            self._error = LogTruncationError(
+                f"{tp}: records from offset {end} on, up to the position {position}, are not on "
+                f"the leader's log (its leader epoch {diverging.epoch} ends at {end}): seek to go on",
+                {tp: end},
+            )
+            self._arrived.set()
+            return
+        if end < position:
+            log.warning(
+                "log truncation detected: records returned are not on the leader's log; "
+                "resuming where its epoch ends",
+                partition=str(tp),
+                position=position,
+                resumed_at=end,
+                leader_epoch=diverging.epoch,
+            )
+        self._position[tp] = self._fetch_position[tp] = min(end, position)
+        self._fetch_epoch[tp] = diverging.epoch
 
     def _out_of_range(self, tp: TopicPartition, message: str) -> None:
         if self._reset == "none":
@@ -448,6 +506,7 @@ class AsyncConsumer:
             return
         self._position.pop(tp, None)
         self._fetch_position.pop(tp, None)
+        self._fetch_epoch.pop(tp, None)
         self._drop_buffered(lambda buffered: buffered == tp)
 
     async def _refresh(self) -> None:

@@ -7,6 +7,11 @@ retrying cannot help, or when the bounded retries ran out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types.py imports this module
+    from raftka.client.types import TopicPartition
+
 
 class AdminError(Exception):
     """``code`` is the error's name (``TOPIC_ALREADY_EXISTS``, ``UNAVAILABLE``...)."""
@@ -36,6 +41,16 @@ class ConsumerError(KafkaError):
 
 class OffsetOutOfRangeError(ConsumerError):
     """No valid position and ``auto_offset_reset='none'``: the partitions are named."""
+
+
+class LogTruncationError(OffsetOutOfRangeError):
+    """Kafka's LogTruncationException: a leader change cut records this consumer fetched and
+    ``auto_offset_reset='none'``. ``divergent_offsets`` gives each such partition's first
+    offset known to diverge; the position stays until the application seeks."""
+
+    def __init__(self, message: str, divergent_offsets: dict[TopicPartition, int]) -> None:
+        super().__init__("LOG_TRUNCATION", message)
+        self.divergent_offsets = divergent_offsets
 
 
 class CommitFailedError(ConsumerError):

@@ -10,6 +10,12 @@ exactly what ``read_uncommitted`` ones do, and that is correct); no incremental 
 sessions (KIP-227), so every answer says session 0 and clients send full fetches, as
 they do to a Kafka broker whose session cache is full.
 
+A fetch (version 12 on) whose LastFetchedEpoch is not on the leader's log up to its fetch
+offset, which is how a consumer learns that a leader change cut records it read, is
+answered as Kafka answers it: DivergingEpoch (the largest epoch at most the asked one and
+where it ends) and no records; the client moves its position there or raises log
+truncation. An epoch older than the whole log is OFFSET_OUT_OF_RANGE.
+
 A fetch from a follower (a replica id, or a ReplicaState) is refused as Kafka refuses one
 whose principal lacks ClusterAction: TOPIC_AUTHORIZATION_FAILED for every partition.
 raftka's followers use the data listener, so here nobody has it (answered as a consumer's
@@ -64,6 +70,7 @@ OR = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.EpochEndOffset
 # where a leader hint goes: the errors that mean "ask another broker"
 _LEADER_MOVED = frozenset((E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH, E.UNKNOWN_LEADER_EPOCH))
 TOPIC_IDS_FROM = 13  # Produce and Fetch name topics by id from version 13
+LAST_FETCHED_EPOCH_FROM = 12  # Fetch carries LastFetchedEpoch, answered by DivergingEpoch (KIP-320)
 
 
 class LogApis:
@@ -175,6 +182,8 @@ class LogApis:
                 )
                 if data.current_leader_epoch >= 0:
                     partition.current_leader_epoch = data.current_leader_epoch
+                if version >= LAST_FETCHED_EPOCH_FROM and data.last_fetched_epoch >= 0:
+                    partition.last_fetched_epoch = data.last_fetched_epoch
         replica_id = _replica_id(request)
         if replica_id >= 0:
             answer = Pb.FetchResponse()  # every partition refused, nothing read
@@ -195,18 +204,21 @@ class LogApis:
                     failed.current_leader = _leader_hint(result, code, leaders, FR)
                     partitions.append(failed)
                     continue
-                partitions.append(
-                    FR(
-                        partition_index=result.partition,
-                        error_code=0,
-                        high_watermark=result.high_watermark,
-                        last_stable_offset=result.high_watermark,
-                        log_start_offset=result.log_start_offset,
-                        aborted_transactions=[],
-                        preferred_read_replica=-1,
-                        records=result.records,
-                    )
+                answered = FR(
+                    partition_index=result.partition,
+                    error_code=0,
+                    high_watermark=result.high_watermark,
+                    last_stable_offset=result.high_watermark,
+                    log_start_offset=result.log_start_offset,
+                    aborted_transactions=[],
+                    preferred_read_replica=-1,
+                    records=result.records,
                 )
+                if result.HasField("diverging_epoch"):
+                    answered.diverging_epoch = FR.EpochEndOffset(
+                        epoch=result.diverging_epoch.epoch, end_offset=result.diverging_epoch.end_offset
+                    )
+                partitions.append(answered)
             topic_id = uuid.UUID(bytes=topic.topic_id) if by_id else None
             topics.append(
                 FetchResponse.FetchableTopicResponse(

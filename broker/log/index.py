@@ -1,5 +1,5 @@
-"""A segment's sparse indexes (Kafka's OffsetIndex and TimeIndex), kept in memory and
-appended to a file beside the segment.
+"""A segment's sparse indexes (Kafka's OffsetIndex and TimeIndex): files beside the
+segment, their entries held in memory only while lookups use them.
 
 An offset index entry maps a relative offset to the byte position of the batch that
 starts there; a time index entry maps a timestamp to the relative offset of the batch
@@ -8,66 +8,154 @@ each every ``index.interval.bytes``. Both only grow, so lookups are
 a bisect. The files exist so a cleanly closed segment does not need a scan at start;
 ``load`` refuses entries a log could not have produced, and the caller then rebuilds
 from the log, which is always the truth.
+
+Entries are loaded from the file on the first lookup that needs them, not at open, and
+dropped again when the indexes loaded in this process pass ``INDEX_MEMORY_BYTES_MAX``,
+those used longest ago first (Kafka maps index files lazily and lets the page cache
+choose; holding every entry of every segment grew with the log). Appends go to the file
+and, if loaded, to memory; the last entry is always at hand.
 """
 
 from __future__ import annotations
 
 import bisect
+import collections
 import os
 import struct
+import threading
 from array import array
 from pathlib import Path
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 ENTRIES_MAX = 10 * 1024 * 1024 // OFFSET_ENTRY.size  # Kafka's segment.index.bytes (10 MiB): the segment rolls
+ENTRY_MEMORY_BYTES = 2 * array("q").itemsize  # a loaded entry: its key and its value
+INDEX_MEMORY_BYTES_MAX = 256 << 20  # loaded entries of all indexes in this process
 
 
 class IndexError_(ValueError):
     """An index file that does not fit its log: rebuild it."""
 
 
+class LoadedIndexes:
+    """The indexes whose entries are in memory, least recently used first, bounded in bytes."""
+
+    def __init__(self, bytes_max: int) -> None:
+        self.bytes_max = bytes_max
+        self.bytes = 0
+        self._loaded: collections.OrderedDict[_Index, int] = collections.OrderedDict()  # -> its bytes
+        self._lock = threading.Lock()  # a log is used on its loop, but a process may run brokers on several
+
+    def used(self, index: _Index, size: int) -> None:
+        """``index`` was looked up and holds ``size`` bytes: the most recent now; the least
+        recent others are dropped while the total is over the bound."""
+        with self._lock:
+            self.bytes += size - self._loaded.get(index, 0)
+            self._loaded[index] = size
+            self._loaded.move_to_end(index)
+            evicted = []
+            while self.bytes > self.bytes_max and len(self._loaded) > 1:
+                oldest, oldest_size = self._loaded.popitem(last=False)
+                self.bytes -= oldest_size
+                evicted.append(oldest)
+        for oldest in evicted:
+            oldest.forget()
+
+    def dropped(self, index: _Index) -> None:
+        with self._lock:
+            self.bytes -= self._loaded.pop(index, 0)
+
+
+LOADED = LoadedIndexes(INDEX_MEMORY_BYTES_MAX)
+
+
 class _Index:
     entry: struct.Struct
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, loaded: LoadedIndexes = LOADED) -> None:
         self.path = path
-        self.keys = array("q")  # 8 bytes an entry, not a Python int object each: a segment may hold
-        self.values = array("q")  # a million entries, and inactive segments keep theirs
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._loaded_indexes = loaded
+        self._count = os.fstat(self._fd).st_size // self.entry.size
+        self.last = self._read_last()  # (key, value) of the last entry, None when empty
+        self._keys: array | None = None  # 8 bytes an entry, not a Python int object each:
+        self._values: array | None = None  # a segment may hold a million entries
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return self._count
 
     @property
     def full(self) -> bool:
-        return len(self.keys) >= ENTRIES_MAX
+        return self._count >= ENTRIES_MAX
+
+    @property
+    def loaded(self) -> bool:
+        return self._keys is not None
+
+    @property
+    def keys(self) -> array:
+        return self._entries()[0]
+
+    @property
+    def values(self) -> array:
+        return self._entries()[1]
+
+    def _entries(self) -> tuple[array, array]:
+        """The entries in memory, read from the file if they are not; counted as used."""
+        if self._keys is None or self._values is None:
+            entries = self.read_entries()
+            self._keys = array("q", (k for k, _ in entries))
+            self._values = array("q", (v for _, v in entries))
+        self._loaded_indexes.used(self, len(self._keys) * ENTRY_MEMORY_BYTES)
+        return self._keys, self._values
+
+    def unload(self) -> None:
+        """Drop the entries from memory; the next lookup reads them again."""
+        self.forget()
+        self._loaded_indexes.dropped(self)
+
+    def forget(self) -> None:
+        """Out of memory, already uncounted (the bound let it go)."""
+        self._keys = self._values = None
 
     def append(self, key: int, value: int) -> None:
-        self.keys.append(key)
-        self.values.append(value)
         os.write(self._fd, self.entry.pack(*self._pair(key, value)))
+        self._count += 1
+        self.last = (key, value)
+        if self._keys is not None and self._values is not None:
+            self._keys.append(key)
+            self._values.append(value)
 
     def floor(self, key: int) -> tuple[int, int] | None:
         """The last entry whose key is at most ``key``."""
-        i = bisect.bisect_right(self.keys, key) - 1
-        return (self.keys[i], self.values[i]) if i >= 0 else None
+        keys, values = self._entries()
+        i = bisect.bisect_right(keys, key) - 1
+        return (keys[i], values[i]) if i >= 0 else None
 
     def truncate_after(self, key: int) -> None:
         """Drop entries whose key is ``key`` or more."""
-        i = bisect.bisect_left(self.keys, key)
-        if i < len(self.keys):
-            del self.keys[i:], self.values[i:]
-            os.ftruncate(self._fd, i * self.entry.size)
+        self._keep(bisect.bisect_left(self.keys, key))
+
+    def _keep(self, count: int) -> None:
+        """Keep the first ``count`` entries, in memory and on disk."""
+        if count < self._count:
+            os.ftruncate(self._fd, count * self.entry.size)
+            self._count = count
+            self.last = self._read_last()
+            self.unload()
 
     def reset(self) -> None:
-        del self.keys[:], self.values[:]
-        os.ftruncate(self._fd, 0)
+        self._keep(0)
 
     def read_entries(self) -> list[tuple[int, int]]:
-        data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
-        usable = len(data) - len(data) % self.entry.size
-        return [self._unpair(*self.entry.unpack_from(data, i)) for i in range(0, usable, self.entry.size)]
+        data = os.pread(self._fd, self._count * self.entry.size, 0)
+        return [self._unpair(*self.entry.unpack_from(data, i)) for i in range(0, len(data), self.entry.size)]
+
+    def _read_last(self) -> tuple[int, int] | None:
+        if not self._count:
+            return None
+        data = os.pread(self._fd, self.entry.size, (self._count - 1) * self.entry.size)
+        return self._unpair(*self.entry.unpack(data))
 
     def flush(self) -> None:
         os.fsync(self._fd)
@@ -76,6 +164,7 @@ class _Index:
         return os.dup(self._fd)
 
     def close(self) -> None:
+        self.unload()
         os.close(self._fd)
 
     def _pair(self, key: int, value: int) -> tuple[int, int]:
@@ -91,14 +180,12 @@ class OffsetIndex(_Index):
     entry = OFFSET_ENTRY
 
     def load(self, log_size: int) -> None:
-        entries = self.read_entries()
+        """Check every entry against a log of ``log_size`` bytes (kept on disk, not in memory)."""
         last_key, last_position = -1, -1
-        for key, position in entries:
+        for key, position in self.read_entries():
             if key <= last_key or position <= last_position or position >= log_size:
                 raise IndexError_(f"{self.path}: entry ({key}, {position}) out of order or past the log")
             last_key, last_position = key, position
-        self.keys = array("q", (k for k, _ in entries))
-        self.values = array("q", (p for _, p in entries))
 
 
 class TimeIndex(_Index):
@@ -109,18 +196,13 @@ class TimeIndex(_Index):
     entry = TIME_ENTRY
 
     def load(self) -> None:
-        entries = self.read_entries()
+        """Check that the entries are in order (kept on disk, not in memory)."""
         last_ts, last_key = -(2**63), -1
-        for timestamp, relative in entries:
+        for timestamp, relative in self.read_entries():
             if timestamp <= last_ts or relative < last_key:
                 raise IndexError_(f"{self.path}: entry ({timestamp}, {relative}) out of order")
             last_ts, last_key = timestamp, relative
-        self.keys = array("q", (t for t, _ in entries))
-        self.values = array("q", (r for _, r in entries))
 
     def truncate_to_offset(self, relative: int) -> None:
         """Drop entries pointing at ``relative`` or later."""
-        keep = bisect.bisect_left(self.values, relative)
-        if keep < len(self.values):
-            del self.keys[keep:], self.values[keep:]
-            os.ftruncate(self._fd, keep * self.entry.size)
+        self._keep(bisect.bisect_left(self.values, relative))

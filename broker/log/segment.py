@@ -82,7 +82,8 @@ class LogSegment:
                     raise IndexError_(f"{self.offset_index.path}: empty beside a non-empty log")
                 self.time_index.load()
                 self._resume_from_indexes()
-                if len(self.time_index) and self.time_index.values[-1] >= self.next_offset - self.base_offset:
+                last_time = self.time_index.last
+                if last_time is not None and last_time[1] >= self.next_offset - self.base_offset:
                     raise IndexError_(f"{self.time_index.path}: an entry points past the log")
                 return False
             except (IndexError_, BatchFramingError) as e:
@@ -94,11 +95,10 @@ class LogSegment:
         """The end, the largest timestamp and the tail, from the indexes' last entries and
         the batches after them."""
         self.next_offset = self.base_offset
-        self.max_timestamp, self._max_timestamp_offset = (
-            (self.time_index.keys[-1], self.time_index.values[-1]) if len(self.time_index) else (-1, 0)
-        )
+        self.max_timestamp, self._max_timestamp_offset = self.time_index.last or (-1, 0)
         self._tail, self._tail_offsets = [], []
-        position = self.offset_index.values[-1] if len(self.offset_index) else 0
+        last_offset = self.offset_index.last
+        position = last_offset[1] if last_offset is not None else 0
         self._bytes_since_index = 0
         while position < self.size:
             header = self._header_at(position)
@@ -192,7 +192,7 @@ class LogSegment:
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp, self._max_timestamp_offset = header.max_timestamp, relative
             if self.max_timestamp >= 0 and (
-                not len(self.time_index) or self.max_timestamp > self.time_index.keys[-1]
+                self.time_index.last is None or self.max_timestamp > self.time_index.last[0]
             ):
                 self.time_index.append(self.max_timestamp, self._max_timestamp_offset)
         self._remember(header, position)

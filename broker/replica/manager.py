@@ -359,10 +359,13 @@ class ReplicaManager:
         self, waits: list[tuple[Pb.ProducePartitionResult, asyncio.Future[int]]], timeout_ms: int
     ) -> None:
         futures = [future for _, future in waits]
-        await asyncio.wait(futures, timeout=timeout_ms / 1000)
+        try:
+            await asyncio.wait(futures, timeout=timeout_ms / 1000)
+        finally:  # timed out, or this produce was cancelled (its connection closed)
+            for future in futures:
+                future.cancel()  # the waiter is let go at once (a done one stays as it is)
         for result, future in waits:
-            if not future.done():
-                future.cancel()
+            if future.cancelled():
                 result.error = E.REQUEST_TIMED_OUT
                 result.message = f"the in-sync replicas did not confirm within {timeout_ms} ms"
             elif future.result() != E.NONE:
@@ -413,11 +416,13 @@ class ReplicaManager:
             return response
         deadline = time.monotonic() + request.max_wait_ms / 1000
         wakeups = self._appended if request.replica_id >= 0 else self._committed
+        arrived = True
         while True:
             refused = self._refused_follower(request)  # on every pass: the image may move while parked
             if refused is not None:
                 return refused
-            response, size, stop, keys = self._read(request)
+            response, size, stop, keys = self._read(request, arrived)
+            arrived = False
             remaining = deadline - time.monotonic()
             if (
                 stop
@@ -449,10 +454,15 @@ class ReplicaManager:
         response.status.error, response.status.message = refusal.code, refusal.message
         return response
 
-    def _read(self, request: Pb.FetchRequest) -> tuple[Pb.FetchResponse, int, bool, list[Partition]]:
+    def _read(
+        self, request: Pb.FetchRequest, arrived: bool
+    ) -> tuple[Pb.FetchResponse, int, bool, list[Partition]]:
         """One pass over the asked partitions: (answer, bytes, answer at once, partitions to park on).
-        On a listener's connection, the answer takes no more than the room its connection's
-        other answers leave (``answer_room``); with no room, it takes nothing."""
+        A follower's fetch offsets are recorded on the pass when it ``arrived`` only: woken
+        later, a parked fetch must not set back what the follower's newer fetches recorded
+        (as Kafka's ``updateFollowerFetchState``, once per request). On a listener's
+        connection, the answer takes no more than the room its connection's other answers
+        leave (``answer_room``); with no room, it takes nothing."""
         response = Pb.FetchResponse()
         room = current_answer_room.get()
         budget = request.max_bytes if room is None else min(request.max_bytes, room.available())
@@ -468,7 +478,7 @@ class ReplicaManager:
                     partition=data.partition, high_watermark=-1, log_start_offset=-1
                 )
                 try:
-                    partition = self._fetch_partition(topic, data, request, now, result)
+                    partition = self._fetch_partition(topic, data, request, arrived, now, result)
                 except PartitionError as e:
                     _set_error(result, e)
                     stop = True
@@ -498,6 +508,7 @@ class ReplicaManager:
         topic: Pb.FetchTopic,
         data: Pb.FetchPartition,
         request: Pb.FetchRequest,
+        arrived: bool,
         now_ms: int,
         result: Pb.FetchPartitionResult,
     ) -> Partition:
@@ -511,23 +522,32 @@ class ReplicaManager:
         result.high_watermark = partition.high_watermark
         result.log_start_offset, result.log_end_offset = log_start, log_end
         follower = request.replica_id
-        if follower >= 0:
-            if follower not in partition.replicas or follower == self.local_id:
-                raise PartitionError(
-                    E.NOT_LEADER_OR_FOLLOWER, f"broker {follower} is not a follower of {partition.name}"
-                )
-            diverging = partition.diverging_epoch(data.fetch_offset, data.last_fetched_epoch)
-            if diverging is not None:
-                result.diverging_epoch.epoch, result.diverging_epoch.end_offset = diverging
-                return partition
-        if not log_start <= data.fetch_offset <= log_end:
+        if follower >= 0 and (follower not in partition.replicas or follower == self.local_id):
             raise PartitionError(
-                E.OFFSET_OUT_OF_RANGE,
-                f"{partition.name}: offset {data.fetch_offset} is outside [{log_start}, {log_end}]",
-                partition.leader_id,
-                partition.leader_epoch,
+                E.NOT_LEADER_OR_FOLLOWER, f"broker {follower} is not a follower of {partition.name}"
             )
-        if follower >= 0:
+        out_of_range = PartitionError(
+            E.OFFSET_OUT_OF_RANGE,
+            f"{partition.name}: offset {data.fetch_offset} is outside [{log_start}, {log_end}]",
+            partition.leader_id,
+            partition.leader_epoch,
+        )
+        if follower < 0 and data.fetch_offset < log_start:
+            raise out_of_range  # below the log start, whatever the epochs say (as Kafka)
+        diverging = partition.diverging_epoch(data.fetch_offset, _last_fetched_epoch(data, follower))
+        if diverging is not None:
+            if follower < 0 and min(diverging) < 0:  # no epoch that old here: a consumer resets
+                raise PartitionError(
+                    E.OFFSET_OUT_OF_RANGE,
+                    f"{partition.name}: no end offset for leader epoch {data.last_fetched_epoch}",
+                    partition.leader_id,
+                    partition.leader_epoch,
+                )
+            result.diverging_epoch.epoch, result.diverging_epoch.end_offset = diverging
+            return partition
+        if not log_start <= data.fetch_offset <= log_end:
+            raise out_of_range
+        if follower >= 0 and arrived:
             self._follower_fetched(partition, follower, data.fetch_offset, now_ms)
             result.high_watermark = partition.high_watermark
         return partition
@@ -625,6 +645,16 @@ _ACK_MESSAGES = {
 def _leader_epoch(data) -> int:  # noqa: ANN001: a Produce/Fetch/ListOffsets partition
     """The leader epoch the client knows, -1 when it sent none (not checked)."""
     return data.current_leader_epoch if data.HasField("current_leader_epoch") else -1
+
+
+def _last_fetched_epoch(data: Pb.FetchPartition, replica_id: int) -> int:
+    """The epoch a fetch says it last read, -1 to skip the check: a replica's always (unset
+    is proto3's 0, which replicas sent for epoch 0 before the field had presence), a
+    consumer's only when it sent one (Kafka's consumers validate their position this way
+    from Fetch v12, KIP-320)."""
+    if replica_id >= 0 or data.HasField("last_fetched_epoch"):
+        return data.last_fetched_epoch
+    return -1
 
 
 def _set_error(result, error: PartitionError) -> None:  # noqa: ANN001: any per-partition result

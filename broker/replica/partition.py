@@ -9,7 +9,8 @@ Kafka's replication rules, kept here as plain methods with no I/O of their own:
   has not fetched since the election) holds the high watermark where it is.
 - A follower's fetch offset counts as its log end offset only when its last fetched
   epoch agrees with the leader's log; otherwise the answer carries the diverging epoch
-  and the follower truncates first (KIP-595's fetch validation).
+  and the follower truncates first (KIP-595's fetch validation). A consumer that sends
+  its last fetched epoch is checked the same way and moves its position back (KIP-320).
 - A new leader's high watermark is its own, which may lag the old leader's: until it
   reaches the start of this leader epoch, offsets that depend on it (ListOffsets for the
   latest offset, or a timestamp past it) are answered OFFSET_NOT_AVAILABLE, so clients
@@ -158,7 +159,7 @@ class Partition:
         return PartitionError(code, message, self.leader_id, self.leader_epoch)
 
     def diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
-        """(epoch, end offset) a follower must truncate to, or None when its log agrees."""
+        """(epoch, end offset) a fetcher must go back to, or None when what it read agrees."""
         if last_fetched_epoch < 0:
             return None
         epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)

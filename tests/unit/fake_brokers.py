@@ -8,7 +8,9 @@ tests drive, and the real broker's producer state rules (``ProducerState``) for
 idempotent batches. Logs are per partition, shared by the brokers: a leader change
 moves no data, which is what a client sees of a committed log. Besides refusals, a test
 can have a batch written and its answer lost (an error, or the connection closed) and
-can hold produce answers back, to see how many batches a producer keeps in flight.
+can hold produce answers back, to see how many batches a producer keeps in flight. A
+test can also cut a log (an unclean leader change); a fetch that says which epoch it last
+read is answered with the diverging epoch, as the real leader answers it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class FakeLog:
     end: int = 0
     producers: ProducerState = field(default_factory=ProducerState)
 
-    def append(self, payload: bytes) -> int:
+    def append(self, payload: bytes, leader_epoch: int = 0) -> int:
         """The base offset written at, or of the batch a producer's retry repeats;
         ProducerStateError for a batch out of its producer's order."""
         data = bytearray(payload)
@@ -47,7 +49,7 @@ class FakeLog:
                 return duplicate.first_offset
         base = self.end
         for position, header in headers:
-            assign(data, position, self.end, 0)
+            assign(data, position, self.end, leader_epoch)
             self.producers.apply(dataclasses.replace(header, base_offset=self.end))
             self.end += header.record_count
         self.batches.append(bytes(data))
@@ -58,6 +60,22 @@ class FakeLog:
 
     def read_from(self, offset: int) -> bytes:
         return b"".join(batch for batch in self.batches if _last_offset(batch) >= offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the batches from ``offset`` on (a batch boundary): what an unclean leader
+        never had."""
+        self.batches = [batch for batch in self.batches if _last_offset(batch) < offset]
+        self.end = offset
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(the largest leader epoch at most ``epoch``, where it ends), (-1, -1) if none:
+        the real log's answer."""
+        found, end = -1, -1
+        for header in self.headers():
+            if header.partition_leader_epoch > epoch:
+                return found, header.base_offset
+            found, end = header.partition_leader_epoch, header.next_offset
+        return found, end
 
 
 def _last_offset(batch: bytes) -> int:
@@ -171,7 +189,9 @@ class _FakeBroker:
                     result.message = "scripted by the test"
                     continue
                 try:
-                    result.base_offset = cluster.logs[data.partition].append(data.records)
+                    result.base_offset = cluster.logs[data.partition].append(
+                        data.records, cluster.leaders[data.partition][1]
+                    )
                 except ProducerStateError as e:
                     result.error, result.message = e.code, e.message
                     continue
@@ -220,6 +240,11 @@ class _FakeBroker:
                     continue
                 log = self.cluster.logs[data.partition]
                 result.high_watermark = result.log_end_offset = log.end
+                if data.HasField("last_fetched_epoch"):
+                    epoch, end = log.end_offset_for_epoch(data.last_fetched_epoch)
+                    if epoch != data.last_fetched_epoch or data.fetch_offset > end:
+                        result.diverging_epoch.epoch, result.diverging_epoch.end_offset = epoch, end
+                        continue
                 result.records = log.read_from(data.fetch_offset)
         return response
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from raftka.client.consumer import AsyncConsumer
-from raftka.client.errors import ConsumerError, ProducerError
+from raftka.client.errors import ConsumerError, LogTruncationError, ProducerError
 from raftka.client.producer import AsyncProducer
 from raftka.client.types import TopicPartition
 from raftka.records.batch import HEADER_SIZE
@@ -213,6 +213,70 @@ def test_records_that_do_not_decode_are_an_error_after_those_before_them() -> No
             assert await consumer.position(P0) == 2
             consumer.seek(P0, 3)
             assert [r.value for r in await _poll_until(consumer, 1)] == [b"after"]
+        finally:
+            await consumer.close()
+
+    run(scenario)
+
+
+def _unclean_leader_change(cluster: FakeCluster) -> None:
+    """Broker 2 leads at epoch 1 holding only offset 0 of epoch 0: v1 and v2, which a
+    consumer may have read, are gone, and w1, w2, w3 take offsets 1 to 3."""
+    cluster.move_leader(0, to=2)
+    cluster.logs[0].truncate_to(1)
+    for value in (b"w1", b"w2", b"w3"):
+        cluster.logs[0].append(bytes(_batch(value)), leader_epoch=1)
+
+
+async def _poll_through(consumer: AsyncConsumer, offset: int) -> list:
+    """Records until one at ``offset`` or past it arrives."""
+    got: list = []
+    while not got or got[-1].offset < offset:
+        got += await consumer.poll(1000)
+    return got
+
+
+def test_a_consumer_whose_records_a_leader_change_cut_goes_back_to_where_its_epoch_ends() -> None:
+    """KIP-320: blind, the consumer would fetch on at 3 and never see w1, w2; it sends the
+    epoch it last read (0), is told epoch 0 ends at 1, and reads on from there."""
+
+    async def scenario(cluster: FakeCluster) -> None:
+        for value in (b"v0", b"v1", b"v2"):
+            cluster.logs[0].append(bytes(_batch(value)))
+        consumer = AsyncConsumer(cluster.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=10)
+        try:
+            await consumer.assign([P0])
+            assert [r.value for r in await _poll_until(consumer, 3)] == [b"v0", b"v1", b"v2"]
+            _unclean_leader_change(cluster)
+            after = await _poll_through(consumer, 3)
+            assert [(r.offset, r.value) for r in after] == [(1, b"w1"), (2, b"w2"), (3, b"w3")]
+            assert await consumer.position(P0) == 4
+        finally:
+            await consumer.close()
+
+    run(scenario)
+
+
+def test_with_no_offset_reset_a_cut_log_raises_log_truncation_until_the_application_seeks() -> None:
+    """As Kafka's LogTruncationException: the partition and the first offset known to
+    diverge are named, the position stays, and the application decides."""
+
+    async def scenario(cluster: FakeCluster) -> None:
+        for value in (b"v0", b"v1", b"v2"):
+            cluster.logs[0].append(bytes(_batch(value)))
+        consumer = AsyncConsumer(cluster.bootstrap, auto_offset_reset="none", fetch_max_wait_ms=10)
+        try:
+            await consumer.assign([P0])
+            consumer.seek(P0, 0)
+            await _poll_until(consumer, 3)
+            _unclean_leader_change(cluster)
+            for _ in range(2):
+                with pytest.raises(LogTruncationError) as err:
+                    await _poll_until(consumer, 1)
+                assert err.value.divergent_offsets == {P0: 1}
+            assert await consumer.position(P0) == 3
+            consumer.seek(P0, err.value.divergent_offsets[P0])
+            assert [r.value for r in await _poll_until(consumer, 3)] == [b"w1", b"w2", b"w3"]
         finally:
             await consumer.close()
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
@@ -31,6 +33,7 @@ from tests.unit.kafka_wire import BrokerThread, broker_thread, call
 from tests.unit.test_kafka_listener import TOPIC, one_record_batch
 
 MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID, INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION = 79, 25, 42, 3
+OFFSET_OUT_OF_RANGE = 1
 
 
 @pytest.fixture
@@ -186,6 +189,51 @@ def test_offsets_by_time_and_by_leader_epoch(served: BrokerThread) -> None:
         (0, 0, 0, 3),
         (9, UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
     ]
+
+
+def fetch_one(served: BrokerThread, version: int, fetch_offset: int, last_fetched_epoch: int):  # noqa: ANN201
+    """Partition 0's answer to a consumer's fetch at ``fetch_offset`` that last read ``last_fetched_epoch``."""
+    F = FetchRequest.FetchTopic
+    fetch = FetchRequest(
+        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=1, session_id=0,
+        session_epoch=-1, forgotten_topics_data=[], rack_id="",
+        topics=[F(topic=TOPIC, partitions=[F.FetchPartition(
+            partition=0, current_leader_epoch=0, fetch_offset=fetch_offset,
+            last_fetched_epoch=last_fetched_epoch, partition_max_bytes=1 << 20)])],
+    )  # fmt: skip
+    return call(served.bootstrap, fetch, version, FetchResponse).responses[0].partitions[0]
+
+
+def test_a_fetch_whose_last_epoch_is_not_on_the_leaders_log_gets_the_diverging_epoch(
+    served: BrokerThread,
+) -> None:
+    """KIP-320: a consumer that read past where the leader's log has its last fetched epoch
+    (a leader change cut what it read) learns where that epoch ends instead of reading on."""
+    for _ in range(3):
+        served.run(_produce(served))  # offsets 0..2 in leader epoch 0
+    answers = {
+        "past the epoch's end": fetch_one(served, 12, 5, 0),
+        "an epoch this log never had": fetch_one(served, 12, 3, 4),
+        "on the log": fetch_one(served, 12, 2, 0),
+        "no epoch sent": fetch_one(served, 12, 5, -1),
+        "before version 12": fetch_one(served, 11, 5, 0),
+    }
+    seen = {why: (p.error_code, _diverging(p), len(p.records or b"") > 0) for why, p in answers.items()}
+    assert seen == {
+        "past the epoch's end": (0, (0, 3), False),
+        "an epoch this log never had": (0, (0, 3), False),
+        "on the log": (0, None, True),
+        "no epoch sent": (OFFSET_OUT_OF_RANGE, None, False),
+        "before version 12": (OFFSET_OUT_OF_RANGE, None, False),
+    }
+
+
+def _diverging(partition) -> tuple[int, int] | None:  # noqa: ANN001: a FetchResponse partition
+    """(epoch, end offset) of DivergingEpoch, None when the answer has none (Kafka's default -1s)."""
+    found = partition.diverging_epoch
+    if found is None or (found.epoch, found.end_offset) == (-1, -1):
+        return None
+    return found.epoch, found.end_offset
 
 
 async def _produce(served: BrokerThread) -> None:

@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftka.broker.log import index
-from raftka.broker.log.index import IndexError_, OffsetIndex, TimeIndex
+from raftka.broker.log.index import ENTRY_MEMORY_BYTES, IndexError_, LoadedIndexes, OffsetIndex, TimeIndex
 from raftka.broker.log.segment import LogSegment
 from raftka.records.batch import assign, read_header
-from raftka.records.codec import BatchBuilder
+from raftka.records.codec import BatchBuilder, read_records
+from tests.unit.test_partition_log import append, open_log
 
 NOW = 1_700_000_000_000
 
@@ -168,3 +169,50 @@ def test_truncation_leaves_a_segment_that_answers_as_if_the_rest_was_never_writt
     assert segment.find(36).header.base_offset == 36 and segment.find(37) is None
     assert segment.max_timestamp == max(NOW + i % 7 for i in range(37))
     assert segment.first_batch_reaching(NOW + 6).header.base_offset == 6
+
+
+def test_a_reopened_log_of_many_segments_loads_an_index_only_when_a_lookup_needs_it(tmp_path: Path) -> None:
+    """Kafka maps index files lazily; holding every entry of every segment from the start
+    grew a broker's memory with its logs."""
+    config = {"segment_bytes": 400, "index_interval_bytes": 1}
+    log = open_log(tmp_path, **config)
+    for i in range(60):
+        append(log, b"v%d" % i)
+    log.close()
+    reopened = open_log(tmp_path, clean=True, **config)
+    segments = reopened.segments
+    assert len(segments) >= 5
+
+    def loaded() -> list[tuple[int, str]]:
+        return [
+            (n, kind)
+            for n, segment in enumerate(segments)
+            for kind, found in (("offsets", segment.offset_index), ("times", segment.time_index))
+            if found.loaded
+        ]
+
+    assert loaded() == []
+    wanted = segments[2].base_offset + 1  # past its first batch: the offset index finds it
+    assert next(read_records(reopened.read(wanted, 1 << 20).records)).offset == wanted
+    assert loaded() == [(2, "offsets")]
+    reopened.close()
+
+
+def test_loaded_entries_stay_within_their_bound_the_least_recently_used_dropped_first(tmp_path: Path) -> None:
+    loaded = LoadedIndexes(bytes_max=3 * 10 * ENTRY_MEMORY_BYTES)  # three indexes of ten entries
+    indexes = [OffsetIndex(tmp_path / f"{n}.index", loaded) for n in range(5)]
+    for n, offsets in enumerate(indexes):
+        for relative in range(10):
+            offsets.append(relative, relative * 100 + n)
+    assert not any(offsets.loaded for offsets in indexes), "appends load nothing"
+    for n, offsets in enumerate(indexes):
+        assert offsets.floor(5) == (5, 500 + n)
+    assert [offsets.loaded for offsets in indexes] == [False, False, True, True, True]
+    assert loaded.bytes == 3 * 10 * ENTRY_MEMORY_BYTES
+    indexes[2].floor(0)  # used again: the most recent
+    assert indexes[0].floor(9) == (9, 900)  # read again from its file; 3 goes
+    assert [offsets.loaded for offsets in indexes] == [True, False, True, False, True]
+    indexes[4].append(10, 1004)  # a loaded index grows in memory too: over the bound, 2 goes
+    assert indexes[4].floor(10) == (10, 1004)
+    assert [offsets.loaded for offsets in indexes] == [True, False, False, False, True]
+    assert loaded.bytes == 21 * ENTRY_MEMORY_BYTES

@@ -417,6 +417,31 @@ def test_acks_all_waits_for_every_isr_member_and_the_answer_names_the_base_offse
     run(body())
 
 
+def test_timed_out_and_abandoned_acks_all_produces_leave_no_waiter_while_the_high_watermark_stands_still(
+    tmp_path: Path,
+) -> None:
+    """Followers that never fetch (an ISR shrink the controller keeps refusing looks the
+    same): producers retrying on timeouts, and one whose connection closed, must not pile
+    up waiters (nor bytes) that only a moving high watermark would let go."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        replicas = cluster.nodes[1].replicas
+        for _ in range(20):
+            result = result_of(await replicas.produce(produce_request([b"x"], timeout_ms=0)))
+            assert result.error == E.REQUEST_TIMED_OUT
+        abandoned = asyncio.create_task(replicas.produce(produce_request([b"y"], timeout_ms=60_000)))
+        await until(lambda: replicas._bytes_waiting > 0, "the produce to wait for the ISR")
+        abandoned.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await abandoned
+        await asyncio.sleep(0)  # one pass of the loop: the cancellations' callbacks
+        assert cluster.nodes[1].partition.high_watermark == 0
+        assert (len(replicas._acks), replicas._bytes_waiting) == (0, 0)
+
+    run(body())
+
+
 def test_acks_all_below_min_isr_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     async def body() -> None:
         cluster = Cluster(tmp_path, min_isr=2)
@@ -611,6 +636,90 @@ def test_a_parked_consumer_fetch_wakes_when_the_high_watermark_moves(tmp_path: P
         await cluster.catch_up(2, 3)
         answer = (await asyncio.wait_for(parked, 10)).topics[0].partitions[0]
         assert [r.value for r in read_records(answer.records)] == [b"a"]
+
+    run(body())
+
+
+def fetch_from(offset: int, last_fetched_epoch: int | None = None) -> pb.FetchRequest:
+    """A consumer's fetch at ``offset``, saying which epoch it last read when given."""
+    request = pb.FetchRequest(replica_id=-1, max_bytes=1 << 20, max_wait_ms=0)
+    asked = request.topics.add(name=TOPIC_NAME).partitions.add(
+        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+    )
+    if last_fetched_epoch is not None:
+        asked.last_fetched_epoch = last_fetched_epoch
+    return request
+
+
+def test_a_consumer_past_an_unclean_leaders_log_is_told_where_its_epoch_ends_not_served_on(
+    tmp_path: Path,
+) -> None:
+    """KIP-320 over the data protocol. A consumer read c, d (offsets 2, 3, epoch 0, committed
+    by the ISR 1, 2); broker 3, which never had them, is elected uncleanly and writes e, f, g.
+    Fetching at 4 blind, the consumer would get g and never see e, f; saying it last read
+    epoch 0, it is told epoch 0 ends at 2 on this leader and is given nothing."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        n1, n3 = cluster.nodes[1], cluster.nodes[3]
+        await n1.replicas.produce(produce_request([b"a", b"b"], acks=1))
+        await cluster.catch_up(2, 3)
+        cluster.publish(isr=(1, 2), partition_epoch=cluster.state.partition_epoch + 1)
+        await n1.replicas.produce(produce_request([b"c", b"d"], acks=1))
+        await cluster.catch_up(2)
+        assert n1.partition.high_watermark == 4
+        cluster.elect(3, (3,))
+        for value in (b"e", b"f", b"g"):
+            await n3.replicas.produce(produce_request([value], acks=1))
+        assert n3.partition.high_watermark == 5
+
+        answers = {}
+        for why, request in {
+            "blind": fetch_from(4),
+            "last read epoch 0": fetch_from(4, 0),
+            "an epoch newer than the leader's": fetch_from(5, 2),
+            "on the log": fetch_from(2, 0),
+        }.items():
+            result = (await n3.replicas.fetch(request)).topics[0].partitions[0]
+            diverging = result.diverging_epoch if result.HasField("diverging_epoch") else None
+            answers[why] = (
+                E.Name(result.error),
+                None if diverging is None else (diverging.epoch, diverging.end_offset),
+                [r.value for r in read_records(result.records)],
+            )
+        assert answers == {
+            "blind": ("NONE", None, [b"g"]),
+            "last read epoch 0": ("NONE", (0, 2), []),
+            "an epoch newer than the leader's": ("NONE", (1, 5), []),
+            "on the log": ("NONE", None, [b"e", b"f", b"g"]),
+        }
+
+    run(body())
+
+
+def test_a_parked_follower_fetch_that_wakes_late_does_not_take_the_followers_log_end_back(
+    tmp_path: Path,
+) -> None:
+    """2's fetch at 2 parks; its client gives up on it and 2 fetches again, catching up to
+    4. Woken later, the old fetch must not record 2 at 2 again: a follower's fetch counts
+    once, when it arrives (Kafka's ``updateFollowerFetchState``), not on every wake-up."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        leader, n2 = cluster.nodes[1], cluster.nodes[2]
+        await leader.replicas.produce(produce_request([b"a", b"b"], acks=1))
+        await cluster.catch_up(2, 3)
+        stale, _ = n2.fetch.request(n2.fetch.ready(float("inf")))
+        stale.max_wait_ms = 60_000
+        parked = asyncio.create_task(leader.replicas.fetch(stale))
+        await asyncio.sleep(0)  # it runs until it parks: nothing past 2 yet
+        assert not parked.done()
+        await leader.replicas.produce(produce_request([b"c", b"d"], acks=1))  # wakes it, later
+        await cluster.replicate(2)  # the newer fetches: at 2, then at 4
+        await cluster.replicate(2)
+        assert leader.partition.followers[2].log_end_offset == 4
+        await asyncio.wait_for(parked, 10)
+        assert leader.partition.followers[2].log_end_offset == 4
 
     run(body())
 
