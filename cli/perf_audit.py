@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from raftka.cli import output
 from raftka.cli.audit_cmd import check_driver_memory
@@ -89,6 +90,8 @@ def run_perf_audit(args: argparse.Namespace) -> int:
         raise CliError(f"--repeat: expected 1 to {REPEAT_MAX}, got {args.repeat}")
     check_driver_memory(args.driver_memory)
     try:
+        from raftka.audit.baseline import run_baseline
+        from raftka.audit.job import run
         from raftka.audit.spark import JavaMissing, owned_session
         from raftka.audit.synthetic import write_history
     except ImportError as exc:
@@ -109,7 +112,11 @@ def run_perf_audit(args: argparse.Namespace) -> int:
                 session_seconds = started - starting  # the JVM and the session: `raftka audit` pays it too
                 start_workers(spark)
                 workers_seconds = time.monotonic() - started
-                rounds = [measure_round(spark, data_dir, root / "audit") for _ in range(args.repeat)]
+                jobs = Jobs(
+                    partial(run_baseline, spark, [str(data_dir)]),
+                    partial(run, spark, [str(data_dir)], root / "audit"),
+                )
+                rounds = [measure_round(jobs) for _ in range(args.repeat)]
         except JavaMissing as exc:
             raise CliError(str(exc)) from None
         sample = python_costs(data_dir)  # after the rounds: its rows would count in the driver's memory
@@ -132,20 +139,24 @@ def start_workers(spark: Any) -> None:
 def _import_task_modules(task: int) -> int:
     for name in TASK_MODULES:
         importlib.import_module(name)
-    return os.getpid()
+    return task
 
 
-def measure_round(spark: Any, data_dir: Path, out: Path) -> Round:
-    from raftka.audit.baseline import run_baseline
-    from raftka.audit.job import run
+class Jobs(NamedTuple):
+    """The two jobs a round times, bound to their session and files."""
 
+    baseline: Callable[[], Checked]
+    audit: Callable[[], dict[str, Any]]
+
+
+def measure_round(jobs: Jobs) -> Round:
     with PeakMemory() as baseline_memory:
         started = time.monotonic()
-        checked = run_baseline(spark, [str(data_dir)])
+        checked = jobs.baseline()
         baseline_seconds = time.monotonic() - started
     with PeakMemory() as audit_memory:
         started = time.monotonic()
-        summary = run(spark, [str(data_dir)], out)
+        summary = jobs.audit()
         audit_seconds = time.monotonic() - started
     return Round(baseline_seconds, checked, baseline_memory.mib(), audit_seconds, summary, audit_memory.mib())
 
