@@ -160,6 +160,34 @@ def scan_frames(buf: bytes) -> Iterator[tuple[Frame, int]]:
         position = resume
 
 
+class FrameCrcs(NamedTuple):
+    frames: int  # frames walked, good or bad
+    bad_crcs: int  # of them, those whose CRC-32C does not match
+    unwalked_bytes: int  # from a length no frame can have, or a partial header, to the end
+
+
+def check_crcs(buf: bytes) -> FrameCrcs:
+    """Walk the frames of ``buf`` checking only lengths and CRCs, decoding nothing: the least
+    any reader of a log must do, the yardstick of the audit's speed (``raftka.audit.baseline``).
+
+    A frame whose CRC fails is trusted for its length (a flipped byte is found and the walk
+    goes on); a length no frame can have ends the walk, as finding the next frame would
+    take ``find_valid_frame``'s byte-by-byte search.
+    """
+    frames = bad = position = 0
+    size = len(buf)
+    with memoryview(buf) as view:
+        while size - position >= HEADER_BYTES:
+            length, crc = _PREFIX.unpack_from(buf, position)
+            end = position + _U32.size + length
+            if not MIN_LENGTH <= length <= MAX_BATCH_BYTES or end > size:
+                break
+            frames += 1
+            bad += crc32c.crc32c(view[position + _CRC_FROM : end]) != crc
+            position = end
+    return FrameCrcs(frames, bad, size - position)
+
+
 def find_valid_frame(buf: bytes, start: int) -> int | None:
     """The first position at or after ``start`` where a valid batch begins, or None.
 

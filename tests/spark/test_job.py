@@ -203,4 +203,12 @@ def test_perf_audit_writes_a_history_and_audits_it_clean(
     assert status == 0 and result["checks_failed"] == []
     assert result["records"] >= 3000 and result["generated"]["records"] == result["records"]
     assert set(result["steps_s"]) >= {"heads", "walk_and_merge", "replay", "tables", "report"}
-    assert result["session_start_seconds"] >= 0
+    assert result["session_start_seconds"] >= 0 and result["workers_start_seconds"] >= 0
+    generated = result["generated"]
+    assert result["baseline"]["frames"] == generated["batches"] + generated["snapshots"]
+    assert result["baseline"]["bad_crcs"] == 0 and result["baseline"]["unwalked_bytes"] == 0
+    assert result["baseline_seconds"] > 0 and result["ratio"] > 0
+    assert result["ratio_goal"] == 4 and result["ratio_goal_met"] == (result["ratio"] <= 4)
+    assert [r["ratio"] for r in result["rounds"]] == [result["ratio"]]  # one round: its own ratio
+    for job_peaks in result["memory_peak_mib"].values():  # local[2]: the JVM and the workers are here
+        assert all(job_peaks[role] > 0 for role in ("driver", "jvm", "python_workers")), job_peaks

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from raftka.audit.baseline import Checked
 from raftka.audit.out import MARKER, claim
 from raftka.audit.plain import audit_paths
+from raftka.cli import perf_audit
 from raftka.cli.main import main
 from tests.unit.audit_incident import Incident, build_incident
 
@@ -100,6 +102,28 @@ def test_perf_audit_records_are_checked(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit) as exit_:
         main(["perf", "audit", "--driver-memory", "6 GB"])
     assert exit_.value.code == 2 and "--driver-memory: expected a size" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["perf", "audit", "--repeat", "0"])
+    assert exit_.value.code == 1 and "--repeat: expected 1 to 20, got 0" in capsys.readouterr().err
+
+
+def test_perf_audit_reports_medians_and_the_median_of_each_rounds_own_ratio() -> None:
+    summary = {"history": {"records": 1000}, "timings_s": {}, "cpu_s": {}, "replay_tasks": {},
+               "tables_s": {}, "failed_checks": []}  # fmt: skip
+    rounds = [
+        perf_audit.Round(baseline, Checked(5, 500, 50, 0, 0), {"driver": 100.0, "jvm": 900.0, "python_workers": None},
+                         audit, summary, {"driver": driver, "jvm": 800.0, "python_workers": None})
+        for baseline, audit, driver in ((1.0, 3.0, 300.0), (4.0, 20.0, 200.0), (2.0, 10.0, 250.0))
+    ]  # fmt: skip
+    result = perf_audit.make_result(rounds, None, {}, "local[2]")
+    assert (result["baseline_seconds"], result["audit_seconds"]) == (2.0, 10.0)
+    assert result["ratio"] == 5.0 and not result["ratio_goal_met"]  # of 3, 5 and 5: not 10 / 2
+    assert [r["ratio"] for r in result["rounds"]] == [3.0, 5.0, 5.0]
+    assert result["memory_peak_mib"] == {
+        "audit": {"driver": 300.0, "jvm": 800.0, "python_workers": None},
+        "baseline": {"driver": 100.0, "jvm": 900.0, "python_workers": None},
+    }
+    assert result["records_per_s"] == 100 and result["baseline"]["frames"] == 50
 
 
 def test_collect_copies_every_history_file_read_only_with_checksums(

@@ -13,6 +13,7 @@ from raftka.raft.batch import Batch, BatchKind
 from raftka.raft.storage import batch_codec
 from raftka.raft.storage.batch_codec import (
     HEADER_BYTES,
+    check_crcs,
     decode_frame,
     encode_batch,
     encode_batches,
@@ -134,3 +135,22 @@ def test_find_valid_frame_skips_garbage_but_not_zeros() -> None:
     assert find_valid_frame(garbage + frame, 0) == len(garbage)
     assert find_valid_frame(garbage + frame, len(garbage) + 1) is None
     assert find_valid_frame(b"\x00" * 4096, 0) is None
+
+
+def test_check_crcs_counts_every_frame_and_each_flipped_byte_once() -> None:
+    batches = make_batches(0, 5, records=3)
+    data = encode_batches(batches)
+    assert check_crcs(data) == (5, 0, 0)
+    second = len(encode_batch(batches[0]))
+    for position in (second + 4, second + HEADER_BYTES, len(data) - 1):  # CRC, a record, the last byte
+        damaged = bytearray(data)
+        damaged[position] ^= 0x01
+        assert check_crcs(bytes(damaged)) == (5, 1, 0), position
+
+
+def test_check_crcs_stops_at_a_length_no_frame_can_have() -> None:
+    data = encode_batches(make_batches(0, 3))
+    third = 2 * len(encode_batch(make_batches(0, 1)[0]))
+    damaged = data[:third] + struct.pack(">I", batch_codec.MAX_BATCH_BYTES + 1) + data[third + 4 :]
+    assert check_crcs(damaged) == (2, 0, len(data) - third)
+    assert check_crcs(data[:-1]) == (2, 0, len(data) - 1 - third)  # a torn last frame

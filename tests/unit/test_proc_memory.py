@@ -1,0 +1,51 @@
+"""Which processes count as the driver, its JVM and Spark's Python workers, on a made-up /proc."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raftka.cli import proc_memory
+from raftka.cli.proc_memory import PAGE_BYTES, PeakMemory, roles_rss
+
+
+def _process(proc: Path, pid: int, comm: str, pages: int, children: dict[int, list[int]]) -> None:
+    """A process whose threads (tid: children) started ``children``."""
+    (proc / str(pid)).mkdir()
+    (proc / str(pid) / "comm").write_text(comm + "\n")
+    (proc / str(pid) / "statm").write_text(f"999 {pages} 10 1 0 5 0\n")
+    for tid, started in children.items():
+        (proc / str(pid) / "task" / str(tid)).mkdir(parents=True)
+        (proc / str(pid) / "task" / str(tid) / "children").write_text(" ".join(map(str, started)) + " ")
+
+
+@pytest.fixture
+def proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(proc_memory, "PROC", tmp_path)
+    return tmp_path
+
+
+def test_the_jvm_and_everything_below_it_are_told_apart(proc: Path) -> None:
+    _process(proc, 10, "python", 100, {10: [20], 11: [30]})  # the driver: the JVM, and some other child
+    _process(proc, 20, "java", 1000, {20: [], 21: [40]})  # a JVM thread started the daemon
+    _process(proc, 30, "sleep", 7, {30: []})
+    _process(proc, 40, "python3", 50, {40: [41, 42]})  # pyspark.daemon forks the workers
+    _process(proc, 41, "python3", 60, {41: []})
+    _process(proc, 42, "python3", 70, {42: []})
+    assert roles_rss(10) == {"driver": 100 * PAGE_BYTES, "jvm": 1000 * PAGE_BYTES,
+                             "python_workers": 180 * PAGE_BYTES}  # fmt: skip
+
+
+def test_a_role_without_processes_is_none_and_a_peak_outlives_its_process(proc: Path) -> None:
+    _process(proc, 10, "python", 256, {10: [20]})
+    _process(proc, 20, "java", 512, {20: [40]})
+    _process(proc, 40, "python3", 1024, {40: []})
+    with PeakMemory(driver=10) as peak:
+        (proc / "20" / "task" / "20" / "children").write_text("")  # the worker exits
+    mib = PAGE_BYTES / (1 << 20)
+    assert peak.mib() == {"driver": round(256 * mib, 1), "jvm": round(512 * mib, 1),
+                          "python_workers": round(1024 * mib, 1)}  # fmt: skip
+    assert roles_rss(10)["python_workers"] is None
+    (proc / "20" / "comm").write_text("bash\n")  # a cluster master: no local JVM
+    assert roles_rss(10) == {"driver": 256 * PAGE_BYTES, "jvm": None, "python_workers": None}
