@@ -16,6 +16,12 @@ answered with the offsets it was first written at. With ``--no-idempotence`` dup
 are reported, not failed (at least once, as Kafka's producer with
 ``enable.idempotence=false``).
 
+``raftka chaos power-cut-broker`` runs the same rounds with a power cut instead of a
+signal: the victim is SIGKILLed and, before it restarts, each of its partition logs loses
+everything past its checkpointed recovery point (``power_cut``), as the page cache would
+be lost with the power. acks=all must hold through it: what a broker had not fsynced,
+the other replicas of the ISR still have.
+
 With ``--group-consumers N``, N consumers in one group read the topic while it happens
 (their coordinator may be the broker that dies); at the end every acknowledged record
 must have been processed by some member (``group_missed`` 0: at least once) and the group
@@ -41,6 +47,7 @@ from raftka.cli import local, output
 from raftka.cli.chaos import SIGNALS, LocalTarget
 from raftka.cli.data_args import add_idempotence_option, idempotence
 from raftka.cli.errors import CliError
+from raftka.cli.power_cut import Cut, cut_unflushed_tails
 from raftka.cli.quorum_client import QuorumClient
 from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.client.admin import Admin, RetryPolicy
@@ -64,16 +71,28 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     kill.add_argument(
         "--signal", choices=sorted(SIGNALS), default="KILL", help="KILL (crash) or STOP (pause)"
     )
-    kill.add_argument("--rate", type=int, default=2_000, help="records per second the producer offers")
-    kill.add_argument("--timeout-s", type=float, default=60.0, help="bound on each wait in a round")
-    kill.add_argument(
+    _add_load_options(kill)
+    kill.set_defaults(func=run_kill_broker, power_cut=False)
+    cut = actions.add_parser(
+        "power-cut-broker",
+        help="power-cut the busiest partition leader under acks=all load (SIGKILL, its logs lose "
+        "everything past their recovery points, restart); audit what survived",
+    )
+    cut.add_argument("--rounds", type=int, default=1, help="how many power cuts (default 1)")
+    _add_load_options(cut)
+    cut.set_defaults(func=run_kill_broker, power_cut=True, signal="KILL")
+
+
+def _add_load_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rate", type=int, default=2_000, help="records per second the producer offers")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="bound on each wait in a round")
+    parser.add_argument(
         "--group-consumers", type=int, default=0, metavar="N", help="N consumers of one group read along"
     )
-    kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
-    add_idempotence_option(kill)
-    output.add_output_option(kill)
-    add_tls_options(kill)
-    kill.set_defaults(func=run_kill_broker)
+    parser.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
+    add_idempotence_option(parser)
+    output.add_output_option(parser)
+    add_tls_options(parser)
 
 
 class NumberedLoad:
@@ -273,7 +292,9 @@ def run_kill_broker(args: argparse.Namespace) -> int:
             with QuorumClient(call_timeout_s=0.5, tls=tls) as client:
                 target = LocalTarget(cluster, client)
                 for number in range(1, args.rounds + 1):
-                    outcome = _round(admin, target, topic, number, SIGNALS[args.signal], args.timeout_s)
+                    outcome = _round(
+                        admin, target, topic, number, SIGNALS[args.signal], args.timeout_s, args.power_cut
+                    )
                     rounds.append(outcome)
                     if not json_out:
                         print(format_round(outcome), flush=True)
@@ -319,8 +340,17 @@ def exit_status(report: dict[str, int], *, idempotent: bool, group_ok: bool = Tr
 
 
 def _round(
-    admin: Admin, target: LocalTarget, topic: str, number: int, sig: signal.Signals, timeout_s: float
+    admin: Admin,
+    target: LocalTarget,
+    topic: str,
+    number: int,
+    sig: signal.Signals,
+    timeout_s: float,
+    power_cut: bool = False,
 ) -> dict[str, Any]:
+    """``power_cut``: once the SIGKILLed victim is gone, and before its restart, its logs
+    lose everything past their recovery points (``power_cut.cut_unflushed_tails``)."""
+
     def wait(what: str, done: Callable[[list[PartitionInfo]], bool]) -> float:
         start = time.monotonic()
         while True:
@@ -338,18 +368,21 @@ def _round(
     victim = max(sorted(counts), key=counts.__getitem__)
     led = counts[victim]
     target.send_signal(victim, sig)
+    cuts: list[Cut] = []
     try:
         failover_s = wait(
             f"not every partition had a leader other than broker {victim}",
             lambda ps: all(p.leader not in (-1, victim) for p in ps),
         )
+        if power_cut:
+            cuts = _cut_power(target, victim, timeout_s)
     finally:
         if sig is signal.SIGSTOP:
             target.send_signal(victim, signal.SIGCONT)
         else:
             target.restart(victim)
     rejoin_s = wait(f"broker {victim} did not rejoin every ISR", lambda ps: all(victim in p.isr for p in ps))
-    return {
+    outcome: dict[str, Any] = {
         "round": number,
         "signal": sig.name,
         "victim": victim,
@@ -357,14 +390,41 @@ def _round(
         "failover_ms": round(failover_s * 1000, 1),
         "rejoin_ms": round(rejoin_s * 1000, 1),
     }
+    if power_cut:
+        outcome["power_cut"] = {
+            "logs_cut": len(cuts),
+            "bytes_lost": sum(c.bytes for c in cuts),
+            "cuts": [{"partition": c.partition, "from_offset": c.offset, "bytes": c.bytes} for c in cuts],
+        }
+    return outcome
+
+
+def _cut_power(target: LocalTarget, victim: int, timeout_s: float) -> list[Cut]:
+    """Wait until the killed victim has exited (its files closed), then cut its logs."""
+    node = target.cluster.node(victim)
+    deadline = time.monotonic() + timeout_s
+    while local.is_alive(node):
+        if time.monotonic() > deadline:
+            raise CliError(f"broker {victim} (pid {node.pid}) is still running after SIGKILL")
+        time.sleep(POLL_INTERVAL_S)
+    return cut_unflushed_tails(Path(node.data_dir))
 
 
 def format_round(r: dict[str, Any]) -> str:
-    return (
-        f"round {r['round']}: SIG{r['signal'].removeprefix('SIG')} broker {r['victim']} "
+    fault = (
+        f"power cut of broker {r['victim']}"
+        if "power_cut" in r
+        else f"SIG{r['signal'].removeprefix('SIG')} broker {r['victim']}"
+    )
+    line = (
+        f"round {r['round']}: {fault} "
         f"(leading {r['partitions_led']} partitions) -> every partition led again after {r['failover_ms']} ms; "
         f"back in every ISR after {r['rejoin_ms']} ms"
     )
+    if "power_cut" in r:
+        cut = r["power_cut"]
+        line += f"; {cut['bytes_lost']} unflushed bytes lost from {cut['logs_cut']} log(s)"
+    return line
 
 
 def _partitions(admin: Admin, topic: str) -> list[PartitionInfo]:
