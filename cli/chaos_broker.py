@@ -71,7 +71,7 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     kill.add_argument(
         "--signal", choices=sorted(SIGNALS), default="KILL", help="KILL (crash) or STOP (pause)"
     )
-    _add_load_options(kill)
+    add_load_options(kill)
     kill.set_defaults(func=run_kill_broker, power_cut=False)
     cut = actions.add_parser(
         "power-cut-broker",
@@ -79,11 +79,11 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "everything past their recovery points, restart); audit what survived",
     )
     cut.add_argument("--rounds", type=int, default=1, help="how many power cuts (default 1)")
-    _add_load_options(cut)
+    add_load_options(cut)
     cut.set_defaults(func=run_kill_broker, power_cut=True, signal="KILL")
 
 
-def _add_load_options(parser: argparse.ArgumentParser) -> None:
+def add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=int, default=2_000, help="records per second the producer offers")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="bound on each wait in a round")
     parser.add_argument(
@@ -256,7 +256,34 @@ def audit(
     }
 
 
+# A round under load: (admin, target, topic, round number) -> what the round measured.
+PlayRound = Callable[[Admin, LocalTarget, str, int], dict[str, Any]]
+
+
 def run_kill_broker(args: argparse.Namespace) -> int:
+    sig = SIGNALS[args.signal]
+    return run_under_load(
+        args,
+        lambda admin, target, topic, number: _round(
+            admin, target, topic, number, sig, args.timeout_s, args.power_cut
+        ),
+        format_round,
+        lambda rounds: {
+            "failover_median_ms": round(statistics.median(r["failover_ms"] for r in rounds), 1),
+            "failover_max_ms": max(r["failover_ms"] for r in rounds),
+            "rejoin_median_ms": round(statistics.median(r["rejoin_ms"] for r in rounds), 1),
+        },
+    )
+
+
+def run_under_load(
+    args: argparse.Namespace,
+    play: PlayRound,
+    format_one: Callable[[dict[str, Any]], str],
+    summarize_rounds: Callable[[list[dict[str, Any]]], dict[str, Any]],
+) -> int:
+    """Create the topic, start the acks=all load (and the group), ``play`` the rounds, then
+    read everything back and audit it; the exit status of ``exit_status``."""
     if args.rounds < 1:
         raise CliError(f"--rounds: expected 1 or more, got {args.rounds}")
     if args.rate < 1:
@@ -266,7 +293,7 @@ def run_kill_broker(args: argparse.Namespace) -> int:
     cluster = local.load(local.resolve_dir(args.dir))
     brokers = [n.id for n in cluster.brokers()]
     if len(brokers) < 3:
-        raise CliError("kill-broker needs at least 3 brokers (RF 3, min.insync.replicas 2)")
+        raise CliError(f"{args.action} needs at least 3 brokers (RF 3, min.insync.replicas 2)")
     topic = f"chaos-{uuid.uuid4().hex[:8]}"
     json_out = args.output == "json"
     tls = client_tls(args)
@@ -292,12 +319,10 @@ def run_kill_broker(args: argparse.Namespace) -> int:
             with QuorumClient(call_timeout_s=0.5, tls=tls) as client:
                 target = LocalTarget(cluster, client)
                 for number in range(1, args.rounds + 1):
-                    outcome = _round(
-                        admin, target, topic, number, SIGNALS[args.signal], args.timeout_s, args.power_cut
-                    )
+                    outcome = play(admin, target, topic, number)
                     rounds.append(outcome)
                     if not json_out:
-                        print(format_round(outcome), flush=True)
+                        print(format_one(outcome), flush=True)
         finally:
             load.stop()
             producer.close()
@@ -314,15 +339,7 @@ def run_kill_broker(args: argparse.Namespace) -> int:
                 readers.close()
     report["send_failures"] = load.failures
     report["first_send_failure"] = load.first_failure or None
-    failovers = [r["failover_ms"] for r in rounds]
-    summary = {
-        "topic": topic,
-        "idempotent": not args.no_idempotence,
-        **report,
-        "failover_median_ms": round(statistics.median(failovers), 1),
-        "failover_max_ms": max(failovers),
-        "rejoin_median_ms": round(statistics.median(r["rejoin_ms"] for r in rounds), 1),
-    }
+    summary = {"topic": topic, "idempotent": not args.no_idempotence, **report, **summarize_rounds(rounds)}
     if json_out:
         print(output.to_json({"rounds": rounds, "summary": summary}))
     else:
@@ -352,21 +369,9 @@ def _round(
     lose everything past their recovery points (``power_cut.cut_unflushed_tails``)."""
 
     def wait(what: str, done: Callable[[list[PartitionInfo]], bool]) -> float:
-        start = time.monotonic()
-        while True:
-            partitions = _partitions(admin, topic)
-            if partitions and done(partitions):
-                return time.monotonic() - start
-            if time.monotonic() - start > timeout_s:
-                raise CliError(f"round {number}: {what} within {timeout_s:g} s; see the broker logs")
-            time.sleep(POLL_INTERVAL_S)
+        return wait_for_partitions(admin, topic, f"round {number}: {what}", done, timeout_s)
 
-    wait("the partitions did not all have a leader and a full ISR", _healthy)
-    counts: dict[int, int] = {}
-    for p in _partitions(admin, topic):
-        counts[p.leader] = counts.get(p.leader, 0) + 1
-    victim = max(sorted(counts), key=counts.__getitem__)
-    led = counts[victim]
+    victim, led = busiest_healthy_leader(admin, topic, number, timeout_s)
     target.send_signal(victim, sig)
     cuts: list[Cut] = []
     try:
@@ -427,12 +432,42 @@ def format_round(r: dict[str, Any]) -> str:
     return line
 
 
+def wait_for_partitions(
+    admin: Admin, topic: str, what: str, done: Callable[[list[PartitionInfo]], bool], timeout_s: float
+) -> float:
+    """Seconds until ``done`` holds for the topic's partitions; CliError ``what`` after ``timeout_s``."""
+    start = time.monotonic()
+    while True:
+        partitions = _partitions(admin, topic)
+        if partitions and done(partitions):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise CliError(f"{what} within {timeout_s:g} s; see the broker logs")
+        time.sleep(POLL_INTERVAL_S)
+
+
+def busiest_healthy_leader(admin: Admin, topic: str, number: int, timeout_s: float) -> tuple[int, int]:
+    """Once every partition has a leader and a full ISR: the broker leading the most, and how many."""
+    wait_for_partitions(
+        admin,
+        topic,
+        f"round {number}: the partitions did not all have a leader and a full ISR",
+        healthy,
+        timeout_s,
+    )
+    counts: dict[int, int] = {}
+    for p in _partitions(admin, topic):
+        counts[p.leader] = counts.get(p.leader, 0) + 1
+    victim = max(sorted(counts), key=counts.__getitem__)
+    return victim, counts[victim]
+
+
 def _partitions(admin: Admin, topic: str) -> list[PartitionInfo]:
     description = admin.describe_topics([topic])[0]
     return list(description.partitions) if description.error is None else []
 
 
-def _healthy(partitions: list[PartitionInfo]) -> bool:
+def healthy(partitions: list[PartitionInfo]) -> bool:
     return all(p.leader >= 0 and len(p.isr) == len(p.replicas) for p in partitions)
 
 

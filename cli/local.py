@@ -38,6 +38,7 @@ class NodeRecord:
     data_address: str = ""  # a broker's data listener (broker.data_listener); "" for controllers
     kafka_address: str = ""  # a broker's Kafka listener (kafka.listener); "" for controllers
     metrics_address: str = ""  # host:port of its Prometheus endpoint (metrics.port); "": off
+    netns: str = ""  # the network namespace it runs in (``ip netns``); "": the caller's
 
 
 @dataclass(slots=True)
@@ -156,9 +157,11 @@ def is_alive(node: NodeRecord) -> bool:
     return os.fsencode(node.config) in argv  # a zombie's cmdline is empty
 
 
-def server_command(config: str) -> list[str]:
-    """The command line that runs one node: this Python, so the venv carries over."""
-    return [sys.executable, "-m", "raftka.cli.main", "server", "--config", config]
+def server_command(config: str, netns: str = "") -> list[str]:
+    """The command line that runs one node: this Python, so the venv carries over; in
+    ``netns`` if given (``ip netns exec`` execs it, so the pid stays the server's)."""
+    command = [sys.executable, "-m", "raftka.cli.main", "server", "--config", config]
+    return ["ip", "netns", "exec", netns, *command] if netns else command
 
 
 def start_node(node: NodeRecord) -> subprocess.Popen[bytes]:
@@ -169,7 +172,7 @@ def start_node(node: NodeRecord) -> subprocess.Popen[bytes]:
     """
     with open(node.log, "ab") as log:
         proc = subprocess.Popen(
-            server_command(node.config),
+            server_command(node.config, node.netns),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
