@@ -117,10 +117,6 @@ def partition_all_but(namespace: str, peers: Iterable[str]) -> None:
 
 
 def heal(namespace: str) -> None:
-    """Remove every partition and degradation of the node (idempotent)."""
+    """Remove every partition of the node (idempotent)."""
     in_namespace(namespace, "iptables", "-w", "-F", "INPUT")
     in_namespace(namespace, "iptables", "-w", "-F", "OUTPUT")
-    subprocess.run(
-        ["ip", "netns", "exec", namespace, "tc", "qdisc", "del", "dev", INTERFACE, "root"],
-        capture_output=True,
-    )  # none there is fine: the default qdisc is what heal restores
