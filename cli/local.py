@@ -157,11 +157,16 @@ def is_alive(node: NodeRecord) -> bool:
     return os.fsencode(node.config) in argv  # a zombie's cmdline is empty
 
 
-def server_command(config: str, netns: str = "") -> list[str]:
-    """The command line that runs one node: this Python, so the venv carries over; in
-    ``netns`` if given (``ip netns exec`` execs it, so the pid stays the server's)."""
-    command = [sys.executable, "-m", "raftka.cli.main", "server", "--config", config]
-    return ["ip", "netns", "exec", netns, *command] if netns else command
+def server_command(config: str) -> list[str]:
+    """The command line that runs one node: this Python, so the venv carries over."""
+    return [sys.executable, "-m", "raftka.cli.main", "server", "--config", config]
+
+
+def node_command(node: NodeRecord) -> list[str]:
+    """``server_command``, in the node's network namespace if it has one (``ip netns exec``
+    execs it, so the pid stays the server's)."""
+    command = server_command(node.config)
+    return ["ip", "netns", "exec", node.netns, *command] if node.netns else command
 
 
 def start_node(node: NodeRecord) -> subprocess.Popen[bytes]:
@@ -172,7 +177,7 @@ def start_node(node: NodeRecord) -> subprocess.Popen[bytes]:
     """
     with open(node.log, "ab") as log:
         proc = subprocess.Popen(
-            server_command(node.config, node.netns),
+            node_command(node),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
