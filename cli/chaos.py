@@ -76,11 +76,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     kill.set_defaults(func=run_kill_leader)
     from raftka.cli import (  # they build on this module's LocalTarget: imported once this one is
         chaos_broker,
-        chaos_partition,
+        chaos_network,
     )
 
     chaos_broker.register(actions)
-    chaos_partition.register(actions)
+    chaos_network.register(actions)
 
 
 def run_kill_leader(args: argparse.Namespace) -> int:

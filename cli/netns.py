@@ -6,8 +6,8 @@ so faults can cut traffic between real processes (Linux, root, ``ip`` and ``ipta
 other a bridge port) has ``10.200.0.(10+i)/24``; the clients get ``NAME-client`` at
 ``10.200.0.2``. Nothing is added to the caller's namespace: layouts made in parallel do
 not meet, and ``destroy`` (deleting the namespaces) removes every veth, the bridge and
-every rule with them. Faults act inside one node's namespace: ``iptables`` DROP both ways
-(a partition); ``heal`` flushes them.
+every rule with them. Faults act inside one node's namespace, with ``iptables``, both
+ways: DROP (a partition) or DROP at random (loss); ``heal`` flushes them.
 """
 
 from __future__ import annotations
@@ -114,6 +114,15 @@ def partition_all_but(namespace: str, peers: Iterable[str]) -> None:
         for peer in peers:
             in_namespace(namespace, "iptables", "-w", "-A", chain, direction, peer, "-j", "ACCEPT")
         in_namespace(namespace, "iptables", "-w", "-A", chain, "-j", "DROP")
+
+
+def lose(namespace: str, percent: float) -> None:
+    """Drop each packet to or from anyone but the node itself with probability ``percent``/100."""
+    for chain, interface in (("INPUT", "-i"), ("OUTPUT", "-o")):
+        in_namespace(
+            namespace, "iptables", "-w", "-A", chain, "!", interface, "lo",
+            "-m", "statistic", "--mode", "random", "--probability", f"{percent / 100:g}", "-j", "DROP",
+        )  # fmt: skip
 
 
 def heal(namespace: str) -> None:

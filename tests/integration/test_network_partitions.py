@@ -1,7 +1,8 @@
 """Network partitions between real processes: every node in its own network namespace
 (``netns_cluster``), ``raftka chaos partition-broker`` cuts the busiest partition leader
-off its followers, the controllers or the clients with iptables under an acks=all load
-from the idempotent producer (RF 3, min.insync.replicas 2), then heals. Afterwards every
+off its followers, the controllers or the clients with iptables (``lossy-broker``: drops
+a fifth of its packets) under an acks=all load from the idempotent producer (RF 3,
+min.insync.replicas 2), then heals. Afterwards every
 acknowledged record is read back once, in order, nothing unknown appears, and, the nodes
 stopped, every partition's replicas agree (each log a prefix of the others').
 
@@ -37,10 +38,19 @@ def cluster(tmp_path: Path) -> Iterator[NetnsCluster]:
         yield cluster
 
 
-@pytest.mark.parametrize("side", ["followers", "controller", "clients"])
-def test_acknowledged_records_survive_a_leader_cut_off(cluster: NetnsCluster, side: str) -> None:
+@pytest.mark.parametrize(
+    "fault",
+    [
+        ("partition-broker", "--from", "followers"),
+        ("partition-broker", "--from", "controller"),
+        ("partition-broker", "--from", "clients"),
+        ("lossy-broker", "--loss-percent", "20"),
+    ],
+    ids=["followers", "controller", "clients", "loss"],
+)
+def test_acknowledged_records_survive_a_leader_cut_off(cluster: NetnsCluster, fault: tuple[str, ...]) -> None:
     done = cluster.run(
-        "chaos", "partition-broker", "--from", side, "--rounds", str(ROUNDS), "--hold-s", "2",
+        "chaos", *fault, "--rounds", str(ROUNDS), "--hold-s", "2",
         "--rate", "500", "--timeout-s", "30", "--output", "json",
         timeout_s=120 * ROUNDS,
     )  # fmt: skip
@@ -48,7 +58,7 @@ def test_acknowledged_records_survive_a_leader_cut_off(cluster: NetnsCluster, si
     report = json.loads(done.stdout)
     summary = report["summary"]
     assert len(report["rounds"]) == ROUNDS
-    if side != "clients":
+    if fault[-1] in ("followers", "controller"):  # the cluster saw the partition before the heal
         assert all(r["reaction_ms"] is not None for r in report["rounds"]), report["rounds"]
     assert summary["acknowledged"] > 0 and summary["idempotent"]
     assert summary["lost"] == 0, summary

@@ -1,4 +1,4 @@
-"""chaos partition-broker without a network: when the cluster counts as having reacted to
+"""chaos partition-broker and lossy-broker without a network: when the cluster counts as having reacted to
 each partition, and the refusals before anything is cut (nodes outside namespaces, a
 negative hold). The partitions themselves run in tests/integration/test_network_partitions.py."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from raftka.cli import cluster, local
-from raftka.cli.chaos_partition import _REACTIONS
+from raftka.cli.chaos_network import _REACTIONS
 from raftka.cli.main import main
 from raftka.client.types import PartitionInfo
 
@@ -68,3 +68,15 @@ def test_a_negative_hold_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit, match="1"):
         main(["chaos", "partition-broker", "--from", "clients", "--hold-s", "-1", "--dir", str(tmp_path)])
     assert "--hold-s: expected 0 or more, got -1.0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("percent", ["0", "100", "-5"])
+def test_a_loss_outside_0_to_100_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], percent: str
+) -> None:
+    with pytest.raises(SystemExit, match="1"):
+        main(["chaos", "lossy-broker", "--loss-percent", percent, "--dir", str(tmp_path)])
+    assert (
+        f"--loss-percent: expected more than 0 and less than 100, got {float(percent):g}"
+        in capsys.readouterr().err
+    )
