@@ -46,7 +46,8 @@ lint: $(STAMP)
 sim: $(STAMP)
 	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --jobs $(JOBS)
 
-# Network partitions between real processes, ROUNDS per side (followers, controller, clients):
+# Network faults between real processes, ROUNDS of each (a leader cut off its followers, the
+# controllers, the clients; 20% packet loss):
 # make chaos-net ROUNDS=20. Needs root: every node in its own network namespace, cut off with
 # iptables (installs iproute2 and iptables with apt-get if missing); the namespaces go afterwards.
 chaos-net: $(STAMP)
