@@ -3,15 +3,16 @@ so faults can cut traffic between real processes (Linux, root, ``ip`` and ``ipta
 
 ``Network(name).create(node_ids)`` makes a switch namespace ``NAME-sw`` holding bridge
 ``br0``, and per node a namespace ``NAME-nID`` whose ``eth0`` (one end of a veth pair, the
-other a bridge port) has ``10.200.0.(10+i)/24``; the clients get ``NAME-client`` at
-``10.200.0.2``. Nothing is added to the caller's namespace: layouts made in parallel do
-not meet, and ``destroy`` (deleting the namespaces) removes every veth, the bridge and
-every rule with them. Faults act inside one node's namespace, with ``iptables``, both
-ways: DROP (a partition) or DROP at random (loss); ``heal`` flushes them.
+other a bridge port) has ``10.200.X.(10+i)/24``; the caller (clients, commands) gets a leg
+on the switch, veth ``NAME-h`` at ``10.200.X.1``, X picked so that no other layout's leg
+is on it. ``destroy`` deletes the namespaces and with them every veth, the bridge and
+every rule. Faults act inside one node's namespace, with ``iptables``, both ways: DROP (a
+partition) or DROP at random (loss); ``heal`` flushes them.
 """
 
 from __future__ import annotations
 
+import random
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -19,11 +20,10 @@ from dataclasses import dataclass, field
 
 from raftka.cli.errors import CliError
 
-SUBNET = "10.200.0"
+SUBNET_PREFIX = "10.200"
 PREFIX_LENGTH = 24
-CLIENT_HOST = f"{SUBNET}.2"
 FIRST_NODE_HOST = 10
-INTERFACE = "eth0"  # a node's (and the clients') side of its veth pair
+INTERFACE = "eth0"  # a node's side of its veth pair
 BRIDGE = "br0"
 TOOLS = {"ip": "iproute2", "iptables": "iptables"}
 
@@ -45,9 +45,10 @@ def in_namespace(namespace: str, *argv: str) -> None:
 
 @dataclass
 class Network:
-    """One layout; ``name`` prefixes its namespaces (15 characters at most in all)."""
+    """One layout; ``name`` prefixes its namespaces and its leg (15 characters at most)."""
 
     name: str
+    subnet: str = ""  # "10.200.X": the first three bytes of every address, picked by create
     hosts: dict[int, str] = field(default_factory=dict)  # node id -> its address
     namespaces: dict[int, str] = field(default_factory=dict)  # node id -> its namespace
 
@@ -56,20 +57,30 @@ class Network:
         return f"{self.name}-sw"
 
     @property
-    def client(self) -> str:
-        return f"{self.name}-client"
+    def leg(self) -> str:
+        """The caller's interface on the switch."""
+        return f"{self.name}-h"
+
+    @property
+    def client_host(self) -> str:
+        """The caller's address on the switch: where the clients and commands run."""
+        return f"{self.subnet}.1"
 
     def create(self, node_ids: Sequence[int]) -> None:
-        """The switch, the clients' namespace and one namespace per node; on failure,
-        whatever was made is removed again."""
+        """The switch, the caller's leg and one namespace per node; on failure, whatever
+        was made is removed again."""
         try:
+            self.subnet = _unused_subnet()
             run("ip", "netns", "add", self.switch)
             in_namespace(self.switch, "ip", "link", "add", BRIDGE, "type", "bridge")
             in_namespace(self.switch, "ip", "link", "set", BRIDGE, "up")
-            self._attach(self.client, "client", CLIENT_HOST)
+            run("ip", "link", "add", self.leg, "type", "veth", "peer", "name", "leg", "netns", self.switch)
+            in_namespace(self.switch, "ip", "link", "set", "leg", "master", BRIDGE, "up")
+            run("ip", "addr", "add", f"{self.client_host}/{PREFIX_LENGTH}", "dev", self.leg)
+            run("ip", "link", "set", self.leg, "up")
             for i, node_id in enumerate(node_ids, start=1):
                 self.namespaces[node_id] = f"{self.name}-n{node_id}"
-                self.hosts[node_id] = f"{SUBNET}.{FIRST_NODE_HOST + i}"
+                self.hosts[node_id] = f"{self.subnet}.{FIRST_NODE_HOST + i}"
                 self._attach(self.namespaces[node_id], f"n{node_id}", self.hosts[node_id])
         except BaseException:
             self.destroy()
@@ -86,13 +97,23 @@ class Network:
         in_namespace(namespace, "ip", "link", "set", INTERFACE, "up")
 
     def destroy(self) -> None:
-        """Delete every namespace of this layout (processes still inside keep theirs
-        alive, unnamed, until they exit: stop the nodes first)."""
+        """Delete every namespace of this layout and the leg (processes still inside a
+        namespace keep it alive, unnamed, until they exit: stop the nodes first)."""
+        subprocess.run(["ip", "link", "del", self.leg], capture_output=True)  # gone already is fine
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for line in listed.splitlines():
             namespace = line.split()[0] if line.strip() else ""
-            if namespace == self.switch or namespace == self.client or namespace.startswith(f"{self.name}-n"):
+            if namespace == self.switch or namespace.startswith(f"{self.name}-n"):
                 subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+
+
+def _unused_subnet() -> str:
+    """A 10.200.X.0/24 no interface of the caller's namespace is on (another layout's)."""
+    taken = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    for third in random.sample(range(256), 256):
+        if f" {SUBNET_PREFIX}.{third}." not in taken:
+            return f"{SUBNET_PREFIX}.{third}"
+    raise CliError(f"every {SUBNET_PREFIX}.X.0/{PREFIX_LENGTH} is taken by another layout")
 
 
 # faults: each acts in one node's namespace ----------------------------------------------

@@ -3,10 +3,10 @@ namespace, on their own address (``raftka.cli.netns``), for the network fault te
 
 Made by the test itself and removed after it, on failure too: the nodes are killed and
 every namespace deleted, and with them every veth, the bridge and every iptables rule.
-The commands (``cluster up``, ``chaos``) run in the clients' namespace. It needs root and
-``ip`` and ``iptables``: missing tools are installed with apt-get (``apt-get update``
-first); if that cannot be done the tests say what is missing and skip, and fail under
-CI=true.
+The test and the commands it runs (``cluster up``, ``chaos``) reach the nodes through
+the layout's leg in the test's namespace. It needs root, ``ip`` and ``iptables``: missing
+tools are installed with apt-get (``apt-get update`` first); if that cannot be done the
+tests say what is missing and skip, and fail under CI=true.
 """
 
 from __future__ import annotations
@@ -39,18 +39,10 @@ class NetnsCluster(MetadataCluster):
         self.network = network
 
     def run(self, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-        """``raftka ARGS --dir DIR`` in the clients' namespace."""
+        """``raftka ARGS --dir DIR``, from the test's leg on the switch."""
         return subprocess.run(
-            ["ip", "netns", "exec", self.network.client, *RAFTKA, *args, "--dir", str(self.dir)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
+            [*RAFTKA, *args, "--dir", str(self.dir)], capture_output=True, text=True, timeout=timeout_s
         )
-
-    def raftka(self, *args: str, timeout_s: float) -> str:
-        done = self.run(*args, timeout_s=timeout_s)
-        assert done.returncode == 0, f"raftka {' '.join(args)} failed: {done.stderr.strip()}"
-        return done.stdout
 
     def compare_replicas(self, topic: str) -> tuple[int, dict[str, list[int]]]:
         """How many partitions of ``topic`` have a log on every broker, and those whose
