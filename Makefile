@@ -47,12 +47,13 @@ sim: $(STAMP)
 	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --jobs $(JOBS)
 
 # Network faults between real processes, ROUNDS of each (a leader cut off its followers, the
-# controllers, the clients; 20% packet loss):
+# controllers, the clients; 20% packet loss), and the active controller cut off its peers:
 # make chaos-net ROUNDS=20. Needs root: every node in its own network namespace, cut off with
 # iptables (installs iproute2 and iptables with apt-get if missing); the namespaces go afterwards.
 chaos-net: $(STAMP)
 	CHAOS_NET_ROUNDS=$(ROUNDS) $(BIN)/python -m pytest --timeout=$$(( $(ROUNDS) * 120 + 120 )) \
-		tests/integration/test_network_partitions.py
+		tests/integration/test_network_partitions.py \
+		tests/integration/test_metadata_controller_failover.py::test_active_controller_cut_off_its_peers_under_concurrent_clients_is_linearizable
 
 # Append throughput/latency with the load inside the leader's process (fsync on).
 bench: $(STAMP)

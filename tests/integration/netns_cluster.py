@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,9 @@ def require_network_tools() -> None:
     if os.geteuid() != 0:
         problem = "network namespaces need root"
     elif netns.missing_tools() and shutil.which("apt-get"):
+        warnings.warn(
+            f"installing {' '.join(netns.missing_tools())} with apt-get for the network faults", stacklevel=2
+        )
         subprocess.run(["apt-get", "update", "-qq"], capture_output=True, timeout=300)
         subprocess.run(
             ["apt-get", "install", "-y", "-qq", *netns.missing_tools()], capture_output=True, timeout=300
