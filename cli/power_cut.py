@@ -21,6 +21,7 @@ from raftka.broker.log import checkpoint
 from raftka.broker.log.folder_names import parse_partition_folder
 from raftka.broker.log.manager import RECOVERY_POINTS_FILE
 from raftka.broker.server import PARTITIONS_DIR
+from raftka.cli.errors import CliError
 from raftka.records.batch import HEADER_SIZE, BatchFramingError, read_header
 
 SEGMENT_SUFFIX = ".log"
@@ -41,7 +42,10 @@ def cut_unflushed_tails(data_dir: Path) -> list[Cut]:
     partitions = data_dir / PARTITIONS_DIR
     if not partitions.is_dir():
         return []
-    recovery_points = dict(checkpoint.read(partitions / RECOVERY_POINTS_FILE))
+    try:
+        recovery_points = dict(checkpoint.read(partitions / RECOVERY_POINTS_FILE))
+    except checkpoint.CheckpointError as e:  # written atomically: no power cut leaves it so
+        raise CliError(f"cannot emulate a power cut: {e}") from None
     cuts = []
     for folder in sorted(partitions.iterdir()):
         if not folder.is_dir() or parse_partition_folder(folder.name) is None:

@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from raftka.broker.log.config import LogConfig
-from raftka.broker.log.manager import LogManager
+from raftka.broker.log.manager import RECOVERY_POINTS_FILE, LogManager
 from raftka.broker.server import PARTITIONS_DIR
+from raftka.cli.errors import CliError
 from raftka.cli.power_cut import Cut, cut_unflushed_tails
 from raftka.records.batch import iter_batches
 from tests.unit.test_partition_log import TOPIC_ID, append, values
@@ -97,3 +100,13 @@ def test_a_broker_with_no_partitions_yet_has_nothing_to_cut(tmp_path: Path) -> N
     assert cut_unflushed_tails(tmp_path) == []
     os.mkdir(tmp_path / PARTITIONS_DIR)
     assert cut_unflushed_tails(tmp_path) == []
+
+
+def test_an_unreadable_recovery_point_checkpoint_is_an_error_naming_it(tmp_path: Path) -> None:
+    crashed_broker(tmp_path)
+    checkpoint_file = tmp_path / PARTITIONS_DIR / RECOVERY_POINTS_FILE
+    checkpoint_file.write_text("0\n5\nflushed-0 10\n")
+    sizes = {p: p.stat().st_size for p in (tmp_path / PARTITIONS_DIR).glob("*/*.log")}
+    with pytest.raises(CliError, match=f"{checkpoint_file}: 5 entries announced, 1 found"):
+        cut_unflushed_tails(tmp_path)
+    assert {p: p.stat().st_size for p in sizes} == sizes, "nothing was cut"
