@@ -12,7 +12,6 @@ tests say what is missing and skip, and fail under CI=true.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import subprocess
@@ -24,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from raftka.broker.server import PARTITIONS_DIR
 from raftka.cli import cluster as cluster_cmd
 from raftka.cli import local, netns
 from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
@@ -44,36 +42,6 @@ class NetnsCluster(MetadataCluster):
         return subprocess.run(
             [*RAFTKA, *args, "--dir", str(self.dir)], capture_output=True, text=True, timeout=timeout_s
         )
-
-    def compare_replicas(self, topic: str) -> tuple[int, dict[str, list[int]]]:
-        """How many partitions of ``topic`` have a log on every broker, and those whose
-        replicas disagree (neither log a prefix of the other), with each replica's size;
-        the nodes must be stopped."""
-        brokers = self.nodes("broker")
-        folders = [{p.name for p in _partitions(b) if _of(p.name, topic)} for b in brokers]
-        everywhere = sorted(set.intersection(*folders))
-        divergent = {}
-        for folder in everywhere:
-            logs = [_log_bytes(Path(b.data_dir) / PARTITIONS_DIR / folder) for b in brokers]
-            shortest = min(len(log) for log in logs)
-            if len({hashlib.sha256(log[:shortest]).digest() for log in logs}) > 1:
-                divergent[folder] = [len(log) for log in logs]
-        return len(everywhere), divergent
-
-
-def _partitions(broker: local.NodeRecord) -> list[Path]:
-    root = Path(broker.data_dir) / PARTITIONS_DIR
-    return [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
-
-
-def _of(folder: str, topic: str) -> bool:
-    name, _, partition = folder.rpartition("-")
-    return name == topic and partition.isdigit()
-
-
-def _log_bytes(folder: Path) -> bytes:
-    """The partition's batches in offset order: segment boundaries may differ between replicas."""
-    return b"".join(p.read_bytes() for p in sorted(folder.glob("*.log")))
 
 
 def require_network_tools() -> None:

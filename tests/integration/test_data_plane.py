@@ -5,9 +5,10 @@
   partition leader five times under an acks=all load from the idempotent producer (RF 3,
   min.insync.replicas 2) while a group of two consumers reads along; afterwards every acknowledged record is
   read back once, in its partition's order, nothing appears that was never sent, the
-  group processed every acknowledged record at least once and converged. A SIGKILL lands
-  mid-write: each victim recovers its logs (and its producers' state) and rejoins every
-  ISR before the next round starts.
+  group processed every acknowledged record at least once and converged, and, the nodes
+  stopped, every partition's replicas agree on disk. A SIGKILL lands mid-write: each
+  victim recovers its logs (and its producers' state) and rejoins every ISR before the
+  next round starts.
 - Every per-partition error a producer or consumer can get, from a real broker, with
   the partition's log unchanged after each and the broker still serving, the
   idempotent producer's refusals and InitProducerId included: over the data protocol
@@ -30,6 +31,7 @@ from typing import Any
 import grpc
 import pytest
 
+from raftka.cli.chaos_broker import PARTITIONS
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.types import NewTopic
 from raftka.records.batch import CRC_START
@@ -103,6 +105,9 @@ def test_acknowledged_records_survive_five_leader_failures(
     assert summary["unknown"] == 0, summary
     assert summary["group_missed"] == 0 and summary["group_converged"], summary  # a group read along
     assert done.returncode == 0
+    cluster.down()
+    compared, divergent = cluster.compare_replicas(summary["topic"])
+    assert compared == PARTITIONS and divergent == {}, "every partition's replicas agree on disk"
 
 
 def _batch(
