@@ -74,9 +74,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     output.add_output_option(kill)
     add_tls_options(kill)
     kill.set_defaults(func=run_kill_leader)
-    from raftka.cli import chaos_broker  # it builds on this module's LocalTarget: imported once this one is
+    from raftka.cli import (  # they build on this module's LocalTarget: imported once this one is
+        chaos_broker,
+        chaos_network,
+    )
 
     chaos_broker.register(actions)
+    chaos_network.register(actions)
 
 
 def run_kill_leader(args: argparse.Namespace) -> int:

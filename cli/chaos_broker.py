@@ -16,6 +16,12 @@ answered with the offsets it was first written at. With ``--no-idempotence`` dup
 are reported, not failed (at least once, as Kafka's producer with
 ``enable.idempotence=false``).
 
+``raftka chaos power-cut-broker`` runs the same rounds with a power cut instead of a
+signal: the victim is SIGKILLed and, before it restarts, each of its partition logs loses
+everything past its checkpointed recovery point (``power_cut``), as the page cache would
+be lost with the power. acks=all must hold through it: what a broker had not fsynced,
+the other replicas of the ISR still have.
+
 With ``--group-consumers N``, N consumers in one group read the topic while it happens
 (their coordinator may be the broker that dies); at the end every acknowledged record
 must have been processed by some member (``group_missed`` 0: at least once) and the group
@@ -41,6 +47,7 @@ from raftka.cli import local, output
 from raftka.cli.chaos import SIGNALS, LocalTarget
 from raftka.cli.data_args import add_idempotence_option, idempotence
 from raftka.cli.errors import CliError
+from raftka.cli.power_cut import Cut, cut_unflushed_tails
 from raftka.cli.quorum_client import QuorumClient
 from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.client.admin import Admin, RetryPolicy
@@ -64,16 +71,28 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     kill.add_argument(
         "--signal", choices=sorted(SIGNALS), default="KILL", help="KILL (crash) or STOP (pause)"
     )
-    kill.add_argument("--rate", type=int, default=2_000, help="records per second the producer offers")
-    kill.add_argument("--timeout-s", type=float, default=60.0, help="bound on each wait in a round")
-    kill.add_argument(
+    add_load_options(kill)
+    kill.set_defaults(func=run_kill_broker, power_cut=False)
+    cut = actions.add_parser(
+        "power-cut-broker",
+        help="power-cut the busiest partition leader under acks=all load (SIGKILL, its logs lose "
+        "everything past their recovery points, restart); audit what survived",
+    )
+    cut.add_argument("--rounds", type=int, default=1, help="how many power cuts (default 1)")
+    add_load_options(cut)
+    cut.set_defaults(func=run_kill_broker, power_cut=True, signal="KILL")
+
+
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rate", type=int, default=2_000, help="records per second the producer offers")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="bound on each wait in a round")
+    parser.add_argument(
         "--group-consumers", type=int, default=0, metavar="N", help="N consumers of one group read along"
     )
-    kill.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
-    add_idempotence_option(kill)
-    output.add_output_option(kill)
-    add_tls_options(kill)
-    kill.set_defaults(func=run_kill_broker)
+    parser.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
+    add_idempotence_option(parser)
+    output.add_output_option(parser)
+    add_tls_options(parser)
 
 
 class NumberedLoad:
@@ -237,7 +256,34 @@ def audit(
     }
 
 
+# A round under load: (admin, target, topic, round number) -> what the round measured.
+PlayRound = Callable[[Admin, LocalTarget, str, int], dict[str, Any]]
+
+
 def run_kill_broker(args: argparse.Namespace) -> int:
+    sig = SIGNALS[args.signal]
+    return run_under_load(
+        args,
+        lambda admin, target, topic, number: _round(
+            admin, target, topic, number, sig, args.timeout_s, args.power_cut
+        ),
+        format_round,
+        lambda rounds: {
+            "failover_median_ms": round(statistics.median(r["failover_ms"] for r in rounds), 1),
+            "failover_max_ms": max(r["failover_ms"] for r in rounds),
+            "rejoin_median_ms": round(statistics.median(r["rejoin_ms"] for r in rounds), 1),
+        },
+    )
+
+
+def run_under_load(
+    args: argparse.Namespace,
+    play: PlayRound,
+    format_one: Callable[[dict[str, Any]], str],
+    summarize_rounds: Callable[[list[dict[str, Any]]], dict[str, Any]],
+) -> int:
+    """Create the topic, start the acks=all load (and the group), ``play`` the rounds, then
+    read everything back and audit it; the exit status of ``exit_status``."""
     if args.rounds < 1:
         raise CliError(f"--rounds: expected 1 or more, got {args.rounds}")
     if args.rate < 1:
@@ -247,7 +293,7 @@ def run_kill_broker(args: argparse.Namespace) -> int:
     cluster = local.load(local.resolve_dir(args.dir))
     brokers = [n.id for n in cluster.brokers()]
     if len(brokers) < 3:
-        raise CliError("kill-broker needs at least 3 brokers (RF 3, min.insync.replicas 2)")
+        raise CliError(f"{args.action} needs at least 3 brokers (RF 3, min.insync.replicas 2)")
     topic = f"chaos-{uuid.uuid4().hex[:8]}"
     json_out = args.output == "json"
     tls = client_tls(args)
@@ -273,10 +319,10 @@ def run_kill_broker(args: argparse.Namespace) -> int:
             with QuorumClient(call_timeout_s=0.5, tls=tls) as client:
                 target = LocalTarget(cluster, client)
                 for number in range(1, args.rounds + 1):
-                    outcome = _round(admin, target, topic, number, SIGNALS[args.signal], args.timeout_s)
+                    outcome = play(admin, target, topic, number)
                     rounds.append(outcome)
                     if not json_out:
-                        print(format_round(outcome), flush=True)
+                        print(format_one(outcome), flush=True)
         finally:
             load.stop()
             producer.close()
@@ -293,15 +339,7 @@ def run_kill_broker(args: argparse.Namespace) -> int:
                 readers.close()
     report["send_failures"] = load.failures
     report["first_send_failure"] = load.first_failure or None
-    failovers = [r["failover_ms"] for r in rounds]
-    summary = {
-        "topic": topic,
-        "idempotent": not args.no_idempotence,
-        **report,
-        "failover_median_ms": round(statistics.median(failovers), 1),
-        "failover_max_ms": max(failovers),
-        "rejoin_median_ms": round(statistics.median(r["rejoin_ms"] for r in rounds), 1),
-    }
+    summary = {"topic": topic, "idempotent": not args.no_idempotence, **report, **summarize_rounds(rounds)}
     if json_out:
         print(output.to_json({"rounds": rounds, "summary": summary}))
     else:
@@ -319,37 +357,37 @@ def exit_status(report: dict[str, int], *, idempotent: bool, group_ok: bool = Tr
 
 
 def _round(
-    admin: Admin, target: LocalTarget, topic: str, number: int, sig: signal.Signals, timeout_s: float
+    admin: Admin,
+    target: LocalTarget,
+    topic: str,
+    number: int,
+    sig: signal.Signals,
+    timeout_s: float,
+    power_cut: bool = False,
 ) -> dict[str, Any]:
-    def wait(what: str, done: Callable[[list[PartitionInfo]], bool]) -> float:
-        start = time.monotonic()
-        while True:
-            partitions = _partitions(admin, topic)
-            if partitions and done(partitions):
-                return time.monotonic() - start
-            if time.monotonic() - start > timeout_s:
-                raise CliError(f"round {number}: {what} within {timeout_s:g} s; see the broker logs")
-            time.sleep(POLL_INTERVAL_S)
+    """``power_cut``: once the SIGKILLed victim is gone, and before its restart, its logs
+    lose everything past their recovery points (``power_cut.cut_unflushed_tails``)."""
 
-    wait("the partitions did not all have a leader and a full ISR", _healthy)
-    counts: dict[int, int] = {}
-    for p in _partitions(admin, topic):
-        counts[p.leader] = counts.get(p.leader, 0) + 1
-    victim = max(sorted(counts), key=counts.__getitem__)
-    led = counts[victim]
+    def wait(what: str, done: Callable[[list[PartitionInfo]], bool]) -> float:
+        return wait_for_partitions(admin, topic, f"round {number}: {what}", done, timeout_s)
+
+    victim, led = busiest_healthy_leader(admin, topic, number, timeout_s)
     target.send_signal(victim, sig)
+    cuts: list[Cut] = []
     try:
         failover_s = wait(
             f"not every partition had a leader other than broker {victim}",
             lambda ps: all(p.leader not in (-1, victim) for p in ps),
         )
+        if power_cut:
+            cuts = _cut_power(target, victim, timeout_s)
     finally:
         if sig is signal.SIGSTOP:
             target.send_signal(victim, signal.SIGCONT)
         else:
             target.restart(victim)
     rejoin_s = wait(f"broker {victim} did not rejoin every ISR", lambda ps: all(victim in p.isr for p in ps))
-    return {
+    outcome: dict[str, Any] = {
         "round": number,
         "signal": sig.name,
         "victim": victim,
@@ -357,14 +395,71 @@ def _round(
         "failover_ms": round(failover_s * 1000, 1),
         "rejoin_ms": round(rejoin_s * 1000, 1),
     }
+    if power_cut:
+        outcome["power_cut"] = {
+            "logs_cut": len(cuts),
+            "bytes_lost": sum(c.bytes for c in cuts),
+            "cuts": [{"partition": c.partition, "from_offset": c.offset, "bytes": c.bytes} for c in cuts],
+        }
+    return outcome
+
+
+def _cut_power(target: LocalTarget, victim: int, timeout_s: float) -> list[Cut]:
+    """Wait until the killed victim has exited (its files closed), then cut its logs."""
+    node = target.cluster.node(victim)
+    deadline = time.monotonic() + timeout_s
+    while local.is_alive(node):
+        if time.monotonic() > deadline:
+            raise CliError(f"broker {victim} (pid {node.pid}) is still running after SIGKILL")
+        time.sleep(POLL_INTERVAL_S)
+    return cut_unflushed_tails(Path(node.data_dir))
 
 
 def format_round(r: dict[str, Any]) -> str:
-    return (
-        f"round {r['round']}: SIG{r['signal'].removeprefix('SIG')} broker {r['victim']} "
+    fault = (
+        f"power cut of broker {r['victim']}"
+        if "power_cut" in r
+        else f"SIG{r['signal'].removeprefix('SIG')} broker {r['victim']}"
+    )
+    line = (
+        f"round {r['round']}: {fault} "
         f"(leading {r['partitions_led']} partitions) -> every partition led again after {r['failover_ms']} ms; "
         f"back in every ISR after {r['rejoin_ms']} ms"
     )
+    if "power_cut" in r:
+        cut = r["power_cut"]
+        line += f"; {cut['bytes_lost']} unflushed bytes lost from {cut['logs_cut']} log(s)"
+    return line
+
+
+def wait_for_partitions(
+    admin: Admin, topic: str, what: str, done: Callable[[list[PartitionInfo]], bool], timeout_s: float
+) -> float:
+    """Seconds until ``done`` holds for the topic's partitions; CliError ``what`` after ``timeout_s``."""
+    start = time.monotonic()
+    while True:
+        partitions = _partitions(admin, topic)
+        if partitions and done(partitions):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise CliError(f"{what} within {timeout_s:g} s; see the broker logs")
+        time.sleep(POLL_INTERVAL_S)
+
+
+def busiest_healthy_leader(admin: Admin, topic: str, number: int, timeout_s: float) -> tuple[int, int]:
+    """Once every partition has a leader and a full ISR: the broker leading the most, and how many."""
+    wait_for_partitions(
+        admin,
+        topic,
+        f"round {number}: the partitions did not all have a leader and a full ISR",
+        healthy,
+        timeout_s,
+    )
+    counts: dict[int, int] = {}
+    for p in _partitions(admin, topic):
+        counts[p.leader] = counts.get(p.leader, 0) + 1
+    victim = max(sorted(counts), key=counts.__getitem__)
+    return victim, counts[victim]
 
 
 def _partitions(admin: Admin, topic: str) -> list[PartitionInfo]:
@@ -372,7 +467,7 @@ def _partitions(admin: Admin, topic: str) -> list[PartitionInfo]:
     return list(description.partitions) if description.error is None else []
 
 
-def _healthy(partitions: list[PartitionInfo]) -> bool:
+def healthy(partitions: list[PartitionInfo]) -> bool:
     return all(p.leader >= 0 and len(p.isr) == len(p.replicas) for p in partitions)
 
 

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -171,9 +172,20 @@ def up(
     }
 
 
-def create(cluster_dir: Path, controllers: int, *, brokers: int = 3, tls: bool = False) -> local.LocalCluster:
+def create(
+    cluster_dir: Path,
+    controllers: int,
+    *,
+    brokers: int = 3,
+    tls: bool = False,
+    hosts: Mapping[int, str] | None = None,
+    netns: Mapping[int, str] | None = None,
+) -> local.LocalCluster:
     """Pick ports, write one config per node, format every node with one new cluster id;
-    with ``tls``, first a CA and a certificate per node and for the commands."""
+    with ``tls``, first a CA and a certificate per node and for the commands.
+
+    ``hosts``: the address each node id listens on and advertises (default loopback);
+    ``netns``: the network namespace each node id runs in (``raftka.cli.netns``)."""
     if not 1 <= controllers <= MAX_CONTROLLERS:
         raise CliError(f"--controllers: expected 1 to {MAX_CONTROLLERS}, got {controllers}")
     if not 0 <= brokers <= MAX_BROKERS:
@@ -184,7 +196,11 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3, tls: bool =
     ports = free_ports(2 * controllers + 3 * brokers)
     metrics_ports = ports[controllers + 2 * brokers :]
     kafka_ports = kafka_listener_ports(brokers)
-    voters = tuple(Voter(i, LOOPBACK, port) for i, port in enumerate(ports[:controllers], start=1))
+    hosts = hosts or {}
+    netns = netns or {}
+    voters = tuple(
+        Voter(i, hosts.get(i, LOOPBACK), port) for i, port in enumerate(ports[:controllers], start=1)
+    )
     cluster_id = meta.new_cluster_id()
     broker_ids = range(FIRST_BROKER_ID, FIRST_BROKER_ID + brokers)
     certs = cluster_dir.absolute() / local.CERTS_DIR
@@ -210,25 +226,34 @@ def create(cluster_dir: Path, controllers: int, *, brokers: int = 3, tls: bool =
             authorizer=AuthorizerConfig(super_users=(_client_principal(),) if tls else ()),
         )
         # A brand-new cluster: every voter may vote before it has heard its peers.
-        nodes.append(_write_node(config, local.CONTROLLER, cluster_id, initial_cluster=True))
+        nodes.append(
+            _write_node(
+                config, local.CONTROLLER, cluster_id, initial_cluster=True, netns=netns.get(voter.node_id, "")
+            )
+        )
     broker_ports = ports[controllers:]
     for i, broker_id in enumerate(broker_ids):
+        host = hosts.get(broker_id, LOOPBACK)
         config = NodeConfig(
             node_id=broker_id,
             data_dir=_node_dir(cluster_dir, broker_id) / "data",
             voters=voters,
-            listener=f"{LOOPBACK}:{broker_ports[2 * i]}",
+            listener=f"{host}:{broker_ports[2 * i]}",
             process_roles=(BROKER,),
-            broker=BrokerConfig(data_listener=f"{LOOPBACK}:{broker_ports[2 * i + 1]}"),
+            broker=BrokerConfig(data_listener=f"{host}:{broker_ports[2 * i + 1]}"),
             kafka=KafkaConfig(
-                listener=f"{LOOPBACK}:{kafka_ports[i]}",
+                listener=f"{host}:{kafka_ports[i]}",
                 default_replication_factor=min(KafkaConfig().default_replication_factor, brokers),
             ),
             log=LOCAL_LOG,
             metrics=MetricsConfig(port=metrics_ports[controllers + i]),
             tls=node_tls(f"broker-{broker_id}"),
         )
-        nodes.append(_write_node(config, local.BROKER, cluster_id, initial_cluster=False))
+        nodes.append(
+            _write_node(
+                config, local.BROKER, cluster_id, initial_cluster=False, netns=netns.get(broker_id, "")
+            )
+        )
     cluster = local.LocalCluster(cluster_dir, cluster_id, nodes, tls)
     local.save(cluster)
     return cluster
@@ -242,7 +267,9 @@ def _node_dir(cluster_dir: Path, node_id: int) -> Path:
     return (cluster_dir / f"node-{node_id}").absolute()
 
 
-def _write_node(config: NodeConfig, role: str, cluster_id: str, *, initial_cluster: bool) -> local.NodeRecord:
+def _write_node(
+    config: NodeConfig, role: str, cluster_id: str, *, initial_cluster: bool, netns: str = ""
+) -> local.NodeRecord:
     node_dir = config.data_dir.parent
     node_dir.mkdir(parents=True)
     config_path = node_dir / "server.toml"
@@ -254,10 +281,13 @@ def _write_node(config: NodeConfig, role: str, cluster_id: str, *, initial_clust
         address=config.listener,
         data_address=config.broker.data_listener,
         kafka_address=config.kafka.listener,
-        metrics_address=f"{LOOPBACK}:{config.metrics.port}" if config.metrics.port else "",
+        metrics_address=f"{config.listener.rpartition(':')[0]}:{config.metrics.port}"
+        if config.metrics.port
+        else "",
         data_dir=str(config.data_dir),
         config=str(config_path),
         log=str(node_dir / "server.log"),
+        netns=netns,
     )
 
 

@@ -38,6 +38,7 @@ class NodeRecord:
     data_address: str = ""  # a broker's data listener (broker.data_listener); "" for controllers
     kafka_address: str = ""  # a broker's Kafka listener (kafka.listener); "" for controllers
     metrics_address: str = ""  # host:port of its Prometheus endpoint (metrics.port); "": off
+    netns: str = ""  # the network namespace it runs in (``ip netns``); "": the caller's
 
 
 @dataclass(slots=True)
@@ -161,6 +162,13 @@ def server_command(config: str) -> list[str]:
     return [sys.executable, "-m", "raftka.cli.main", "server", "--config", config]
 
 
+def node_command(node: NodeRecord) -> list[str]:
+    """``server_command``, in the node's network namespace if it has one (``ip netns exec``
+    execs it, so the pid stays the server's)."""
+    command = server_command(node.config)
+    return ["ip", "netns", "exec", node.netns, *command] if node.netns else command
+
+
 def start_node(node: NodeRecord) -> subprocess.Popen[bytes]:
     """Start the node detached (own session, so the shell's Ctrl-C does not reach it).
 
@@ -169,7 +177,7 @@ def start_node(node: NodeRecord) -> subprocess.Popen[bytes]:
     """
     with open(node.log, "ab") as log:
         proc = subprocess.Popen(
-            server_command(node.config),
+            node_command(node),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

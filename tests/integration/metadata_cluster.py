@@ -1,7 +1,8 @@
 """A full local cluster (controllers and brokers) made by ``raftka cluster up``, for the
 metadata fault tests: the product's own command creates, formats and starts it, so the
 tests run what an operator runs. This adds what the tests need on top: change a role's
-config, find the active controller, SIGKILL a node and restart it, and read the logs.
+config, find the active controller, SIGKILL a node and restart it, read the logs, and
+compare a topic's replicas on disk.
 
 Nodes are detached processes (``cluster up`` starts them in their own session); they are
 found, checked and killed through ``cluster.json`` and their pids, like ``cluster down``
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import os
 import signal
@@ -24,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from raftka.broker.server import PARTITIONS_DIR
 from raftka.cli import local
 from raftka.node.config import load_config, render_toml
 from raftka.v1 import controller_pb2, controller_pb2_grpc
@@ -101,6 +104,21 @@ class MetadataCluster:
         os.kill(node.pid, signal.SIGKILL)
         wait_until(lambda: not local.is_alive(node), timeout_s=10, what=f"node {node_id} to exit")
 
+    def compare_replicas(self, topic: str) -> tuple[int, dict[str, list[int]]]:
+        """How many partitions of ``topic`` have a log on every broker, and those whose
+        replicas disagree (neither log a prefix of the other), with each replica's size;
+        the nodes must be stopped."""
+        brokers = self.nodes("broker")
+        folders = [{p.name for p in _partitions(b) if _of(p.name, topic)} for b in brokers]
+        everywhere = sorted(set.intersection(*folders))
+        divergent = {}
+        for folder in everywhere:
+            logs = [_log_bytes(Path(b.data_dir) / PARTITIONS_DIR / folder) for b in brokers]
+            shortest = min(len(log) for log in logs)
+            if len({hashlib.sha256(log[:shortest]).digest() for log in logs}) > 1:
+                divergent[folder] = [len(log) for log in logs]
+        return len(everywhere), divergent
+
     def log_text(self, node_id: int) -> str:
         try:
             return Path(self.node(node_id).log).read_text(encoding="utf-8", errors="replace")
@@ -113,6 +131,21 @@ class MetadataCluster:
             f"--- node {n.id} ({n.role}) ---\n" + "\n".join(self.log_text(n.id).splitlines()[-lines:])
             for n in self.nodes()
         )
+
+
+def _partitions(broker: local.NodeRecord) -> list[Path]:
+    root = Path(broker.data_dir) / PARTITIONS_DIR
+    return [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+
+
+def _of(folder: str, topic: str) -> bool:
+    name, _, partition = folder.rpartition("-")
+    return name == topic and partition.isdigit()
+
+
+def _log_bytes(folder: Path) -> bytes:
+    """The partition's batches in offset order: segment boundaries may differ between replicas."""
+    return b"".join(p.read_bytes() for p in sorted(folder.glob("*.log")))
 
 
 class Controllers:

@@ -1,12 +1,14 @@
 """The data plane on real processes: ``raftka cluster up`` (3 controllers, 3 brokers).
 
-- ``raftka chaos kill-broker`` SIGKILLs (then SIGSTOPs) the busiest partition leader five
-  times under an acks=all load from the idempotent producer (RF 3, min.insync.replicas
-  2) while a group of two consumers reads along; afterwards every acknowledged record is
+- ``raftka chaos kill-broker`` SIGKILLs (then SIGSTOPs; ``power-cut-broker`` power-cuts:
+  its logs lose everything past their recovery points before it restarts) the busiest
+  partition leader five times under an acks=all load from the idempotent producer (RF 3,
+  min.insync.replicas 2) while a group of two consumers reads along; afterwards every acknowledged record is
   read back once, in its partition's order, nothing appears that was never sent, the
-  group processed every acknowledged record at least once and converged. A SIGKILL lands
-  mid-write: each victim recovers its logs (and its producers' state) and rejoins every
-  ISR before the next round starts.
+  group processed every acknowledged record at least once and converged, and, the nodes
+  stopped, every partition's replicas agree on disk. A SIGKILL lands mid-write: each
+  victim recovers its logs (and its producers' state) and rejoins every ISR before the
+  next round starts.
 - Every per-partition error a producer or consumer can get, from a real broker, with
   the partition's log unchanged after each and the broker still serving, the
   idempotent producer's refusals and InitProducerId included: over the data protocol
@@ -29,6 +31,7 @@ from typing import Any
 import grpc
 import pytest
 
+from raftka.cli.chaos_broker import PARTITIONS
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.types import NewTopic
 from raftka.records.batch import CRC_START
@@ -59,19 +62,21 @@ def cluster(tmp_path: Path):  # noqa: ANN201
         cluster.close()
 
 
-@pytest.mark.parametrize("signal_name", ["KILL", "STOP"])
+@pytest.mark.parametrize(
+    "fault",
+    [("kill-broker", "--signal", "KILL"), ("kill-broker", "--signal", "STOP"), ("power-cut-broker",)],
+    ids=["KILL", "STOP", "power-cut"],
+)
 def test_acknowledged_records_survive_five_leader_failures(
-    cluster: MetadataCluster, signal_name: str
+    cluster: MetadataCluster, fault: tuple[str, ...]
 ) -> None:
     done = subprocess.run(
         [
             *RAFTKA,
             "chaos",
-            "kill-broker",
+            *fault,
             "--rounds",
             "5",
-            "--signal",
-            signal_name,
             "--rate",
             "500",
             "--group-consumers",
@@ -89,6 +94,9 @@ def test_acknowledged_records_survive_five_leader_failures(
     report = json.loads(done.stdout)
     summary = report["summary"]
     assert len(report["rounds"]) == 5
+    if fault[0] == "power-cut-broker":  # flush.ms is off: victims lose their unflushed tails
+        cuts = [r["power_cut"] for r in report["rounds"]]
+        assert sum(c["bytes_lost"] for c in cuts) > 0, cuts
     assert summary["acknowledged"] > 0 and summary["idempotent"]
     assert summary["lost"] == 0, summary
     assert summary["duplicated"] == 0, summary
@@ -97,6 +105,9 @@ def test_acknowledged_records_survive_five_leader_failures(
     assert summary["unknown"] == 0, summary
     assert summary["group_missed"] == 0 and summary["group_converged"], summary  # a group read along
     assert done.returncode == 0
+    cluster.down()
+    compared, divergent = cluster.compare_replicas(summary["topic"])
+    assert compared == PARTITIONS and divergent == {}, "every partition's replicas agree on disk"
 
 
 def _batch(

@@ -30,9 +30,11 @@ from typing import Any
 import grpc
 import pytest
 
+from raftka.cli import netns
 from raftka.metadata.dump import iter_metadata_dump
 from raftka.v1 import controller_pb2
 from tests.integration.metadata_cluster import Controllers, MetadataCluster
+from tests.integration.netns_cluster import NetnsCluster, netns_cluster
 from tests.linearizability.checker import check
 from tests.linearizability.history import HistoryRecorder
 from tests.linearizability.models import (
@@ -86,26 +88,44 @@ class Rejected(Exception):
     """A definite answer outside the model (e.g. INVALID_REPLICATION_FACTOR): no effect."""
 
 
+KEEP_EVERY_RECORD = {"snapshot_interval_records": 10_000_000}
+
+
 def test_active_controller_sigkill_under_concurrent_clients_is_linearizable(tmp_path: Path) -> None:
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
-        cluster.up_configured(
-            controller__metadata={"snapshot_interval_records": 10_000_000}
-        )  # keep every record
-        run = asyncio.run(asyncio.wait_for(scenario(cluster), 300))
+        cluster.up_configured(controller__metadata=KEEP_EVERY_RECORD)
+        run = asyncio.run(asyncio.wait_for(scenario(cluster, kill_active_controller), 300))
         cluster.down()
     finally:
         cluster.close()
+    check_run(cluster, run)
 
+
+def test_active_controller_cut_off_its_peers_under_concurrent_clients_is_linearizable(tmp_path: Path) -> None:
+    """The same, with the active controller cut off the other controllers (iptables, in its
+    own network namespace) instead of killed: the clients still reach it, so whatever it
+    answers alone, reads included, must not contradict what the new majority does."""
+    with netns_cluster(tmp_path / "cluster", controller__metadata=KEEP_EVERY_RECORD) as cluster:
+        run = asyncio.run(asyncio.wait_for(scenario(cluster, partition_active_controller), 300))
+        cluster.down()
+    check_run(cluster, run)
+
+
+def check_run(cluster: MetadataCluster, run: Run) -> None:
+    """Both histories linearizable, and the metadata logs hold what check_logs says."""
     print(f"outcomes: {dict(run.outcomes)}")
-    assert run.ambiguous_writes > 0, "no write was in flight at a kill: the faults were not exercised"
+    assert run.ambiguous_writes > 0, "no write was in flight at a fault: the faults were not exercised"
     for model, history in ((TopicModel(), run.topics), (OffsetModel(), run.offsets)):
         result = check(model, history.operations())
         assert result.ok, result.summary()
     check_logs([Path(node.data_dir) for node in cluster.nodes("controller")], run)
 
 
-async def scenario(cluster: MetadataCluster) -> Run:
+Fault = Callable[[Any, Controllers, Run], Awaitable[None]]
+
+
+async def scenario(cluster: MetadataCluster, fault: Fault) -> Run:
     controllers = Controllers(cluster.controller_addresses())
     run = Run()
     stop = asyncio.Event()
@@ -114,7 +134,7 @@ async def scenario(cluster: MetadataCluster) -> Run:
         clients = [asyncio.create_task(client(n, controllers, run, stop)) for n in range(CLIENTS)]
         try:
             for _ in range(ROUNDS):
-                await kill_active_controller(cluster, controllers, run)
+                await fault(cluster, controllers, run)
         finally:
             stop.set()
             await asyncio.gather(*clients)
@@ -142,6 +162,20 @@ async def kill_active_controller(cluster: MetadataCluster, controllers: Controll
     await asyncio.to_thread(cluster.kill, victim.id)
     await wait_progress(run, PROGRESS_OPS)
     await asyncio.to_thread(cluster.up)
+
+
+async def partition_active_controller(cluster: NetnsCluster, controllers: Controllers, run: Run) -> None:
+    """Let the clients make progress, cut the active controller off the other controllers,
+    see progress at the survivors, then heal and let it catch up."""
+    await wait_progress(run, PROGRESS_OPS)
+    address = await controllers.active(FIND_TIMEOUT_S)
+    victim = next(n for n in cluster.nodes("controller") if n.address == address)
+    peers = [n.address.rpartition(":")[0] for n in cluster.nodes("controller") if n.id != victim.id]
+    await asyncio.to_thread(netns.partition, victim.netns, peers)
+    try:
+        await wait_progress(run, PROGRESS_OPS)
+    finally:
+        await asyncio.to_thread(netns.heal, victim.netns)
 
 
 async def wait_progress(run: Run, ops: int) -> None:

@@ -48,6 +48,22 @@ def test_create_writes_configs_and_formats_every_node(tmp_path: Path) -> None:
     assert created.addresses() == [n.address for n in created.controllers()]
 
 
+def test_create_puts_each_node_on_its_host_and_in_its_namespace(tmp_path: Path) -> None:
+    hosts = {1: "10.200.0.11", 101: "10.200.0.12"}
+    namespaces = {1: "rk-n1", 101: "rk-n101"}
+    created = cluster.create(tmp_path / "c", 1, brokers=1, hosts=hosts, netns=namespaces)
+    assert local.load(tmp_path / "c") == created
+    for node in created.nodes:
+        config = load_config(node.config)
+        host = hosts[node.id]
+        assert node.netns == namespaces[node.id]
+        assert config.listener == node.address and node.address.startswith(f"{host}:")
+        assert node.metrics_address == f"{host}:{config.metrics.port}"
+    broker = created.node(101)
+    assert broker.data_address.startswith("10.200.0.12:") and broker.kafka_address.startswith("10.200.0.12:")
+    assert load_config(broker.config).voter_addresses[1] == created.node(1).address
+
+
 def test_create_without_brokers(tmp_path: Path) -> None:
     created = cluster.create(tmp_path / "c", 1, brokers=0)
     assert [n.id for n in created.nodes] == [1] and created.brokers() == []

@@ -154,3 +154,16 @@ def test_server_command_runs_this_python() -> None:
 
 def test_last_log_line_of_a_missing_log_is_empty(tmp_path: Path) -> None:
     assert local.last_log_line(node(tmp_path)) == ""
+
+
+def test_a_node_in_a_network_namespace_runs_through_ip_netns_exec(tmp_path: Path) -> None:
+    record = node(tmp_path)
+    assert local.node_command(record) == local.server_command(record.config)
+    record.netns = "rk1234-n1"
+    assert local.node_command(record) == [
+        "ip",
+        "netns",
+        "exec",
+        "rk1234-n1",
+        *local.server_command(record.config),
+    ]

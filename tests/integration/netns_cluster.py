@@ -1,0 +1,90 @@
+"""A local cluster (3 controllers, 3 brokers) whose nodes each run in their own network
+namespace, on their own address (``raftka.cli.netns``), for the network fault tests.
+
+Made by the test itself and removed after it, on failure too: the nodes are killed and
+every namespace deleted, and with them every veth, the bridge and every iptables rule.
+The test and the commands it runs (``cluster up``, ``chaos``) reach the nodes through
+the layout's leg in the test's namespace. It needs root, ``ip`` and ``iptables``: missing
+tools are installed with apt-get (``apt-get update`` first); if that cannot be done the
+tests say what is missing and skip, and fail under CI=true.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftka.cli import cluster as cluster_cmd
+from raftka.cli import local, netns
+from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
+from tests.integration.polling import wait_until
+
+CONTROLLERS = (1, 2, 3)
+BROKERS = (cluster_cmd.FIRST_BROKER_ID, cluster_cmd.FIRST_BROKER_ID + 1, cluster_cmd.FIRST_BROKER_ID + 2)
+
+
+class NetnsCluster(MetadataCluster):
+    def __init__(self, cluster_dir: Path, network: netns.Network) -> None:
+        super().__init__(cluster_dir)
+        self.network = network
+
+    def run(self, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+        """``raftka ARGS --dir DIR``, from the test's leg on the switch."""
+        return subprocess.run(
+            [*RAFTKA, *args, "--dir", str(self.dir)], capture_output=True, text=True, timeout=timeout_s
+        )
+
+
+def require_network_tools() -> None:
+    """Root, and ``ip`` and ``iptables``, installed with apt-get if missing."""
+    problem = None
+    if os.geteuid() != 0:
+        problem = "network namespaces need root"
+    elif netns.missing_tools() and shutil.which("apt-get"):
+        warnings.warn(
+            f"installing {' '.join(netns.missing_tools())} with apt-get for the network faults", stacklevel=2
+        )
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, timeout=300)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", *netns.missing_tools()], capture_output=True, timeout=300
+        )
+    if problem is None and netns.missing_tools():
+        problem = f"missing {', '.join(netns.missing_tools())} (apt-get install -y iproute2 iptables)"
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+
+
+@contextlib.contextmanager
+def netns_cluster(cluster_dir: Path, **settings: dict[str, Any]) -> Iterator[NetnsCluster]:
+    """Up and healthy; ``settings`` as ``MetadataCluster.up_configured`` takes them."""
+    require_network_tools()
+    network = netns.Network(f"rk{uuid.uuid4().hex[:6]}")
+    network.create([*CONTROLLERS, *BROKERS])
+    cluster = NetnsCluster(cluster_dir, network)
+    try:
+        cluster_cmd.create(
+            cluster_dir, len(CONTROLLERS), brokers=len(BROKERS), hosts=network.hosts, netns=network.namespaces
+        )
+        for target, values in settings.items():
+            role, _, section = target.partition("__")
+            cluster.configure(role, section, **values)
+        cluster.up()
+        yield cluster
+    finally:
+        try:
+            cluster.close()
+            for node in cluster.nodes() if local.exists(cluster_dir) else []:
+                wait_until(lambda n=node: not local.is_alive(n), timeout_s=10, what=f"node {node.id} to exit")
+        finally:
+            network.destroy()
