@@ -15,12 +15,15 @@ next LeaderChange, measured against raft's default timings, not the ones the clu
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from raftka.raft.config import RaftConfig
 
@@ -68,6 +71,34 @@ def find(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
     rows.sort(key=lambda r: (r["start_ms"] is None, r["start_ms"] or 0, _KIND_ORDER[r["kind"]],
                              r["start_offset"] if r["start_offset"] is not None else -1))  # fmt: skip
     return pa.Table.from_pylist(rows, schema=INCIDENT_SCHEMA)
+
+
+def read_inputs(tables_dir: Path) -> dict[str, pd.DataFrame]:
+    """The columns ``find`` reads of the tables the job wrote under ``tables_dir``; of the two
+    long ones (a million rows each in a long history) only the intervals it reports and the
+    transitions that began or ended one."""
+
+    def read(name: str, filters: Any = None) -> pd.DataFrame:
+        return pq.read_table(tables_dir / name, columns=list(INPUTS[name]), filters=filters).to_pandas()
+
+    intervals = read("partition_intervals", [("condition", "in", list(PARTITION_CONDITIONS))])
+    offsets = sorted(
+        {int(o) for o in (*intervals["start_offset"], *intervals["end_offset"]) if not missing(o)}
+    )
+    return {
+        "controller_epochs": read("controller_epochs"),
+        "partition_intervals": intervals,
+        "partition_transitions": read("partition_transitions", [("offset", "in", offsets or [-1])]),
+        "broker_timeline": read("broker_timeline"),
+        "group_offsets": read("group_offsets"),
+    }
+
+
+def write(incidents: pa.Table, folder: Path) -> None:
+    """As Parquet in ``folder``, as Spark writes the other tables (one file here: few rows)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    pq.write_table(incidents, folder / "part-00000.parquet")
 
 
 def _controller(epochs: pd.DataFrame) -> Iterator[dict[str, Any]]:
@@ -235,7 +266,7 @@ def _line(table: str, row: dict[str, Any], columns: Sequence[str]) -> str:
 def _text(value: Any) -> str:
     if isinstance(value, (list, tuple, np.ndarray)):
         return str(_ints(value))
-    if _missing(value):
+    if missing(value):
         return ""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))  # a count in a column pandas made float
@@ -244,16 +275,17 @@ def _text(value: Any) -> str:
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as dicts with None where pandas holds NaN or NA."""
-    return [{k: None if _missing(v) else v for k, v in row.items()} for row in frame.to_dict("records")]
+    return [{k: None if missing(v) else v for k, v in row.items()} for row in frame.to_dict("records")]
 
 
-def _missing(value: Any) -> bool:
+def missing(value: Any) -> bool:
+    """None, or pandas' NaN or NA for a value a table did not hold."""
     return value is None or value is pd.NA or (isinstance(value, float) and value != value)
 
 
 def _int(value: Any) -> int | None:
-    return None if _missing(value) else int(value)
+    return None if missing(value) else int(value)
 
 
 def _ints(values: Any) -> list[int]:
-    return [] if values is None else [int(v) for v in values if not _missing(v)]
+    return [] if values is None else [int(v) for v in values if not missing(v)]

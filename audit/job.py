@@ -41,7 +41,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from raftka.audit import collector, report, tables
+from raftka.audit import collector, incidents, report, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
 from raftka.audit.commits import PROGRESS_BUCKETS, SERIES_SCHEMA, combine, committed_over_time
 from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
@@ -70,6 +70,7 @@ TABLES = (
     "group_rebalances",
     "leadership_by_broker",
     "violations",
+    "incidents",
 )
 SCRATCH = "scratch"  # under OUT: what the replay's tasks write for the tables; removed at the end
 TASKS_PER_CORE = 4  # heads partitions and replay pieces: enough to keep every core busy to the end
@@ -214,6 +215,7 @@ def _run(
         table_seconds = {name: future.result() for name, future in writing.items()}
     timings.mark("tables")
 
+    incidents.write(incidents.find(incidents.read_inputs(tables_dir)), tables_dir / "incidents")
     collected = {  # read here, as summary.json and report.html are written here
         name: pq.read_table(tables_dir / name, columns=schema.names).to_pandas()
         for name, schema in report.TABLES_SHOWN.items()
