@@ -68,8 +68,8 @@ def find(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
         ),
         *_groups(tables["group_offsets"]),
     ]
-    rows.sort(key=lambda r: (r["start_ms"] is None, r["start_ms"] or 0, _KIND_ORDER[r["kind"]],
-                             r["start_offset"] if r["start_offset"] is not None else -1))  # fmt: skip
+    rows.sort(key=lambda r: (r["start_ms"] is None, r["start_ms"] or 0,
+                             r["start_offset"] if r["start_offset"] is not None else -1, _KIND_ORDER[r["kind"]]))  # fmt: skip
     return pa.Table.from_pylist(rows, schema=INCIDENT_SCHEMA)
 
 
@@ -106,9 +106,9 @@ def _controller(epochs: pd.DataFrame) -> Iterator[dict[str, Any]]:
     for this, after in zip(committed, [*committed[1:], None], strict=True):
         yield _incident(
             CONTROLLER, f"controller {_int(this['leader'])}", this["start_offset"], this["start_ms"],
-            this["end_ms"] if after is not None else None, this["tenure_ms"], after is None,
+            _plus(this["start_ms"], this["tenure_ms"]), this["tenure_ms"], after is None,
             what=f"node {_int(this['leader'])} led epoch {_int(this['epoch'])}",
-            why=_epoch_began(this), ended=_epoch_ended(this, after),
+            why=_epoch_began(this), ended=_epoch_ended(after),
             rows=[_line("controller_epochs", r, INPUTS["controller_epochs"]) for r in (this, after) if r],
         )  # fmt: skip
     for lost in _records(epochs[epochs["committed"].eq(False)].sort_values("epoch")):
@@ -125,11 +125,13 @@ def _epoch_began(epoch: dict[str, Any]) -> str:
     gap, failed = _int(epoch["gap_before_ms"]), _int(epoch["failed_elections_before"])
     if gap is None:
         return "the history starts in this epoch"
-    lost = f" after {failed} election{'s' if failed != 1 else ''} that won no leader" if failed else ""
+    lost = f", after {failed} election{'s' if failed != 1 else ''} that won no leader" if failed else ""
     return f"elected {gap} ms after the previous leader's last batch{lost}"
 
 
-def _epoch_ended(epoch: dict[str, Any], after: dict[str, Any] | None) -> str:
+def _epoch_ended(after: dict[str, Any] | None) -> str:
+    """Why an epoch ended, read off the next: how long after its last batch it began, and
+    how many elections failed in between."""
     if after is None:
         return "still leading at the history's end"
     gap, failed = _int(after["gap_before_ms"]), _int(after["failed_elections_before"]) or 0
@@ -271,6 +273,11 @@ def _text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))  # a count in a column pandas made float
     return str(value)
+
+
+def _plus(a: Any, b: Any) -> int | None:
+    """A sum of two values a table may not hold: None if either is missing."""
+    return None if missing(a) or missing(b) else int(a) + int(b)
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
