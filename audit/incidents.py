@@ -142,9 +142,11 @@ def _epoch_ended(after: dict[str, Any] | None) -> str:
         return (f"{successor} {gap} ms after its last batch, within an idle leader's NoOp interval "
                 f"({QUIET_LEADER_MS} ms): a handover (resignation, graceful shutdown) or a quick re-election; "
                 "the log does not say which")  # fmt: skip
-    failures = f", after {failed} failed election{'s' if failed != 1 else ''}" if failed else ""
-    return (f"failed: no batch for {gap} ms, longer than an idle leader's NoOp interval ({QUIET_LEADER_MS} ms), "
-            f"then {successor}{failures}: a crash, a cut-off (check-quorum resignation) or a hang")  # fmt: skip
+    failures = f" after {failed} failed election{'s' if failed != 1 else ''}" if failed else ""
+    if gap <= QUIET_LEADER_MS:
+        return f"{successor}{failures}, {gap} ms after its last batch: the elections split or timed out"
+    return (f"lost: {successor}{failures}; no batch for {gap} ms before, longer than an idle leader's NoOp "
+            f"interval ({QUIET_LEADER_MS} ms): it crashed, was cut off (check-quorum resignation) or hung")  # fmt: skip
 
 
 def _partitions(
