@@ -246,7 +246,7 @@ def _groups(groups: pd.DataFrame) -> Iterator[dict[str, Any]]:
                      f"(by {_int(g['rewound_by'])} offsets in all)")  # fmt: skip
         duration = None if g["first_ms"] is None or g["last_ms"] is None else g["last_ms"] - g["first_ms"]
         yield _incident(
-            kind, name, g["first_offset"], g["first_ms"], g["last_ms"], duration, g["status"] == "STALLED",
+            kind, name, None, g["first_ms"], g["last_ms"], duration, g["status"] == "STALLED",
             what=what,
             why=(f"{_int(g['commits'])} commits between these times, {rewinds} lower than the one before, "
                  f"{stalled} equal to it; the log keeps no consumer lag, so this is all it tells"),
