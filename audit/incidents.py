@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ def write(incidents: pa.Table, folder: Path) -> None:
 
 def _controller(epochs: pd.DataFrame) -> Iterator[dict[str, Any]]:
     committed = _records(epochs[epochs["committed"].eq(True)].sort_values("epoch"))
-    for this, after in zip(committed, [*committed[1:], None], strict=True):
+    for this, after in pairwise([*committed, None]):  # the last epoch has none after it
         yield _incident(
             CONTROLLER, f"controller {_int(this['leader'])}", this["start_offset"], this["start_ms"],
             _plus(this["start_ms"], this["tenure_ms"]), this["tenure_ms"], after is None,
