@@ -229,6 +229,29 @@ def test_an_empty_history_renders_every_chart_as_nothing_to_draw(tmp_path: Path)
         tmp_path, _tables(), _rate([]), pd.DataFrame(columns=["group", "bucket_ms", "committed"]), None
     )
     assert assert_every_chart_drawn_or_said_empty(page) == dict.fromkeys(report.CHART_IDS)
+    assert f"<p class='nothing' data-section='incidents'>{report.NO_INCIDENTS}</p>" in first_screen(page)
+    assert render_errors(tmp_path / "report.html", tmp_path) == []
+
+
+def test_incidents_named_like_markup_are_listed_first_and_link_to_their_rows_in_chromium(
+    tmp_path: Path,
+) -> None:
+    incidents = [
+        {"kind": OFFLINE, "start_ms": START_MS + 1_500, "duration_ms": 400, "open": False, "what": MARKUP,
+         "why": "broker 3 fenced", "rows": ["partition_transitions: offset=7", MARKUP]},
+        {"kind": CONTROLLER, "start_ms": START_MS + 3_000, "duration_ms": 125_000, "open": True,
+         "what": "node 2 led epoch 3", "rows": []},
+    ]  # fmt: skip
+    page = _page(tmp_path, _tables(incidents=incidents), _rate([]),
+                 pd.DataFrame(columns=["group", "bucket_ms", "committed"]), (10, START_MS + 200_000))  # fmt: skip
+    listed = incident_rows(page)
+    assert [cells[1:4] for cells, _ in listed] == [
+        ["+1.500 s", html.escape(MARKUP), "400 ms"],
+        ["+3.000 s", "node 2 led epoch 3", "2 min 5 s, still at the history&#x27;s end"],
+    ]
+    assert rows_behind(page, listed[0][1]) == ["partition_transitions: offset=7", html.escape(MARKUP)]
+    assert "<li>none</li>" in page.split(f"<div id='{listed[1][1]}'>")[1].split("</div>")[0]
+    assert_incidents_listed_first_with_their_rows(page, _tables(incidents=incidents)["incidents"])
     assert render_errors(tmp_path / "report.html", tmp_path) == []
 
 
