@@ -15,7 +15,8 @@ part of the tables that are events filtered (``raftka.audit.event_tables``), fol
 offset commits per series (``raftka.audit.commits``) and counting its records per epoch and
 time bucket (``raftka.audit.counts``), joined in order on the driver; build the other
 tables with window functions (``raftka.audit.tables``) over what the pieces wrote and
-counted. Exit status 1 when an error-level check fails.
+counted, and from them, on the driver, the incidents (``raftka.audit.incidents``). Exit
+status 1 when an error-level check fails.
 """
 
 from __future__ import annotations
