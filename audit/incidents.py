@@ -154,7 +154,9 @@ def _partitions(
     intervals: pd.DataFrame, transitions: pd.DataFrame, brokers: pd.DataFrame
 ) -> Iterator[dict[str, Any]]:
     at = {(t["topic_id"], _int(t["partition"]), _int(t["offset"])): t for t in _records(transitions)}
-    broker_events = _records(brokers)
+    broker_events: dict[Any, list[dict[str, Any]]] = {}  # by time: a long history has many
+    for event in _records(brokers):
+        broker_events.setdefault(event["start_ms"], []).append(event)
     chosen = intervals[intervals["condition"].isin(PARTITION_CONDITIONS)]
     for span in _records(chosen.sort_values(["start_ms", "start_offset"])):
         name = f"{span['topic']}-{_int(span['partition'])}"
@@ -175,7 +177,7 @@ def _partitions(
 
 
 def _broker_events(
-    transition: dict[str, Any] | None, brokers: Sequence[dict[str, Any]], causes: tuple[str, ...]
+    transition: dict[str, Any] | None, by_ms: Mapping[Any, list[dict[str, Any]]], causes: tuple[str, ...]
 ) -> list[dict[str, Any]]:
     """The broker events of the transition's batch (records of a batch share its time) that
     concern a broker it moved: the controller writes a fence and the partition changes it
@@ -183,10 +185,8 @@ def _broker_events(
     if transition is None:
         return []
     moved = _moved(transition)
-    return [
-        b for b in brokers
-        if b["started_by"] in causes and _int(b["broker"]) in moved and b["start_ms"] == transition["timestamp_ms"]
-    ]  # fmt: skip
+    batch = by_ms.get(transition["timestamp_ms"], []) if transition["timestamp_ms"] is not None else []
+    return [b for b in batch if b["started_by"] in causes and _int(b["broker"]) in moved]
 
 
 def _moved(transition: dict[str, Any]) -> set[int]:
