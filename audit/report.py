@@ -330,6 +330,7 @@ td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.pass{color:#1e8449;font-weight:bold}.fail{color:#c0392b;font-weight:bold}
 img{max-width:100%;border:1px solid #eee;margin-bottom:1em}.verdict{font-size:1.4em}
 .nothing{color:#666;font-style:italic}
+.incidents td:nth-child(-n+2){white-space:nowrap}
 """
 _CAPTIONS = {
     "leadership": "Which controller led, epoch by epoch; red bands are the windows without a leader "
