@@ -15,7 +15,8 @@ part of the tables that are events filtered (``raftka.audit.event_tables``), fol
 offset commits per series (``raftka.audit.commits``) and counting its records per epoch and
 time bucket (``raftka.audit.counts``), joined in order on the driver; build the other
 tables with window functions (``raftka.audit.tables``) over what the pieces wrote and
-counted. Exit status 1 when an error-level check fails.
+counted, and from them, on the driver, the incidents (``raftka.audit.incidents``). Exit
+status 1 when an error-level check fails.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from raftka.audit import collector, report, tables
+from raftka.audit import collector, incidents, report, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
 from raftka.audit.commits import PROGRESS_BUCKETS, SERIES_SCHEMA, combine, committed_over_time
 from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
@@ -70,6 +71,7 @@ TABLES = (
     "group_rebalances",
     "leadership_by_broker",
     "violations",
+    "incidents",
 )
 SCRATCH = "scratch"  # under OUT: what the replay's tasks write for the tables; removed at the end
 TASKS_PER_CORE = 4  # heads partitions and replay pieces: enough to keep every core busy to the end
@@ -214,6 +216,7 @@ def _run(
         table_seconds = {name: future.result() for name, future in writing.items()}
     timings.mark("tables")
 
+    incidents.write(incidents.find(incidents.read_inputs(tables_dir)), tables_dir / "incidents")
     collected = {  # read here, as summary.json and report.html are written here
         name: pq.read_table(tables_dir / name, columns=schema.names).to_pandas()
         for name, schema in report.TABLES_SHOWN.items()

@@ -1,6 +1,8 @@
 """``report.html``: one self-contained page (charts as inline PNGs, no network) for people.
 
-It opens with the verdict and every check, then the headline figures, six charts
+It opens with the verdict and the incidents in time order (controller epochs and how each
+ended, partitions offline or under min ISR, groups that rewound or stalled), each linking
+to the rows behind it further down; then every check, the headline figures, six charts
 (controller leadership with failover gaps, broker fenced periods, partitions offline /
 under-replicated / under min ISR over time, elections and ISR churn per topic and per
 broker, metadata writes per record type, committed offsets per group) and the first
@@ -24,6 +26,7 @@ import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from raftka.audit.checks import VIOLATION_SCHEMA  # noqa: E402
+from raftka.audit.incidents import INCIDENT_SCHEMA, missing  # noqa: E402
 
 # The tables the summary and the page read, and of the two long ones only the columns they
 # count and chart (a 10-million-record history has about a million rows of each), with the
@@ -57,6 +60,7 @@ TABLES_SHOWN: dict[str, pa.Schema] = {
           for c in ("elections_won", "unclean_elections_won", "leaderships_lost", "isr_removals")),
     ]),
     "violations": VIOLATION_SCHEMA,
+    "incidents": INCIDENT_SCHEMA,
 }  # fmt: skip
 ROWS_SHOWN = 200
 SERIES_POINTS_MARKED = 20  # a group with fewer points in the committed-offsets chart gets markers
@@ -326,6 +330,7 @@ td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.pass{color:#1e8449;font-weight:bold}.fail{color:#c0392b;font-weight:bold}
 img{max-width:100%;border:1px solid #eee;margin-bottom:1em}.verdict{font-size:1.4em}
 .nothing{color:#666;font-style:italic}
+.incidents td:nth-child(-n+2){white-space:nowrap}
 """
 _CAPTIONS = {
     "leadership": "Which controller led, epoch by epoch; red bands are the windows without a leader "
@@ -351,6 +356,7 @@ def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict
         f"<p>Nodes {', '.join(summary['inputs']['nodes'])} ({len(summary['inputs']['files'])} files); offsets "
         f"{history['start_offset']} to {history['end_offset']} ({history['records']} records), "
         f"{_utc(history['start_ms'])} to {_utc(history['end_ms'])}; voters {history['voters']}.</p>",
+        *_incidents(tables["incidents"], history["start_ms"]),
         "<h2>Checks</h2>",
         _table(pd.DataFrame(summary["checks"])[["check", "passed", "error", "warning", "info", "what"]]),
         "<h2>Headline figures</h2>",
@@ -365,10 +371,87 @@ def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict
         else:
             data = base64.b64encode(chart.png).decode()
             parts.append(f"<img alt='{chart_id}' src='data:image/png;base64,{data}'>")
+    parts += _rows_behind(tables["incidents"])
     parts += ["<h2>Violations</h2>", _table(tables["violations"].head(ROWS_SHOWN))]
     parts += ["<h2>Controller epochs</h2>", _table(tables["controller_epochs"].head(ROWS_SHOWN))]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+INCIDENTS_ID = "incidents"
+NO_INCIDENTS = "No incidents in this history."
+_INCIDENT_COLUMNS = ("time (UTC)", "since start", "what", "how long", "why", "ended", "rows")
+
+
+def _incident_id(position: int) -> str:
+    """The anchor of an incident's rows: by its place on the page, as its fields are names
+    and words from the history, any of which may repeat."""
+    return f"incident-{position + 1}"
+
+
+def _incidents(incidents: pd.DataFrame, start_ms: int | None) -> list[str]:
+    """The first screen: what happened when, plainly, each row linking to the rows behind it."""
+    parts = [f"<h2 id='{INCIDENTS_ID}'>Incidents</h2>"]
+    if incidents.empty:
+        return [*parts, f"<p class='nothing' data-section='{INCIDENTS_ID}'>{NO_INCIDENTS}</p>"]
+    head = "".join(f"<th>{c}</th>" for c in _INCIDENT_COLUMNS)
+    rows = []
+    for position, incident in enumerate(incidents.head(ROWS_SHOWN).itertuples(index=False)):
+        since = (
+            ""
+            if start_ms is None or missing(incident.start_ms)
+            else f"+{(incident.start_ms - start_ms) / 1000:.3f} s"
+        )
+        cells = (_utc_ms(incident.start_ms), since, incident.what, _how_long(incident.duration_ms, incident.open),
+                 incident.why, incident.ended)  # fmt: skip
+        link = f"<a href='#{_incident_id(position)}'>rows</a>"
+        rows.append(
+            f"<tr data-kind='{html.escape(str(incident.kind), quote=True)}'>"
+            + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in cells) + f"<td>{link}</td></tr>"
+        )  # fmt: skip
+    parts.append(f"<table class='incidents'><tr>{head}</tr>{''.join(rows)}</table>")
+    if len(incidents) > ROWS_SHOWN:
+        parts.append(f"<p>The first {ROWS_SHOWN} of {len(incidents)}: every one is in tables/incidents.</p>")
+    return parts
+
+
+def _rows_behind(incidents: pd.DataFrame) -> list[str]:
+    """Each incident's rows of the other tables, under the anchor its link targets."""
+    if incidents.empty:
+        return []
+    parts = ["<h2 id='incident-rows'>Rows behind each incident</h2>"]
+    for position, incident in enumerate(incidents.head(ROWS_SHOWN).itertuples(index=False)):
+        lines = [] if missing(incident.rows) else [line for line in incident.rows if not missing(line)]
+        items = (
+            "".join(f"<li><code>{html.escape(str(line))}</code></li>" for line in lines) or "<li>none</li>"
+        )
+        parts.append(
+            f"<div id='{_incident_id(position)}'><h3>{position + 1}. {html.escape(_cell(incident.what))}</h3>"
+            f"<ul>{items}</ul><a href='#{INCIDENTS_ID}'>back to the incidents</a></div>"
+        )
+    return parts
+
+
+def _how_long(duration_ms: Any, still: Any) -> str:
+    said = "" if missing(duration_ms) else _duration(int(duration_ms))
+    if not missing(still) and bool(still):
+        return f"{said}, still at the history's end" if said else "still at the history's end"
+    return said
+
+
+def _duration(ms: int) -> str:
+    if abs(ms) < 1_000:
+        return f"{ms} ms"
+    if abs(ms) < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(round(ms / 1000), 60)
+    return f"{minutes} min {seconds} s"
+
+
+def _utc_ms(ms: Any) -> str:
+    if missing(ms):
+        return "?"
+    return pd.to_datetime(int(ms), unit="ms", utc=True).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def _table(frame: pd.DataFrame) -> str:

@@ -3,6 +3,7 @@ status the story must give; and a damaged copy that fails it."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -20,6 +21,8 @@ from raftka.audit.job import TABLES
 from raftka.audit.report import CHART_IDS
 from raftka.cli.main import main
 from tests.unit.audit_incident import GAP_MS, SECOND_GAP_MS, STEP_MS, Incident
+from tests.unit.browser_support import render_errors
+from tests.unit.report_support import assert_links_resolve, incident_rows, rows_behind
 from tests.unit.storage_support import flip_byte
 
 Audited = tuple[dict[str, Any], Path]
@@ -136,6 +139,73 @@ def test_the_report_holds_its_charts_and_needs_no_network(audited: Audited) -> N
     assert all(len(data) > 2_000 for _, data in images)
     assert "http://" not in page and "https://" not in page
     assert "Verdict: <span class='pass'>passed</span>" in page
+
+
+def test_the_incidents_of_the_story_in_time_order(incident: Incident, audited: Audited) -> None:
+    """Both controller failovers with their gaps, broker 103's fence taking events-0 offline
+    until it came back, orders-0 under its min ISR by the same fence and orders-1 by its
+    leader's shrink, and group g1's rewind: each with what began and ended it."""
+    o = incident.offsets
+    found = _table(audited, "incidents")
+    rows = found[["kind", "subject", "start_offset", "duration_ms", "open"]]
+    assert rows.astype(object).where(rows.notna(), None).values.tolist() == [
+        ["controller", "controller 1", 0, 8 * STEP_MS, False],
+        ["group_rewound", "group g1 on orders-0", None, 42 * STEP_MS, False],
+        ["controller", "controller 2", o["fence-101"] - 1, 17 * STEP_MS, False],
+        ["under_min_isr", "orders-1", o["shrink-orders-1"], 24 * STEP_MS, True],
+        ["under_min_isr", "orders-0", o["fence-103"], 5 * STEP_MS, False],
+        ["offline", "events-0", o["fence-103"] + 1, 4 * STEP_MS, False],
+        ["controller", "controller 3", o["config-events"] - 1, 2 * STEP_MS, True],
+    ]
+    assert found["start_ms"].is_monotonic_increasing
+    why, ended = found["why"].tolist(), found["ended"].tolist()
+    assert ended[0].startswith(f"lost: node 2 won epoch 3 after 1 failed election; no batch for {GAP_MS} ms")
+    assert (
+        why[2]
+        == f"elected {GAP_MS} ms after the previous leader's last batch, after 1 election that won no leader"
+    )
+    assert ended[2].startswith(f"lost: node 3 won epoch 4; no batch for {SECOND_GAP_MS} ms")
+    assert ended[6] == "still leading at the history's end"
+    fenced = "broker 103 fenced (session lapsed or controlled shutdown: the log records both as a fence)"
+    assert (
+        why[3]
+        == "ISR shrunk by leader 102 (a replica fell behind): isr_shrink, leader 102 -> 102, ISR [102, 103] -> [102]"
+    )
+    assert why[4] == f"{fenced}: isr_shrink, leader 102 -> 102, ISR [102, 103] -> [102]"
+    assert ended[4] == "isr_expand, leader 102 -> 102, ISR [102] -> [102, 101]"
+    assert why[5] == f"{fenced}: offline, leader 103 -> none, ISR [103] -> [103]"
+    assert (
+        ended[5] == "broker 103 unfenced: election (clean election), leader none -> 103, ISR [103] -> [103]"
+    )
+    assert found["what"][1] == "group g1 on orders-0: committed offset rewound 1 time (by 15 offsets in all)"
+    offline_rows = [
+        line.split(":")[0] + " " + line.split("offset=")[1].split(",")[0] for line in found["rows"][5]
+    ]
+    assert offline_rows == [
+        f"partition_intervals {o['fence-103'] + 1}",
+        f"partition_transitions {o['fence-103'] + 1}",
+        f"partition_transitions {o['unfence-103'] + 1}",
+        f"broker_timeline {o['fence-103'] + 2}",
+        f"broker_timeline {o['unfence-103']}",
+    ]  # fmt: skip
+
+
+def test_the_report_opens_with_the_incidents_linking_to_their_rows(audited: Audited) -> None:
+    out = audited[1]
+    page = (out / "report.html").read_text()
+    found = _table(audited, "incidents")
+    listed = incident_rows(page)
+    assert [cells[2] for cells, _ in listed] == [html.escape(w) for w in found["what"]]
+    assert [cells[3] for cells, _ in listed][3:6] == [
+        "2.4 s, still at the history&#x27;s end",
+        "500 ms",
+        "400 ms",
+    ]
+    assert page.index("<h2 id='incidents'>") < page.index("<h2>Checks</h2>") < page.index("<img alt=")
+    _, offline = listed[5]
+    assert rows_behind(page, offline) == [html.escape(line) for line in found["rows"][5]]
+    assert_links_resolve(page)
+    assert render_errors(out / "report.html", out) == []
 
 
 def test_a_damaged_copy_fails_the_cli_with_exit_status_1(

@@ -2,7 +2,7 @@
 
 A copy of the page gets a probe as its first script: it records every ``console.error``,
 uncaught exception and element that failed to load, and once the page has loaded, every
-image that did not decode; then it writes them into the DOM, which ``--dump-dom`` prints.
+image that did not decode and every link within the page to an id it does not hold; then it writes them into the DOM, which ``--dump-dom`` prints.
 Chromium's own log (stderr) is no use for this: it mixes the page's messages with the
 browser's (D-Bus, GPU) and changes between versions.
 
@@ -39,6 +39,10 @@ window.addEventListener("load", () => {
   for (const img of document.images) {
     if (!img.complete || img.naturalWidth === 0) recordRenderError("image not drawn: " + img.alt);
   }
+  for (const link of document.querySelectorAll("a[href^='#']")) {
+    const target = decodeURIComponent(link.getAttribute("href").slice(1));
+    if (!document.getElementById(target)) recordRenderError("link to nothing: #" + target);
+  }
   const out = document.createElement("pre");
   out.id = "ERRORS_ID";
   out.textContent = JSON.stringify(window.__renderErrors);
@@ -60,7 +64,8 @@ def chromium() -> str:
 
 def render_errors(page: Path, scratch: Path) -> list[str]:
     """What went wrong rendering ``page`` in headless Chromium: console errors, uncaught
-    exceptions, resources or images that failed; empty when it rendered cleanly."""
+    exceptions, resources or images that failed, links to ids the page lacks; empty when it
+    rendered cleanly."""
     text = page.read_text(encoding="utf-8")
     head = re.search(r"<head[^>]*>", text, re.IGNORECASE)
     assert head is not None, f"{page} has no <head>"

@@ -5,6 +5,7 @@ them (Arrow to pandas). Every chart is drawn or says there was nothing to draw."
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,11 +22,18 @@ from raftka.audit import report
 from raftka.audit.checks import CHECK_NAMES, SEVERITIES
 from raftka.audit.counts import WIDTHS_MS, bucket_ms
 from raftka.audit.event_tables import CONDITIONS
+from raftka.audit.incidents import CONTROLLER, GROUP_REWOUND, GROUP_STALLED, OFFLINE, UNDER_MIN_ISR
 from raftka.audit.job import make_summary
 from raftka.audit.report import _span_history
 from raftka.audit.synthetic import START_MS
 from tests.unit.browser_support import render_errors
-from tests.unit.report_support import assert_every_chart_drawn_or_said_empty
+from tests.unit.report_support import (
+    assert_every_chart_drawn_or_said_empty,
+    assert_links_resolve,
+    first_screen,
+    incident_rows,
+    rows_behind,
+)
 
 SPAN_MS = 10**9  # times fall within about eleven days of the history's start
 ROWS_MAX = 6
@@ -40,7 +48,9 @@ WORDS: dict[str, tuple[str, ...]] = {
     "check": tuple(sorted(CHECK_NAMES)),
     "severity": SEVERITIES,
     "topic": ("orders", "events", "t" * 60, MATHTEXT),
+    "kind": (CONTROLLER, OFFLINE, UNDER_MIN_ISR, GROUP_REWOUND, GROUP_STALLED),
 }
+MARKUP = "<a href='#incident-1'>x</a> & \"quoted\""  # words from the history are text, never markup
 
 
 def _values(field: pa.Field) -> st.SearchStrategy[Any]:
@@ -53,10 +63,12 @@ def _values(field: pa.Field) -> st.SearchStrategy[Any]:
         value = st.integers(START_MS - 1_000, START_MS + SPAN_MS)
     elif pa.types.is_integer(kind):
         value = st.integers(-2, 2) | st.integers(0, 2**31 - 1)
+    elif pa.types.is_list(kind) and pa.types.is_string(kind.value_type):
+        value = st.lists(st.none() | st.text(max_size=12) | st.just(MARKUP), max_size=4)
     elif pa.types.is_list(kind):
         value = st.lists(st.integers(-1, 200), max_size=4)
     else:
-        value = st.text(max_size=12)
+        value = st.text(max_size=12) | st.just(MARKUP)
     return st.none() | value if field.nullable else value
 
 
@@ -123,6 +135,23 @@ def test_any_tables_make_a_page_whose_every_chart_is_drawn_or_says_there_was_not
     assert {chart for chart, png in charts.items() if png is not None} == _something_to_draw(
         tables, rate, committed
     )
+    assert_incidents_listed_first_with_their_rows(page, tables["incidents"])
+
+
+def assert_incidents_listed_first_with_their_rows(page: str, incidents: pd.DataFrame) -> None:
+    """The page opens with the incidents, in the table's order, each linking to an anchor
+    lower down that lists the rows behind it; none: it says so."""
+    assert_links_resolve(page)
+    listed = incident_rows(page)
+    if incidents.empty:
+        assert report.NO_INCIDENTS in first_screen(page) and listed == []
+        return
+    assert report.NO_INCIDENTS not in page
+    assert [cells[2] for cells, _ in listed] == [html.escape(report._cell(w)) for w in incidents["what"]]
+    for (_, anchor), behind in zip(listed, incidents["rows"], strict=True):
+        said = [] if behind is None else [html.escape(line) for line in behind if line is not None]
+        assert rows_behind(page, anchor) == said
+        assert page.index(f"id='{anchor}'") > page.index("<h2>Checks</h2>")
 
 
 def _something_to_draw(
@@ -200,6 +229,29 @@ def test_an_empty_history_renders_every_chart_as_nothing_to_draw(tmp_path: Path)
         tmp_path, _tables(), _rate([]), pd.DataFrame(columns=["group", "bucket_ms", "committed"]), None
     )
     assert assert_every_chart_drawn_or_said_empty(page) == dict.fromkeys(report.CHART_IDS)
+    assert f"<p class='nothing' data-section='incidents'>{report.NO_INCIDENTS}</p>" in first_screen(page)
+    assert render_errors(tmp_path / "report.html", tmp_path) == []
+
+
+def test_incidents_named_like_markup_are_listed_first_and_link_to_their_rows_in_chromium(
+    tmp_path: Path,
+) -> None:
+    incidents = [
+        {"kind": OFFLINE, "start_ms": START_MS + 1_500, "duration_ms": 400, "open": False, "what": MARKUP,
+         "why": "broker 3 fenced", "rows": ["partition_transitions: offset=7", MARKUP]},
+        {"kind": CONTROLLER, "start_ms": START_MS + 3_000, "duration_ms": 125_000, "open": True,
+         "what": "node 2 led epoch 3", "rows": []},
+    ]  # fmt: skip
+    page = _page(tmp_path, _tables(incidents=incidents), _rate([]),
+                 pd.DataFrame(columns=["group", "bucket_ms", "committed"]), (10, START_MS + 200_000))  # fmt: skip
+    listed = incident_rows(page)
+    assert [cells[1:4] for cells, _ in listed] == [
+        ["+1.500 s", html.escape(MARKUP), "400 ms"],
+        ["+3.000 s", "node 2 led epoch 3", "2 min 5 s, still at the history&#x27;s end"],
+    ]
+    assert rows_behind(page, listed[0][1]) == ["partition_transitions: offset=7", html.escape(MARKUP)]
+    assert "<li>none</li>" in page.split(f"<div id='{listed[1][1]}'>")[1].split("</div>")[0]
+    assert_incidents_listed_first_with_their_rows(page, _tables(incidents=incidents)["incidents"])
     assert render_errors(tmp_path / "report.html", tmp_path) == []
 
 
@@ -207,12 +259,14 @@ def test_the_render_check_sees_console_errors_exceptions_and_broken_images(tmp_p
     page = tmp_path / "broken.html"
     page.write_text(
         "<!doctype html><html><head><title>t</title></head><body><img alt='chart' src='data:image/png;base64,AAAA'>"
+        "<a href='#here'>fine</a><p id='here'></p><a href='#incident-9'>rows</a>"
         "<script>console.error('drawn wrong'); notDefined();</script></body></html>"
     )
     errors = render_errors(page, tmp_path)
     assert "console.error: drawn wrong" in errors
     assert any(e.startswith("uncaught: ") and "notDefined" in e for e in errors)
     assert "image not drawn: chart" in errors
+    assert "link to nothing: #incident-9" in errors and not any("#here" in e for e in errors)
 
 
 def test_a_chart_over_time_spans_the_whole_history_and_never_cuts_what_it_drew() -> None:
