@@ -1,0 +1,147 @@
+"""The simulation's clients: an acks=all producer and a consumer, over the simulated network.
+
+Both find the partition's leader in the metadata of a broker they pick (which may be
+stale, as a real client's is) and retry on any error or silence. Every value the producer
+sends is new (a retry sends a new one: this producer is not idempotent, so a retry may
+add a second copy, which is allowed; what the checks forbid is losing an acknowledged
+one). The producer reports each acknowledged record, the consumer each record it reads,
+to the invariants.
+"""
+
+from __future__ import annotations
+
+import random
+
+from raftka.broker.replica.manager import TIMEOUT_MS_MAX
+from raftka.records.codec import BatchBuilder, read_records
+from raftka.v1 import broker_pb2, controller_pb2
+from tests.datasim.broker import TOPIC, SimBroker
+from tests.datasim.invariants import Invariants
+from tests.datasim.network import Network
+from tests.simulation.scheduler import Scheduler
+
+E = controller_pb2.ErrorCode
+PRODUCER, CONSUMER = 100, 101
+T0_MS = 1_700_000_000_000  # every record's timestamp: nothing in a run reads the wall clock
+CLIENT_TIMEOUT_MS = 500
+IN_FLIGHT_MAX = 2
+
+
+def _leader(brokers: dict[int, SimBroker], rng: random.Random) -> SimBroker | None:
+    up = [b for b in brokers.values() if b.process is not None]
+    if not up:
+        return None
+    image = rng.choice(up).process.replicas.image  # type: ignore[union-attr]
+    topic = image.topic(TOPIC)
+    state = None if topic is None else topic.partitions.get(0)
+    return None if state is None or state.leader < 0 else brokers[state.leader]
+
+
+class Producer:
+    def __init__(
+        self,
+        brokers: dict[int, SimBroker],
+        scheduler: Scheduler,
+        network: Network,
+        rng: random.Random,
+        invariants: Invariants,
+    ) -> None:
+        self.brokers, self.scheduler, self.network, self.rng = brokers, scheduler, network, rng
+        self.invariants = invariants
+        self.next_value = 0
+        self.in_flight: dict[int, list[bytes]] = {}
+        self.calls = 0
+        self.running = True
+        self.acked = 0
+
+    def start(self) -> None:
+        self.network.incarnations[PRODUCER] = 1
+        self.scheduler.after(1, self._tick)
+
+    def _tick(self) -> None:
+        if self.running and len(self.in_flight) < IN_FLIGHT_MAX:
+            self._send()
+        self.scheduler.after(self.rng.randint(5, 40), self._tick)
+
+    def _send(self) -> None:
+        leader = _leader(self.brokers, self.rng)
+        if leader is None:
+            return
+        values = [self._value() for _ in range(self.rng.randint(1, 3))]
+        builder = BatchBuilder()
+        for value in values:
+            assert builder.append(T0_MS, None, value)
+        request = broker_pb2.ProduceRequest(acks=-1, timeout_ms=TIMEOUT_MS_MAX)
+        request.topics.add(name=TOPIC).partitions.add(partition=0, records=bytes(builder.build()))
+        self.calls += 1
+        call = self.calls
+        self.in_flight[call] = values
+        self.network.send(PRODUCER, leader.id, self._at_broker, leader, request, call)
+        self.scheduler.after(CLIENT_TIMEOUT_MS, self.in_flight.pop, call, None)
+
+    def _value(self) -> bytes:
+        self.next_value += 1
+        return b"v%d" % self.next_value
+
+    def _at_broker(self, broker: SimBroker, request: broker_pb2.ProduceRequest, call: int) -> None:
+        broker.serve_produce(
+            request, lambda response: self.network.send(broker.id, PRODUCER, self._answered, response, call)
+        )
+
+    def _answered(self, response: broker_pb2.ProduceResponse, call: int) -> None:
+        values = self.in_flight.pop(call, None)
+        if values is None or response.status.error != E.NONE:
+            return
+        result = response.topics[0].partitions[0]
+        if result.error != E.NONE:
+            return
+        self.acked += len(values)
+        for i, value in enumerate(values):
+            self.invariants.acknowledged(result.base_offset + i, value)
+
+
+class Consumer:
+    def __init__(
+        self,
+        brokers: dict[int, SimBroker],
+        scheduler: Scheduler,
+        network: Network,
+        rng: random.Random,
+        invariants: Invariants,
+    ) -> None:
+        self.brokers, self.scheduler, self.network, self.rng = brokers, scheduler, network, rng
+        self.invariants = invariants
+        self.position = 0
+        self.calls = 0
+
+    def start(self) -> None:
+        self.network.incarnations[CONSUMER] = 1
+        self.scheduler.after(1, self._tick)
+
+    def _tick(self) -> None:
+        leader = _leader(self.brokers, self.rng)
+        if leader is not None:
+            request = broker_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
+            request.topics.add(name=TOPIC).partitions.add(
+                partition=0, fetch_offset=self.position, partition_max_bytes=1 << 20
+            )
+            self.calls += 1
+            self.network.send(CONSUMER, leader.id, self._at_broker, leader, request, self.calls, self.position)
+        self.scheduler.after(self.rng.randint(10, 50), self._tick)
+
+    def _at_broker(self, broker: SimBroker, request: broker_pb2.FetchRequest, call: int, position: int) -> None:
+        broker.serve_client_fetch(
+            request,
+            lambda response: self.network.send(broker.id, CONSUMER, self._answered, response, position),
+        )
+
+    def _answered(self, response: broker_pb2.FetchResponse, position: int) -> None:
+        if response.status.error != E.NONE or position != self.position:
+            return
+        result = response.topics[0].partitions[0]
+        if result.error != E.NONE:
+            return
+        for record in read_records(result.records):
+            if record.offset >= self.position:
+                self.invariants.consumed(record.offset, record.value)
+                self.position = record.offset + 1

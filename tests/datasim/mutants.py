@@ -1,0 +1,45 @@
+"""Deliberately broken brokers: the simulation must catch each within a few seeds.
+
+If one survives, the invariants or the fault model have a blind spot, and a real bug of
+that kind would hide there too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from unittest import mock
+
+from raftka.broker.replica.partition import Partition
+
+
+@contextlib.contextmanager
+def serve_unregistered() -> Iterator[None]:
+    """A restarted broker takes the roles of the image at once, before the controller has
+    registered (and unfenced) this incarnation: it may lead, at the old leader epoch, a
+    log that lost its unsynced tail, and followers truncate to it."""
+    with mock.patch("raftka.broker.partitions._registered_and_unfenced", lambda *args: True):
+        yield
+
+
+@contextlib.contextmanager
+def hw_ignores_followers() -> Iterator[None]:
+    """The leader's high watermark is its own log end: acks=all answers before any
+    follower holds the records."""
+
+    def advance(self: Partition) -> bool:
+        if not self.is_leader or self.log.log_end_offset <= self.high_watermark:
+            return False
+        self.high_watermark = self.log.log_end_offset
+        return True
+
+    with mock.patch.object(Partition, "maybe_advance_high_watermark", advance):
+        yield
+
+
+MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
+    "": contextlib.nullcontext,
+    "serve-unregistered": serve_unregistered,
+    "hw-ignores-followers": hw_ignores_followers,
+}
