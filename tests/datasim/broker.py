@@ -40,6 +40,7 @@ CALL_TIMEOUT_MS = 300  # a request with no answer by then is taken as lost
 CHECKPOINT_MS = 250
 TOPIC = "t"
 _STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH})
+_REREGISTER = frozenset({E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED})
 
 
 class Process:
@@ -101,6 +102,9 @@ class SimBroker:
         self.trace = trace
         self.flush_ms = rng.choice((50, 300, 1000, 1 << 40))  # flush.ms: never, for the last
         self.process: Process | None = None
+        # the last image applied: the broker's copy of the metadata log is on its disk (the
+        # quorum's storage fsyncs it), and a restart replays it before it hears the controller
+        self.replayed: MetadataImage | None = None
         self.incarnations = 0
         self.controller: Any = None  # the SimController, set by the cluster
         self.peers: dict[int, SimBroker] = {}
@@ -126,12 +130,19 @@ class SimBroker:
         self.process = Process(self, incarnation)
         self.network.incarnations[self.id] = self.incarnations
         self.trace(f"b{self.id} starts as {incarnation}")
+        if self.replayed is not None:
+            self.adopt(self.replayed)
         self._register(self.process)
         self._every(self.process, CHECKPOINT_MS, self._checkpoint)
         self._every(self.process, LAG_MS // 2, lambda p: p.replicas.shrink_isrs())
         self._every(self.process, FETCH_IDLE_MS, self._maybe_fetch)
         if self.flush_ms < 1 << 40:
             self._every(self.process, self.flush_ms, self._flush)
+
+    def wipe(self) -> None:
+        """The disk is lost, the broker's copy of the metadata log with it."""
+        self.disk.wipe()
+        self.replayed = None
 
     def crash(self) -> None:
         process = self.process
@@ -182,20 +193,38 @@ class SimBroker:
             return
         process.broker_epoch = response.broker_epoch
         self.trace(f"b{self.id} registered at epoch {response.broker_epoch}")
-        self._heartbeat(process)
+        self._heartbeat(process, process.broker_epoch)
 
-    def _heartbeat(self, process: Process) -> None:
-        if self.process is not process:
+    def _heartbeat(self, process: Process, epoch: int) -> None:
+        if self.process is not process or process.broker_epoch != epoch:
             return
         request = controller_pb2.BrokerHeartbeatRequest(
-            broker_id=self.id, broker_epoch=process.broker_epoch, current_metadata_offset=process.applied_offset
+            broker_id=self.id, broker_epoch=epoch, current_metadata_offset=process.applied_offset
         )
-        self.network.send(self.id, CONTROLLER, self._at_controller_heartbeat, request)
-        self.scheduler.after(HEARTBEAT_MS, self._heartbeat, process)
+        self.network.send(self.id, CONTROLLER, self._at_controller_heartbeat, request, process)
+        self.scheduler.after(HEARTBEAT_MS, self._heartbeat, process, epoch)
 
-    def _at_controller_heartbeat(self, request: controller_pb2.BrokerHeartbeatRequest) -> None:
-        self.controller.heartbeat(request)
-        self.network.send(CONTROLLER, self.id, self.adopt, self.controller.image)
+    def _at_controller_heartbeat(self, request: controller_pb2.BrokerHeartbeatRequest, process: Process) -> None:
+        response = self.controller.heartbeat(request)
+        image = self.controller.image  # the metadata log goes on reaching a live broker
+        self.network.send(CONTROLLER, self.id, self._heartbeat_answered, request, response, image, process)
+
+    def _heartbeat_answered(
+        self,
+        request: controller_pb2.BrokerHeartbeatRequest,
+        response: controller_pb2.BrokerHeartbeatResponse,
+        image: MetadataImage,
+        process: Process,
+    ) -> None:
+        """A registration the controller no longer holds (a later retry of ours replaced
+        it, say) is registered again, as ``raftka.broker.lifecycle`` does."""
+        if self.process is not process or process.broker_epoch != request.broker_epoch:
+            return
+        if response.status.error in _REREGISTER:
+            self.trace(f"b{self.id} registers again: {E.Name(response.status.error)}")
+            process.broker_epoch = -1
+            self._register(process)
+        self.adopt(image)
 
     def adopt(self, image: MetadataImage) -> None:
         """A metadata image arrived; older ones than this process has applied are ignored."""
@@ -203,6 +232,7 @@ class SimBroker:
         if process is None or image.offset <= process.applied_offset:
             return
         process.applied_offset = image.offset
+        self.replayed = image
         process.replicas.apply(image, process.roles.update(image))
 
     def send_isr_change(self, partition: Partition, new_isr: tuple[int, ...]) -> None:

@@ -164,7 +164,7 @@ class Cluster:
             if fault == "power-cut":
                 broker.disk.power_cut()
             elif fault == "wipe":
-                broker.disk.wipe()
+                broker.wipe()
             self.scheduler.after(lasts, self._restart, broker)
         else:
             others = [CONTROLLER] if fault == "isolate-from-controller" else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER]
