@@ -8,7 +8,7 @@ SEEDS ?= 2000
 JOBS ?= 2
 BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat docker-test spark-cluster-test
+.PHONY: venv cluster down test lint sim sim-data bench bench-kafka proto kcat docker-test spark-cluster-test
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ lint: $(STAMP)
 # Long simulation runs: make sim SEEDS=20000 [JOBS=2]
 sim: $(STAMP)
 	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --jobs $(JOBS)
+
+# Long runs of the data plane's simulation: make sim-data SEEDS=5000 [JOBS=2]
+sim-data: $(STAMP)
+	$(BIN)/python -m tests.datasim --seeds $(SEEDS) --jobs $(JOBS)
 
 # Append throughput/latency with the load inside the leader's process (fsync on).
 bench: $(STAMP)

@@ -56,6 +56,7 @@ class Process:
         self.logs = LogManager(broker.disk.root)
         self.logs.open_all()
         config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
+        self.trace = broker.trace
         self.fetch = FollowerFetch(
             broker.id, config, lambda: self.broker_epoch, self._truncated, clock=broker.clock_s
         )
@@ -72,6 +73,8 @@ class Process:
         )
 
     def _truncated(self, partitions: list[Partition], then: Callable[[], None]) -> None:
+        for p in partitions:
+            self.trace(f"{self.incarnation} truncated to {p.log.log_end_offset} (hw {p.high_watermark})")
         self.replicas.truncated(partitions, then)
 
     def close_unsynced(self) -> None:

@@ -11,6 +11,7 @@ to the invariants.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from raftka.broker.replica.manager import TIMEOUT_MS_MAX
 from raftka.records.codec import BatchBuilder, read_records
@@ -45,9 +46,11 @@ class Producer:
         network: Network,
         rng: random.Random,
         invariants: Invariants,
+        trace: Callable[[str], None],
     ) -> None:
         self.brokers, self.scheduler, self.network, self.rng = brokers, scheduler, network, rng
         self.invariants = invariants
+        self.trace = trace
         self.next_value = 0
         self.in_flight: dict[int, list[bytes]] = {}
         self.calls = 0
@@ -96,6 +99,7 @@ class Producer:
         if result.error != E.NONE:
             return
         self.acked += len(values)
+        self.trace(f"producer: {values[0]!r}.. acknowledged at {result.base_offset}..{result.base_offset + len(values) - 1}")
         for i, value in enumerate(values):
             self.invariants.acknowledged(result.base_offset + i, value)
 
@@ -108,9 +112,11 @@ class Consumer:
         network: Network,
         rng: random.Random,
         invariants: Invariants,
+        trace: Callable[[str], None],
     ) -> None:
         self.brokers, self.scheduler, self.network, self.rng = brokers, scheduler, network, rng
         self.invariants = invariants
+        self.trace = trace
         self.position = 0
         self.calls = 0
 
@@ -145,3 +151,5 @@ class Consumer:
             if record.offset >= self.position:
                 self.invariants.consumed(record.offset, record.value)
                 self.position = record.offset + 1
+        if self.position != position:
+            self.trace(f"consumer: read {position}..{self.position - 1} (hw {result.high_watermark})")

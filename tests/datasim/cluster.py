@@ -76,8 +76,8 @@ class Cluster:
         for broker in self.brokers.values():
             broker.controller = self.controller
             broker.peers = self.brokers
-        self.producer = Producer(self.brokers, self.scheduler, self.network, self.rng, self.invariants)
-        self.consumer = Consumer(self.brokers, self.scheduler, self.network, self.rng, self.invariants)
+        self.producer = Producer(self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace)
+        self.consumer = Consumer(self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace)
         self.faults: dict[str, int] = {}
         self.faulting = False  # a fault is in progress: no other starts
         self.nemesis_on = True
