@@ -23,9 +23,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults-ms", type=int, default=FAULTS_MS, help="simulated ms of faults per seed")
     parser.add_argument("--heal-ms", type=int, default=HEAL_MS, help="bound for the healed cluster")
     parser.add_argument("--trace-lines", type=int, default=TRACE_LINES, help="trace lines kept for a failure")
-    parser.add_argument("--mutant", choices=sorted(m for m in MUTANTS if m), default="", help="a broken broker")
+    parser.add_argument(
+        "--mutant", choices=sorted(m for m in MUTANTS if m), default="", help="a broken broker"
+    )
+    parser.add_argument(
+        "--strict-agreement",
+        action="store_true",
+        help="replicas out of the ISR (just restarted) must agree below their high watermark too",
+    )
     args = parser.parse_args(argv)
-    options = Options(args.faults_ms, args.heal_ms, args.trace_lines, args.mutant)
+    options = Options(args.faults_ms, args.heal_ms, args.trace_lines, args.mutant, args.strict_agreement)
     if args.seed is not None:
         result = run_seed(args.seed, options, echo=sys.stdout if args.trace else None)
         if result.ok:

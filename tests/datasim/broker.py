@@ -187,7 +187,9 @@ class SimBroker:
         self.network.send(self.id, CONTROLLER, self._at_controller_register, request, process)
         self.scheduler.after(REGISTER_RETRY_MS, self._register, process)
 
-    def _at_controller_register(self, request: controller_pb2.BrokerRegistrationRequest, process: Process) -> None:
+    def _at_controller_register(
+        self, request: controller_pb2.BrokerRegistrationRequest, process: Process
+    ) -> None:
         response = self.controller.register(request)
         self.network.send(CONTROLLER, self.id, self._registered, response, process)
 
@@ -207,7 +209,9 @@ class SimBroker:
         self.network.send(self.id, CONTROLLER, self._at_controller_heartbeat, request, process)
         self.scheduler.after(HEARTBEAT_MS, self._heartbeat, process, epoch)
 
-    def _at_controller_heartbeat(self, request: controller_pb2.BrokerHeartbeatRequest, process: Process) -> None:
+    def _at_controller_heartbeat(
+        self, request: controller_pb2.BrokerHeartbeatRequest, process: Process
+    ) -> None:
         response = self.controller.heartbeat(request)
         image = self.controller.image  # the metadata log goes on reaching a live broker
         self.network.send(CONTROLLER, self.id, self._heartbeat_answered, request, response, image, process)

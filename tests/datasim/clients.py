@@ -99,7 +99,9 @@ class Producer:
         if result.error != E.NONE:
             return
         self.acked += len(values)
-        self.trace(f"producer: {values[0]!r}.. acknowledged at {result.base_offset}..{result.base_offset + len(values) - 1}")
+        self.trace(
+            f"producer: {values[0]!r}.. acknowledged at {result.base_offset}..{result.base_offset + len(values) - 1}"
+        )
         for i, value in enumerate(values):
             self.invariants.acknowledged(result.base_offset + i, value)
 
@@ -132,10 +134,14 @@ class Consumer:
                 partition=0, fetch_offset=self.position, partition_max_bytes=1 << 20
             )
             self.calls += 1
-            self.network.send(CONSUMER, leader.id, self._at_broker, leader, request, self.calls, self.position)
+            self.network.send(
+                CONSUMER, leader.id, self._at_broker, leader, request, self.calls, self.position
+            )
         self.scheduler.after(self.rng.randint(10, 50), self._tick)
 
-    def _at_broker(self, broker: SimBroker, request: broker_pb2.FetchRequest, call: int, position: int) -> None:
+    def _at_broker(
+        self, broker: SimBroker, request: broker_pb2.FetchRequest, call: int, position: int
+    ) -> None:
         broker.serve_client_fetch(
             request,
             lambda response: self.network.send(broker.id, CONSUMER, self._answered, response, position),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -53,7 +54,15 @@ def link_params(rng: random.Random) -> LinkParams:
 
 
 class Cluster:
-    def __init__(self, seed: int, root: Path, disks: Disks, trace_lines: int, echo: TextIO | None) -> None:
+    def __init__(
+        self,
+        seed: int,
+        root: Path,
+        disks: Disks,
+        trace_lines: int,
+        echo: TextIO | None,
+        strict_agreement: bool,
+    ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.scheduler = Scheduler(EVENTS_MAX)
@@ -63,11 +72,16 @@ class Cluster:
         self.network = Network(self.scheduler, self.rng, self.params)
         self.network.incarnations[CONTROLLER] = 1
         self.loop = SimLoop()
-        self.invariants = Invariants(full_every=self.rng.choice((20, 50)))
+        self.invariants = Invariants(self.rng.choice((20, 50)), strict_agreement)
         self.brokers = {
             b: SimBroker(
-                b, disks.add(SimDisk(root / f"broker-{b}")), self.scheduler, self.network, self.loop,
-                self.rng, self.trace,
+                b,
+                disks.add(SimDisk(root / f"broker-{b}")),
+                self.scheduler,
+                self.network,
+                self.loop,
+                self.rng,
+                self.trace,
             )
             for b in BROKERS
         }
@@ -76,8 +90,12 @@ class Cluster:
         for broker in self.brokers.values():
             broker.controller = self.controller
             broker.peers = self.brokers
-        self.producer = Producer(self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace)
-        self.consumer = Consumer(self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace)
+        self.producer = Producer(
+            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace
+        )
+        self.consumer = Consumer(
+            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace
+        )
         self.faults: dict[str, int] = {}
         self.faulting = False  # a fault is in progress: no other starts
         self.nemesis_on = True
@@ -109,7 +127,7 @@ class Cluster:
         self.scheduler.after(TICK_MS, self._controller_tick)
         self.scheduler.after(self.rng.randint(200, 600), self._nemesis)
 
-    def run_until(self, time_ms: int, done=None) -> bool:  # noqa: ANN001: a predicate or None
+    def run_until(self, time_ms: int, done: Callable[[], bool] | None = None) -> bool:
         """Run events, checking the invariants after each; True once ``done()`` holds."""
         scheduler, invariants = self.scheduler, self.invariants
         while scheduler.now_ms < time_ms:
@@ -167,7 +185,11 @@ class Cluster:
                 broker.wipe()
             self.scheduler.after(lasts, self._restart, broker)
         else:
-            others = [CONTROLLER] if fault == "isolate-from-controller" else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER]
+            others = (
+                [CONTROLLER]
+                if fault == "isolate-from-controller"
+                else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER]
+            )
             self.network.isolate(broker_id, others)
             self.scheduler.after(lasts, self._heal)
 

@@ -12,6 +12,7 @@ before the old session ended fences the old one first) and the fencing in steps.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from raftka.metadata import broker_ops
 from raftka.metadata.delta import MetadataDelta
@@ -42,7 +43,9 @@ def topic_records(name: str, topic_id: bytes, replicas: tuple[int, ...], configs
         ),
     ]
     records += [
-        MetadataRecord(config=metadata_pb2.ConfigRecord(resource_type=TOPIC, resource_name=name, name=k, value=v))
+        MetadataRecord(
+            config=metadata_pb2.ConfigRecord(resource_type=TOPIC, resource_name=name, name=k, value=v)
+        )
         for k, v in configs.items()
     ]
     return records
@@ -66,7 +69,8 @@ class SimController:
         self.history.append(self.image)
         self._publish(self.image)
 
-    def _plan(self, plan: Plan):  # noqa: ANN202: the plan's response
+    def _plan(self, plan: Plan) -> Any:
+        """Commit the plan's records; its response."""
         self.commit(plan.records)
         return plan.response
 
@@ -86,7 +90,9 @@ class SimController:
             self.sessions.touch(request.broker_id, now)
         return self._plan(plan)
 
-    def heartbeat(self, request: controller_pb2.BrokerHeartbeatRequest) -> controller_pb2.BrokerHeartbeatResponse:
+    def heartbeat(
+        self, request: controller_pb2.BrokerHeartbeatRequest
+    ) -> controller_pb2.BrokerHeartbeatResponse:
         plan = broker_ops.heartbeat(self.image, request, (), RECORDS_MAX)
         if not plan.failed:
             self.sessions.touch(request.broker_id, self._clock())

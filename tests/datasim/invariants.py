@@ -6,8 +6,10 @@
   offset, with the value acknowledged there.
 - A record a consumer read never vanishes: the same, for every record read (a consumer
   only reads below the high watermark, so what it read is committed).
-- Replicas agree below the high watermark: any two serving replicas hold the same
-  records below the smaller of their high watermarks.
+- Replicas agree below the high watermark: any two serving replicas that the latest image
+  has in the ISR hold the same records below the smaller of their high watermarks (any
+  of them may be elected). With ``strict_agreement``, any two serving replicas, the
+  ones a restart left out of the ISR too.
 - No offset is acknowledged (or read) with two different values.
 
 The first two are checked for the leader's log end after every event (cheap), and with
@@ -45,8 +47,9 @@ def records(partition: Partition, below: int | None = None) -> dict[int, bytes]:
 
 
 class Invariants:
-    def __init__(self, full_every: int) -> None:
+    def __init__(self, full_every: int, strict_agreement: bool = False) -> None:
         self.full_every = full_every
+        self.strict_agreement = strict_agreement
         self.committed: dict[int, bytes] = {}  # acknowledged or read: offset -> value
         self.acked = 0
         self.read = 0
@@ -86,11 +89,17 @@ class Invariants:
 
     def full_check(self, brokers: dict[int, SimBroker], image: MetadataImage) -> None:
         self.checks += 1
-        partitions = [p for b in brokers.values() if (p := b.partition()) is not None]
+        topic = image.topic(TOPIC)
+        isr = () if topic is None else topic.partitions[0].isr
+        partitions = [
+            p
+            for b in brokers.values()
+            if (p := b.partition()) is not None and (self.strict_agreement or b.id in isr)
+        ]
         held = {p.local_id: records(p) for p in partitions}
         leader = serving_leader(brokers, image)
         if leader is not None:
-            self.holds_committed(leader.local_id, held[leader.local_id])
+            self.holds_committed(leader.local_id, held.get(leader.local_id) or records(leader))
         for i, a in enumerate(partitions):
             for b in partitions[i + 1 :]:
                 below = min(a.high_watermark, b.high_watermark)

@@ -45,6 +45,7 @@ class Options:
     heal_ms: int = HEAL_MS
     trace_lines: int = TRACE_LINES
     mutant: str = ""  # a deliberately broken broker (``tests.datasim.mutants``)
+    strict_agreement: bool = False  # replicas out of the ISR must agree below their HW too
 
 
 @dataclass(slots=True)
@@ -59,8 +60,9 @@ class SeedResult:
     reason: str = ""
 
 
-def replay_command(seed: int, mutant: str = "") -> str:
-    extra = f" --mutant {mutant}" if mutant else ""
+def replay_command(seed: int, options: Options) -> str:
+    extra = f" --mutant {options.mutant}" if options.mutant else ""
+    extra += " --strict-agreement" if options.strict_agreement else ""
     return f".venv/bin/python -m tests.datasim --seed {seed} --trace{extra}"
 
 
@@ -69,20 +71,24 @@ def run_seed(seed: int, options: Options | None = None, echo: TextIO | None = No
     options = options or Options()
     wall_start = time.perf_counter()  # reporting only: never read by the simulation
     result = SeedResult(seed, ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"datasim-{seed}-", dir=_RAM) as root, Disks().installed() as disks, _quiet():
-        with MUTANTS[options.mutant]():
-            cluster = Cluster(seed, Path(root), disks, options.trace_lines, echo)
-            try:
-                _run_phases(cluster, options)
-            except Exception as e:  # a failure of the broker, the storage or an invariant
-                result.ok = False
-                result.reason = f"{type(e).__name__}: {e}"
-                result.report = _report(cluster, options, result.reason, traceback.format_exc())
-            finally:
-                tasks = [t for b in cluster.brokers.values() if b.process for t in b.process.tasks]
-                for broker in cluster.brokers.values():
-                    broker.crash()
-                cluster.loop.close(tasks)
+    with (
+        tempfile.TemporaryDirectory(prefix=f"datasim-{seed}-", dir=_RAM) as root,
+        Disks().installed() as disks,
+        _quiet(),
+        MUTANTS[options.mutant](),
+    ):
+        cluster = Cluster(seed, Path(root), disks, options.trace_lines, echo, options.strict_agreement)
+        try:
+            _run_phases(cluster, options)
+        except Exception as e:  # a failure of the broker, the storage or an invariant
+            result.ok = False
+            result.reason = f"{type(e).__name__}: {e}"
+            result.report = _report(cluster, options, result.reason, traceback.format_exc())
+        finally:
+            tasks = [t for b in cluster.brokers.values() if b.process for t in b.process.tasks]
+            for broker in cluster.brokers.values():
+                broker.crash()
+            cluster.loop.close(tasks)
     result.events = cluster.scheduler.events_run
     result.acked = cluster.invariants.acked
     result.faults = dict(cluster.faults)
@@ -103,7 +109,9 @@ def _run_phases(cluster: Cluster, options: Options) -> None:
     if not cluster.run_until(
         healed_at + options.heal_ms, lambda: cluster.healthy() and cluster.invariants.acked > acked
     ):
-        raise LivenessFailure(f"no new acknowledged record within {options.heal_ms} ms of healing at {healed_at}")
+        raise LivenessFailure(
+            f"no new acknowledged record within {options.heal_ms} ms of healing at {healed_at}"
+        )
     cluster.producer.running = False
     if not cluster.run_until(healed_at + 2 * options.heal_ms, lambda: _in_agreement(cluster)):
         raise LivenessFailure(f"the replicas did not agree within {2 * options.heal_ms} ms of healing")
@@ -138,7 +146,9 @@ class _quiet:
 
 def _report(cluster: Cluster, options: Options, reason: str, tb: str) -> str:
     out = io.StringIO()
-    print(f"=== DATA-PLANE SIMULATION FAILURE seed={cluster.seed} at t={cluster.scheduler.now_ms} ms", file=out)
+    print(
+        f"=== DATA-PLANE SIMULATION FAILURE seed={cluster.seed} at t={cluster.scheduler.now_ms} ms", file=out
+    )
     if options.mutant:
         print(f"mutant: {options.mutant}", file=out)
     print(f"reason: {reason}", file=out)
@@ -150,7 +160,7 @@ def _report(cluster: Cluster, options: Options, reason: str, tb: str) -> str:
         print(line, file=out)
     print("--- traceback", file=out)
     print(tb.rstrip(), file=out)
-    print(f"replay: {replay_command(cluster.seed, options.mutant)}", file=out)
+    print(f"replay: {replay_command(cluster.seed, options)}", file=out)
     return out.getvalue()
 
 
@@ -185,7 +195,10 @@ def main_many(seeds: list[int], options: Options, jobs: int, out: TextIO = sys.s
             if len(failures) <= FULL_REPORTS_MAX:
                 print(result.report, file=out)
             else:
-                print(f"seed {result.seed} FAILED: {result.reason}  replay: {replay_command(result.seed, options.mutant)}", file=out)
+                print(
+                    f"seed {result.seed} FAILED: {result.reason}  replay: {replay_command(result.seed, options)}",
+                    file=out,
+                )
     wall = time.perf_counter() - wall_start
     failed = ", ".join(str(r.seed) for r in failures[:20]) or "none"
     print(

@@ -30,7 +30,10 @@ def test_seeds() -> None:
     failures = [r for r in results if not r.ok]
     if failures:
         others = ", ".join(f"{r.seed} ({r.reason[:60]})" for r in failures[1:10])
-        pytest.fail(f"{len(failures)} of {len(seeds)} seeds failed; also: {others}\n{failures[0].report}", pytrace=False)
+        pytest.fail(
+            f"{len(failures)} of {len(seeds)} seeds failed; also: {others}\n{failures[0].report}",
+            pytrace=False,
+        )
     faults = {name for r in results for name in r.faults}
     assert faults == {"crash", "power-cut", "wipe", "isolate", "isolate-from-controller"}, faults
     assert sum(r.acked for r in results) > 100 * len(seeds)
