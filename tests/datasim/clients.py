@@ -4,8 +4,10 @@ Both find the partition's leader in the metadata of a broker they pick (which ma
 stale, as a real client's is) and retry on any error or silence. Every value the producer
 sends is new (a retry sends a new one: this producer is not idempotent, so a retry may
 add a second copy, which is allowed; what the checks forbid is losing an acknowledged
-one). The producer reports each acknowledged record, the consumer each record it reads,
-to the invariants.
+one). The idempotent producer (one batch in flight, a producer id of its own) instead sends a
+failed batch again as it was, same values, same sequence: the leader must then answer with
+the offsets the batch already has rather than append it twice. The producers report each
+acknowledged record, the consumer each record it reads, to the invariants.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from raftka.broker.replica.manager import TIMEOUT_MS_MAX
 from raftka.records.codec import BatchBuilder, read_records
 from raftka.v1 import broker_pb2, controller_pb2
 from tests.datasim.broker import TOPIC, SimBroker
-from tests.datasim.invariants import Invariants
+from tests.datasim.invariants import IDEMPOTENT_PREFIX, Invariants
 from tests.datasim.network import Network
 from tests.simulation.scheduler import Scheduler
 
 E = controller_pb2.ErrorCode
-PRODUCER, CONSUMER = 100, 101
+PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER = 100, 101, 102
+PRODUCER_ID = 4000  # the idempotent producer's, as InitProducerId would hand it out
 T0_MS = 1_700_000_000_000  # every record's timestamp: nothing in a run reads the wall clock
 CLIENT_TIMEOUT_MS = 500
 IN_FLIGHT_MAX = 2
@@ -47,22 +50,28 @@ class Producer:
         rng: random.Random,
         invariants: Invariants,
         trace: Callable[[str], None],
+        idempotent: bool,
     ) -> None:
         self.brokers, self.scheduler, self.network, self.rng = brokers, scheduler, network, rng
         self.invariants = invariants
         self.trace = trace
+        self.idempotent = idempotent
+        self.node = IDEMPOTENT_PRODUCER if idempotent else PRODUCER
+        self.prefix = IDEMPOTENT_PREFIX if idempotent else b"v"
         self.next_value = 0
+        self.sequence = 0  # the idempotent producer's next batch's
+        self.unacked: list[bytes] = []  # its batch, until acknowledged
         self.in_flight: dict[int, list[bytes]] = {}
         self.calls = 0
         self.running = True
         self.acked = 0
 
     def start(self) -> None:
-        self.network.incarnations[PRODUCER] = 1
+        self.network.incarnations[self.node] = 1
         self.scheduler.after(1, self._tick)
 
     def _tick(self) -> None:
-        if self.running and len(self.in_flight) < IN_FLIGHT_MAX:
+        if self.running and len(self.in_flight) < (1 if self.idempotent else IN_FLIGHT_MAX):
             self._send()
         self.scheduler.after(self.rng.randint(5, 40), self._tick)
 
@@ -70,8 +79,13 @@ class Producer:
         leader = _leader(self.brokers, self.rng)
         if leader is None:
             return
-        values = [self._value() for _ in range(self.rng.randint(1, 3))]
-        builder = BatchBuilder()
+        if not self.idempotent:
+            values = [self._value() for _ in range(self.rng.randint(1, 3))]
+            builder = BatchBuilder()
+        else:
+            self.unacked = self.unacked or [self._value() for _ in range(self.rng.randint(1, 3))]
+            values = self.unacked
+            builder = BatchBuilder(producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=self.sequence)
         for value in values:
             assert builder.append(T0_MS, None, value)
         request = broker_pb2.ProduceRequest(acks=-1, timeout_ms=TIMEOUT_MS_MAX)
@@ -79,16 +93,16 @@ class Producer:
         self.calls += 1
         call = self.calls
         self.in_flight[call] = values
-        self.network.send(PRODUCER, leader.id, self._at_broker, leader, request, call)
+        self.network.send(self.node, leader.id, self._at_broker, leader, request, call)
         self.scheduler.after(CLIENT_TIMEOUT_MS, self.in_flight.pop, call, None)
 
     def _value(self) -> bytes:
         self.next_value += 1
-        return b"v%d" % self.next_value
+        return b"%s%d" % (self.prefix, self.next_value)
 
     def _at_broker(self, broker: SimBroker, request: broker_pb2.ProduceRequest, call: int) -> None:
         broker.serve_produce(
-            request, lambda response: self.network.send(broker.id, PRODUCER, self._answered, response, call)
+            request, lambda response: self.network.send(broker.id, self.node, self._answered, response, call)
         )
 
     def _answered(self, response: broker_pb2.ProduceResponse, call: int) -> None:
@@ -99,6 +113,9 @@ class Producer:
         if result.error != E.NONE:
             return
         self.acked += len(values)
+        if self.idempotent:
+            self.sequence += len(values)
+            self.unacked = []
         self.trace(
             f"producer: {values[0]!r}.. acknowledged at {result.base_offset}..{result.base_offset + len(values) - 1}"
         )

@@ -18,7 +18,7 @@ from typing import TextIO
 
 from raftka.metadata.image import MetadataImage
 from tests.datasim.broker import TOPIC, SimBroker
-from tests.datasim.clients import CONSUMER, PRODUCER, Consumer, Producer
+from tests.datasim.clients import CONSUMER, IDEMPOTENT_PRODUCER, PRODUCER, Consumer, Producer
 from tests.datasim.controller import TICK_MS, SimController, topic_records
 from tests.datasim.disk import Disks, SimDisk
 from tests.datasim.invariants import Invariants
@@ -42,7 +42,7 @@ def topic_configs(rng: random.Random) -> dict[str, str]:
 
 
 def link_params(rng: random.Random) -> LinkParams:
-    nodes = [CONTROLLER, *BROKERS, PRODUCER, CONSUMER]
+    nodes = [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER]
     params = LinkParams(loss=rng.choice((0.0, 0.0, 0.01, 0.05)))
     for _ in range(rng.randint(0, 2)):
         a, b = rng.sample(nodes, 2)
@@ -91,7 +91,16 @@ class Cluster:
             broker.controller = self.controller
             broker.peers = self.brokers
         self.producer = Producer(
-            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace
+            self.brokers,
+            self.scheduler,
+            self.network,
+            self.rng,
+            self.invariants,
+            self.trace,
+            idempotent=False,
+        )
+        self.idempotent = Producer(
+            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace, idempotent=True
         )
         self.consumer = Consumer(
             self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace
@@ -123,6 +132,7 @@ class Cluster:
         for broker in self.brokers.values():
             broker.start()
         self.producer.start()
+        self.idempotent.start()
         self.consumer.start()
         self.scheduler.after(TICK_MS, self._controller_tick)
         self.scheduler.after(self.rng.randint(200, 600), self._nemesis)
@@ -188,7 +198,7 @@ class Cluster:
             others = (
                 [CONTROLLER]
                 if fault == "isolate-from-controller"
-                else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER]
+                else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER]
             )
             self.network.isolate(broker_id, others)
             self.scheduler.after(lasts, self._heal)

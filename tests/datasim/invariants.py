@@ -11,6 +11,8 @@
   of them may be elected). With ``strict_agreement``, any two serving replicas, the
   ones a restart left out of the ISR too.
 - No offset is acknowledged (or read) with two different values.
+- The idempotent producer never duplicates: the leader's log holds each of its values
+  (``IDEMPOTENT_PREFIX``) once at most, however often a batch was sent again.
 
 The first two are checked for the leader's log end after every event (cheap), and with
 the records themselves every ``full_every`` events and at the end of the run, as is the
@@ -23,6 +25,8 @@ from raftka.broker.replica.partition import Partition
 from raftka.metadata.image import MetadataImage
 from raftka.records.codec import read_records
 from tests.datasim.broker import TOPIC, SimBroker
+
+IDEMPOTENT_PREFIX = b"i"  # the idempotent producer's values
 
 
 class InvariantViolation(AssertionError):
@@ -112,6 +116,13 @@ class Invariants:
                         )
 
     def holds_committed(self, broker_id: int, held: dict[int, bytes]) -> None:
+        """``held`` (a replica's records) has every committed record, and no idempotent duplicate."""
+        first: dict[bytes, int] = {}
+        for offset, value in sorted(held.items()):
+            if value.startswith(IDEMPOTENT_PREFIX) and first.setdefault(value, offset) != offset:
+                raise InvariantViolation(
+                    f"b{broker_id} holds the idempotent producer's {value!r} twice: at {first[value]} and {offset}"
+                )
         for offset, value in sorted(self.committed.items()):
             if held.get(offset) != value:
                 raise InvariantViolation(

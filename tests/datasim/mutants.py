@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from unittest import mock
 
+from raftka.broker.log.producer_state import ProducerState
 from raftka.broker.replica.partition import Partition
 
 
@@ -38,8 +39,17 @@ def hw_ignores_followers() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def idempotence_off() -> Iterator[None]:
+    """The leader takes every batch of an idempotent producer as new: a retry of a batch
+    already written is written again."""
+    with mock.patch.object(ProducerState, "check", lambda self, header: None):
+        yield
+
+
 MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "": contextlib.nullcontext,
     "serve-unregistered": serve_unregistered,
     "hw-ignores-followers": hw_ignores_followers,
+    "idempotence-off": idempotence_off,
 }

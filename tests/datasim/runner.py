@@ -112,7 +112,7 @@ def _run_phases(cluster: Cluster, options: Options) -> None:
         raise LivenessFailure(
             f"no new acknowledged record within {options.heal_ms} ms of healing at {healed_at}"
         )
-    cluster.producer.running = False
+    cluster.producer.running = cluster.idempotent.running = False
     if not cluster.run_until(healed_at + 2 * options.heal_ms, lambda: _in_agreement(cluster)):
         raise LivenessFailure(f"the replicas did not agree within {2 * options.heal_ms} ms of healing")
     cluster.invariants.full_check(cluster.brokers, cluster.controller.image)
@@ -124,7 +124,7 @@ def _run_phases(cluster: Cluster, options: Options) -> None:
 
 def _in_agreement(cluster: Cluster) -> bool:
     """Every replica serves, holds the leader's log end, and the high watermark is there."""
-    if cluster.producer.in_flight or not cluster.healthy():
+    if cluster.producer.in_flight or cluster.idempotent.in_flight or not cluster.healthy():
         return False
     partitions = [b.partition() for b in cluster.brokers.values()]
     if any(p is None for p in partitions):
