@@ -72,7 +72,7 @@ class Cluster:
         self.network = Network(self.scheduler, self.rng, self.params)
         self.network.incarnations[CONTROLLER] = 1
         self.loop = SimLoop()
-        self.invariants = Invariants(self.rng.choice((20, 50)), strict_agreement)
+        self.invariants = Invariants(strict_agreement)
         self.brokers = {
             b: SimBroker(
                 b,
@@ -144,7 +144,7 @@ class Cluster:
             if not scheduler.step():
                 break
             self.loop.settle()
-            invariants.check(self.brokers, self.controller.image, scheduler.events_run)
+            invariants.check(self.brokers, self.controller.image)
             if done is not None and scheduler.events_run % 10 == 0 and done():
                 return True
         return done is not None and done()

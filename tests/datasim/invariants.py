@@ -1,5 +1,5 @@
-"""What must hold while the faults stay within what RF 3 / min ISR 2 promises
-(the budget: ``tests.datasim`` module docstring).
+"""What must hold while the faults stay within what RF 3 / min ISR 2 promise
+(the budget: ``tests.datasim`` module docstring), checked after every event.
 
 - An acknowledged record is never lost: the partition's leader (the broker the latest
   image names, once it serves at that image's leader epoch) holds every acknowledged
@@ -14,9 +14,10 @@
 - The idempotent producer never duplicates: the leader's log holds each of its values
   (``IDEMPOTENT_PREFIX``) once at most, however often a batch was sent again.
 
-The first two are checked for the leader's log end after every event (cheap), and with
-the records themselves every ``full_every`` events and at the end of the run, as is the
-agreement of the replicas; after healing, every replica must hold every such record.
+Each replica's log is mirrored incrementally (``LogMirror``: only records appended since
+the last event are read; a truncation starts the mirror over), and each check resumes
+where it last stopped while the mirrors it used are unchanged, so checking after every
+event costs what changed. After healing every replica must hold every committed record.
 """
 
 from __future__ import annotations
@@ -33,31 +34,61 @@ class InvariantViolation(AssertionError):
     pass
 
 
-def records(partition: Partition, below: int | None = None) -> dict[int, bytes]:
-    """offset -> value, from the log start to ``below`` (the log end if None)."""
-    log = partition.log
-    end = log.log_end_offset if below is None else min(below, log.log_end_offset)
-    found: dict[int, bytes] = {}
-    start = log.log_start_offset
-    while start < end:
-        batch = list(read_records(log.read(start, 1 << 30).records))
-        if not batch:
-            break
-        for record in batch:
-            if record.offset < end:
-                found[record.offset] = record.value
-        start = batch[-1].offset + 1
-    return found
+class LogMirror:
+    """One replica's records (offset -> value), kept up to date by reading only what was
+    appended; ``version`` changes whenever it starts over (a truncation, a new process)."""
+
+    _versions = 0
+
+    def __init__(self, partition: Partition) -> None:
+        LogMirror._versions += 1
+        self.version = LogMirror._versions
+        self.partition = partition
+        self.generation = partition.log._generation  # private: moves on every truncation
+        self.start = partition.log.log_start_offset
+        self.values: dict[int, bytes] = {}
+        self.end = self.start
+        self.idempotent: dict[bytes, int] = {}  # the idempotent producer's values -> offset
+
+    def current(self, partition: Partition) -> bool:
+        log = partition.log
+        return (
+            partition is self.partition
+            and log._generation == self.generation
+            and log.log_start_offset == self.start
+            and log.log_end_offset >= self.end
+        )
+
+    def catch_up(self, broker_id: int) -> None:
+        log = self.partition.log
+        while self.end < log.log_end_offset:
+            batch = list(read_records(log.read(self.end, 1 << 30).records))
+            if not batch:
+                break
+            for record in batch:
+                if record.offset >= self.end:
+                    self.values[record.offset] = record.value
+                    self._no_duplicate(broker_id, record.offset, record.value)
+            self.end = batch[-1].offset + 1
+
+    def _no_duplicate(self, broker_id: int, offset: int, value: bytes) -> None:
+        if value.startswith(IDEMPOTENT_PREFIX) and self.idempotent.setdefault(value, offset) != offset:
+            raise InvariantViolation(
+                f"b{broker_id} holds the idempotent producer's {value!r} twice: "
+                f"at {self.idempotent[value]} and {offset}"
+            )
 
 
 class Invariants:
-    def __init__(self, full_every: int, strict_agreement: bool = False) -> None:
-        self.full_every = full_every
+    def __init__(self, strict_agreement: bool = False) -> None:
         self.strict_agreement = strict_agreement
         self.committed: dict[int, bytes] = {}  # acknowledged or read: offset -> value
         self.acked = 0
         self.read = 0
-        self.checks = 0
+        self._mirrors: dict[int, LogMirror] = {}
+        self._leader_checked: tuple[int, int] = (0, 0)  # (mirror version, committed offsets checked)
+        self._committed_order: list[int] = []  # committed offsets, in the order they came
+        self._agreed: dict[tuple[int, int], int] = {}  # (mirror versions) -> agreed below
 
     # what the clients saw ---------------------------------------------------------------
 
@@ -76,59 +107,69 @@ class Invariants:
                 f"offset {offset} {how} as {value!r}, but {before!r} was acknowledged or read there before: "
                 f"the record {before!r} was lost"
             )
+        if len(self._committed_order) < len(self.committed):
+            self._committed_order.append(offset)
 
     # the cluster ------------------------------------------------------------------------
 
-    def check(self, brokers: dict[int, SimBroker], image: MetadataImage, step: int) -> None:
-        leader = serving_leader(brokers, image)
-        if leader is not None and self.committed:
-            end = max(self.committed) + 1
-            if leader.log.log_end_offset < end:
-                raise InvariantViolation(
-                    f"leader b{leader.local_id} at epoch {leader.leader_epoch} ends at "
-                    f"{leader.log.log_end_offset}, but offset {end - 1} was acknowledged or read"
-                )
-        if step % self.full_every == 0:
-            self.full_check(brokers, image)
+    def mirror(self, broker: SimBroker) -> LogMirror | None:
+        partition = broker.partition()
+        if partition is None:
+            self._mirrors.pop(broker.id, None)
+            return None
+        mirror = self._mirrors.get(broker.id)
+        if mirror is None or not mirror.current(partition):
+            mirror = self._mirrors[broker.id] = LogMirror(partition)
+        mirror.catch_up(broker.id)
+        return mirror
 
-    def full_check(self, brokers: dict[int, SimBroker], image: MetadataImage) -> None:
-        self.checks += 1
-        topic = image.topic(TOPIC)
-        isr = () if topic is None else topic.partitions[0].isr
-        partitions = [
-            p
-            for b in brokers.values()
-            if (p := b.partition()) is not None and (self.strict_agreement or b.id in isr)
-        ]
-        held = {p.local_id: records(p) for p in partitions}
+    def check(self, brokers: dict[int, SimBroker], image: MetadataImage) -> None:
+        mirrors = {b.id: m for b in brokers.values() if (m := self.mirror(b)) is not None}
         leader = serving_leader(brokers, image)
         if leader is not None:
-            self.holds_committed(leader.local_id, held.get(leader.local_id) or records(leader))
-        for i, a in enumerate(partitions):
-            for b in partitions[i + 1 :]:
-                below = min(a.high_watermark, b.high_watermark)
-                for offset in range(max(a.log.log_start_offset, b.log.log_start_offset), below):
-                    if held[a.local_id].get(offset) != held[b.local_id].get(offset):
-                        raise InvariantViolation(
-                            f"b{a.local_id} (hw {a.high_watermark}) and b{b.local_id} (hw {b.high_watermark}) "
-                            f"differ at offset {offset}: {held[a.local_id].get(offset)!r} vs "
-                            f"{held[b.local_id].get(offset)!r}"
-                        )
+            self._leader_holds_committed(leader.local_id, mirrors[leader.local_id])
+        topic = image.topic(TOPIC)
+        isr = () if topic is None else topic.partitions[0].isr
+        agreeing = [m for b, m in sorted(mirrors.items()) if self.strict_agreement or b in isr]
+        for i, a in enumerate(agreeing):
+            for b in agreeing[i + 1 :]:
+                self._agree(a, b)
 
-    def holds_committed(self, broker_id: int, held: dict[int, bytes]) -> None:
-        """``held`` (a replica's records) has every committed record, and no idempotent duplicate."""
-        first: dict[bytes, int] = {}
-        for offset, value in sorted(held.items()):
-            if value.startswith(IDEMPOTENT_PREFIX) and first.setdefault(value, offset) != offset:
+    def _leader_holds_committed(self, broker_id: int, mirror: LogMirror) -> None:
+        version, checked = self._leader_checked
+        if version != mirror.version:
+            checked = 0
+        for offset in self._committed_order[checked:]:
+            self._holds(broker_id, mirror.values, offset)
+        self._leader_checked = (mirror.version, len(self._committed_order))
+
+    def _holds(self, broker_id: int, values: dict[int, bytes], offset: int) -> None:
+        value = self.committed[offset]
+        if values.get(offset) != value:
+            raise InvariantViolation(
+                f"b{broker_id} holds {values.get(offset)!r} at offset {offset}, where {value!r} "
+                "was acknowledged or read"
+            )
+
+    def _agree(self, a: LogMirror, b: LogMirror) -> None:
+        key = (a.version, b.version)
+        below = min(a.partition.high_watermark, b.partition.high_watermark, a.end, b.end)
+        for offset in range(max(self._agreed.get(key, 0), a.start, b.start), below):
+            if a.values.get(offset) != b.values.get(offset):
                 raise InvariantViolation(
-                    f"b{broker_id} holds the idempotent producer's {value!r} twice: at {first[value]} and {offset}"
+                    f"b{a.partition.local_id} (hw {a.partition.high_watermark}) and b{b.partition.local_id} "
+                    f"(hw {b.partition.high_watermark}) differ at offset {offset}: {a.values.get(offset)!r} "
+                    f"vs {b.values.get(offset)!r}"
                 )
-        for offset, value in sorted(self.committed.items()):
-            if held.get(offset) != value:
-                raise InvariantViolation(
-                    f"b{broker_id} holds {held.get(offset)!r} at offset {offset}, where {value!r} "
-                    "was acknowledged or read"
-                )
+        self._agreed[key] = max(self._agreed.get(key, 0), below)
+
+    def every_replica_holds_committed(self, brokers: dict[int, SimBroker]) -> None:
+        for broker in brokers.values():
+            mirror = self.mirror(broker)
+            if mirror is None:
+                raise InvariantViolation(f"b{broker.id} serves no replica after healing")
+            for offset in self.committed:
+                self._holds(broker.id, mirror.values, offset)
 
 
 def serving_leader(brokers: dict[int, SimBroker], image: MetadataImage) -> Partition | None:

@@ -28,7 +28,7 @@ class SimLoop:
 
     def settle(self) -> None:
         """Run every callback that is ready, and those they make ready, until none is."""
-        while self.loop._ready:  # noqa: SLF001 (the one way to see that the loop has work without waiting)
+        while self.loop._ready:  # private: the one way to see that the loop has work, without waiting
             self.loop.call_soon(self.loop.stop)
             self.loop.run_forever()
 
