@@ -103,7 +103,7 @@ class SimBroker:
         self.loop = loop
         self.rng = rng
         self.trace = trace
-        self.flush_ms = rng.choice((50, 300, 1000, 1 << 40))  # flush.ms: never, for the last
+        self.flush_ms: int | None = rng.choice((50, 300, 1000, None))  # flush.ms; None: never
         self.process: Process | None = None
         # the last image applied: the broker's copy of the metadata log is on its disk (the
         # quorum's storage fsyncs it), and a restart replays it before it hears the controller
@@ -117,10 +117,6 @@ class SimBroker:
 
     def clock_s(self) -> float:
         return self.scheduler.now_ms / 1000
-
-    @property
-    def up(self) -> bool:
-        return self.process is not None
 
     def partition(self) -> Partition | None:
         return None if self.process is None else self.process.replicas.get(TOPIC, 0)
@@ -139,7 +135,7 @@ class SimBroker:
         self._every(self.process, CHECKPOINT_MS, self._checkpoint)
         self._every(self.process, LAG_MS // 2, lambda p: p.replicas.shrink_isrs())
         self._every(self.process, FETCH_IDLE_MS, self._maybe_fetch)
-        if self.flush_ms < 1 << 40:
+        if self.flush_ms is not None:
             self._every(self.process, self.flush_ms, self._flush)
 
     def wipe(self) -> None:
@@ -147,7 +143,7 @@ class SimBroker:
         self.disk.wipe()
         self.replayed = None
 
-    def crash(self) -> None:
+    def crash(self, how: str = "crashes") -> None:
         process = self.process
         if process is None:
             return
@@ -156,7 +152,7 @@ class SimBroker:
         for task in process.tasks:
             task.cancel()
         process.close_unsynced()
-        self.trace(f"b{self.id} crashes ({process.incarnation})")
+        self.trace(f"b{self.id} {how} ({process.incarnation})")
 
     def _every(self, process: Process, period_ms: int, work: Callable[[Process], None]) -> None:
         def tick() -> None:

@@ -86,7 +86,7 @@ def run_seed(seed: int, options: Options | None = None, echo: TextIO | None = No
         finally:
             tasks = [t for b in cluster.brokers.values() if b.process for t in b.process.tasks]
             for broker in cluster.brokers.values():
-                broker.crash()
+                broker.crash("stops: the run is over")
             cluster.loop.close(tasks)
     result.events = cluster.scheduler.events_run
     result.acked = cluster.invariants.acked
