@@ -13,6 +13,7 @@ from unittest import mock
 
 from raftka.broker.log.producer_state import ProducerState
 from raftka.broker.replica.partition import Partition
+from raftka.metadata import broker_ops
 
 
 @contextlib.contextmanager
@@ -21,6 +22,15 @@ def serve_unregistered() -> Iterator[None]:
     registered (and unfenced) this incarnation: it may lead, at the old leader epoch, a
     log that lost its unsynced tail, and followers truncate to it."""
     with mock.patch("raftka.broker.partitions._registered_and_unfenced", lambda *args: True):
+        yield
+
+
+@contextlib.contextmanager
+def restart_keeps_roles() -> Iterator[None]:
+    """The controller fences nothing of a restarted broker: its new incarnation's
+    registration, and the fencing of the old one, leave its ISRs and leaderships as they
+    were, so it comes back leader at the old leader epoch with whatever its disk kept."""
+    with mock.patch.object(broker_ops.elections, "remove_broker", lambda *args, **kwargs: []):
         yield
 
 
@@ -52,4 +62,5 @@ MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "serve-unregistered": serve_unregistered,
     "hw-ignores-followers": hw_ignores_followers,
     "idempotence-off": idempotence_off,
+    "restart-keeps-roles": restart_keeps_roles,
 }
