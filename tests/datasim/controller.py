@@ -26,7 +26,9 @@ TICK_MS = 50
 RECORDS_MAX = 100
 
 
-def topic_records(name: str, topic_id: bytes, replicas: tuple[int, ...], configs: dict[str, str]) -> list:
+def topic_records(
+    name: str, topic_id: bytes, replicas: tuple[int, ...], configs: dict[str, str]
+) -> list[MetadataRecord]:
     """A topic with one partition led by the first replica, every replica in sync."""
     records = [
         MetadataRecord(topic=metadata_pb2.TopicRecord(name=name, topic_id=topic_id)),
