@@ -9,7 +9,7 @@ JOBS ?= 2
 ROUNDS ?= 20
 BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test lint sim bench bench-kafka proto kcat chromium docker-test spark-cluster-test chaos-net
+.PHONY: venv cluster down test lint sim sim-data bench bench-kafka proto kcat chromium docker-test spark-cluster-test chaos-net
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ chaos-net: $(STAMP)
 	CHAOS_NET_ROUNDS=$(ROUNDS) $(BIN)/python -m pytest --timeout=$$(( $(ROUNDS) * 120 + 120 )) \
 		tests/integration/test_network_partitions.py \
 		tests/integration/test_metadata_controller_failover.py::test_active_controller_cut_off_its_peers_under_concurrent_clients_is_linearizable
+
+# Long runs of the data plane's simulation: make sim-data SEEDS=5000 [JOBS=2]
+sim-data: $(STAMP)
+	$(BIN)/python -m tests.datasim --seeds $(SEEDS) --jobs $(JOBS)
 
 # Append throughput/latency with the load inside the leader's process (fsync on).
 bench: $(STAMP)

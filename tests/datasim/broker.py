@@ -1,0 +1,331 @@
+"""One broker of the simulation: the real data plane, with the wiring of
+``raftka.broker.server`` replaced by messages on the simulated network.
+
+A process holds the real ``LogManager`` (no background flusher: fsyncs happen inline,
+recorded by the simulated disk), ``ReplicaManager``, ``FollowerFetch`` and
+``BrokerPartitions``. It registers with the controller under a fresh incarnation id,
+heartbeats, applies every newer image the controller sends, fetches from its partitions'
+leaders, sends its ISR changes, and now and then fsyncs its logs (``flush.ms``) and
+checkpoints its high watermarks and recovery points, as the server's timers do. A crash
+drops the process (its files are closed unsynced); a power cut then also rebuilds the
+disk from what was fsynced; a wipe empties it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+from raftka.broker.log.manager import LogManager
+from raftka.broker.partitions import BrokerPartitions
+from raftka.broker.replica.fetcher import FollowerFetch
+from raftka.broker.replica.manager import ReplicaManager
+from raftka.broker.replica.partition import Partition
+from raftka.metadata.image import MetadataImage
+from raftka.node.config import BrokerConfig
+from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
+from tests.datasim.disk import SimDisk
+from tests.datasim.loop import SimLoop, run_now
+from tests.datasim.network import CONTROLLER, Network
+from tests.simulation.scheduler import Scheduler
+
+E = controller_pb2.ErrorCode
+LAG_MS = 400  # replica.lag.time.max.ms, scaled to the simulation
+HEARTBEAT_MS = 100
+REGISTER_RETRY_MS = 200
+FETCH_IDLE_MS = 10  # a follower asks again this soon after an answer
+CALL_TIMEOUT_MS = 300  # a request with no answer by then is taken as lost
+CHECKPOINT_MS = 250
+TOPIC = "t"
+_STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH})
+_REREGISTER = frozenset({E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED})
+
+
+class Process:
+    """One incarnation of a broker: everything a crash loses."""
+
+    def __init__(self, broker: SimBroker, incarnation: str) -> None:
+        self.incarnation = incarnation
+        self.broker_epoch = -1  # until the controller answers the registration
+        self.applied_offset = -1
+        self.fetch_call = 0  # the fetch in flight (0: none)
+        self.fetch_sent: dict[tuple[bytes, int], tuple[Partition, int, int]] = {}  # what it asked
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.logs = LogManager(broker.disk.root)
+        self.logs.open_all()
+        config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
+        self.trace = broker.trace
+        self.fetch = FollowerFetch(
+            broker.id, config, lambda: self.broker_epoch, self._truncated, clock=broker.clock_s
+        )
+        self.roles = BrokerPartitions(broker.id, incarnation)
+        self.replicas = ReplicaManager(
+            broker.id,
+            self.logs,
+            config,
+            request_isr_change=broker.send_isr_change,
+            on_follow=self.fetch.add,
+            on_stop_following=self.fetch.remove,
+            high_watermarks=self.logs.read_high_watermarks(),
+            clock_ms=broker.clock_ms,
+        )
+
+    def _truncated(self, partitions: list[Partition], then: Callable[[], None]) -> None:
+        for p in partitions:
+            self.trace(f"{self.incarnation} truncated to {p.log.log_end_offset} (hw {p.high_watermark})")
+        self.replicas.truncated(partitions, then)
+
+    def close_unsynced(self) -> None:
+        """The process dies: its files close with nothing synced (the page cache keeps them)."""
+        for name in self.logs.names():
+            partition_log = self.logs.get(name)
+            if partition_log is not None:
+                partition_log.close_unflushed()
+
+
+class SimBroker:
+    def __init__(
+        self,
+        broker_id: int,
+        disk: SimDisk,
+        scheduler: Scheduler,
+        network: Network,
+        loop: SimLoop,
+        rng: random.Random,
+        trace: Callable[[str], None],
+    ) -> None:
+        self.id = broker_id
+        self.disk = disk
+        self.scheduler = scheduler
+        self.network = network
+        self.loop = loop
+        self.rng = rng
+        self.trace = trace
+        self.flush_ms: int | None = rng.choice((50, 300, 1000, None))  # flush.ms; None: never
+        self.process: Process | None = None
+        # the last image applied: the broker's copy of the metadata log is on its disk (the
+        # quorum's storage fsyncs it), and a restart replays it before it hears the controller
+        self.replayed: MetadataImage | None = None
+        self.incarnations = 0
+        self.controller: Any = None  # the SimController, set by the cluster
+        self.peers: dict[int, SimBroker] = {}
+
+    def clock_ms(self) -> int:
+        return self.scheduler.now_ms
+
+    def clock_s(self) -> float:
+        return self.scheduler.now_ms / 1000
+
+    def partition(self) -> Partition | None:
+        return None if self.process is None else self.process.replicas.get(TOPIC, 0)
+
+    # lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.incarnations += 1
+        incarnation = f"b{self.id}-{self.incarnations}"
+        self.process = Process(self, incarnation)
+        self.network.incarnations[self.id] = self.incarnations
+        self.trace(f"b{self.id} starts as {incarnation}")
+        if self.replayed is not None:
+            self.adopt(self.replayed)
+        self._register(self.process)
+        self._every(self.process, CHECKPOINT_MS, self._checkpoint)
+        self._every(self.process, LAG_MS // 2, lambda p: p.replicas.shrink_isrs())
+        self._every(self.process, FETCH_IDLE_MS, self._maybe_fetch)
+        if self.flush_ms is not None:
+            self._every(self.process, self.flush_ms, self._flush)
+
+    def wipe(self) -> None:
+        """The disk is lost, the broker's copy of the metadata log with it."""
+        self.disk.wipe()
+        self.replayed = None
+
+    def crash(self, how: str = "crashes") -> None:
+        process = self.process
+        if process is None:
+            return
+        self.process = None
+        self.network.incarnations.pop(self.id, None)
+        for task in process.tasks:
+            task.cancel()
+        process.close_unsynced()
+        self.trace(f"b{self.id} {how} ({process.incarnation})")
+
+    def _every(self, process: Process, period_ms: int, work: Callable[[Process], None]) -> None:
+        def tick() -> None:
+            if self.process is process:
+                work(process)
+                self.scheduler.after(period_ms, tick)
+
+        self.scheduler.after(self.rng.randint(1, period_ms), tick)
+
+    def _checkpoint(self, process: Process) -> None:
+        process.logs.write_high_watermarks(process.replicas.high_watermarks())
+        process.logs.checkpoint_recovery_points()
+
+    def _flush(self, process: Process) -> None:
+        for partition in process.replicas.partitions():
+            partition.log.flush()
+
+    # the controller ---------------------------------------------------------------------
+
+    def _register(self, process: Process) -> None:
+        if self.process is not process or process.broker_epoch >= 0:
+            return
+        request = controller_pb2.BrokerRegistrationRequest(
+            broker_id=self.id,
+            incarnation_id=process.incarnation,
+            listeners=[metadata_pb2.BrokerEndpoint(name="PLAINTEXT", host=f"broker{self.id}", port=9092)],
+        )
+        self.network.send(self.id, CONTROLLER, self._at_controller_register, request, process)
+        self.scheduler.after(REGISTER_RETRY_MS, self._register, process)
+
+    def _at_controller_register(
+        self, request: controller_pb2.BrokerRegistrationRequest, process: Process
+    ) -> None:
+        response = self.controller.register(request)
+        self.network.send(CONTROLLER, self.id, self._registered, response, process)
+
+    def _registered(self, response: controller_pb2.BrokerRegistrationResponse, process: Process) -> None:
+        if self.process is not process or process.broker_epoch >= 0 or response.status.error != E.NONE:
+            return
+        process.broker_epoch = response.broker_epoch
+        self.trace(f"b{self.id} registered at epoch {response.broker_epoch}")
+        self._heartbeat(process, process.broker_epoch)
+
+    def _heartbeat(self, process: Process, epoch: int) -> None:
+        if self.process is not process or process.broker_epoch != epoch:
+            return
+        request = controller_pb2.BrokerHeartbeatRequest(
+            broker_id=self.id, broker_epoch=epoch, current_metadata_offset=process.applied_offset
+        )
+        self.network.send(self.id, CONTROLLER, self._at_controller_heartbeat, request, process)
+        self.scheduler.after(HEARTBEAT_MS, self._heartbeat, process, epoch)
+
+    def _at_controller_heartbeat(
+        self, request: controller_pb2.BrokerHeartbeatRequest, process: Process
+    ) -> None:
+        response = self.controller.heartbeat(request)
+        image = self.controller.image  # the metadata log goes on reaching a live broker
+        self.network.send(CONTROLLER, self.id, self._heartbeat_answered, request, response, image, process)
+
+    def _heartbeat_answered(
+        self,
+        request: controller_pb2.BrokerHeartbeatRequest,
+        response: controller_pb2.BrokerHeartbeatResponse,
+        image: MetadataImage,
+        process: Process,
+    ) -> None:
+        """A registration the controller no longer holds (a later retry of ours replaced
+        it, say) is registered again, as ``raftka.broker.lifecycle`` does."""
+        if self.process is not process or process.broker_epoch != request.broker_epoch:
+            return
+        if response.status.error in _REREGISTER:
+            self.trace(f"b{self.id} registers again: {E.Name(response.status.error)}")
+            process.broker_epoch = -1
+            self._register(process)
+        self.adopt(image)
+
+    def adopt(self, image: MetadataImage) -> None:
+        """A metadata image arrived; older ones than this process has applied are ignored."""
+        process = self.process
+        if process is None or image.offset <= process.applied_offset:
+            return
+        process.applied_offset = image.offset
+        self.replayed = image
+        process.replicas.apply(image, process.roles.update(image))
+
+    def send_isr_change(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        process = self.process
+        assert process is not None
+        request = controller_pb2.AlterPartitionRequest(broker_id=self.id, broker_epoch=process.broker_epoch)
+        request.topics.add(topic_id=partition.topic_id).partitions.add(
+            partition=partition.partition,
+            leader_epoch=partition.leader_epoch,
+            new_isr=new_isr,
+            partition_epoch=partition.partition_epoch,
+        )
+        tried = (partition.partition_epoch, new_isr)
+        self.network.send(self.id, CONTROLLER, self._at_controller_alter, request, process, partition, tried)
+        self.scheduler.after(CALL_TIMEOUT_MS, self._isr_change_lost, process, partition, new_isr)
+
+    def _at_controller_alter(self, request: controller_pb2.AlterPartitionRequest, *answer_to: Any) -> None:
+        response = self.controller.alter_partition(request)
+        self.network.send(CONTROLLER, self.id, self._isr_changed, response, *answer_to)
+
+    def _isr_change_lost(self, process: Process, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        """No answer: send it again (``IsrChanges`` retries a change the link lost)."""
+        if self.process is process and partition.is_leader and partition.pending_isr == new_isr:
+            self.send_isr_change(partition, new_isr)
+
+    def _isr_changed(
+        self,
+        response: controller_pb2.AlterPartitionResponse,
+        process: Process,
+        partition: Partition,
+        tried: tuple[int, tuple[int, ...]],
+    ) -> None:
+        """As ``raftka.broker.replica.isr.IsrChanges`` settles an answer."""
+        epoch, new_isr = tried
+        if self.process is not process or partition.pending_isr != new_isr:
+            return
+        if response.status.error != E.NONE:
+            partition.isr_change_refused(-1)
+        else:
+            result = response.partitions[0]
+            if result.error == E.NONE:
+                partition.isr_change_committed(tuple(result.isr), result.partition_epoch)
+            else:
+                partition.isr_change_refused(epoch + 1 if result.error in _STALE else -1)
+        process.replicas.isr_change_done(partition)
+
+    # replication ------------------------------------------------------------------------
+
+    def _maybe_fetch(self, process: Process) -> None:
+        if process.fetch_call:
+            return
+        ready = process.fetch.ready(self.clock_s())
+        leaders = {p.leader_id for p in ready}
+        if not ready or len(leaders) != 1:
+            return
+        leader = leaders.pop()
+        request, sent = process.fetch.request(ready)
+        request.max_wait_ms = 0  # never parks: the scheduler paces the fetches
+        call = process.fetch_call = self.rng.randrange(1, 1 << 30)
+        process.fetch_sent = sent
+        peer = self.peers[leader]
+        self.network.send(self.id, leader, peer.serve_fetch, request, self.id, call)
+        self.scheduler.after(CALL_TIMEOUT_MS, self._fetch_lost, process, call)
+
+    def _fetch_lost(self, process: Process, call: int) -> None:
+        if process.fetch_call == call:
+            process.fetch_call = 0
+
+    def serve_fetch(self, request: broker_pb2.FetchRequest, follower: int, call: int) -> None:
+        assert self.process is not None
+        response = run_now(self.process.replicas.fetch(request))
+        peer = self.peers[follower]
+        self.network.send(self.id, follower, peer.fetched, response, call)
+
+    def fetched(self, response: broker_pb2.FetchResponse, call: int) -> None:
+        process = self.process
+        if process is None or process.fetch_call != call:
+            return
+        process.fetch_call = 0
+        process.fetch.apply(response, process.fetch_sent)
+
+    # clients ----------------------------------------------------------------------------
+
+    def serve_produce(self, request: broker_pb2.ProduceRequest, reply: Callable[[Any], None]) -> None:
+        process = self.process
+        assert process is not None
+        task = self.loop.spawn(process.replicas.produce(request), reply)
+        process.tasks.add(task)
+        task.add_done_callback(process.tasks.discard)
+
+    def serve_client_fetch(self, request: broker_pb2.FetchRequest, reply: Callable[[Any], None]) -> None:
+        assert self.process is not None
+        reply(run_now(self.process.replicas.fetch(request)))

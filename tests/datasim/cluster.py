@@ -1,0 +1,244 @@
+"""Three brokers, the controller and the clients on one scheduler, and the nemesis.
+
+The nemesis injects one fault at a time, and only into a healthy cluster (every broker up,
+registered under its current incarnation, unfenced, in the ISR, no link cut): a crash, a
+power cut, a wiped disk, or a broker cut off from everyone or from the controller alone.
+The broker comes back (restarted as a new incarnation, or its links healed) after a
+while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from raftka.metadata.image import MetadataImage
+from tests.datasim.broker import TOPIC, SimBroker
+from tests.datasim.clients import CONSUMER, IDEMPOTENT_PRODUCER, PRODUCER, Consumer, Producer
+from tests.datasim.controller import TICK_MS, SimController, topic_records
+from tests.datasim.disk import Disks, SimDisk
+from tests.datasim.invariants import Invariants
+from tests.datasim.loop import SimLoop
+from tests.datasim.network import CONTROLLER, LinkParams, Network
+from tests.simulation.scheduler import Scheduler
+
+BROKERS = (1, 2, 3)
+TOPIC_ID = uuid.UUID(int=7).bytes
+FAULTS = ("crash", "power-cut", "wipe", "isolate", "isolate-from-controller")
+EVENTS_MAX = 2_000_000
+
+
+def topic_configs(rng: random.Random) -> dict[str, str]:
+    return {
+        "min.insync.replicas": "2",
+        "segment.bytes": str(rng.choice((1024, 4096, 1 << 30))),
+        "message.timestamp.before.max.ms": str(1 << 62),  # the records' fixed timestamp is fine
+        "message.timestamp.after.max.ms": str(1 << 62),
+    }
+
+
+def link_params(rng: random.Random) -> LinkParams:
+    nodes = [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER]
+    params = LinkParams(loss=rng.choice((0.0, 0.0, 0.01, 0.05)))
+    for _ in range(rng.randint(0, 2)):
+        a, b = rng.sample(nodes, 2)
+        if rng.random() < 0.5:
+            params.slow[frozenset((a, b))] = rng.choice((20, 100, 300))
+        else:
+            params.lossy[frozenset((a, b))] = rng.choice((0.1, 0.3))
+    return params
+
+
+class Cluster:
+    def __init__(
+        self,
+        seed: int,
+        root: Path,
+        disks: Disks,
+        trace_lines: int,
+        echo: TextIO | None,
+        strict_agreement: bool,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.scheduler = Scheduler(EVENTS_MAX)
+        self.trace_lines: deque[str] = deque(maxlen=trace_lines)
+        self.echo = echo
+        self.params = link_params(self.rng)
+        self.network = Network(self.scheduler, self.rng, self.params)
+        self.network.incarnations[CONTROLLER] = 1
+        self.loop = SimLoop()
+        self.invariants = Invariants(strict_agreement)
+        self.brokers = {
+            b: SimBroker(
+                b,
+                disks.add(SimDisk(root / f"broker-{b}")),
+                self.scheduler,
+                self.network,
+                self.loop,
+                self.rng,
+                self.trace,
+            )
+            for b in BROKERS
+        }
+        self.controller = SimController(lambda: self.scheduler.now_ms, self._publish)
+        self.configs = topic_configs(self.rng)
+        for broker in self.brokers.values():
+            broker.controller = self.controller
+            broker.peers = self.brokers
+        self.producer = Producer(
+            self.brokers,
+            self.scheduler,
+            self.network,
+            self.rng,
+            self.invariants,
+            self.trace,
+            idempotent=False,
+        )
+        self.idempotent = Producer(
+            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace, idempotent=True
+        )
+        self.consumer = Consumer(
+            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace
+        )
+        self.faults: dict[str, int] = {}
+        self.faulting = False  # a fault is in progress: no other starts
+        self.nemesis_on = True
+
+    def trace(self, line: str) -> None:
+        text = f"{self.scheduler.now_ms:>6} {line}"
+        self.trace_lines.append(text)
+        if self.echo is not None:
+            print(text, file=self.echo)
+
+    def _publish(self, image: MetadataImage) -> None:
+        state = image.topic(TOPIC).partitions[0] if image.topic(TOPIC) else None
+        if state is not None:
+            fenced = sorted(b.broker_id for b in image.brokers.values() if b.fenced)
+            self.trace(
+                f"image {image.offset}: leader {state.leader} epoch {state.leader_epoch} "
+                f"isr {list(state.isr)} fenced {fenced}"
+            )
+        for broker in self.brokers.values():
+            self.network.send(CONTROLLER, broker.id, broker.adopt, image)
+
+    # running ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for broker in self.brokers.values():
+            broker.start()
+        self.producer.start()
+        self.idempotent.start()
+        self.consumer.start()
+        self.scheduler.after(TICK_MS, self._controller_tick)
+        self.scheduler.after(self.rng.randint(200, 600), self._nemesis)
+
+    def run_until(self, time_ms: int, done: Callable[[], bool] | None = None) -> bool:
+        """Run events, checking the invariants after each; True once ``done()`` holds."""
+        scheduler, invariants = self.scheduler, self.invariants
+        while scheduler.now_ms < time_ms:
+            if not scheduler.step():
+                break
+            self.loop.settle()
+            invariants.check(self.brokers, self.controller.image)
+            if done is not None and scheduler.events_run % 10 == 0 and done():
+                return True
+        return done is not None and done()
+
+    def _controller_tick(self) -> None:
+        """Session expiry; and the topic, created once every broker has registered."""
+        self.controller.tick()
+        image = self.controller.image
+        if image.topic(TOPIC) is None and all(b in image.brokers for b in BROKERS):
+            self.controller.commit(topic_records(TOPIC, TOPIC_ID, BROKERS, self.configs))
+        self.scheduler.after(TICK_MS, self._controller_tick)
+
+    # the nemesis ------------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        image = self.controller.image
+        topic = image.topic(TOPIC)
+        if topic is None:
+            return False
+        state = topic.partitions[0]
+        for broker in self.brokers.values():
+            registration = image.brokers.get(broker.id)
+            process = broker.process
+            if process is None or registration is None or registration.fenced:
+                return False
+            if registration.incarnation_id != process.incarnation:
+                return False
+        return not self.network.cut and len(state.isr) == len(BROKERS) and state.leader >= 0
+
+    def _nemesis(self) -> None:
+        if not self.nemesis_on:
+            return
+        if not self.faulting and self.healthy():
+            self._inject(self.rng.choice(FAULTS), self.rng.choice(BROKERS))
+        self.scheduler.after(self.rng.randint(50, 400), self._nemesis)
+
+    def _inject(self, fault: str, broker_id: int) -> None:
+        self.faults[fault] = self.faults.get(fault, 0) + 1
+        self.faulting = True
+        broker = self.brokers[broker_id]
+        self.trace(f"FAULT {fault} b{broker_id}")
+        lasts = self.rng.randint(50, 1500)
+        if fault in ("crash", "power-cut", "wipe"):
+            broker.crash()
+            if fault == "power-cut":
+                broker.disk.power_cut()
+            elif fault == "wipe":
+                broker.wipe()
+            self.scheduler.after(lasts, self._restart, broker)
+        else:
+            others = (
+                [CONTROLLER]
+                if fault == "isolate-from-controller"
+                else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER]
+            )
+            self.network.isolate(broker_id, others)
+            self.scheduler.after(lasts, self._heal)
+
+    def _restart(self, broker: SimBroker) -> None:
+        broker.start()
+        self.faulting = False
+
+    def _heal(self) -> None:
+        self.trace("heal")
+        self.network.heal()
+        self.faulting = False
+
+    # reporting --------------------------------------------------------------------------
+
+    def status(self) -> str:
+        lines = []
+        image = self.controller.image
+        topic = image.topic(TOPIC)
+        if topic is not None:
+            state = topic.partitions[0]
+            lines.append(
+                f"controller image {image.offset}: leader {state.leader} epoch {state.leader_epoch} "
+                f"isr {list(state.isr)}"
+            )
+        for broker in self.brokers.values():
+            partition = broker.partition()
+            if broker.process is None:
+                lines.append(f"  b{broker.id}: down")
+            elif partition is None:
+                lines.append(f"  b{broker.id}: {broker.process.incarnation}, no partition (not serving)")
+            else:
+                log = partition.log
+                lines.append(
+                    f"  b{broker.id}: {broker.process.incarnation} {partition.role} epoch {partition.leader_epoch} "
+                    f"hw {partition.high_watermark} leo {log.log_end_offset} recovery point {log.recovery_point}"
+                )
+        committed = self.invariants.committed
+        lines.append(
+            f"  committed (acknowledged or read): {len(committed)} records, up to offset "
+            f"{max(committed) if committed else -1}"
+        )
+        return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""The active controller, as the brokers see it: requests planned by the controller's own
+handlers (``raftka.metadata.broker_ops``: registration, heartbeats, fencing, AlterPartition,
+elections) on its image and replayed at once, as if committed, and every new image sent
+to every broker over the simulated network, as the metadata log would bring it.
+
+The quorum itself is not simulated here (``tests.simulation`` does that): this controller
+never fails, and a broker cut off from it simply hears nothing. Its session bookkeeping
+is the real one (``raftka.metadata.sessions``), as are the restart rule (a new incarnation
+before the old session ended fences the old one first) and the fencing in steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from raftka.metadata import broker_ops
+from raftka.metadata.delta import MetadataDelta
+from raftka.metadata.image import TOPIC, MetadataImage
+from raftka.metadata.plan import MetadataRecord, Plan
+from raftka.metadata.sessions import BrokerSessions
+from raftka.v1 import controller_pb2, metadata_pb2
+
+SESSION_TIMEOUT_MS = 600
+TICK_MS = 50
+RECORDS_MAX = 100
+
+
+def topic_records(
+    name: str, topic_id: bytes, replicas: tuple[int, ...], configs: dict[str, str]
+) -> list[MetadataRecord]:
+    """A topic with one partition led by the first replica, every replica in sync."""
+    records = [
+        MetadataRecord(topic=metadata_pb2.TopicRecord(name=name, topic_id=topic_id)),
+        MetadataRecord(
+            partition=metadata_pb2.PartitionRecord(
+                partition_id=0,
+                topic_id=topic_id,
+                replicas=replicas,
+                isr=replicas,
+                leader=replicas[0],
+                leader_epoch=0,
+                partition_epoch=0,
+            )
+        ),
+    ]
+    records += [
+        MetadataRecord(
+            config=metadata_pb2.ConfigRecord(resource_type=TOPIC, resource_name=name, name=k, value=v)
+        )
+        for k, v in configs.items()
+    ]
+    return records
+
+
+class SimController:
+    def __init__(self, clock: Callable[[], int], publish: Callable[[MetadataImage], None]) -> None:
+        self._clock = clock
+        self._publish = publish
+        self.image = MetadataImage()
+        self.sessions = BrokerSessions(SESSION_TIMEOUT_MS)
+        self.history: list[MetadataImage] = []  # every image, for the report
+
+    def commit(self, records: list[MetadataRecord]) -> None:
+        if not records:
+            return
+        delta = MetadataDelta(self.image)
+        for record in records:
+            delta.replay(record)
+        self.image = delta.apply(self.image.offset + len(records))
+        self.history.append(self.image)
+        self._publish(self.image)
+
+    def _plan(self, plan: Plan) -> Any:
+        """Commit the plan's records; its response."""
+        self.commit(plan.records)
+        return plan.response
+
+    # requests ---------------------------------------------------------------------------
+
+    def register(
+        self, request: controller_pb2.BrokerRegistrationRequest
+    ) -> controller_pb2.BrokerRegistrationResponse:
+        now = self._clock()
+        live = self.sessions.is_live(request.broker_id, now)
+        if broker_ops.restarted(self.image, request, has_live_session=live) is not None:
+            self.sessions.end(request.broker_id, now)
+            self._fence(request.broker_id)
+            live = False
+        plan = broker_ops.register(self.image, request, self.image.offset, has_live_session=live)
+        if not plan.failed:
+            self.sessions.touch(request.broker_id, now)
+        return self._plan(plan)
+
+    def heartbeat(
+        self, request: controller_pb2.BrokerHeartbeatRequest
+    ) -> controller_pb2.BrokerHeartbeatResponse:
+        plan = broker_ops.heartbeat(self.image, request, (), RECORDS_MAX)
+        if not plan.failed:
+            self.sessions.touch(request.broker_id, self._clock())
+        return self._plan(plan)
+
+    def alter_partition(
+        self, request: controller_pb2.AlterPartitionRequest
+    ) -> controller_pb2.AlterPartitionResponse:
+        return self._plan(broker_ops.alter_partition(self.image, request))
+
+    # sessions ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        for broker_id in self.sessions.expired(self._clock()):
+            self._fence(broker_id)
+            self.sessions.forget(broker_id)
+
+    def _fence(self, broker_id: int) -> None:
+        """Fence the registration of ``broker_id`` in steps, each planned on the last one's image."""
+        while True:
+            broker = self.image.brokers.get(broker_id)
+            if broker is None or broker.fenced:
+                return
+            self.commit(broker_ops.fence(self.image, broker, RECORDS_MAX))

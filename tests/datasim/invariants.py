@@ -1,0 +1,184 @@
+"""What must hold while the faults stay within what RF 3 / min ISR 2 promise
+(the budget: ``tests.datasim`` module docstring), checked after every event.
+
+- An acknowledged record is never lost: the partition's leader (the broker the latest
+  image names, once it serves at that image's leader epoch) holds every acknowledged
+  offset, with the value acknowledged there.
+- A record a consumer read never vanishes: the same, for every record read (a consumer
+  only reads below the high watermark, so what it read is committed).
+- Replicas agree below the high watermark: any two serving replicas that the latest image
+  has in the ISR hold the same records below the smaller of their high watermarks (any
+  of them may be elected). With ``strict_agreement``, any two serving replicas, the
+  ones a restart left out of the ISR too.
+- No offset is acknowledged (or read) with two different values.
+- The idempotent producer never duplicates: the leader's log holds each of its values
+  (``IDEMPOTENT_PREFIX``) once at most, however often a batch was sent again.
+
+Each replica's log is mirrored incrementally (``LogMirror``: only records appended since
+the last event are read; a truncation starts the mirror over), and each check resumes
+where it last stopped while the mirrors it used are unchanged, so checking after every
+event costs what changed. After healing every replica must hold every committed record.
+"""
+
+from __future__ import annotations
+
+from raftka.broker.replica.partition import Partition
+from raftka.metadata.image import MetadataImage
+from raftka.records.codec import read_records
+from tests.datasim.broker import TOPIC, SimBroker
+
+IDEMPOTENT_PREFIX = b"i"  # the idempotent producer's values
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+class LogMirror:
+    """One replica's records (offset -> value), kept up to date by reading only what was
+    appended; ``version`` changes whenever it starts over (a truncation, a new process)."""
+
+    _versions = 0
+
+    def __init__(self, partition: Partition) -> None:
+        LogMirror._versions += 1
+        self.version = LogMirror._versions
+        self.partition = partition
+        self.generation = partition.log._generation  # private: moves on every truncation
+        self.start = partition.log.log_start_offset
+        self.values: dict[int, bytes] = {}
+        self.end = self.start
+        self.idempotent: dict[bytes, int] = {}  # the idempotent producer's values -> offset
+
+    def current(self, partition: Partition) -> bool:
+        log = partition.log
+        return (
+            partition is self.partition
+            and log._generation == self.generation
+            and log.log_start_offset == self.start
+            and log.log_end_offset >= self.end
+        )
+
+    def catch_up(self, broker_id: int) -> None:
+        log = self.partition.log
+        while self.end < log.log_end_offset:
+            batch = list(read_records(log.read(self.end, 1 << 30).records))
+            if not batch:
+                break
+            for record in batch:
+                if record.offset >= self.end:
+                    self.values[record.offset] = record.value
+                    self._no_duplicate(broker_id, record.offset, record.value)
+            self.end = batch[-1].offset + 1
+
+    def _no_duplicate(self, broker_id: int, offset: int, value: bytes) -> None:
+        if value.startswith(IDEMPOTENT_PREFIX) and self.idempotent.setdefault(value, offset) != offset:
+            raise InvariantViolation(
+                f"b{broker_id} holds the idempotent producer's {value!r} twice: "
+                f"at {self.idempotent[value]} and {offset}"
+            )
+
+
+class Invariants:
+    def __init__(self, strict_agreement: bool = False) -> None:
+        self.strict_agreement = strict_agreement
+        self.committed: dict[int, bytes] = {}  # acknowledged or read: offset -> value
+        self.acked = 0
+        self.read = 0
+        self._mirrors: dict[int, LogMirror] = {}
+        self._leader_checked: tuple[int, int] = (0, 0)  # (mirror version, committed offsets checked)
+        self._committed_order: list[int] = []  # committed offsets, in the order they came
+        self._agreed: dict[tuple[int, int], int] = {}  # (mirror versions) -> agreed below
+
+    # what the clients saw ---------------------------------------------------------------
+
+    def acknowledged(self, offset: int, value: bytes) -> None:
+        self.acked += 1
+        self._commit(offset, value, "acknowledged")
+
+    def consumed(self, offset: int, value: bytes) -> None:
+        self.read += 1
+        self._commit(offset, value, "read by the consumer")
+
+    def _commit(self, offset: int, value: bytes, how: str) -> None:
+        before = self.committed.setdefault(offset, value)
+        if before != value:
+            raise InvariantViolation(
+                f"offset {offset} {how} as {value!r}, but {before!r} was acknowledged or read there before: "
+                f"the record {before!r} was lost"
+            )
+        if len(self._committed_order) < len(self.committed):
+            self._committed_order.append(offset)
+
+    # the cluster ------------------------------------------------------------------------
+
+    def mirror(self, broker: SimBroker) -> LogMirror | None:
+        partition = broker.partition()
+        if partition is None:
+            self._mirrors.pop(broker.id, None)
+            return None
+        mirror = self._mirrors.get(broker.id)
+        if mirror is None or not mirror.current(partition):
+            mirror = self._mirrors[broker.id] = LogMirror(partition)
+        mirror.catch_up(broker.id)
+        return mirror
+
+    def check(self, brokers: dict[int, SimBroker], image: MetadataImage) -> None:
+        mirrors = {b.id: m for b in brokers.values() if (m := self.mirror(b)) is not None}
+        leader = serving_leader(brokers, image)
+        if leader is not None:
+            self._leader_holds_committed(leader.local_id, mirrors[leader.local_id])
+        topic = image.topic(TOPIC)
+        isr = () if topic is None else topic.partitions[0].isr
+        agreeing = [m for b, m in sorted(mirrors.items()) if self.strict_agreement or b in isr]
+        for i, a in enumerate(agreeing):
+            for b in agreeing[i + 1 :]:
+                self._agree(a, b)
+
+    def _leader_holds_committed(self, broker_id: int, mirror: LogMirror) -> None:
+        version, checked = self._leader_checked
+        if version != mirror.version:
+            checked = 0
+        for offset in self._committed_order[checked:]:
+            self._holds(broker_id, mirror.values, offset)
+        self._leader_checked = (mirror.version, len(self._committed_order))
+
+    def _holds(self, broker_id: int, values: dict[int, bytes], offset: int) -> None:
+        value = self.committed[offset]
+        if values.get(offset) != value:
+            raise InvariantViolation(
+                f"b{broker_id} holds {values.get(offset)!r} at offset {offset}, where {value!r} "
+                "was acknowledged or read"
+            )
+
+    def _agree(self, a: LogMirror, b: LogMirror) -> None:
+        key = (a.version, b.version)
+        below = min(a.partition.high_watermark, b.partition.high_watermark, a.end, b.end)
+        for offset in range(max(self._agreed.get(key, 0), a.start, b.start), below):
+            if a.values.get(offset) != b.values.get(offset):
+                raise InvariantViolation(
+                    f"b{a.partition.local_id} (hw {a.partition.high_watermark}) and b{b.partition.local_id} "
+                    f"(hw {b.partition.high_watermark}) differ at offset {offset}: {a.values.get(offset)!r} "
+                    f"vs {b.values.get(offset)!r}"
+                )
+        self._agreed[key] = max(self._agreed.get(key, 0), below)
+
+    def every_replica_holds_committed(self, brokers: dict[int, SimBroker]) -> None:
+        for broker in brokers.values():
+            mirror = self.mirror(broker)
+            if mirror is None:
+                raise InvariantViolation(f"b{broker.id} serves no replica after healing")
+            for offset in self.committed:
+                self._holds(broker.id, mirror.values, offset)
+
+
+def serving_leader(brokers: dict[int, SimBroker], image: MetadataImage) -> Partition | None:
+    """The leader the image names, if it has taken that leadership (at that leader epoch)."""
+    topic = image.topic(TOPIC)
+    state = None if topic is None else topic.partitions.get(0)
+    if state is None or state.leader < 0:
+        return None
+    partition = brokers[state.leader].partition()
+    if partition is None or not partition.is_leader or partition.leader_epoch != state.leader_epoch:
+        return None
+    return partition
