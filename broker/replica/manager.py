@@ -194,8 +194,10 @@ class ReplicaManager:
                 role.topic, role.partition, role.topic_id, self.log_config(role.topic)
             )
             partition = Partition(role.topic, role.partition, role.topic_id, partition_log, self.local_id)
+            # Below the recovery point only: after a power cut the log may hold again a tail
+            # an unflushed truncation had cut, under a high watermark checkpointed after it.
             partition.high_watermark = min(
-                self._checkpointed_high_watermarks.pop(role.name, 0), partition_log.log_end_offset
+                self._checkpointed_high_watermarks.pop(role.name, 0), partition_log.recovery_point
             )
             self._partitions[key] = partition
         return partition

@@ -26,13 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mutant", choices=sorted(m for m in MUTANTS if m), default="", help="a broken broker"
     )
-    parser.add_argument(
-        "--strict-agreement",
-        action="store_true",
-        help="replicas out of the ISR (just restarted) must agree below their high watermark too",
-    )
     args = parser.parse_args(argv)
-    options = Options(args.faults_ms, args.heal_ms, args.trace_lines, args.mutant, args.strict_agreement)
+    options = Options(args.faults_ms, args.heal_ms, args.trace_lines, args.mutant)
     if args.seed is not None:
         result = run_seed(args.seed, options, echo=sys.stdout if args.trace else None)
         if result.ok:

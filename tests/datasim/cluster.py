@@ -61,7 +61,6 @@ class Cluster:
         disks: Disks,
         trace_lines: int,
         echo: TextIO | None,
-        strict_agreement: bool,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -72,7 +71,7 @@ class Cluster:
         self.network = Network(self.scheduler, self.rng, self.params)
         self.network.incarnations[CONTROLLER] = 1
         self.loop = SimLoop()
-        self.invariants = Invariants(strict_agreement)
+        self.invariants = Invariants()
         self.brokers = {
             b: SimBroker(
                 b,

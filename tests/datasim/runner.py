@@ -44,7 +44,6 @@ class Options:
     heal_ms: int = HEAL_MS
     trace_lines: int = TRACE_LINES
     mutant: str = ""  # a deliberately broken broker (``tests.datasim.mutants``)
-    strict_agreement: bool = False  # replicas out of the ISR must agree below their HW too
 
 
 @dataclass(slots=True)
@@ -61,7 +60,6 @@ class SeedResult:
 
 def replay_command(seed: int, options: Options) -> str:
     extra = f" --mutant {options.mutant}" if options.mutant else ""
-    extra += " --strict-agreement" if options.strict_agreement else ""
     return f".venv/bin/python -m tests.datasim --seed {seed} --trace{extra}"
 
 
@@ -76,7 +74,7 @@ def run_seed(seed: int, options: Options | None = None, echo: TextIO | None = No
         _quiet(),
         MUTANTS[options.mutant](),
     ):
-        cluster = Cluster(seed, Path(root), disks, options.trace_lines, echo, options.strict_agreement)
+        cluster = Cluster(seed, Path(root), disks, options.trace_lines, echo)
         try:
             _run_phases(cluster, options)
         except Exception as e:  # a failure of the broker, the storage or an invariant
