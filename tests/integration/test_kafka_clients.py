@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -17,13 +18,15 @@ from confluent_kafka.admin import NewTopic as KafkaNewTopic
 from kafka.partitioner import murmur2
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from raftka.broker.data_service import BrokerApi
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.group_admin import GroupAdmin
-from raftka.client.types import NewTopic
-from tests.integration.kafka_clients import CLIENTS, KafkaPython, Seen, StuckJoin
+from raftka.client.types import GroupDescription, NewTopic
+from raftka.v1 import broker_pb2, controller_pb2
+from tests.integration.kafka_clients import CLIENTS, POLL_MS, KafkaPython, Seen
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
-from tests.unit.kafka_wire import call
+from tests.unit.kafka_wire import broker_thread, call
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 6
@@ -48,18 +51,7 @@ def java_partition(key: bytes) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % PARTITIONS
 
 
-KNOWN_CLIENT_BUGS = {
-    KafkaPython: pytest.mark.xfail(
-        raises=StuckJoin,
-        strict=False,
-        reason="kafka-python 3.0.12 sometimes never completes a join (1 run in 4 on a slow machine)",
-    )
-}
-
-
-@pytest.mark.parametrize(
-    "client_type", [pytest.param(c, id=c.name, marks=KNOWN_CLIENT_BUGS.get(c, ())) for c in CLIENTS]
-)
+@pytest.mark.parametrize("client_type", CLIENTS, ids=lambda c: c.name)
 def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(
     cluster: MetadataCluster, client_type: type
 ) -> None:
@@ -105,6 +97,47 @@ def test_a_kafka_client_produces_consumes_in_a_group_commits_and_resumes(
     assert all(s.offset >= ends.get(s.partition, 0) for s in resumed), "the new member read below the commits"
 
 
+def test_a_kafka_python_member_finishes_a_join_whose_rebalance_commits_after_its_poll(tmp_path: Path) -> None:
+    """Each rebalance commits only after several of the member's polls (a slow quorum), so
+    a poll returns with the join's SyncGroup outstanding and a later poll must finish it.
+    A member that finished its join heartbeats; one left mid-join sends nothing until its
+    session ends, holding no partitions or an older generation's."""
+    topic, group = "slow-rebalances", "readers"
+    with broker_thread(tmp_path, {topic: PARTITIONS}) as served:
+        served.broker.controller.rebalance_commit_s = 5 * POLL_MS / 1000
+        beats = heartbeats_accepted(served.broker.api)
+        member = KafkaPython.subscribed(topic, served.bootstrap, group, 0)
+        try:
+            with KafkaPython.polled([member], []) as check:
+                wait_until(
+                    lambda: check() or bool(beats),
+                    timeout_s=30,  # under the member's 45 s session: one left mid-join is still a member
+                    what="a heartbeat from the member",
+                    detail=lambda: describe([served.broker.address], group),
+                )
+            described = describe([served.broker.address], group)
+            assert described.state == "Stable" and len(described.members) == 1
+            assert (described.members[0].member_id, described.generation) in beats
+            assert len(member.assignment()) == PARTITIONS
+        finally:
+            member.close()
+
+
+def heartbeats_accepted(api: BrokerApi) -> set[tuple[str, int]]:
+    """(member id, generation) of every heartbeat the broker answers without an error, from now."""
+    accepted: set[tuple[str, int]] = set()
+    answer = api.heartbeat
+
+    async def recorded(request: broker_pb2.HeartbeatRequest) -> broker_pb2.HeartbeatResponse:
+        response = await answer(request)
+        if response.status.error == controller_pb2.ErrorCode.NONE:
+            accepted.add((request.member_id, request.generation_id))
+        return response
+
+    api.heartbeat = recorded
+    return accepted
+
+
 def topic_is_led(address: str, topic: str) -> bool:
     """The broker's Kafka Metadata names a leader for every partition of ``topic``."""
     asked = MetadataRequest(
@@ -119,21 +152,24 @@ def topic_is_led(address: str, topic: str) -> bool:
 
 def group_is_whole(bootstrap: list[str], group: str) -> bool:
     """Stable, two members, and every partition owned by exactly one of them."""
+    described = describe(bootstrap, group)
+    owned = [tp.partition for m in described.members for tp in m.assignment]
+    return (
+        described.state == "Stable"
+        and len(described.members) == 2
+        and sorted(owned) == list(range(PARTITIONS))
+    )
 
-    async def describe() -> bool:
+
+def describe(bootstrap: list[str], group: str) -> GroupDescription:
+    async def described() -> GroupDescription:
         admin = GroupAdmin(bootstrap)
         try:
-            described = await admin.describe_group(group)
+            return await admin.describe_group(group)
         finally:
             await admin.close()
-        owned = [tp.partition for m in described.members for tp in m.assignment]
-        return (
-            described.state == "Stable"
-            and len(described.members) == 2
-            and sorted(owned) == list(range(PARTITIONS))
-        )
 
-    return asyncio.run(describe())
+    return asyncio.run(described())
 
 
 def raftka_json(cluster: MetadataCluster, *args: str) -> dict:

@@ -5,6 +5,7 @@ image goes to the listeners a broker would feed (its group coordinator)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ class ControllerInMemory:
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
         self.listeners: list[Callable[[MetadataImage], None]] = []
+        self.rebalance_commit_s = 0.0  # how long a rebalance takes to commit: a slow quorum's, if set
 
     async def call(self, rpc: ControllerRpc, request: Any) -> Any:
         return await rpc(self)(request, timeout=1.0)
@@ -37,6 +39,8 @@ class ControllerInMemory:
         return self._commit(group_ops.commit_batch(self.image, request, NOW_MS))
 
     async def RecordGroupRebalance(self, request: Any, timeout: float) -> Any:
+        if self.rebalance_commit_s:
+            await asyncio.sleep(self.rebalance_commit_s)
         return self._commit(group_ops.record_rebalance(self.image, request, NOW_MS))
 
     async def DeleteGroups(self, request: Any, timeout: float) -> Any:
