@@ -90,6 +90,7 @@ def test_live_nodes_export_every_documented_metric_and_the_values_move(cluster: 
             for n in everything
             if not n.startswith("kafka_server_brokertopic")
             and not n.startswith("kafka_server_replicamanager")
+            and not n.startswith("kafka_server_replicafetchermanager")
             and not n.startswith("kafka_network")
         }
     for values in broker_before:
