@@ -36,14 +36,14 @@ EXIT_TIMEOUT_S = 10.0
 @pytest.fixture
 def cluster_dir(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "local"
-    cluster.up(path, 3, UP_TIMEOUT_S, brokers=3)
-    cluster.down(path, timeout_s=10)
-    MetadataCluster(path).configure("controller", "controller", leader_rebalance_interval_ms=1_000)
-    cluster.up(path, None, UP_TIMEOUT_S)
-    try:
+    try:  # a failed start leaves nodes running too
+        cluster.up(path, 3, UP_TIMEOUT_S, brokers=3)
+        cluster.down(path, timeout_s=10)
+        MetadataCluster(path).configure("controller", "controller", leader_rebalance_interval_ms=1_000)
+        cluster.up(path, None, UP_TIMEOUT_S)
         yield path
     finally:
-        cluster.down(path, timeout_s=10)
+        MetadataCluster(path).close()
 
 
 def describe(admin: Admin, name: str) -> TopicDescription:
