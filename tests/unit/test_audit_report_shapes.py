@@ -119,7 +119,7 @@ def _page(out: Path, tables: dict[str, pd.DataFrame], rate: pd.DataFrame, commit
     summary = make_summary([], merged, history, violations, tables, 0)
     json.dumps(summary, default=str)  # as summary.json is written
     report.write(out / "report.html", summary, tables, rate, committed)
-    return (out / "report.html").read_text(encoding="utf-8")
+    return (out / "report.html").read_bytes().decode("utf-8")  # as written: read_text turns "\r" into "\n"
 
 
 @settings(
@@ -253,6 +253,19 @@ def test_incidents_named_like_markup_are_listed_first_and_link_to_their_rows_in_
     assert "<li>none</li>" in page.split(f"<div id='{listed[1][1]}'>")[1].split("</div>")[0]
     assert_incidents_listed_first_with_their_rows(page, _tables(incidents=incidents)["incidents"])
     assert render_errors(tmp_path / "report.html", tmp_path) == []
+
+
+def test_an_incident_whose_text_holds_a_carriage_return_reads_back_as_written(tmp_path: Path) -> None:
+    """What the property once tripped on: a group id (any string) with "\r" in an incident's
+    text and rows; the page keeps it, and the page must be read back byte for byte."""
+    text = "group g\r1 rewound"
+    incidents = [
+        {"kind": CONTROLLER, "start_ms": START_MS, "duration_ms": 1, "open": False, "what": text,
+         "rows": [text]},
+    ]  # fmt: skip
+    tables = _tables(incidents=incidents)
+    page = _page(tmp_path, tables, _rate([]), pd.DataFrame(columns=["group", "bucket_ms", "committed"]), None)
+    assert_incidents_listed_first_with_their_rows(page, tables["incidents"])
 
 
 def test_the_render_check_sees_console_errors_exceptions_and_broken_images(tmp_path: Path) -> None:
