@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import logging
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import structlog
 from tests.datasim.cluster import Cluster
 from tests.datasim.disk import Disks
 from tests.datasim.mutants import MUTANTS
+from tests.simulation.pool import run_seeds_with
 
 FAULTS_MS = 4_000  # simulated time with faults, per seed
 HEAL_MS = 6_000  # a healed cluster must acknowledge new records and agree within this
@@ -159,19 +159,9 @@ def _report(cluster: Cluster, options: Options, reason: str, tb: str) -> str:
 
 
 # many seeds ------------------------------------------------------------------------------------
-def _run_one(args: tuple[int, Options]) -> SeedResult:
-    seed, options = args
-    return run_seed(seed, options)
-
-
 def run_seeds(seeds: list[int], options: Options, jobs: int = 1) -> Iterator[SeedResult]:
-    """Results in seed order; with ``jobs`` > 1 seeds run in (spawned) worker processes."""
-    if jobs <= 1:
-        for seed in seeds:
-            yield run_seed(seed, options)
-        return
-    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        yield from pool.imap(_run_one, [(s, options) for s in seeds], chunksize=4)
+    """Results in seed order; with ``jobs`` > 1 seeds run in worker processes."""
+    return run_seeds_with(run_seed, seeds, options, jobs)
 
 
 def main_many(seeds: list[int], options: Options, jobs: int, out: TextIO = sys.stdout) -> int:

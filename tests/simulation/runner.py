@@ -7,7 +7,6 @@ trace lines and the one command that replays it.
 from __future__ import annotations
 
 import io
-import multiprocessing
 import random
 import sys
 import time
@@ -20,6 +19,7 @@ from raftka.raft.config import RaftConfig
 from tests.simulation.cluster import Cluster
 from tests.simulation.faults import FaultProfile
 from tests.simulation.node import CoreFactory
+from tests.simulation.pool import run_seeds_with
 
 SAFETY_MS = 4000  # simulated time with faults, per seed
 LIVENESS_MS = 10_000  # a healed cluster must elect and commit within this
@@ -141,21 +141,9 @@ def _report(cluster: Cluster, reason: str, tb: str) -> str:
 
 
 # many seeds ------------------------------------------------------------------------------------
-def _run_one(args: tuple[int, Options]) -> SeedResult:
-    seed, options = args
-    return run_seed(seed, options)
-
-
 def run_seeds(seeds: list[int], options: Options, jobs: int = 1) -> Iterator[SeedResult]:
     """Results in seed order; with ``jobs`` > 1 seeds run in worker processes."""
-    if jobs <= 1:
-        for seed in seeds:
-            yield run_seed(seed, options)
-        return
-    # spawn, not fork: a process that has used gRPC (the test run before this one) must not
-    # be forked, its threads' state is copied half-way and the children spin.
-    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        yield from pool.imap(_run_one, [(s, options) for s in seeds], chunksize=4)
+    return run_seeds_with(run_seed, seeds, options, jobs)
 
 
 @dataclass(slots=True)
