@@ -15,8 +15,11 @@ offline on this broker (Kafka's offline partition: requests for it are answered
 KAFKA_STORAGE_ERROR, which clients retry), is logged once, and the other partitions'
 changes go on, so the broker keeps serving and following the metadata log. The next
 change the metadata makes to that partition (a new leader epoch, its deletion) tries it
-again. The heartbeat reports it (``on_offline_changed``, ``raftka.broker.offline_report``),
-so the controller moves its leadership and ISR membership to healthy replicas meanwhile.
+again. A leader's write that fails on its log (an ``OSError`` appending or rolling a
+segment) takes the partition offline the same way (Kafka takes the log's directory
+offline). The heartbeat reports offline partitions (``on_offline_changed``,
+``raftka.broker.offline_report``), so the controller moves their leadership and ISR
+membership to healthy replicas meanwhile.
 
 Bounds: acks=all bytes waiting for the ISR (``produce_waiting_bytes_max``) and parked
 fetches (``fetch_parked_max``); a request over the first is refused, a fetch over the
@@ -71,7 +74,7 @@ class OfflinePartition:
     """A partition this broker holds but cannot serve: applying its metadata failed."""
 
     topic_id: bytes
-    change: str  # what failed: "lead", "follow" or "delete"
+    change: str  # what failed: "lead", "follow", "delete" or "append"
     error: str
 
 
@@ -343,6 +346,13 @@ class ReplicaManager:
             )
         except ProducerStateError as e:
             raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
+        except OSError as e:  # the disk under this log failed: it alone goes offline
+            self._take_offline(
+                (topic, data.partition), OfflinePartition(partition.topic_id, "append", repr(e))
+            )
+            raise PartitionError(
+                E.KAFKA_STORAGE_ERROR, f"{partition.name}: its log failed on broker {self.local_id}: {e!r}"
+            ) from None
         result.base_offset = info.first_offset
         if not info.duplicate:
             self.metrics.appended(len(validated.payload), info.record_count)
@@ -389,7 +399,7 @@ class ReplicaManager:
                 raise PartitionError(
                     E.KAFKA_STORAGE_ERROR,
                     f"{topic}-{partition_id} is offline on broker {self.local_id}: "
-                    f"its log failed while it was told to {offline.change}",
+                    f"its log failed ({offline.change})",
                 )
             raise self._not_here(topic, partition_id)
         partition.check_leader(current_leader_epoch)

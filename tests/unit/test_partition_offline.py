@@ -6,6 +6,8 @@ on disk; the failures are real file system errors."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from raftka.broker.metrics import BrokerCollector
 from raftka.broker.offline_report import OfflineReport
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.replica.manager import ReplicaManager
-from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
+from raftka.metadata.image import TOPIC, BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
 from raftka.metadata.validation import OFFLINE_REPLICAS_MAX
 from raftka.node.config import BrokerConfig
 from raftka.records.codec import BatchBuilder
@@ -149,6 +151,42 @@ def test_the_heartbeat_reports_an_offline_partition_until_it_comes_back(tmp_path
     broker.adopt(image(3, {"good": 0, "bad": 2}))
     assert broker.offline_changes == 2 and broker.report() == []
     broker.logs.close()
+
+
+def test_a_leaders_log_that_fails_a_write_goes_offline_alone_and_is_reported(tmp_path: Path) -> None:
+    """Its folder removed under it, the leader's next segment roll fails for real: that
+    produce is answered KAFKA_STORAGE_ERROR (clients retry, at the leader the controller
+    elects next), the partition goes offline here and the heartbeat reports it; the other
+    partitions serve on, and a retry on its next change opens it again."""
+
+    async def body() -> None:
+        broker = Broker(tmp_path)
+        rolling = dataclasses.replace(
+            image(1, {"good": 0, "bad": 0}),
+            configs=frozen({(TOPIC, "bad"): frozen({"segment.bytes": "1024"})}),
+        )
+        broker.adopt(rolling)
+        assert (await broker.produce("bad", b"a")).error == E.NONE
+        shutil.rmtree(tmp_path / "bad-0")
+        with capture_logs() as logged:
+            failed = await broker.produce("bad", bytes(2000))  # over segment.bytes: a roll
+        assert failed.error == E.KAFKA_STORAGE_ERROR and "FileNotFoundError" in failed.message
+        assert set(broker.replicas.offline()) == {("bad", 0)}
+        [offline] = [e for e in logged if e["log_level"] == "error"]
+        assert offline["change"] == "append"
+        assert broker.offline_changes == 1
+        bad_id = rolling.topic_ids_by_name["bad"]
+        assert broker.report() == [controller_pb2.OfflineTopicReplicas(topic_id=bad_id, partitions=[0])]
+        refused = await broker.produce("bad", b"b")
+        assert refused.error == E.KAFKA_STORAGE_ERROR and "its log failed (append)" in refused.message
+        assert (await broker.produce("good", b"a")).error == E.NONE
+
+        broker.adopt(dataclasses.replace(image(2, {"good": 0, "bad": 1}), configs=rolling.configs))
+        assert broker.replicas.offline() == {} and broker.report() == []
+        assert (await broker.produce("bad", b"c")).error == E.NONE
+        broker.logs.close()
+
+    run(body())
 
 
 def test_a_report_lists_at_most_the_bound_the_same_ones_every_time() -> None:
