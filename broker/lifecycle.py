@@ -23,8 +23,9 @@ While fenced or shutting down the broker heartbeats faster than its interval, so
 unfenced, or let go, as soon as the controller allows, not one interval later.
 
 Every heartbeat lists the partitions whose log failed on this broker
-(``raftka.broker.offline_report``), so the controller moves them off it; when that list
-changes (``offline_changed``) the next heartbeat goes out at once.
+(``raftka.broker.offline_report``), so the controller moves them off it; when the replica
+manager takes one offline or back (``offline_changed``) the next heartbeat goes out at
+once (a follower's fetcher stopping on a write error waits for the next one).
 """
 
 from __future__ import annotations
