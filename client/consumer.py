@@ -107,6 +107,10 @@ class AsyncConsumer:
             raise ValueError(f"auto_offset_reset: {auto_offset_reset!r} is not one of {', '.join(RESETS)}")
         if group_id is not None and not group_id:
             raise ValueError("group_id: must not be empty")
+        if uncompressed_batch_bytes_max < 1:
+            raise ValueError(
+                f"uncompressed_batch_bytes_max: must be 1 or more, got {uncompressed_batch_bytes_max}"
+            )
         self.group_id = group_id
         self._reset = auto_offset_reset
         self._fetch_max_wait_ms = fetch_max_wait_ms

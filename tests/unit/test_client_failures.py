@@ -231,7 +231,7 @@ def test_a_decompression_bomb_a_broker_serves_is_an_error_naming_partition_and_o
     async def scenario(cluster: FakeCluster) -> None:
         cluster.logs[0].append(bytes(_batch(b"before")))
         cluster.logs[0].append(compressed_batch([bytes(16 << 20)], codec, compress))
-        cluster.logs[0].append(bytes(_batch(b"after")))
+        cluster.logs[0].append(compressed_batch([b"after"], codec, compress))  # within the bound
         consumer = AsyncConsumer(
             cluster.bootstrap,
             auto_offset_reset="earliest",
@@ -253,6 +253,11 @@ def test_a_decompression_bomb_a_broker_serves_is_an_error_naming_partition_and_o
             await consumer.close()
 
     run(scenario)
+
+
+def test_a_consumer_bound_below_one_byte_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="^uncompressed_batch_bytes_max: must be 1 or more, got 0"):
+        AsyncConsumer("127.0.0.1:1", uncompressed_batch_bytes_max=0)
 
 
 def _unclean_leader_change(cluster: FakeCluster) -> None:
