@@ -21,6 +21,11 @@ broker back to REGISTERING):
 
 While fenced or shutting down the broker heartbeats faster than its interval, so it is
 unfenced, or let go, as soon as the controller allows, not one interval later.
+
+Every heartbeat lists the partitions whose log failed on this broker
+(``raftka.broker.offline_report``), so the controller moves them off it; when the replica
+manager takes one offline or back (``offline_changed``) the next heartbeat goes out at
+once (a follower's fetcher stopping on a write error waits for the next one).
 """
 
 from __future__ import annotations
@@ -69,8 +74,10 @@ class BrokerLifecycle:
         metadata_offset: Callable[[], int],
         incarnation_id: str = "",
         on_state: Callable[[State], None] = lambda state: None,
+        offline_replicas: Callable[[], list[controller_pb2.OfflineTopicReplicas]] = list,
     ) -> None:
-        """``on_state`` hears every change of state (the node's health follows it)."""
+        """``on_state`` hears every change of state (the node's health follows it);
+        ``offline_replicas``: the partitions to report offline, read for every heartbeat."""
         self.broker_id = broker_id
         self.incarnation_id = incarnation_id or new_incarnation_id()
         self.broker_epoch = -1
@@ -82,6 +89,8 @@ class BrokerLifecycle:
         self._link = link
         self._metadata_offset = metadata_offset
         self._on_state = on_state
+        self._offline_replicas = offline_replicas
+        self._heartbeat_due = False  # the report changed since the last heartbeat was built
         self._wake = asyncio.Event()
         self._shutdown_requested = False
         self._last_problem = ""
@@ -91,6 +100,11 @@ class BrokerLifecycle:
     @property
     def fenced(self) -> bool:
         return self.state is not State.RUNNING
+
+    def offline_changed(self) -> None:
+        """The partitions offline on this broker changed: heartbeat now, not an interval later."""
+        self._heartbeat_due = True
+        self._wake.set()
 
     def request_shutdown(self) -> None:
         """Start a controlled shutdown; ``run`` returns once the controller lets go."""
@@ -142,11 +156,13 @@ class BrokerLifecycle:
         want_shut_down = self._shutdown_requested
         if want_shut_down and self.state is not State.CONTROLLED_SHUTDOWN:
             self._become(State.CONTROLLED_SHUTDOWN)
+        self._heartbeat_due = False
         request = controller_pb2.BrokerHeartbeatRequest(
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             current_metadata_offset=self._metadata_offset(),
             want_shut_down=want_shut_down,
+            offline_replicas=self._offline_replicas(),
         )
         ok = False
         try:
@@ -156,6 +172,8 @@ class BrokerLifecycle:
         else:
             ok = self._on_heartbeat(response, want_shut_down)
         if self.state is State.STOPPED or self.state is State.REGISTERING:
+            return
+        if self._heartbeat_due:  # the report changed while this heartbeat was out
             return
         fast = not ok or self.state is not State.RUNNING
         await self._sleep(self._fast_s if fast else self._interval_s)

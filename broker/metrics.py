@@ -131,7 +131,7 @@ class BrokerCollector(Collector):
         yield gauge(REPLICAS + "partitioncount", "Partitions this broker holds a replica of.", partitions)
         yield gauge(
             REPLICAS + "offlinereplicacount",
-            "Partitions offline on this broker: applying their metadata failed (the broker logs why).",
+            "Partitions offline on this broker: applying their metadata or writing their log failed (the broker logs why).",
             len(self._replicas.offline()),
         )
         yield gauge(

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import structlog
 
@@ -39,6 +39,7 @@ from raftka.broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
 from raftka.broker.log.flusher import BackgroundFlusher
 from raftka.broker.log.manager import LogManager
 from raftka.broker.metrics import BrokerCollector
+from raftka.broker.offline_report import OfflineReport
 from raftka.broker.partitions import BrokerPartitions, RoleChanges
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replica.fetcher import ReplicaFetchers
@@ -127,7 +128,14 @@ class DataPlane:
     """The partition logs and their replication, the group coordinator, and the periodic
     work they need."""
 
-    def __init__(self, config: NodeConfig, link: ControllerLink, broker_epoch: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        link: ControllerLink,
+        broker_epoch: Callable[[], int],
+        on_offline_changed: Callable[[], None],
+    ) -> None:
+        """``on_offline_changed``: the partitions offline on this broker changed (``offline``)."""
         broker = config.broker
         if broker.group_max_size > GROUP_MEMBERS_MAX:
             raise ServerError(
@@ -170,6 +178,7 @@ class DataPlane:
             on_follow=self.fetchers.follow,
             on_stop_following=self.fetchers.stop_following,
             high_watermarks=self.logs.read_high_watermarks(),
+            on_offline_changed=on_offline_changed,
         )
         self.producer_ids = ProducerIdManager(link, config.node_id, broker_epoch)
         self._producer_id_expiration_ms = config.broker.producer_id_expiration_ms
@@ -197,6 +206,14 @@ class DataPlane:
             except OSError as e:
                 raise ServerError(f"{key}: cannot listen on {address}: {e.strerror or e}") from None
             self.listeners.append(listener)
+
+    def offline(self) -> Iterator[tuple[bytes, int]]:
+        """(topic id, partition) of each partition whose log failed here: taken offline by
+        the replica manager, or stopped by its fetcher."""
+        for (_, partition), offline in self.replicas.offline().items():
+            yield offline.topic_id, partition
+        for failed in self.fetchers.failed():
+            yield failed.topic_id, failed.partition
 
     def _address(self, broker_id: int) -> str | None:
         broker = self.replicas.image.brokers.get(broker_id)
@@ -248,7 +265,7 @@ async def start_broker(config: NodeConfig) -> Broker:
     link = ControllerLink(
         addresses, lambda: node.leadership.leader_id, CONTROLLER_REQUEST_TIMEOUT_S, config.tls
     )
-    data = DataPlane(config, link, lambda: lifecycle.broker_epoch)
+    data = DataPlane(config, link, lambda: lifecycle.broker_epoch, lambda: lifecycle.offline_changed())
     roles_log = log.bind(node_id=config.node_id, role="broker")  # runs in raft's callbacks: bind here
 
     def adopt(image: MetadataImage) -> None:
@@ -293,6 +310,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         lambda: state_machine.image.offset - 1,  # the last offset replayed (image.offset is the next)
         incarnation_id,
         on_state=lambda state: health.set_serving(state is State.RUNNING),
+        offline_replicas=OfflineReport(data.offline),
     )
     await node.start()
     try:

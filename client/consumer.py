@@ -8,8 +8,10 @@ flight per leader broker, covering every assigned partition it leads, and buffer
 answers' raw record batches, bounded by ``prefetch_max_bytes``; ``poll`` decodes records
 as it takes them (Kafka's CompletedFetch), so the buffer never holds a Python object per
 record (a prefetch of millions of them made the garbage collector the consumer's
-largest cost). Records that do not decode are returned up to the damage, then ``poll``
-raises ``CORRUPT_MESSAGE`` until the application seeks past them. A leader that moved
+largest cost). Records that do not decode, or a compressed batch that would grow past
+``uncompressed_batch_bytes_max`` (a decompression bomb: the consumer trusts no broker to
+have bounded it), are returned up to the damage, then ``poll`` raises ``CORRUPT_MESSAGE``
+naming the partition and offset until the application seeks past them. A leader that moved
 (NOT_LEADER_OR_FOLLOWER, a fenced or unknown leader epoch) sends the loop to the
 metadata again. A seek drops what was prefetched for that partition.
 
@@ -87,6 +89,7 @@ class AsyncConsumer:
         fetch_max_bytes: int = 50 << 20,
         max_partition_fetch_bytes: int = 1 << 20,
         prefetch_max_bytes: int = 64 << 20,
+        uncompressed_batch_bytes_max: int = 64 << 20,
         request_timeout_ms: int = 30_000,
         client_id: str = "raftka-consumer",
         group_instance_id: str | None = None,
@@ -104,6 +107,10 @@ class AsyncConsumer:
             raise ValueError(f"auto_offset_reset: {auto_offset_reset!r} is not one of {', '.join(RESETS)}")
         if group_id is not None and not group_id:
             raise ValueError("group_id: must not be empty")
+        if uncompressed_batch_bytes_max < 1:
+            raise ValueError(
+                f"uncompressed_batch_bytes_max: must be 1 or more, got {uncompressed_batch_bytes_max}"
+            )
         self.group_id = group_id
         self._reset = auto_offset_reset
         self._fetch_max_wait_ms = fetch_max_wait_ms
@@ -111,6 +118,7 @@ class AsyncConsumer:
         self._fetch_max_bytes = fetch_max_bytes
         self._partition_max_bytes = max_partition_fetch_bytes
         self._prefetch_max_bytes = prefetch_max_bytes
+        self._uncompressed_batch_bytes_max = uncompressed_batch_bytes_max
         self._timeout_s = request_timeout_ms / 1000
         self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=self._timeout_s, tls=tls)
         self._assigned: list[TopicPartition] = []
@@ -460,7 +468,8 @@ class AsyncConsumer:
         for _, header in iter_batches(payload):
             next_offset, epoch = header.next_offset, header.partition_leader_epoch
         if next_offset > fetch_offset:
-            self._buffer.append(_Chunk(tp, _records(tp, payload, fetch_offset), len(payload)))
+            records = _records(tp, payload, fetch_offset, self._uncompressed_batch_bytes_max)
+            self._buffer.append(_Chunk(tp, records, len(payload)))
             self._buffered_bytes += len(payload)
             self._fetch_position[tp] = next_offset
             self._fetch_epoch[tp] = epoch
@@ -668,12 +677,15 @@ class _Chunk:
     size: int  # bytes fetched: what the prefetch bound counts
 
 
-def _records(tp: TopicPartition, payload: bytes, fetch_offset: int) -> Iterator[ConsumerRecord]:
+def _records(
+    tp: TopicPartition, payload: bytes, fetch_offset: int, uncompressed_batch_bytes_max: int
+) -> Iterator[ConsumerRecord]:
     """The records of a fetched payload from ``fetch_offset`` on (a batch may begin before
-    it), each built once, straight from the codec's record."""
+    it), each built once, straight from the codec's record; a compressed batch that would
+    decompress past ``uncompressed_batch_bytes_max`` is a RecordError, spending no more."""
     topic, partition = tp
     make = tuple.__new__  # what ConsumerRecord(...) calls, without its Python-level __new__
-    for batch in data_batches(payload):
+    for batch in data_batches(payload, uncompressed_batch_bytes_max):
         for record in batch:
             offset = record.offset
             if offset >= fetch_offset:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from raftka.metadata import elections
+from raftka.metadata import elections, offline_replicas
 from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState
+from raftka.metadata.offline_replicas import OfflineReplicas
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, partition_change, refuse
 from raftka.metadata.records import topic_id_str
 from raftka.metadata.validation import ValidationError
@@ -122,13 +123,19 @@ def registered(image: MetadataImage, broker_id: int, broker_epoch: int) -> Broke
     return broker
 
 
-def fence(image: MetadataImage, broker: BrokerRegistration, records_max: int) -> list[MetadataRecord]:
+def fence(
+    image: MetadataImage,
+    broker: BrokerRegistration,
+    records_max: int,
+    may_lead: elections.MayLead = elections.anyone,
+) -> list[MetadataRecord]:
     """One step of fencing (a missed session, want_fence, shutdown): the broker leaves at
     most ``records_max`` ISRs; once it is in none, the FenceBrokerRecord. A broker in
     100,000 ISRs takes many steps, each planned on the image the last one produced, so
     the controller's loop serves other requests between them instead of planning,
-    replaying and encoding every change in one turn."""
-    changes = elections.remove_broker(image, broker.broker_id, limit=records_max)
+    replaying and encoding every change in one turn. ``may_lead``: who may succeed it
+    (not a broker that reports the partition offline)."""
+    changes = elections.remove_broker(image, broker.broker_id, limit=records_max, may_lead=may_lead)
     if changes:
         return changes
     return [
@@ -141,10 +148,14 @@ def heartbeat(
     request: controller_pb2.BrokerHeartbeatRequest,
     shutting_down: Collection[int],
     records_max: int,
+    offline: OfflineReplicas | None = None,
 ) -> Plan:
     """``shutting_down``: brokers in controlled shutdown, which are never unfenced again.
     A heartbeat that fences plans one step of it (``fence``): the answer says fenced only
-    once the FenceBrokerRecord is written, and the controller plans the next step."""
+    once the FenceBrokerRecord is written, and the controller plans the next step.
+    ``offline``: the reports of offline partitions heard so far; an unfenced broker's
+    heartbeat plans one step of bringing its partitions in line with its own
+    (``raftka.metadata.offline_replicas``), and is elected for none of them on its unfencing."""
     response = controller_pb2.BrokerHeartbeatResponse()
     try:
         broker = registered(image, request.broker_id, request.broker_epoch)
@@ -153,17 +164,26 @@ def heartbeat(
     caught_up = request.current_metadata_offset >= broker.epoch
     response.is_caught_up = caught_up
     records: list[MetadataRecord] = []
+    report = frozenset() if offline is None else offline_replicas.reported(image, request)
+    may_lead = elections.anyone if offline is None else offline.may_lead
     if request.want_shut_down or request.want_fence or broker.broker_id in shutting_down:
         if not broker.fenced:
-            records = fence(image, broker, records_max)
+            records = fence(image, broker, records_max, may_lead)
         response.is_fenced = broker.fenced or records[-1].HasField("fence_broker")
         response.should_shut_down = request.want_shut_down or broker.broker_id in shutting_down
     elif broker.fenced and caught_up:
         unfence = metadata_pb2.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch)
-        records = [MetadataRecord(unfence_broker=unfence), *elections.restore_broker(image, broker.broker_id)]
+        online = lambda _, topic_id, partition: (topic_id, partition) not in report  # noqa: E731
+        restored = elections.restore_broker(image, broker.broker_id, may_lead=online)
+        records = [MetadataRecord(unfence_broker=unfence), *restored]
         response.is_fenced = False
     else:
         response.is_fenced = broker.fenced
+        if offline is not None and not broker.fenced:
+            before = offline.last_heard(broker.broker_id)
+            records = offline_replicas.reconcile(
+                image, broker.broker_id, report, before, may_lead, records_max
+            )
     return Plan(response, records)
 
 
@@ -251,10 +271,15 @@ def _isr_change(
     return partition_change(topic_id, data.partition, isr=new_isr), state
 
 
-def elect_leaders(image: MetadataImage, request: controller_pb2.ElectLeadersRequest) -> Plan:
+def elect_leaders(
+    image: MetadataImage,
+    request: controller_pb2.ElectLeadersRequest,
+    may_lead: elections.MayLead = elections.anyone,
+) -> Plan:
     """Preferred election: the first replica leads again when it is in the ISR and
-    unfenced. An empty request means every partition, and then partitions whose
-    preferred replica already leads are left out of the answer."""
+    unfenced (and ``may_lead``: it does not report the partition offline). An empty
+    request means every partition, and then partitions whose preferred replica already
+    leads are left out of the answer."""
     response = controller_pb2.ElectLeadersResponse()
     live = {b.broker_id for b in image.unfenced_brokers()}
     records = []
@@ -270,11 +295,16 @@ def elect_leaders(image: MetadataImage, request: controller_pb2.ElectLeadersRequ
                 )
             continue
         result = response.partitions.add(topic=name, partition=partition)
+        topic_id = image.topic_ids_by_name[name]
         if preferred not in state.isr or preferred not in live:
             result.error = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
             result.message = f"preferred replica {preferred} is not an unfenced ISR member"
             continue
-        records.append(partition_change(image.topic_ids_by_name[name], partition, leader=preferred))
+        if not may_lead(preferred, topic_id, partition):
+            result.error = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            result.message = f"preferred replica {preferred} reports the partition offline (its log failed)"
+            continue
+        records.append(partition_change(topic_id, partition, leader=preferred))
     return Plan(response, records)
 
 

@@ -60,6 +60,7 @@ import structlog
 from raftka.metadata import acl_ops, broker_ops, config_ops, group_ops, offset_ops, topic_ops
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import MetadataImage
+from raftka.metadata.offline_replicas import OfflineReplicas
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan
 from raftka.metadata.records import RecordError, encode
 from raftka.metadata.sessions import BrokerSessions
@@ -116,6 +117,7 @@ class QuorumController:
         self._leader_rebalance_interval_ms = leader_rebalance_interval_ms  # 0: off
         self._next_leader_rebalance_ms = clock() + leader_rebalance_interval_ms
         self._shutting_down: set[int] = set()  # brokers in controlled shutdown
+        self._offline = OfflineReplicas()  # what each broker last reported offline
         self._leadership = node.leadership
         self._active_epoch: int | None = None
         self._image: MetadataImage | None = None  # committed + this controller's pending batches
@@ -155,6 +157,7 @@ class QuorumController:
         self._active_epoch = epoch
         self._last_proposed = None
         self._shutting_down.clear()
+        self._offline.clear()
         self._sessions.reset(self._image.brokers, self._clock())
         self._claimed.set()
         self._log.info(
@@ -394,6 +397,7 @@ class QuorumController:
             if not made.failed:
                 self._sessions.touch(request.broker_id, self._clock())
                 self._shutting_down.discard(request.broker_id)
+                self._offline.forget(request.broker_id)  # the new incarnation reports its own
 
         await self._fence_previous_incarnation(request)
         return await self._write(controller_pb2.BrokerRegistrationResponse, plan, request, planned)
@@ -424,10 +428,24 @@ class QuorumController:
     async def broker_heartbeat(
         self, request: controller_pb2.BrokerHeartbeatRequest
     ) -> controller_pb2.BrokerHeartbeatResponse:
+        steps_left = False  # a step of this heartbeat's changes filled a batch: plan again
+
         def planned(made: Plan) -> None:
+            nonlocal steps_left
+            steps_left = len(made.records) >= self._records_max
             if made.failed:
                 return
             self._sessions.touch(request.broker_id, self._clock())
+            assert self._image is not None  # the image just planned on
+            before = self._offline.last_heard(request.broker_id) or frozenset()
+            offline = self._offline.hear(self._image, request)
+            if offline != before:  # once per change of the report, not per heartbeat
+                self._log.info(
+                    "broker's offline partitions changed",
+                    broker_id=request.broker_id,
+                    offline=len(offline),
+                    back=len(before - offline),
+                )
             if request.want_shut_down and request.broker_id not in self._shutting_down:
                 self._log.info("broker in controlled shutdown", broker_id=request.broker_id)
                 self._shutting_down.add(request.broker_id)
@@ -443,11 +461,13 @@ class QuorumController:
         while True:
             response = await self._write(
                 controller_pb2.BrokerHeartbeatResponse,
-                lambda image: broker_ops.heartbeat(image, request, self._shutting_down, self._records_max),
+                lambda image: broker_ops.heartbeat(
+                    image, request, self._shutting_down, self._records_max, self._offline
+                ),
                 request,
                 planned,
             )
-            if not fencing(response):
+            if not fencing(response) and not (steps_left and response.status.error == ErrorCode.NONE):
                 return response
 
     async def describe_cluster(
@@ -475,7 +495,7 @@ class QuorumController:
     ) -> controller_pb2.ElectLeadersResponse:
         return await self._write(
             controller_pb2.ElectLeadersResponse,
-            lambda image: broker_ops.elect_leaders(image, request),
+            lambda image: broker_ops.elect_leaders(image, request, self._offline.may_lead),
             request,
         )
 
@@ -590,7 +610,7 @@ class QuorumController:
     def _rebalance_leaders(self, image: MetadataImage) -> Plan:
         """Kafka's auto leader rebalance: every partition whose preferred replica is back
         in its ISR and unfenced is led by it again (at most one batch per check)."""
-        plan = broker_ops.elect_leaders(image, controller_pb2.ElectLeadersRequest())
+        plan = broker_ops.elect_leaders(image, controller_pb2.ElectLeadersRequest(), self._offline.may_lead)
         if plan.records:
             self._log.info("rebalancing leaders to preferred replicas", partitions=len(plan.records))
         return Plan(plan.response, plan.records[: self._records_max])
@@ -626,7 +646,7 @@ class QuorumController:
             broker = image.brokers.get(broker_id)
             if broker is None or broker.fenced or self._sessions.is_live(broker_id, self._clock()):
                 return Plan(response)
-            return Plan(response, broker_ops.fence(image, broker, self._records_max))
+            return Plan(response, broker_ops.fence(image, broker, self._records_max, self._offline.may_lead))
 
         return plan
 

@@ -46,6 +46,10 @@ GROUPS_PER_REQUEST_MAX = 1_000
 # partitions their assignments name in total.
 GROUP_MEMBERS_MAX = 1_000
 GROUP_ASSIGNED_PARTITIONS_MAX = 100_000
+# Partitions one broker heartbeat reports offline (its log failed there): the controller
+# reads the whole list at every heartbeat (~2 s per broker), ~1 ms at the bound; a broker
+# with more lists the first this many (``raftka.metadata.offline_replicas``).
+OFFLINE_REPLICAS_MAX = 1_000
 # Lists whose entries each become a record (partitions in AlterPartition, ElectLeaders and
 # OffsetCommit; config entries in CreateTopics and AlterConfigs) are bounded, in total over
 # the request, by raft.append_max_records (``records_max``, 4096 by default), so such a
@@ -181,6 +185,11 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
             yield "topics[].ops", sum(len(t.ops) for t in request.topics), records_max, per_batch
         case Pb.BrokerRegistrationRequest():
             yield "listeners", len(request.listeners), LISTENERS_MAX, ""
+        case Pb.BrokerHeartbeatRequest():
+            offline = request.offline_replicas
+            yield "offline_replicas", len(offline), OFFLINE_REPLICAS_MAX, ""
+            partitions = sum(len(t.partitions) for t in offline)
+            yield "offline_replicas[].partitions", partitions, OFFLINE_REPLICAS_MAX, ""
         case Pb.AlterPartitionRequest() | Pb.ElectLeadersRequest() | Pb.OffsetCommitRequest():
             yield "topics", len(request.topics), TOPICS_PER_REQUEST_MAX, ""
             partitions = sum(len(t.partitions) for t in request.topics)

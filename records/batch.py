@@ -18,6 +18,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from enum import IntEnum
 
 import crc32c
 
@@ -50,6 +51,24 @@ _PRODUCER_AT = 43
 _BATCH_LENGTH_AT = 8
 _RECORD_COUNT_AT = 57
 _BATCH_LENGTH_MIN = HEADER_SIZE - LOG_OVERHEAD
+
+
+class Compression(IntEnum):
+    """Kafka's codec ids (the batch attributes' low 3 bits: ``COMPRESSION_MASK``)."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def parse(cls, name: str) -> Compression:
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            choices = ", ".join(c.name.lower() for c in cls)
+            raise ValueError(f"compression: {name!r} is not one of {choices}") from None
 
 
 class BatchFramingError(ValueError):

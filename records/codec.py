@@ -10,33 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any, NamedTuple
 
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record import default_records
 
-from raftka.records.batch import MAGIC, NO_PRODUCER_ID, iter_batches
+from raftka.records.batch import MAGIC, NO_PRODUCER_ID, Compression, iter_batches
+from raftka.records.decompression import DecompressionError, plain_batch
 
 Headers = Sequence[tuple[str, bytes | None]]
-
-
-class Compression(IntEnum):
-    """Kafka's codec ids (the batch attributes' low 3 bits)."""
-
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
-
-    @classmethod
-    def parse(cls, name: str) -> Compression:
-        try:
-            return cls[name.upper()]
-        except KeyError:
-            choices = ", ".join(c.name.lower() for c in cls)
-            raise ValueError(f"compression: {name!r} is not one of {choices}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,18 +96,29 @@ def iter_batch_records(batch: bytes, *, implementation: Implementation = FAST) -
 
 
 def data_batches(
-    buf: bytes | bytearray | memoryview, *, implementation: Implementation = FAST
+    buf: bytes | bytearray | memoryview,
+    uncompressed_batch_bytes_max: int,
+    *,
+    implementation: Implementation = FAST,
 ) -> Iterator[Iterable[Any]]:
     """Each data batch of ``buf`` (control batches skipped) as an iterable of the codec's
     own record objects (``offset``, ``timestamp``, ``key``, ``value``, ``headers`` as a
     list), decoded as they are iterated: a consumer builds its records straight from them.
-    RecordError, raised while iterating, for bytes that do not decode."""
+    A compressed batch is decompressed within ``uncompressed_batch_bytes_max``
+    (``raftka.records.decompression``): bytes from a broker are not trusted to be small.
+    RecordError, raised while iterating, for bytes that do not decode or a batch over the bound."""
     view = memoryview(buf)
     try:
         for pos, header in iter_batches(view):
-            batch = implementation.batch(bytes(view[pos : pos + header.size]))
-            if not batch.is_control_batch:
-                yield _checked(batch)
+            if header.is_control:
+                continue
+            try:
+                plain = plain_batch(view, pos, header, uncompressed_batch_bytes_max)
+            except DecompressionError as e:
+                raise RecordError(
+                    f"batch at offset {header.base_offset}: {e} (the bound is uncompressed_batch_bytes_max)"
+                ) from None
+            yield _checked(implementation.batch(bytes(plain)))
     except (CorruptRecordException, ValueError, IndexError, AssertionError, RuntimeError) as e:
         raise RecordError(str(e) or type(e).__name__) from None
 

@@ -12,6 +12,11 @@ that came short cost less than the last one's worth).
 Kafka's framings, as its clients write them: gzip members (possibly several), snappy
 in xerial's blocks (Java) or raw (librdkafka, kafka-python's default is xerial), the LZ4
 frame format, zstd frames.
+
+The partition leader bounds what a producer's batch may grow to
+(``broker.uncompressed_batch_bytes_max``), and raftka's consumer what a fetched one may
+(its ``uncompressed_batch_bytes_max``): a consumer trusts no broker to have checked, as a
+broker with a larger bound, a corrupt log or a hostile broker would serve a bomb all the same.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Callable
 
 import cramjam
 
-from raftka.records.codec import Compression
+from raftka.records.batch import HEADER_SIZE, BatchHeader, Compression, uncompressed
 
 FIRST_GUESS_RATIO = 4
 FIRST_GUESS_MIN_BYTES = 64 << 10
@@ -51,6 +56,22 @@ def decompress(codec: Compression, data: bytes | memoryview, limit: int) -> byte
     except (cramjam.DecompressionError, zlib.error, ValueError) as e:  # DecompressionError is one
         raise DecompressionError(f"{codec.name.lower()}: {e}") from None
     raise DecompressionError(f"codec {int(codec)} is not one of Kafka's")
+
+
+def plain_batch(
+    buf: bytes | bytearray | memoryview, position: int, header: BatchHeader, limit: int
+) -> bytes | bytearray:
+    """The batch at ``position`` with its records decompressed within ``limit``, as if it
+    had been sent uncompressed (for decoding only: its CRC is the compressed batch's); the
+    batch itself if it is not compressed. DecompressionError past ``limit``."""
+    if header.compression == Compression.NONE:
+        return bytes(buf[position : position + header.size])
+    try:
+        codec = Compression(header.compression)
+    except ValueError:
+        raise DecompressionError(f"compression codec {header.compression} is not one of Kafka's") from None
+    records = memoryview(buf)[position + HEADER_SIZE : position + header.size]
+    return uncompressed(buf, position, decompress(codec, records, limit))
 
 
 def _gzip(data: bytes | memoryview, limit: int) -> bytes:

@@ -28,10 +28,9 @@ from raftka.records.batch import (
     crc_matches,
     parse_header,
     set_log_append_time,
-    uncompressed,
 )
 from raftka.records.codec import Compression, RecordError, iter_batch_records
-from raftka.records.decompression import DecompressionError, decompress
+from raftka.records.decompression import DecompressionError, plain_batch
 from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
@@ -153,22 +152,17 @@ def _check_records(
 def _decodable(buf: bytearray, position: int, header: BatchHeader, limits: BatchLimits) -> bytes | bytearray:
     """The batch, its records decompressed within the bound; RecordError, before anything
     is decoded, for a record count its bytes cannot hold."""
-    records = memoryview(buf)[position + HEADER_SIZE : position + header.size]
     if header.compression == Compression.NONE:
-        _check_count(header, len(records), "its")
+        _check_count(header, header.size - HEADER_SIZE, "its")
         return bytes(buf[position : position + header.size])
     limit = max(limits.uncompressed_batch_bytes_max, limits.max_message_bytes)
     _check_count(header, limit, "the uncompressed bound's")
     try:
-        codec = Compression(header.compression)
-    except ValueError:
-        raise DecompressionError(f"compression codec {header.compression} is not one of Kafka's") from None
-    try:
-        plain = decompress(codec, records, limit)
+        plain = plain_batch(buf, position, header, limit)
     except DecompressionError as e:
         raise DecompressionError(f"{e} (the bound is broker.uncompressed_batch_bytes_max)") from None
-    _check_count(header, len(plain), "its uncompressed")
-    return uncompressed(buf, position, plain)
+    _check_count(header, len(plain) - HEADER_SIZE, "its uncompressed")
+    return plain
 
 
 def _check_count(header: BatchHeader, size: int, whose: str) -> None:

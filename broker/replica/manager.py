@@ -15,7 +15,11 @@ offline on this broker (Kafka's offline partition: requests for it are answered
 KAFKA_STORAGE_ERROR, which clients retry), is logged once, and the other partitions'
 changes go on, so the broker keeps serving and following the metadata log. The next
 change the metadata makes to that partition (a new leader epoch, its deletion) tries it
-again.
+again. A leader's write that fails on its log (an ``OSError`` appending or rolling a
+segment) takes the partition offline the same way (Kafka takes the log's directory
+offline). The heartbeat reports offline partitions (``on_offline_changed``,
+``raftka.broker.offline_report``), so the controller moves their leadership and ISR
+membership to healthy replicas meanwhile.
 
 Bounds: acks=all bytes waiting for the ISR (``produce_waiting_bytes_max``) and parked
 fetches (``fetch_parked_max``); a request over the first is refused, a fetch over the
@@ -70,7 +74,7 @@ class OfflinePartition:
     """A partition this broker holds but cannot serve: applying its metadata failed."""
 
     topic_id: bytes
-    change: str  # what failed: "lead", "follow" or "delete"
+    change: str  # what failed: "lead", "follow", "delete" or "append"
     error: str
 
 
@@ -94,6 +98,7 @@ class ReplicaManager:
         on_stop_following: Callable[[Partition], None],
         high_watermarks: Mapping[str, int],
         clock_ms: Callable[[], int] = _monotonic_ms,
+        on_offline_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.local_id = local_id
         self.config = config
@@ -103,6 +108,7 @@ class ReplicaManager:
         self._request_isr_change = request_isr_change
         self._on_follow = on_follow
         self._on_stop_following = on_stop_following
+        self._on_offline_changed = on_offline_changed
         self._partitions: dict[Key, Partition] = {}
         self._offline: dict[Key, OfflinePartition] = {}
         self._image = MetadataImage()
@@ -165,7 +171,8 @@ class ReplicaManager:
         except Exception as e:  # any failure of one partition must spare the others
             self._take_offline(key, OfflinePartition(change.topic_id, name, repr(e)))
             return
-        self._offline.pop(key, None)
+        if self._offline.pop(key, None) is not None:
+            self._on_offline_changed()
 
     def _take_offline(self, key: Key, offline: OfflinePartition) -> None:
         partition = self._partitions.pop(key, None)
@@ -174,6 +181,7 @@ class ReplicaManager:
             self._acks.fail(partition, E.KAFKA_STORAGE_ERROR)
             self._wake(partition)
             self._logs.forget(partition.name)
+        newly = key not in self._offline
         if self._offline.get(key) != offline:  # once per cause: a retry failing alike stays quiet
             log.error(
                 "partition offline on this broker: applying its metadata failed",
@@ -183,6 +191,8 @@ class ReplicaManager:
                 error=offline.error,
             )
         self._offline[key] = offline
+        if newly:
+            self._on_offline_changed()
 
     def _partition_for(self, role: PartitionRole) -> Partition:
         key = (role.topic, role.partition)
@@ -336,6 +346,13 @@ class ReplicaManager:
             )
         except ProducerStateError as e:
             raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
+        except OSError as e:  # the disk under this log failed: it alone goes offline
+            self._take_offline(
+                (topic, data.partition), OfflinePartition(partition.topic_id, "append", repr(e))
+            )
+            raise PartitionError(
+                E.KAFKA_STORAGE_ERROR, f"{partition.name}: its log failed on broker {self.local_id}: {e!r}"
+            ) from None
         result.base_offset = info.first_offset
         if not info.duplicate:
             self.metrics.appended(len(validated.payload), info.record_count)
@@ -382,7 +399,7 @@ class ReplicaManager:
                 raise PartitionError(
                     E.KAFKA_STORAGE_ERROR,
                     f"{topic}-{partition_id} is offline on broker {self.local_id}: "
-                    f"its log failed while it was told to {offline.change}",
+                    f"its log failed ({offline.change})",
                 )
             raise self._not_here(topic, partition_id)
         partition.check_leader(current_leader_epoch)

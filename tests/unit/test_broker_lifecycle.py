@@ -177,6 +177,34 @@ def test_a_lost_registration_is_made_again() -> None:
     run(body)
 
 
+def test_heartbeats_report_the_offline_partitions_and_a_change_goes_out_at_once() -> None:
+    """Every heartbeat carries the list; when it changes the broker does not wait out its
+    interval (a minute here) to tell the controller."""
+
+    async def body() -> None:
+        controller = FakeController()
+        offline: list[controller_pb2.OfflineTopicReplicas] = []
+        async with serving(controller) as address:
+            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            broker = BrokerLifecycle(
+                101, [ENDPOINT], "", 60_000, link, lambda: 1000, offline_replicas=lambda: list(offline)
+            )
+            task = asyncio.create_task(broker.run())
+            await until(lambda: broker.state is State.RUNNING, "running")
+            sent = len(controller.heartbeats)
+            assert not controller.heartbeats[-1].offline_replicas
+            offline.append(controller_pb2.OfflineTopicReplicas(topic_id=b"\x01" * 16, partitions=[3]))
+            broker.offline_changed()
+            await until(lambda: len(controller.heartbeats) > sent, "a heartbeat before the interval")
+            assert list(controller.heartbeats[-1].offline_replicas) == offline
+            controller.release = True
+            broker.request_shutdown()
+            await asyncio.wait_for(task, WAIT_S)
+            await link.close()
+
+    run(body)
+
+
 def test_shutdown_before_registering_returns_at_once() -> None:
     async def body() -> None:
         link = ControllerLink({1: closed_port()}, lambda: -1, request_timeout_s=0.5)

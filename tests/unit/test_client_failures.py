@@ -15,6 +15,7 @@ from raftka.client.types import TopicPartition
 from raftka.records.batch import HEADER_SIZE
 from raftka.records.codec import BatchBuilder
 from raftka.v1 import controller_pb2
+from tests.unit.compressed_batches import FRAMINGS, compressed_batch
 from tests.unit.fake_brokers import TOPIC, FakeCluster
 
 E = controller_pb2.ErrorCode
@@ -217,6 +218,46 @@ def test_records_that_do_not_decode_are_an_error_after_those_before_them() -> No
             await consumer.close()
 
     run(scenario)
+
+
+@pytest.mark.parametrize("framing", ["gzip", "snappy-xerial", "lz4", "zstd"])
+def test_a_decompression_bomb_a_broker_serves_is_an_error_naming_partition_and_offset(framing: str) -> None:
+    """A broker (hostile, corrupt, or with a larger bound of its own) serves 16 MiB of
+    zeros compressed into a few KB: the consumer decompresses no more than its
+    ``uncompressed_batch_bytes_max``, returns what came before, raises CORRUPT_MESSAGE
+    naming the partition, the offset and the bound until the application seeks past it."""
+    codec, compress = FRAMINGS[framing]
+
+    async def scenario(cluster: FakeCluster) -> None:
+        cluster.logs[0].append(bytes(_batch(b"before")))
+        cluster.logs[0].append(compressed_batch([bytes(16 << 20)], codec, compress))
+        cluster.logs[0].append(compressed_batch([b"after"], codec, compress))  # within the bound
+        consumer = AsyncConsumer(
+            cluster.bootstrap,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=10,
+            uncompressed_batch_bytes_max=1 << 20,
+        )
+        try:
+            await consumer.assign([P0])
+            assert [r.value for r in await _poll_until(consumer, 1)] == [b"before"]
+            with pytest.raises(ConsumerError) as err:
+                await _poll_until(consumer, 1)
+            message = err.value.message
+            assert err.value.code == "CORRUPT_MESSAGE"
+            assert f"{P0} at offset 1" in message and f"more than {1 << 20}" in message, message
+            assert "uncompressed_batch_bytes_max" in message
+            consumer.seek(P0, 2)
+            assert [r.value for r in await _poll_until(consumer, 1)] == [b"after"]
+        finally:
+            await consumer.close()
+
+    run(scenario)
+
+
+def test_a_consumer_bound_below_one_byte_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="^uncompressed_batch_bytes_max: must be 1 or more, got 0"):
+        AsyncConsumer("127.0.0.1:1", uncompressed_batch_bytes_max=0)
 
 
 def _unclean_leader_change(cluster: FakeCluster) -> None:

@@ -5,56 +5,20 @@ its bytes are spent, and a record count its bytes cannot hold before anything is
 from __future__ import annotations
 
 import tracemalloc
-import zlib
-from collections.abc import Callable
 
-import cramjam
 import crc32c
 import pytest
-from aiokafka import codec as aiokafka_codec
 
 from raftka.records import validation
-from raftka.records.batch import CRC_START, HEADER_SIZE, parse_header
-from raftka.records.codec import BatchBuilder, Compression, read_records
+from raftka.records.batch import CRC_START, parse_header
+from raftka.records.codec import Compression, RecordError, data_batches, read_records
 from raftka.records.decompression import DecompressionError, decompress
 from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
 from raftka.v1 import controller_pb2
+from tests.unit.compressed_batches import FRAMINGS, NOW, compressed_batch
 
 E = controller_pb2.ErrorCode
-NOW = 1_700_000_000_000
 MIB = 1 << 20
-
-
-def _gzip(data: bytes) -> bytes:
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return compressor.compress(data) + compressor.flush()
-
-
-def _gzip_two_members(data: bytes) -> bytes:
-    return _gzip(data[: len(data) // 2]) + _gzip(data[len(data) // 2 :])
-
-
-FRAMINGS: dict[str, tuple[Compression, Callable[[bytes], bytes]]] = {
-    "gzip": (Compression.GZIP, _gzip),
-    "gzip-two-members": (Compression.GZIP, _gzip_two_members),
-    "snappy-xerial": (Compression.SNAPPY, aiokafka_codec.snappy_encode),  # Java's framing
-    "snappy-raw": (Compression.SNAPPY, lambda d: bytes(cramjam.snappy.compress_raw(d))),  # librdkafka's
-    "lz4": (Compression.LZ4, aiokafka_codec.lz4_encode),
-    "zstd": (Compression.ZSTD, lambda d: bytes(cramjam.zstd.compress(d))),
-}
-
-
-def compressed_batch(values: list[bytes], codec: Compression, compress: Callable[[bytes], bytes]) -> bytes:
-    """A valid batch of ``values`` whose records are compressed by ``compress``."""
-    builder = BatchBuilder()
-    for value in values:
-        assert builder.append(NOW, None, value)
-    plain = bytes(builder.build())
-    raw = bytearray(plain[:HEADER_SIZE] + compress(plain[HEADER_SIZE:]))
-    raw[8:12] = (len(raw) - 12).to_bytes(4, "big")
-    raw[CRC_START : CRC_START + 2] = (int.from_bytes(raw[21:23], "big") | codec).to_bytes(2, "big")
-    raw[17:21] = crc32c.crc32c(bytes(raw[CRC_START:])).to_bytes(4, "big")
-    return bytes(raw)
 
 
 @pytest.mark.parametrize("framing", FRAMINGS)
@@ -106,7 +70,7 @@ def test_a_record_count_its_bytes_cannot_hold_is_refused_before_decoding(
         raise AssertionError("records were decoded")
 
     monkeypatch.setattr(validation, "iter_batch_records", never)
-    monkeypatch.setattr(validation, "decompress", never)
+    monkeypatch.setattr(validation, "plain_batch", never)
     limits = BatchLimits(max_message_bytes=MIB, uncompressed_batch_bytes_max=MIB)
     for codec, compress in (FRAMINGS["snappy-raw"], (Compression.NONE, lambda d: d)):
         raw = bytearray(compressed_batch([b"x"], codec, compress))
@@ -121,3 +85,28 @@ def test_a_record_count_its_bytes_cannot_hold_is_refused_before_decoding(
             validate_batches(bytes(raw), limits, NOW)
         assert refused.value.code == E.INVALID_RECORD
         assert f"{count} records need at least" in refused.value.message
+
+
+@pytest.mark.parametrize("framing", FRAMINGS)
+def test_a_consumer_decodes_a_fetched_bomb_within_its_own_bound(framing: str) -> None:
+    """What a consumer reads (``data_batches``) is bounded too: the batch before the bomb
+    decodes, the bomb is a RecordError naming its offset and the bound, and the memory
+    spent stays near the bound, not 16 MiB."""
+    codec, compress = FRAMINGS[framing]
+    fetched = bytearray(compressed_batch([b"before"], codec, compress))
+    bomb = bytearray(compressed_batch([bytes(16 * MIB)], codec, compress))
+    bomb[0:8] = (1).to_bytes(8, "big")  # base offset 1 (outside the CRC), as a leader assigns
+    fetched += bomb
+    batches = data_batches(fetched, MIB)
+    assert [r.value for r in next(batches)] == [b"before"]
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordError) as refused:
+            next(batches)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    message = str(refused.value)
+    assert "batch at offset 1" in message and f"more than {MIB}" in message, message
+    assert "uncompressed_batch_bytes_max" in message
+    assert peak < 4 * MIB, f"{peak} bytes allocated decoding a batch bounded at {MIB}"

@@ -13,6 +13,7 @@ from raftka.metadata.validation import (
     GROUP_MEMBERS_MAX,
     GROUPS_PER_REQUEST_MAX,
     LISTENERS_MAX,
+    OFFLINE_REPLICAS_MAX,
     OFFSET_FETCH_PARTITIONS_MAX,
     TOPICS_PER_REQUEST_MAX,
     ValidationError,
@@ -177,6 +178,7 @@ OVER_EVERY_BOUND = (
         GROUPS_PER_REQUEST_MAX,
         GROUP_MEMBERS_MAX,
         GROUP_ASSIGNED_PARTITIONS_MAX,
+        OFFLINE_REPLICAS_MAX,
     )
     + 1
 )
@@ -243,6 +245,8 @@ def test_the_walk_finds_every_list_of_the_client_requests() -> None:
         ("AlterConfigsRequest", "topics"),
         ("AlterConfigsRequest", "topics[].ops"),
         ("BrokerRegistrationRequest", "listeners"),
+        ("BrokerHeartbeatRequest", "offline_replicas"),
+        ("BrokerHeartbeatRequest", "offline_replicas[].partitions"),
         ("AlterPartitionRequest", "topics"),
         ("AlterPartitionRequest", "topics[].partitions"),
         ("AlterPartitionRequest", "topics[].partitions[].new_isr"),

@@ -6,6 +6,8 @@ on disk; the failures are real file system errors."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,11 @@ from structlog.testing import capture_logs
 from raftka.broker.log import manager as log_manager
 from raftka.broker.log.manager import LogManager
 from raftka.broker.metrics import BrokerCollector
+from raftka.broker.offline_report import OfflineReport
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.replica.manager import ReplicaManager
-from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
+from raftka.metadata.image import TOPIC, BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
+from raftka.metadata.validation import OFFLINE_REPLICAS_MAX
 from raftka.node.config import BrokerConfig
 from raftka.records.codec import BatchBuilder
 from raftka.v1 import broker_pb2 as pb
@@ -38,6 +42,7 @@ class Broker:
         self.logs = LogManager(root)
         self.logs.open_all()
         self.roles = BrokerPartitions(BROKER, INCARNATION)
+        self.offline_changes = 0  # what the lifecycle hears: a heartbeat goes out at once
         self.replicas = ReplicaManager(
             BROKER,
             self.logs,
@@ -46,7 +51,14 @@ class Broker:
             on_follow=lambda p: None,
             on_stop_following=lambda p: None,
             high_watermarks={},
+            on_offline_changed=self._offline_changed,
         )
+        self.report = OfflineReport(
+            lambda: [(o.topic_id, p) for (_, p), o in self.replicas.offline().items()]
+        )
+
+    def _offline_changed(self) -> None:
+        self.offline_changes += 1
 
     def adopt(self, image: MetadataImage) -> None:
         self.replicas.apply(image, self.roles.update(image))
@@ -121,6 +133,73 @@ def test_a_partition_whose_log_cannot_be_created_goes_offline_and_the_others_ser
         broker.logs.close()
 
     run(body())
+
+
+def test_the_heartbeat_reports_an_offline_partition_until_it_comes_back(tmp_path: Path) -> None:
+    """The lifecycle hears of each change (once, not per failing retry) and the report,
+    read for every heartbeat, names the partition by topic id until a retry succeeds."""
+    (tmp_path / "bad-0").write_bytes(b"")  # a file where its folder must go: mkdir fails
+    broker = Broker(tmp_path)
+    first = image(1, {"good": 0, "bad": 0})
+    broker.adopt(first)
+    assert broker.offline_changes == 1
+    bad = controller_pb2.OfflineTopicReplicas(topic_id=first.topic_ids_by_name["bad"], partitions=[0])
+    assert broker.report() == [bad]
+    broker.adopt(image(2, {"good": 0, "bad": 1}))  # the controller moved it; the retry fails alike
+    assert broker.offline_changes == 1 and broker.report() == [bad]
+    (tmp_path / "bad-0").unlink()
+    broker.adopt(image(3, {"good": 0, "bad": 2}))
+    assert broker.offline_changes == 2 and broker.report() == []
+    broker.logs.close()
+
+
+def test_a_leaders_log_that_fails_a_write_goes_offline_alone_and_is_reported(tmp_path: Path) -> None:
+    """Its folder removed under it, the leader's next segment roll fails for real: that
+    produce is answered KAFKA_STORAGE_ERROR (clients retry, at the leader the controller
+    elects next), the partition goes offline here and the heartbeat reports it; the other
+    partitions serve on, and a retry on its next change opens it again."""
+
+    async def body() -> None:
+        broker = Broker(tmp_path)
+        rolling = dataclasses.replace(
+            image(1, {"good": 0, "bad": 0}),
+            configs=frozen({(TOPIC, "bad"): frozen({"segment.bytes": "1024"})}),
+        )
+        broker.adopt(rolling)
+        assert (await broker.produce("bad", b"a")).error == E.NONE
+        shutil.rmtree(tmp_path / "bad-0")
+        with capture_logs() as logged:
+            failed = await broker.produce("bad", bytes(2000))  # over segment.bytes: a roll
+        assert failed.error == E.KAFKA_STORAGE_ERROR and "FileNotFoundError" in failed.message
+        assert set(broker.replicas.offline()) == {("bad", 0)}
+        [offline] = [e for e in logged if e["log_level"] == "error"]
+        assert offline["change"] == "append"
+        assert broker.offline_changes == 1
+        bad_id = rolling.topic_ids_by_name["bad"]
+        assert broker.report() == [controller_pb2.OfflineTopicReplicas(topic_id=bad_id, partitions=[0])]
+        refused = await broker.produce("bad", b"b")
+        assert refused.error == E.KAFKA_STORAGE_ERROR and "its log failed (append)" in refused.message
+        assert (await broker.produce("good", b"a")).error == E.NONE
+
+        broker.adopt(dataclasses.replace(image(2, {"good": 0, "bad": 1}), configs=rolling.configs))
+        assert broker.replicas.offline() == {} and broker.report() == []
+        assert (await broker.produce("bad", b"c")).error == E.NONE
+        broker.logs.close()
+
+    run(body())
+
+
+def test_a_report_lists_at_most_the_bound_the_same_ones_every_time() -> None:
+    offline = [(bytes([i % 3]) * 16, i) for i in range(OFFLINE_REPLICAS_MAX + 5)]
+    report = OfflineReport(lambda: reversed(offline))
+    with capture_logs() as logged:
+        first, second = report(), report()
+    assert first == second
+    assert sum(len(t.partitions) for t in first) == OFFLINE_REPLICAS_MAX
+    assert [t.topic_id for t in first] == [bytes([i]) * 16 for i in range(3)], "one entry per topic, in order"
+    assert [e["event"] for e in logged if e["log_level"] == "warning"] == [
+        "more partitions offline than a heartbeat may report; the rest stay unreported"
+    ], "rate-limited"
 
 
 def test_a_deletion_that_fails_spares_the_rest_and_a_restart_replaying_it_does_not_fail(
