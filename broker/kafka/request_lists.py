@@ -150,6 +150,10 @@ class _Walk:
         return value
 
     def varint(self) -> int:
+        pos = self.pos
+        if pos < len(self.data) and self.data[pos] < 0x80:  # most are one byte: no loop
+            self.pos = pos + 1
+            return self.data[pos]
         value = 0
         for shift in range(0, 7 * VARINT_BYTES_MAX, 7):
             b = self.byte()
@@ -164,7 +168,8 @@ class _Walk:
         return self.data[self.pos - 1]
 
     def skip(self, count: int) -> None:
-        self.need(count)
+        if self.pos + count > len(self.data):
+            self.need(count)
         self.pos += count
 
     def need(self, count: int) -> None:
