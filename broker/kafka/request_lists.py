@@ -168,8 +168,7 @@ class _Walk:
         return self.data[self.pos - 1]
 
     def skip(self, count: int) -> None:
-        if self.pos + count > len(self.data):
-            self.need(count)
+        self.need(count)
         self.pos += count
 
     def need(self, count: int) -> None:
