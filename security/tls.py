@@ -118,9 +118,9 @@ class CertificateRotation:
     task, no signal, and a rotated Kubernetes secret or a rewritten file is seen by the
     next client after it. A set that does not pass ``TlsFiles.check`` (a certificate
     written before its key) is not used: the previous one serves on, with one warning per
-    change, until the files agree. Outgoing asyncio connections (``client_ssl``) take the
-    new certificate too; outgoing gRPC channels keep the one they were made with.
-    Thread-safe: gRPC asks from its own threads.
+    change, until the files agree. Outgoing connections (``client_ssl``, gRPC channels)
+    keep what the node started with: a context in use cannot be changed safely while
+    gRPC's threads may reload. Thread-safe: gRPC asks from its own threads.
     """
 
     def __init__(self, files: TlsFiles) -> None:
@@ -179,10 +179,6 @@ class CertificateRotation:
                 )
                 return
             self._stamp, self._server, self._pem = stamp, server, fresh._pem
-            client = self._files.__dict__.get("client_ssl")  # made already: outgoing connections use it
-            if client is not None:
-                client.load_verify_locations(cafile=str(fresh.ca))
-                client.load_cert_chain(str(fresh.cert), str(fresh.key))
             self.generation += 1
             log.info("certificate files reloaded", cert=str(fresh.cert), generation=self.generation)
 
