@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -37,6 +38,7 @@ from raftka.broker.kafka.protocol import KafkaApi
 from raftka.metadata.image import NO_LEADER, MetadataImage, TopicImage
 from raftka.metadata.topic_configs import TOPIC_CONFIGS, describe_configs
 from raftka.node.config import NodeConfig
+from raftka.node.logs import RateLimitedLog
 from raftka.v1 import controller_pb2, metadata_pb2
 
 E = controller_pb2.ErrorCode
@@ -49,6 +51,7 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
 CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
 DEFAULT_FROM_BROKER = -1  # CreateTopics: num_partitions or replication_factor left to the broker
+NOT_CREATED_LOG_INTERVAL_S = 60.0
 PARTITIONS_PER_SLICE = 2_000  # a Metadata answer's partitions made between returns to the loop (~10-20 ms)
 MR = MetadataResponse.MetadataResponseTopic
 DR = DescribeConfigsResponse.DescribeConfigsResult
@@ -59,6 +62,7 @@ class ClusterApis:
         self._api = api
         self._config = config
         self._broker_id = config.node_id
+        self._not_created = RateLimitedLog(log, NOT_CREATED_LOG_INTERVAL_S)  # any client names bad topics
 
     def apis(self) -> list[KafkaApi]:
         return [
@@ -140,7 +144,9 @@ class ClusterApis:
             if code in (E.NONE, E.TOPIC_ALREADY_EXISTS):
                 codes[name] = LEADER_NOT_AVAILABLE
             else:
-                log.info("topic not auto-created", topic=name, error=C.ErrorCode.Name(code))
+                self._not_created.log(
+                    logging.INFO, "topic not auto-created", topic=name, error=C.ErrorCode.Name(code)
+                )
                 codes[name] = kafka_error(
                     E.UNKNOWN_TOPIC_OR_PARTITION if code == E.REQUEST_TIMED_OUT else code
                 )

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import structlog.testing
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -46,8 +47,8 @@ from raftka.metadata.image import (
     TopicImage,
     frozen,
 )
-from raftka.node.config import NodeConfig
-from raftka.v1 import broker_pb2
+from raftka.node.config import KafkaConfig, NodeConfig
+from raftka.v1 import broker_pb2, controller_pb2
 from tests.unit.kafka_wire import BrokerThread, broker_thread, call
 from tests.unit.test_kafka_listener import TOPIC, one_record_batch
 
@@ -318,3 +319,28 @@ def test_a_metadata_answer_of_many_partitions_returns_to_the_loop_while_it_is_ma
         assert [(t.name, t.error_code, len(t.partitions)) for t in answer.topics] == [
             (n, 0, per_topic) for n in sorted(ids)
         ]
+
+
+def test_topics_a_client_names_but_may_not_create_are_logged_once_per_interval() -> None:
+    """Metadata naming 1,000 topics the controller refuses to create, sent in a loop, was
+    a log line per name per request."""
+    names = ["__cluster_metadata", "a b", "é"]
+
+    async def refuse(rpc: object, request: controller_pb2.CreateTopicsRequest, _: type) -> object:
+        answer = controller_pb2.CreateTopicsResponse()
+        for topic in request.topics:
+            answer.topics.add(name=topic.name, error=controller_pb2.INVALID_REQUEST, message="no")
+        return answer
+
+    config = NodeConfig(1, Path("."), (), "127.0.0.1:1", process_roles=("broker",), kafka=KafkaConfig())
+    api = SimpleNamespace(image=MetadataImage(), cluster_id="c", forward=refuse)
+    apis = ClusterApis(api, config)  # type: ignore[arg-type]
+    request = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names], allow_auto_topic_creation=True
+    )
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(2):
+            answer = asyncio.run(apis.metadata(request, 12))
+            assert [(t.name, t.error_code) for t in answer.topics] == [(n, INVALID_REQUEST) for n in names]
+    said = [e for e in logs if e["event"] == "topic not auto-created"]
+    assert [(e["log_level"], e["topic"], e["left_out"]) for e in said] == [("info", names[0], 0)]
