@@ -16,10 +16,10 @@ from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
 from raftka.metadata.topic_configs import check_min_insync_replicas, validate_configs
 from raftka.metadata.validation import (
     ValidationError,
+    validate_new_topic_name,
     validate_partition_count,
     validate_partition_increase,
     validate_replication_factor,
-    validate_topic_name,
     validate_topic_name_collision,
 )
 from raftka.v1 import controller_pb2, metadata_pb2
@@ -74,7 +74,7 @@ def _new_topic(
     new_topic_id: Callable[[], bytes],
 ) -> list[MetadataRecord]:
     name = topic.name
-    validate_topic_name(name)
+    validate_new_topic_name(name)
     if name in image.topic_ids_by_name:
         raise ValidationError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
     clash = normalized.get(name.replace(".", "_"))

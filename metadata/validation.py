@@ -58,6 +58,12 @@ OFFLINE_REPLICAS_MAX = 1_000
 # of the partition, so ``broker_ops`` refuses one longer than the partition's replicas
 # before reading it, and the controller API's receive limit bounds the message.
 
+# Kafka's internal topics: Kafka refuses to create __cluster_metadata (its KRaft log) and
+# keeps the other two for its coordinators. raftka has none of them as topics (offsets and
+# its metadata log live in the quorum), so a topic under one of these names would only
+# mislead Kafka's tools (and its first partition's folder would be named as the metadata log's).
+INTERNAL_TOPIC_NAMES = frozenset({"__cluster_metadata", "__consumer_offsets", "__transaction_state"})
+
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _TOPIC_NAME_CHAR = re.compile(r"[a-zA-Z0-9._-]")
 
@@ -85,6 +91,16 @@ def validate_topic_name(name: str) -> None:
         bad = "".join(sorted({c for c in name if not _TOPIC_NAME_CHAR.fullmatch(c)}))
         raise _invalid_topic(
             f"topic name {name!r} contains characters other than ASCII letters, digits, '.', '_' and '-': {bad!r}"
+        )
+
+
+def validate_new_topic_name(name: str) -> None:
+    """A name a client may create a topic under: valid, and not one of Kafka's internal topics."""
+    validate_topic_name(name)
+    if name in INTERNAL_TOPIC_NAMES:
+        raise ValidationError(
+            ErrorCode.INVALID_REQUEST,
+            f"topic name {name!r} is one of Kafka's internal topics; creating it is prohibited",
         )
 
 

@@ -9,22 +9,32 @@ same triple (``ca``, ``cert``, ``key``) configures a node (``[tls]`` in its conf
 client (``--tls-*`` flags or a client config file), so there is one thing to learn.
 
 The contexts are made once per ``TlsFiles`` and shared by every connection made with it.
+A node's server side follows its files (``CertificateRotation``): at most every
+``RELOAD_CHECK_INTERVAL_S``, a new connection makes it look at their modification
+times, and once they changed and hold a usable set again, new connections get the new
+certificate and CA; connections already open keep what they were made with.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import ssl
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
+import structlog
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 KEYS = ("ca", "cert", "key")  # in the [tls] table of a node's or a client's config file
+RELOAD_CHECK_INTERVAL_S = 5.0  # a node looks at its files at most this often, when a connection arrives
+log = structlog.get_logger("raftka.security.tls")
 
 
 class TlsError(Exception):
@@ -45,13 +55,15 @@ class TlsFiles:
         return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
 
     @functools.cached_property
+    def rotation(self) -> CertificateRotation:
+        return CertificateRotation(self)
+
+    @functools.cached_property
     def server_ssl(self) -> ssl.SSLContext:
-        """For an asyncio listener: a client must present a certificate the CA signed."""
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cafile=str(self.ca))
-        context.load_cert_chain(str(self.cert), str(self.key))
+        """For an asyncio listener: a client must present a certificate the CA signed.
+        Each handshake is switched to the newest usable files (``rotation``)."""
+        context = _server_context(self)
+        context.sni_callback = self.rotation.switch
         return context
 
     @functools.cached_property
@@ -63,10 +75,10 @@ class TlsFiles:
         context.load_cert_chain(str(self.cert), str(self.key))
         return context
 
-    @functools.cached_property
+    @property
     def server_credentials(self) -> grpc.ServerCredentials:
-        ca, cert, key = self._pem
-        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
+        """For one gRPC server: asked before each handshake for the newest usable files."""
+        return self.rotation.grpc_credentials()
 
     @functools.cached_property
     def channel_credentials(self) -> grpc.ChannelCredentials:
@@ -91,11 +103,111 @@ class TlsFiles:
         except (ValueError, TypeError) as e:  # TypeError: the key is encrypted
             raise TlsError(f"{prefix}key: {self.key} holds no unencrypted PEM private key: {e}") from None
         try:
-            _ = self.server_ssl  # loading it is the check that key and certificate match
+            _server_context(self)  # loading it is the check that key and certificate match
         except ssl.SSLError as e:
             raise TlsError(
                 f"{prefix}key: {self.key} is not the key of {prefix}cert {self.cert}: {e}"
             ) from None
+
+
+class CertificateRotation:
+    """A node's certificate, key and CA as its files hold them now, for new connections.
+
+    Files are looked at when a connection arrives (an asyncio handshake's SNI callback, or
+    gRPC's question before each handshake), at most every ``RELOAD_CHECK_INTERVAL_S``: no
+    task, no signal, and a rotated Kubernetes secret or a rewritten file is seen by the
+    next client after it. A set that does not pass ``TlsFiles.check`` (a certificate
+    written before its key) is not used: the previous one serves on, with one warning per
+    change, until the files agree. Outgoing connections (``client_ssl``, gRPC channels)
+    keep what the node started with: a context in use cannot be changed safely while
+    gRPC's threads may reload. Thread-safe: gRPC asks from its own threads.
+    """
+
+    def __init__(self, files: TlsFiles) -> None:
+        self._files = files
+        self._lock = threading.Lock()
+        self._checked_s = time.monotonic()
+        self._stamp = _stamp(files)
+        self._refused_stamp: tuple | None = None
+        self._server: ssl.SSLContext | None = None  # None: the files as first read
+        self._pem: tuple[bytes, bytes, bytes] | None = None
+        self.generation = 0  # how many times the files were taken up
+
+    def switch(self, connection: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
+        """``sni_callback``: the handshake goes on with the newest context."""
+        self.refresh()
+        if self._server is not None and self._server is not context:
+            connection.context = self._server
+
+    def grpc_credentials(self) -> grpc.ServerCredentials:
+        """Credentials for one gRPC server, whose fetcher hands it each change once."""
+        with self._lock:
+            pem, served = self._pem or self._files._pem, self.generation
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            nonlocal served
+            self.refresh()
+            with self._lock:
+                if served == self.generation or self._pem is None:
+                    return None  # no change
+                served = self.generation
+                return _grpc_configuration(self._pem)
+
+        return grpc.dynamic_ssl_server_credentials(
+            _grpc_configuration(pem), fetch, require_client_authentication=True
+        )
+
+    def refresh(self) -> None:
+        """Take up the files if the interval passed, they changed, and they pass the check."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked_s < RELOAD_CHECK_INTERVAL_S:
+                return
+            self._checked_s = now
+            stamp = _stamp(self._files)
+            if stamp == self._stamp or stamp == self._refused_stamp:
+                return
+            fresh = TlsFiles(self._files.ca, self._files.cert, self._files.key)
+            try:
+                fresh.check()
+                server = _server_context(fresh)
+            except (TlsError, ssl.SSLError, OSError) as e:
+                self._refused_stamp = stamp
+                log.warning(
+                    "certificate files changed but cannot be used; serving with the previous ones",
+                    error=str(e),
+                )
+                return
+            self._stamp, self._server, self._pem = stamp, server, fresh._pem
+            self.generation += 1
+            log.info("certificate files reloaded", cert=str(fresh.cert), generation=self.generation)
+
+
+def _server_context(files: TlsFiles) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cafile=str(files.ca))
+    context.load_cert_chain(str(files.cert), str(files.key))
+    return context
+
+
+def _grpc_configuration(pem: tuple[bytes, bytes, bytes]) -> grpc.ServerCertificateConfiguration:
+    ca, cert, key = pem
+    return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+
+
+def _stamp(files: TlsFiles) -> tuple:
+    """What changes when a file is rewritten or its symlink swapped (as Kubernetes does)."""
+    stamps = []
+    for path in (files.ca, files.cert, files.key):
+        try:
+            status = os.stat(path)
+        except OSError:
+            stamps.append(None)
+        else:
+            stamps.append((status.st_ino, status.st_mtime_ns, status.st_size))
+    return tuple(stamps)
 
 
 def tls_files(values: Mapping[str, Any], base_dir: Path, prefix: str = "tls.") -> TlsFiles | None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -34,6 +35,7 @@ from typing import Any, Protocol
 import structlog
 from google.protobuf.message import DecodeError, Message
 
+from raftka.node.logs import RateLimitedLog
 from raftka.security.principal import Principal, current_principal, from_ssl
 from raftka.v1 import controller_pb2
 from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
@@ -103,6 +105,7 @@ class Listener:
         self.connections: set[_Connection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._refusals_logged_at = -REFUSAL_LOG_INTERVAL_S
+        self.bad_frames = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)  # a client sends them at will
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
         """Listen; the port bound (``port`` 0 picks a free one). With ``tls``, a connection
@@ -346,8 +349,12 @@ class _Connection(asyncio.Protocol):
             self._transport.write(answer)
 
     def _close_for(self, why: str) -> None:
-        log.warning(
-            "closing a connection: bad frame", listener=self._listener.name, peer=self._peer, reason=why
+        self._listener.bad_frames.log(
+            logging.WARNING,
+            "closing a connection: bad frame",
+            listener=self._listener.name,
+            peer=self._peer,
+            reason=why,
         )
         assert self._transport is not None
         self._transport.abort()

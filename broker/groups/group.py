@@ -40,7 +40,7 @@ The rules, as Kafka applies them:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -48,6 +48,12 @@ from raftka.v1 import broker_pb2, controller_pb2
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
+# Protocol metadata (a consumer's subscription) is held for every member until it leaves,
+# and the leader's JoinGroup answer carries all of it. Kafka bounds it only through the
+# group's record in __consumer_offsets (message.max.bytes, 1 MiB by default); raftka does
+# not record it, so it is bounded here: 20 members once held 10 MiB each.
+MEMBER_METADATA_MAX_BYTES = 1 << 20  # a member's protocol names and metadata
+GROUP_METADATA_MAX_BYTES = 16 << 20  # all members' together
 
 
 class State(Enum):
@@ -413,6 +419,17 @@ class Group:
             )
         offered = {p.name for p in request.protocols}
         others = [m for m in self.members.values() if m.member_id != request.member_id]
+        size = _metadata_bytes((p.name, p.metadata) for p in request.protocols)
+        if size > MEMBER_METADATA_MAX_BYTES:
+            return E.INVALID_REQUEST, (
+                f"protocols: {size} bytes of names and metadata, at most {MEMBER_METADATA_MAX_BYTES} per member"
+            )
+        held = sum(_metadata_bytes(m.protocols) for m in others)
+        if held + size > GROUP_METADATA_MAX_BYTES:
+            return E.GROUP_MAX_SIZE_REACHED, (
+                f"{self._name()}'s other members hold {held} bytes of protocol metadata; with this "
+                f"member's {size} it would pass {GROUP_METADATA_MAX_BYTES}"
+            )
         if others and not any(all(name in {n for n, _ in m.protocols} for m in others) for name in offered):
             return E.INCONSISTENT_GROUP_PROTOCOL, f"none of {sorted(offered)} is supported by every member"
         return None
@@ -667,6 +684,10 @@ def _member(request: Pb.JoinGroupRequest, member_id: str, instance: str, now_ms:
         protocols=[(p.name, p.metadata) for p in request.protocols],
         session_deadline_ms=now_ms + request.session_timeout_ms,
     )
+
+
+def _metadata_bytes(protocols: Iterable[tuple[str, bytes]]) -> int:
+    return sum(len(name.encode()) + len(metadata) for name, metadata in protocols)
 
 
 def with_status(response, code: int, message: str):  # noqa: ANN001, ANN202: any response with a status

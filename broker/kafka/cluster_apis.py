@@ -13,9 +13,12 @@ LEADER_NOT_AVAILABLE meanwhile, so the client asks again.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import structlog
 from kafka.protocol.admin import (
@@ -35,6 +38,7 @@ from raftka.broker.kafka.protocol import KafkaApi
 from raftka.metadata.image import NO_LEADER, MetadataImage, TopicImage
 from raftka.metadata.topic_configs import TOPIC_CONFIGS, describe_configs
 from raftka.node.config import NodeConfig
+from raftka.node.logs import RateLimitedLog
 from raftka.v1 import controller_pb2, metadata_pb2
 
 E = controller_pb2.ErrorCode
@@ -47,6 +51,8 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
 CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
 DEFAULT_FROM_BROKER = -1  # CreateTopics: num_partitions or replication_factor left to the broker
+NOT_CREATED_LOG_INTERVAL_S = 60.0
+PARTITIONS_PER_SLICE = 2_000  # a Metadata answer's partitions made between returns to the loop (~10-20 ms)
 MR = MetadataResponse.MetadataResponseTopic
 DR = DescribeConfigsResponse.DescribeConfigsResult
 
@@ -56,6 +62,7 @@ class ClusterApis:
         self._api = api
         self._config = config
         self._broker_id = config.node_id
+        self._not_created = RateLimitedLog(log, NOT_CREATED_LOG_INTERVAL_S)  # any client names bad topics
 
     def apis(self) -> list[KafkaApi]:
         return [
@@ -73,9 +80,9 @@ class ClusterApis:
         asked = request.topics
         if asked is None or (version == 0 and not asked):  # null (v0: empty) means every topic
             by_name = sorted(image.topics_by_id.values(), key=lambda t: t.name)
-            topics = [self._topic(t, endpoints) for t in by_name]
+            topics = await _in_slices(by_name, lambda t: self._topic(t, endpoints))
         else:
-            topics = [self._asked_topic(image, t, endpoints) for t in asked]
+            topics = await _in_slices(asked, lambda t: self._asked_topic(image, t, endpoints))
             missing = [t.name for t in topics if t.error_code == UNKNOWN_TOPIC_OR_PARTITION]
             allowed = version < 4 or request.allow_auto_topic_creation
             if missing and allowed and self._config.kafka.auto_create_topics_enable:
@@ -137,7 +144,9 @@ class ClusterApis:
             if code in (E.NONE, E.TOPIC_ALREADY_EXISTS):
                 codes[name] = LEADER_NOT_AVAILABLE
             else:
-                log.info("topic not auto-created", topic=name, error=C.ErrorCode.Name(code))
+                self._not_created.log(
+                    logging.INFO, "topic not auto-created", topic=name, error=C.ErrorCode.Name(code)
+                )
                 codes[name] = kafka_error(
                     E.UNKNOWN_TOPIC_OR_PARTITION if code == E.REQUEST_TIMED_OUT else code
                 )
@@ -330,6 +339,21 @@ class ClusterApis:
             for key, value in _static_keys(self._config)
         ]
         return DR(error_code=0, error_message=None, configs=entries)
+
+
+async def _in_slices(topics: Iterable[Any], answer: Callable[[Any], MR]) -> list[MR]:
+    """``answer`` for each topic, back to the loop after every ``PARTITIONS_PER_SLICE``
+    partitions answered: a Metadata answer names every partition of the topics it lists,
+    and 100,000 of them took the loop for 2 to 3 s in one go (the broker's heartbeats
+    wait behind it). The image was read once, so the answer is still one image's."""
+    answers, since = [], 0
+    for topic in topics:
+        answers.append(answer(topic))
+        since += len(answers[-1].partitions)
+        if since >= PARTITIONS_PER_SLICE:
+            since = 0
+            await asyncio.sleep(0)
+    return answers
 
 
 def _static_keys(config: NodeConfig) -> Iterable[tuple[str, object]]:

@@ -10,7 +10,8 @@ it), a Produce with acks=0 gets none, and an ApiVersions at a version this liste
 not know gets the version 0 answer with ``UNSUPPORTED_VERSION`` and the versions it
 does serve, so the client can ask again. Any other API or version it does not serve
 gets a response header and the 16-bit ``UNSUPPORTED_VERSION`` (35) alone, and the
-connection serves on; a request that does not decode closes its connection.
+connection serves on; a request that does not decode, or whose lists are longer than
+``raftka.broker.kafka.request_lists`` allows, closes its connection.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from raftka.broker.kafka.errors import UNSUPPORTED_VERSION
+from raftka.broker.kafka.request_lists import check_request_lists
 from raftka.wire.frames import FrameError
 from raftka.wire.server import Call
 
@@ -83,6 +85,7 @@ class KafkaDispatcher:
             if key == ApiVersionsRequest.API_KEY:
                 return self._encode(self._versions_answer(UNSUPPORTED_VERSION), 0, correlation_id)
             return UNSUPPORTED_ANSWER.pack(UNSUPPORTED_ANSWER.size - 4, correlation_id, UNSUPPORTED_VERSION)
+        check_request_lists(api.request, frame, version)
         try:
             request = api.request.decode(bytes(frame), version=version, header=True)
         except Exception as e:  # kafka-python's decoders raise several kinds; any means malformed

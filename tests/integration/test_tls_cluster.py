@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import ssl
 import subprocess
 from pathlib import Path
 
@@ -20,11 +23,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from raftka.cli import local
-from raftka.security.certs import CLIENT_UNIT, Authority
+from raftka.security.certs import BROKER_UNIT, CLIENT_UNIT, Authority
 from raftka.security.tls import TlsFiles, aio_channel
 from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 from raftka.wire.client import BrokerClient
 from tests.integration.metadata_cluster import RAFTKA, UP_TIMEOUT_S, MetadataCluster
+from tests.integration.polling import wait_until
 
 pytestmark = pytest.mark.integration
 ALICE = "User:CN=alice,OU=client,O=raftka"
@@ -358,3 +362,49 @@ def test_a_client_certificate_cannot_fetch_as_a_follower(cluster: MetadataCluste
     assert sorted(as_json(cluster, "topics", "describe", "replicated")[0]["partitions"][0]["isr"]) == sorted(
         partition["replicas"]
     )
+
+
+def test_a_broker_serves_a_rotated_certificate_without_a_restart(cluster: MetadataCluster) -> None:
+    """broker-101's key and certificate replaced in place, as an operator or a Kubernetes
+    secret rotates them: new connections to each of its listeners get the new certificate
+    within the reload interval, and the cluster serves on with it."""
+    certs = local.load(cluster.dir).certs_dir()
+    authority = Authority(
+        x509.load_pem_x509_certificate((certs / "ca.crt").read_bytes()),
+        load_pem_private_key((certs / "ca.key").read_bytes(), password=None),
+    )
+    broker = next(b for b in as_json(cluster, "brokers", "list") if b["id"] == 101)  # type: ignore[union-attr]
+    addresses = [e.partition("://")[2] for e in broker["listeners"]]
+    assert len(addresses) == 3, broker["listeners"]  # data, gRPC and Kafka
+    admin = TlsFiles(certs / "ca.crt", certs / "admin.crt", certs / "admin.key").client_ssl
+    before = {address: served_serial(address, admin) for address in addresses}
+
+    issued = authority.issue("broker-101", BROKER_UNIT)
+    for name, data in (("broker-101.key", issued.key_pem), ("broker-101.crt", issued.cert_pem)):
+        (certs / f"{name}.new").write_bytes(data)
+        os.replace(certs / f"{name}.new", certs / name)  # each file whole, as a secret's swap
+    rotated = x509.load_pem_x509_certificate(issued.cert_pem).serial_number
+    assert rotated not in before.values()
+    for address in addresses:
+        wait_until(
+            lambda address=address: served_serial(address, admin) == rotated,
+            timeout_s=TIMEOUT_S,
+            what=f"broker 101 to serve its new certificate on {address}",
+            detail=lambda address=address: served_serial(address, admin),
+        )
+    ok(cluster, "topics", "create", "after-rotation", "--partitions", "3", "--replication-factor", "3")
+    ok(cluster, "produce", "after-rotation", stdin="a\nb\nc\n")
+    printed = ok(cluster, "consume", "after-rotation", "--from-beginning", "--max-messages", "3")
+    assert sorted(printed.split()) == ["a", "b", "c"]
+
+
+def served_serial(address: str, context: ssl.SSLContext) -> int:
+    """The serial number of the certificate a new TLS connection to ``address`` is shown."""
+    host, _, port = address.rpartition(":")
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number

@@ -9,7 +9,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from raftka.broker.groups.group import PARKED, Delivery, Group, GroupLimits, Outcome, State
+from raftka.broker.groups.group import (
+    GROUP_METADATA_MAX_BYTES,
+    MEMBER_METADATA_MAX_BYTES,
+    PARKED,
+    Delivery,
+    Group,
+    GroupLimits,
+    Outcome,
+    State,
+)
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import controller_pb2
 
@@ -287,6 +296,31 @@ def test_the_group_is_full_at_its_max_size() -> None:
     h.new_member()
     answer = h.run(h.group.join(join_request(), h.now))
     assert answer.status.error == E.GROUP_MAX_SIZE_REACHED  # type: ignore[attr-defined]
+
+
+def test_protocol_metadata_is_bounded_per_member_and_per_group() -> None:
+    """A member's subscription is held until it leaves: 20 members once held 10 MiB each."""
+    h = Harness(Group("g", LIMITS))
+    answer = h.run(h.group.join(join_request(meta=b"x" * MEMBER_METADATA_MAX_BYTES), h.now))
+    assert answer.status.error == E.INVALID_REQUEST  # type: ignore[attr-defined]
+    assert answer.status.message == (  # type: ignore[attr-defined]
+        f"protocols: {MEMBER_METADATA_MAX_BYTES + 5} bytes of names and metadata, "
+        f"at most {MEMBER_METADATA_MAX_BYTES} per member"
+    )
+    assert not h.group.pending and not h.group.members
+    at_bound = b"x" * (MEMBER_METADATA_MAX_BYTES - len("range"))
+    members = [
+        h.new_member(meta=at_bound) for _ in range(GROUP_METADATA_MAX_BYTES // MEMBER_METADATA_MAX_BYTES)
+    ]
+    for member_id in members:
+        h.join(member_id, meta=at_bound)
+    assert len(h.group.members) == len(members) and h.group.state is State.COMPLETING_REBALANCE
+    answer = h.run(h.group.join(join_request(meta=b""), h.now))
+    assert answer.status.error == E.GROUP_MAX_SIZE_REACHED  # type: ignore[attr-defined]
+    assert f"would pass {GROUP_METADATA_MAX_BYTES}" in answer.status.message  # type: ignore[attr-defined]
+    again = h.join(members[0], meta=at_bound)  # its own metadata is replaced, not added
+    assert again.status.error == E.NONE  # type: ignore[attr-defined]
+    assert len(h.group.members) == len(members) and not h.group.pending
 
 
 def test_generations_start_above_the_recorded_one() -> None:

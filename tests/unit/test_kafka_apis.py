@@ -4,9 +4,13 @@ and by time, and topic configs, as Kafka's clients see them."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import structlog.testing
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -26,9 +30,25 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 
-from raftka.v1 import broker_pb2
+from raftka.broker.kafka.cluster_apis import PARTITIONS_PER_SLICE, ClusterApis
+from raftka.broker.kafka.endpoints import KAFKA_LISTENER
+from raftka.metadata.image import (
+    BrokerRegistration,
+    Endpoint,
+    MetadataImage,
+    PartitionState,
+    TopicImage,
+    frozen,
+)
+from raftka.node.config import KafkaConfig, NodeConfig
+from raftka.v1 import broker_pb2, controller_pb2
 from tests.unit.kafka_wire import BrokerThread, broker_thread, call
 from tests.unit.test_kafka_listener import TOPIC, one_record_batch
 
@@ -262,3 +282,66 @@ def test_describe_configs_shows_a_topics_settings_and_defaults_with_their_source
     ]
     assert missing.error_code == UNKNOWN_TOPIC_OR_PARTITION
     assert [(c.name, c.value, c.read_only) for c in broker.configs] == [("kafka.num_partitions", "1", True)]
+
+
+def test_a_metadata_answer_of_many_partitions_returns_to_the_loop_while_it_is_made() -> None:
+    """Every partition of a 100,000-partition cluster, made in one go, held the loop for
+    2 to 3 s; the answer is made in slices of PARTITIONS_PER_SLICE, from one image."""
+    per_topic = PARTITIONS_PER_SLICE // 2
+    state = PartitionState(replicas=(1,), isr=(1,), leader=1, leader_epoch=3, partition_epoch=0)
+    ids = {f"t{i}": uuid.uuid5(uuid.NAMESPACE_OID, f"t{i}").bytes for i in range(6)}
+    kafka = Endpoint(KAFKA_LISTENER, "127.0.0.1", 9092)
+    image = MetadataImage(
+        offset=9,
+        brokers=frozen({1: BrokerRegistration(1, "i", 1, (kafka,), "", False)}),
+        topics_by_id=frozen(
+            {i: TopicImage(n, i, frozen(dict.fromkeys(range(per_topic), state))) for n, i in ids.items()}
+        ),
+        topic_ids_by_name=frozen(ids),
+    )
+    config = NodeConfig(1, Path("."), (), "127.0.0.1:1", process_roles=("broker",))
+    apis = ClusterApis(SimpleNamespace(image=image, cluster_id="c"), config)  # type: ignore[arg-type]
+    asked_by_name = [MetadataRequest.MetadataRequestTopic(name=n) for n in ids]
+
+    async def body(request: MetadataRequest) -> tuple[list[bool], MetadataResponse]:
+        answering = asyncio.create_task(apis.metadata(request, 12))
+        seen: list[bool] = []
+
+        async def meanwhile() -> None:
+            seen.append(answering.done())
+
+        await asyncio.gather(answering, meanwhile())
+        return seen, answering.result()
+
+    for asked in (None, asked_by_name):
+        seen, answer = asyncio.run(body(MetadataRequest(topics=asked, allow_auto_topic_creation=False)))
+        assert seen == [False], "the loop ran nothing else until the whole answer was made"
+        assert [(t.name, t.error_code, len(t.partitions)) for t in answer.topics] == [
+            (n, 0, per_topic) for n in sorted(ids)
+        ]
+
+
+def test_topics_a_client_names_but_may_not_create_are_logged_once_per_interval() -> None:
+    """Metadata naming 1,000 topics the controller refuses to create, sent in a loop, was
+    a log line per name per request."""
+    names = ["__cluster_metadata", "a b", "é"]
+
+    async def refuse(rpc: object, request: controller_pb2.CreateTopicsRequest, _: type) -> object:
+        answer = controller_pb2.CreateTopicsResponse()
+        for topic in request.topics:
+            answer.topics.add(name=topic.name, error=controller_pb2.INVALID_REQUEST, message="no")
+        return answer
+
+    config = NodeConfig(1, Path("."), (), "127.0.0.1:1", process_roles=("broker",), kafka=KafkaConfig())
+    api = SimpleNamespace(image=MetadataImage(), cluster_id="c", forward=refuse)
+    apis = ClusterApis(api, config)  # type: ignore[arg-type]
+    request = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names], allow_auto_topic_creation=True
+    )
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(2):
+            answer = asyncio.run(apis.metadata(request, 12))
+            assert [(t.name, t.error_code) for t in answer.topics] == [(n, INVALID_REQUEST) for n in names]
+    said = [e for e in logs if e["event"] == "topic not auto-created"]
+    assert [(e["log_level"], e["topic"]) for e in said] == [("info", names[0])]
+    assert said[0]["left_out"] == 0

@@ -94,6 +94,9 @@ CREATE_ERRORS = [
     (Topic(name="x" * 250, num_partitions=1, replication_factor=1), E.INVALID_TOPIC_EXCEPTION),
     (Topic(name="a/b", num_partitions=1, replication_factor=1), E.INVALID_TOPIC_EXCEPTION),
     (Topic(name="existing", num_partitions=1, replication_factor=1), E.TOPIC_ALREADY_EXISTS),
+    (Topic(name="__cluster_metadata", num_partitions=1, replication_factor=1), E.INVALID_REQUEST),
+    (Topic(name="__consumer_offsets", num_partitions=1, replication_factor=1), E.INVALID_REQUEST),
+    (Topic(name="__transaction_state", num_partitions=1, replication_factor=1), E.INVALID_REQUEST),
     (
         Topic(name="my_topic", num_partitions=1, replication_factor=1),
         E.INVALID_TOPIC_EXCEPTION,

@@ -20,6 +20,7 @@ from raftka.metadata.validation import (
     check_request_bounds,
     validate_committed_offset,
     validate_group_id,
+    validate_new_topic_name,
     validate_partition_count,
     validate_partition_increase,
     validate_replication_factor,
@@ -60,6 +61,19 @@ def test_bad_topic_names(name: str, says: str) -> None:
     assert error.value.code == E.INVALID_TOPIC_EXCEPTION
     assert says in error.value.message and error.value.message.startswith("topic name")
     assert str(error.value) == error.value.message
+
+
+@pytest.mark.parametrize("name", ["__cluster_metadata", "__consumer_offsets", "__transaction_state"])
+def test_kafkas_internal_topic_names_are_valid_but_cannot_be_created(name: str) -> None:
+    validate_topic_name(name)  # a folder of that name still parses, as Kafka's would
+    with pytest.raises(ValidationError) as error:
+        validate_new_topic_name(name)
+    assert error.value.code == E.INVALID_REQUEST
+    assert (
+        error.value.message
+        == f"topic name {name!r} is one of Kafka's internal topics; creating it is prohibited"
+    )
+    validate_new_topic_name(name + "2")
 
 
 @pytest.mark.parametrize(

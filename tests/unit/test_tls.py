@@ -12,12 +12,13 @@ import asyncio
 import os
 import ssl
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
 import pytest
+import structlog.testing
 from cryptography import x509
 
 from raftka.cli import local
@@ -25,7 +26,8 @@ from raftka.cli.errors import CliError
 from raftka.cli.tls_args import client_tls
 from raftka.node.config import ConfigError, load_config, parse_config, render_toml
 from raftka.raft.transport.grpc_transport import GrpcTransport
-from raftka.security.certs import CertsError, init_certs
+from raftka.security import tls as tls_module
+from raftka.security.certs import BROKER_UNIT, CLIENT_UNIT, Authority, CertsError, init_certs, new_authority
 from raftka.security.tls import TlsError, TlsFiles, aio_channel, tls_files
 from raftka.v1 import broker_pb2, raft_pb2, raft_pb2_grpc
 from raftka.wire import frames
@@ -262,6 +264,121 @@ def test_the_grpc_server_refuses_a_client_it_cannot_trust(certs: Certs, client: 
                         raft_pb2.DescribeQuorumRequest(), timeout=5
                     )
             assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+
+    run(scenario())
+
+
+# rotating a node's certificate ----------------------------------------------------------
+
+
+class NodeFiles:
+    """A node's three files in a folder, rewritten in place as an operator rotates them."""
+
+    def __init__(self, directory: Path, authority: Authority) -> None:
+        self.files = TlsFiles(directory / "ca.crt", directory / "node.crt", directory / "node.key")
+        self.rotate(authority)
+
+    def rotate(self, authority: Authority, *, key: bool = True) -> x509.Certificate:
+        """A new certificate from ``authority``, which becomes the only CA; ``key=False``
+        leaves the old key (a rotation caught half-way)."""
+        issued = authority.issue("broker-101", BROKER_UNIT)
+        self.files.ca.write_bytes(authority.cert_pem)
+        self.files.cert.write_bytes(issued.cert_pem)
+        if key:
+            self.files.key.write_bytes(issued.key_pem)
+        return x509.load_pem_x509_certificate(issued.cert_pem)
+
+
+def client_of(directory: Path, name: str, authority: Authority, trusted: Sequence[Authority]) -> TlsFiles:
+    issued = authority.issue(name, CLIENT_UNIT)
+    ca = directory / f"{name}-ca.crt"
+    ca.write_bytes(b"".join(a.cert_pem for a in trusted))
+    (directory / f"{name}.crt").write_bytes(issued.cert_pem)
+    (directory / f"{name}.key").write_bytes(issued.key_pem)
+    return TlsFiles(ca, directory / f"{name}.crt", directory / f"{name}.key")
+
+
+async def served_certificate(address: str, context: ssl.SSLContext) -> x509.Certificate:
+    host, _, port = address.rpartition(":")
+    _, writer = await asyncio.open_connection(host, int(port), ssl=context, server_hostname=host)
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    return x509.load_der_x509_certificate(der)
+
+
+@pytest.fixture
+def rotating(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[NodeFiles, Authority, Authority]:
+    monkeypatch.setattr(tls_module, "RELOAD_CHECK_INTERVAL_S", 0.0)  # look at every connection
+    first, second = new_authority("first CA"), new_authority("second CA")
+    return NodeFiles(tmp_path, first), first, second
+
+
+def test_a_rotated_certificate_is_served_to_new_connections_and_old_ones_keep_theirs(
+    rotating: tuple[NodeFiles, Authority, Authority], tmp_path: Path
+) -> None:
+    node, first, second = rotating
+    old_client = client_of(tmp_path, "old", first, [first, second]).client_ssl
+    new_client = client_of(tmp_path, "new", second, [first, second]).client_ssl
+
+    async def scenario() -> None:
+        served: list[str] = []
+        async with data_listener(node.files, served) as address:
+            before = await served_certificate(address, old_client)
+            open_before = BrokerClient(address, tls=old_client)
+            assert (await open_before.Metadata(broker_pb2.MetadataRequest(), timeout=5)).cluster_id == CLUSTER
+            same_ca = node.rotate(first)
+            assert (await served_certificate(address, old_client)).serial_number == same_ca.serial_number
+            assert same_ca.serial_number != before.serial_number
+            new_ca = node.rotate(second)  # the first CA is no longer trusted
+            assert (await served_certificate(address, new_client)).serial_number == new_ca.serial_number
+            assert (await metadata_call(address, new_client)).cluster_id == CLUSTER
+            with pytest.raises(WireError) as refused:
+                await metadata_call(address, old_client)
+            assert refused.value.code == "UNAVAILABLE"
+            # the connection made before the rotations keeps its certificate and serves on
+            assert (await open_before.Metadata(broker_pb2.MetadataRequest(), timeout=5)).cluster_id == CLUSTER
+            open_before.close()
+        assert served == ["metadata", "metadata", "metadata"]
+
+    run(scenario())
+
+
+def test_files_caught_half_way_through_a_rotation_are_not_used(
+    rotating: tuple[NodeFiles, Authority, Authority], tmp_path: Path
+) -> None:
+    node, first, _ = rotating
+    client = client_of(tmp_path, "admin", first, [first]).client_ssl
+
+    async def scenario() -> None:
+        async with data_listener(node.files, []) as address:
+            before = await served_certificate(address, client)
+            with structlog.testing.capture_logs() as logs:
+                node.rotate(first, key=False)  # the new certificate, the old key
+                for _ in range(2):
+                    assert (await served_certificate(address, client)).serial_number == before.serial_number
+            warned = [e["error"] for e in logs if e["log_level"] == "warning"]
+            assert len(warned) == 1 and "is not the key of" in warned[0]
+            rotated = node.rotate(first)
+            assert (await served_certificate(address, client)).serial_number == rotated.serial_number
+
+    run(scenario())
+
+
+def test_the_grpc_server_serves_a_rotated_certificate_and_ca_to_new_connections(
+    rotating: tuple[NodeFiles, Authority, Authority], tmp_path: Path
+) -> None:
+    node, first, second = rotating
+    of_first = client_of(tmp_path, "first", first, [first])
+    of_second = client_of(tmp_path, "second", second, [second])
+
+    async def scenario() -> None:
+        async with grpc_node(node.files) as address:
+            assert (await describe(address, of_first)).cluster_id == CLUSTER
+            node.rotate(second)
+            assert (await describe(address, of_second)).cluster_id == CLUSTER
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await describe(address, of_first)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
 
     run(scenario())
 

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+import structlog.testing
 from google.protobuf.message import Message
 from hypothesis import given
 from hypothesis import strategies as st
@@ -219,6 +220,22 @@ def test_bytes_that_cannot_be_frames_close_that_connection_only() -> None:
             response = await client.Metadata(pb.MetadataRequest(topics=["still"]), timeout=5)
             assert [t.name for t in response.topics] == ["still"]
             client.close()
+
+    run(scenario)
+
+
+def test_bad_frames_are_logged_once_per_interval() -> None:
+    """A client sends bad frames at will: 2,000 of them once made 160 KiB/s of warnings.
+    (The next line after the interval counts those left out: ``RateLimitedLog``.)"""
+
+    async def scenario() -> None:
+        async with serving({frames.METADATA.key: metadata_named}) as (_, address):
+            with structlog.testing.capture_logs() as logs:
+                for _ in range(3):
+                    assert await raw_exchange(address, struct.pack(">I", 3) + b"abc") == b""
+        said = [e for e in logs if e["event"] == "closing a connection: bad frame"]
+        assert [(e["log_level"], e["listener"]) for e in said] == [("warning", "data")]
+        assert said[0]["left_out"] == 0
 
     run(scenario)
 
