@@ -7,7 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -262,3 +267,20 @@ def test_describe_configs_shows_a_topics_settings_and_defaults_with_their_source
     ]
     assert missing.error_code == UNKNOWN_TOPIC_OR_PARTITION
     assert [(c.name, c.value, c.read_only) for c in broker.configs] == [("kafka.num_partitions", "1", True)]
+
+
+def test_leaving_a_group_the_coordinator_does_not_hold_creates_nothing(served: BrokerThread) -> None:
+    """Kafka answers UNKNOWN_MEMBER_ID and keeps nothing: a made-up group stays Dead, so no
+    client can fill the coordinator's memory with LeaveGroups."""
+    leave = LeaveGroupRequest(group_id="made-up", member_id="m", members=[
+        LeaveGroupRequest.MemberIdentity(member_id="m", group_instance_id=None, reason=None)])  # fmt: skip
+    for version in (0, 5):
+        answer = call(served.bootstrap, leave, version, LeaveGroupResponse)
+        assert (answer.error_code if version < 3 else answer.members[0].error_code) == UNKNOWN_MEMBER_ID
+    described = call(
+        served.bootstrap,
+        DescribeGroupsRequest(groups=["made-up"], include_authorized_operations=False),
+        5,
+        DescribeGroupsResponse,
+    )
+    assert described.groups[0].group_state == "Dead"
