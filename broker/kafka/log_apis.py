@@ -3,7 +3,8 @@ through the same calls as raftka's data protocol (the replica manager, the broke
 producer ids).
 
 Kafka's requests are translated to raftka's (``broker.proto``) and the answers back;
-record batches pass through untouched. What raftka does not have is answered as Kafka
+record batches pass through untouched, but for the message sets of Produce v0-2 and
+Fetch v0-3, converted as a Kafka 3.x broker converts them (``raftka.records.legacy``). What raftka does not have is answered as Kafka
 answers a broker without it: no transactions, so the last stable offset is the high
 watermark and no aborted transactions are listed (``read_committed`` consumers read
 exactly what ``read_uncommitted`` ones do, and that is correct); no incremental fetch
