@@ -4,12 +4,12 @@ producer ids).
 
 Kafka's requests are translated to raftka's (``broker.proto``) and the answers back;
 record batches pass through untouched, but for the message sets of Produce v0-2 and
-Fetch v0-3, converted as a Kafka 3.x broker converts them (``raftka.records.legacy``). What raftka does not have is answered as Kafka
-answers a broker without it: no transactions, so the last stable offset is the high
-watermark and no aborted transactions are listed (``read_committed`` consumers read
-exactly what ``read_uncommitted`` ones do, and that is correct); no incremental fetch
-sessions (KIP-227), so every answer says session 0 and clients send full fetches, as
-they do to a Kafka broker whose session cache is full.
+Fetch v0-3, converted as a Kafka 3.x broker converts them (``raftka.records.legacy``).
+What raftka does not have is answered as Kafka answers a broker without it: no
+transactions, so the last stable offset is the high watermark and no aborted
+transactions are listed (``read_committed`` consumers read exactly what
+``read_uncommitted`` ones do, and that is correct). Fetches keep incremental sessions
+(KIP-227, ``raftka.broker.kafka.fetch_sessions``).
 
 A fetch (version 12 on) whose LastFetchedEpoch is not on the leader's log up to its fetch
 offset, which is how a consumer learns that a leader change cut records it read, is
@@ -53,11 +53,11 @@ from kafka.protocol.producer import (
 from raftka.broker.data_service import BrokerApi, wire_produce_answer
 from raftka.broker.kafka.endpoints import kafka_endpoints
 from raftka.broker.kafka.errors import (
-    FETCH_SESSION_ID_NOT_FOUND,
     UNKNOWN_TOPIC_ID,
     kafka_error,
     kafka_message,
 )
+from raftka.broker.kafka.fetch_sessions import FetchSessions, refused
 from raftka.broker.kafka.protocol import KafkaApi
 from raftka.broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
 from raftka.broker.replica.partition import PartitionError
@@ -70,7 +70,7 @@ from raftka.records.legacy import (
     up_convert,
 )
 from raftka.v1 import broker_pb2, controller_pb2
-from raftka.wire.server import CloseConnection
+from raftka.wire.server import CloseConnection, current_peer
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
@@ -87,6 +87,7 @@ LAST_FETCHED_EPOCH_FROM = 12  # Fetch carries LastFetchedEpoch, answered by Dive
 class LogApis:
     def __init__(self, api: BrokerApi) -> None:
         self._api = api
+        self._sessions = FetchSessions()
 
     def apis(self) -> list[KafkaApi]:
         return [
@@ -190,10 +191,9 @@ class LogApis:
     # fetch ------------------------------------------------------------------------------
 
     async def fetch(self, request: FetchRequest, version: int) -> FetchResponse:
-        if request.session_id != 0:
-            return FetchResponse(
-                throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
-            )
+        plan = self._sessions.plan(request, version, current_peer.get())
+        if plan.error_code:
+            return refused(plan)
         by_id = version >= TOPIC_IDS_FROM
         image = self._api.image
         ours = Pb.FetchRequest(
@@ -203,7 +203,7 @@ class LogApis:
             max_bytes=min(request.max_bytes, FETCH_BYTES_MAX),
         )
         unknown_ids: list[FetchResponse.FetchableTopicResponse] = []
-        for topic in request.topics:
+        for topic in plan.topics:
             name = topic.topic
             if by_id:
                 known = image.topics_by_id.get(topic.topic_id.bytes)
@@ -275,8 +275,8 @@ class LogApis:
         return FetchResponse(
             throttle_time_ms=0,
             error_code=0,
-            session_id=0,
-            responses=topics + unknown_ids,
+            session_id=plan.session_id,
+            responses=self._sessions.answered(plan, topics + unknown_ids, by_id),
             node_endpoints=self._node_endpoints(leaders, FetchResponse),
         )
 
