@@ -19,9 +19,12 @@ across them; when full, a new session takes the place of the least recently used
 only if that one has been idle ``eviction_s`` (Kafka's 120 s) or has fewer partitions,
 else the fetch is answered without a session.
 
-Unlike Kafka's, a session belongs to the connection that made it: its id named on
-another connection is ``FETCH_SESSION_ID_NOT_FOUND``, so a client cannot read or steer
-another's session by guessing its id (clients make a new session when they reconnect).
+Unlike Kafka's, a session belongs to the connection that made it, and a connection has
+one at most: its id named on another connection is ``FETCH_SESSION_ID_NOT_FOUND``, so a
+client cannot read or steer another's session by guessing its id, and a new session
+replaces the connection's last one, so a client that asks for a new session on every
+fetch (some do) cannot fill the cache and evict the others' (clients make one session
+per connection, and a new one when they reconnect).
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ class FetchSessions:
         self.eviction_s = eviction_s
         self._clock = clock
         self._sessions: OrderedDict[int, Session] = OrderedDict()  # least recently used first
+        self._by_owner: dict[str, int] = {}
         self._partitions = 0
 
     def __len__(self) -> int:
@@ -155,6 +159,8 @@ class FetchSessions:
         return kept_topics
 
     def _open(self, topics: list[Any], by_id: bool, owner: str) -> Session | None:
+        if owner in self._by_owner:
+            self._close(self._by_owner[owner], owner)
         size = sum(len(t.partitions) for t in topics)
         if not self._room_for(size):
             return None
@@ -167,6 +173,7 @@ class FetchSessions:
             for asked in topic.partitions:
                 session.partitions[(key, asked.partition)] = _Partition(asked)
         self._sessions[session_id] = session
+        self._by_owner[owner] = session_id
         self._partitions += len(session.partitions)
         self._touch(session)
         return session
@@ -210,6 +217,7 @@ class FetchSessions:
         session = self._sessions.get(session_id)
         if session is not None and session.owner == owner:
             del self._sessions[session_id]
+            del self._by_owner[owner]
             self._partitions -= len(session.partitions)
 
 

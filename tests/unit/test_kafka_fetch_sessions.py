@@ -222,3 +222,15 @@ def test_the_perf_tool_counts_fetches_and_records_with_and_without_sessions(serv
         result = measure(args, served.bootstrap, PARTITIONS, sessions=sessions)
         assert result["fetches"] > 0 and result["records"] > 0, result
         assert set(result["cpu_s"]) == {"perf-client"}  # no local cluster here: only this process measured
+
+
+def test_a_connection_holds_one_session_so_asking_for_new_ones_cannot_fill_the_cache() -> None:
+    sessions = FetchSessions(slots=3)
+    others = [
+        sessions.plan(fetch(0, 0, {("a", p): 0 for p in range(5)}), VERSION, f"other:{i}") for i in range(2)
+    ]
+    for _ in range(10):
+        latest = sessions.plan(fetch(0, 0, {("b", 0): 0}), VERSION, ME)  # a new session each fetch
+    assert len(sessions) == 3 and latest.session_id > 0
+    for other in others:  # the others' sessions were never evicted
+        assert sessions.plan(fetch(other.session_id, 1, {}), VERSION, other.session.owner).error_code == 0
