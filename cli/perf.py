@@ -26,6 +26,7 @@ from raftka.cli import (
     output,
     perf_audit,
     perf_data,
+    perf_fetch_sessions,
     perf_kafka,
     perf_metadata,
     perf_rebalance,
@@ -64,6 +65,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_rpc.register(kinds)
     perf_data.register(kinds)
     perf_kafka.register(kinds)
+    perf_fetch_sessions.register(kinds)
     perf_audit.register(kinds)
     perf_rebalance.register(kinds)
 

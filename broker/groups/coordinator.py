@@ -174,7 +174,12 @@ class GroupCoordinator:
         problem = self._not_here(request.group_id)
         if problem is not None:
             return with_status(Pb.LeaveGroupResponse(), *problem)
-        group = self._group(request.group_id)
+        group = self._groups.get(request.group_id)
+        if group is None or group.state is State.DEAD:
+            # As Kafka: leaving a group this coordinator does not hold changes nothing (every
+            # member is unknown), so a throwaway group answers and none is kept (else any
+            # client could fill the coordinator's memory with LeaveGroups for made-up groups).
+            return Group(request.group_id, self.limits).leave(request.members, self._clock_ms()).answer  # type: ignore[return-value]
         outcome = group.leave(request.members, self._clock_ms())
         self._deliver(group.group_id, outcome.deliveries)
         return outcome.answer  # type: ignore[return-value]

@@ -67,9 +67,9 @@ class ClusterApis:
     def apis(self) -> list[KafkaApi]:
         return [
             KafkaApi(MetadataRequest, 0, 12, self.metadata),
-            KafkaApi(CreateTopicsRequest, 2, 7, self.create_topics),
-            KafkaApi(DeleteTopicsRequest, 1, 6, self.delete_topics),
-            KafkaApi(DescribeConfigsRequest, 1, 4, self.describe_configs),
+            KafkaApi(CreateTopicsRequest, 0, 7, self.create_topics),
+            KafkaApi(DeleteTopicsRequest, 0, 6, self.delete_topics),
+            KafkaApi(DescribeConfigsRequest, 0, 4, self.describe_configs),
         ]
 
     # metadata ---------------------------------------------------------------------------

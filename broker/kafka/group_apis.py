@@ -66,8 +66,8 @@ class GroupApis:
             KafkaApi(DescribeGroupsRequest, 0, 6, self.describe_groups),
             KafkaApi(ListGroupsRequest, 0, 5, self.list_groups),
             KafkaApi(DeleteGroupsRequest, 0, 2, self.delete_groups),
-            KafkaApi(OffsetCommitRequest, 2, 9, self.offset_commit),
-            KafkaApi(OffsetFetchRequest, 1, 9, self.offset_fetch),
+            KafkaApi(OffsetCommitRequest, 0, 9, self.offset_commit),
+            KafkaApi(OffsetFetchRequest, 0, 9, self.offset_fetch),
         ]
 
     async def find_coordinator(

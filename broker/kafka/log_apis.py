@@ -3,12 +3,13 @@ through the same calls as raftka's data protocol (the replica manager, the broke
 producer ids).
 
 Kafka's requests are translated to raftka's (``broker.proto``) and the answers back;
-record batches pass through untouched. What raftka does not have is answered as Kafka
-answers a broker without it: no transactions, so the last stable offset is the high
-watermark and no aborted transactions are listed (``read_committed`` consumers read
-exactly what ``read_uncommitted`` ones do, and that is correct); no incremental fetch
-sessions (KIP-227), so every answer says session 0 and clients send full fetches, as
-they do to a Kafka broker whose session cache is full.
+record batches pass through untouched, but for the message sets of Produce v0-2 and
+Fetch v0-3, converted as a Kafka 3.x broker converts them (``raftka.records.legacy``).
+What raftka does not have is answered as Kafka answers a broker without it: no
+transactions, so the last stable offset is the high watermark and no aborted
+transactions are listed (``read_committed`` consumers read exactly what
+``read_uncommitted`` ones do, and that is correct). Fetches keep incremental sessions
+(KIP-227, ``raftka.broker.kafka.fetch_sessions``).
 
 A fetch (version 12 on) whose LastFetchedEpoch is not on the leader's log up to its fetch
 offset, which is how a consumer learns that a leader change cut records it read, is
@@ -28,6 +29,7 @@ negative ones are refused by the replica manager's checks.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -51,15 +53,24 @@ from kafka.protocol.producer import (
 from raftka.broker.data_service import BrokerApi, wire_produce_answer
 from raftka.broker.kafka.endpoints import kafka_endpoints
 from raftka.broker.kafka.errors import (
-    FETCH_SESSION_ID_NOT_FOUND,
     UNKNOWN_TOPIC_ID,
     kafka_error,
     kafka_message,
 )
+from raftka.broker.kafka.fetch_sessions import FetchSessions, refused
 from raftka.broker.kafka.protocol import KafkaApi
 from raftka.broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
 from raftka.broker.replica.partition import PartitionError
+from raftka.records.legacy import (
+    FETCH_LEGACY_BEFORE,
+    MAGIC_FOR_FETCH,
+    PRODUCE_LEGACY_BEFORE,
+    LegacyError,
+    down_convert,
+    up_convert,
+)
 from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.server import CloseConnection, current_peer
 
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
@@ -76,14 +87,15 @@ LAST_FETCHED_EPOCH_FROM = 12  # Fetch carries LastFetchedEpoch, answered by Dive
 class LogApis:
     def __init__(self, api: BrokerApi) -> None:
         self._api = api
+        self._sessions = FetchSessions()
 
     def apis(self) -> list[KafkaApi]:
         return [
             KafkaApi(InitProducerIdRequest, 0, 5, self.init_producer_id),  # 6: two-phase commit
-            KafkaApi(ProduceRequest, 3, 12, self.produce),
-            KafkaApi(FetchRequest, 4, 16, self.fetch),
-            KafkaApi(ListOffsetsRequest, 1, 6, self.list_offsets),  # 7+: max-timestamp and tiered lookups
-            KafkaApi(OffsetForLeaderEpochRequest, 2, 4, self.offset_for_leader_epoch),
+            KafkaApi(ProduceRequest, 0, 12, self.produce),
+            KafkaApi(FetchRequest, 0, 17, self.fetch),
+            KafkaApi(ListOffsetsRequest, 0, 9, self.list_offsets),
+            KafkaApi(OffsetForLeaderEpochRequest, 0, 4, self.offset_for_leader_epoch),
         ]
 
     # produce ----------------------------------------------------------------------------
@@ -107,10 +119,19 @@ class LogApis:
 
     async def produce(self, request: ProduceRequest, version: int) -> ProduceResponse | None:
         ours = Pb.ProduceRequest(acks=request.acks, timeout_ms=min(request.timeout_ms, TIMEOUT_MS_MAX))
+        unconverted: list[tuple[str, int, str]] = []  # Produce v0-2: message sets that do not convert
         for topic in request.topic_data:
             ours_topic = ours.topics.add(name=topic.name)
             for data in topic.partition_data:
-                ours_topic.partitions.add(partition=data.index, records=data.records or b"")
+                records = data.records or b""
+                if version < PRODUCE_LEGACY_BEFORE:
+                    records, why = self._up_converted(records)
+                    if why is not None:
+                        unconverted.append((topic.name, data.index, why))
+                        continue
+                ours_topic.partitions.add(partition=data.index, records=records)
+        if unconverted and request.acks == 0:
+            raise CloseConnection(f"acks=0 produce refused: {unconverted[0][2]}")
         if request.transactional_id is not None:
             answer = Pb.ProduceResponse()
             answer.status.error = E.INVALID_REQUEST
@@ -118,7 +139,25 @@ class LogApis:
         else:
             answer = await self._api.produce(ours)
         answer = wire_produce_answer(ours, answer)
-        return None if answer is None else self._produce_answer(ours, answer)
+        if answer is None:
+            return None
+        response = self._produce_answer(ours, answer)
+        for name, index, why in unconverted:
+            _answer_topic(response, name).partition_responses.append(
+                _produce_error(index, E.CORRUPT_MESSAGE, why)
+            )
+        return response
+
+    def _up_converted(self, message_set: bytes) -> tuple[bytes, str | None]:
+        """A v0-2 produce's message set as a v2 batch, or why it cannot be one."""
+        try:
+            return up_convert(
+                message_set,
+                now_ms=int(time.time() * 1000),
+                uncompressed_bytes_max=self._api.replicas.config.uncompressed_batch_bytes_max,
+            ), None
+        except LegacyError as e:
+            return b"", f"records: {e}"
 
     def _produce_answer(self, request: Pb.ProduceRequest, answer: Pb.ProduceResponse) -> ProduceResponse:
         leaders: set[int] = set()
@@ -126,16 +165,18 @@ class LogApis:
         for topic, outcomes in _outcomes(request, answer):
             partitions = []
             for result, code, message in outcomes:
-                ok = code == E.NONE
-                answered = PR(
-                    index=result.partition,
-                    error_code=kafka_error(code),
-                    base_offset=result.base_offset if ok else -1,
-                    log_append_time_ms=result.log_append_time_ms if ok else -1,
-                    log_start_offset=result.log_start_offset if ok else -1,
-                    record_errors=[],
-                    error_message=kafka_message(code, message),
-                )
+                if code == E.NONE:
+                    answered = PR(
+                        index=result.partition,
+                        error_code=0,
+                        base_offset=result.base_offset,
+                        log_append_time_ms=result.log_append_time_ms,
+                        log_start_offset=result.log_start_offset,
+                        record_errors=[],
+                        error_message=None,
+                    )
+                else:
+                    answered = _produce_error(result.partition, code, message)
                 answered.current_leader = _leader_hint(result, code, leaders, PR)
                 partitions.append(answered)
             topics.append(
@@ -150,10 +191,9 @@ class LogApis:
     # fetch ------------------------------------------------------------------------------
 
     async def fetch(self, request: FetchRequest, version: int) -> FetchResponse:
-        if request.session_id != 0:
-            return FetchResponse(
-                throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
-            )
+        plan = self._sessions.plan(request, version, current_peer.get())
+        if plan.error_code:
+            return refused(plan)
         by_id = version >= TOPIC_IDS_FROM
         image = self._api.image
         ours = Pb.FetchRequest(
@@ -163,7 +203,7 @@ class LogApis:
             max_bytes=min(request.max_bytes, FETCH_BYTES_MAX),
         )
         unknown_ids: list[FetchResponse.FetchableTopicResponse] = []
-        for topic in request.topics:
+        for topic in plan.topics:
             name = topic.topic
             if by_id:
                 known = image.topics_by_id.get(topic.topic_id.bytes)
@@ -198,7 +238,7 @@ class LogApis:
         topics = []
         for topic, outcomes in _outcomes(ours, answer):
             partitions = []
-            for result, code, _ in outcomes:
+            for asked, (result, code, _) in zip(topic.partitions, outcomes, strict=True):
                 if code != E.NONE:
                     failed = _fetch_error(result.partition, kafka_error(code))
                     failed.current_leader = _leader_hint(result, code, leaders, FR)
@@ -214,6 +254,13 @@ class LogApis:
                     preferred_read_replica=-1,
                     records=result.records,
                 )
+                if version < FETCH_LEGACY_BEFORE:
+                    answered.records = down_convert(
+                        result.records,
+                        magic=MAGIC_FOR_FETCH[version],
+                        from_offset=asked.fetch_offset,
+                        max_bytes=asked.partition_max_bytes,
+                    )
                 if result.HasField("diverging_epoch"):
                     answered.diverging_epoch = FR.EpochEndOffset(
                         epoch=result.diverging_epoch.epoch, end_offset=result.diverging_epoch.end_offset
@@ -228,8 +275,8 @@ class LogApis:
         return FetchResponse(
             throttle_time_ms=0,
             error_code=0,
-            session_id=0,
-            responses=topics + unknown_ids,
+            session_id=plan.session_id,
+            responses=self._sessions.answered(plan, topics + unknown_ids, by_id),
             node_endpoints=self._node_endpoints(leaders, FetchResponse),
         )
 
@@ -255,6 +302,8 @@ class LogApis:
                     timestamp=result.timestamp if code == E.NONE else -1,
                     offset=result.offset if code == E.NONE else -1,
                     leader_epoch=result.leader_epoch if code == E.NONE else -1,
+                    # version 0 lists offsets instead (at most one here: the offset found)
+                    old_style_offsets=[result.offset] if code == E.NONE and result.offset >= 0 else [],
                 )
                 for result, code, _ in outcomes
             ]
@@ -326,6 +375,28 @@ def _leader_hint(result: Any, code: int, leaders: set[int], partition_type: type
         return None
     leaders.add(result.leader_id)
     return partition_type.LeaderIdAndEpoch(leader_id=result.leader_id, leader_epoch=result.leader_epoch)
+
+
+def _produce_error(partition: int, code: int, message: str) -> PR:
+    return PR(
+        index=partition,
+        error_code=kafka_error(code),
+        base_offset=-1,
+        log_append_time_ms=-1,
+        log_start_offset=-1,
+        record_errors=[],
+        error_message=kafka_message(code, message),
+    )
+
+
+def _answer_topic(response: ProduceResponse, name: str) -> ProduceResponse.TopicProduceResponse:
+    """The topic's entry in ``response``, added if none of its partitions was produced."""
+    for topic in response.responses:
+        if topic.name == name:
+            return topic
+    topic = ProduceResponse.TopicProduceResponse(name=name, partition_responses=[])
+    response.responses.append(topic)
+    return topic
 
 
 def _fetch_error(partition: int, error_code: int) -> FR:

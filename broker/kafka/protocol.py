@@ -9,9 +9,12 @@ As Kafka does, answers go back in request order on each connection (clients rely
 it), a Produce with acks=0 gets none, and an ApiVersions at a version this listener does
 not know gets the version 0 answer with ``UNSUPPORTED_VERSION`` and the versions it
 does serve, so the client can ask again. Any other API or version it does not serve
-gets a response header and the 16-bit ``UNSUPPORTED_VERSION`` (35) alone, and the
-connection serves on; a request that does not decode, or whose lists are longer than
-``raftka.broker.kafka.request_lists`` allows, closes its connection.
+closes the connection, as Kafka closes it (an answer in a shape the client did not ask
+for is one it cannot decode), and so does a request that does not decode, or whose
+lists are longer than ``raftka.broker.kafka.request_lists`` allows.
+
+The versions served are Kafka 3.9's for each API, from 0 (Kafka 4.0 dropped the old
+ones, KIP-896; clients still send them), up to the newest this listener implements.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
@@ -30,11 +32,8 @@ from raftka.broker.kafka.request_lists import check_request_lists
 from raftka.wire.frames import FrameError
 from raftka.wire.server import Call
 
-log = structlog.get_logger("raftka.broker.kafka")
-
 # api_key, api_version and correlation_id begin every request header version
 REQUEST_PREFIX = struct.Struct(">hhi")
-UNSUPPORTED_ANSWER = struct.Struct(">iih")  # frame length, correlation_id, error_code
 
 KafkaHandler = Callable[[Any, int], Awaitable[ApiMessage | None]]  # (request, version) -> answer; None: none
 
@@ -81,10 +80,10 @@ class KafkaDispatcher:
         key, version, correlation_id = REQUEST_PREFIX.unpack_from(frame)
         api = self.apis.get(key)
         if api is None or not api.min_version <= version <= api.max_version:
-            log.debug("kafka request not served", api_key=key, api_version=version)
             if key == ApiVersionsRequest.API_KEY:
                 return self._encode(self._versions_answer(UNSUPPORTED_VERSION), 0, correlation_id)
-            return UNSUPPORTED_ANSWER.pack(UNSUPPORTED_ANSWER.size - 4, correlation_id, UNSUPPORTED_VERSION)
+            what = f"API {key}" if api is None else f"{api.name} v{version}"
+            raise FrameError(f"{what} is not served here (ApiVersions lists what is)")
         check_request_lists(api.request, frame, version)
         try:
             request = api.request.decode(bytes(frame), version=version, header=True)

@@ -363,6 +363,14 @@ class PartitionLog:
                     return record.offset, record.timestamp
         return None
 
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding the log's largest timestamp
+        (Kafka's MAX_TIMESTAMP lookup, KIP-734), None for a log with no timestamps."""
+        newest = max(self.segments, key=lambda s: s.max_timestamp, default=None)
+        if newest is None or newest.max_timestamp < 0:
+            return None
+        return self.offset_for_timestamp(newest.max_timestamp)
+
     # truncation and retention -------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:

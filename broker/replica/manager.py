@@ -64,6 +64,9 @@ FETCH_WAIT_MS_MAX = 60_000
 FETCH_BYTES_MAX = 64 << 20
 LIST_EARLIEST = -2
 LIST_LATEST = -1
+LIST_MAX_TIMESTAMP = -3  # the record with the largest timestamp (ListOffsets v7, KIP-734)
+LIST_EARLIEST_LOCAL = -4  # v8, tiered storage: raftka's whole log is local
+LIST_LATEST_TIERED = -5  # v9, tiered storage: nothing is tiered, so none (-1), as Kafka answers
 REFUSAL_LOG_INTERVAL_S = 10.0  # a refused follower fetch is logged at most this often
 Key = tuple[str, int]
 _Change = TypeVar("_Change", PartitionRole, StoppedPartition)
@@ -609,14 +612,20 @@ class ReplicaManager:
     ) -> None:
         partition = self._leader_partition(topic, data.partition, _leader_epoch(data))
         result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
-        if data.timestamp == LIST_EARLIEST:
+        if data.timestamp in (LIST_EARLIEST, LIST_EARLIEST_LOCAL):
             result.offset = partition.log.log_start_offset
         elif data.timestamp == LIST_LATEST:
             partition.check_high_watermark_caught_up()
             result.offset = partition.high_watermark
+        elif data.timestamp == LIST_LATEST_TIERED:
+            pass  # offset -1: nothing is in remote storage
+        elif data.timestamp == LIST_MAX_TIMESTAMP:
+            found = partition.log.max_timestamp_record()
+            if found is not None and found[0] < partition.high_watermark:
+                result.offset, result.timestamp = found
         elif data.timestamp < 0:
             raise PartitionError(
-                E.INVALID_REQUEST, f"timestamp: {data.timestamp} is not -2, -1 or a time in ms"
+                E.INVALID_REQUEST, f"timestamp: {data.timestamp} is not -5 to -1 or a time in ms"
             )
         else:
             found = partition.log.offset_for_timestamp(data.timestamp)

@@ -1,15 +1,16 @@
 """The active controller as the broker's controller link sees it, in memory: the group,
 offset and producer-id requests a broker forwards are planned by the controller's own handlers
-(``raftka.metadata.group_ops``, ``offset_ops``, ``broker_ops``) on an image and replayed into it, and every new
+(``raftka.metadata.group_ops``, ``offset_ops``, ``broker_ops``, ``topic_ops``) on an image and replayed into it, and every new
 image goes to the listeners a broker would feed (its group coordinator)."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops, group_ops, offset_ops
+from raftka.metadata import broker_ops, group_ops, offset_ops, topic_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
 from raftka.rpc.stubs import ControllerRpc
@@ -42,6 +43,13 @@ class ControllerInMemory:
         if self.rebalance_commit_s:
             await asyncio.sleep(self.rebalance_commit_s)
         return self._commit(group_ops.record_rebalance(self.image, request, NOW_MS))
+
+    async def CreateTopics(self, request: Any, timeout: float) -> Any:
+        limits = topic_ops.Limits(max_partitions=1_000, records_max=4_096)
+        return self._commit(topic_ops.create_topics(self.image, request, limits, lambda: uuid.uuid4().bytes))
+
+    async def DeleteTopics(self, request: Any, timeout: float) -> Any:
+        return self._commit(topic_ops.delete_topics(self.image, request))
 
     async def DeleteGroups(self, request: Any, timeout: float) -> Any:
         return self._commit(group_ops.delete(self.image, request))

@@ -11,7 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 import structlog.testing
-from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -345,3 +350,20 @@ def test_topics_a_client_names_but_may_not_create_are_logged_once_per_interval()
     said = [e for e in logs if e["event"] == "topic not auto-created"]
     assert [(e["log_level"], e["topic"]) for e in said] == [("info", names[0])]
     assert said[0]["left_out"] == 0
+
+
+def test_leaving_a_group_the_coordinator_does_not_hold_creates_nothing(served: BrokerThread) -> None:
+    """Kafka answers UNKNOWN_MEMBER_ID and keeps nothing: a made-up group stays Dead, so no
+    client can fill the coordinator's memory with LeaveGroups."""
+    leave = LeaveGroupRequest(group_id="made-up", member_id="m", members=[
+        LeaveGroupRequest.MemberIdentity(member_id="m", group_instance_id=None, reason=None)])  # fmt: skip
+    for version in (0, 5):
+        answer = call(served.bootstrap, leave, version, LeaveGroupResponse)
+        assert (answer.error_code if version < 3 else answer.members[0].error_code) == UNKNOWN_MEMBER_ID
+    described = call(
+        served.bootstrap,
+        DescribeGroupsRequest(groups=["made-up"], include_authorized_operations=False),
+        5,
+        DescribeGroupsResponse,
+    )
+    assert described.groups[0].group_state == "Dead"

@@ -67,8 +67,14 @@ class RandomRequest:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.entries = 0
+        self.tagged_structs = 0  # set tagged fields in at most TAGGED_SECTIONS_MAX, as the bound allows
 
     def struct(self, struct: StructField, version: int) -> dict[str, Any]:
+        tagged = {f.name for f in struct.tagged_fields(version)._fields}
+        if tagged and self.tagged_structs >= TAGGED_SECTIONS_MAX:
+            return {f.name: self.value(f, version) for f in struct._fields
+                    if f.for_version_q(version) and f.name not in tagged}  # fmt: skip
+        self.tagged_structs += bool(tagged)
         return {f.name: self.value(f, version) for f in struct._fields if f.for_version_q(version)}
 
     def value(self, field: BaseField, version: int) -> Any:
