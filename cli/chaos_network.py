@@ -1,4 +1,4 @@
-"""``raftka chaos partition-broker`` and ``lossy-broker``: network faults on the busiest
+"""``raftka chaos partition-broker``, ``lossy-broker`` and ``slow-broker``: network faults on the busiest
 partition leader under an acks=all load, then the heal, and the audit of ``kill-broker``
 (nothing acknowledged lost, duplicated or out of order).
 
@@ -17,7 +17,10 @@ leading the most, and, in its namespace, with iptables, both ways:
   nothing in the cluster notices;
 - ``lossy-broker --loss-percent P``: drop each packet with probability P/100 (every peer;
   the kernels this runs on may lack ``tc netem``, iptables' ``statistic`` match is enough
-  for loss). Retransmissions, timeouts and retries, nothing the cluster must react to.
+  for loss). Retransmissions, timeouts and retries, nothing the cluster must react to;
+- ``slow-broker --delay-ms D``: every byte to or from it held D ms, each way (a proxy in
+  its namespace: ``raftka.cli.delay_proxy``; no netem here either). Replication and
+  acknowledgements slow down; below the session and lag timeouts nothing must change.
 
 Then, once the cluster reacted, ``--hold-s`` more in that state, heal, and time until it
 is back in every ISR. The fault is always healed, on an error or Ctrl-C too.
@@ -45,6 +48,7 @@ from raftka.client.admin import Admin
 from raftka.client.types import PartitionInfo
 
 SIDES = ("followers", "controller", "clients")
+DELAY_MS_MAX = 10_000
 Reaction = Callable[[list[PartitionInfo]], bool]
 
 
@@ -74,6 +78,14 @@ def register(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     _add_round_options(lossy)
     lossy.set_defaults(func=run_lossy_broker)
+    slow = actions.add_parser(
+        "slow-broker",
+        help="the busiest partition leader's traffic is delayed under acks=all load, heal; "
+        "audit what survived (nodes in network namespaces)",
+    )
+    slow.add_argument("--delay-ms", type=float, required=True, help="added to each way, every peer")
+    _add_round_options(slow)
+    slow.set_defaults(func=run_slow_broker)
 
 
 def _add_round_options(parser: argparse.ArgumentParser) -> None:
@@ -105,6 +117,19 @@ def run_lossy_broker(args: argparse.Namespace) -> int:
         Fault(
             f"loss {args.loss_percent:g}%",
             lambda cluster, victim: netns.lose(cluster.node(victim).netns, args.loss_percent),
+            lambda victim: None,
+        ),
+    )
+
+
+def run_slow_broker(args: argparse.Namespace) -> int:
+    if not 0 < args.delay_ms <= DELAY_MS_MAX:
+        raise CliError(f"--delay-ms: expected more than 0 and at most {DELAY_MS_MAX}, got {args.delay_ms:g}")
+    return _run(
+        args,
+        Fault(
+            f"delay {args.delay_ms:g} ms",
+            lambda cluster, victim: netns.delay(cluster.node(victim).netns, args.delay_ms),
             lambda victim: None,
         ),
     )

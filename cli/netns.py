@@ -6,17 +6,23 @@ so faults can cut traffic between real processes (Linux, root, ``ip`` and ``ipta
 other a bridge port) has ``10.200.X.(10+i)/24``; the caller (clients, commands) gets a leg
 on the switch, veth ``NAME-h`` at ``10.200.X.1``, X picked so that no other layout's leg
 is on it. ``destroy`` deletes the namespaces and with them every veth, the bridge and
-every rule. Faults act inside one node's namespace, with ``iptables``, both ways: DROP (a
-partition) or DROP at random (loss); ``heal`` flushes them.
+every rule. Faults act inside one node's namespace, both ways: iptables' DROP (a
+partition), DROP at random (loss), or REDIRECT through a proxy that holds every byte
+(delay: ``raftka.cli.delay_proxy``, as this kernel has no ``tc netem``); ``heal`` undoes them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from raftka.cli.errors import CliError
 
@@ -25,7 +31,9 @@ PREFIX_LENGTH = 24
 FIRST_NODE_HOST = 10
 INTERFACE = "eth0"  # a node's side of its veth pair
 BRIDGE = "br0"
-TOOLS = {"ip": "iproute2", "iptables": "iptables"}
+TOOLS = {"ip": "iproute2", "ss": "iproute2", "iptables": "iptables"}
+DELAY_MARK = 0x52  # SO_MARK of the delay proxy's own connections, which its rules let by
+DELAY_PROXY = "raftka.cli.delay_proxy"
 
 
 def missing_tools() -> list[str]:
@@ -146,7 +154,51 @@ def lose(namespace: str, percent: float) -> None:
         )  # fmt: skip
 
 
+def delay(namespace: str, delay_ms: float) -> None:
+    """Hold every byte to or from anyone but the node itself ``delay_ms`` on its way: a
+    proxy in the namespace, every TCP connection through it (iptables' nat REDIRECT, new
+    connections only, so the node's open ones are reset and made again through it)."""
+    proxy = subprocess.Popen(
+        ["ip", "netns", "exec", namespace, sys.executable, "-m", DELAY_PROXY,
+         "--delay-ms", f"{delay_ms:g}", "--mark", hex(DELAY_MARK)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert proxy.stdout is not None
+    port = proxy.stdout.readline().strip()
+    if not port.isdigit():
+        proxy.kill()
+        raise CliError(
+            f"the delay proxy in {namespace} did not start: {proxy.communicate()[1].strip()[-500:]}"
+        )
+    nat = ("iptables", "-w", "-t", "nat", "-A")
+    redirect = ("-p", "tcp", "-j", "REDIRECT", "--to-ports", port)
+    in_namespace(namespace, *nat, "PREROUTING", "-i", INTERFACE, *redirect)
+    in_namespace(
+        namespace, *nat, "OUTPUT", "-o", INTERFACE, "-m", "mark", "!", "--mark", hex(DELAY_MARK), *redirect
+    )
+    in_namespace(namespace, "ss", "-K", "state", "established")
+
+
 def heal(namespace: str) -> None:
-    """Remove every partition of the node (idempotent)."""
+    """Remove every fault of the node (idempotent)."""
     in_namespace(namespace, "iptables", "-w", "-F", "INPUT")
     in_namespace(namespace, "iptables", "-w", "-F", "OUTPUT")
+    in_namespace(namespace, "iptables", "-w", "-t", "nat", "-F", "PREROUTING")
+    in_namespace(namespace, "iptables", "-w", "-t", "nat", "-F", "OUTPUT")
+    for pid in delay_proxies(namespace):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def delay_proxies(namespace: str) -> list[int]:
+    """The delay proxies running in ``namespace``."""
+    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
+    found = []
+    for pid in (int(p) for p in listed.split()):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone since the listing
+        if DELAY_PROXY.encode() in command:
+            found.append(pid)
+    return found

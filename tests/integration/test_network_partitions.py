@@ -1,7 +1,7 @@
 """Network partitions between real processes: every node in its own network namespace
 (``netns_cluster``), ``raftka chaos partition-broker`` cuts the busiest partition leader
 off its followers, the controllers or the clients with iptables (``lossy-broker``: drops
-a fifth of its packets) under an acks=all load from the idempotent producer (RF 3,
+a fifth of its packets; ``slow-broker``: delays every byte 50 ms each way) under an acks=all load from the idempotent producer (RF 3,
 min.insync.replicas 2), then heals. Afterwards every
 acknowledged record is read back once, in order, nothing unknown appears, and, the nodes
 stopped, every partition's replicas agree (each log a prefix of the others').
@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from raftka.cli import netns
 from raftka.cli.chaos_broker import PARTITIONS
 from tests.integration.netns_cluster import NetnsCluster, netns_cluster
+from tests.unit.kafka_wire import call
 
 pytestmark = pytest.mark.integration
 ROUNDS = int(os.environ.get("CHAOS_NET_ROUNDS", "1"))
@@ -45,8 +50,9 @@ def cluster(tmp_path: Path) -> Iterator[NetnsCluster]:
         ("partition-broker", "--from", "controller"),
         ("partition-broker", "--from", "clients"),
         ("lossy-broker", "--loss-percent", "20"),
+        ("slow-broker", "--delay-ms", "50"),
     ],
-    ids=["followers", "controller", "clients", "loss"],
+    ids=["followers", "controller", "clients", "loss", "delay"],
 )
 def test_acknowledged_records_survive_a_leader_cut_off(cluster: NetnsCluster, fault: tuple[str, ...]) -> None:
     done = cluster.run(
@@ -70,3 +76,32 @@ def test_acknowledged_records_survive_a_leader_cut_off(cluster: NetnsCluster, fa
     cluster.down()
     compared, divergent = cluster.compare_replicas(summary["topic"])
     assert compared == PARTITIONS and divergent == {}
+
+
+def test_a_delayed_broker_answers_no_sooner_than_twice_the_delay_and_at_once_after_the_heal(
+    cluster: NetnsCluster,
+) -> None:
+    """The delay is real and only while it lasts: a Kafka request to the broker and its
+    answer each wait it (a lower bound, which no load can break), and the heal lifts it."""
+    broker = cluster.nodes("broker")[0]
+    delay_ms = 300
+    before = _metadata_round_trip_s(broker.kafka_address)  # reported on failure, not bounded
+    netns.delay(broker.netns, delay_ms)
+    try:
+        delayed = _metadata_round_trip_s(broker.kafka_address)
+    finally:
+        netns.heal(broker.netns)
+    after = _metadata_round_trip_s(broker.kafka_address)  # and it still answers
+    assert delayed >= 2 * delay_ms / 1000, (before, delayed, after)
+    assert not netns.delay_proxies(broker.netns)  # the heal stopped the proxy and removed its rules:
+    rules = subprocess.run(["ip", "netns", "exec", broker.netns, "iptables", "-t", "nat", "-S"],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "REDIRECT" not in rules
+
+
+def _metadata_round_trip_s(address: str) -> float:
+    """One Metadata request on a fresh connection: from connecting to the whole answer."""
+    started = time.monotonic()
+    answer = call(address, MetadataRequest(topics=[], allow_auto_topic_creation=False), 12, MetadataResponse)
+    assert answer.brokers, answer
+    return time.monotonic() - started
