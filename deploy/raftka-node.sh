@@ -21,6 +21,9 @@
 #   RAFTKA_GRPC_PORT    gRPC listener (Raft, controller or broker API, health): 9093
 #   RAFTKA_DATA_PORT    a broker's data listener (raftka's clients): 9094
 #   RAFTKA_KAFKA_PORT   a broker's Kafka listener (Kafka's clients): 9092; "" for none
+#   RAFTKA_EXTERNAL_KAFKA_ADDRESS  HOST:PORT Kafka clients outside the container network
+#                       reach this broker at (a published port); its second Kafka listener
+#                       then binds RAFTKA_EXTERNAL_KAFKA_PORT (19092) and advertises it
 #   RAFTKA_DATA_DIR     /var/lib/raftka (the volume)
 #   RAFTKA_CONFIG       where the config is written: /etc/raftka/node.toml
 #   RAFTKA_LOG_LEVEL    info;  RAFTKA_LOG_FORMAT: json
@@ -85,6 +88,10 @@ write_config() {
             echo
             echo "[kafka]"
             echo "listener = \"${kafka_port:+$RAFTKA_HOST:$kafka_port}\""
+            if [ -n "${RAFTKA_EXTERNAL_KAFKA_ADDRESS:-}" ]; then
+                echo "external_listener = \"0.0.0.0:${RAFTKA_EXTERNAL_KAFKA_PORT:-19092}\""
+                echo "advertised_external_listener = \"$RAFTKA_EXTERNAL_KAFKA_ADDRESS\""
+            fi
             ;;
         *) die "RAFTKA_ROLE: expected controller or broker, got '$RAFTKA_ROLE'" ;;
         esac
