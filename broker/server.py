@@ -33,7 +33,7 @@ from raftka.broker.controller_link import ControllerLink
 from raftka.broker.data_service import BrokerApi, BrokerService
 from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.groups.group import GroupLimits
-from raftka.broker.kafka.endpoints import KAFKA_LISTENER
+from raftka.broker.kafka.endpoints import KAFKA_EXTERNAL_LISTENER, KAFKA_LISTENER
 from raftka.broker.kafka.listener import kafka_listener
 from raftka.broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
 from raftka.broker.log.flusher import BackgroundFlusher
@@ -199,6 +199,9 @@ class DataPlane:
         wanted = [("broker.data_listener", config.broker.data_listener, FrameServer(api.wire_handlers()))]
         if config.kafka.listener:
             wanted.append(("kafka.listener", config.kafka.listener, kafka_listener(api, config)))
+        if config.kafka.external_listener:
+            external = kafka_listener(api, config, "kafka-external")
+            wanted.append(("kafka.external_listener", config.kafka.external_listener, external))
         for key, address, listener in wanted:
             host, port = parse_host_port(address, key)
             try:
@@ -295,12 +298,14 @@ async def start_broker(config: NodeConfig) -> Broker:
         lambda: node.leadership.leader_id,
         data.producer_ids,
     )
-    endpoints = [
-        _endpoint(DATA_LISTENER, config.broker.data_listener),
-        _endpoint(GRPC_LISTENER, config.listener),
+    endpoints = [  # what clients and other brokers are told: each listener's advertised address
+        _endpoint(DATA_LISTENER, config.broker.advertised_data_listener),
+        _endpoint(GRPC_LISTENER, config.advertised_listener),
     ]
     if config.kafka.listener:
-        endpoints.append(_endpoint(KAFKA_LISTENER, config.kafka.listener))
+        endpoints.append(_endpoint(KAFKA_LISTENER, config.kafka.advertised_listener))
+    if config.kafka.external_listener:
+        endpoints.append(_endpoint(KAFKA_EXTERNAL_LISTENER, config.kafka.advertised_external_listener))
     lifecycle = BrokerLifecycle(
         config.node_id,
         endpoints,
@@ -324,6 +329,20 @@ async def start_broker(config: NodeConfig) -> Broker:
     return Broker(node, state_machine, partitions, lifecycle, link, data, health, metrics)
 
 
+def _advertised(config: NodeConfig) -> dict[str, str]:
+    """Each listener's advertised address where it is not the listener's own."""
+    pairs = {
+        "listener": (config.listener, config.advertised_listener),
+        "data_listener": (config.broker.data_listener, config.broker.advertised_data_listener),
+        "kafka_listener": (config.kafka.listener, config.kafka.advertised_listener),
+        "kafka_external_listener": (
+            config.kafka.external_listener,
+            config.kafka.advertised_external_listener,
+        ),
+    }
+    return {name: advertised for name, (bound, advertised) in pairs.items() if advertised != bound}
+
+
 def _endpoint(name: str, address: str) -> metadata_pb2.BrokerEndpoint:
     host, port = parse_host_port(address, name)
     return metadata_pb2.BrokerEndpoint(name=name, host=host, port=port)
@@ -340,7 +359,9 @@ async def run_broker(config: NodeConfig) -> None:
         "broker listening",
         data_listener=config.broker.data_listener,
         kafka_listener=config.kafka.listener or None,
+        kafka_external_listener=config.kafka.external_listener or None,
         listener=config.listener,
+        advertised=_advertised(config),
         incarnation_id=broker.lifecycle.incarnation_id,
     )
     stopped = asyncio.create_task(broker.node.wait_stopped())

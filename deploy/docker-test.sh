@@ -11,7 +11,8 @@
 #     deploy/Dockerfile with BASE=raftka-base:bookworm (the build reaches no network).
 #  4. deploy/compose.yaml: 3 controllers and 3 brokers, until every container is healthy;
 #     a topic; records produced through raftka's data protocol and Kafka's wire protocol
-#     (kafka-python, inside a container) and consumed back; every record must return.
+#     (kafka-python, inside a container, and on the host through the brokers' published
+#     external Kafka listeners) and consumed back; every record must return.
 #  5. Teardown whatever happened: containers, network and volumes removed.
 #
 # Environment: PYTHON (the project's venv python, for the wheels), DEBIAN_MIRROR.
@@ -161,13 +162,32 @@ producer.close()
 EOF
     say "produced $KAFKA_RECORDS records through broker-3's Kafka listener"
 
+    "$PYTHON" - "$TOPIC" "$KAFKA_RECORDS" <<'EOF'
+import sys
+from kafka import KafkaConsumer, KafkaProducer
+
+topic, count = sys.argv[1], int(sys.argv[2])
+bootstrap = ["localhost:19101", "localhost:19102", "localhost:19103"]  # the published ports
+producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+for i in range(1, count + 1):
+    producer.send(topic, f"host-{i}".encode()).get(timeout=30)
+producer.close()
+consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                         consumer_timeout_ms=10_000, enable_auto_commit=False)
+got = {m.value.decode() for m in consumer}
+consumer.close()
+missing = {f"host-{i}" for i in range(1, count + 1)} - got
+sys.exit(f"the host's consumer did not read {sorted(missing)}" if missing else 0)
+EOF
+    say "produced $KAFKA_RECORDS records from the host through the published ports and read them back"
+
     local expected got
-    expected=$( (seq 1 "$RAFTKA_RECORDS" | sed 's/^/raftka-/'; seq 1 "$KAFKA_RECORDS" | sed 's/^/kafka-/') | sort)
+    expected=$( (seq 1 "$RAFTKA_RECORDS" | sed 's/^/raftka-/'; seq 1 "$KAFKA_RECORDS" | sed 's/^/kafka-/'; seq 1 "$KAFKA_RECORDS" | sed 's/^/host-/') | sort)
     got=$(in_node broker-2 raftka-node consume "$TOPIC" --from-beginning --bootstrap-server broker-2:9094 \
-        --max-messages $((RAFTKA_RECORDS + KAFKA_RECORDS)) --timeout-ms 30000 | sort)
+        --max-messages $((RAFTKA_RECORDS + 2 * KAFKA_RECORDS)) --timeout-ms 30000 | sort)
     [ "$got" = "$expected" ] ||
-        fail "consumed $(echo "$got" | grep -c .) records, not the $((RAFTKA_RECORDS + KAFKA_RECORDS)) produced: $(diff <(echo "$expected") <(echo "$got") | head -5 | tr '\n' ' ')"
-    say "consumed all $((RAFTKA_RECORDS + KAFKA_RECORDS)) records back through broker-2"
+        fail "consumed $(echo "$got" | grep -c .) records, not the $((RAFTKA_RECORDS + 2 * KAFKA_RECORDS)) produced: $(diff <(echo "$expected") <(echo "$got") | head -5 | tr '\n' ' ')"
+    say "consumed all $((RAFTKA_RECORDS + 2 * KAFKA_RECORDS)) records back through broker-2"
 }
 
 # 5. teardown -------------------------------------------------------------------------------

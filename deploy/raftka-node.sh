@@ -21,6 +21,11 @@
 #   RAFTKA_GRPC_PORT    gRPC listener (Raft, controller or broker API, health): 9093
 #   RAFTKA_DATA_PORT    a broker's data listener (raftka's clients): 9094
 #   RAFTKA_KAFKA_PORT   a broker's Kafka listener (Kafka's clients): 9092; "" for none
+#   RAFTKA_EXTERNAL_KAFKA_ADDRESS  HOST:PORT Kafka clients outside the container network
+#                       reach this broker at (a published port); its second Kafka listener
+#                       then binds RAFTKA_EXTERNAL_KAFKA_PORT (19092) and advertises it
+#   RAFTKA_EXTERNAL_KAFKA_HOST, RAFTKA_EXTERNAL_KAFKA_PORT_BASE  in a StatefulSet instead:
+#                       advertise HOST:BASE+ORDINAL (the node's IP and the pod's NodePort)
 #   RAFTKA_DATA_DIR     /var/lib/raftka (the volume)
 #   RAFTKA_CONFIG       where the config is written: /etc/raftka/node.toml
 #   RAFTKA_LOG_LEVEL    info;  RAFTKA_LOG_FORMAT: json
@@ -51,6 +56,25 @@ node_id() {
     '' | *[!0-9]*) die "RAFTKA_NODE_ID_BASE: HOSTNAME '$HOSTNAME' does not end in -ORDINAL" ;;
     esac
     echo $((RAFTKA_NODE_ID_BASE + ordinal))
+}
+
+# The address Kafka clients outside the cluster's network are told for this broker:
+# RAFTKA_EXTERNAL_KAFKA_ADDRESS as given, or, in a StatefulSet, the node's address
+# (RAFTKA_EXTERNAL_KAFKA_HOST) and RAFTKA_EXTERNAL_KAFKA_PORT_BASE + the pod's ordinal,
+# the NodePort of its own external Service; none if neither is set.
+external_kafka_address() {
+    if [ -n "${RAFTKA_EXTERNAL_KAFKA_ADDRESS:-}" ]; then
+        echo "$RAFTKA_EXTERNAL_KAFKA_ADDRESS"
+        return
+    fi
+    [ -n "${RAFTKA_EXTERNAL_KAFKA_HOST:-}" ] || return 0
+    need RAFTKA_EXTERNAL_KAFKA_PORT_BASE "the external port of ordinal 0 (each pod's is BASE + its ordinal)"
+    case $RAFTKA_EXTERNAL_KAFKA_PORT_BASE in '' | *[!0-9]*) die "RAFTKA_EXTERNAL_KAFKA_PORT_BASE: expected a number" ;; esac
+    ordinal=${HOSTNAME##*-}
+    case $ordinal in
+    '' | *[!0-9]*) die "RAFTKA_EXTERNAL_KAFKA_PORT_BASE: HOSTNAME '$HOSTNAME' does not end in -ORDINAL" ;;
+    esac
+    echo "$RAFTKA_EXTERNAL_KAFKA_HOST:$((RAFTKA_EXTERNAL_KAFKA_PORT_BASE + ordinal))"
 }
 
 write_config() {
@@ -85,6 +109,11 @@ write_config() {
             echo
             echo "[kafka]"
             echo "listener = \"${kafka_port:+$RAFTKA_HOST:$kafka_port}\""
+            external=$(external_kafka_address)
+            if [ -n "$external" ]; then
+                echo "external_listener = \"0.0.0.0:${RAFTKA_EXTERNAL_KAFKA_PORT:-19092}\""
+                echo "advertised_external_listener = \"$external\""
+            fi
             ;;
         *) die "RAFTKA_ROLE: expected controller or broker, got '$RAFTKA_ROLE'" ;;
         esac

@@ -80,6 +80,7 @@ class MetadataConfig(SnapshotPolicy):
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     data_listener: str = ""  # host:port of the data protocol (wire/): required for a broker
+    advertised_data_listener: str = ""  # host:port clients and followers are told; "": data_listener
     rack: str = ""  # "": no rack
     heartbeat_interval_ms: int = 2_000
     replica_lag_time_max_ms: int = 30_000  # a follower not caught up this long leaves the ISR
@@ -108,6 +109,11 @@ class KafkaConfig:
     """A broker's Kafka wire-protocol listener (``raftka.broker.kafka``), for Kafka's own clients."""
 
     listener: str = ""  # host:port Kafka clients connect to; "": no Kafka listener
+    advertised_listener: str = ""  # host:port Kafka clients are told (Metadata); "": listener
+    # A second Kafka listener, for clients outside the network the first serves (a
+    # container's or a cluster's: Kafka's EXTERNAL listener), told its own addresses.
+    external_listener: str = ""  # host:port; "": none
+    advertised_external_listener: str = ""  # "": external_listener
     auto_create_topics_enable: bool = (
         True  # Kafka's auto.create.topics.enable: Metadata for an unknown topic creates it
     )
@@ -144,6 +150,7 @@ class NodeConfig:
     voters: tuple[Voter, ...]
     listener: str  # host:port the node's gRPC server binds
     process_roles: tuple[str, ...] = (CONTROLLER,)
+    advertised_listener: str = ""  # a broker's gRPC address as registered; "": listener
     raft: RaftConfig = field(default_factory=RaftConfig)
     log: LogConfig = field(default_factory=LogConfig)
     journal: JournalConfig = field(default_factory=JournalConfig)
@@ -190,6 +197,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "process_roles": (list, ["controller"]),
     "data_dir": (str, _REQUIRED),
     "listener": (str, _DERIVED),
+    "advertised_listener": (str, ""),
     VOTERS_KEY: (str, _REQUIRED),
     **_declare("raft", RaftConfig),
     "log.segment_bytes": (int, LogConfig().segment_bytes),
@@ -286,6 +294,13 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
             raise ConfigError(f"{key}: must be 0 (off) or more, got {values[key]}")
     _check_data_listener(values["broker.data_listener"], listener, roles)
     _check_kafka_listener(values["kafka.listener"], (listener, values["broker.data_listener"]), roles)
+    _check_kafka_listener(
+        values["kafka.external_listener"],
+        (listener, values["broker.data_listener"], values["kafka.listener"]),
+        roles,
+        "kafka.external_listener",
+    )
+    _advertise(values, listener, roles)
     _check_group_settings(values)
     _check_disconnect_fence(values)
     _check_metrics_port(
@@ -321,6 +336,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         voters=voters,
         listener=listener,
         process_roles=roles,
+        advertised_listener=values["advertised_listener"],
         raft=raft,
         log=LogConfig(
             values["log.segment_bytes"], values["log.archive_segments"], values["log.archive_max_bytes"]
@@ -376,16 +392,61 @@ def _check_data_listener(value: str, listener: str, roles: tuple[str, ...]) -> N
         raise ConfigError(f"{key}: must differ from listener ({listener}), which serves gRPC")
 
 
-def _check_kafka_listener(value: str, taken: tuple[str, ...], roles: tuple[str, ...]) -> None:
+def _check_kafka_listener(
+    value: str, taken: tuple[str, ...], roles: tuple[str, ...], key: str = "kafka.listener"
+) -> None:
     """Optional: a broker without one serves only raftka's own clients."""
-    key = "kafka.listener"
     if not value:
         return
     if BROKER not in roles:
         raise ConfigError(f"{key}: only a broker serves Kafka clients (process_roles has no broker)")
     parse_host_port(value, key)
     if value in taken:
-        raise ConfigError(f"{key}: must differ from listener and broker.data_listener ({', '.join(taken)})")
+        raise ConfigError(
+            f"{key}: must differ from the node's other listeners ({', '.join(t for t in taken if t)})"
+        )
+
+
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]"})  # bind every address: nobody can connect to them
+
+
+def _advertise(values: dict[str, Any], listener: str, roles: tuple[str, ...]) -> None:
+    """Each broker listener's advertised address (Kafka's ``advertised.listeners``): what
+    registration tells clients and followers to connect to, for a broker behind NAT, in
+    a container or a pod; by default the listener's own. Resolved here, so the rest of
+    the broker reads one address; an address no client can dial (every address, 0.0.0.0)
+    is refused, as Kafka refuses it."""
+    pairs = (
+        ("advertised_listener", "listener", listener),
+        ("broker.advertised_data_listener", "broker.data_listener", values["broker.data_listener"]),
+        ("kafka.advertised_listener", "kafka.listener", values["kafka.listener"]),
+        ("kafka.advertised_external_listener", "kafka.external_listener", values["kafka.external_listener"]),
+    )
+    if BROKER not in roles:
+        for key, _, _ in pairs:
+            if values[key]:
+                raise ConfigError(
+                    f"{key}: only a broker advertises listeners (a controller is reached at its "
+                    f"{VOTERS_KEY} address)"
+                )
+        return
+    for key, bound_key, bound in pairs:
+        if not bound:
+            if values[key]:
+                raise ConfigError(f"{key}: set, but {bound_key} is not")
+            continue
+        advertised = values[key] or bound
+        host, _ = parse_host_port(advertised, key)
+        if host in WILDCARD_HOSTS:
+            why = (
+                f"{bound_key} binds every address ({bound}): set {key}"
+                if not values[key]
+                else f"{host} is not an address"
+            )
+            raise ConfigError(
+                f"{key}: clients cannot connect to {advertised}; {why} to the HOST:PORT they reach it at"
+            )
+        values[key] = advertised
 
 
 def _check_metrics_port(port: int, listeners: tuple[str, ...]) -> None:
@@ -453,6 +514,7 @@ def render_toml(config: NodeConfig) -> str:
         "process_roles": list(config.process_roles),
         "data_dir": str(config.data_dir),
         "listener": config.listener,
+        "advertised_listener": config.advertised_listener,
         VOTERS_KEY: ",".join(str(v) for v in config.voters),
         **_render("raft", config.raft),
         "log.segment_bytes": config.log.segment_bytes,

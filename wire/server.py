@@ -81,6 +81,9 @@ REFUSAL_LOG_INTERVAL_S = 60.0
 # The address of the client whose request a handler is serving ("host:port"): each
 # request's task starts with it set (a group coordinator shows it as the member's host).
 current_peer: contextvars.ContextVar[str] = contextvars.ContextVar("current_peer", default="")
+# The name of the listener that took the request (``Listener.name``): a Kafka answer names
+# the brokers' addresses for the listener the client came in on, as Kafka's does.
+current_listener: contextvars.ContextVar[str] = contextvars.ContextVar("current_listener", default="")
 
 
 class Listener:
@@ -296,6 +299,7 @@ class _Connection(asyncio.Protocol):
             return
         context = contextvars.copy_context()
         context.run(current_peer.set, self._peer)
+        context.run(current_listener.set, self._listener.name)
         context.run(current_principal.set, self._principal)
         room = AnswerRoom(self.answers)
         context.run(current_answer_room.set, room)

@@ -12,6 +12,7 @@ from raftka.node.config import NodeConfig
 from raftka.wire.server import Listener
 
 
-def kafka_listener(api: BrokerApi, config: NodeConfig) -> Listener:
+def kafka_listener(api: BrokerApi, config: NodeConfig, name: str = "kafka") -> Listener:
+    """``name``: "kafka", or "kafka-external" for the second one (``raftka.broker.kafka.endpoints``)."""
     apis = [*ClusterApis(api, config).apis(), *LogApis(api).apis(), *GroupApis(api).apis()]
-    return Listener(KafkaDispatcher(apis), name="kafka")
+    return Listener(KafkaDispatcher(apis), name=name)

@@ -29,6 +29,9 @@ GRPC_PORT = 9093
 UID = 10001
 
 
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"  # set by Kubernetes on each pod of a StatefulSet
+
+
 def k8s_documents() -> list[dict[str, Any]]:
     return [
         doc
@@ -113,18 +116,45 @@ def test_each_statefulset_formats_claims_and_mounts_its_volume_and_probes_its_gr
 
 
 def test_every_service_selects_pods_that_exist_on_ports_they_name() -> None:
-    pods = [
+    pods = [  # each pod of each StatefulSet: its labels (Kubernetes adds its pod-name) and its ports
         (
-            d["spec"]["template"]["metadata"]["labels"],
+            {
+                **d["spec"]["template"]["metadata"]["labels"],
+                POD_NAME_LABEL: f"{d['metadata']['name']}-{ordinal}",
+            },
             {p["name"] for p in d["spec"]["template"]["spec"]["containers"][0]["ports"]},
         )
         for d in k8s_documents()
         if d["kind"] == "StatefulSet"
+        for ordinal in range(d["spec"]["replicas"])
     ]
     for service in (d for d in k8s_documents() if d["kind"] == "Service"):
         selector = service["spec"]["selector"]
-        [ports] = [names for labels, names in pods if selector.items() <= labels.items()]
-        assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports, service["metadata"]["name"]
+        selected = [names for labels, names in pods if selector.items() <= labels.items()]
+        assert selected, f"{service['metadata']['name']} selects no pod"
+        for ports in selected:
+            assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports, service["metadata"]["name"]
+
+
+def test_each_broker_has_an_external_service_on_the_node_port_it_advertises(tmp_path: Path) -> None:
+    statefulset = k8s("StatefulSet", "raftka-broker")
+    env = env_of(statefulset["spec"]["template"]["spec"]["containers"][0])
+    base = int(env["RAFTKA_EXTERNAL_KAFKA_PORT_BASE"])
+    assert env["RAFTKA_EXTERNAL_KAFKA_HOST"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    for ordinal in range(statefulset["spec"]["replicas"]):
+        service = k8s("Service", f"raftka-broker-{ordinal}-external")["spec"]
+        assert service["type"] == "NodePort"
+        assert service["selector"][POD_NAME_LABEL] == f"raftka-broker-{ordinal}"
+        [port] = service["ports"]
+        assert port["nodePort"] == base + ordinal and port["targetPort"] == "kafka-external"
+        kafka = written_config(
+            tmp_path, RAFTKA_ROLE="broker", RAFTKA_NODE_ID_BASE="101", HOSTNAME=f"raftka-broker-{ordinal}",
+            RAFTKA_HOST="b", RAFTKA_EXTERNAL_KAFKA_HOST="10.1.2.3", RAFTKA_EXTERNAL_KAFKA_PORT_BASE=str(base),
+        ).kafka  # fmt: skip
+        assert (kafka.external_listener, kafka.advertised_external_listener) == (
+            f"0.0.0.0:{port['port']}",
+            f"10.1.2.3:{base + ordinal}",
+        )
 
 
 @pytest.mark.parametrize("name", ["raftka-controller", "raftka-broker"])
@@ -199,6 +229,7 @@ def test_the_entrypoint_writes_a_broker_config_that_raftka_loads(tmp_path: Path)
     assert config.listener == "broker-1:9093"
     assert config.broker.data_listener == "broker-1:9094"
     assert config.kafka.listener == "broker-1:9092"
+    assert config.kafka.external_listener == ""  # none unless an external address is given
     assert config.voter_addresses == {1: "controller-1:9093", 2: "controller-2:9093", 3: "controller-3:9093"}
 
 
@@ -236,8 +267,18 @@ def test_the_entrypoint_takes_a_controller_id_from_its_statefulset_ordinal(tmp_p
             "RAFTKA_NODE_ID_BASE",
         ),
         ({}, "RAFTKA_ROLE"),
+        (
+            {"RAFTKA_ROLE": "broker", "RAFTKA_NODE_ID": "101", "RAFTKA_HOST": "b", "RAFTKA_VOTERS": VOTERS,
+             "RAFTKA_EXTERNAL_KAFKA_HOST": "10.1.2.3"},
+            "RAFTKA_EXTERNAL_KAFKA_PORT_BASE",
+        ),
+        (
+            {"RAFTKA_ROLE": "broker", "RAFTKA_NODE_ID": "101", "RAFTKA_HOST": "b", "RAFTKA_VOTERS": VOTERS,
+             "RAFTKA_EXTERNAL_KAFKA_HOST": "10.1.2.3", "RAFTKA_EXTERNAL_KAFKA_PORT_BASE": "x"},
+            "RAFTKA_EXTERNAL_KAFKA_PORT_BASE",
+        ),
     ],
-)
+)  # fmt: skip
 def test_the_entrypoint_refuses_a_bad_environment_naming_the_variable(
     tmp_path: Path, env: dict[str, str], named: str
 ) -> None:

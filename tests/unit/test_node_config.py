@@ -288,3 +288,41 @@ def test_bad_role_or_new_key_names_its_key(data: dict[str, Any], key: str) -> No
     with pytest.raises(ConfigError) as err:
         parse(data)
     assert str(err.value).startswith(f"{key}:"), str(err.value)
+
+
+def test_a_brokers_listeners_advertise_themselves_unless_told_otherwise(tmp_path: Path) -> None:
+    plain = parse(broker(kafka={"listener": "127.0.0.1:9092"}))
+    assert (plain.advertised_listener, plain.broker.advertised_data_listener, plain.kafka.advertised_listener) == (
+        "127.0.0.1:19101", "127.0.0.1:19201", "127.0.0.1:9092",
+    )  # fmt: skip
+    behind_nat = parse(
+        broker(
+            listener="0.0.0.0:19101",
+            advertised_listener="b1.example:19101",
+            broker={"data_listener": "0.0.0.0:19201", "advertised_data_listener": "b1.example:29201"},
+            kafka={"listener": "0.0.0.0:9092", "advertised_listener": "b1.internal:9092",
+                   "external_listener": "0.0.0.0:19092", "advertised_external_listener": "localhost:19092"},
+        )
+    )  # fmt: skip
+    assert behind_nat.kafka.advertised_external_listener == "localhost:19092"
+    path = tmp_path / "broker.toml"
+    path.write_text(render_toml(behind_nat))
+    assert load_config(path) == behind_nat
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (broker(listener="0.0.0.0:19101"), "advertised_listener: clients cannot connect to 0.0.0.0:19101"),
+        (broker(broker={"data_listener": "[::]:19201"}), "broker.advertised_data_listener: clients cannot connect"),
+        (broker(kafka={"listener": "0.0.0.0:9092"}), "kafka.advertised_listener: clients cannot connect"),
+        (broker(kafka={"listener": "127.0.0.1:9092", "advertised_listener": "0.0.0.0:9092"}), "0.0.0.0 is not an address"),
+        (broker(kafka={"advertised_listener": "b1:9092"}), "kafka.advertised_listener: set, but kafka.listener is not"),
+        (broker(kafka={"listener": "127.0.0.1:9092", "external_listener": "127.0.0.1:9092"}), "kafka.external_listener: must differ"),
+        (broker(kafka={"listener": "127.0.0.1:9092", "advertised_listener": "b1"}), "kafka.advertised_listener: expected HOST:PORT"),
+        (minimal(advertised_listener="c1:9093"), "advertised_listener: only a broker advertises listeners"),
+    ],
+)  # fmt: skip
+def test_an_address_no_client_can_dial_is_refused_naming_the_key(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        parse(data)
