@@ -21,6 +21,7 @@ from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.metrics import timed_fetch, timed_produce
 from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.broker.quota.manager import ClientQuotas, QuotaWindows
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.metadata.image import NO_LEADER, MetadataImage
 from raftka.rpc.stubs import ControllerRpc
@@ -45,6 +46,10 @@ class BrokerApi:
         producer_ids: ProducerIdManager,
     ) -> None:
         self.replicas = replicas
+        self.quotas = ClientQuotas(
+            lambda: replicas.image.client_quotas,
+            QuotaWindows(replicas.config.quota_window_num, replicas.config.quota_window_size_seconds),
+        )
         self.cluster_id = cluster_id
         self._link = link
         self._producer_ids = producer_ids

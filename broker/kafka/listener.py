@@ -14,4 +14,4 @@ from raftka.wire.server import Listener
 
 def kafka_listener(api: BrokerApi, config: NodeConfig) -> Listener:
     apis = [*ClusterApis(api, config).apis(), *LogApis(api).apis(), *GroupApis(api).apis()]
-    return Listener(KafkaDispatcher(apis), name="kafka")
+    return Listener(KafkaDispatcher(apis, api.quotas), name="kafka")
