@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from raftka.broker.quota.rate import SampledRate
 from raftka.metadata import quotas
 from raftka.metadata.quotas import QuotaEntity
+from raftka.raft.metrics import Histogram
 
 PRODUCE, FETCH, REQUEST = "Produce", "Fetch", "Request"  # Kafka's QuotaType names
 BUDGETS_MAX = 10_000
@@ -54,7 +55,6 @@ class Budget:
     rate: SampledRate
     recorded: float = 0.0  # bytes, or ms of loop time, since the budget was made
     throttle_ms: float = 0.0  # ms it was throttled for, in all
-    throttled: int = 0  # answers it was throttled in
 
 
 class ClientQuotaManager:
@@ -81,6 +81,7 @@ class ClientQuotaManager:
             throttle_max_ms if throttle_max_ms is not None else window_ms * windows.windows_num
         )
         self._clock = clock
+        self.throttle_time = Histogram()  # ms of each throttle, every client's
         self._budgets: collections.OrderedDict[tuple[str, str], Budget] = collections.OrderedDict()
 
     def record(self, user: str, client_id: str, value: float) -> int:
@@ -119,7 +120,7 @@ class ClientQuotaManager:
         match = quotas.resolve(self._client_quotas(), user, client_id, self.key)
         budget = self._budget(match.bucket, self._clock() * 1000)
         budget.throttle_ms += throttle_ms
-        budget.throttled += 1
+        self.throttle_time.observe(throttle_ms)
 
     def budgets(self) -> Iterator[tuple[tuple[str, str], Budget]]:
         yield from self._budgets.items()
