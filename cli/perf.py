@@ -28,6 +28,7 @@ from raftka.cli import (
     perf_data,
     perf_kafka,
     perf_metadata,
+    perf_quotas,
     perf_rebalance,
     perf_rpc,
     stability,
@@ -64,6 +65,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_rpc.register(kinds)
     perf_data.register(kinds)
     perf_kafka.register(kinds)
+    perf_quotas.register(kinds)
     perf_audit.register(kinds)
     perf_rebalance.register(kinds)
 
