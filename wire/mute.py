@@ -36,7 +36,7 @@ class Mute:
         self._until = until
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._ended)
+        self._timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self.end)
 
     def cancel(self) -> None:
         """The connection is gone: no call back."""
@@ -44,7 +44,10 @@ class Mute:
             self._timer.cancel()
             self._timer = None
 
-    def _ended(self) -> None:
+    def end(self) -> None:
+        """The throttle is over (its timer): read again."""
+        if self._timer is not None:
+            self._timer.cancel()
         self._timer = None
         self._until = 0.0
         self._on_end()
