@@ -19,34 +19,24 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
+from raftka.broker.quota import throttle as quota_throttle
 from raftka.broker.quota.manager import ClientQuotaManager, ClientQuotas
 from raftka.broker.quota.request_time import LoopTime, timed
-from raftka.metadata.quotas import user_of
-from raftka.security.principal import current_principal
-from raftka.wire.mute import current_mute
 
 
 class Client:
-    """Who a Kafka request counts against."""
+    """Who a Kafka request counts against: the connection's user, the header's client id."""
 
     __slots__ = ("user", "client_id")
 
     def __init__(self, request: ApiMessage) -> None:
-        principal = current_principal.get()
-        self.user = user_of(principal.name if principal is not None else None)
+        self.user = quota_throttle.client_user()
         self.client_id = request.header.client_id or ""
 
 
 def throttle(manager: ClientQuotaManager, client: Client, value: float) -> int:
-    """Count ``value`` on ``manager``'s quota; when over it, mute the connection and
-    return the throttle time for the answer (0: none)."""
-    throttle_ms = manager.record(client.user, client.client_id, value)
-    if throttle_ms > 0:
-        manager.throttled(client.user, client.client_id, throttle_ms)
-        mute = current_mute.get()
-        if mute is not None:
-            mute.mute_for(throttle_ms)
-    return throttle_ms
+    """``raftka.broker.quota.throttle.throttle`` for a Kafka client."""
+    return quota_throttle.throttle(manager, client.user, client.client_id, value)
 
 
 async def answer_within_quotas(

@@ -1,10 +1,12 @@
 """Client quotas on a real broker's Kafka listener: AlterClientQuotas and
 DescribeClientQuotas as Kafka's tools send them, a greedy kafka-python producer held near
 its producer_byte_rate (throttle_time_ms in its answers, its rate as the broker itself
-measures it), and a consumer over its consumer_byte_rate answered with no records."""
+measures it), a consumer over its consumer_byte_rate answered with no records, and
+raftka's own producer on the data listener held by its user's quota."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from raftka.client.producer import Producer
 from raftka.node.config import BrokerConfig
 from tests.unit.kafka_wire import BrokerThread, RawConnection, broker_thread, call, request_frame
 
@@ -42,16 +45,27 @@ def alter(served: BrokerThread, client_id: str | None, **values: float) -> Alter
     return call(served.bootstrap, request, 1, AlterClientQuotasResponse)
 
 
-def budget(served: BrokerThread, quota_type: str, client_id: str) -> Any:
-    async def read() -> Any:
+def budget(served: BrokerThread, quota_type: str, bucket: tuple[str, str]) -> tuple[Any, float]:
+    """A copy of a budget as the broker counts it, and the broker's clock (s) when read."""
+
+    async def read() -> tuple[Any, float]:
         manager = {"Produce": served.broker.api.quotas.produce, "Fetch": served.broker.api.quotas.fetch}[
             quota_type
         ]
-        budgets = dict(manager.budgets())
-        found = budgets[("", client_id)]
-        return found, found.rate.rate(manager._clock() * 1000)
+        found = dict(manager.budgets()).get(bucket)
+        return (None if found is None else dataclasses.replace(found)), manager._clock()
 
     return served.run(read())
+
+
+def assert_held_near(quota: float, middle: tuple[Any, float], end: tuple[Any, float]) -> None:
+    """From the middle of a run to its end, once its first burst is spent, the bytes the
+    broker counted over the broker's clock are near the quota: throttled, not starved."""
+    (at_middle, middle_s), (at_end, end_s) = middle, end
+    recorded = at_end.recorded - at_middle.recorded
+    rate = recorded / (end_s - middle_s)
+    assert at_end.throttle_ms > 0
+    assert 0.5 * quota <= rate <= 1.5 * quota, f"{recorded} B in {end_s - middle_s:.1f} s: {rate:.0f} B/s"
 
 
 def test_quotas_altered_and_described_through_the_kafka_listener(served: BrokerThread) -> None:
@@ -91,18 +105,18 @@ async def _quotas_of(served: BrokerThread) -> Any:
 
 def test_a_greedy_producer_is_throttled_and_held_near_its_quota(served: BrokerThread) -> None:
     """The producer sends as fast as it can for several windows; the broker throttles it
-    (kafka-python records the throttle times it is told), and the rate the broker measures
-    for it over its last windows is near the quota: not far above, and not starved."""
+    (kafka-python records the throttle times it is told) and holds it near its quota."""
     quota = 50_000
     assert alter(served, "greedy", producer_byte_rate=quota).entries[0].error_code == 0
     producer = KafkaProducer(
         bootstrap_servers=served.bootstrap, client_id="greedy", acks=1, linger_ms=0, batch_size=16_384
     )
     try:
-        value = b"x" * 1_000
-        for _ in range(400):  # 400 kB: eight seconds at the quota
-            producer.send(TOPIC, value)
+        sent = [producer.send(TOPIC, b"x" * 1_000) for _ in range(500)]  # 500 kB
+        sent[249].get(60)
+        middle = budget(served, "Produce", ("", "greedy"))
         producer.flush(60)
+        end = budget(served, "Produce", ("", "greedy"))
         throttles = [
             value
             for group in producer.metrics().values()
@@ -112,12 +126,7 @@ def test_a_greedy_producer_is_throttled_and_held_near_its_quota(served: BrokerTh
     finally:
         producer.close()
     assert max(throttles, default=0) > 0, "no answer carried a throttle time"
-    counted, rate = budget(served, "Produce", "greedy")
-    assert counted.recorded >= 400 * 1_000
-    assert counted.throttle_ms > 0
-    assert 0.5 * quota <= rate <= 1.5 * quota, (
-        f"the broker measured {rate:.0f} B/s against a quota of {quota}"
-    )
+    assert_held_near(quota, middle, end)
 
 
 def fetch(served: BrokerThread, client_id: str, offset: int) -> FetchResponse:
@@ -155,5 +164,26 @@ def test_a_consumer_over_its_quota_gets_a_throttle_time_and_no_records(served: B
     second = fetch(served, "reader", 1)
     assert second.throttle_time_ms > 0
     assert second.responses == []
-    counted, _ = budget(served, "Fetch", "reader")
+    counted, _ = budget(served, "Fetch", ("", "reader"))
     assert counted.recorded == len(records), "a throttled fetch's bytes are taken back"
+
+
+def test_a_raftka_producer_on_the_data_listener_is_held_by_its_users_quota(served: BrokerThread) -> None:
+    """The data protocol names no client id: the quota of the connection's user applies
+    (ANONYMOUS without TLS), and muting holds back a client that does not wait by itself."""
+    quota = 50_000
+    entry = A(entity=[A.EntityData(entity_type="user", entity_name="ANONYMOUS")],
+              ops=[A.OpData(key="producer_byte_rate", value=quota, remove=False)])  # fmt: skip
+    answer = call(served.bootstrap, AlterClientQuotasRequest(entries=[entry], validate_only=False), 1,
+                  AlterClientQuotasResponse)  # fmt: skip
+    assert answer.entries[0].error_code == 0
+    producer = Producer(served.broker.address, linger_ms=0)
+    try:
+        sent = [producer.send(TOPIC, b"z" * 1_000) for _ in range(500)]  # 500 kB
+        sent[249].result(60)
+        middle = budget(served, "Produce", ("ANONYMOUS", ""))
+        producer.flush()
+        end = budget(served, "Produce", ("ANONYMOUS", ""))
+    finally:
+        producer.close()
+    assert_held_near(quota, middle, end)
