@@ -138,3 +138,22 @@ def test_misplaced_entity_options_are_usage_errors(
     capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
 ) -> None:
     failure(capsys, "quotas", *argv, status=2)
+
+
+def test_the_tables_people_read(controller: QuotaController, capsys: pytest.CaptureFixture[str]) -> None:
+    address = controller.address  # type: ignore[attr-defined]
+    argv = [
+        "quotas",
+        "alter",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--add-config",
+        "producer_byte_rate=1024",
+    ]
+    assert main([*argv, "--bootstrap-controller", address]) == 0
+    assert capsys.readouterr().out == "Altered quotas of client-id=<default>: producer_byte_rate=1024.\n"
+    assert main(["quotas", "describe", "--bootstrap-controller", address]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ENTITY", "QUOTAS"]
+    assert lines[-1].split() == ["client-id=<default>", "producer_byte_rate=1024"]
