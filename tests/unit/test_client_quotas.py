@@ -6,6 +6,7 @@ description of quotas with what it refuses, and quotas in snapshots."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -20,6 +21,9 @@ from raftka.metadata.quotas import DEFAULT, QuotaEntity
 from raftka.metadata.records import RecordError, decode, encode
 from raftka.metadata.snapshot import decode_image, encode_image
 from raftka.v1 import controller_pb2, metadata_pb2
+from tests.unit.metadata_controller_support import log_end, run, single
+from tests.unit.test_authorization import call, tls_controller
+from tests.unit.tls_support import make_certs
 
 E = controller_pb2.ErrorCode
 PRODUCE = quotas.PRODUCER_BYTE_RATE
@@ -277,3 +281,42 @@ def test_snapshots_carry_the_quotas() -> None:
     image = applied(MetadataImage(), alteration(entity(client_id=None, user="alice"), producer_byte_rate=7))
     image = applied(image, alteration(entity(user=None), request_percentage=33.5))
     assert decode_image(encode_image(image)).client_quotas == image.client_quotas
+
+
+def test_the_active_controller_commits_quotas_and_refuses_a_bad_one_without_appending() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        controller = member.controller
+        answer = await controller.alter_client_quotas(
+            alteration(entity(user="alice"), producer_byte_rate=4096)
+        )
+        assert answer.status.error == E.NONE and answer.entries[0].error == E.NONE
+        assert member.image.client_quotas == {QuotaEntity("alice", None): {PRODUCE: 4096.0}}
+        before = log_end(member)
+        refused = await controller.alter_client_quotas(alteration(entity(user="bob"), producer_byte_rate=-1))
+        assert refused.entries[0].error == E.INVALID_REQUEST
+        assert log_end(member) == before
+        described = await controller.describe_client_quotas(controller_pb2.DescribeClientQuotasRequest())
+        assert [dict(e.values) for e in described.entries] == [{PRODUCE: 4096.0}]
+        await quorum.close()
+
+    run(body)
+
+
+def test_with_tls_only_who_may_alter_the_clusters_configs_sets_quotas(tmp_path: Path) -> None:
+    """Kafka's rule: AlterClientQuotas needs ALTER_CONFIGS on the cluster."""
+    certs = make_certs(tmp_path / "certs")
+
+    async def body() -> None:
+        async with tls_controller(tmp_path, certs) as (started, address):
+            request = alteration(entity(user="alice"), producer_byte_rate=1024)
+            refused = await call(address, certs.alice, "AlterClientQuotas", request)
+            assert refused.status.error == E.CLUSTER_AUTHORIZATION_FAILED
+            assert started.state_machine.image.client_quotas == {}
+            allowed = await call(address, certs.admin, "AlterClientQuotas", request)
+            assert allowed.status.error == E.NONE and allowed.entries[0].error == E.NONE
+            assert started.state_machine.image.client_quotas == {
+                QuotaEntity("alice", None): {PRODUCE: 1024.0}
+            }
+
+    run(body)
