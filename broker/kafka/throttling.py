@@ -22,16 +22,19 @@ from kafka.protocol.api_message import ApiMessage
 from raftka.broker.quota import throttle as quota_throttle
 from raftka.broker.quota.manager import ClientQuotaManager, ClientQuotas
 from raftka.broker.quota.request_time import LoopTime, timed
+from raftka.metadata.quotas import NAME_CHARS_MAX
 
 
 class Client:
-    """Who a Kafka request counts against: the connection's user, the header's client id."""
+    """Who a Kafka request counts against: the connection's user, the header's client id
+    (its first ``NAME_CHARS_MAX`` characters, as long as a quota entity's name may be, so
+    budgets stay small whatever ids clients make up)."""
 
     __slots__ = ("user", "client_id")
 
     def __init__(self, request: ApiMessage) -> None:
         self.user = quota_throttle.client_user()
-        self.client_id = request.header.client_id or ""
+        self.client_id = (request.header.client_id or "")[:NAME_CHARS_MAX]
 
 
 def throttle(manager: ClientQuotaManager, client: Client, value: float) -> int:
