@@ -20,21 +20,20 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 
 def alter(image: MetadataImage, request: controller_pb2.AlterClientQuotasRequest) -> Plan:
     response = controller_pb2.AlterClientQuotasResponse()
-    entities: list[QuotaEntity | None] = []
-    for i, entry in enumerate(request.entries):
-        problem = quotas.entity_problem(entry.entity, f"entries[{i}].entity")
-        entities.append(None if problem else quotas.entity_of(entry.entity))
+    problems = [
+        quotas.entity_problem(e.entity, f"entries[{i}].entity") for i, e in enumerate(request.entries)
+    ]
+    entities = [
+        None if p else quotas.entity_of(e.entity) for e, p in zip(request.entries, problems, strict=True)
+    ]
     repeated = duplicates(e for e in entities if e is not None)
     records: list[MetadataRecord] = []
     added: set[QuotaEntity] = set()
-    for i, (entry, entity) in enumerate(zip(request.entries, entities, strict=True)):
+    for i, (entry, entity, problem) in enumerate(zip(request.entries, entities, problems, strict=True)):
         result = response.entries.add(entity=entry.entity)
         try:
             if entity is None:
-                raise ValidationError(
-                    ErrorCode.INVALID_REQUEST,
-                    quotas.entity_problem(entry.entity, f"entries[{i}].entity") or "",
-                )
+                raise ValidationError(ErrorCode.INVALID_REQUEST, problem or "")
             if entity in repeated:
                 raise ValidationError(
                     ErrorCode.INVALID_REQUEST, f"entries[{i}].entity: {entity} appears twice"
