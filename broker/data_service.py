@@ -9,6 +9,12 @@ to the replica manager; InitProducerId hands out an id from this broker's block
 (``raftka.broker.producer_ids``); the group APIs and OffsetCommit go to the group coordinator
 (``raftka.broker.groups``); OffsetFetch is forwarded to the active controller (a linearizable
 read of the quorum), so clients need only brokers.
+
+On the data listener a consumer's fetches and every produce count against the client
+quotas of the connection's user (raftka's protocol has no client id: it is ``""``), as on
+the Kafka listener (``raftka.broker.kafka.throttling``): over a byte rate, the answer says
+how long the connection is muted, and a throttled fetch carries no records. Followers'
+fetches are replication, which client quotas do not bound (Kafka's rule).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.metrics import timed_fetch, timed_produce
 from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from raftka.broker.quota.manager import ClientQuotas, QuotaWindows
+from raftka.broker.quota.throttle import client_user, throttle
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.metadata.image import NO_LEADER, MetadataImage
 from raftka.rpc.stubs import ControllerRpc
@@ -32,6 +40,7 @@ from raftka.wire.server import CloseConnection, Handler
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
 TOPICS_PER_METADATA_MAX = 1_000
+DATA_CLIENT_ID = ""  # the data protocol names no client id
 
 
 class BrokerApi:
@@ -45,6 +54,10 @@ class BrokerApi:
         producer_ids: ProducerIdManager,
     ) -> None:
         self.replicas = replicas
+        self.quotas = ClientQuotas(
+            lambda: replicas.image.client_quotas,
+            QuotaWindows(replicas.config.quota_window_num, replicas.config.quota_window_size_seconds),
+        )
         self.cluster_id = cluster_id
         self._link = link
         self._producer_ids = producer_ids
@@ -65,7 +78,7 @@ class BrokerApi:
         return {
             frames.METADATA.key: self.metadata,
             frames.PRODUCE.key: self._produce_over_the_wire,
-            frames.FETCH.key: self.fetch,
+            frames.FETCH.key: self._fetch_over_the_wire,
             frames.LIST_OFFSETS.key: self.list_offsets,
             frames.OFFSET_COMMIT.key: self.offset_commit,
             frames.OFFSET_FETCH.key: self.offset_fetch,
@@ -81,7 +94,25 @@ class BrokerApi:
         }
 
     async def _produce_over_the_wire(self, request: Pb.ProduceRequest) -> Pb.ProduceResponse | None:
-        return wire_produce_answer(request, await self.produce(request))
+        response = await self.produce(request)
+        sent = sum(len(p.records) for t in request.topics for p in t.partitions)
+        response.throttle_time_ms = throttle(self.quotas.produce, client_user(), DATA_CLIENT_ID, sent)
+        return wire_produce_answer(request, response)
+
+    async def _fetch_over_the_wire(self, request: Pb.FetchRequest) -> Pb.FetchResponse:
+        if request.replica_id >= 0:  # replication
+            return await self.fetch(request)
+        user, quota = client_user(), self.quotas.fetch
+        request.max_bytes = int(min(request.max_bytes, quota.most_without_throttle(user, DATA_CLIENT_ID)))
+        response = await self.fetch(request)
+        sent = sum(len(p.records) for t in response.topics for p in t.partitions)
+        response.throttle_time_ms = throttle(quota, user, DATA_CLIENT_ID, sent)
+        if response.throttle_time_ms > 0:  # Kafka's throttled fetch: no records, their bytes taken back
+            quota.unrecord(user, DATA_CLIENT_ID, sent)
+            for topic in response.topics:
+                for partition in topic.partitions:
+                    partition.records = b""
+        return response
 
     @property
     def image(self) -> MetadataImage:

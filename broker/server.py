@@ -42,6 +42,7 @@ from raftka.broker.metrics import BrokerCollector
 from raftka.broker.offline_report import OfflineReport
 from raftka.broker.partitions import BrokerPartitions, RoleChanges
 from raftka.broker.producer_ids import ProducerIdManager
+from raftka.broker.quota.metrics import QuotaCollector
 from raftka.broker.replica.fetcher import ReplicaFetchers
 from raftka.broker.replica.isr import IsrChanges
 from raftka.broker.replica.manager import ReplicaManager
@@ -320,7 +321,11 @@ async def start_broker(config: NodeConfig) -> Broker:
     await node.start()
     try:
         await data.serve(api, config)
-        collectors = [RaftCollector(node), BrokerCollector(data.replicas, data.isr_changes, data.fetchers)]
+        collectors = [
+            RaftCollector(node),
+            BrokerCollector(data.replicas, data.isr_changes, data.fetchers),
+            QuotaCollector(api.quotas),
+        ]
         metrics = await serve_metrics(config, collectors)
     except ServerError:
         await data.close()

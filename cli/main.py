@@ -30,6 +30,7 @@ from raftka.cli import (
     perf,
     produce,
     quorum,
+    quotas,
     server,
     storage_cmd,
     topics,
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         perf,
         certs_cmd,
         acls,
+        quotas,
     ):
         module.register(commands)
     return parser

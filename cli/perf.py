@@ -29,6 +29,7 @@ from raftka.cli import (
     perf_fetch_sessions,
     perf_kafka,
     perf_metadata,
+    perf_quotas,
     perf_rebalance,
     perf_rpc,
     stability,
@@ -66,6 +67,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_data.register(kinds)
     perf_kafka.register(kinds)
     perf_fetch_sessions.register(kinds)
+    perf_quotas.register(kinds)
     perf_audit.register(kinds)
     perf_rebalance.register(kinds)
 

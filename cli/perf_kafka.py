@@ -118,7 +118,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     produce.add_argument(
         "--partitioner", choices=PARTITIONERS, default="murmur2_random", help="default murmur2_random"
     )
-    _topic_options(produce)
+    topic_options(produce)
     produce.set_defaults(func=run_produce)
 
     consume = kinds.add_parser(
@@ -133,7 +133,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     consume.set_defaults(func=run_consume)
 
 
-def _topic_options(parser: argparse.ArgumentParser) -> None:
+def topic_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", default=DEFAULT_TOPIC, help=f"default {DEFAULT_TOPIC}")
     parser.add_argument("--partitions", type=positive, default=6, help="if the topic is created (default 6)")
     parser.add_argument(

@@ -39,6 +39,7 @@ from raftka.client.errors import AdminError
 from raftka.client.types import (
     AclBinding,
     BrokerInfo,
+    ClientQuotaEntry,
     ClusterDescription,
     ConfigEntry,
     Endpoint,
@@ -47,6 +48,7 @@ from raftka.client.types import (
     OffsetCommit,
     PartitionInfo,
     PartitionResult,
+    QuotaEntity,
     TopicConfigs,
     TopicDescription,
     TopicListing,
@@ -55,7 +57,7 @@ from raftka.client.types import (
 )
 from raftka.rpc.stubs import ControllerRpc, NotControllerError, Stubs, controller_answer
 from raftka.security.tls import TlsFiles
-from raftka.v1 import controller_pb2, controller_pb2_grpc
+from raftka.v1 import controller_pb2, controller_pb2_grpc, metadata_pb2
 
 E = controller_pb2.ErrorCode
 T = TypeVar("T")
@@ -255,6 +257,42 @@ class AsyncAdmin:
                     entry.ops.add(name=name, value=value, op=controller_pb2.ALTER_CONFIG_SET)
         response = await self._call(lambda stub: stub.AlterConfigs, request)
         return [_topic_result(r) for r in response.topics]
+
+    # client quotas --------------------------------------------------------------------
+
+    async def alter_client_quotas(
+        self, entity: QuotaEntity, changes: Mapping[str, float | None], *, validate_only: bool = False
+    ) -> None:
+        """Set (a value) or remove (None) quota keys of one entity (Kafka's AlterClientQuotas);
+        a refused entity or value raises ``AdminError`` naming the field."""
+        request = controller_pb2.AlterClientQuotasRequest(validate_only=validate_only)
+        entry = request.entries.add(entity=_quota_entity_pb(entity))
+        for key, value in changes.items():
+            if value is None:
+                entry.ops.add(key=key, remove=True)
+            else:
+                entry.ops.add(key=key, value=value)
+        response = await self._call(lambda stub: stub.AlterClientQuotas, request)
+        result = response.entries[0]
+        if result.error != E.NONE:
+            raise AdminError(E.Name(result.error), result.message)
+
+    async def describe_client_quotas(
+        self, components: Sequence[tuple[str, int, str]] = (), *, strict: bool = False
+    ) -> list[ClientQuotaEntry]:
+        """The entities whose quotas match every (entity type, match type, name) component:
+        match type 0 the name, 1 the default entity, 2 any; none: every entity."""
+        request = controller_pb2.DescribeClientQuotasRequest(strict=strict)
+        for entity_type, match_type, name in components:
+            request.components.add(entity_type=entity_type, match_type=match_type, match=name)
+        response = await self._call(lambda stub: stub.DescribeClientQuotas, request)
+        return [
+            ClientQuotaEntry(
+                {c.entity_type: c.entity_name if c.HasField("entity_name") else None for c in entry.entity},
+                dict(entry.values),
+            )
+            for entry in response.entries
+        ]
 
     # cluster --------------------------------------------------------------------------
 
@@ -456,6 +494,16 @@ class Admin:
     def describe_acls(self, acl_filter: AclBinding = ANY_ACL) -> list[AclBinding]:
         return self._run(self._admin.describe_acls(acl_filter))
 
+    def alter_client_quotas(
+        self, entity: QuotaEntity, changes: Mapping[str, float | None], *, validate_only: bool = False
+    ) -> None:
+        self._run(self._admin.alter_client_quotas(entity, changes, validate_only=validate_only))
+
+    def describe_client_quotas(
+        self, components: Sequence[tuple[str, int, str]] = (), *, strict: bool = False
+    ) -> list[ClientQuotaEntry]:
+        return self._run(self._admin.describe_client_quotas(components, strict=strict))
+
     def commit_offsets(self, group: str, offsets: Sequence[OffsetCommit]) -> list[PartitionResult]:
         return self._run(self._admin.commit_offsets(group, offsets))
 
@@ -504,6 +552,16 @@ def _acl_pb(acl: AclBinding) -> controller_pb2.AclBinding:
 
 def _acl(message: controller_pb2.AclBinding) -> AclBinding:
     return AclBinding(**{name: getattr(message, name) for name in _ACL_FIELDS})
+
+
+def _quota_entity_pb(entity: QuotaEntity) -> list[metadata_pb2.ClientQuotaEntity]:
+    out = []
+    for entity_type, name in sorted(entity.items()):
+        component = metadata_pb2.ClientQuotaEntity(entity_type=entity_type)
+        if name is not None:
+            component.entity_name = name
+        out.append(component)
+    return out
 
 
 def _error_name(code: int) -> str | None:

@@ -273,3 +273,16 @@ class AclBinding:
     pattern_type: str = ""  # LITERAL or PREFIXED
     permission_type: str = ""  # ALLOW or DENY
     host: str = ""  # * (hosts are not matched)
+
+
+# A client quota entity: entity type ("user", "client-id") -> name, or None for the
+# type's default entity (shown as <default>); types it does not name are left out.
+QuotaEntity = Mapping[str, "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaEntry:
+    """One entity's client quotas (``raftka quotas describe``)."""
+
+    entity: QuotaEntity
+    values: Mapping[str, float]  # producer_byte_rate, consumer_byte_rate, request_percentage

@@ -66,6 +66,7 @@ _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "CreateAcls": _cluster(acls.ALTER),
     "DeleteAcls": _cluster(acls.ALTER),
     "DescribeAcls": _cluster(acls.DESCRIBE),
+    "AlterClientQuotas": _cluster(acls.ALTER_CONFIGS),  # Kafka's rule
 }
 
 

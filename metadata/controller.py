@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from raftka.metadata import acl_ops, broker_ops, config_ops, group_ops, offset_ops, topic_ops
+from raftka.metadata import acl_ops, broker_ops, config_ops, group_ops, offset_ops, quota_ops, topic_ops
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.offline_replicas import OfflineReplicas
@@ -572,6 +572,24 @@ class QuorumController:
     ) -> controller_pb2.DescribeAclsResponse:
         return await self._read(
             controller_pb2.DescribeAclsResponse, lambda image: acl_ops.describe(image, request), request
+        )
+
+    # client quotas ---------------------------------------------------------------------
+
+    async def alter_client_quotas(
+        self, request: controller_pb2.AlterClientQuotasRequest
+    ) -> controller_pb2.AlterClientQuotasResponse:
+        return await self._write(
+            controller_pb2.AlterClientQuotasResponse, lambda image: quota_ops.alter(image, request), request
+        )
+
+    async def describe_client_quotas(
+        self, request: controller_pb2.DescribeClientQuotasRequest
+    ) -> controller_pb2.DescribeClientQuotasResponse:
+        return await self._read(
+            controller_pb2.DescribeClientQuotasResponse,
+            lambda image: quota_ops.describe(image, request),
+            request,
         )
 
     # sessions --------------------------------------------------------------------------

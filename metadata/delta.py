@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from raftka.metadata import acls
+from raftka.metadata import acls, quotas
 from raftka.metadata.acls import Acl
 from raftka.metadata.image import (
     LEADER_UNCHANGED,
@@ -42,6 +42,7 @@ from raftka.metadata.image import (
     TopicImage,
     frozen,
 )
+from raftka.metadata.quotas import QuotaEntity
 from raftka.metadata.records import MetadataRecord, topic_id_str
 from raftka.v1 import metadata_pb2
 
@@ -142,6 +143,7 @@ class MetadataDelta:
         self._next_producer_id = image.next_producer_id
         self._groups: _Cow[str, GroupGeneration] = _Cow(image.groups)
         self._acls: _Cow[str, Acl] = _Cow(image.acls)
+        self._client_quotas: _Nested[QuotaEntity, str, float] = _Nested(image.client_quotas)
         self._applied = False
 
     def replay(self, record: MetadataRecord) -> None:
@@ -172,6 +174,7 @@ class MetadataDelta:
             features=self._features.result(),
             groups=self._groups.result(),
             acls=self._acls.result(),
+            client_quotas=self._client_quotas.result(),
         )
 
     # brokers ----------------------------------------------------------------------------
@@ -382,6 +385,16 @@ class MetadataDelta:
             raise ReplayError(f"RemoveAccessControlEntryRecord: no ACL {r.id}")
         del self._acls.edit()[r.id]
 
+    # client quotas -----------------------------------------------------------------------
+
+    def _client_quota(self, r: metadata_pb2.ClientQuotaRecord) -> None:
+        """Kafka's replay: a removal of a key the entity does not hold changes nothing."""
+        entity = quotas.entity_of(r.entity)
+        if not r.remove:
+            self._client_quotas.edit(entity)[r.key] = r.value
+        elif r.key in self._client_quotas.get(entity):
+            del self._client_quotas.edit(entity)[r.key]
+
 
 _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "register_broker": MetadataDelta._register_broker,
@@ -401,5 +414,6 @@ _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "group_rebalance": MetadataDelta._group_rebalance,
     "access_control_entry": MetadataDelta._access_control_entry,
     "remove_access_control_entry": MetadataDelta._remove_access_control_entry,
+    "client_quota": MetadataDelta._client_quota,
 }
 assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

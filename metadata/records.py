@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from raftka.metadata import acls
+from raftka.metadata import acls, quotas
 from raftka.metadata.image import LEADER_UNCHANGED, NO_LEADER
 from raftka.v1 import metadata_pb2
 
@@ -258,6 +258,12 @@ def _check_remove_access_control_entry(r: metadata_pb2.RemoveAccessControlEntryR
         raise RecordError("RemoveAccessControlEntryRecord.id: empty")
 
 
+def _check_client_quota(r: metadata_pb2.ClientQuotaRecord) -> None:
+    problem = quotas.record_problem(r)
+    if problem is not None:
+        raise RecordError(problem)
+
+
 def _no_fields(_: Message) -> None:
     pass
 
@@ -280,5 +286,6 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "group_rebalance": _check_group_rebalance,
     "access_control_entry": _check_access_control_entry,
     "remove_access_control_entry": _check_remove_access_control_entry,
+    "client_quota": _check_client_quota,
 }
 assert set(_CHECKS) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

@@ -116,3 +116,13 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def DescribeAcls(self, request: Pb.DescribeAclsRequest, context: grpc.aio.ServicerContext) -> Any:
         return await self._call(self._c.describe_acls, request, Pb.DescribeAclsResponse)
+
+    async def AlterClientQuotas(
+        self, request: Pb.AlterClientQuotasRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.alter_client_quotas, request, Pb.AlterClientQuotasResponse)
+
+    async def DescribeClientQuotas(
+        self, request: Pb.DescribeClientQuotasRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.describe_client_quotas, request, Pb.DescribeClientQuotasResponse)

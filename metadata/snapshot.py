@@ -15,7 +15,8 @@ Layout, big-endian::
     records       record_count x (u32 length, MetadataRecord)
 
 Records come in a fixed order (features, brokers, producer ids, topics by name with
-their configs and partitions, other configs, offsets, groups' last rebalances), so every
+their configs and partitions, other configs, offsets, groups' last rebalances, ACLs,
+client quotas), so every
 replica writes the same bytes for the same image. A partition costs about 45 bytes.
 Brokers come before the partitions that name them; a partition may still name a broker
 that has unregistered, which no record restates, so the delta replaying a snapshot
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from raftka.metadata import records
+from raftka.metadata import quotas, records
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import TOPIC, GroupGeneration, MetadataImage
 from raftka.metadata.records import MetadataRecord, RecordError
@@ -170,6 +171,9 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
         yield MetadataRecord(group_rebalance=group_rebalance_record(group, g))
     for _, acl in sorted(image.acls.items()):
         yield MetadataRecord(access_control_entry=acl.record())
+    for entity, values in sorted(image.client_quotas.items(), key=lambda item: item[0].sort_key()):
+        for key, value in sorted(values.items()):
+            yield MetadataRecord(client_quota=quotas.record(entity, key, value))
 
 
 def group_rebalance_record(group: str, g: GroupGeneration) -> metadata_pb2.GroupRebalanceRecord:

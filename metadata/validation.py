@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from raftka.metadata.acls import ACLS_PER_REQUEST_MAX
+from raftka.metadata.quotas import ENTITY_TYPES, QUOTA_ENTRIES_PER_REQUEST_MAX
 from raftka.v1 import controller_pb2
 
 ErrorCode = controller_pb2.ErrorCode
@@ -230,6 +231,12 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
             yield "acls", len(request.acls), min(ACLS_PER_REQUEST_MAX, records_max), per_batch
         case Pb.DeleteAclsRequest():
             yield "filters", len(request.filters), ACLS_PER_REQUEST_MAX, ""
+        case Pb.AlterClientQuotasRequest():
+            yield "entries", len(request.entries), QUOTA_ENTRIES_PER_REQUEST_MAX, ""
+            yield "entries[].entity", sum(len(e.entity) for e in request.entries), records_max, per_batch
+            yield "entries[].ops", sum(len(e.ops) for e in request.entries), records_max, per_batch
+        case Pb.DescribeClientQuotasRequest():
+            yield "components", len(request.components), len(ENTITY_TYPES), ""
         case Pb.RecordGroupRebalanceRequest():
             members = request.rebalance.members
             yield "rebalance.members", len(members), GROUP_MEMBERS_MAX, ""

@@ -102,6 +102,8 @@ class BrokerConfig:
         86_400_000  # an idempotent producer silent this long is forgotten per partition
     )
     producer_id_expiration_check_interval_ms: int = 600_000  # how often partitions forget expired producers
+    quota_window_num: int = 11  # Kafka's quota.window.num: client quota rates span this many windows
+    quota_window_size_seconds: int = 1  # Kafka's quota.window.size.seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +294,8 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     for key in _NOT_NEGATIVE:
         if values[key] < 0:
             raise ConfigError(f"{key}: must be 0 (off) or more, got {values[key]}")
+    if values["broker.quota_window_num"] < 2:
+        raise ConfigError(f"broker.quota_window_num: at least 2, got {values['broker.quota_window_num']}")
     _check_data_listener(values["broker.data_listener"], listener, roles)
     _check_kafka_listener(values["kafka.listener"], (listener, values["broker.data_listener"]), roles)
     _check_kafka_listener(

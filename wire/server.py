@@ -18,7 +18,8 @@ an earlier answer), and requests of at most ``request_max_bytes``. A connection'
 answers share ``answer_bytes_max`` (``answer_room``): it is not read while they reach
 it, and its fetches read no more than what its queued answers and its other fetches
 leave (a fetch's first batch still comes whole), so a client that sends 64 fetches at
-once and reads nothing pins 64 MiB and a batch, not 64 times that.
+once and reads nothing pins 64 MiB and a batch, not 64 times that. A connection whose
+client a handler throttled (``mute``: client quotas) is not read until the throttle ends.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from raftka.wire.frames import (
     encode_response,
     status_only,
 )
+from raftka.wire.mute import Mute, current_mute
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("raftka.wire.server")
@@ -204,6 +206,7 @@ class _Connection(asyncio.Protocol):
         self.answers = AnswerBudget(listener.answer_bytes_max, self.queued_answer_bytes)
         self._reading = True
         self._writable = True
+        self.mute = Mute(self._dispatch)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -218,6 +221,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._listener.connections.discard(self)
+        self.mute.cancel()
         for task in self._tasks:
             task.cancel()
         self._unanswered.clear()
@@ -249,11 +253,13 @@ class _Connection(asyncio.Protocol):
 
     def _may_start(self) -> bool:
         """Whether to start requests and read: not while 4 MiB of answers are unsent, the
-        answers reach their bound, or ``in_flight_max`` requests are in progress. Each
-        stop ends with a call back here: asyncio's ``resume_writing``, or a request
-        finishing (which releases what it held, and sends what waited for it)."""
+        answers reach their bound, ``in_flight_max`` requests are in progress, or the
+        client is throttled. Each stop ends with a call back here: asyncio's
+        ``resume_writing``, a request finishing (which releases what it held, and sends
+        what waited for it), or the mute ending."""
         return (
-            self._writable
+            not self.mute.muted()
+            and self._writable
             and self.queued_answer_bytes() < self._unsent_high
             and self.answers.used < self.answers.limit
             and self._busy() < self._listener.in_flight_max
@@ -303,6 +309,7 @@ class _Connection(asyncio.Protocol):
         context.run(current_principal.set, self._principal)
         room = AnswerRoom(self.answers)
         context.run(current_answer_room.set, room)
+        context.run(current_mute.set, self.mute)
         task = asyncio.get_running_loop().create_task(call, context=context)
         self._tasks.add(task)
         if self._dispatcher.ordered:

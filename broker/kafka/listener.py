@@ -8,11 +8,17 @@ from raftka.broker.kafka.cluster_apis import ClusterApis
 from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
 from raftka.broker.kafka.protocol import KafkaDispatcher
+from raftka.broker.kafka.quota_apis import QuotaApis
 from raftka.node.config import NodeConfig
 from raftka.wire.server import Listener
 
 
 def kafka_listener(api: BrokerApi, config: NodeConfig, name: str = "kafka") -> Listener:
     """``name``: "kafka", or "kafka-external" for the second one (``raftka.broker.kafka.endpoints``)."""
-    apis = [*ClusterApis(api, config).apis(), *LogApis(api).apis(), *GroupApis(api).apis()]
-    return Listener(KafkaDispatcher(apis), name=name)
+    apis = [
+        *ClusterApis(api, config).apis(),
+        *LogApis(api).apis(),
+        *GroupApis(api).apis(),
+        *QuotaApis(api).apis(),
+    ]
+    return Listener(KafkaDispatcher(apis, api.quotas), name=name)

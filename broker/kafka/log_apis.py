@@ -22,6 +22,9 @@ whose principal lacks ClusterAction: TOPIC_AUTHORIZATION_FAILED for every partit
 raftka's followers use the data listener, so here nobody has it (answered as a consumer's
 fetch, it would silently give a would-be follower only what is below the high watermark).
 
+Produce and Fetch count against their client's byte-rate quotas (``throttling``): the
+answer says how long the client is throttled, a throttled fetch carries no records.
+
 Limits a Kafka client may ask beyond raftka's (a fetch's bytes and wait, a produce's
 timeout) are lowered to raftka's, as a Kafka broker caps them by its own settings;
 negative ones are refused by the replica manager's checks.
@@ -59,6 +62,7 @@ from raftka.broker.kafka.errors import (
 )
 from raftka.broker.kafka.fetch_sessions import FetchSessions, refused
 from raftka.broker.kafka.protocol import KafkaApi
+from raftka.broker.kafka.throttling import Client, throttle
 from raftka.broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
 from raftka.broker.replica.partition import PartitionError
 from raftka.records.legacy import (
@@ -138,10 +142,12 @@ class LogApis:
             answer.status.message = "transactional_id: raftka does not support transactions"
         else:
             answer = await self._api.produce(ours)
+        sent = sum(len(p.records) for t in ours.topics for p in t.partitions)
+        throttle_ms = throttle(self._api.quotas.produce, Client(request), sent)
         answer = wire_produce_answer(ours, answer)
         if answer is None:
             return None
-        response = self._produce_answer(ours, answer)
+        response = self._produce_answer(ours, answer, throttle_ms)
         for name, index, why in unconverted:
             _answer_topic(response, name).partition_responses.append(
                 _produce_error(index, E.CORRUPT_MESSAGE, why)
@@ -159,7 +165,9 @@ class LogApis:
         except LegacyError as e:
             return b"", f"records: {e}"
 
-    def _produce_answer(self, request: Pb.ProduceRequest, answer: Pb.ProduceResponse) -> ProduceResponse:
+    def _produce_answer(
+        self, request: Pb.ProduceRequest, answer: Pb.ProduceResponse, throttle_ms: int
+    ) -> ProduceResponse:
         leaders: set[int] = set()
         topics = []
         for topic, outcomes in _outcomes(request, answer):
@@ -184,7 +192,7 @@ class LogApis:
             )
         return ProduceResponse(
             responses=topics,
-            throttle_time_ms=0,
+            throttle_time_ms=throttle_ms,
             node_endpoints=self._node_endpoints(leaders, ProduceResponse),
         )
 
@@ -196,11 +204,13 @@ class LogApis:
             return refused(plan)
         by_id = version >= TOPIC_IDS_FROM
         image = self._api.image
+        client = Client(request)
+        quota_bytes = self._api.quotas.fetch.most_without_throttle(client.user, client.client_id)
         ours = Pb.FetchRequest(
             replica_id=-1,
             max_wait_ms=min(request.max_wait_ms, FETCH_WAIT_MS_MAX),
             min_bytes=min(request.min_bytes, FETCH_BYTES_MAX),
-            max_bytes=min(request.max_bytes, FETCH_BYTES_MAX),
+            max_bytes=int(min(request.max_bytes, FETCH_BYTES_MAX, quota_bytes)),
         )
         unknown_ids: list[FetchResponse.FetchableTopicResponse] = []
         for topic in plan.topics:
@@ -234,6 +244,11 @@ class LogApis:
             )
         else:
             answer = await self._api.fetch(ours)
+        sent = sum(len(p.records) for t in answer.topics for p in t.partitions)
+        throttle_ms = throttle(self._api.quotas.fetch, client, sent)
+        if throttle_ms > 0:  # Kafka's throttled fetch: no records, their bytes taken back
+            self._api.quotas.fetch.unrecord(client.user, client.client_id, sent)
+            return FetchResponse(throttle_time_ms=throttle_ms, error_code=0, session_id=0, responses=[])
         leaders: set[int] = set()
         topics = []
         for topic, outcomes in _outcomes(ours, answer):

@@ -15,11 +15,13 @@ lists are longer than ``raftka.broker.kafka.request_lists`` allows.
 
 The versions served are Kafka 3.9's for each API, from 0 (Kafka 4.0 dropped the old
 ones, KIP-896; clients still send them), up to the newest this listener implements.
+With client quotas, every request's loop time counts against its client's (``throttling``).
 """
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,8 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from raftka.broker.kafka.errors import UNSUPPORTED_VERSION
 from raftka.broker.kafka.request_lists import check_request_lists
+from raftka.broker.kafka.throttling import answer_within_quotas
+from raftka.broker.quota.manager import ClientQuotas
 from raftka.wire.frames import FrameError
 from raftka.wire.server import Call
 
@@ -64,7 +68,8 @@ class KafkaDispatcher:
 
     ordered = True
 
-    def __init__(self, apis: Iterable[KafkaApi]) -> None:
+    def __init__(self, apis: Iterable[KafkaApi], quotas: ClientQuotas | None = None) -> None:
+        self.quotas = quotas
         self.apis = {api.key: api for api in apis}
         self.apis[ApiVersionsRequest.API_KEY] = KafkaApi(
             ApiVersionsRequest, 0, API_VERSIONS_MAX, self._api_versions
@@ -75,6 +80,7 @@ class KafkaDispatcher:
             )
 
     def dispatch(self, frame: memoryview) -> Call | bytes:
+        started = time.perf_counter()
         if len(frame) < REQUEST_PREFIX.size:
             raise FrameError(f"a Kafka request of {len(frame)} bytes is shorter than its header")
         key, version, correlation_id = REQUEST_PREFIX.unpack_from(frame)
@@ -91,12 +97,15 @@ class KafkaDispatcher:
             raise FrameError(
                 f"a {api.name} v{version} request does not decode: {type(e).__name__}: {e}"
             ) from None
-        return self._answer(api, request, version, correlation_id)
+        return self._answer(api, request, version, correlation_id, time.perf_counter() - started)
 
     async def _answer(
-        self, api: KafkaApi, request: ApiMessage, version: int, correlation_id: int
+        self, api: KafkaApi, request: ApiMessage, version: int, correlation_id: int, decode_s: float
     ) -> bytes | None:
-        response = await api.handler(request, version)
+        if self.quotas is None:
+            response = await api.handler(request, version)
+        else:
+            response = await answer_within_quotas(self.quotas, api.handler, request, version, decode_s)
         return None if response is None else self._encode(response, version, correlation_id)
 
     @staticmethod

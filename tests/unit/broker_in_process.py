@@ -64,6 +64,9 @@ class InProcessBroker:
         )
         self._partitions = BrokerPartitions(BROKER, INCARNATION)
 
+    def adopt(self, image: MetadataImage) -> None:
+        self.replicas.apply(image, self._partitions.update(image))
+
     def set_topics(self, topics: dict[str, int], configs: dict[str, dict[str, str]] | None = None) -> None:
         """Topic name -> partition count, all led by this broker (ids derive from the name)."""
         replicas = (BROKER, *self.followers)
@@ -86,6 +89,7 @@ class InProcessBroker:
             configs=frozen({(TOPIC, n): frozen(v) for n, v in (configs or {}).items()}),
             offsets=self.controller.image.offsets,
             groups=self.controller.image.groups,
+            client_quotas=self.controller.image.client_quotas,
         )
         self.replicas.apply(image, self._partitions.update(image))
         self.controller.set_image(image)
@@ -126,6 +130,7 @@ async def broker_in_process(
     kafka_port = await kafka.start("127.0.0.1", 0, server_ssl)
     coordinating = asyncio.create_task(groups.run())
     broker = InProcessBroker(api, controller, port, kafka_port, followers)
+    controller.listeners.append(broker.adopt)  # quotas altered through it reach the broker
     broker.set_topics(topics, configs)
     try:
         yield broker

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops, group_ops, offset_ops, topic_ops
+from raftka.metadata import broker_ops, group_ops, offset_ops, quota_ops, topic_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
 from raftka.rpc.stubs import ControllerRpc
@@ -53,6 +53,9 @@ class ControllerInMemory:
 
     async def DeleteGroups(self, request: Any, timeout: float) -> Any:
         return self._commit(group_ops.delete(self.image, request))
+
+    async def AlterClientQuotas(self, request: Any, timeout: float) -> Any:
+        return self._commit(quota_ops.alter(self.image, request))
 
     async def AllocateProducerIds(self, request: Any, timeout: float) -> Any:
         return self._commit(broker_ops.allocate_producer_ids(self.image, request))

@@ -309,5 +309,15 @@ def acl(principal: str, operation: str, resource_type: str, name: str, *, patter
     return Record(access_control_entry=entry.record())
 
 
+def client_quota(user: str | None, client_id: str | None, key: str, value: float | None) -> Record:
+    """A quota record; "<default>" names a type's default entity, None leaves the type out."""
+    from raftka.metadata import quotas
+
+    def name(given: str | None) -> quotas.Name:
+        return quotas.DEFAULT if given == quotas.DEFAULT_SHOWN else given
+
+    return Record(client_quota=quotas.record(quotas.QuotaEntity(name(user), name(client_id)), key, value))
+
+
 def remove_acl(acl_id: str) -> Record:
     return Record(remove_access_control_entry=pb.RemoveAccessControlEntryRecord(id=acl_id))

@@ -330,7 +330,7 @@ def test_a_fatal_client_error_ends_the_run_with_librdkafkas_reason(
     monkeypatch.setattr(
         listener_module,
         "KafkaDispatcher",
-        lambda apis: serve_all([a for a in apis if a.key != INIT_PRODUCER_ID]),
+        lambda apis, quotas: serve_all([a for a in apis if a.key != INIT_PRODUCER_ID], quotas),
     )
     with broker_thread(tmp_path, {TOPIC: PARTITIONS}) as served:
         argv = [

@@ -31,6 +31,7 @@ EVERY_TYPE = {
     "GROUP_REBALANCE_RECORD": m.group_rebalance("g", 3, ["m1", "m2"], assignment=[("orders", [0, 1])]),
     "ACCESS_CONTROL_ENTRY_RECORD": m.acl("User:CN=alice,OU=client,O=raftka", "CREATE", "TOPIC", "orders"),
     "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": m.remove_acl("0123456789abcdef0123456789abcdef"),
+    "CLIENT_QUOTA_RECORD": m.client_quota("alice", "<default>", "producer_byte_rate", 1024.0),
 }
 
 

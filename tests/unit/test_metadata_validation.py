@@ -279,6 +279,10 @@ def test_the_walk_finds_every_list_of_the_client_requests() -> None:
         ("DeleteGroupsRequest", "groups"),
         ("CreateAclsRequest", "acls"),
         ("DeleteAclsRequest", "filters"),
+        ("AlterClientQuotasRequest", "entries"),
+        ("AlterClientQuotasRequest", "entries[].entity"),
+        ("AlterClientQuotasRequest", "entries[].ops"),
+        ("DescribeClientQuotasRequest", "components"),
     }
 
 

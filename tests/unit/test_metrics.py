@@ -15,6 +15,8 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from raftka.broker.metrics import BrokerCollector, BrokerTopicMetrics
+from raftka.broker.quota.manager import ClientQuotas
+from raftka.broker.quota.metrics import QuotaCollector
 from raftka.broker.replica.isr import IsrChanges
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.producer import AsyncProducer
@@ -415,7 +417,7 @@ def test_the_metrics_page_lists_exactly_the_metrics_the_nodes_export() -> None:
     )
     exported = {
         family.name + ("_total" if family.type == "counter" else "")
-        for collector in (RaftCollector(node), controller, broker)  # type: ignore[arg-type]
+        for collector in (RaftCollector(node), controller, broker, QuotaCollector(ClientQuotas(dict)))  # type: ignore[arg-type]
         for family in collector.collect()
     }
     assert documented == exported

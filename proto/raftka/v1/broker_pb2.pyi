@@ -130,12 +130,14 @@ class ProduceTopicResult(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ProducePartitionResult, _Mapping]]] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("status", "topics")
+    __slots__ = ("status", "topics", "throttle_time_ms")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     status: _controller_pb2.Status
     topics: _containers.RepeatedCompositeFieldContainer[ProduceTopicResult]
-    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[ProduceTopicResult, _Mapping]]] = ...) -> None: ...
+    throttle_time_ms: int
+    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[ProduceTopicResult, _Mapping]]] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class InitProducerIdRequest(_message.Message):
     __slots__ = ("transactional_id", "transaction_timeout_ms", "producer_id", "producer_epoch")
@@ -244,12 +246,14 @@ class FetchTopicResult(_message.Message):
     def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[bytes] = ..., partitions: _Optional[_Iterable[_Union[FetchPartitionResult, _Mapping]]] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("status", "topics")
+    __slots__ = ("status", "topics", "throttle_time_ms")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     status: _controller_pb2.Status
     topics: _containers.RepeatedCompositeFieldContainer[FetchTopicResult]
-    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[FetchTopicResult, _Mapping]]] = ...) -> None: ...
+    throttle_time_ms: int
+    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[FetchTopicResult, _Mapping]]] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsPartition(_message.Message):
     __slots__ = ("partition", "current_leader_epoch", "timestamp")

@@ -758,3 +758,88 @@ class DescribeAclsResponse(_message.Message):
     status: Status
     acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+
+class ClientQuotaOp(_message.Message):
+    __slots__ = ("key", "value", "remove")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: float
+    remove: bool
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ..., remove: _Optional[bool] = ...) -> None: ...
+
+class ClientQuotaAlteration(_message.Message):
+    __slots__ = ("entity", "ops")
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    entity: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.ClientQuotaEntity]
+    ops: _containers.RepeatedCompositeFieldContainer[ClientQuotaOp]
+    def __init__(self, entity: _Optional[_Iterable[_Union[_metadata_pb2.ClientQuotaEntity, _Mapping]]] = ..., ops: _Optional[_Iterable[_Union[ClientQuotaOp, _Mapping]]] = ...) -> None: ...
+
+class AlterClientQuotasRequest(_message.Message):
+    __slots__ = ("entries", "validate_only")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[ClientQuotaAlteration]
+    validate_only: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[ClientQuotaAlteration, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class ClientQuotaAlterationResult(_message.Message):
+    __slots__ = ("error", "message", "entity")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    error: ErrorCode
+    message: str
+    entity: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.ClientQuotaEntity]
+    def __init__(self, error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., entity: _Optional[_Iterable[_Union[_metadata_pb2.ClientQuotaEntity, _Mapping]]] = ...) -> None: ...
+
+class AlterClientQuotasResponse(_message.Message):
+    __slots__ = ("status", "entries")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    entries: _containers.RepeatedCompositeFieldContainer[ClientQuotaAlterationResult]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[ClientQuotaAlterationResult, _Mapping]]] = ...) -> None: ...
+
+class ClientQuotaFilterComponent(_message.Message):
+    __slots__ = ("entity_type", "match_type", "match")
+    ENTITY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    entity_type: str
+    match_type: int
+    match: str
+    def __init__(self, entity_type: _Optional[str] = ..., match_type: _Optional[int] = ..., match: _Optional[str] = ...) -> None: ...
+
+class DescribeClientQuotasRequest(_message.Message):
+    __slots__ = ("components", "strict")
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
+    components: _containers.RepeatedCompositeFieldContainer[ClientQuotaFilterComponent]
+    strict: bool
+    def __init__(self, components: _Optional[_Iterable[_Union[ClientQuotaFilterComponent, _Mapping]]] = ..., strict: _Optional[bool] = ...) -> None: ...
+
+class ClientQuotaValues(_message.Message):
+    __slots__ = ("entity", "values")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    entity: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.ClientQuotaEntity]
+    values: _containers.ScalarMap[str, float]
+    def __init__(self, entity: _Optional[_Iterable[_Union[_metadata_pb2.ClientQuotaEntity, _Mapping]]] = ..., values: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class DescribeClientQuotasResponse(_message.Message):
+    __slots__ = ("status", "entries")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    entries: _containers.RepeatedCompositeFieldContainer[ClientQuotaValues]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[ClientQuotaValues, _Mapping]]] = ...) -> None: ...

@@ -139,6 +139,16 @@ class ControllerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
                 _registered_method=True)
+        self.AlterClientQuotas = channel.unary_unary(
+                '/raftka.v1.Controller/AlterClientQuotas',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.AlterClientQuotasResponse.FromString,
+                _registered_method=True)
+        self.DescribeClientQuotas = channel.unary_unary(
+                '/raftka.v1.Controller/DescribeClientQuotas',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -270,6 +280,18 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterClientQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeClientQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -377,6 +399,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeAcls,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'AlterClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterClientQuotas,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.AlterClientQuotasResponse.SerializeToString,
+            ),
+            'DescribeClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeClientQuotas,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -946,6 +978,60 @@ class Controller:
             '/raftka.v1.Controller/DescribeAcls',
             raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/AlterClientQuotas',
+            raftka_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.AlterClientQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/DescribeClientQuotas',
+            raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,
