@@ -21,13 +21,13 @@ answered whole, so nothing of it is written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from raftka.metadata import acls
 from raftka.metadata.acls import Authorizer
 from raftka.security.grpc_gate import Denial, Policy
-from raftka.security.principal import BROKER, Principal
+from raftka.security.principal import BROKER, Principal, current_host
 from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
@@ -60,13 +60,23 @@ _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "DeleteTopics": lambda r: ((acls.DELETE, acls.TOPIC, name) for name in r.names),
     "CreatePartitions": lambda r: ((acls.ALTER, acls.TOPIC, t.name) for t in r.topics),
     "AlterConfigs": lambda r: ((acls.ALTER_CONFIGS, acls.TOPIC, t.topic) for t in r.topics),
+    "DescribeConfigs": lambda r: ((acls.DESCRIBE_CONFIGS, acls.TOPIC, name) for name in r.topics),
+    "DescribeTopics": lambda r: ((acls.DESCRIBE, acls.TOPIC, name) for name in r.names),
     "ElectLeaders": _cluster(acls.ALTER),
     "DeleteGroups": lambda r: ((acls.DELETE, acls.GROUP, group) for group in r.groups),
-    "OffsetCommit": lambda r: iter([(acls.ALTER, acls.GROUP, r.group)]),
+    "OffsetCommit": lambda r: _group_and_topics(acls.READ, r.group, r.topics),
+    "OffsetFetch": lambda r: _group_and_topics(acls.DESCRIBE, r.group, r.topics),
     "CreateAcls": _cluster(acls.ALTER),
     "DeleteAcls": _cluster(acls.ALTER),
     "DescribeAcls": _cluster(acls.DESCRIBE),
 }
+
+
+def _group_and_topics(operation: str, group: str, topics: Iterable[Any]) -> Iterator[Need]:
+    """Kafka's rule for offsets: ``operation`` on the group, then on each topic."""
+    yield operation, acls.GROUP, group
+    for topic in topics:
+        yield operation, acls.TOPIC, topic.topic
 
 
 def controller_policy(authorizer: Authorizer) -> Policy:
@@ -79,10 +89,11 @@ def controller_policy(authorizer: Authorizer) -> Policy:
                 return problem
         needs = _NEEDS.get(method)
         if needs is None:
-            return None  # a read
+            return None  # open to every certificate of the cluster
         acting = forwarded if forwarded is not None else caller.name
+        host = current_host.get()  # the client's, when a broker forwards for it
         for operation, resource_type, name in needs(request):
-            if not _allowed(authorizer, acting, operation, resource_type, name):
+            if not _allowed(authorizer, acting, operation, resource_type, name, host):
                 what = "the cluster" if resource_type == acls.CLUSTER else f"{resource_type.lower()} {name!r}"
                 return Denial(
                     _CODES.get(resource_type, E.CLUSTER_AUTHORIZATION_FAILED),
@@ -93,12 +104,14 @@ def controller_policy(authorizer: Authorizer) -> Policy:
     return policy
 
 
-def _allowed(authorizer: Authorizer, principal: str, operation: str, resource_type: str, name: str) -> bool:
+def _allowed(
+    authorizer: Authorizer, principal: str, operation: str, resource_type: str, name: str, host: str
+) -> bool:
     """Kafka's rule for creating a topic: CREATE on the topic or on the cluster."""
-    if authorizer.allowed(principal, operation, resource_type, name):
+    if authorizer.allowed(principal, operation, resource_type, name, host):
         return True
     return operation == acls.CREATE and authorizer.allowed(
-        principal, operation, acls.CLUSTER, acls.CLUSTER_NAME
+        principal, operation, acls.CLUSTER, acls.CLUSTER_NAME, host
     )
 
 

@@ -62,7 +62,13 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
             lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(service, server),
             health.add_to_server,
         ],
-        controller_policy(Authorizer(config.authorizer.super_users, lambda: state_machine.image.acls)),
+        controller_policy(
+            Authorizer(
+                config.authorizer.super_users,
+                lambda: state_machine.image.acls,
+                config.authorizer.allow_everyone_if_no_acl_found,
+            )
+        ),
     )
     node.add_caught_up_listener(health.set_serving)  # and NOT_SERVING from the start of a shutdown
     controller = QuorumController(

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import structlog
 from google.protobuf.message import DecodeError, Message
 
-from raftka.security.principal import Principal, current_principal, from_ssl
+from raftka.security.principal import Principal, current_host, current_principal, from_ssl, host_of
 from raftka.v1 import controller_pb2
 from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
 from raftka.wire.frames import (
@@ -294,6 +294,7 @@ class _Connection(asyncio.Protocol):
         context = contextvars.copy_context()
         context.run(current_peer.set, self._peer)
         context.run(current_principal.set, self._principal)
+        context.run(current_host.set, host_of(self._peer))
         room = AnswerRoom(self.answers)
         context.run(current_answer_room.set, room)
         task = asyncio.get_running_loop().create_task(call, context=context)

@@ -4,6 +4,7 @@ Kafka client's requests cost a frame each, not a gRPC call)."""
 from __future__ import annotations
 
 from raftka.broker.data_service import BrokerApi
+from raftka.broker.kafka.acl_apis import AclApis
 from raftka.broker.kafka.cluster_apis import ClusterApis
 from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
@@ -13,5 +14,10 @@ from raftka.wire.server import Listener
 
 
 def kafka_listener(api: BrokerApi, config: NodeConfig) -> Listener:
-    apis = [*ClusterApis(api, config).apis(), *LogApis(api).apis(), *GroupApis(api).apis()]
+    apis = [
+        *ClusterApis(api, config).apis(),
+        *LogApis(api).apis(),
+        *GroupApis(api).apis(),
+        *AclApis(api).apis(),
+    ]
     return Listener(KafkaDispatcher(apis), name="kafka")

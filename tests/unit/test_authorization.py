@@ -125,7 +125,8 @@ def test_acls_are_created_once_listed_deleted_and_kept_in_snapshots() -> None:
         (binding(operation="EAT"), "operation"),
         (binding(principal="alice"), "principal"),
         (binding(resource_type="CLUSTER"), "resource_name"),
-        (binding(host="10.0.0.1"), "host"),
+        (binding(host="example.com"), "host"),
+        (binding(host="::0001"), "host"),
         (binding(pattern_type="MATCH"), "pattern_type"),
     ],
 )
