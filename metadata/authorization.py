@@ -6,14 +6,19 @@
   heartbeat for broker 102. Brokers apply the same rule to a follower's fetch
   (``raftka.broker.replica.follower_check``).
 - Admin operations need a super user (``authorizer.super_users``) or an ACL: create,
-  delete, and alter topics and their configs, elect leaders, delete groups, commit
-  offsets from outside a group (a reset), and manage ACLs. A broker forwarding a
+  delete, and alter topics and their configs, elect leaders, delete groups, and manage
+  ACLs. A broker forwarding a
   client's request is judged as that client (``raftka.security.grpc_gate``), never as itself,
   so a broker cannot lend its rights to a Kafka client; a broker asking for itself has
   no admin rights unless an operator gave them. A commit that names the coordinator
   forwarding it (``coordinator_id``) must come with that broker's certificate too.
-- Reads (list and describe topics, configs, the cluster, committed offsets) are open to
-  every certificate of the cluster.
+- Reads as Kafka judges them: describing named topics needs DESCRIBE on each, their
+  configs DESCRIBE_CONFIGS, a group's committed offsets DESCRIBE on the group and on
+  each topic named; a listing of every topic (or of every offset a group committed)
+  holds only the topics the caller may DESCRIBE (``describable_topics``). The cluster's
+  brokers and the quorum are open to every certificate of the cluster.
+- Offset commits, from a member through its coordinator or from outside the group (a
+  reset), need READ on the group and on each topic, as Kafka's OffsetCommit.
 
 The checks use the ACLs of the image this controller has replayed; a refused request is
 answered whole, so nothing of it is written.
@@ -27,7 +32,7 @@ from typing import Any
 from raftka.metadata import acls
 from raftka.metadata.acls import Authorizer
 from raftka.security.grpc_gate import Denial, Policy
-from raftka.security.principal import BROKER, Principal, current_host
+from raftka.security.principal import BROKER, Principal, current_host, current_principal
 from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
@@ -102,6 +107,20 @@ def controller_policy(authorizer: Authorizer) -> Policy:
         return None
 
     return policy
+
+
+def describable_topics(authorizer: Authorizer) -> Callable[[str], bool]:
+    """Whether the caller of the request being handled may DESCRIBE a topic (a listing
+    holds only those); with no principal (no TLS), every topic. A broker sees every topic:
+    one forwarding a client's listing has kept only what that client may describe."""
+
+    def describable(topic: str) -> bool:
+        caller = current_principal.get()
+        return caller is None or caller.role == BROKER or authorizer.allowed(
+            caller.name, acls.DESCRIBE, acls.TOPIC, topic, current_host.get()
+        )
+
+    return describable
 
 
 def _allowed(
