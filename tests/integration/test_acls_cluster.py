@@ -34,6 +34,18 @@ from confluent_kafka.admin import (
 )
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -44,6 +56,8 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
 )
 from kafka.protocol.metadata import (
     FindCoordinatorRequest,
@@ -90,7 +104,12 @@ class Setup:
     cluster: MetadataCluster
     certs: dict[str, TlsFiles]
     leader: dict[str, int]  # topic -> its partition 0's leader
-    coordinator: int  # GROUP's
+    coordinators: dict[str, int]  # GROUP's and JOINED's
+
+    @property
+    def coordinator(self) -> int:
+        return self.coordinators[GROUP]
+
     listeners: dict[int, dict[str, str]]  # broker id -> listener name -> host:port
 
     def admin_call(self, *args: str) -> Any:
@@ -158,9 +177,14 @@ def setup(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
             ][0]["leader"]
             for topic in (GRANTED, SECRET)
         }
-        found = asyncio.run(_data_call(certs["admin"], listeners[leader[GRANTED]]["DATA"], "FindCoordinator",
-                                       Pb.FindCoordinatorRequest(group_id=GROUP)))  # fmt: skip
-        yield Setup(cluster, certs, leader, found.node_id, listeners)
+        coordinators = {
+            group: asyncio.run(
+                _data_call(certs["admin"], listeners[leader[GRANTED]]["DATA"], "FindCoordinator",
+                           Pb.FindCoordinatorRequest(group_id=group))
+            ).node_id
+            for group in (GROUP, JOINED)
+        }  # fmt: skip
+        yield Setup(cluster, certs, leader, coordinators, listeners)
     finally:
         cluster.close()
 
@@ -233,7 +257,8 @@ class RaftkaFront:
             group_id=group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, protocol_type="consumer",
             protocols=[Pb.JoinGroupProtocol(name="range", metadata=b"")],
         )  # fmt: skip
-        return kafka_error(self._ask(who, self.setup.coordinator, "JoinGroup", request).status.error)
+        coordinator = self.setup.coordinators.get(group, self.setup.coordinator)
+        return kafka_error(self._ask(who, coordinator, "JoinGroup", request).status.error)
 
     def commit(self, who: str, group: str, topic: str, offset: int) -> int:
         request = C.OffsetCommitRequest(group=group)
@@ -307,13 +332,18 @@ class KafkaFront:
         request = FindCoordinatorRequest(key=group, key_type=0)
         return self._ask(who, self.setup.coordinator, request, 3, FindCoordinatorResponse).error_code
 
-    def join(self, who: str, group: str) -> int:
+    def join(self, who: str, group: str, member_id: str = "") -> int:
+        return self.joined(who, group, member_id).error_code
+
+    def joined(self, who: str, group: str, member_id: str = "") -> Any:
         request = JoinGroupRequest(
-            group_id=group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
+            group_id=group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id=member_id,
             group_instance_id=None, protocol_type="consumer",
             protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")], reason=None,
         )  # fmt: skip
-        return self._ask(who, self.setup.coordinator, request, 5, JoinGroupResponse).error_code
+        return self._ask(
+            who, self.setup.coordinators.get(group, self.setup.coordinator), request, 5, JoinGroupResponse
+        )
 
     def commit(self, who: str, group: str, topic: str, offset: int) -> int:
         T = OffsetCommitRequest.OffsetCommitRequestTopic
@@ -493,3 +523,67 @@ def test_kafkas_admin_client_manages_acls_and_its_producer_obeys_them(setup: Set
     error = deliver()
     assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert _log_end(setup, topic) == 1
+
+
+def test_the_kafka_listeners_own_apis_are_judged_as_kafka_judges_them(setup: Setup) -> None:
+    """What only the Kafka listener serves: configs (DescribeConfigs, which Read does not
+    imply), leader epochs, auto-creation by Metadata (Create), CreateTopics and DeleteTopics
+    per topic, and group listings filtered by Describe."""
+    kafka = KafkaFront(setup)
+    R = DescribeConfigsRequest.DescribeConfigsResource
+
+    def configs(who: str) -> list[int]:
+        request = DescribeConfigsRequest(
+            resources=[R(resource_type=2, resource_name=GRANTED, configuration_keys=None),
+                       R(resource_type=4, resource_name=str(setup.coordinator), configuration_keys=None)],
+            include_synonyms=False, include_documentation=False,
+        )  # fmt: skip
+        answer = kafka._ask(who, setup.coordinator, request, 4, DescribeConfigsResponse)
+        return [r.error_code for r in answer.results]
+
+    assert configs("reader") == [TOPIC_REFUSED, CLUSTER_REFUSED]
+    assert configs("local-denied") == [OK, CLUSTER_REFUSED]  # All on every topic, nothing on the cluster
+    assert configs("admin") == [OK, OK]
+
+    E = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    epochs = OffsetForLeaderEpochRequest(
+        replica_id=-1,
+        topics=[E(topic=GRANTED, partitions=[E.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)])],
+    )  # fmt: skip
+    for who, expected in (("nobody", TOPIC_REFUSED), ("reader", OK)):
+        answer = kafka._ask(who, setup.leader[GRANTED], epochs, 4, OffsetForLeaderEpochResponse)
+        assert answer.topics[0].partitions[0].error_code == expected, who
+
+    auto = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name="gran-auto")], allow_auto_topic_creation=True,
+        include_cluster_authorized_operations=False, include_topic_authorized_operations=False,
+    )  # fmt: skip
+    made = kafka._ask(
+        "writer", setup.coordinator, auto, 9, MetadataResponse
+    )  # Describe (by Write), no Create
+    assert made.topics[0].error_code == TOPIC_REFUSED
+    C_ = CreateTopicsRequest.CreatableTopic
+    create = CreateTopicsRequest(
+        topics=[C_(name="made-by-writer", num_partitions=1, replication_factor=3, assignments=[], configs=[])],
+        timeout_ms=10_000, validate_only=False,
+    )  # fmt: skip
+    created = kafka._ask("writer", setup.coordinator, create, 5, CreateTopicsResponse)
+    assert created.topics[0].error_code == TOPIC_REFUSED
+    delete = DeleteTopicsRequest(topic_names=[GRANTED, "ghost"], timeout_ms=10_000)
+    deleted = kafka._ask("reader", setup.coordinator, delete, 4, DeleteTopicsResponse)
+    assert [(r.name, r.error_code) for r in deleted.responses] == [
+        (GRANTED, TOPIC_REFUSED),
+        ("ghost", TOPIC_REFUSED),
+    ]
+    listed = {t["name"] for t in setup.admin_call("topics", "list")}
+    assert {"gran-auto", "made-by-writer"}.isdisjoint(listed) and GRANTED in listed
+
+    first = kafka.joined("reader", JOINED)  # MEMBER_ID_REQUIRED, then join with the id given
+    assert kafka.join("reader", JOINED, first.member_id) == OK  # a member: the group is listed
+    for who, expected in (("reader", [JOINED]), ("writer", [])):
+        at = setup.coordinators[JOINED]
+        groups = kafka._ask(who, at, ListGroupsRequest(states_filter=[]), 4, ListGroupsResponse)
+        assert [g.group_id for g in groups.groups if g.group_id == JOINED] == expected, who
+        asked = DescribeGroupsRequest(groups=[JOINED], include_authorized_operations=False)
+        described = kafka._ask(who, at, asked, 5, DescribeGroupsResponse)
+        assert described.groups[0].error_code == (OK if expected else GROUP_REFUSED), who
