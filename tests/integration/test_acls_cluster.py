@@ -74,6 +74,8 @@ from kafka.protocol.producer import (
 
 from raftka.broker.kafka.errors import kafka_error
 from raftka.cli import local
+from raftka.client.errors import KafkaError as RaftkaError
+from raftka.client.producer import Producer as RaftkaProducer
 from raftka.records.codec import BatchBuilder
 from raftka.security.certs import CLIENT_UNIT, Authority
 from raftka.security.tls import TlsFiles, aio_channel
@@ -587,3 +589,26 @@ def test_the_kafka_listeners_own_apis_are_judged_as_kafka_judges_them(setup: Set
         asked = DescribeGroupsRequest(groups=[JOINED], include_authorized_operations=False)
         described = kafka._ask(who, at, asked, 5, DescribeGroupsResponse)
         assert described.groups[0].error_code == (OK if expected else GROUP_REFUSED), who
+
+
+def test_raftkas_own_producer_is_refused_with_kafkas_error_and_writes_nothing(setup: Setup) -> None:
+    """raftka's Producer over the data listener: the writer's idempotent producer delivers
+    (Write on some topic allows its InitProducerId); a principal without Write gets the
+    refusal as the record's error, at once, and the log does not grow."""
+    bootstrap = [setup.listeners[b]["DATA"] for b in sorted(setup.listeners)]
+
+    def send(who: str, **options: Any) -> BaseException | None:
+        producer = RaftkaProducer(bootstrap, tls=setup.certs[who], **options)
+        try:
+            return producer.send(GRANTED, b"from " + who.encode()).exception(TIMEOUT_S)
+        finally:
+            producer.close()
+
+    end = _log_end(setup, GRANTED)
+    assert send("writer") is None
+    assert _log_end(setup, GRANTED) == end + 1
+    refused = send("nobody", enable_idempotence=False)
+    assert isinstance(refused, RaftkaError) and refused.code == "TOPIC_AUTHORIZATION_FAILED", refused
+    refused = send("reader")  # idempotent: its InitProducerId needs IdempotentWrite or Write somewhere
+    assert isinstance(refused, RaftkaError) and refused.code == "CLUSTER_AUTHORIZATION_FAILED", refused
+    assert _log_end(setup, GRANTED) == end + 1
