@@ -267,7 +267,7 @@ class AclBinding:
     one, an empty pattern type is LITERAL, an empty permission ALLOW and an empty host *."""
 
     principal: str = ""  # User:CN=alice,OU=client,O=raftka, or User:*
-    operation: str = ""  # ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ...
+    operation: str = ""  # ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, ... (Kafka's eleven)
     resource_type: str = ""  # TOPIC, GROUP or CLUSTER
     resource_name: str = ""  # a name, * for all; the cluster's is kafka-cluster
     pattern_type: str = ""  # LITERAL or PREFIXED

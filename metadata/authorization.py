@@ -116,8 +116,10 @@ def describable_topics(authorizer: Authorizer) -> Callable[[str], bool]:
 
     def describable(topic: str) -> bool:
         caller = current_principal.get()
-        return caller is None or caller.role == BROKER or authorizer.allowed(
-            caller.name, acls.DESCRIBE, acls.TOPIC, topic, current_host.get()
+        return (
+            caller is None
+            or caller.role == BROKER
+            or authorizer.allowed(caller.name, acls.DESCRIBE, acls.TOPIC, topic, current_host.get())
         )
 
     return describable
