@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import grpc
 
+from raftka.broker.authorization import Guards, RequestAuthorizer
 from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.metrics import timed_fetch, timed_produce
@@ -30,6 +31,7 @@ from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from raftka.broker.quota.manager import ClientQuotas, QuotaWindows
 from raftka.broker.quota.throttle import client_user, throttle
 from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata import acls
 from raftka.metadata.image import NO_LEADER, MetadataImage
 from raftka.rpc.stubs import ControllerRpc
 from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
@@ -52,27 +54,40 @@ class BrokerApi:
         cluster_id: str,
         controller_id: Callable[[], int],
         producer_ids: ProducerIdManager,
+        authorizer: RequestAuthorizer | None = None,
     ) -> None:
         self.replicas = replicas
         self.quotas = ClientQuotas(
             lambda: replicas.image.client_quotas,
             QuotaWindows(replicas.config.quota_window_num, replicas.config.quota_window_size_seconds),
         )
+        self.authorizer = authorizer or RequestAuthorizer(None)
+        guard = Guards(self.authorizer)  # every front end's ACL checks (raftka.broker.authorization)
         self.cluster_id = cluster_id
         self._link = link
         self._producer_ids = producer_ids
         self._controller_id = controller_id
-        self.produce = timed_produce(replicas.produce, replicas.metrics)
-        self.fetch = timed_fetch(replicas.fetch, replicas.metrics)
-        self.offset_commit = groups.commit
-        self.find_coordinator = groups.find_coordinator
-        self.join_group = groups.join
-        self.sync_group = groups.sync
-        self.heartbeat = groups.heartbeat
-        self.leave_group = groups.leave
-        self.describe_groups = groups.describe
-        self.list_groups = groups.list_groups
-        self.delete_groups = groups.delete
+        self.produce = guard.by_topic(
+            acls.WRITE, Pb.ProduceResponse, timed_produce(replicas.produce, replicas.metrics)
+        )
+        self.fetch = guard.by_topic(
+            acls.READ, Pb.FetchResponse, timed_fetch(replicas.fetch, replicas.metrics)
+        )
+        self.list_offsets = guard.by_topic(acls.DESCRIBE, Pb.ListOffsetsResponse, self._list_offsets)
+        self.metadata = guard.metadata(self._metadata)
+        self.init_producer_id = guard.init_producer_id(self._init_producer_id)
+        self.offset_commit = guard.offset_commit(groups.commit)
+        self.offset_fetch = guard.offset_fetch(self._offset_fetch)
+        self.find_coordinator = guard.one_group(
+            acls.DESCRIBE, Pb.FindCoordinatorResponse, groups.find_coordinator
+        )
+        self.join_group = guard.one_group(acls.READ, Pb.JoinGroupResponse, groups.join)
+        self.sync_group = guard.one_group(acls.READ, Pb.SyncGroupResponse, groups.sync)
+        self.heartbeat = guard.one_group(acls.READ, Pb.HeartbeatResponse, groups.heartbeat)
+        self.leave_group = guard.one_group(acls.READ, Pb.LeaveGroupResponse, groups.leave)
+        self.describe_groups = guard.describe_groups(groups.describe)
+        self.list_groups = guard.list_groups(groups.list_groups)
+        self.delete_groups = guard.delete_groups(groups.delete)
 
     def wire_handlers(self) -> dict[int, Handler]:
         return {
@@ -118,13 +133,13 @@ class BrokerApi:
     def image(self) -> MetadataImage:
         return self.replicas.image
 
-    async def metadata(self, request: Pb.MetadataRequest) -> Pb.MetadataResponse:
+    async def _metadata(self, request: Pb.MetadataRequest) -> Pb.MetadataResponse:
         return metadata_response(self.replicas.image, request, self.cluster_id, self._controller_id())
 
-    async def list_offsets(self, request: Pb.ListOffsetsRequest) -> Pb.ListOffsetsResponse:
+    async def _list_offsets(self, request: Pb.ListOffsetsRequest) -> Pb.ListOffsetsResponse:
         return self.replicas.list_offsets(request)
 
-    async def init_producer_id(self, request: Pb.InitProducerIdRequest) -> Pb.InitProducerIdResponse:
+    async def _init_producer_id(self, request: Pb.InitProducerIdRequest) -> Pb.InitProducerIdResponse:
         """A new producer id with epoch 0 (Kafka's answer to an idempotent producer, which
         bumps its epoch itself afterwards)."""
         response = Pb.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
@@ -143,7 +158,7 @@ class BrokerApi:
         response.producer_epoch = 0
         return response
 
-    async def offset_fetch(
+    async def _offset_fetch(
         self, request: controller_pb2.OffsetFetchRequest
     ) -> controller_pb2.OffsetFetchResponse:
         return await self.forward(lambda stub: stub.OffsetFetch, request, controller_pb2.OffsetFetchResponse)

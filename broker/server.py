@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 import structlog
 
+from raftka.broker.authorization import RequestAuthorizer
 from raftka.broker.controller_link import ControllerLink
 from raftka.broker.data_service import BrokerApi, BrokerService
 from raftka.broker.groups.coordinator import GroupCoordinator
@@ -46,6 +47,7 @@ from raftka.broker.quota.metrics import QuotaCollector
 from raftka.broker.replica.fetcher import ReplicaFetchers
 from raftka.broker.replica.isr import IsrChanges
 from raftka.broker.replica.manager import ReplicaManager
+from raftka.metadata.acls import Authorizer
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.state_machine import MetadataStateMachine
 from raftka.metadata.validation import GROUP_MEMBERS_MAX
@@ -298,6 +300,15 @@ async def start_broker(config: NodeConfig) -> Broker:
         node.cluster_id,
         lambda: node.leadership.leader_id,
         data.producer_ids,
+        RequestAuthorizer(
+            Authorizer(
+                config.authorizer.super_users,
+                lambda: state_machine.image.acls,
+                config.authorizer.allow_everyone_if_no_acl_found,
+            )
+            if config.tls
+            else None  # plaintext: no principal to judge (docs/security.md)
+        ),
     )
     endpoints = [  # what clients and other brokers are told: each listener's advertised address
         _endpoint(DATA_LISTENER, config.broker.advertised_data_listener),

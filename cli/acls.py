@@ -6,7 +6,8 @@
     raftka acls remove --allow-principal User:CN=alice,OU=client,O=raftka --topic orders
 
 Every principal is given every operation on every resource named (``--topic`` and
-``--group`` may repeat); one request, so all are added or none.
+``--group`` may repeat), from every host named (``--allow-host``/``--deny-host``, an IP
+address; none: ``*``, any); one request, so all are added or none.
 """
 
 from __future__ import annotations
@@ -20,7 +21,19 @@ from raftka.cli.admin_args import add_connection_options, open_admin
 from raftka.cli.errors import CliError
 from raftka.client.types import AclBinding
 
-OPERATIONS = ("All", "Create", "Delete", "Alter", "AlterConfigs", "Describe", "Read", "Write")
+OPERATIONS = (
+    "All",
+    "Read",
+    "Write",
+    "Create",
+    "Delete",
+    "Alter",
+    "Describe",
+    "ClusterAction",
+    "DescribeConfigs",
+    "AlterConfigs",
+    "IdempotentWrite",
+)
 PATTERNS = ("literal", "prefixed")
 CLUSTER_NAME = "kafka-cluster"
 
@@ -55,6 +68,13 @@ def _principal_options(parser: argparse.ArgumentParser) -> None:
             metavar="PRINCIPAL",
             help=f"User:CN=...,OU=...,O=... (or User:*) to {permission}; may repeat",
         )
+        parser.add_argument(
+            f"--{permission}-host",
+            action="append",
+            default=[],
+            metavar="IP",
+            help=f"the client address the {permission} applies to (default * for any); may repeat",
+        )
 
 
 def _operation_option(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +95,9 @@ def _resource_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--group", action="append", default=[], metavar="NAME", help="a group (* for all); may repeat"
     )
-    parser.add_argument("--cluster", action="store_true", help="the cluster (elect leaders, manage ACLs)")
+    parser.add_argument(
+        "--cluster", action="store_true", help="the cluster (elect leaders, manage ACLs, idempotent writes)"
+    )
     parser.add_argument(
         "--resource-pattern-type",
         choices=PATTERNS,
@@ -100,12 +122,22 @@ def _pattern(args: argparse.Namespace) -> str:
     return (args.resource_pattern_type or "").upper()
 
 
-def _principals(args: argparse.Namespace) -> list[tuple[str, str]]:
-    return [(p, "ALLOW") for p in args.allow_principal] + [(p, "DENY") for p in args.deny_principal]
+def _principals(args: argparse.Namespace, any_host: str = "") -> list[tuple[str, str, str]]:
+    """(principal, ALLOW or DENY, host) for each principal and host named; a principal
+    without hosts gets ``any_host`` (``*`` to add, "" to match any in a filter)."""
+    return [
+        (principal, permission, host)
+        for permission, principals, hosts in (
+            ("ALLOW", args.allow_principal, args.allow_host),
+            ("DENY", args.deny_principal, args.deny_host),
+        )
+        for principal in principals
+        for host in hosts or [any_host]
+    ]
 
 
 def run_add(args: argparse.Namespace) -> int:
-    principals, resources = _principals(args), _resources(args)
+    principals, resources = _principals(args, "*"), _resources(args)
     if not principals:
         raise CliError("--allow-principal or --deny-principal: name at least one principal")
     if not args.operation:
@@ -113,8 +145,8 @@ def run_add(args: argparse.Namespace) -> int:
     if not resources:
         raise CliError("--topic, --group or --cluster: name at least one resource")
     acls = [
-        AclBinding(principal, operation, kind, name, _pattern(args) or "LITERAL", permission, "*")
-        for (principal, permission), operation, (kind, name) in itertools.product(
+        AclBinding(principal, operation, kind, name, _pattern(args) or "LITERAL", permission, host)
+        for (principal, permission, host), operation, (kind, name) in itertools.product(
             principals, args.operation, resources
         )
     ]
@@ -128,7 +160,7 @@ def run_list(args: argparse.Namespace) -> int:
     with open_admin(args) as admin:
         found = [
             acl
-            for acl_filter in _filters(args, [(args.principal or "", "")], [""])
+            for acl_filter in _filters(args, [(args.principal or "", "", "")], [""])
             for acl in admin.describe_acls(acl_filter)
         ]
     _print(list(dict.fromkeys(found)), args, "")
@@ -140,7 +172,7 @@ def run_remove(args: argparse.Namespace) -> int:
         raise CliError(
             "name a principal (--allow-principal/--deny-principal) or a resource: remove does not remove every ACL"
         )
-    filters = _filters(args, _principals(args) or [("", "")], args.operation or [""])
+    filters = _filters(args, _principals(args) or [("", "", "")], args.operation or [""])
     with open_admin(args) as admin:
         removed = admin.delete_acls(filters)
     _print(removed, args, f"Removed {len(removed)} ACL(s):")
@@ -148,12 +180,12 @@ def run_remove(args: argparse.Namespace) -> int:
 
 
 def _filters(
-    args: argparse.Namespace, principals: list[tuple[str, str]], operations: list[str]
+    args: argparse.Namespace, principals: list[tuple[str, str, str]], operations: list[str]
 ) -> list[AclBinding]:
     resources = _resources(args) or [("", "")]
     return [
-        AclBinding(principal, operation, kind, name, _pattern(args), permission)
-        for (principal, permission), operation, (kind, name) in itertools.product(
+        AclBinding(principal, operation, kind, name, _pattern(args), permission, host)
+        for (principal, permission, host), operation, (kind, name) in itertools.product(
             principals, operations, resources
         )
     ]
@@ -168,6 +200,7 @@ def _print(acls: list[AclBinding], args: argparse.Namespace, heading: str) -> No
             "resource_type": a.resource_type,
             "resource_name": a.resource_name,
             "pattern_type": a.pattern_type,
+            "host": a.host,
         }
         for a in acls
     ]
@@ -178,7 +211,7 @@ def _print(acls: list[AclBinding], args: argparse.Namespace, heading: str) -> No
         print(heading)
     print(
         output.table(
-            ("PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE", "NAME", "PATTERN"),
+            ("PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE", "NAME", "PATTERN", "HOST"),
             [tuple(r.values()) for r in rows],
         )
     )

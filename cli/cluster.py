@@ -248,6 +248,7 @@ def create(
             log=LOCAL_LOG,
             metrics=MetricsConfig(port=metrics_ports[controllers + i]),
             tls=node_tls(f"broker-{broker_id}"),
+            authorizer=AuthorizerConfig(super_users=(_client_principal(),) if tls else ()),
         )
         nodes.append(
             _write_node(

@@ -100,8 +100,23 @@ class ClusterMetadata:
             await self.refresh(force=True)
         info = self.topics.get(name)
         if info is None:
+            await self._check_authorized(name)
             raise KafkaError("UNKNOWN_TOPIC_OR_PARTITION", f"no topic {name!r}")
         return info
+
+    async def _check_authorized(self, name: str) -> None:
+        """A listing leaves out what this principal may not describe: asked by name, a
+        broker says TOPIC_AUTHORIZATION_FAILED, raised here (not retried, as Kafka's
+        clients raise it) rather than waiting for a topic that will never appear."""
+        try:
+            response = await self.any_broker().Metadata(
+                broker_pb2.MetadataRequest(topics=[name]), timeout=self.request_timeout_s
+            )
+        except WireError:
+            return  # the refresh's answer stands
+        for topic in response.topics:
+            if topic.error == E.TOPIC_AUTHORIZATION_FAILED:
+                raise KafkaError(E.Name(topic.error), topic.message)
 
     async def refresh(self, force: bool = False) -> None:
         """Ask a broker for the whole picture; concurrent callers share one call."""

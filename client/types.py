@@ -267,12 +267,12 @@ class AclBinding:
     one, an empty pattern type is LITERAL, an empty permission ALLOW and an empty host *."""
 
     principal: str = ""  # User:CN=alice,OU=client,O=raftka, or User:*
-    operation: str = ""  # ALL, CREATE, DELETE, ALTER, ALTER_CONFIGS, DESCRIBE, READ, WRITE
+    operation: str = ""  # ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, ... (Kafka's eleven)
     resource_type: str = ""  # TOPIC, GROUP or CLUSTER
     resource_name: str = ""  # a name, * for all; the cluster's is kafka-cluster
     pattern_type: str = ""  # LITERAL or PREFIXED
     permission_type: str = ""  # ALLOW or DENY
-    host: str = ""  # * (hosts are not matched)
+    host: str = ""  # the client's IP address, or * for any
 
 
 # A client quota entity: entity type ("user", "client-id") -> name, or None for the

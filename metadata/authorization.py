@@ -6,14 +6,19 @@
   heartbeat for broker 102. Brokers apply the same rule to a follower's fetch
   (``raftka.broker.replica.follower_check``).
 - Admin operations need a super user (``authorizer.super_users``) or an ACL: create,
-  delete, and alter topics and their configs, elect leaders, delete groups, commit
-  offsets from outside a group (a reset), and manage ACLs. A broker forwarding a
+  delete, and alter topics and their configs, elect leaders, delete groups, and manage
+  ACLs. A broker forwarding a
   client's request is judged as that client (``raftka.security.grpc_gate``), never as itself,
   so a broker cannot lend its rights to a Kafka client; a broker asking for itself has
   no admin rights unless an operator gave them. A commit that names the coordinator
   forwarding it (``coordinator_id``) must come with that broker's certificate too.
-- Reads (list and describe topics, configs, the cluster, committed offsets) are open to
-  every certificate of the cluster.
+- Reads as Kafka judges them: describing named topics needs DESCRIBE on each, their
+  configs DESCRIBE_CONFIGS, a group's committed offsets DESCRIBE on the group and on
+  each topic named; a listing of every topic (or of every offset a group committed)
+  holds only the topics the caller may DESCRIBE (``describable_topics``). The cluster's
+  brokers and the quorum are open to every certificate of the cluster.
+- Offset commits, from a member through its coordinator or from outside the group (a
+  reset), need READ on the group and on each topic, as Kafka's OffsetCommit.
 
 The checks use the ACLs of the image this controller has replayed; a refused request is
 answered whole, so nothing of it is written.
@@ -21,13 +26,13 @@ answered whole, so nothing of it is written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from raftka.metadata import acls
 from raftka.metadata.acls import Authorizer
 from raftka.security.grpc_gate import Denial, Policy
-from raftka.security.principal import BROKER, Principal
+from raftka.security.principal import BROKER, Principal, current_host, current_principal
 from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
@@ -60,14 +65,24 @@ _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "DeleteTopics": lambda r: ((acls.DELETE, acls.TOPIC, name) for name in r.names),
     "CreatePartitions": lambda r: ((acls.ALTER, acls.TOPIC, t.name) for t in r.topics),
     "AlterConfigs": lambda r: ((acls.ALTER_CONFIGS, acls.TOPIC, t.topic) for t in r.topics),
+    "DescribeConfigs": lambda r: ((acls.DESCRIBE_CONFIGS, acls.TOPIC, name) for name in r.topics),
+    "DescribeTopics": lambda r: ((acls.DESCRIBE, acls.TOPIC, name) for name in r.names),
     "ElectLeaders": _cluster(acls.ALTER),
     "DeleteGroups": lambda r: ((acls.DELETE, acls.GROUP, group) for group in r.groups),
-    "OffsetCommit": lambda r: iter([(acls.ALTER, acls.GROUP, r.group)]),
+    "OffsetCommit": lambda r: _group_and_topics(acls.READ, r.group, r.topics),
+    "OffsetFetch": lambda r: _group_and_topics(acls.DESCRIBE, r.group, r.topics),
     "CreateAcls": _cluster(acls.ALTER),
     "DeleteAcls": _cluster(acls.ALTER),
     "DescribeAcls": _cluster(acls.DESCRIBE),
     "AlterClientQuotas": _cluster(acls.ALTER_CONFIGS),  # Kafka's rule
 }
+
+
+def _group_and_topics(operation: str, group: str, topics: Iterable[Any]) -> Iterator[Need]:
+    """Kafka's rule for offsets: ``operation`` on the group, then on each topic."""
+    yield operation, acls.GROUP, group
+    for topic in topics:
+        yield operation, acls.TOPIC, topic.topic
 
 
 def controller_policy(authorizer: Authorizer) -> Policy:
@@ -80,10 +95,11 @@ def controller_policy(authorizer: Authorizer) -> Policy:
                 return problem
         needs = _NEEDS.get(method)
         if needs is None:
-            return None  # a read
+            return None  # open to every certificate of the cluster
         acting = forwarded if forwarded is not None else caller.name
+        host = current_host.get()  # the client's, when a broker forwards for it
         for operation, resource_type, name in needs(request):
-            if not _allowed(authorizer, acting, operation, resource_type, name):
+            if not _allowed(authorizer, acting, operation, resource_type, name, host):
                 what = "the cluster" if resource_type == acls.CLUSTER else f"{resource_type.lower()} {name!r}"
                 return Denial(
                     _CODES.get(resource_type, E.CLUSTER_AUTHORIZATION_FAILED),
@@ -94,12 +110,30 @@ def controller_policy(authorizer: Authorizer) -> Policy:
     return policy
 
 
-def _allowed(authorizer: Authorizer, principal: str, operation: str, resource_type: str, name: str) -> bool:
+def describable_topics(authorizer: Authorizer) -> Callable[[str], bool]:
+    """Whether the caller of the request being handled may DESCRIBE a topic (a listing
+    holds only those); with no principal (no TLS), every topic. A broker sees every topic:
+    one forwarding a client's listing has kept only what that client may describe."""
+
+    def describable(topic: str) -> bool:
+        caller = current_principal.get()
+        return (
+            caller is None
+            or caller.role == BROKER
+            or authorizer.allowed(caller.name, acls.DESCRIBE, acls.TOPIC, topic, current_host.get())
+        )
+
+    return describable
+
+
+def _allowed(
+    authorizer: Authorizer, principal: str, operation: str, resource_type: str, name: str, host: str
+) -> bool:
     """Kafka's rule for creating a topic: CREATE on the topic or on the cluster."""
-    if authorizer.allowed(principal, operation, resource_type, name):
+    if authorizer.allowed(principal, operation, resource_type, name, host):
         return True
     return operation == acls.CREATE and authorizer.allowed(
-        principal, operation, acls.CLUSTER, acls.CLUSTER_NAME
+        principal, operation, acls.CLUSTER, acls.CLUSTER_NAME, host
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import structlog
 
 from raftka.metadata.acls import Authorizer
-from raftka.metadata.authorization import controller_policy
+from raftka.metadata.authorization import controller_policy, describable_topics
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.metrics import ControllerCollector, EventQueueProbe
 from raftka.metadata.service import ControllerService
@@ -55,6 +55,11 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
     node: RaftNode
     state_machine = MetadataStateMachine(config.metadata, lambda snapshot: node.save_snapshot(snapshot))
     health = NodeHealth(config.node_id, [controller_pb2.DESCRIPTOR.services_by_name["Controller"]])
+    authorizer = Authorizer(
+        config.authorizer.super_users,
+        lambda: state_machine.image.acls,
+        config.authorizer.allow_everyone_if_no_acl_found,
+    )
     node = await open_node(
         config,
         state_machine,
@@ -62,7 +67,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
             lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(service, server),
             health.add_to_server,
         ],
-        controller_policy(Authorizer(config.authorizer.super_users, lambda: state_machine.image.acls)),
+        controller_policy(authorizer),
     )
     node.add_caught_up_listener(health.set_serving)  # and NOT_SERVING from the start of a shutdown
     controller = QuorumController(
@@ -76,7 +81,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
         leader_rebalance_interval_ms=config.controller.leader_rebalance_interval_ms,
         disconnect_fence_ms=config.controller.disconnect_fence_ms,
     )
-    service = ControllerService(controller)
+    service = ControllerService(controller, describable_topics(authorizer))
     await node.start()
     probe = EventQueueProbe()
     try:

@@ -4,6 +4,10 @@ The service adds only the safety net: a request that makes the controller raise 
 never bad input, which the controller answers with an error code) is logged and
 answered UNKNOWN_SERVER_ERROR, so a bad request cannot take the node down and the
 client gets a typed answer rather than a broken call.
+
+Listings (every topic, every committed offset of a group) hold only the topics the caller
+may DESCRIBE (``raftka.metadata.authorization.describable_topics``), as Kafka's Metadata
+answers; a request naming topics is judged whole before it gets here.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ Pb = controller_pb2
 
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
-    def __init__(self, controller: QuorumController) -> None:
+    def __init__(
+        self, controller: QuorumController, describable: Callable[[str], bool] = lambda topic: True
+    ) -> None:
         self._c = controller
+        self._describable = describable
 
     async def _call(self, handler: Callable[[Any], Awaitable[Any]], request: Any, response_type: type) -> Any:
         try:
@@ -46,12 +53,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return await self._call(self._c.create_partitions, request, Pb.CreatePartitionsResponse)
 
     async def ListTopics(self, request: Pb.ListTopicsRequest, context: grpc.aio.ServicerContext) -> Any:
-        return await self._call(self._c.list_topics, request, Pb.ListTopicsResponse)
+        response = await self._call(self._c.list_topics, request, Pb.ListTopicsResponse)
+        _keep(response.topics, lambda t: self._describable(t.name))
+        return response
 
     async def DescribeTopics(
         self, request: Pb.DescribeTopicsRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self._call(self._c.describe_topics, request, Pb.DescribeTopicsResponse)
+        response = await self._call(self._c.describe_topics, request, Pb.DescribeTopicsResponse)
+        if not request.names:
+            _keep(response.topics, lambda t: self._describable(t.name))
+        return response
 
     async def DescribeConfigs(
         self, request: Pb.DescribeConfigsRequest, context: grpc.aio.ServicerContext
@@ -93,7 +105,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return await self._call(self._c.commit_offsets, request, Pb.OffsetCommitResponse)
 
     async def OffsetFetch(self, request: Pb.OffsetFetchRequest, context: grpc.aio.ServicerContext) -> Any:
-        return await self._call(self._c.fetch_offsets, request, Pb.OffsetFetchResponse)
+        response = await self._call(self._c.fetch_offsets, request, Pb.OffsetFetchResponse)
+        if not request.topics:
+            _keep(response.offsets, lambda o: self._describable(o.topic))
+        return response
 
     async def CommitGroupOffsets(
         self, request: Pb.CommitGroupOffsetsRequest, context: grpc.aio.ServicerContext
@@ -126,3 +141,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self, request: Pb.DescribeClientQuotasRequest, context: grpc.aio.ServicerContext
     ) -> Any:
         return await self._call(self._c.describe_client_quotas, request, Pb.DescribeClientQuotasResponse)
+
+def _keep(items: Any, wanted: Callable[[Any], bool]) -> None:
+    """Leave in the repeated field ``items`` only those ``wanted``."""
+    kept = [item for item in items if wanted(item)]
+    del items[:]
+    items.extend(kept)

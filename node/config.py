@@ -132,11 +132,12 @@ class MetricsConfig:
 
 @dataclass(frozen=True, slots=True)
 class AuthorizerConfig:
-    """Who may do admin operations when TLS is on (``raftka.metadata.authorization``)."""
+    """Who may do what when TLS is on (``raftka.metadata.acls``): ACLs, and these."""
 
     super_users: tuple[
         str, ...
     ] = ()  # principals allowed everything (Kafka's super.users), e.g. "User:CN=admin,OU=client,O=raftka"
+    allow_everyone_if_no_acl_found: bool = False  # Kafka's key: a resource no ACL names is open to all
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +220,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     **_declare("metrics", MetricsConfig),
     **{f"tls.{name}": (str, "") for name in TLS_KEYS},
     "authorizer.super_users": (list, []),
+    "authorizer.allow_everyone_if_no_acl_found": (bool, False),
 }
 _TABLES = frozenset(key.rpartition(".")[0] for key in _SCHEMA if "." in key) | {"controller"}
 _POSITIVE = (
@@ -359,7 +361,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         logging=LoggingConfig(level, fmt),
         metrics=MetricsConfig(**_table(values, "metrics", MetricsConfig)),
         tls=tls,
-        authorizer=AuthorizerConfig(tuple(super_users)),
+        authorizer=AuthorizerConfig(tuple(super_users), values["authorizer.allow_everyone_if_no_acl_found"]),
     )
 
 
@@ -538,6 +540,7 @@ def render_toml(config: NodeConfig) -> str:
         **_render("metrics", config.metrics),
         **{f"tls.{name}": str(getattr(config.tls, name)) if config.tls else "" for name in TLS_KEYS},
         "authorizer.super_users": list(config.authorizer.super_users),
+        "authorizer.allow_everyone_if_no_acl_found": config.authorizer.allow_everyone_if_no_acl_found,
     }
     assert values.keys() == _SCHEMA.keys(), "render_toml must write every key"
     sections: dict[str, list[str]] = {}

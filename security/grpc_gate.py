@@ -24,9 +24,10 @@ import grpc
 import structlog
 from google.protobuf import descriptor_pool, message_factory
 
-from raftka.security.principal import BROKER, Principal, current_principal, from_grpc
+from raftka.security.principal import BROKER, Principal, current_host, current_principal, from_grpc, host_of
 
 FORWARDED_KEY = "raftka-principal"  # gRPC metadata: the principal a broker forwards a request for
+FORWARDED_HOST_KEY = "raftka-host"  # and the address that principal connected from
 
 log = structlog.get_logger("raftka.security.grpc_gate")
 
@@ -47,7 +48,9 @@ def forwarded_metadata() -> tuple[tuple[str, str], ...]:
     """The metadata a broker's call to the controller carries: the principal of the
     request it is handling, if any."""
     principal = current_principal.get()
-    return () if principal is None else ((FORWARDED_KEY, principal.name),)
+    if principal is None:
+        return ()
+    return (FORWARDED_KEY, principal.name), (FORWARDED_HOST_KEY, current_host.get())
 
 
 class PrincipalGate(grpc.aio.ServerInterceptor):
@@ -84,32 +87,49 @@ class PrincipalGate(grpc.aio.ServerInterceptor):
             caller = from_grpc(context)
             if caller is None:  # a plaintext server: no authorization
                 return await behavior(request, context)
-            forwarded = None
+            forwarded, host = None, host_of(context.peer() or "")
             if caller.role == BROKER:
-                forwarded = next(
-                    (v for k, v in context.invocation_metadata() or () if k == FORWARDED_KEY), None
-                )
-            denial = self._policy(name, caller, forwarded, request) if self._policy is not None else None
-            if denial is not None:
-                log.warning(
-                    "request refused",
-                    rpc=name,
-                    principal=caller.name,
-                    forwarded_for=forwarded,
-                    reason=denial.message,
-                )
-                if response_type is None:
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, denial.message)
-                response = response_type()
-                response.status.error, response.status.message = denial.code, denial.message
-                return response
-            token = current_principal.set(caller)
+                metadata = dict(context.invocation_metadata() or ())
+                forwarded = metadata.get(FORWARDED_KEY)
+                if forwarded is not None:
+                    host = metadata.get(FORWARDED_HOST_KEY, "")
+            host_token = current_host.set(host)  # the policy reads it, as the handler does
             try:
-                return await behavior(request, context)
+                return await self._judged(behavior, name, caller, forwarded, request, context, response_type)
             finally:
-                current_principal.reset(token)
+                current_host.reset(host_token)
 
         return gated
+
+    async def _judged(
+        self,
+        behavior: _Behavior,
+        name: str,
+        caller: Principal,
+        forwarded: str | None,
+        request: Any,
+        context: grpc.aio.ServicerContext,
+        response_type: type | None,
+    ) -> Any:
+        denial = self._policy(name, caller, forwarded, request) if self._policy is not None else None
+        if denial is not None:
+            log.warning(
+                "request refused",
+                rpc=name,
+                principal=caller.name,
+                forwarded_for=forwarded,
+                reason=denial.message,
+            )
+            if response_type is None:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, denial.message)
+            response = response_type()
+            response.status.error, response.status.message = denial.code, denial.message
+            return response
+        token = current_principal.set(caller)
+        try:
+            return await behavior(request, context)
+        finally:
+            current_principal.reset(token)
 
 
 def _response_type(method: str) -> type | None:

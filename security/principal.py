@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import ssl
+import urllib.parse
 from dataclasses import dataclass
 
 import grpc
@@ -42,6 +43,8 @@ class Principal:
 current_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
     "current_principal", default=None
 )
+# The IP address the request being handled came from, as ACL hosts name it; "": unknown.
+current_host: contextvars.ContextVar[str] = contextvars.ContextVar("current_host", default="")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -77,6 +80,15 @@ def _principal(name: str, common_name: str, unit: str) -> Principal:
         if prefix == unit and number.isdigit():
             return Principal(name, unit, int(number))
     return Principal(name, CLIENT)
+
+
+def host_of(peer: str) -> str:
+    """The IP address of a peer written ``ipv4:10.0.0.5:4000``, ``ipv6:[::1]:4000`` (gRPC) or
+    ``10.0.0.5:4000`` (asyncio's host and port); "" if it has none."""
+    if peer.startswith("unix:"):
+        return ""
+    address = urllib.parse.unquote(peer.removeprefix("ipv4:").removeprefix("ipv6:"))
+    return address.rpartition(":")[0].strip("[]")
 
 
 def from_grpc(context: grpc.aio.ServicerContext) -> Principal | None:

@@ -37,7 +37,7 @@ import structlog
 from google.protobuf.message import DecodeError, Message
 
 from raftka.node.logs import RateLimitedLog
-from raftka.security.principal import Principal, current_principal, from_ssl
+from raftka.security.principal import Principal, current_host, current_principal, from_ssl, host_of
 from raftka.v1 import controller_pb2
 from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
 from raftka.wire.frames import (
@@ -307,6 +307,7 @@ class _Connection(asyncio.Protocol):
         context.run(current_peer.set, self._peer)
         context.run(current_listener.set, self._listener.name)
         context.run(current_principal.set, self._principal)
+        context.run(current_host.set, host_of(self._peer))
         room = AnswerRoom(self.answers)
         context.run(current_answer_room.set, room)
         context.run(current_mute.set, self.mute)

@@ -31,10 +31,12 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from raftka.broker.authorization import Caller, RequestAuthorizer
 from raftka.broker.data_service import BrokerApi
 from raftka.broker.kafka.endpoints import kafka_endpoints
 from raftka.broker.kafka.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
 from raftka.broker.kafka.protocol import KafkaApi
+from raftka.metadata import acls
 from raftka.metadata.image import NO_LEADER, MetadataImage, TopicImage
 from raftka.metadata.topic_configs import TOPIC_CONFIGS, describe_configs
 from raftka.node.config import NodeConfig
@@ -46,6 +48,8 @@ C = controller_pb2
 log = structlog.get_logger("raftka.broker.kafka")
 
 LEADER_NOT_AVAILABLE = kafka_error(E.LEADER_NOT_AVAILABLE)
+TOPIC_AUTHORIZATION_FAILED = kafka_error(E.TOPIC_AUTHORIZATION_FAILED)
+CLUSTER_AUTHORIZATION_FAILED = kafka_error(E.CLUSTER_AUTHORIZATION_FAILED)
 UNKNOWN_TOPIC_OR_PARTITION = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION)
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
@@ -78,16 +82,30 @@ class ClusterApis:
         image = self._api.image
         endpoints = kafka_endpoints(image)
         asked = request.topics
+        auth = self._api.authorizer
+        caller = auth.caller()
         if asked is None or (version == 0 and not asked):  # null (v0: empty) means every topic
             by_name = sorted(image.topics_by_id.values(), key=lambda t: t.name)
-            topics = await _in_slices(by_name, lambda t: self._topic(t, endpoints))
+            describable = auth.allowed_names(caller, acls.DESCRIBE, acls.TOPIC, (t.name for t in by_name))
+            shown = [t for t in by_name if t.name in describable]
+            topics = await _in_slices(shown, lambda t: self._topic(t, endpoints))
         else:
             topics = await _in_slices(asked, lambda t: self._asked_topic(image, t, endpoints))
+            named = [t.name for t in topics if t.name is not None]  # None: an unknown topic id
+            describable = auth.allowed_names(caller, acls.DESCRIBE, acls.TOPIC, named)
+            topics = [
+                t if t.name is None or t.name in describable else _unauthorized_topic(t) for t in topics
+            ]
             missing = [t.name for t in topics if t.error_code == UNKNOWN_TOPIC_OR_PARTITION]
             allowed = version < 4 or request.allow_auto_topic_creation
             if missing and allowed and self._config.kafka.auto_create_topics_enable:
-                codes = await self._auto_create(missing)
+                creatable = set(missing)
+                if not auth.allows(caller, acls.CREATE, acls.CLUSTER, acls.CLUSTER_NAME):
+                    creatable = auth.allowed_names(caller, acls.CREATE, acls.TOPIC, missing)
+                codes = await self._auto_create([name for name in missing if name in creatable])
                 for topic in topics:
+                    if topic.error_code == UNKNOWN_TOPIC_OR_PARTITION and topic.name not in creatable:
+                        topic.error_code = TOPIC_AUTHORIZATION_FAILED
                     topic.error_code = codes.get(topic.name, topic.error_code)
         return MetadataResponse(
             throttle_time_ms=0,
@@ -123,6 +141,8 @@ class ClusterApis:
     async def _auto_create(self, names: list[str]) -> dict[str, int]:
         """Create ``names`` in one CreateTopics: LEADER_NOT_AVAILABLE for each being
         created (the client asks again), else why it cannot be."""
+        if not names:
+            return {}
         kafka = self._config.kafka
         request = C.CreateTopicsRequest(
             topics=[
@@ -183,10 +203,19 @@ class ClusterApis:
         kafka = self._config.kafka
         results: dict[str, CreateTopicsResponse.CreatableTopicResult] = {}
         ours = C.CreateTopicsRequest(validate_only=request.validate_only)
+        auth = self._api.authorizer
+        caller = auth.caller()
+        creatable = {t.name for t in request.topics}
+        if not auth.allows(caller, acls.CREATE, acls.CLUSTER, acls.CLUSTER_NAME):
+            creatable = auth.allowed_names(caller, acls.CREATE, acls.TOPIC, creatable)
         for topic in request.topics:
             problem = _create_problem(topic)
             if problem is not None:
                 results[topic.name] = _created(topic.name, INVALID_REQUEST, problem)
+                continue
+            if topic.name not in creatable:
+                why = f"{caller.principal if caller else ''} may not CREATE topic {topic.name!r}"
+                results[topic.name] = _created(topic.name, TOPIC_AUTHORIZATION_FAILED, why)
                 continue
             ours.topics.add(
                 name=topic.name,
@@ -247,16 +276,26 @@ class ClusterApis:
                 )
         else:
             asked = [(name, uuid.UUID(int=0)) for name in request.topic_names]
-        names = [name for name, _ in asked if name is not None]
-        answer = await self._api.forward(
-            lambda stub: stub.DeleteTopics, C.DeleteTopicsRequest(names=names), C.DeleteTopicsResponse
+        auth = self._api.authorizer
+        caller = auth.caller()
+        deletable = auth.allowed_names(
+            caller, acls.DELETE, acls.TOPIC, (n for n, _ in asked if n is not None)
         )
+        names = [name for name, _ in asked if name in deletable]
+        answer = C.DeleteTopicsResponse()
+        if names:
+            answer = await self._api.forward(
+                lambda stub: stub.DeleteTopics, C.DeleteTopicsRequest(names=names), C.DeleteTopicsResponse
+            )
         outcomes = {t.name: t for t in answer.topics}
         results = []
         for name, topic_id in asked:
             outcome = outcomes.get(name) if name is not None else None
             if name is None:
                 code, message = UNKNOWN_TOPIC_ID, "no topic with that id"
+            elif name not in deletable:
+                code = TOPIC_AUTHORIZATION_FAILED
+                message = f"{caller.principal if caller else ''} may not DELETE topic {name!r}"
             elif answer.status.error != E.NONE or outcome is None:
                 code, message = (
                     kafka_error(answer.status.error or E.UNKNOWN_SERVER_ERROR),
@@ -277,10 +316,15 @@ class ClusterApis:
         self, request: DescribeConfigsRequest, version: int
     ) -> DescribeConfigsResponse:
         image = self._api.image
+        auth = self._api.authorizer
+        caller = auth.caller()
         results = []
         for resource in request.resources:
             keys = None if resource.configuration_keys is None else set(resource.configuration_keys)
-            if resource.resource_type == TOPIC_RESOURCE:
+            refused = _configs_refusal(auth, caller, resource.resource_type, resource.resource_name)
+            if refused is not None:
+                result = refused
+            elif resource.resource_type == TOPIC_RESOURCE:
                 result = self._topic_configs(image, resource.resource_name, request.include_synonyms)
             elif resource.resource_type == BROKER_RESOURCE:
                 result = self._broker_configs(resource.resource_name, request.include_synonyms)
@@ -384,6 +428,33 @@ def _config_entry(
         synonyms=[entry.DescribeConfigsSynonym(name=name, value=value, source=source)] if synonyms else [],
         config_type=CONFIG_TYPES[kind],
         documentation=doc,
+    )
+
+
+def _configs_refusal(
+    auth: RequestAuthorizer, caller: Caller | None, resource_type: int, name: str
+) -> DR | None:
+    """Kafka's DESCRIBE_CONFIGS check: on the topic, or on the cluster for a broker's."""
+    if resource_type == TOPIC_RESOURCE and not auth.allows(caller, acls.DESCRIBE_CONFIGS, acls.TOPIC, name):
+        code = TOPIC_AUTHORIZATION_FAILED
+    elif resource_type == BROKER_RESOURCE and not auth.allows(
+        caller, acls.DESCRIBE_CONFIGS, acls.CLUSTER, acls.CLUSTER_NAME
+    ):
+        code = CLUSTER_AUTHORIZATION_FAILED
+    else:
+        return None
+    assert caller is not None
+    return DR(error_code=code, error_message=f"{caller.principal} may not DESCRIBE_CONFIGS it", configs=[])
+
+
+def _unauthorized_topic(topic: MR) -> MR:
+    """Kafka's answer for a topic the client may not describe, whether it exists or not."""
+    return MR(
+        error_code=TOPIC_AUTHORIZATION_FAILED,
+        name=topic.name,
+        topic_id=uuid.UUID(int=0),
+        is_internal=False,
+        partitions=[],
     )
 
 

@@ -4,6 +4,7 @@ Kafka client's requests cost a frame each, not a gRPC call)."""
 from __future__ import annotations
 
 from raftka.broker.data_service import BrokerApi
+from raftka.broker.kafka.acl_apis import AclApis
 from raftka.broker.kafka.cluster_apis import ClusterApis
 from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
@@ -20,5 +21,6 @@ def kafka_listener(api: BrokerApi, config: NodeConfig, name: str = "kafka") -> L
         *LogApis(api).apis(),
         *GroupApis(api).apis(),
         *QuotaApis(api).apis(),
+        *AclApis(api).apis(),
     ]
     return Listener(KafkaDispatcher(apis, api.quotas), name=name)

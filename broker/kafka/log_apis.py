@@ -65,6 +65,7 @@ from raftka.broker.kafka.protocol import KafkaApi
 from raftka.broker.kafka.throttling import Client, throttle
 from raftka.broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
 from raftka.broker.replica.partition import PartitionError
+from raftka.metadata import acls
 from raftka.records.legacy import (
     FETCH_LEGACY_BEFORE,
     MAGIC_FOR_FETCH,
@@ -331,10 +332,20 @@ class LogApis:
         self, request: OffsetForLeaderEpochRequest, version: int
     ) -> OffsetForLeaderEpochResponse:
         replicas = self._api.replicas
+        auth = self._api.authorizer
+        describable = auth.allowed_names(
+            auth.caller(), acls.DESCRIBE, acls.TOPIC, (t.topic for t in request.topics)
+        )
         topics = []
         for topic in request.topics:
             partitions = []
             for data in topic.partitions:
+                if topic.topic not in describable:
+                    epoch, end, code = -1, -1, kafka_error(E.TOPIC_AUTHORIZATION_FAILED)
+                    partitions.append(
+                        OR(partition=data.partition, error_code=code, leader_epoch=epoch, end_offset=end)
+                    )
+                    continue
                 try:
                     epoch, end = replicas.end_offset_for_epoch(
                         topic.topic, data.partition, data.current_leader_epoch, data.leader_epoch

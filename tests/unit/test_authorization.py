@@ -125,7 +125,8 @@ def test_acls_are_created_once_listed_deleted_and_kept_in_snapshots() -> None:
         (binding(operation="EAT"), "operation"),
         (binding(principal="alice"), "principal"),
         (binding(resource_type="CLUSTER"), "resource_name"),
-        (binding(host="10.0.0.1"), "host"),
+        (binding(host="example.com"), "host"),
+        (binding(host="::0001"), "host"),
         (binding(pattern_type="MATCH"), "pattern_type"),
     ],
 )
@@ -362,3 +363,41 @@ def test_super_users_are_principals_and_a_bad_one_names_the_key() -> None:
     assert config.authorizer.super_users == (ADMIN,)
     with pytest.raises(ConfigError, match=r"^authorizer.super_users: expected principals like"):
         parse_config(data | {"authorizer": {"super_users": ["admin"]}}, Path("/x"))
+
+
+def test_the_controller_matches_hosts_the_callers_own_or_the_one_a_broker_forwards(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """An ACL for one address applies to a caller from it: alice calling from 127.0.0.1,
+    or a broker forwarding alice's request from the address alice connected to it from."""
+
+    async def body() -> None:
+        async with tls_controller(tmp_path, certs) as (_, address):
+            await unfenced_broker(address, certs)
+            grant = pb.CreateAclsRequest(
+                acls=[
+                    binding(ALICE, "CREATE", resource_name="local", host="127.0.0.1"),
+                    binding(ALICE, "CREATE", resource_name="remote", host="10.0.0.5"),
+                ]
+            )
+            assert (await call(address, certs.admin, "CreateAcls", grant)).status.error == E.NONE
+
+            def create(name: str) -> pb.CreateTopicsRequest:
+                return pb.CreateTopicsRequest(
+                    topics=[pb.CreatableTopic(name=name, num_partitions=1, replication_factor=1)]
+                )
+
+            assert (await call(address, certs.alice, "CreateTopics", create("remote"))).status.error == (
+                E.TOPIC_AUTHORIZATION_FAILED
+            )
+            for host, expected in (("10.0.0.6", E.TOPIC_AUTHORIZATION_FAILED), ("10.0.0.5", E.NONE)):
+                async with aio_channel(address, certs.broker) as channel:
+                    answer = await controller_pb2_grpc.ControllerStub(channel).CreateTopics(
+                        create("remote"),
+                        timeout=TIMEOUT_S,
+                        metadata=(("raftka-principal", ALICE), ("raftka-host", host)),
+                    )
+                assert answer.status.error == expected, host
+            assert (await call(address, certs.alice, "CreateTopics", create("local"))).status.error == E.NONE
+
+    run(body)
