@@ -64,9 +64,9 @@ class AclApis:
 
     def apis(self) -> list[KafkaApi]:
         return [
-            KafkaApi(DescribeAclsRequest, 1, 3, self.describe_acls),
-            KafkaApi(CreateAclsRequest, 1, 3, self.create_acls),
-            KafkaApi(DeleteAclsRequest, 1, 3, self.delete_acls),
+            KafkaApi(DescribeAclsRequest, 0, 3, self.describe_acls),
+            KafkaApi(CreateAclsRequest, 0, 3, self.create_acls),
+            KafkaApi(DeleteAclsRequest, 0, 3, self.delete_acls),
         ]
 
     async def create_acls(self, request: CreateAclsRequest, version: int) -> CreateAclsResponse:

@@ -42,6 +42,7 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 
+from raftka.broker.authorization import RequestAuthorizer
 from raftka.broker.kafka.cluster_apis import PARTITIONS_PER_SLICE, ClusterApis
 from raftka.broker.kafka.endpoints import KAFKA_LISTENER
 from raftka.metadata.image import (
@@ -305,7 +306,8 @@ def test_a_metadata_answer_of_many_partitions_returns_to_the_loop_while_it_is_ma
         topic_ids_by_name=frozen(ids),
     )
     config = NodeConfig(1, Path("."), (), "127.0.0.1:1", process_roles=("broker",))
-    apis = ClusterApis(SimpleNamespace(image=image, cluster_id="c"), config)  # type: ignore[arg-type]
+    api = SimpleNamespace(image=image, cluster_id="c", authorizer=RequestAuthorizer(None))
+    apis = ClusterApis(api, config)  # type: ignore[arg-type]
     asked_by_name = [MetadataRequest.MetadataRequestTopic(name=n) for n in ids]
 
     async def body(request: MetadataRequest) -> tuple[list[bool], MetadataResponse]:
@@ -338,7 +340,9 @@ def test_topics_a_client_names_but_may_not_create_are_logged_once_per_interval()
         return answer
 
     config = NodeConfig(1, Path("."), (), "127.0.0.1:1", process_roles=("broker",), kafka=KafkaConfig())
-    api = SimpleNamespace(image=MetadataImage(), cluster_id="c", forward=refuse)
+    api = SimpleNamespace(
+        image=MetadataImage(), cluster_id="c", forward=refuse, authorizer=RequestAuthorizer(None)
+    )
     apis = ClusterApis(api, config)  # type: ignore[arg-type]
     request = MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names], allow_auto_topic_creation=True
