@@ -1,72 +1,78 @@
-"""Leadership and ISR changes when brokers come and go: pure functions over an image.
+"""Leadership, ISR and ELR changes when brokers come and go: pure functions over an image.
 
-A broker that is fenced (session expired, controlled shutdown, a new incarnation)
-leaves every ISR; each partition it led elects the first other ISR member, in replica
-order, that is unfenced, or goes offline (leader -1) when there is none. The last ISR
-member stays in the ISR, as in Kafka (without ELR): it is the one replica known to hold
-every committed record, so the partition waits for it, and when it returns it is
-elected, cleanly, in a new leader epoch.
+A broker that is fenced (session expired, controlled shutdown, a new incarnation) leaves
+every ISR, the last member's included; while an ISR is below min.insync.replicas the
+members it loses become eligible leader replicas (KIP-966, ``raftka.metadata.eligible_leaders``),
+so the one replica known to hold every committed record is remembered, not kept in the
+ISR. Each partition the broker led elects from what remains of its ISR, or, when that is
+empty, from its ELR; with neither it goes offline (leader -1) and waits.
 
-When a broker is unfenced, the partitions it replicates take it back into their ISR
-only once it has caught up on their data, through AlterPartition from the partition
-leader (Kafka's rule). The one thing its return changes at once is an offline
-partition whose ISR names it: it is elected there, cleanly, in a new leader epoch.
+A broker that restarted uncleanly (no clean-shutdown marker with its last broker epoch:
+killed, power cut, wiped disk) may have lost records it once held, so it also leaves every
+ELR (``unclean``) and is never elected from one.
+
+When a broker is unfenced, the partitions it replicates take it back into their ISR only
+once it has caught up on their data, through AlterPartition from the partition leader
+(Kafka's rule). The one thing its return changes at once is an offline partition that it
+may lead: one whose ISR names it, or whose ISR is empty and whose ELR names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-from raftka.metadata.image import LEADER_UNCHANGED, NO_LEADER, MetadataImage, PartitionState
-from raftka.metadata.plan import MetadataRecord, live_broker_ids, partition_change
-
-
-def elect(replicas: tuple[int, ...], isr: tuple[int, ...], usable: Callable[[int], bool]) -> int:
-    """The first ISR member in replica order that may lead, else NO_LEADER."""
-    return next((b for b in replicas if b in isr and usable(b)), NO_LEADER)
+from raftka.metadata import eligible_leaders
+from raftka.metadata.image import NO_LEADER, MetadataImage, PartitionState
+from raftka.metadata.plan import MetadataRecord, live_broker_ids
 
 
-def partitions(image: MetadataImage) -> Iterator[tuple[bytes, int, PartitionState]]:
+def partitions(image: MetadataImage) -> Iterator[tuple[bytes, int, PartitionState, int]]:
+    """Every partition with its topic's min.insync.replicas."""
     for topic_id, topic in image.topics_by_id.items():
+        min_isr = eligible_leaders.min_isr(image, topic.name)
         for partition_id, state in topic.partitions.items():
-            yield topic_id, partition_id, state
+            yield topic_id, partition_id, state, min_isr
 
 
-def remove_broker(image: MetadataImage, broker_id: int, limit: int | None = None) -> list[MetadataRecord]:
-    """``broker_id`` leaves every ISR but as its last member; the partitions it led elect
-    from what remains, or go offline. With ``limit``, only the first that many changes:
-    the rest are found again in the image the changes produce."""
+def remove_broker(
+    image: MetadataImage, broker_id: int, limit: int | None = None, *, unclean: bool = False
+) -> list[MetadataRecord]:
+    """``broker_id`` leaves every ISR (and, ``unclean``, every ELR); the partitions it led
+    elect from what remains, or go offline. With ``limit``, only the first that many
+    changes: the rest are found again in the image the changes produce."""
     live = live_broker_ids(image) - {broker_id}
+    gone = (broker_id,) if unclean else ()
     records: list[MetadataRecord] = []
-    for topic_id, partition_id, state in partitions(image):
+    for topic_id, partition_id, state, min_isr in partitions(image):
         if len(records) == limit:
             break
-        if broker_id not in state.isr and state.leader != broker_id:
+        named = broker_id in state.isr or state.leader == broker_id or (unclean and broker_id in state.elr)
+        if not named:
             continue
-        isr = tuple(b for b in state.isr if b != broker_id) or state.isr
-        leader = (
-            elect(state.replicas, isr, live.__contains__) if state.leader == broker_id else LEADER_UNCHANGED
+        record = eligible_leaders.change(
+            topic_id,
+            partition_id,
+            state,
+            isr=tuple(b for b in state.isr if b != broker_id),
+            min_isr=min_isr,
+            acceptable=live.__contains__,
+            unclean=gone,
         )
-        if isr == state.isr and leader == LEADER_UNCHANGED:
-            continue  # the last ISR member of a partition already offline
-        records.append(
-            partition_change(topic_id, partition_id, isr=isr if isr != state.isr else None, leader=leader)
-        )
+        if record is not None:
+            records.append(record)
     return records
 
 
 def restore_broker(image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
-    """The return of ``broker_id``: offline partitions whose ISR names it elect it. (An
-    ISR emptied by versions before the last member was kept takes it too.)"""
+    """The return of ``broker_id``: offline partitions it may lead elect it."""
+    live = live_broker_ids(image) | {broker_id}
     records = []
-    for topic_id, partition_id, state in partitions(image):
+    for topic_id, partition_id, state, min_isr in partitions(image):
         if state.leader != NO_LEADER or broker_id not in state.replicas:
             continue
-        if broker_id in state.isr or not state.isr:
-            isr = state.isr or (broker_id,)
-            records.append(
-                partition_change(
-                    topic_id, partition_id, isr=isr if isr != state.isr else None, leader=broker_id
-                )
-            )
+        record = eligible_leaders.change(
+            topic_id, partition_id, state, isr=state.isr, min_isr=min_isr, acceptable=live.__contains__
+        )
+        if record is not None and record.partition_change.leader >= 0:  # elected
+            records.append(record)
     return records
