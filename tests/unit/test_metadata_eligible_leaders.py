@@ -1,0 +1,232 @@
+"""KIP-966 eligible leader replicas and KIP-903 broker epochs in AlterPartition, on the
+controller: one partition, RF 3, min.insync.replicas 2, brokers 101-103.
+
+The story each test tells: the ISR loses members; those lost while it is below
+min.insync.replicas hold every committed record (the ELR); when the ISR empties the
+ELR is elected from, never a replica that restarted uncleanly (no clean-shutdown marker
+naming its last broker epoch: killed, power cut, wiped disk); and a leader cannot add a
+replica to the ISR on the strength of fetches from an incarnation that has since died.
+"""
+
+from __future__ import annotations
+
+from raftka.metadata.controller import QuorumController
+from raftka.metadata.image import PartitionState
+from raftka.metadata.snapshot import decode_image, encode_image
+from raftka.v1 import controller_pb2 as pb
+from raftka.v1 import metadata_pb2
+from tests.metadata_sim.quorum import Member
+from tests.unit.metadata_controller_support import E, create, heartbeat, live_brokers, run, single
+
+
+def state_of(member: Member) -> PartitionState:
+    return member.image.topic("t").partitions[0]  # type: ignore[union-attr]
+
+
+async def restart(c: QuorumController, broker_id: int, incarnation: str, previous_epoch: int | None) -> int:
+    """A new incarnation of ``broker_id`` registers and is unfenced; its epoch.
+    ``previous_epoch``: what its clean-shutdown marker says (None: no marker)."""
+    request = pb.BrokerRegistrationRequest(
+        broker_id=broker_id,
+        incarnation_id=incarnation,
+        listeners=[metadata_pb2.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=9000 + broker_id)],
+    )
+    if previous_epoch is not None:
+        request.previous_broker_epoch = previous_epoch
+    response = await c.register_broker(request)
+    assert response.status.error == E.NONE, response.status
+    assert not (await heartbeat(c, broker_id, response.broker_epoch)).is_fenced
+    return response.broker_epoch
+
+
+async def partition_with_min_isr_2(c: QuorumController) -> tuple[dict[int, int], int, int, int]:
+    """Epochs, and the partition's leader and two followers in replica order."""
+    epochs = await live_brokers(c)
+    await create(c, "t", 1, 3, **{"min.insync.replicas": "2"})
+    return epochs, *(await _roles(c))
+
+
+async def _roles(c: QuorumController) -> tuple[int, int, int]:
+    image = c.latest_image
+    assert image is not None
+    state = image.topic("t").partitions[0]  # type: ignore[union-attr]
+    first, second = (b for b in state.replicas if b != state.leader)
+    return state.leader, first, second
+
+
+def test_a_member_lost_while_the_isr_is_below_min_isr_becomes_eligible_one_lost_before_does_not() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+
+        await heartbeat(c, x, epochs[x], want_fence=True)
+        after_x = state_of(member)
+        assert (after_x.isr, after_x.elr) == (tuple(b for b in after_x.replicas if b != x), ()), (
+            "the ISR kept min.insync.replicas members: x may miss what is committed next"
+        )
+
+        await heartbeat(c, y, epochs[y], want_fence=True)
+        after_y = state_of(member)
+        assert (after_y.leader, after_y.isr, after_y.elr) == (leader, (leader,), (y,)), after_y
+        assert after_y.last_known_elr == ()
+        await quorum.close()
+
+    run(body)
+
+
+def test_the_leader_dying_with_isr_of_itself_and_an_elr_member_alive_elects_that_member() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        await heartbeat(c, x, epochs[x], want_fence=True)
+        await heartbeat(c, y, epochs[y], want_fence=True)
+        await heartbeat(c, y, epochs[y])  # y is back, unfenced, still out of the ISR: in the ELR
+        before = state_of(member)
+        assert (before.isr, before.elr) == ((leader,), (y,)), before
+
+        await heartbeat(c, leader, epochs[leader], want_fence=True)
+        after = state_of(member)
+        assert (after.leader, after.isr, after.elr) == (y, (y,), (leader,)), after
+        assert after.leader_epoch == before.leader_epoch + 1
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_leader_that_returns_wiped_is_not_elected_and_a_cleanly_restarted_elr_member_is() -> None:
+    """The issue's scenario: both followers stop (y last, so it is eligible), the leader is
+    killed and comes back with an empty disk. It must not lead; y, restarted cleanly, does."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        await heartbeat(c, x, epochs[x], want_fence=True)
+        await heartbeat(c, y, epochs[y], want_fence=True)
+        await heartbeat(c, leader, epochs[leader], want_fence=True)
+        offline = state_of(member)
+        assert (offline.leader, offline.isr, offline.elr) == (-1, (), (leader, y)), offline
+
+        await restart(c, leader, "wiped", previous_epoch=None)
+        still = state_of(member)
+        assert (still.leader, still.isr, still.elr) == (-1, (), (y,)), "an unclean restart is not eligible"
+        assert still.last_known_elr == (leader,)
+
+        await restart(c, x, "x-again", previous_epoch=epochs[x])
+        assert state_of(member).leader == -1, "x left while the ISR was large enough: not eligible"
+
+        await restart(c, y, "y-again", previous_epoch=epochs[y])
+        online = state_of(member)
+        assert (online.leader, online.isr, online.elr) == (y, (y,), ()), online
+        assert online.leader_epoch == offline.leader_epoch + 1
+        await quorum.close()
+
+    run(body)
+
+
+def test_an_unclean_restart_of_the_last_eligible_member_leaves_the_partition_offline() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        for broker_id in (x, y, leader):
+            await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+        for broker_id in (leader, y):
+            await restart(c, broker_id, f"{broker_id}-unclean", previous_epoch=None)
+        await restart(c, x, "x-clean", previous_epoch=epochs[x])
+        offline = state_of(member)
+        assert (offline.leader, offline.isr, offline.elr) == (-1, (), ()), offline
+        assert set(offline.last_known_elr) == {leader, y}, "for an operator choosing an unclean election"
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_clean_restart_with_a_marker_naming_an_older_registration_counts_as_unclean() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        for broker_id in (x, y, leader):
+            await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+        await restart(c, y, "y-stale-marker", previous_epoch=epochs[y] - 1)
+        assert state_of(member).elr == (leader,)
+        await quorum.close()
+
+    run(body)
+
+
+def alter(
+    leader: int, epochs: dict[int, int], state: PartitionState, topic_id: bytes, member_epochs: list[int]
+) -> pb.AlterPartitionRequest:
+    """The leader asks for every replica in the ISR, naming ``member_epochs`` for them."""
+    request = pb.AlterPartitionRequest(broker_id=leader, broker_epoch=epochs[leader])
+    request.topics.add(topic_id=topic_id).partitions.add(
+        partition=0,
+        leader_epoch=state.leader_epoch,
+        new_isr=list(state.replicas),
+        partition_epoch=state.partition_epoch,
+        new_isr_broker_epochs=member_epochs,
+    )
+    return request
+
+
+def test_alter_partition_refuses_a_member_whose_broker_epoch_is_not_its_current_one() -> None:
+    """KIP-903: the leader saw x fetch at x's old epoch; x has restarted (its disk wiped)
+    since. Adding it on those fetches would put an empty log in the ISR."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        topic_id = member.image.topic_ids_by_name["t"]
+        await heartbeat(c, x, epochs[x], want_fence=True)
+        await heartbeat(c, y, epochs[y], want_fence=True)
+        await heartbeat(c, y, epochs[y])
+        new_x = await restart(c, x, "x-wiped", previous_epoch=None)
+        state = state_of(member)
+        order = list(state.replicas)
+
+        def epochs_for(x_epoch: int) -> list[int]:
+            return [{leader: epochs[leader], x: x_epoch, y: epochs[y]}[b] for b in order]
+
+        for member_epochs, problem in (
+            (epochs_for(epochs[x]), "restarted since the leader saw it fetch"),
+            (epochs_for(-1), "without its broker epoch"),
+        ):
+            refused = await c.alter_partition(alter(leader, epochs, state, topic_id, member_epochs))
+            [result] = refused.partitions
+            assert result.error == E.INELIGIBLE_REPLICA and problem in result.message, result
+            assert state_of(member) == state, "nothing written"
+        [short] = (
+            await c.alter_partition(alter(leader, epochs, state, topic_id, [epochs[leader]]))
+        ).partitions
+        assert short.error == E.INVALID_REQUEST and "new_isr_broker_epochs" in short.message
+
+        [ok] = (await c.alter_partition(alter(leader, epochs, state, topic_id, epochs_for(new_x)))).partitions
+        assert ok.error == E.NONE, ok
+        full = state_of(member)
+        assert (full.isr, full.elr, full.last_known_elr) == (state.replicas, (), ()), (
+            "min.insync.replicas again: no ELR needed"
+        )
+        await quorum.close()
+
+    run(body)
+
+
+def test_the_elr_survives_a_snapshot() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        for broker_id in (x, y, leader):
+            await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+        await restart(c, leader, "wiped", previous_epoch=None)
+        image = member.image
+        assert decode_image(encode_image(image)) == image
+        assert state_of(member).elr and state_of(member).last_known_elr
+        await quorum.close()
+
+    run(body)
