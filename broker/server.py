@@ -129,6 +129,7 @@ class DataPlane:
 
     def __init__(self, config: NodeConfig, link: ControllerLink, broker_epoch: Callable[[], int]) -> None:
         broker = config.broker
+        self._broker_epoch = broker_epoch
         if broker.group_max_size > GROUP_MEMBERS_MAX:
             raise ServerError(
                 f"broker.group_max_size: at most {GROUP_MEMBERS_MAX} (a rebalance is one metadata record), "
@@ -223,7 +224,7 @@ class DataPlane:
         await self.producer_ids.close()
         await self.fetchers.close()
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
-        self.logs.close()
+        self.logs.close(self._broker_epoch())
 
 
 def _every(interval_ms: float, work: Callable[[], None], name: str) -> asyncio.Task:
@@ -293,6 +294,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         lambda: state_machine.image.offset - 1,  # the last offset replayed (image.offset is the next)
         incarnation_id,
         on_state=lambda state: health.set_serving(state is State.RUNNING),
+        previous_broker_epoch=data.logs.clean_shutdown_epoch,
     )
     await node.start()
     try:
