@@ -3,14 +3,17 @@
 Values are validated and normalized by ``raftka.metadata.topic_configs``; an alteration is
 checked against the configs as they would be after it (``min.insync.replicas`` must not
 exceed the replication factor). Only keys whose value really changes become
-ConfigRecords, so a repeated alter writes nothing.
+ConfigRecords, so a repeated alter writes nothing. A new min.insync.replicas may empty
+partitions' ELRs (``eligible_leaders.after_min_isr_change``), in the same batch.
 """
 
 from __future__ import annotations
 
+from raftka.metadata import eligible_leaders
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
 from raftka.metadata.topic_configs import (
+    MIN_INSYNC_REPLICAS,
     TOPIC_CONFIGS,
     check_min_insync_replicas,
     describe_configs,
@@ -94,4 +97,7 @@ def _changes(image: MetadataImage, alteration: controller_pb2.AlterTopicConfigs)
         if key in after:
             record.value = after[key]
         records.append(MetadataRecord(config=record))
+    if current.get(MIN_INSYNC_REPLICAS) != after.get(MIN_INSYNC_REPLICAS):
+        default = TOPIC_CONFIGS[MIN_INSYNC_REPLICAS].default
+        records += eligible_leaders.after_min_isr_change(topic, int(after.get(MIN_INSYNC_REPLICAS, default)))
     return records

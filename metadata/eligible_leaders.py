@@ -18,6 +18,7 @@ The rules, as Kafka's:
   last broker epoch, so their log may have lost anything, a wiped disk included). The last
   known ELR keeps the ones that were eligible and no longer are, for an operator.
 - The ISR may be empty: the ELR then holds the partition's data.
+- A new min.insync.replicas that the ISR meets empties the ELR (``after_min_isr_change``).
 - Election, when the current leader may no longer lead: the first replica, in replica
   order, that is in the target ISR and acceptable (unfenced); when the target ISR is empty,
   the first such ELR member, which becomes the ISR alone. Else no leader: the partition
@@ -31,7 +32,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from raftka.metadata.image import LEADER_UNCHANGED, NO_LEADER, TOPIC, MetadataImage, PartitionState
+from raftka.metadata.image import (
+    LEADER_UNCHANGED,
+    NO_LEADER,
+    TOPIC,
+    MetadataImage,
+    PartitionState,
+    TopicImage,
+)
 from raftka.metadata.plan import MetadataRecord, partition_change
 from raftka.metadata.topic_configs import MIN_INSYNC_REPLICAS, TOPIC_CONFIGS
 
@@ -40,6 +48,26 @@ def min_isr(image: MetadataImage, topic: str) -> int:
     """The topic's min.insync.replicas (its own, else the default)."""
     configs = image.configs.get((TOPIC, topic), {})
     return int(configs.get(MIN_INSYNC_REPLICAS, TOPIC_CONFIGS[MIN_INSYNC_REPLICAS].default))
+
+
+def after_min_isr_change(topic: TopicImage, min_isr: int) -> list[MetadataRecord]:
+    """The ELR changes a new min.insync.replicas brings: a partition whose ISR now has that
+    many members lets its high watermark move again, so its ELR may miss what commits next
+    and is emptied, as KIP-966 does. (Raised, the rule only applies to later changes.)"""
+    records = []
+    for partition_id, state in sorted(topic.partitions.items()):
+        if state.elr or state.last_known_elr:
+            record = change(
+                topic.topic_id,
+                partition_id,
+                state,
+                isr=state.isr,
+                min_isr=min_isr,
+                acceptable=lambda b, leader=state.leader: b == leader,  # no election: only the ELR moves
+            )
+            if record is not None:
+                records.append(record)
+    return records
 
 
 def change(

@@ -230,3 +230,38 @@ def test_the_elr_survives_a_snapshot() -> None:
         await quorum.close()
 
     run(body)
+
+
+async def set_min_isr(c: QuorumController, value: str) -> None:
+    response = await c.alter_configs(
+        pb.AlterConfigsRequest(
+            topics=[
+                pb.AlterTopicConfigs(
+                    topic="t",
+                    ops=[pb.AlterConfigOp(name="min.insync.replicas", value=value, op=pb.ALTER_CONFIG_SET)],
+                )
+            ]
+        )
+    )
+    assert response.status.error == E.NONE and response.topics[0].error == E.NONE, response
+
+
+def test_a_lower_min_isr_that_the_isr_meets_empties_the_elr_and_a_higher_one_keeps_it() -> None:
+    """Lowered to what the ISR has, the high watermark moves again without the ELR member,
+    which may then miss committed records: it is no longer eligible."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        await heartbeat(c, x, epochs[x], want_fence=True)
+        await heartbeat(c, y, epochs[y], want_fence=True)
+        assert state_of(member).elr == (y,)
+        await set_min_isr(c, "3")
+        assert state_of(member).elr == (y,), "the ISR is further below it: y still holds every commit"
+        await set_min_isr(c, "1")
+        after = state_of(member)
+        assert (after.isr, after.elr, after.leader) == ((leader,), (), leader), after
+        await quorum.close()
+
+    run(body)
