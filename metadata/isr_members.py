@@ -29,12 +29,13 @@ def check(
     shutting_down: Collection[int],
 ) -> None:
     """ValidationError naming the first member of ``data.new_isr`` that may not be in it."""
-    epochs = list(data.new_isr_broker_epochs)
-    if epochs and len(epochs) != len(data.new_isr):
+    count = len(data.new_isr_broker_epochs)  # before it is read: as long as new_isr, or empty
+    if count and count != len(data.new_isr):
         raise ValidationError(
             ErrorCode.INVALID_REQUEST,
-            f"new_isr_broker_epochs: {len(epochs)} entries for {len(data.new_isr)} new_isr members",
+            f"new_isr_broker_epochs: {count} entries for {len(data.new_isr)} new_isr members",
         )
+    epochs = list(data.new_isr_broker_epochs)
     for broker_id, epoch in zip(data.new_isr, epochs or [UNKNOWN_EPOCH] * len(data.new_isr), strict=True):
         problem = _problem(image, broker_id, epoch, broker_id not in state.isr, shutting_down)
         if problem is not None:

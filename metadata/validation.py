@@ -52,7 +52,8 @@ GROUP_ASSIGNED_PARTITIONS_MAX = 100_000
 # request is always one atomic batch (~35 ms to plan 4096 partitions).
 # AlterPartitionData.new_isr is bounded by the image instead: it must be distinct replicas
 # of the partition, so ``broker_ops`` refuses one longer than the partition's replicas
-# before reading it, and the controller API's receive limit bounds the message.
+# before reading it, and the controller API's receive limit bounds the message; its
+# new_isr_broker_epochs must be as long (``isr_members``), checked before it is read.
 
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _TOPIC_NAME_CHAR = re.compile(r"[a-zA-Z0-9._-]")
