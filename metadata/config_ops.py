@@ -3,8 +3,9 @@
 Values are validated and normalized by ``raftka.metadata.topic_configs``; an alteration is
 checked against the configs as they would be after it (``min.insync.replicas`` must not
 exceed the replication factor). Only keys whose value really changes become
-ConfigRecords, so a repeated alter writes nothing. A new min.insync.replicas may empty
-partitions' ELRs (``eligible_leaders.after_min_isr_change``), in the same batch.
+ConfigRecords, so a repeated alter writes nothing. A new min.insync.replicas or
+unclean.leader.election.enable applies to the topic's partitions in the same batch
+(``eligible_leaders.after_config_change``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from raftka.metadata import eligible_leaders
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
 from raftka.metadata.topic_configs import (
-    MIN_INSYNC_REPLICAS,
     TOPIC_CONFIGS,
     check_min_insync_replicas,
     describe_configs,
@@ -97,7 +97,6 @@ def _changes(image: MetadataImage, alteration: controller_pb2.AlterTopicConfigs)
         if key in after:
             record.value = after[key]
         records.append(MetadataRecord(config=record))
-    if current.get(MIN_INSYNC_REPLICAS) != after.get(MIN_INSYNC_REPLICAS):
-        default = TOPIC_CONFIGS[MIN_INSYNC_REPLICAS].default
-        records += eligible_leaders.after_min_isr_change(topic, int(after.get(MIN_INSYNC_REPLICAS, default)))
+    if eligible_leaders.policy(after) != eligible_leaders.policy(current):
+        records += eligible_leaders.after_config_change(image, topic, eligible_leaders.policy(after))
     return records

@@ -26,12 +26,12 @@ from raftka.metadata.image import NO_LEADER, MetadataImage, PartitionState
 from raftka.metadata.plan import MetadataRecord, live_broker_ids
 
 
-def partitions(image: MetadataImage) -> Iterator[tuple[bytes, int, PartitionState, int]]:
-    """Every partition with its topic's min.insync.replicas."""
+def partitions(image: MetadataImage) -> Iterator[tuple[bytes, int, PartitionState, eligible_leaders.Policy]]:
+    """Every partition with its topic's election policy."""
     for topic_id, topic in image.topics_by_id.items():
-        min_isr = eligible_leaders.min_isr(image, topic.name)
+        policy = eligible_leaders.topic_policy(image, topic.name)
         for partition_id, state in topic.partitions.items():
-            yield topic_id, partition_id, state, min_isr
+            yield topic_id, partition_id, state, policy
 
 
 def remove_broker(
@@ -43,7 +43,7 @@ def remove_broker(
     live = live_broker_ids(image) - {broker_id}
     gone = (broker_id,) if unclean else ()
     records: list[MetadataRecord] = []
-    for topic_id, partition_id, state, min_isr in partitions(image):
+    for topic_id, partition_id, state, policy in partitions(image):
         if len(records) == limit:
             break
         named = broker_id in state.isr or state.leader == broker_id or (unclean and broker_id in state.elr)
@@ -54,7 +54,7 @@ def remove_broker(
             partition_id,
             state,
             isr=tuple(b for b in state.isr if b != broker_id),
-            min_isr=min_isr,
+            policy=policy,
             acceptable=live.__contains__,
             unclean=gone,
         )
@@ -67,11 +67,11 @@ def restore_broker(image: MetadataImage, broker_id: int) -> list[MetadataRecord]
     """The return of ``broker_id``: offline partitions it may lead elect it."""
     live = live_broker_ids(image) | {broker_id}
     records = []
-    for topic_id, partition_id, state, min_isr in partitions(image):
+    for topic_id, partition_id, state, policy in partitions(image):
         if state.leader != NO_LEADER or broker_id not in state.replicas:
             continue
         record = eligible_leaders.change(
-            topic_id, partition_id, state, isr=state.isr, min_isr=min_isr, acceptable=live.__contains__
+            topic_id, partition_id, state, isr=state.isr, policy=policy, acceptable=live.__contains__
         )
         if record is not None and record.partition_change.leader >= 0:  # elected
             records.append(record)

@@ -18,11 +18,18 @@ The rules, as Kafka's:
   last broker epoch, so their log may have lost anything, a wiped disk included). The last
   known ELR keeps the ones that were eligible and no longer are, for an operator.
 - The ISR may be empty: the ELR then holds the partition's data.
-- A new min.insync.replicas that the ISR meets empties the ELR (``after_min_isr_change``).
 - Election, when the current leader may no longer lead: the first replica, in replica
   order, that is in the target ISR and acceptable (unfenced); when the target ISR is empty,
   the first such ELR member, which becomes the ISR alone. Else no leader: the partition
-  waits for an eligible replica. A replica that restarted uncleanly is never elected.
+  waits for an eligible replica. A replica that restarted uncleanly is never elected
+  cleanly.
+- Unclean election, only with the topic's ``unclean.leader.election.enable`` (Kafka's,
+  false by default): with no eligible replica, the first acceptable last known ELR member,
+  else the first acceptable replica, leads alone; the ELR and last known ELR are emptied.
+  Acknowledged records may be lost: the operator chooses availability.
+- A new min.insync.replicas or unclean.leader.election.enable applies to the topic's
+  partitions at once (``after_config_change``): an ISR that meets the minimum empties the
+  ELR, an offline partition may now elect.
 
 One exception kept from before ELR was recorded: a partition whose ISR, ELR and last known
 ELR are all empty (an ISR emptied by an older version) elects the first acceptable replica.
@@ -30,7 +37,8 @@ ELR are all empty (an ISR emptied by an older version) elects the first acceptab
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from typing import NamedTuple
 
 from raftka.metadata.image import (
     LEADER_UNCHANGED,
@@ -40,33 +48,49 @@ from raftka.metadata.image import (
     PartitionState,
     TopicImage,
 )
-from raftka.metadata.plan import MetadataRecord, partition_change
-from raftka.metadata.topic_configs import MIN_INSYNC_REPLICAS, TOPIC_CONFIGS
+from raftka.metadata.plan import MetadataRecord, live_broker_ids, partition_change
+from raftka.metadata.topic_configs import MIN_INSYNC_REPLICAS, TOPIC_CONFIGS, UNCLEAN_LEADER_ELECTION_ENABLE
 
 
-def min_isr(image: MetadataImage, topic: str) -> int:
-    """The topic's min.insync.replicas (its own, else the default)."""
-    configs = image.configs.get((TOPIC, topic), {})
-    return int(configs.get(MIN_INSYNC_REPLICAS, TOPIC_CONFIGS[MIN_INSYNC_REPLICAS].default))
+class Policy(NamedTuple):
+    """What a topic's configs say about its elections."""
+
+    min_isr: int
+    unclean_election: bool
 
 
-def after_min_isr_change(topic: TopicImage, min_isr: int) -> list[MetadataRecord]:
-    """The ELR changes a new min.insync.replicas brings: a partition whose ISR now has that
-    many members lets its high watermark move again, so its ELR may miss what commits next
-    and is emptied, as KIP-966 does. (Raised, the rule only applies to later changes.)"""
+def policy(configs: Mapping[str, str]) -> Policy:
+    """The election policy of a topic whose explicit configs are ``configs`` (else the defaults)."""
+    value = lambda key: configs.get(key, TOPIC_CONFIGS[key].default)  # noqa: E731
+    return Policy(int(value(MIN_INSYNC_REPLICAS)), value(UNCLEAN_LEADER_ELECTION_ENABLE) == "true")
+
+
+def topic_policy(image: MetadataImage, topic: str) -> Policy:
+    return policy(image.configs.get((TOPIC, topic), {}))
+
+
+def after_config_change(image: MetadataImage, topic: TopicImage, new: Policy) -> list[MetadataRecord]:
+    """The changes a new policy brings to ``topic``'s partitions: a partition whose ISR now
+    has min.insync.replicas members lets its high watermark move again, so its ELR may miss
+    what commits next and is emptied, as KIP-966 does (raised, the minimum applies to later
+    changes); an offline partition elects if the policy now lets it. Partitions with a
+    leader keep it."""
+    live = live_broker_ids(image)
     records = []
     for partition_id, state in sorted(topic.partitions.items()):
-        if state.elr or state.last_known_elr:
-            record = change(
-                topic.topic_id,
-                partition_id,
-                state,
-                isr=state.isr,
-                min_isr=min_isr,
-                acceptable=lambda b, leader=state.leader: b == leader,  # no election: only the ELR moves
-            )
-            if record is not None:
-                records.append(record)
+        online = state.leader != NO_LEADER
+        if online and not (state.elr or state.last_known_elr):
+            continue
+        record = change(
+            topic.topic_id,
+            partition_id,
+            state,
+            isr=state.isr,
+            policy=new,
+            acceptable=(lambda b, leader=state.leader: b == leader) if online else live.__contains__,
+        )
+        if record is not None:
+            records.append(record)
     return records
 
 
@@ -76,7 +100,7 @@ def change(
     state: PartitionState,
     *,
     isr: tuple[int, ...],
-    min_isr: int,
+    policy: Policy,
     acceptable: Callable[[int], bool],
     unclean: Collection[int] = (),
 ) -> MetadataRecord | None:
@@ -85,7 +109,7 @@ def change(
     ``unclean``: brokers that restarted uncleanly, out of the ISR and the ELR."""
     order = state.replicas
     isr = tuple(b for b in isr if b not in unclean)
-    if len(isr) >= min_isr:
+    if len(isr) >= policy.min_isr:
         elr: tuple[int, ...] = ()
         last_known: tuple[int, ...] = ()
     else:
@@ -94,6 +118,10 @@ def change(
         known = candidates | set(state.last_known_elr)
         last_known = tuple(b for b in order if b in known and b not in isr and b not in elr)
     leader = _elect(state, isr, elr, acceptable)
+    if leader == NO_LEADER and policy.unclean_election:
+        leader = next((b for b in (*last_known, *order) if acceptable(b)), NO_LEADER)
+        if leader != NO_LEADER:
+            isr, elr, last_known = (leader,), (), ()
     if leader != NO_LEADER and leader not in isr:  # elected from the ELR (or the exception)
         isr, elr = (leader,), tuple(b for b in elr if b != leader)
     if (isr, leader, elr, last_known) == (state.isr, state.leader, state.elr, state.last_known_elr):

@@ -232,16 +232,10 @@ def test_the_elr_survives_a_snapshot() -> None:
     run(body)
 
 
-async def set_min_isr(c: QuorumController, value: str) -> None:
+async def set_config(c: QuorumController, key: str, value: str) -> None:
+    op = pb.AlterConfigOp(name=key, value=value, op=pb.ALTER_CONFIG_SET)
     response = await c.alter_configs(
-        pb.AlterConfigsRequest(
-            topics=[
-                pb.AlterTopicConfigs(
-                    topic="t",
-                    ops=[pb.AlterConfigOp(name="min.insync.replicas", value=value, op=pb.ALTER_CONFIG_SET)],
-                )
-            ]
-        )
+        pb.AlterConfigsRequest(topics=[pb.AlterTopicConfigs(topic="t", ops=[op])])
     )
     assert response.status.error == E.NONE and response.topics[0].error == E.NONE, response
 
@@ -257,11 +251,38 @@ def test_a_lower_min_isr_that_the_isr_meets_empties_the_elr_and_a_higher_one_kee
         await heartbeat(c, x, epochs[x], want_fence=True)
         await heartbeat(c, y, epochs[y], want_fence=True)
         assert state_of(member).elr == (y,)
-        await set_min_isr(c, "3")
+        await set_config(c, "min.insync.replicas", "3")
         assert state_of(member).elr == (y,), "the ISR is further below it: y still holds every commit"
-        await set_min_isr(c, "1")
+        await set_config(c, "min.insync.replicas", "1")
         after = state_of(member)
         assert (after.isr, after.elr, after.leader) == ((leader,), (), leader), after
+        await quorum.close()
+
+    run(body)
+
+
+def test_unclean_leader_election_enable_brings_back_a_partition_whose_eligible_replicas_all_restarted_uncleanly() -> (
+    None
+):
+    """With nothing eligible left the partition waits; the operator may choose availability
+    (Kafka's unclean.leader.election.enable): the first last known ELR member back leads."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        for broker_id in (x, y, leader):
+            await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+        for broker_id in (leader, y):
+            await restart(c, broker_id, f"{broker_id}-unclean", previous_epoch=None)
+        offline = state_of(member)
+        assert offline.leader == -1
+
+        await set_config(c, "unclean.leader.election.enable", "true")
+        online = state_of(member)
+        first = next(b for b in online.replicas if b in offline.last_known_elr)
+        assert (online.leader, online.isr, online.elr, online.last_known_elr) == (first, (first,), (), ())
+        assert online.leader_epoch == offline.leader_epoch + 1
         await quorum.close()
 
     run(body)
