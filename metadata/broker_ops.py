@@ -267,7 +267,7 @@ def _isr_change(
         data.partition,
         state,
         isr=new_isr,
-        policy=eligible_leaders.topic_policy(image, topic.name),  # type: ignore[union-attr]
+        policy=eligible_leaders.topic_policy(image, image.topics_by_id[topic_id].name),
         acceptable=lambda b: b == broker_id,  # the leader stays: it is in new_isr
     )
     return record, state

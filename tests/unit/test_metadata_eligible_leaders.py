@@ -10,12 +10,18 @@ replica to the ISR on the strength of fetches from an incarnation that has since
 
 from __future__ import annotations
 
+import pytest
+
+from raftka.metadata import records
 from raftka.metadata.controller import QuorumController
-from raftka.metadata.image import PartitionState
+from raftka.metadata.delta import ReplayError
+from raftka.metadata.image import EMPTY, PartitionState
+from raftka.metadata.records import RecordError
 from raftka.metadata.snapshot import decode_image, encode_image
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
 from tests.metadata_sim.quorum import Member
+from tests.unit import metadata_support as m
 from tests.unit.metadata_controller_support import E, create, heartbeat, live_brokers, run, single
 
 
@@ -286,3 +292,21 @@ def test_unclean_leader_election_enable_brings_back_a_partition_whose_eligible_r
         await quorum.close()
 
     run(body)
+
+
+def test_an_elr_outside_the_replicas_or_overlapping_the_isr_is_refused_by_check_and_replay() -> None:
+    tid = m.topic_id(1)
+    image = m.replay(EMPTY, *(m.register(b, b, fenced=False) for b in (1, 2, 3)), m.topic("t", tid))
+    overlapping = m.partition(tid, 0, [1, 2, 3], isr=[1], leader=1)
+    overlapping.partition.elr.extend([1, 2])
+    with pytest.raises(RecordError, match="PartitionRecord.elr"):
+        records.check(overlapping)
+    image = m.replay(image, m.partition(tid, 0, [1, 2, 3], isr=[1], leader=1))
+    outside = m.change(tid, 0)
+    outside.partition_change.elr.ids.append(4)
+    with pytest.raises(ReplayError, match="elr \\[4\\] is not within replicas"):
+        m.replay(image, outside)
+    into_isr = m.change(tid, 0, isr=[1, 2])
+    into_isr.partition_change.elr.ids.append(2)
+    with pytest.raises(ReplayError, match="apart from isr"):
+        m.replay(image, into_isr)
