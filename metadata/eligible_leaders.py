@@ -26,7 +26,9 @@ The rules, as Kafka's:
 - Unclean election, only with the topic's ``unclean.leader.election.enable`` (Kafka's,
   false by default): with no eligible replica, the first acceptable last known ELR member,
   else the first acceptable replica, leads alone; the ELR and last known ELR are emptied.
-  Acknowledged records may be lost: the operator chooses availability.
+  Acknowledged records may be lost: the operator chooses availability. A partition with a
+  single replica does this always: there is no other copy to wait for, and an operator's
+  unclean election could only choose the same replica.
 - A new min.insync.replicas or unclean.leader.election.enable applies to the topic's
   partitions at once (``after_config_change``): an ISR that meets the minimum empties the
   ELR, an offline partition may now elect.
@@ -118,7 +120,7 @@ def change(
         known = candidates | set(state.last_known_elr)
         last_known = tuple(b for b in order if b in known and b not in isr and b not in elr)
     leader = _elect(state, isr, elr, acceptable)
-    if leader == NO_LEADER and policy.unclean_election:
+    if leader == NO_LEADER and (policy.unclean_election or len(order) == 1):
         leader = next((b for b in (*last_known, *order) if acceptable(b)), NO_LEADER)
         if leader != NO_LEADER:
             isr, elr, last_known = (leader,), (), ()

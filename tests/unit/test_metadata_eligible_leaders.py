@@ -310,3 +310,23 @@ def test_an_elr_outside_the_replicas_or_overlapping_the_isr_is_refused_by_check_
     into_isr.partition_change.elr.ids.append(2)
     with pytest.raises(ReplayError, match="apart from isr"):
         m.replay(image, into_isr)
+
+
+def test_a_single_replica_partition_elects_its_replica_back_after_an_unclean_restart() -> None:
+    """No other copy exists to wait for: staying offline would only wait for an operator
+    whose unclean election could choose nothing else."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "t", 1, 1)
+        [only] = state_of(member).replicas
+        await heartbeat(c, only, epochs[only], want_fence=True)
+        assert (state_of(member).leader, state_of(member).elr) == (-1, (only,))
+        await restart(c, only, "killed", previous_epoch=None)
+        back = state_of(member)
+        assert (back.leader, back.isr, back.elr, back.last_known_elr) == (only, (only,), (), ())
+        await quorum.close()
+
+    run(body)
