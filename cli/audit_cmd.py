@@ -75,9 +75,7 @@ def run_audit(args: argparse.Namespace) -> int:
 
 def check_driver_memory(value: str) -> None:
     if not MEMORY_RE.fullmatch(value):
-        raise CliError(
-            f"--driver-memory: expected a size like 4g or 512m, got {value!r}", status=EXIT_CANNOT_AUDIT
-        )
+        raise CliError(f"--driver-memory: expected a size like 4g or 512m, got {value!r}", status=EXIT_CANNOT_AUDIT)
 
 
 def format_summary(summary: dict[str, Any], out: Path) -> str:
