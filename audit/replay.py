@@ -464,7 +464,8 @@ def _transition(
 
 
 def _cause(before: PartitionState | None, after: PartitionState | None) -> tuple[str, bool | None]:
-    """Why a partition changed, and for an election whether the new leader was in the ISR before."""
+    """Why a partition changed, and for an election whether it was clean: the new leader was
+    in the ISR before, or in the ELR (KIP-966: it holds every committed record)."""
     if after is None:
         return "delete", None
     if before is None:
@@ -472,7 +473,7 @@ def _cause(before: PartitionState | None, after: PartitionState | None) -> tuple
     if after.leader != before.leader:
         if after.leader == NO_LEADER:
             return "offline", None
-        return "election", after.leader in before.isr
+        return "election", after.leader in before.isr or after.leader in before.elr
     if after.replicas != before.replicas:
         return "reassign", None
     change = _isr_change(before, after)

@@ -243,6 +243,7 @@ class _Cluster:
             leader_epoch=state.leader_epoch,
             new_isr=new_isr,
             partition_epoch=state.partition_epoch,
+            new_isr_broker_epochs=[image.brokers[b].epoch for b in new_isr],
         )
         request.topics.add(topic_id=topic_id, partitions=[data])
         self.w.data(broker_ops.alter_partition(image, request).records)
@@ -263,6 +264,9 @@ class _Cluster:
             broker_id=broker_id, incarnation_id=str(uuid.UUID(int=self.rng.getrandbits(128)))
         )
         request.listeners.add(name="PLAINTEXT", host="127.0.0.1", port=9000 + broker_id)
+        previous = self.w.image.brokers.get(broker_id)
+        if previous is not None:  # a clean restart: it stays in the ELRs it is in
+            request.previous_broker_epoch = previous.epoch
         self.w.data(broker_ops.register(self.w.image, request, self.w.offset, has_live_session=False).records)
         registration = self.w.image.brokers[broker_id]
         self.w.time_ms += self.rng.randint(100, 2_000)

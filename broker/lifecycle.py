@@ -5,7 +5,10 @@ broker back to REGISTERING):
 
 - REGISTERING: ask the active controller for a registration, with this process's fresh
   incarnation id, until it answers with a broker epoch (the offset of the registration
-  record). A previous incarnation with the same listeners is replaced at once (its
+  record). The request names the broker epoch of the last clean shutdown, if the logs
+  found a marker (``LogManager.clean_shutdown_epoch``); without one the controller takes
+  the broker out of every ELR (KIP-966). Once registered, the process's own epoch takes
+  its place: registering again in the same process loses nothing from the logs. A previous incarnation with the same listeners is replaced at once (its
   leaderships move); DUPLICATE_BROKER_REGISTRATION means a live incarnation with other
   listeners holds the id: keep asking, its session runs out if it is dead. The broker
   serves no partition until the image holds this registration unfenced
@@ -75,12 +78,15 @@ class BrokerLifecycle:
         incarnation_id: str = "",
         on_state: Callable[[State], None] = lambda state: None,
         offline_replicas: Callable[[], list[controller_pb2.OfflineTopicReplicas]] = list,
+        previous_broker_epoch: int | None = None,
     ) -> None:
         """``on_state`` hears every change of state (the node's health follows it);
-        ``offline_replicas``: the partitions to report offline, read for every heartbeat."""
+        ``offline_replicas``: the partitions to report offline, read for every heartbeat;
+        ``previous_broker_epoch``: the one the clean-shutdown marker named, None without one."""
         self.broker_id = broker_id
         self.incarnation_id = incarnation_id or new_incarnation_id()
         self.broker_epoch = -1
+        self.previous_broker_epoch = previous_broker_epoch
         self.state = State.REGISTERING
         self._listeners = list(listeners)
         self._rack = rack
@@ -132,13 +138,15 @@ class BrokerLifecycle:
             listeners=self._listeners,
             rack=self._rack,
         )
+        if self.previous_broker_epoch is not None:
+            request.previous_broker_epoch = self.previous_broker_epoch
         try:
             response = await self._link.call(lambda stub: stub.BrokerRegistration, request)
         except LinkError as e:
             self._problem("registration: no active controller answered", str(e))
         else:
             if response.status.error == E.NONE:
-                self.broker_epoch = response.broker_epoch
+                self.broker_epoch = self.previous_broker_epoch = response.broker_epoch
                 self._register_backoff_s = 0.0
                 self._log.info("registered", broker_epoch=self.broker_epoch)
                 self._become(State.FENCED)

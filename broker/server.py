@@ -140,6 +140,7 @@ class DataPlane:
     ) -> None:
         """``on_offline_changed``: the partitions offline on this broker changed (``offline``)."""
         broker = config.broker
+        self._broker_epoch = broker_epoch
         if broker.group_max_size > GROUP_MEMBERS_MAX:
             raise ServerError(
                 f"broker.group_max_size: at most {GROUP_MEMBERS_MAX} (a rebalance is one metadata record), "
@@ -246,7 +247,7 @@ class DataPlane:
         await self.producer_ids.close()
         await self.fetchers.close()
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
-        self.logs.close()
+        self.logs.close(self._broker_epoch())
 
 
 def _every(interval_ms: float, work: Callable[[], None], name: str) -> asyncio.Task:
@@ -328,6 +329,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         incarnation_id,
         on_state=lambda state: health.set_serving(state is State.RUNNING),
         offline_replicas=OfflineReport(data.offline),
+        previous_broker_epoch=data.logs.clean_shutdown_epoch,
     )
     await node.start()
     try:

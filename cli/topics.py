@@ -184,6 +184,7 @@ def _partition_view(p: PartitionInfo, offsets: tuple[int, int] | None) -> dict[s
         "partition_epoch": p.partition_epoch,
         "replicas": list(p.replicas),
         "isr": list(p.isr),
+        "elr": list(p.elr),
         "offline": p.offline,
         "under_replicated": len(p.isr) < len(p.replicas),
     }
@@ -203,6 +204,7 @@ def format_describe(view: list[dict[str, Any]]) -> str:
                 p["leader_epoch"],
                 _ids(p["replicas"]),
                 _ids(p["isr"]),
+                _ids(p["elr"]),
                 p["log_start_offset"],
                 p["high_watermark"],
                 "offline" if p["offline"] else ("under-replicated" if p["under_replicated"] else "ok"),
@@ -219,6 +221,7 @@ def format_describe(view: list[dict[str, Any]]) -> str:
                     "LEADER_EPOCH",
                     "REPLICAS",
                     "ISR",
+                    "ELR",
                     "LOG_START",
                     "HIGH_WATERMARK",
                     "STATUS",

@@ -210,6 +210,7 @@ class AsyncAdmin:
                         p.partition_epoch,
                         tuple(p.replicas),
                         tuple(p.isr),
+                        tuple(p.elr),
                     )
                     for p in sorted(t.partitions, key=lambda p: p.partition)
                 ),

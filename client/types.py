@@ -79,6 +79,7 @@ class PartitionInfo:
     partition_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    elr: tuple[int, ...] = ()  # eligible leader replicas (KIP-966): may lead when the ISR is empty
 
     @property
     def offline(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from raftka.metadata import elections, offline_replicas
+from raftka.metadata import elections, eligible_leaders, isr_members, offline_replicas
 from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState
 from raftka.metadata.offline_replicas import OfflineReplicas
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, partition_change, refuse
@@ -57,7 +57,9 @@ def register(
         )
     records = []
     if request.broker_id in image.brokers:  # a new incarnation replaces the old, which leaves its ISRs
-        records += elections.remove_broker(image, request.broker_id)
+        records += elections.remove_broker(
+            image, request.broker_id, unclean=restarted_uncleanly(existing, request)
+        )
     response.broker_epoch = next_offset + len(records)
     registration = metadata_pb2.RegisterBrokerRecord(
         broker_id=request.broker_id,
@@ -69,6 +71,17 @@ def register(
     )
     records.append(MetadataRecord(register_broker=registration))
     return Plan(response, records)
+
+
+def restarted_uncleanly(
+    existing: BrokerRegistration | None, request: controller_pb2.BrokerRegistrationRequest
+) -> bool:
+    """A new incarnation of a registered broker whose clean-shutdown marker does not name
+    the registration it replaces (KIP-966): it was killed, lost power or lost its disk, so
+    its logs may lack records it once held. A retry of the same incarnation is not a restart."""
+    if existing is None or existing.incarnation_id == request.incarnation_id:
+        return False
+    return not request.HasField("previous_broker_epoch") or request.previous_broker_epoch != existing.epoch
 
 
 def restarted(
@@ -187,8 +200,11 @@ def heartbeat(
     return Plan(response, records)
 
 
-def alter_partition(image: MetadataImage, request: controller_pb2.AlterPartitionRequest) -> Plan:
-    """ISR changes from a partition leader: a compare-and-set on ``partition_epoch``."""
+def alter_partition(
+    image: MetadataImage, request: controller_pb2.AlterPartitionRequest, shutting_down: Collection[int] = ()
+) -> Plan:
+    """ISR changes from a partition leader: a compare-and-set on ``partition_epoch``, each
+    member eligible (``isr_members``); the ELR follows the new ISR (``eligible_leaders``)."""
     response = controller_pb2.AlterPartitionResponse()
     try:
         registered(image, request.broker_id, request.broker_epoch)
@@ -196,7 +212,6 @@ def alter_partition(image: MetadataImage, request: controller_pb2.AlterPartition
         return refuse(response, e.code, e.message)
     keys = [(t.topic_id, p.partition) for t in request.topics for p in t.partitions]
     repeated = duplicates(keys)
-    live = {b.broker_id for b in image.unfenced_brokers()}
     records = []
     for topic in request.topics:
         for data in topic.partitions:
@@ -204,15 +219,18 @@ def alter_partition(image: MetadataImage, request: controller_pb2.AlterPartition
             try:
                 if (topic.topic_id, data.partition) in repeated:
                     raise ValidationError(ErrorCode.INVALID_REQUEST, "partition appears more than once")
-                record, state = _isr_change(image, request.broker_id, topic.topic_id, data, live)
+                record, state = _isr_change(image, request.broker_id, topic.topic_id, data, shutting_down)
             except ValidationError as e:
                 result.error, result.message = e.code, e.message
                 continue
+            changed = None if record is None else record.partition_change
             if record is not None:
                 records.append(record)
             result.leader = state.leader
             result.leader_epoch = state.leader_epoch
-            result.isr.extend(data.new_isr if record is not None else state.isr)
+            result.isr.extend(
+                changed.isr.ids if changed is not None and changed.HasField("isr") else state.isr
+            )
             result.partition_epoch = state.partition_epoch + (record is not None)
     return Plan(response, records)
 
@@ -222,7 +240,7 @@ def _isr_change(
     broker_id: int,
     topic_id: bytes,
     data: controller_pb2.AlterPartitionData,
-    live: set[int],
+    shutting_down: Collection[int],
 ) -> tuple[MetadataRecord | None, PartitionState]:
     topic = image.topics_by_id.get(topic_id)
     state = None if topic is None else topic.partitions.get(data.partition)
@@ -261,14 +279,18 @@ def _isr_change(
             ErrorCode.INVALID_REQUEST,
             f"new_isr {list(new_isr)} must be distinct replicas of {list(state.replicas)} including the leader",
         )
-    ineligible = sorted(set(new_isr) - live)
-    if ineligible:
-        raise ValidationError(
-            ErrorCode.INELIGIBLE_REPLICA, f"brokers {ineligible} are fenced or not registered"
-        )
+    isr_members.check(image, state, data, shutting_down)
     if new_isr == state.isr:
         return None, state
-    return partition_change(topic_id, data.partition, isr=new_isr), state
+    record = eligible_leaders.change(
+        topic_id,
+        data.partition,
+        state,
+        isr=new_isr,
+        policy=eligible_leaders.topic_policy(image, image.topics_by_id[topic_id].name),
+        acceptable=lambda b: b == broker_id,  # the leader stays: it is in new_isr
+    )
+    return record, state
 
 
 def elect_leaders(

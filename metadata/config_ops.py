@@ -3,11 +3,14 @@
 Values are validated and normalized by ``raftka.metadata.topic_configs``; an alteration is
 checked against the configs as they would be after it (``min.insync.replicas`` must not
 exceed the replication factor). Only keys whose value really changes become
-ConfigRecords, so a repeated alter writes nothing.
+ConfigRecords, so a repeated alter writes nothing. A new min.insync.replicas or
+unclean.leader.election.enable applies to the topic's partitions in the same batch
+(``eligible_leaders.after_config_change``).
 """
 
 from __future__ import annotations
 
+from raftka.metadata import eligible_leaders
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
 from raftka.metadata.topic_configs import (
@@ -94,4 +97,6 @@ def _changes(image: MetadataImage, alteration: controller_pb2.AlterTopicConfigs)
         if key in after:
             record.value = after[key]
         records.append(MetadataRecord(config=record))
+    if eligible_leaders.policy(after) != eligible_leaders.policy(current):
+        records += eligible_leaders.after_config_change(image, topic, eligible_leaders.policy(after))
     return records

@@ -486,7 +486,7 @@ class QuorumController:
     ) -> controller_pb2.AlterPartitionResponse:
         return await self._write(
             controller_pb2.AlterPartitionResponse,
-            lambda image: broker_ops.alter_partition(image, request),
+            lambda image: broker_ops.alter_partition(image, request, self._shutting_down),
             request,
         )
 

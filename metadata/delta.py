@@ -262,7 +262,13 @@ class MetadataDelta:
         if not self._snapshot:
             self._brought_in(kind, r, replicas, ())
         self._edit_partitions(r.topic_id)[r.partition_id] = PartitionState(
-            replicas, tuple(r.isr[:]), r.leader, r.leader_epoch, r.partition_epoch
+            replicas,
+            tuple(r.isr[:]),
+            r.leader,
+            r.leader_epoch,
+            r.partition_epoch,
+            tuple(r.elr[:]),
+            tuple(r.last_known_elr[:]),
         )
 
     def _partition_change(self, r: metadata_pb2.PartitionChangeRecord) -> None:
@@ -279,13 +285,22 @@ class MetadataDelta:
         if leader != NO_LEADER and leader not in isr:
             problem = f"leader {leader} is not in isr {list(isr)}"
             raise ReplayError(f"{kind} for {topic_id_str(r.topic_id)}-{r.partition_id}: {problem}")
+        elr = tuple(r.elr.ids[:]) if r.HasField("elr") else current.elr
+        last_known_elr = (
+            tuple(r.last_known_elr.ids[:]) if r.HasField("last_known_elr") else current.last_known_elr
+        )
+        if not set(elr) <= set(replicas) or set(elr) & set(isr):
+            problem = (
+                f"elr {list(elr)} is not within replicas {list(replicas)} and apart from isr {list(isr)}"
+            )
+            raise ReplayError(f"{kind} for {topic_id_str(r.topic_id)}-{r.partition_id}: {problem}")
         self._brought_in(kind, r, replicas, current.replicas)
         self._brought_in(kind, r, isr, current.isr)
         if leader not in (current.leader, NO_LEADER):
             self._brought_in(kind, r, (leader,), ())
         leader_epoch = current.leader_epoch + (leader != current.leader)
         self._edit_partitions(r.topic_id)[r.partition_id] = PartitionState(
-            replicas, isr, leader, leader_epoch, current.partition_epoch + 1
+            replicas, isr, leader, leader_epoch, current.partition_epoch + 1, elr, last_known_elr
         )
 
     def _remove_topic(self, r: metadata_pb2.RemoveTopicRecord) -> None:

@@ -55,6 +55,11 @@ class PartitionState:
     leader: int  # NO_LEADER: offline
     leader_epoch: int
     partition_epoch: int
+    # KIP-966 (``raftka.metadata.eligible_leaders``): replicas out of the ISR that hold every
+    # committed record, electable when the ISR is empty; and the ones that were, until an
+    # unclean restart. Both empty while the ISR has min.insync.replicas members.
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,10 +58,15 @@ def partition_change(
     *,
     isr: Iterable[int] | None = None,
     leader: int = LEADER_UNCHANGED,
+    elr: Iterable[int] | None = None,
+    last_known_elr: Iterable[int] | None = None,
 ) -> MetadataRecord:
+    """A PartitionChangeRecord; None fields (and LEADER_UNCHANGED) leave the partition's as they are."""
     change = metadata_pb2.PartitionChangeRecord(partition_id=partition, topic_id=topic_id, leader=leader)
-    if isr is not None:
-        change.isr.ids.extend(isr)
+    for name, ids in (("isr", isr), ("elr", elr), ("last_known_elr", last_known_elr)):
+        if ids is not None:
+            getattr(change, name).SetInParent()
+            getattr(change, name).ids.extend(ids)
     return MetadataRecord(partition_change=change)
 
 

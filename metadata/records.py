@@ -162,6 +162,11 @@ def _check_partition(r: metadata_pb2.PartitionRecord) -> None:
         raise RecordError(f"{kind}.isr: {list(isr)} not within replicas {list(replicas)}")
     if leader != NO_LEADER and leader not in isr:
         raise RecordError(f"{kind}.leader: {leader} is not in isr {list(isr)}")
+    elr = tuple(r.elr[:])
+    _broker_ids(kind, "elr", elr, allow_empty=True)
+    _broker_ids(kind, "last_known_elr", tuple(r.last_known_elr[:]), allow_empty=True)
+    if not set(elr) <= set(replicas) or set(elr) & set(isr):
+        raise RecordError(f"{kind}.elr: {list(elr)} not within replicas {list(replicas)} or overlaps isr")
     if r.leader_epoch < 0 or r.partition_epoch < 0:
         raise RecordError(
             f"{kind}: negative leader_epoch {r.leader_epoch} or partition_epoch {r.partition_epoch}"
@@ -179,6 +184,9 @@ def _check_partition_change(r: metadata_pb2.PartitionChangeRecord) -> None:
         _broker_ids(kind, "isr", tuple(r.isr.ids[:]), allow_empty=True)
     if r.HasField("replicas"):
         _broker_ids(kind, "replicas", tuple(r.replicas.ids[:]), allow_empty=False)
+    for field in ("elr", "last_known_elr"):
+        if r.HasField(field):
+            _broker_ids(kind, field, tuple(getattr(r, field).ids[:]), allow_empty=True)
 
 
 def _check_remove_topic(r: metadata_pb2.RemoveTopicRecord) -> None:

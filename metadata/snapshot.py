@@ -150,6 +150,8 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
                     leader=p.leader,
                     leader_epoch=p.leader_epoch,
                     partition_epoch=p.partition_epoch,
+                    elr=p.elr,
+                    last_known_elr=p.last_known_elr,
                 )
             )
     for resource, configs in sorted(image.configs.items()):

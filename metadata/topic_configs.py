@@ -27,6 +27,7 @@ SEGMENT_BYTES = "segment.bytes"
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 CLEANUP_POLICY = "cleanup.policy"
+UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
@@ -75,6 +76,12 @@ def _timestamp_type(value: str) -> str:
     if value not in TIMESTAMP_TYPES:
         raise _BadValue(f"must be one of {', '.join(TIMESTAMP_TYPES)}")
     return value
+
+
+def _boolean(value: str) -> str:
+    if value.lower() not in ("true", "false"):
+        raise _BadValue("must be true or false")
+    return value.lower()
 
 
 def _cleanup_policy(value: str) -> str:
@@ -173,6 +180,13 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 "the largest record batch the partition accepts (bytes)",
                 _integer(0, INT32_MAX, "INT"),
                 "INT",
+            ),
+            ConfigDef(
+                UNCLEAN_LEADER_ELECTION_ENABLE,
+                "false",
+                "with no eligible replica left (ISR and ELR empty), elect another, losing what it lacks",
+                _boolean,
+                "BOOLEAN",
             ),
             ConfigDef(
                 CLEANUP_POLICY,

@@ -224,5 +224,7 @@ def describe_topics(
                 partition_epoch=state.partition_epoch,
                 replicas=state.replicas,
                 isr=state.isr,
+                elr=state.elr,
+                last_known_elr=state.last_known_elr,
             )
     return response

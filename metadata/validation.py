@@ -57,7 +57,8 @@ OFFLINE_REPLICAS_MAX = 1_000
 # request is always one atomic batch (~35 ms to plan 4096 partitions).
 # AlterPartitionData.new_isr is bounded by the image instead: it must be distinct replicas
 # of the partition, so ``broker_ops`` refuses one longer than the partition's replicas
-# before reading it, and the controller API's receive limit bounds the message.
+# before reading it, and the controller API's receive limit bounds the message; its
+# new_isr_broker_epochs must be as long (``isr_members``), checked before it is read.
 
 # Kafka's internal topics: Kafka refuses to create __cluster_metadata (its KRaft log) and
 # keeps the other two for its coordinators. raftka has none of them as topics (offsets and

@@ -2,7 +2,9 @@
 
 At start every ``<topic>-<partition>`` folder is opened before the broker serves, on a
 few threads (Kafka's log loading): whether it needs recovery comes from two files Kafka
-keeps too, a clean-shutdown marker (written by ``close``, removed at start) and
+keeps too, a clean-shutdown marker (written by ``close``, removed at start; it names the
+broker epoch the broker stopped at, which the broker registers with as
+``previous_broker_epoch``: KIP-966's proof that its logs hold what they held) and
 ``recovery-point-offset-checkpoint``, and after a crash the scan of everything past the
 recovery point can take seconds per gigabyte, which must not happen on the event loop
 once the broker heartbeats. The high watermarks are
@@ -25,6 +27,8 @@ the checkpoint files and the deletion of removed folders run on its thread; with
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -57,6 +61,7 @@ class LogManager:
         self._flusher = flusher
         self._logs: dict[str, PartitionLog] = {}
         self._clean_shutdown = False
+        self.clean_shutdown_epoch: int | None = None  # the epoch the marker named, if any
         self._recovery_points: dict[str, int] = {}
         self._found_at_start: set[str] = set()
         self._claimed: set[str] = set()  # logs the metadata has given this broker since start
@@ -72,6 +77,7 @@ class LogManager:
                 shutil.rmtree(leftover, ignore_errors=True)
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         self._clean_shutdown = marker.exists()
+        self.clean_shutdown_epoch = _marked_epoch(marker) if self._clean_shutdown else None
         marker.unlink(missing_ok=True)
         fsync_dir(self.directory)
         self._recovery_points = dict(_read_offsets(self.directory / RECOVERY_POINTS_FILE))
@@ -230,15 +236,20 @@ class LogManager:
     def read_high_watermarks(self) -> dict[str, int]:
         return dict(_read_offsets(self.directory / HIGH_WATERMARKS_FILE))
 
-    def close(self) -> None:
-        """Flush every log, checkpoint, and mark the shutdown clean."""
+    def close(self, broker_epoch: int = -1) -> None:
+        """Flush every log, checkpoint, and mark the shutdown clean at ``broker_epoch``
+        (-1: the broker never registered, so the marker vouches for the logs only)."""
         if self._flusher is not None:
             self._flusher.close()
             self._flusher = None
         for partition_log in self._logs.values():
             partition_log.close()
         self.checkpoint_recovery_points()
-        (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+        marker = {"broker_epoch": broker_epoch} if broker_epoch >= 0 else {}
+        with open(self.directory / CLEAN_SHUTDOWN_FILE, "w") as f:
+            json.dump(marker, f)
+            f.flush()
+            os.fsync(f.fileno())
         fsync_dir(self.directory)
         self._logs.clear()
 
@@ -249,3 +260,13 @@ def _read_offsets(path: Path) -> list[tuple[str, int]]:
     except checkpoint.CheckpointError as e:
         log.warning("ignoring an unreadable checkpoint; logs will be recovered", detail=str(e))
         return []
+
+
+def _marked_epoch(marker: Path) -> int | None:
+    """The broker epoch a clean-shutdown marker names; None for an empty marker (an older
+    version's, or a broker that never registered) or an unreadable one."""
+    try:
+        epoch = json.loads(marker.read_text() or "{}").get("broker_epoch")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return epoch if isinstance(epoch, int) and epoch >= 0 else None

@@ -82,6 +82,7 @@ class IsrChanges:
                 leader_epoch=partition.leader_epoch,
                 new_isr=isr,
                 partition_epoch=partition.partition_epoch,
+                new_isr_broker_epochs=partition.broker_epochs(isr, request.broker_epoch),
             )
             key = (partition.topic_id, partition.partition)
             tried[key] = (partition, partition.partition_epoch, len(partition.isr))

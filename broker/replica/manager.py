@@ -267,14 +267,19 @@ class ReplicaManager:
 
     def _after_isr_change(self, partition: Partition) -> None:
         """The ISR or a follower moved: the high watermark may advance."""
-        if partition.maybe_advance_high_watermark():
-            self._high_watermark_moved(partition)
+        self._advance_high_watermark(partition)
 
-    def _high_watermark_moved(self, partition: Partition) -> None:
-        min_isr = int(self._topic_value(partition.topic, "min.insync.replicas"))
-        code = E.NONE if len(partition.isr) >= min_isr else E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        self._acks.reached(partition, partition.high_watermark, code)
-        self._committed.wake(partition)
+    def _advance_high_watermark(self, partition: Partition) -> None:
+        """Strict min ISR (KIP-966): the high watermark moves only while the ISR has
+        min.insync.replicas members, so a replica that leaves a smaller ISR holds every
+        committed record and may be elected from the ELR (``raftka.metadata.eligible_leaders``).
+        Below it, acks=all produces waiting here fail at once, as in Kafka."""
+        if len(partition.isr) < int(self._topic_value(partition.topic, "min.insync.replicas")):
+            self._acks.fail(partition, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+            return
+        if partition.maybe_advance_high_watermark():
+            self._acks.reached(partition, partition.high_watermark, E.NONE)
+            self._committed.wake(partition)
 
     def shrink_isrs(self) -> None:
         """Drop followers that have not caught up for ``replica_lag_time_max_ms``."""
@@ -363,8 +368,7 @@ class ReplicaManager:
         if validated.log_append_time_ms >= 0:
             result.log_append_time_ms = info.max_timestamp if info.duplicate else validated.log_append_time_ms
         self._appended.wake(partition)
-        if partition.maybe_advance_high_watermark():
-            self._high_watermark_moved(partition)
+        self._advance_high_watermark(partition)
         return partition, info.last_offset + 1
 
     def _limits(self, topic: str) -> BatchLimits:
@@ -570,14 +574,15 @@ class ReplicaManager:
         if not log_start <= data.fetch_offset <= log_end:
             raise out_of_range
         if follower >= 0 and arrived:
-            self._follower_fetched(partition, follower, data.fetch_offset, now_ms)
+            self._follower_fetched(partition, follower, request.replica_epoch, data.fetch_offset, now_ms)
             result.high_watermark = partition.high_watermark
         return partition
 
-    def _follower_fetched(self, partition: Partition, follower: int, fetch_offset: int, now_ms: int) -> None:
-        partition.update_follower(follower, fetch_offset, now_ms)
-        if partition.maybe_advance_high_watermark():
-            self._high_watermark_moved(partition)
+    def _follower_fetched(
+        self, partition: Partition, follower: int, broker_epoch: int, fetch_offset: int, now_ms: int
+    ) -> None:
+        partition.update_follower(follower, fetch_offset, now_ms, broker_epoch)
+        self._advance_high_watermark(partition)
         new_isr = partition.isr_to_expand(follower)  # registered and unfenced: _refused_follower
         if new_isr is not None:
             log.info(

@@ -54,6 +54,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_leader_end: int = UNKNOWN_OFFSET  # the leader's log end at the follower's previous fetch
     last_fetch_ms: int = 0
+    broker_epoch: int = -1  # the follower's, as its last fetch named it (KIP-903); -1: none yet
 
 
 class Partition:
@@ -167,11 +168,13 @@ class Partition:
             return epoch, end
         return None
 
-    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
-        """Record a follower's fetch (its log agrees with ours up to ``fetch_offset``)."""
+    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int, broker_epoch: int) -> None:
+        """Record a follower's fetch (its log agrees with ours up to ``fetch_offset``), made by
+        its incarnation at ``broker_epoch`` (the leader checked it is the current one)."""
         state = self.followers.get(replica_id)
         if state is None:
             return
+        state.broker_epoch = broker_epoch
         leader_end = self.log.log_end_offset
         if fetch_offset >= leader_end:
             state.last_caught_up_ms = now_ms
@@ -231,6 +234,14 @@ class Partition:
         if state is None or state.log_end_offset < max(self.high_watermark, self.epoch_start_offset):
             return None
         return tuple(r for r in self.replicas if r in self.isr or r == replica_id)
+
+    def broker_epochs(self, isr: tuple[int, ...], own_epoch: int) -> list[int]:
+        """The broker epoch of each member of ``isr`` as this leader knows it (-1: not heard
+        from in this leader epoch), for AlterPartition (KIP-903)."""
+        return [
+            own_epoch if r == self.local_id else self.followers.get(r, FollowerState()).broker_epoch
+            for r in isr
+        ]
 
     def isr_change_sent(self, new_isr: tuple[int, ...]) -> None:
         self.pending_isr = new_isr

@@ -247,6 +247,7 @@ class SimBroker:
             leader_epoch=partition.leader_epoch,
             new_isr=new_isr,
             partition_epoch=partition.partition_epoch,
+            new_isr_broker_epochs=partition.broker_epochs(new_isr, process.broker_epoch),
         )
         tried = (partition.partition_epoch, new_isr)
         self.network.send(self.id, CONTROLLER, self._at_controller_alter, request, process, partition, tried)

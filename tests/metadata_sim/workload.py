@@ -298,6 +298,7 @@ class Workload:
             leader_epoch=state.leader_epoch,
             new_isr=new_isr,
             partition_epoch=state.partition_epoch,
+            new_isr_broker_epochs=[image.brokers[b].epoch for b in new_isr],  # KIP-903
         )
         await c.alter_partition(
             pb.AlterPartitionRequest(

@@ -256,3 +256,34 @@ def test_link_asks_the_raft_leader_then_follows_hints_then_tries_voters_in_turn(
                 await link.close()
 
     run(body)
+
+
+def test_registration_names_the_clean_shutdown_epoch_and_then_its_own() -> None:
+    """KIP-966: the first registration carries the epoch the clean-shutdown marker named
+    (none without a marker: the controller takes the broker out of every ELR); a
+    re-registration in the same process carries the process's own epoch, its logs intact."""
+
+    async def body() -> None:
+        controller = FakeController()
+        async with serving(controller) as address:
+            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            crashed = BrokerLifecycle(102, [ENDPOINT], "", 50, link, lambda: 1000)
+            task = asyncio.create_task(crashed.run())
+            await until(lambda: crashed.state is State.RUNNING, "the broker without a marker running")
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            assert not controller.registrations[0].HasField("previous_broker_epoch")
+
+            broker = BrokerLifecycle(101, [ENDPOINT], "", 50, link, lambda: 1000, previous_broker_epoch=7)
+            task = asyncio.create_task(broker.run())
+            await until(lambda: broker.state is State.RUNNING, "the broker with a marker running")
+            assert controller.registrations[1].previous_broker_epoch == 7
+            own = broker.broker_epoch
+            controller.forget = True  # the registration is lost: register again
+            await until(lambda: len(controller.registrations) == 3, "re-registration")
+            assert controller.registrations[2].previous_broker_epoch == own
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await link.close()
+
+    run(body)

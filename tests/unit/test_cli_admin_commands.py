@@ -91,7 +91,13 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
                 isr=[101, 102],
             )
             topic.partitions.add(
-                partition=1, leader=-1, leader_epoch=3, partition_epoch=6, replicas=[102, 103], isr=[]
+                partition=1,
+                leader=-1,
+                leader_epoch=3,
+                partition_epoch=6,
+                replicas=[102, 103],
+                isr=[],
+                elr=[103],
             )
         return response
 
@@ -253,6 +259,7 @@ def test_topics_list_and_describe_shapes(
             "partition_epoch": 5,
             "replicas": [101, 102],
             "isr": [101, 102],
+            "elr": [],
             "offline": False,
             "under_replicated": False,
         },
@@ -265,6 +272,7 @@ def test_topics_list_and_describe_shapes(
             "partition_epoch": 6,
             "replicas": [102, 103],
             "isr": [],
+            "elr": [103],
             "offline": True,
             "under_replicated": True,
         },
@@ -278,12 +286,13 @@ def test_topics_list_and_describe_shapes(
         "LEADER_EPOCH",
         "REPLICAS",
         "ISR",
+        "ELR",
         "LOG_START",
         "HIGH_WATERMARK",
         "STATUS",
     ]
-    assert table[2].split() == ["0", "101", "2", "101,102", "101,102", "-", "-", "ok"]
-    assert table[3].split() == ["1", "none", "3", "102,103", "-", "-", "-", "offline"]
+    assert table[2].split() == ["0", "101", "2", "101,102", "101,102", "-", "-", "-", "ok"]
+    assert table[3].split() == ["1", "none", "3", "102,103", "-", "103", "-", "-", "offline"]
 
 
 def test_topics_delete_and_alter(controller: FakeController, capsys: pytest.CaptureFixture[str]) -> None:

@@ -138,7 +138,7 @@ def test_session_expiry_fences_reelects_from_isr_and_return_leaves_isrs_to_the_l
             assert state.partition_epoch == before[p].partition_epoch + 1
         for p in single_on_101:
             state = partitions_of(image, "single")[p]
-            assert (state.leader, state.isr) == (-1, (101,)), "offline, waiting for its last ISR member"
+            assert (state.leader, state.isr, state.elr) == (-1, (), (101,)), "offline, waiting for its ELR"
         described = await c.describe_topics(pb.DescribeTopicsRequest(names=["single"]))
         assert any(p.leader == -1 for p in described.topics[0].partitions)
 
@@ -156,10 +156,11 @@ def test_session_expiry_fences_reelects_from_isr_and_return_leaves_isrs_to_the_l
     run(body)
 
 
-def test_the_last_isr_member_fenced_stays_in_the_isr_offline_and_its_return_is_a_clean_election() -> None:
-    """Kafka (without ELR) keeps the last ISR member in the ISR when it is fenced and
-    sets the leader to -1: only a replica known to hold every committed record may lead
-    again, and when it returns it does, in a new leader epoch."""
+def test_the_last_isr_member_fenced_leaves_the_isr_for_the_elr_and_its_return_is_a_clean_election() -> None:
+    """KIP-966: the last ISR member, fenced, leaves the ISR for the eligible leader
+    replicas (the ISR is below min.insync.replicas) and the leader is -1: only a replica
+    known to hold every committed record may lead again, and when it returns (cleanly) it
+    does, in a new leader epoch."""
 
     async def body() -> None:
         quorum, member = await single(session_timeout_ms=1000)
@@ -177,25 +178,25 @@ def test_the_last_isr_member_fenced_stays_in_the_isr_offline_and_its_return_is_a
         await c.tick()
         assert member.image.brokers[101].fenced
         offline = partitions_of(member.image, "solo")[p]
-        assert (offline.leader, offline.isr) == (-1, (101,)), offline
+        assert (offline.leader, offline.isr, offline.elr) == (-1, (), (101,)), offline
         assert offline.leader_epoch == before.leader_epoch + 1, offline
 
         described = await c.describe_topics(pb.DescribeTopicsRequest(names=["solo"]))
         view = describe_view([described_topic(described.topics[0])])
         [row] = [line.split() for line in format_describe(view).splitlines() if line.split()[:1] == [str(p)]]
-        assert row == [str(p), "none", str(offline.leader_epoch), "101", "101", "-", "-", "offline"], row
+        assert row == [str(p), "none", str(offline.leader_epoch), "101", "-", "101", "-", "-", "offline"], row
 
         back = await heartbeat(c, 101, epochs[101])
         assert not back.is_fenced
         online = partitions_of(member.image, "solo")[p]
-        assert (online.leader, online.isr) == (101, (101,)), online
+        assert (online.leader, online.isr, online.elr) == (101, (101,), ()), online
         assert online.leader_epoch == offline.leader_epoch + 1, online
         await quorum.close()
 
     run(body)
 
 
-def test_an_offline_partition_waits_for_its_last_isr_member_not_the_first_replica_back() -> None:
+def test_an_offline_partition_waits_for_its_elr_member_not_the_first_replica_back() -> None:
     async def body() -> None:
         quorum, member = await single()
         c = member.controller
@@ -205,7 +206,7 @@ def test_an_offline_partition_waits_for_its_last_isr_member_not_the_first_replic
         for broker_id in (first, last):
             await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
         offline = partitions_of(member.image, "pair")[0]
-        assert (offline.leader, offline.isr) == (-1, (last,)), offline
+        assert (offline.leader, offline.isr, offline.elr) == (-1, (), (last,)), offline
 
         await heartbeat(c, first, epochs[first])
         assert not member.image.brokers[first].fenced
@@ -224,7 +225,13 @@ def described_topic(topic: pb.TopicDescription) -> TopicDescription:
     """What ``Admin.describe_topics`` makes of the controller's answer."""
     partitions = tuple(
         PartitionInfo(
-            p.partition, p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr)
+            p.partition,
+            p.leader,
+            p.leader_epoch,
+            p.partition_epoch,
+            tuple(p.replicas),
+            tuple(p.isr),
+            tuple(p.elr),
         )
         for p in topic.partitions
     )
@@ -536,6 +543,7 @@ def test_preferred_leaders_take_their_partitions_back_once_in_the_isr_again() ->
                 leader_epoch=state.leader_epoch,
                 new_isr=[b for b in state.replicas if b in state.isr or b == 101],
                 partition_epoch=state.partition_epoch,
+                new_isr_broker_epochs=[epochs[b] for b in state.replicas if b in state.isr or b == 101],
             )
             assert (await c.alter_partition(request)).partitions[0].error == E.NONE
         await c.tick()

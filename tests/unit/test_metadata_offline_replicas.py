@@ -36,11 +36,15 @@ def topic_id(image: MetadataImage, topic: str) -> bytes:
 
 
 async def expand(
-    c: QuorumController, image: MetadataImage, broker_id: int, epoch: int, isr: list[int]
+    c: QuorumController, image: MetadataImage, broker_id: int, epochs: dict[int, int], isr: list[int]
 ) -> int:
-    """The leader of t-0 asks for ``isr``; the partition's error code."""
+    """The leader of t-0 asks for ``isr``, with each member's broker epoch (KIP-903); the
+    partition's error code."""
     state = state_of(image, "t", 0)
-    request = alter(broker_id, epoch, topic_id(image, "t"), 0, state.leader_epoch, isr, state.partition_epoch)
+    request = alter(
+        broker_id, epochs[broker_id], topic_id(image, "t"), 0, state.leader_epoch, isr, state.partition_epoch
+    )
+    request.topics[0].partitions[0].new_isr_broker_epochs.extend(epochs[b] for b in isr)
     return (await c.alter_partition(request)).partitions[0].error
 
 
@@ -108,7 +112,7 @@ def test_a_follower_reporting_a_partition_offline_leaves_its_isr_and_may_rejoin_
         assert follower not in after.isr and after.partition_epoch == led.partition_epoch + 1
         await report(c, follower, epochs[follower], {})  # back: it catches up, then the leader asks
         assert state_of(member.image, "t", 0) == after, "back, but only the leader takes it into the ISR"
-        assert await expand(c, member.image, led.leader, epochs[led.leader], list(led.isr)) == E.NONE
+        assert await expand(c, member.image, led.leader, epochs, list(led.isr)) == E.NONE
         assert set(state_of(member.image, "t", 0).isr) == set(led.isr)
         await quorum.close()
 
@@ -116,9 +120,10 @@ def test_a_follower_reporting_a_partition_offline_leaves_its_isr_and_may_rejoin_
 
 
 def test_the_last_isr_member_reporting_offline_is_elected_by_nothing_until_it_reports_it_back() -> None:
-    """A partition on one broker: its report leaves it without a leader (the ISR keeps its
-    last member, as fencing does); neither a preferred election, nor the automatic one, nor
-    the broker's unfencing elects it there; its report without the partition does."""
+    """A partition on one broker: its report leaves it without a leader (its last ISR member
+    moves to the ELR, as fencing moves it, KIP-966); neither a preferred election, nor the
+    automatic one, nor the broker's unfencing elects it there; its report without the
+    partition does."""
 
     async def body() -> None:
         quorum, member = await single(session_timeout_ms=1000)
@@ -129,11 +134,15 @@ def test_the_last_isr_member_reporting_offline_is_elected_by_nothing_until_it_re
         led = state_of(member.image, "t", 0)
         await report(c, 101, epochs[101], {tid: [0]})
         offline = state_of(member.image, "t", 0)
-        assert (offline.leader, offline.isr, offline.leader_epoch) == (-1, (101,), led.leader_epoch + 1)
+        assert (offline.leader, offline.isr, offline.elr, offline.leader_epoch) == (
+            -1,
+            (),
+            (101,),
+            led.leader_epoch + 1,
+        )
 
         asked = await c.elect_leaders(pb.ElectLeadersRequest(topics=[pb.TopicPartitions(topic="t")]))
         assert [r.error for r in asked.partitions] == [E.PREFERRED_LEADER_NOT_AVAILABLE]
-        assert "reports the partition offline" in asked.partitions[0].message
         await c.elect_leaders(pb.ElectLeadersRequest())
         assert state_of(member.image, "t", 0) == offline
 
@@ -169,7 +178,7 @@ def test_a_broker_reporting_a_partition_offline_does_not_succeed_a_fenced_leader
         await report(c, second, epochs[second], {tid: [0]})
         now = state_of(member.image, "t", 0)
         assert second not in now.isr
-        assert await expand(c, member.image, led.leader, epochs[led.leader], list(led.isr)) == E.NONE
+        assert await expand(c, member.image, led.leader, epochs, list(led.isr)) == E.NONE
         await report(c, led.leader, epochs[led.leader], {}, want_fence=True)
         after = state_of(member.image, "t", 0)
         assert after.leader == third, f"{second} reports the partition offline"

@@ -68,6 +68,8 @@ def test_json_keeps_every_field_with_numbers_as_numbers() -> None:
         "leader": 101,
         "leader_epoch": 2,
         "partition_epoch": 5,
+        "elr": [],
+        "last_known_elr": [],
     }
     assert records.to_json(EVERY_TYPE["REGISTER_BROKER_RECORD"]) == {
         "broker_id": 101,

@@ -30,6 +30,7 @@ DEFAULTS = {
     "retention.bytes": "-1",
     "retention.ms": "604800000",
     "segment.bytes": "1073741824",
+    "unclean.leader.election.enable": "false",
 }
 
 

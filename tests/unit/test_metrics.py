@@ -258,6 +258,9 @@ class FakePartition:
     def isr_change_committed(self, isr: tuple[int, ...], partition_epoch: int) -> None:
         self.pending_isr = None
 
+    def broker_epochs(self, isr: tuple[int, ...], own_epoch: int) -> list[int]:
+        return [own_epoch] * len(isr)
+
 
 PARTITION = FakePartition()
 

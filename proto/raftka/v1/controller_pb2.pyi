@@ -248,20 +248,24 @@ class DescribeTopicsRequest(_message.Message):
     def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
-    __slots__ = ("partition", "leader", "leader_epoch", "partition_epoch", "replicas", "isr")
+    __slots__ = ("partition", "leader", "leader_epoch", "partition_epoch", "replicas", "isr", "elr", "last_known_elr")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
+    ELR_FIELD_NUMBER: _ClassVar[int]
+    LAST_KNOWN_ELR_FIELD_NUMBER: _ClassVar[int]
     partition: int
     leader: int
     leader_epoch: int
     partition_epoch: int
     replicas: _containers.RepeatedScalarFieldContainer[int]
     isr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
+    elr: _containers.RepeatedScalarFieldContainer[int]
+    last_known_elr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., elr: _Optional[_Iterable[int]] = ..., last_known_elr: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
     __slots__ = ("name", "topic_id", "error", "message", "partitions")
@@ -356,16 +360,18 @@ class AlterConfigsResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ...) -> None: ...
 
 class BrokerRegistrationRequest(_message.Message):
-    __slots__ = ("broker_id", "incarnation_id", "listeners", "rack")
+    __slots__ = ("broker_id", "incarnation_id", "listeners", "rack", "previous_broker_epoch")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_ID_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     incarnation_id: str
     listeners: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.BrokerEndpoint]
     rack: str
-    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[_metadata_pb2.BrokerEndpoint, _Mapping]]] = ..., rack: _Optional[str] = ...) -> None: ...
+    previous_broker_epoch: int
+    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[_metadata_pb2.BrokerEndpoint, _Mapping]]] = ..., rack: _Optional[str] = ..., previous_broker_epoch: _Optional[int] = ...) -> None: ...
 
 class BrokerRegistrationResponse(_message.Message):
     __slots__ = ("status", "broker_epoch")
@@ -444,16 +450,18 @@ class DescribeClusterResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerDescription, _Mapping]]] = ...) -> None: ...
 
 class AlterPartitionData(_message.Message):
-    __slots__ = ("partition", "leader_epoch", "new_isr", "partition_epoch")
+    __slots__ = ("partition", "leader_epoch", "new_isr", "partition_epoch", "new_isr_broker_epochs")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     NEW_ISR_FIELD_NUMBER: _ClassVar[int]
     PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    NEW_ISR_BROKER_EPOCHS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     leader_epoch: int
     new_isr: _containers.RepeatedScalarFieldContainer[int]
     partition_epoch: int
-    def __init__(self, partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ..., partition_epoch: _Optional[int] = ...) -> None: ...
+    new_isr_broker_epochs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ..., partition_epoch: _Optional[int] = ..., new_isr_broker_epochs: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AlterPartitionTopic(_message.Message):
     __slots__ = ("topic_id", "partitions")

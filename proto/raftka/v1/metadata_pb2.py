@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18raftka/v1/metadata.proto\x12\traftka.v1\":\n\x0e\x42rokerEndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\"\xa3\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12,\n\tendpoints\x18\x04 \x03(\x0b\x32\x19.raftka.v1.BrokerEndpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\".\n\x11\x46\x65nceBrokerRecord\x12\n\n\x02id\x18\x01 \x01(\x05\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"0\n\x13UnfenceBrokerRecord\x12\n\n\x02id\x18\x01 \x01(\x05\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"\x97\x01\n\x0fPartitionRecord\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x0e\n\x06leader\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\"\x1b\n\x0c\x42rokerIdList\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xa0\x01\n\x15PartitionChangeRecord\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12$\n\x03isr\x18\x03 \x01(\x0b\x32\x17.raftka.v1.BrokerIdList\x12\x0e\n\x06leader\x18\x04 \x01(\x05\x12)\n\x08replicas\x18\x05 \x01(\x0b\x32\x17.raftka.v1.BrokerIdList\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\"\x87\x01\n\x0c\x43onfigRecord\x12\x34\n\rresource_type\x18\x01 \x01(\x0e\x32\x1d.raftka.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"9\n\x12\x46\x65\x61tureLevelRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rfeature_level\x18\x02 \x01(\x05\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"\x0c\n\nNoOpRecord\"\x87\x01\n\x12OffsetCommitRecord\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x06 \x01(\x03\")\n\x18RemoveGroupOffsetsRecord\x12\r\n\x05group\x18\x01 \x01(\t\"\x9c\x01\n\x11GroupMemberRecord\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x31\n\nassignment\x18\x05 \x03(\x0b\x32\x1d.raftka.v1.GroupAssignedTopic\"7\n\x12GroupAssignedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\xd4\x01\n\x14GroupRebalanceRecord\x12\r\n\x05group\x18\x01 \x01(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x15\n\rprotocol_type\x18\x03 \x01(\t\x12\x15\n\rprotocol_name\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\t\x12-\n\x07members\x18\x06 \x03(\x0b\x32\x1c.raftka.v1.GroupMemberRecord\x12\x13\n\x0b\x63oordinator\x18\x07 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x08 \x01(\x03\"\xb7\x01\n\x18\x41\x63\x63\x65ssControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rresource_type\x18\x02 \x01(\t\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x14\n\x0cpattern_type\x18\x04 \x01(\t\x12\x11\n\tprincipal\x18\x05 \x01(\t\x12\x0c\n\x04host\x18\x06 \x01(\t\x12\x11\n\toperation\x18\x07 \x01(\t\x12\x17\n\x0fpermission_type\x18\x08 \x01(\t\",\n\x1eRemoveAccessControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\t\"R\n\x11\x43lientQuotaEntity\x12\x13\n\x0b\x65ntity_type\x18\x01 \x01(\t\x12\x18\n\x0b\x65ntity_name\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x0e\n\x0c_entity_name\"m\n\x11\x43lientQuotaRecord\x12,\n\x06\x65ntity\x18\x01 \x03(\x0b\x32\x1c.raftka.v1.ClientQuotaEntity\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\x01\x12\x0e\n\x06remove\x18\x04 \x01(\x08\"\x9b\x08\n\x0eMetadataRecord\x12:\n\x0fregister_broker\x18\x01 \x01(\x0b\x32\x1f.raftka.v1.RegisterBrokerRecordH\x00\x12>\n\x11unregister_broker\x18\x02 \x01(\x0b\x32!.raftka.v1.UnregisterBrokerRecordH\x00\x12\x34\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32\x1c.raftka.v1.FenceBrokerRecordH\x00\x12\x38\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32\x1e.raftka.v1.UnfenceBrokerRecordH\x00\x12\'\n\x05topic\x18\x05 \x01(\x0b\x32\x16.raftka.v1.TopicRecordH\x00\x12/\n\tpartition\x18\x06 \x01(\x0b\x32\x1a.raftka.v1.PartitionRecordH\x00\x12<\n\x10partition_change\x18\x07 \x01(\x0b\x32 .raftka.v1.PartitionChangeRecordH\x00\x12\x34\n\x0cremove_topic\x18\x08 \x01(\x0b\x32\x1c.raftka.v1.RemoveTopicRecordH\x00\x12)\n\x06\x63onfig\x18\t \x01(\x0b\x32\x17.raftka.v1.ConfigRecordH\x00\x12\x36\n\rfeature_level\x18\n \x01(\x0b\x32\x1d.raftka.v1.FeatureLevelRecordH\x00\x12\x34\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32\x1c.raftka.v1.ProducerIdsRecordH\x00\x12&\n\x05no_op\x18\x0c \x01(\x0b\x32\x15.raftka.v1.NoOpRecordH\x00\x12\x36\n\roffset_commit\x18\r \x01(\x0b\x32\x1d.raftka.v1.OffsetCommitRecordH\x00\x12\x43\n\x14remove_group_offsets\x18\x0e \x01(\x0b\x32#.raftka.v1.RemoveGroupOffsetsRecordH\x00\x12:\n\x0fgroup_rebalance\x18\x0f \x01(\x0b\x32\x1f.raftka.v1.GroupRebalanceRecordH\x00\x12\x43\n\x14\x61\x63\x63\x65ss_control_entry\x18\x10 \x01(\x0b\x32#.raftka.v1.AccessControlEntryRecordH\x00\x12P\n\x1bremove_access_control_entry\x18\x11 \x01(\x0b\x32).raftka.v1.RemoveAccessControlEntryRecordH\x00\x12\x34\n\x0c\x63lient_quota\x18\x14 \x01(\x0b\x32\x1c.raftka.v1.ClientQuotaRecordH\x00\x42\x08\n\x06record*h\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18raftka/v1/metadata.proto\x12\traftka.v1\":\n\x0e\x42rokerEndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\"\xa3\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12,\n\tendpoints\x18\x04 \x03(\x0b\x32\x19.raftka.v1.BrokerEndpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\".\n\x11\x46\x65nceBrokerRecord\x12\n\n\x02id\x18\x01 \x01(\x05\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"0\n\x13UnfenceBrokerRecord\x12\n\n\x02id\x18\x01 \x01(\x05\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"\xbc\x01\n\x0fPartitionRecord\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x0e\n\x06leader\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x07 \x01(\x05\x12\x0b\n\x03\x65lr\x18\x08 \x03(\x05\x12\x16\n\x0elast_known_elr\x18\t \x03(\x05\"\x1b\n\x0c\x42rokerIdList\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xf7\x01\n\x15PartitionChangeRecord\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12$\n\x03isr\x18\x03 \x01(\x0b\x32\x17.raftka.v1.BrokerIdList\x12\x0e\n\x06leader\x18\x04 \x01(\x05\x12)\n\x08replicas\x18\x05 \x01(\x0b\x32\x17.raftka.v1.BrokerIdList\x12$\n\x03\x65lr\x18\x06 \x01(\x0b\x32\x17.raftka.v1.BrokerIdList\x12/\n\x0elast_known_elr\x18\x07 \x01(\x0b\x32\x17.raftka.v1.BrokerIdList\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\"\x87\x01\n\x0c\x43onfigRecord\x12\x34\n\rresource_type\x18\x01 \x01(\x0e\x32\x1d.raftka.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"9\n\x12\x46\x65\x61tureLevelRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rfeature_level\x18\x02 \x01(\x05\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"\x0c\n\nNoOpRecord\"\x87\x01\n\x12OffsetCommitRecord\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x06 \x01(\x03\")\n\x18RemoveGroupOffsetsRecord\x12\r\n\x05group\x18\x01 \x01(\t\"\x9c\x01\n\x11GroupMemberRecord\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x31\n\nassignment\x18\x05 \x03(\x0b\x32\x1d.raftka.v1.GroupAssignedTopic\"7\n\x12GroupAssignedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\xd4\x01\n\x14GroupRebalanceRecord\x12\r\n\x05group\x18\x01 \x01(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x15\n\rprotocol_type\x18\x03 \x01(\t\x12\x15\n\rprotocol_name\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\t\x12-\n\x07members\x18\x06 \x03(\x0b\x32\x1c.raftka.v1.GroupMemberRecord\x12\x13\n\x0b\x63oordinator\x18\x07 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x08 \x01(\x03\"\xb7\x01\n\x18\x41\x63\x63\x65ssControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rresource_type\x18\x02 \x01(\t\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x14\n\x0cpattern_type\x18\x04 \x01(\t\x12\x11\n\tprincipal\x18\x05 \x01(\t\x12\x0c\n\x04host\x18\x06 \x01(\t\x12\x11\n\toperation\x18\x07 \x01(\t\x12\x17\n\x0fpermission_type\x18\x08 \x01(\t\",\n\x1eRemoveAccessControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\t\"R\n\x11\x43lientQuotaEntity\x12\x13\n\x0b\x65ntity_type\x18\x01 \x01(\t\x12\x18\n\x0b\x65ntity_name\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x0e\n\x0c_entity_name\"m\n\x11\x43lientQuotaRecord\x12,\n\x06\x65ntity\x18\x01 \x03(\x0b\x32\x1c.raftka.v1.ClientQuotaEntity\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\x01\x12\x0e\n\x06remove\x18\x04 \x01(\x08\"\x9b\x08\n\x0eMetadataRecord\x12:\n\x0fregister_broker\x18\x01 \x01(\x0b\x32\x1f.raftka.v1.RegisterBrokerRecordH\x00\x12>\n\x11unregister_broker\x18\x02 \x01(\x0b\x32!.raftka.v1.UnregisterBrokerRecordH\x00\x12\x34\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32\x1c.raftka.v1.FenceBrokerRecordH\x00\x12\x38\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32\x1e.raftka.v1.UnfenceBrokerRecordH\x00\x12\'\n\x05topic\x18\x05 \x01(\x0b\x32\x16.raftka.v1.TopicRecordH\x00\x12/\n\tpartition\x18\x06 \x01(\x0b\x32\x1a.raftka.v1.PartitionRecordH\x00\x12<\n\x10partition_change\x18\x07 \x01(\x0b\x32 .raftka.v1.PartitionChangeRecordH\x00\x12\x34\n\x0cremove_topic\x18\x08 \x01(\x0b\x32\x1c.raftka.v1.RemoveTopicRecordH\x00\x12)\n\x06\x63onfig\x18\t \x01(\x0b\x32\x17.raftka.v1.ConfigRecordH\x00\x12\x36\n\rfeature_level\x18\n \x01(\x0b\x32\x1d.raftka.v1.FeatureLevelRecordH\x00\x12\x34\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32\x1c.raftka.v1.ProducerIdsRecordH\x00\x12&\n\x05no_op\x18\x0c \x01(\x0b\x32\x15.raftka.v1.NoOpRecordH\x00\x12\x36\n\roffset_commit\x18\r \x01(\x0b\x32\x1d.raftka.v1.OffsetCommitRecordH\x00\x12\x43\n\x14remove_group_offsets\x18\x0e \x01(\x0b\x32#.raftka.v1.RemoveGroupOffsetsRecordH\x00\x12:\n\x0fgroup_rebalance\x18\x0f \x01(\x0b\x32\x1f.raftka.v1.GroupRebalanceRecordH\x00\x12\x43\n\x14\x61\x63\x63\x65ss_control_entry\x18\x10 \x01(\x0b\x32#.raftka.v1.AccessControlEntryRecordH\x00\x12P\n\x1bremove_access_control_entry\x18\x11 \x01(\x0b\x32).raftka.v1.RemoveAccessControlEntryRecordH\x00\x12\x34\n\x0c\x63lient_quota\x18\x14 \x01(\x0b\x32\x1c.raftka.v1.ClientQuotaRecordH\x00\x42\x08\n\x06record*h\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftka.v1.metadata_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONFIGRESOURCETYPE']._serialized_start=3254
-  _globals['_CONFIGRESOURCETYPE']._serialized_end=3358
+  _globals['_CONFIGRESOURCETYPE']._serialized_start=3378
+  _globals['_CONFIGRESOURCETYPE']._serialized_end=3482
   _globals['_BROKERENDPOINT']._serialized_start=39
   _globals['_BROKERENDPOINT']._serialized_end=97
   _globals['_REGISTERBROKERRECORD']._serialized_start=100
@@ -46,39 +46,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICRECORD']._serialized_start=430
   _globals['_TOPICRECORD']._serialized_end=475
   _globals['_PARTITIONRECORD']._serialized_start=478
-  _globals['_PARTITIONRECORD']._serialized_end=629
-  _globals['_BROKERIDLIST']._serialized_start=631
-  _globals['_BROKERIDLIST']._serialized_end=658
-  _globals['_PARTITIONCHANGERECORD']._serialized_start=661
-  _globals['_PARTITIONCHANGERECORD']._serialized_end=821
-  _globals['_REMOVETOPICRECORD']._serialized_start=823
-  _globals['_REMOVETOPICRECORD']._serialized_end=860
-  _globals['_CONFIGRECORD']._serialized_start=863
-  _globals['_CONFIGRECORD']._serialized_end=998
-  _globals['_FEATURELEVELRECORD']._serialized_start=1000
-  _globals['_FEATURELEVELRECORD']._serialized_end=1057
-  _globals['_PRODUCERIDSRECORD']._serialized_start=1059
-  _globals['_PRODUCERIDSRECORD']._serialized_end=1145
-  _globals['_NOOPRECORD']._serialized_start=1147
-  _globals['_NOOPRECORD']._serialized_end=1159
-  _globals['_OFFSETCOMMITRECORD']._serialized_start=1162
-  _globals['_OFFSETCOMMITRECORD']._serialized_end=1297
-  _globals['_REMOVEGROUPOFFSETSRECORD']._serialized_start=1299
-  _globals['_REMOVEGROUPOFFSETSRECORD']._serialized_end=1340
-  _globals['_GROUPMEMBERRECORD']._serialized_start=1343
-  _globals['_GROUPMEMBERRECORD']._serialized_end=1499
-  _globals['_GROUPASSIGNEDTOPIC']._serialized_start=1501
-  _globals['_GROUPASSIGNEDTOPIC']._serialized_end=1556
-  _globals['_GROUPREBALANCERECORD']._serialized_start=1559
-  _globals['_GROUPREBALANCERECORD']._serialized_end=1771
-  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_start=1774
-  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_end=1957
-  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_start=1959
-  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_end=2003
-  _globals['_CLIENTQUOTAENTITY']._serialized_start=2005
-  _globals['_CLIENTQUOTAENTITY']._serialized_end=2087
-  _globals['_CLIENTQUOTARECORD']._serialized_start=2089
-  _globals['_CLIENTQUOTARECORD']._serialized_end=2198
-  _globals['_METADATARECORD']._serialized_start=2201
-  _globals['_METADATARECORD']._serialized_end=3252
+  _globals['_PARTITIONRECORD']._serialized_end=666
+  _globals['_BROKERIDLIST']._serialized_start=668
+  _globals['_BROKERIDLIST']._serialized_end=695
+  _globals['_PARTITIONCHANGERECORD']._serialized_start=698
+  _globals['_PARTITIONCHANGERECORD']._serialized_end=945
+  _globals['_REMOVETOPICRECORD']._serialized_start=947
+  _globals['_REMOVETOPICRECORD']._serialized_end=984
+  _globals['_CONFIGRECORD']._serialized_start=987
+  _globals['_CONFIGRECORD']._serialized_end=1122
+  _globals['_FEATURELEVELRECORD']._serialized_start=1124
+  _globals['_FEATURELEVELRECORD']._serialized_end=1181
+  _globals['_PRODUCERIDSRECORD']._serialized_start=1183
+  _globals['_PRODUCERIDSRECORD']._serialized_end=1269
+  _globals['_NOOPRECORD']._serialized_start=1271
+  _globals['_NOOPRECORD']._serialized_end=1283
+  _globals['_OFFSETCOMMITRECORD']._serialized_start=1286
+  _globals['_OFFSETCOMMITRECORD']._serialized_end=1421
+  _globals['_REMOVEGROUPOFFSETSRECORD']._serialized_start=1423
+  _globals['_REMOVEGROUPOFFSETSRECORD']._serialized_end=1464
+  _globals['_GROUPMEMBERRECORD']._serialized_start=1467
+  _globals['_GROUPMEMBERRECORD']._serialized_end=1623
+  _globals['_GROUPASSIGNEDTOPIC']._serialized_start=1625
+  _globals['_GROUPASSIGNEDTOPIC']._serialized_end=1680
+  _globals['_GROUPREBALANCERECORD']._serialized_start=1683
+  _globals['_GROUPREBALANCERECORD']._serialized_end=1895
+  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_start=1898
+  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_end=2081
+  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_start=2083
+  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_end=2127
+  _globals['_CLIENTQUOTAENTITY']._serialized_start=2129
+  _globals['_CLIENTQUOTAENTITY']._serialized_end=2211
+  _globals['_CLIENTQUOTARECORD']._serialized_start=2213
+  _globals['_CLIENTQUOTARECORD']._serialized_end=2322
+  _globals['_METADATARECORD']._serialized_start=2325
+  _globals['_METADATARECORD']._serialized_end=3376
 # @@protoc_insertion_point(module_scope)
