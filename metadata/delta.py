@@ -43,6 +43,7 @@ from raftka.metadata.image import (
     frozen,
 )
 from raftka.metadata.records import MetadataRecord, topic_id_str
+from raftka.security.scram import ScramCredential
 from raftka.v1 import metadata_pb2
 
 K = TypeVar("K")
@@ -142,6 +143,7 @@ class MetadataDelta:
         self._next_producer_id = image.next_producer_id
         self._groups: _Cow[str, GroupGeneration] = _Cow(image.groups)
         self._acls: _Cow[str, Acl] = _Cow(image.acls)
+        self._scram: _Cow[tuple[str, str], ScramCredential] = _Cow(image.scram_credentials)
         self._applied = False
 
     def replay(self, record: MetadataRecord) -> None:
@@ -172,6 +174,7 @@ class MetadataDelta:
             features=self._features.result(),
             groups=self._groups.result(),
             acls=self._acls.result(),
+            scram_credentials=self._scram.result(),
         )
 
     # brokers ----------------------------------------------------------------------------
@@ -382,6 +385,21 @@ class MetadataDelta:
             raise ReplayError(f"RemoveAccessControlEntryRecord: no ACL {r.id}")
         del self._acls.edit()[r.id]
 
+    # SCRAM credentials -----------------------------------------------------------------
+
+    def _user_scram_credential(self, r: metadata_pb2.UserScramCredentialRecord) -> None:
+        """Adds or replaces the user's credential for the mechanism (a new password)."""
+        self._scram.edit()[(r.name, r.mechanism)] = ScramCredential(
+            r.salt, r.stored_key, r.server_key, r.iterations
+        )
+
+    def _remove_user_scram_credential(self, r: metadata_pb2.RemoveUserScramCredentialRecord) -> None:
+        if (r.name, r.mechanism) not in self._scram.view:
+            raise ReplayError(
+                f"RemoveUserScramCredentialRecord: user {r.name!r} has no {r.mechanism} credential"
+            )
+        del self._scram.edit()[(r.name, r.mechanism)]
+
 
 _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "register_broker": MetadataDelta._register_broker,
@@ -401,5 +419,7 @@ _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "group_rebalance": MetadataDelta._group_rebalance,
     "access_control_entry": MetadataDelta._access_control_entry,
     "remove_access_control_entry": MetadataDelta._remove_access_control_entry,
+    "user_scram_credential": MetadataDelta._user_scram_credential,
+    "remove_user_scram_credential": MetadataDelta._remove_user_scram_credential,
 }
 assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

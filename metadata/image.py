@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from raftka.metadata.acls import Acl
+from raftka.security.scram import ScramCredential
 
 NO_LEADER = -1
 LEADER_UNCHANGED = -2  # PartitionChangeRecord.leader: leave the leader as it is
@@ -108,6 +109,8 @@ class MetadataImage:
     features: Mapping[str, int] = field(default_factory=frozen)
     groups: Mapping[str, GroupGeneration] = field(default_factory=frozen)  # group -> last rebalance
     acls: Mapping[str, Acl] = field(default_factory=frozen)  # ACL id -> ACL (raftka.metadata.acls)
+    # (user, mechanism) -> its SCRAM credential (raftka.security.scram)
+    scram_credentials: Mapping[tuple[str, str], ScramCredential] = field(default_factory=frozen)
 
     def topic(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids_by_name.get(name)

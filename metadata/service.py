@@ -116,3 +116,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def DescribeAcls(self, request: Pb.DescribeAclsRequest, context: grpc.aio.ServicerContext) -> Any:
         return await self._call(self._c.describe_acls, request, Pb.DescribeAclsResponse)
+
+    async def AlterUserScramCredentials(
+        self, request: Pb.AlterUserScramCredentialsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(
+            self._c.alter_user_scram_credentials, request, Pb.AlterUserScramCredentialsResponse
+        )
+
+    async def DescribeUserScramCredentials(
+        self, request: Pb.DescribeUserScramCredentialsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(
+            self._c.describe_user_scram_credentials, request, Pb.DescribeUserScramCredentialsResponse
+        )

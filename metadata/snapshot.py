@@ -15,8 +15,8 @@ Layout, big-endian::
     records       record_count x (u32 length, MetadataRecord)
 
 Records come in a fixed order (features, brokers, producer ids, topics by name with
-their configs and partitions, other configs, offsets, groups' last rebalances), so every
-replica writes the same bytes for the same image. A partition costs about 45 bytes.
+their configs and partitions, other configs, offsets, groups' last rebalances, ACLs,
+SCRAM credentials), so every replica writes the same bytes for the same image. A partition costs about 45 bytes.
 Brokers come before the partitions that name them; a partition may still name a broker
 that has unregistered, which no record restates, so the delta replaying a snapshot
 does not ask a PartitionRecord for registered brokers (``MetadataDelta(snapshot=True)``).
@@ -34,6 +34,7 @@ from raftka.metadata import records
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import TOPIC, GroupGeneration, MetadataImage
 from raftka.metadata.records import MetadataRecord, RecordError
+from raftka.security.scram import ScramCredential
 from raftka.v1 import metadata_pb2
 
 _HEADER = struct.Struct(">4sHqqII")
@@ -170,6 +171,19 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
         yield MetadataRecord(group_rebalance=group_rebalance_record(group, g))
     for _, acl in sorted(image.acls.items()):
         yield MetadataRecord(access_control_entry=acl.record())
+    for (name, mechanism), c in sorted(image.scram_credentials.items()):
+        yield MetadataRecord(user_scram_credential=scram_record(name, mechanism, c))
+
+
+def scram_record(name: str, mechanism: str, c: ScramCredential) -> metadata_pb2.UserScramCredentialRecord:
+    return metadata_pb2.UserScramCredentialRecord(
+        name=name,
+        mechanism=mechanism,
+        salt=c.salt,
+        stored_key=c.stored_key,
+        server_key=c.server_key,
+        iterations=c.iterations,
+    )
 
 
 def group_rebalance_record(group: str, g: GroupGeneration) -> metadata_pb2.GroupRebalanceRecord:
