@@ -19,6 +19,7 @@ from typing import Any
 
 from raftka.raft.config import RaftConfig
 from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.security.sasl import mechanisms_problem, parse_mechanisms
 from raftka.security.tls import KEYS as TLS_KEYS
 from raftka.security.tls import TlsError, TlsFiles, tls_files
 
@@ -115,6 +116,7 @@ class KafkaConfig:
     default_replication_factor: int = (
         3  # Kafka's default.replication.factor (Kafka: 1); raftka keeps three copies
     )
+    sasl_mechanisms: str = ""  # "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN": clients must log in; "": no SASL
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +311,9 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         tls = tls_files({name: values[f"tls.{name}"] for name in TLS_KEYS}, base_dir.absolute())
     except TlsError as e:
         raise ConfigError(str(e)) from None
+    problem = mechanisms_problem(parse_mechanisms(values["kafka.sasl_mechanisms"]), tls is not None)
+    if problem is not None:
+        raise ConfigError(f"kafka.sasl_mechanisms: {problem}")
     super_users = values["authorizer.super_users"]
     for user in super_users:
         if not isinstance(user, str) or not user.startswith("User:") or user == "User:":

@@ -64,9 +64,13 @@ class SaslLogin:
         mechanisms: Sequence[str],
         lookup: scram.Lookup,
         decoy_key: bytes,
+        login_apis: tuple[frozenset[int], frozenset[int]],
         nonce: Callable[[], str] = server_nonce,
     ) -> None:
+        """``login_apis``: the protocol's API keys served before a mechanism is chosen (the
+        handshake), and those served after (the token exchange)."""
         self.mechanisms = tuple(mechanisms)
+        self._before, self._during = login_apis
         self._lookup = lookup
         self._decoy_key = decoy_key
         self._nonce = nonce
@@ -74,6 +78,17 @@ class SaslLogin:
         self._scram: scram.ScramServer | None = None
         self.principal: Principal | None = None
         self.failed = False
+
+    def refusal(self, api_key: int) -> str | None:
+        """Why a request for ``api_key`` may not be served now (None: it may)."""
+        if self.principal is not None:
+            return None
+        if self.failed:
+            return "the login failed"
+        if api_key not in (self._before if self.mechanism is None else self._during):
+            when = "before the SASL handshake" if self.mechanism is None else "during the SASL exchange"
+            return f"api {api_key} {when}"
+        return None
 
     def choose(self, mechanism: str) -> bool:
         """The client's mechanism; False (and the login failed) if this listener has no such."""

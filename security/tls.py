@@ -47,9 +47,18 @@ class TlsFiles:
     @functools.cached_property
     def server_ssl(self) -> ssl.SSLContext:
         """For an asyncio listener: a client must present a certificate the CA signed."""
+        return self._server_context(ssl.CERT_REQUIRED)
+
+    @functools.cached_property
+    def sasl_server_ssl(self) -> ssl.SSLContext:
+        """For a SASL listener (SASL_SSL): the client logs in, so a certificate is optional
+        (Kafka's ssl.client.auth=none); one it presents must still be the CA's."""
+        return self._server_context(ssl.CERT_OPTIONAL)
+
+    def _server_context(self, verify_mode: ssl.VerifyMode) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = verify_mode
         context.load_verify_locations(cafile=str(self.ca))
         context.load_cert_chain(str(self.cert), str(self.key))
         return context

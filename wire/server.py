@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -34,7 +35,9 @@ from typing import Any, Protocol
 import structlog
 from google.protobuf.message import DecodeError, Message
 
+from raftka.node.logs import RateLimitedLog
 from raftka.security.principal import Principal, current_principal, from_ssl
+from raftka.security.sasl import SaslLogin, current_login
 from raftka.v1 import controller_pb2
 from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
 from raftka.wire.frames import (
@@ -70,6 +73,10 @@ class Dispatcher(Protocol):
         ``FrameError`` for bytes the connection cannot go on after."""
         ...
 
+    def api_key(self, frame: memoryview) -> int:
+        """What ``frame`` asks for (-1: a frame too short to say)."""
+        ...
+
 
 CONNECTIONS_MAX = 4_096
 IN_FLIGHT_MAX = 64
@@ -93,8 +100,12 @@ class Listener:
         in_flight_max: int = IN_FLIGHT_MAX,
         request_max_bytes: int = REQUEST_FRAME_MAX_BYTES,
         answer_bytes_max: int = ANSWER_BYTES_MAX,
+        login: Callable[[], SaslLogin] | None = None,
     ) -> None:
+        """``login``: a new connection's SASL login; None: connections need none."""
         self.dispatcher = dispatcher
+        self.login = login
+        self.login_refusals = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)
         self.name = name
         self.connections_max = connections_max
         self.in_flight_max = in_flight_max
@@ -170,6 +181,9 @@ class DataDispatcher:
             return encode_response(correlation_id, status_only(E.INVALID_REQUEST, why))
         return self._answer(handler, spec.name, correlation_id, request)
 
+    def api_key(self, frame: memoryview) -> int:
+        return REQUEST_HEADER.unpack_from(frame)[0] if len(frame) >= REQUEST_HEADER.size else -1
+
     @staticmethod
     async def _answer(handler: Handler, name: str, correlation_id: int, request: Message) -> bytes | None:
         try:
@@ -190,6 +204,7 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self._principal: Principal | None = None  # from the client's certificate (TLS)
+        self._login = None if listener.login is None else listener.login()
         self._tasks: set[asyncio.Task[bytes | None]] = set()
         # ordered answers: every request not yet answered, in arrival order (a task, or its answer)
         self._unanswered: collections.deque[asyncio.Task[bytes | None] | bytes] = collections.deque()
@@ -251,6 +266,7 @@ class _Connection(asyncio.Protocol):
             and self.queued_answer_bytes() < self._unsent_high
             and self.answers.used < self.answers.limit
             and self._busy() < self._listener.in_flight_max
+            and (self._login is None or self._login.principal is not None or self._busy() == 0)
         )
 
     def _dispatch(self) -> None:
@@ -283,6 +299,17 @@ class _Connection(asyncio.Protocol):
         self._reading = want
 
     def _start(self, frame: memoryview) -> None:
+        login = self._login
+        if login is not None and (refusal := login.refusal(self._dispatcher.api_key(frame))) is not None:
+            self._listener.login_refusals.log(
+                logging.INFO,
+                "closing a connection: not logged in",
+                listener=self._listener.name,
+                peer=self._peer,
+                reason=refusal,
+            )
+            self.abort()
+            return
         call = self._dispatcher.dispatch(frame)
         if isinstance(call, bytes):
             if self._dispatcher.ordered and self._unanswered:
@@ -293,7 +320,8 @@ class _Connection(asyncio.Protocol):
             return
         context = contextvars.copy_context()
         context.run(current_peer.set, self._peer)
-        context.run(current_principal.set, self._principal)
+        context.run(current_principal.set, self._principal if login is None else login.principal)
+        context.run(current_login.set, login)
         room = AnswerRoom(self.answers)
         context.run(current_answer_room.set, room)
         task = asyncio.get_running_loop().create_task(call, context=context)
@@ -326,6 +354,9 @@ class _Connection(asyncio.Protocol):
             self._write_answered()
         else:
             self._write(task.result())
+        if self._login is not None and self._login.failed:
+            self._transport.close()  # once the refusal is sent
+            return
         self._dispatch()
 
     def _write_answered(self) -> None:

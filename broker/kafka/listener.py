@@ -8,10 +8,19 @@ from raftka.broker.kafka.cluster_apis import ClusterApis
 from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
 from raftka.broker.kafka.protocol import KafkaDispatcher
+from raftka.broker.kafka.sasl_apis import SaslApis, kafka_login
 from raftka.node.config import NodeConfig
+from raftka.security.sasl import parse_mechanisms
 from raftka.wire.server import Listener
 
 
 def kafka_listener(api: BrokerApi, config: NodeConfig) -> Listener:
-    apis = [*ClusterApis(api, config).apis(), *LogApis(api).apis(), *GroupApis(api).apis()]
-    return Listener(KafkaDispatcher(apis), name="kafka")
+    apis = [
+        *ClusterApis(api, config).apis(),
+        *LogApis(api).apis(),
+        *GroupApis(api).apis(),
+        *SaslApis(api).apis(),
+    ]
+    mechanisms = parse_mechanisms(config.kafka.sasl_mechanisms)
+    login = (lambda: kafka_login(api, mechanisms)) if mechanisms else None
+    return Listener(KafkaDispatcher(apis), name="kafka", login=login)
