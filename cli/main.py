@@ -33,6 +33,7 @@ from raftka.cli import (
     server,
     storage_cmd,
     topics,
+    users,
 )
 from raftka.cli.errors import EXIT_FAILURE, CliError
 from raftka.client.errors import AdminError, KafkaError
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         perf,
         certs_cmd,
         acls,
+        users,
     ):
         module.register(commands)
     return parser
