@@ -202,7 +202,7 @@ def _split_gs2(message: bytes) -> tuple[bytes, bytes, bytes]:
     authzid, comma2, bare = rest.partition(b",")
     if not comma or not comma2:
         raise AuthenticationFailed("client-first: no GS2 header")
-    if flag == b"p":
+    if flag.startswith(b"p="):
         raise AuthenticationFailed("client-first: channel binding is not supported")
     if flag not in (b"n", b"y"):
         raise AuthenticationFailed(f"client-first: GS2 flag {flag[:8]!r} is not n or y")
