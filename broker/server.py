@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import ssl
 import time
 from collections.abc import Callable
 
@@ -194,7 +193,8 @@ class DataPlane:
         for key, address, listener in wanted:
             host, port = parse_host_port(address, key)
             try:
-                await listener.start(host, port, _server_ssl(config, listener))
+                tls = config.tls.listener_ssl(listener.login is not None) if config.tls else None
+                await listener.start(host, port, tls)
             except OSError as e:
                 raise ServerError(f"{key}: cannot listen on {address}: {e.strerror or e}") from None
             self.listeners.append(listener)
@@ -305,13 +305,6 @@ async def start_broker(config: NodeConfig) -> Broker:
         await node.shutdown(graceful=False)
         raise
     return Broker(node, state_machine, partitions, lifecycle, link, data, health, metrics)
-
-
-def _server_ssl(config: NodeConfig, listener: Listener) -> ssl.SSLContext | None:
-    """A SASL listener takes clients without certificates: they log in instead."""
-    if config.tls is None:
-        return None
-    return config.tls.server_ssl if listener.login is None else config.tls.sasl_server_ssl
 
 
 def _endpoint(name: str, address: str) -> metadata_pb2.BrokerEndpoint:

@@ -55,6 +55,10 @@ class TlsFiles:
         (Kafka's ssl.client.auth=none); one it presents must still be the CA's."""
         return self._server_context(ssl.CERT_OPTIONAL)
 
+    def listener_ssl(self, sasl: bool) -> ssl.SSLContext:
+        """A listener's: one whose clients log in with SASL takes them without certificates."""
+        return self.sasl_server_ssl if sasl else self.server_ssl
+
     def _server_context(self, verify_mode: ssl.VerifyMode) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2

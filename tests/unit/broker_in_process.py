@@ -86,9 +86,16 @@ class InProcessBroker:
             configs=frozen({(TOPIC, n): frozen(v) for n, v in (configs or {}).items()}),
             offsets=self.controller.image.offsets,
             groups=self.controller.image.groups,
+            scram_credentials=self.controller.image.scram_credentials,
         )
         self.replicas.apply(image, self._partitions.update(image))
         self.controller.set_image(image)
+
+    def follow_controller(self) -> None:
+        """Replay what the controller in memory has committed (SCRAM credentials written
+        through it), as a broker following the metadata log would."""
+        image = self.controller.image
+        self.replicas.apply(image, self._partitions.update(image))
 
 
 @contextlib.asynccontextmanager
@@ -123,7 +130,7 @@ async def broker_in_process(
     kafka = kafka_listener(
         api, NodeConfig(BROKER, tmp_path, (), "127.0.0.1:1", process_roles=("broker",), kafka=kafka_config)
     )
-    kafka_port = await kafka.start("127.0.0.1", 0, server_ssl)
+    kafka_port = await kafka.start("127.0.0.1", 0, tls.listener_ssl(kafka.login is not None) if tls else None)
     coordinating = asyncio.create_task(groups.run())
     broker = InProcessBroker(api, controller, port, kafka_port, followers)
     broker.set_topics(topics, configs)
