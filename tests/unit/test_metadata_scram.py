@@ -6,8 +6,11 @@ user's out and no one else's; a describe names mechanisms and iteration counts o
 from __future__ import annotations
 
 from raftka.metadata import scram_ops
+from raftka.metadata.acls import Acl, Authorizer
+from raftka.metadata.authorization import controller_policy
 from raftka.metadata.image import EMPTY, MetadataImage
 from raftka.security import scram
+from raftka.security.principal import CLIENT, Principal
 from raftka.v1 import controller_pb2 as C
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import replay
@@ -119,3 +122,23 @@ def test_describe_names_mechanisms_and_iterations_and_unknown_users() -> None:
         ("alice", "DUPLICATE_RESOURCE"),
         ("alice", "DUPLICATE_RESOURCE"),
     ]
+
+
+def test_changing_credentials_needs_alter_and_listing_them_describe_on_the_cluster() -> None:
+    alice = Principal("User:alice", CLIENT)
+    admin = Principal("User:CN=admin,OU=client,O=raftka", CLIENT)
+    describe_acl = Acl("CLUSTER", "kafka-cluster", "LITERAL", "User:alice", "*", "DESCRIBE", "ALLOW")
+    policy = controller_policy(Authorizer([admin.name], lambda: {describe_acl.id: describe_acl}))
+    alter_request = C.AlterUserScramCredentialsRequest(upsertions=[upsertion("bob")])
+    refused = policy("AlterUserScramCredentials", alice, None, alter_request)
+    assert refused is not None and refused.code == C.CLUSTER_AUTHORIZATION_FAILED
+    assert "User:alice may not ALTER the cluster" in refused.message
+    assert policy("AlterUserScramCredentials", admin, None, alter_request) is None
+    assert (
+        policy("DescribeUserScramCredentials", alice, None, C.DescribeUserScramCredentialsRequest()) is None
+    )
+    nobody = Principal("User:mallory", CLIENT)
+    assert (
+        policy("DescribeUserScramCredentials", nobody, None, C.DescribeUserScramCredentialsRequest())
+        is not None
+    )
