@@ -102,6 +102,7 @@ class BrokerConfig:
         86_400_000  # an idempotent producer silent this long is forgotten per partition
     )
     producer_id_expiration_check_interval_ms: int = 600_000  # how often partitions forget expired producers
+    data_sasl_mechanisms: str = ""  # SASL on the data listener, as kafka.sasl_mechanisms; needs [tls]
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +315,15 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     problem = mechanisms_problem(parse_mechanisms(values["kafka.sasl_mechanisms"]), tls is not None)
     if problem is not None:
         raise ConfigError(f"kafka.sasl_mechanisms: {problem}")
+    data_mechanisms = parse_mechanisms(values["broker.data_sasl_mechanisms"])
+    if data_mechanisms and tls is None:
+        raise ConfigError(
+            "broker.data_sasl_mechanisms: needs [tls]: brokers fetch from each other over the data "
+            "listener and log in there with their certificates"
+        )
+    problem = mechanisms_problem(data_mechanisms, tls is not None)
+    if problem is not None:
+        raise ConfigError(f"broker.data_sasl_mechanisms: {problem}")
     super_users = values["authorizer.super_users"]
     for user in super_users:
         if not isinstance(user, str) or not user.startswith("User:") or user == "User:":

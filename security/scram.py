@@ -194,6 +194,47 @@ class ScramServer:
         return ScramCredential(salt, b"", b"", ITERATIONS_DEFAULT)
 
 
+class ScramClient:
+    """The client's side of one SCRAM login (raftka's own clients on the data listener):
+    ``first``, then ``final`` with the server's first answer, then ``verify`` the server's
+    last, which proves the server held the user's credential."""
+
+    def __init__(self, mechanism: str, user: str, password: str, nonce: str) -> None:
+        assert mechanism in HASHES and _PRINTABLE.fullmatch(nonce), (mechanism, nonce)
+        self._hash = HASHES[mechanism]
+        self.mechanism = mechanism
+        self._password = password
+        self._nonce = nonce
+        self._bare = b"n=" + user.replace("=", "=3D").replace(",", "=2C").encode() + b",r=" + nonce.encode()
+        self._server_signature = b""
+
+    def first(self) -> bytes:
+        return b"n,," + self._bare
+
+    def final(self, server_first: bytes) -> bytes:
+        fields = _fields(server_first, "server-first")
+        nonce, salt_text, iterations_text = fields.get("r", ""), fields.get("s", ""), fields.get("i", "")
+        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
+            raise AuthenticationFailed("server-first: the nonce does not extend the client's")
+        if not iterations_text.isdigit() or not ITERATIONS_MIN <= int(iterations_text) <= ITERATIONS_MAX:
+            raise AuthenticationFailed(f"server-first: iterations {iterations_text[:16]!r} out of bounds")
+        salt = _b64(salt_text, "server-first salt")
+        salted = salted_password(self.mechanism, self._password, salt, int(iterations_text))
+        without_proof = b"c=biws,r=" + nonce.encode()
+        auth_message = b",".join((self._bare, server_first, without_proof))
+        client_key = hmac.digest(salted, b"Client Key", self._hash)
+        signature = hmac.digest(hashlib.new(self._hash, client_key).digest(), auth_message, self._hash)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        server_key = hmac.digest(salted, b"Server Key", self._hash)
+        self._server_signature = hmac.digest(server_key, auth_message, self._hash)
+        return without_proof + b",p=" + base64.b64encode(proof)
+
+    def verify(self, server_final: bytes) -> None:
+        expected = b"v=" + base64.b64encode(self._server_signature)
+        if not self._server_signature or not hmac.compare_digest(server_final, expected):
+            raise AuthenticationFailed("server-final: the server does not know the user's credential")
+
+
 def _split_gs2(message: bytes) -> tuple[bytes, bytes, bytes]:
     """(GS2 header with its two commas, its authorization identity, client-first-bare)."""
     if len(message) > MESSAGE_BYTES_MAX:

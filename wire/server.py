@@ -100,9 +100,10 @@ class Listener:
         in_flight_max: int = IN_FLIGHT_MAX,
         request_max_bytes: int = REQUEST_FRAME_MAX_BYTES,
         answer_bytes_max: int = ANSWER_BYTES_MAX,
-        login: Callable[[], SaslLogin] | None = None,
+        login: Callable[[Principal | None], SaslLogin] | None = None,
     ) -> None:
-        """``login``: a new connection's SASL login; None: connections need none."""
+        """``login``: a new connection's SASL login, given its certificate's principal;
+        None: connections need none."""
         self.dispatcher = dispatcher
         self.login = login
         self.login_refusals = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)
@@ -151,8 +152,8 @@ class Listener:
 class FrameServer(Listener):
     """The raftka data protocol: ``handlers`` by API key."""
 
-    def __init__(self, handlers: Mapping[int, Handler], **bounds: Any) -> None:
-        super().__init__(DataDispatcher(handlers), name="data", **bounds)
+    def __init__(self, handlers: Mapping[int, Handler], **options: Any) -> None:
+        super().__init__(DataDispatcher(handlers), name="data", **options)
 
 
 class DataDispatcher:
@@ -204,7 +205,7 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self._principal: Principal | None = None  # from the client's certificate (TLS)
-        self._login = None if listener.login is None else listener.login()
+        self._login: SaslLogin | None = None
         self._tasks: set[asyncio.Task[bytes | None]] = set()
         # ordered answers: every request not yet answered, in arrival order (a task, or its answer)
         self._unanswered: collections.deque[asyncio.Task[bytes | None] | bytes] = collections.deque()
@@ -220,6 +221,8 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._principal = from_ssl(transport.get_extra_info("ssl_object"))
+        if self._listener.login is not None:
+            self._login = self._listener.login(self._principal)
         if not self._listener._admit(self):
             transport.abort()
             return

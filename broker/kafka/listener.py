@@ -8,19 +8,19 @@ from raftka.broker.kafka.cluster_apis import ClusterApis
 from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
 from raftka.broker.kafka.protocol import KafkaDispatcher
-from raftka.broker.kafka.sasl_apis import SaslApis, kafka_login
+from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
 from raftka.node.config import NodeConfig
 from raftka.security.sasl import parse_mechanisms
 from raftka.wire.server import Listener
 
 
 def kafka_listener(api: BrokerApi, config: NodeConfig) -> Listener:
+    mechanisms = parse_mechanisms(config.kafka.sasl_mechanisms)
+    logins = kafka_logins(api, mechanisms) if mechanisms else None
     apis = [
         *ClusterApis(api, config).apis(),
         *LogApis(api).apis(),
         *GroupApis(api).apis(),
-        *SaslApis(api).apis(),
+        *SaslApis(api, logins).apis(),
     ]
-    mechanisms = parse_mechanisms(config.kafka.sasl_mechanisms)
-    login = (lambda: kafka_login(api, mechanisms)) if mechanisms else None
-    return Listener(KafkaDispatcher(apis), name="kafka", login=login)
+    return Listener(KafkaDispatcher(apis), name="kafka", login=None if logins is None else logins.new)

@@ -20,9 +20,6 @@ added with ``raftka users add`` can log in once the broker has caught up with th
 
 from __future__ import annotations
 
-import logging
-import secrets
-
 import structlog
 from kafka.protocol.admin import (
     AlterUserScramCredentialsRequest,
@@ -41,10 +38,9 @@ from kafka.protocol.sasl import (
 from raftka.broker.data_service import BrokerApi
 from raftka.broker.kafka.errors import kafka_error, kafka_message
 from raftka.broker.kafka.protocol import KafkaApi
-from raftka.node.logs import RateLimitedLog
+from raftka.broker.sasl_logins import SaslLogins
 from raftka.security import scram
-from raftka.security.sasl import SaslLogin, current_login
-from raftka.security.scram import AuthenticationFailed
+from raftka.security.sasl import current_login
 from raftka.v1 import controller_pb2
 from raftka.wire.server import current_peer
 
@@ -53,7 +49,6 @@ E = controller_pb2.ErrorCode
 log = structlog.get_logger("raftka.broker.kafka.sasl")
 
 ILLEGAL_SASL_STATE = 34
-FAILED_LOGIN_LOG_INTERVAL_S = 10.0
 # Kafka's ScramMechanism ids on the wire (AlterUserScramCredentials, DescribeUserScramCredentials)
 MECHANISM_IDS = {scram.SCRAM_SHA_256: 1, scram.SCRAM_SHA_512: 2}
 MECHANISM_NAMES = {number: name for name, number in MECHANISM_IDS.items()}
@@ -63,23 +58,15 @@ LOGIN_APIS = (
 )
 
 
-def kafka_login(api: BrokerApi, mechanisms: tuple[str, ...]) -> SaslLogin:
-    """A new connection's login, checked against the image ``api`` has replayed."""
-    return SaslLogin(
-        mechanisms,
-        lambda user, mechanism: api.image.scram_credentials.get((user, mechanism)),
-        _DECOY_KEY,
-        LOGIN_APIS,
-    )
-
-
-_DECOY_KEY = secrets.token_bytes(32)  # this process's: an unknown user gets the same salt on every login
+def kafka_logins(api: BrokerApi, mechanisms: tuple[str, ...]) -> SaslLogins:
+    return SaslLogins(api, mechanisms, LOGIN_APIS, "kafka")
 
 
 class SaslApis:
-    def __init__(self, api: BrokerApi) -> None:
+    def __init__(self, api: BrokerApi, logins: SaslLogins | None) -> None:
+        """``logins``: the listener's (None: it has no SASL)."""
         self._api = api
-        self._failed_logins = RateLimitedLog(log, FAILED_LOGIN_LOG_INTERVAL_S)
+        self._logins = logins
 
     def apis(self) -> list[KafkaApi]:
         return [
@@ -91,32 +78,18 @@ class SaslApis:
 
     async def handshake(self, request: SaslHandshakeRequest, version: int) -> SaslHandshakeResponse:
         login = current_login.get()
-        if login is None or login.principal is not None:
+        if login is None or login.principal is not None or self._logins is None:
             return SaslHandshakeResponse(error_code=ILLEGAL_SASL_STATE, mechanisms=[])
-        error = 0 if login.choose(request.mechanism) else kafka_error(E.UNSUPPORTED_SASL_MECHANISM)
-        if error:
-            self._failed_logins.log(
-                logging.WARNING,
-                "SASL login refused: mechanism not offered",
-                peer=current_peer.get(),
-                mechanism=request.mechanism[:64],
-            )
+        chosen = self._logins.choose(login, request.mechanism)
+        error = 0 if chosen else kafka_error(E.UNSUPPORTED_SASL_MECHANISM)
         return SaslHandshakeResponse(error_code=error, mechanisms=list(login.mechanisms))
 
     async def authenticate(self, request: SaslAuthenticateRequest, version: int) -> SaslAuthenticateResponse:
         login = current_login.get()
-        if login is None or login.principal is not None or login.mechanism is None:
+        if login is None or login.principal is not None or login.mechanism is None or self._logins is None:
             return _authenticated(ILLEGAL_SASL_STATE, "no SASL login is under way on this connection")
-        try:
-            answer = await login.step(request.auth_bytes)
-        except AuthenticationFailed as e:
-            self._failed_logins.log(
-                logging.WARNING,
-                "SASL login refused",
-                peer=current_peer.get(),
-                mechanism=login.mechanism,
-                reason=str(e),
-            )
+        answer = await self._logins.step(login, request.auth_bytes)
+        if answer is None:
             return _authenticated(kafka_error(E.SASL_AUTHENTICATION_FAILED), scram.CLIENT_MESSAGE)
         if login.principal is not None:
             log.debug("SASL login", peer=current_peer.get(), principal=login.principal.name)

@@ -36,7 +36,7 @@ from kafka.protocol.sasl import (
 )
 
 from raftka.broker.kafka.protocol import KafkaApi, KafkaDispatcher
-from raftka.broker.kafka.sasl_apis import SaslApis, kafka_login
+from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
 from raftka.metadata.image import MetadataImage, frozen
 from raftka.node.config import KafkaConfig
 from raftka.security import scram
@@ -206,8 +206,9 @@ def test_requests_after_a_login_run_as_the_user() -> None:
         return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=-1, topics=[])
 
     api = SimpleNamespace(image=MetadataImage(scram_credentials=frozen(credentials(alice="pw"))))
-    dispatcher = KafkaDispatcher([KafkaApi(MetadataRequest, 12, 12, who), *SaslApis(api).apis()])  # type: ignore[arg-type]
-    listener = Listener(dispatcher, name="kafka", login=lambda: kafka_login(api, (SHA256,)))  # type: ignore[arg-type]
+    logins = kafka_logins(api, (SHA256,))  # type: ignore[arg-type]
+    dispatcher = KafkaDispatcher([KafkaApi(MetadataRequest, 12, 12, who), *SaslApis(api, logins).apis()])  # type: ignore[arg-type]
+    listener = Listener(dispatcher, name="kafka", login=logins.new)
 
     async def run() -> None:
         port = await listener.start("127.0.0.1", 0)

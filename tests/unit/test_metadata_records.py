@@ -151,7 +151,10 @@ MALFORMED = [
     (m.feature("", 1), "FeatureLevelRecord.name: empty"),
     (m.scram_credential(""), "UserScramCredentialRecord.name: empty"),
     (_scram_with(mechanism="SCRAM-MD5"), "UserScramCredentialRecord.mechanism: 'SCRAM-MD5'"),
-    (_scram_with(stored_key=b"short"), "UserScramCredentialRecord.stored_key: 5 bytes, SCRAM-SHA-512 makes 64"),
+    (
+        _scram_with(stored_key=b"short"),
+        "UserScramCredentialRecord.stored_key: 5 bytes, SCRAM-SHA-512 makes 64",
+    ),
     (m.scram_credential("a", iterations=1000), "UserScramCredentialRecord.iterations: 1000 is not in"),
     (m.remove_scram_credential("a", "PLAIN"), "RemoveUserScramCredentialRecord.mechanism: 'PLAIN'"),
 ]

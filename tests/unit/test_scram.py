@@ -26,6 +26,7 @@ RFC_SERVER_FIRST = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22Z
 RFC_CLIENT_FINAL = b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
 RFC_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
 DECOY_KEY = b"k" * 32
+SHA256_NAME = scram.SCRAM_SHA_256
 LOGIN_APIS = (frozenset({18, 17}), frozenset({36}))
 
 
@@ -238,3 +239,27 @@ def test_plain_logs_in_with_the_scram_password() -> None:
 def test_listener_mechanisms_are_checked(text: str, tls: bool, problem: str | None) -> None:
     found = mechanisms_problem(parse_mechanisms(text), tls)
     assert found == problem if problem is None else problem in (found or "")
+
+
+def test_our_client_speaks_rfc_7677s_exchange_and_checks_the_server() -> None:
+    client = scram.ScramClient(SHA256_NAME, "user", "pencil", "rOprNGfwEbeRWgbNEkqO")
+    assert client.first() == RFC_CLIENT_FIRST
+    assert client.final(RFC_SERVER_FIRST) == RFC_CLIENT_FINAL
+    client.verify(RFC_SERVER_FINAL)
+    with pytest.raises(AuthenticationFailed, match="does not know the user's credential"):
+        client.verify(RFC_SERVER_FINAL.replace(b"v=6", b"v=7"))
+
+
+@pytest.mark.parametrize(
+    ("server_first", "problem"),
+    [
+        (b"r=someone-else,s=QQ==,i=4096", "does not extend the client's"),
+        (b"r=rOprNGfwEbeRWgbNEkqO,s=QQ==,i=4096", "does not extend the client's"),
+        (b"r=rOprNGfwEbeRWgbNEkqOx,s=QQ==,i=100000000", "out of bounds"),
+    ],
+)
+def test_our_client_refuses_a_server_first_it_cannot_trust(server_first: bytes, problem: str) -> None:
+    client = scram.ScramClient(SHA256_NAME, "user", "pencil", "rOprNGfwEbeRWgbNEkqO")
+    client.first()
+    with pytest.raises(AuthenticationFailed, match=problem):
+        client.final(server_first)
