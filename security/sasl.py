@@ -21,6 +21,7 @@ import contextvars
 import hmac
 import secrets
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from raftka.security import scram
 from raftka.security.principal import CLIENT, USER_PREFIX, Principal
@@ -49,6 +50,21 @@ def mechanisms_problem(mechanisms: Sequence[str], tls: bool) -> str | None:
 def parse_mechanisms(text: str) -> tuple[str, ...]:
     """A config value, "SCRAM-SHA-512,SCRAM-SHA-256" (Kafka's sasl.enabled.mechanisms)."""
     return tuple(m.strip() for m in text.split(",") if m.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class SaslCredentials:
+    """How raftka's own clients log in on a data listener with SASL (``sasl=``)."""
+
+    username: str
+    password: str = field(repr=False)
+    mechanism: str = scram.SCRAM_SHA_512  # or SCRAM-SHA-256, or PLAIN (TLS only)
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"sasl.mechanism: {self.mechanism!r} is not one of {', '.join(MECHANISMS)}")
+        if scram.name_problem(self.username) is not None or not self.password:
+            raise ValueError("sasl: a user name and a password are needed")
 
 
 def server_nonce() -> str:
