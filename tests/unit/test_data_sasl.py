@@ -6,11 +6,15 @@ needs no login (followers replicate over this listener)."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from raftka.cli.errors import CliError
+from raftka.cli.main import build_parser, main
+from raftka.cli.tls_args import client_sasl
 from raftka.client import Consumer, Producer, TopicPartition
 from raftka.node.config import BrokerConfig
 from raftka.security.sasl import PLAIN, SaslCredentials
@@ -84,3 +88,41 @@ def test_a_wrong_password_is_refused(broker: BrokerThread, certs: Certs, mechani
 def test_a_brokers_certificate_needs_no_login(broker: BrokerThread, certs: Certs) -> None:
     answer = metadata(broker, certs.follower.client_ssl, None)
     assert [t.name for t in answer.topics] == [TOPIC]
+
+
+def command_config(path: Path, certs: Certs, sasl: str) -> Path:
+    path.write_text(
+        f'[tls]\nca = "{certs.alice.ca}"\ncert = "{certs.alice.cert}"\nkey = "{certs.alice.key}"\n\n[sasl]\n{sasl}\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_raftka_produce_and_consume_log_in_with_the_command_configs_sasl_table(
+    broker: BrokerThread,
+    certs: Certs,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    config = command_config(tmp_path / "alice.toml", certs, 'username = "alice"\npassword = "alice-secret"')
+    common = ["--bootstrap-server", broker.broker.address, "--command-config", str(config)]
+    monkeypatch.setattr("sys.stdin", io.StringIO("from-the-cli\n"))
+    assert main(["produce", TOPIC, *common]) == 0
+    assert main(["consume", TOPIC, *common, "--from-beginning", "--max-messages", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "from-the-cli"
+
+
+@pytest.mark.parametrize(
+    ("sasl", "problem"),
+    [
+        ('username = "alice"\npassword = "x"\nmechanism = "GSSAPI"', "'GSSAPI' is not one of"),
+        ('username = "alice"\npasword = "x"', "pasword: unknown key"),
+        ('username = "alice"', "sasl.password: missing"),
+    ],
+)
+def test_a_bad_sasl_table_is_refused_naming_it(certs: Certs, tmp_path: Path, sasl: str, problem: str) -> None:
+    config = command_config(tmp_path / "bad.toml", certs, sasl)
+    args = build_parser().parse_args(["produce", TOPIC, "--command-config", str(config)])
+    with pytest.raises(CliError, match=problem):
+        client_sasl(args)
