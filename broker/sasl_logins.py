@@ -10,6 +10,7 @@ connection whose certificate is a broker's is logged in as that broker from the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Sequence
@@ -29,6 +30,9 @@ from raftka.wire.server import FrameServer, current_peer
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("raftka.broker.sasl")
 FAILED_LOGIN_LOG_INTERVAL_S = 10.0
+# A refusal is answered this late (Kafka's connection.failed.authentication.delay.ms), so a
+# client guessing passwords gets at most ten guesses a second per connection it opens.
+FAILED_LOGIN_DELAY_S = 0.1
 _DECOY_KEY = secrets.token_bytes(32)  # this process's: an unknown user gets the same salt on every login
 LoginApis = tuple[frozenset[int], frozenset[int]]
 
@@ -73,6 +77,7 @@ class SaslLogins:
             return await login.step(token)
         except AuthenticationFailed as e:
             self._refused(login, str(e))
+            await asyncio.sleep(FAILED_LOGIN_DELAY_S)
             return None
 
     def _refused(self, login: SaslLogin, reason: str) -> None:

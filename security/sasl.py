@@ -121,6 +121,10 @@ class SaslLogin:
         login has failed) if the client may not log in."""
         assert self.mechanism is not None and self.principal is None and not self.failed
         try:
+            if len(token) > scram.MESSAGE_BYTES_MAX:
+                raise AuthenticationFailed(
+                    f"a token of {len(token)} bytes: at most {scram.MESSAGE_BYTES_MAX}"
+                )
             if self._scram is None:
                 user, answer = await self._plain(token), b""
             else:

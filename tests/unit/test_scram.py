@@ -209,6 +209,7 @@ def test_a_mechanism_not_offered_fails_the_login() -> None:
         (b"bob\0alice\0pw", "authorization identity other than the user"),
         (b"alice\0pw", "expected authzid NUL user NUL password"),
         (b"\0alice\0", "an empty password"),
+        (b"\0alice\0" + b"p" * 5000, "a token of 5007 bytes: at most 4096"),
     ],
 )
 def test_plain_is_checked_against_the_scram_credential(token: bytes, problem: str) -> None:
