@@ -2,19 +2,25 @@
 Kafka's SASL_PLAINTEXT): ``raftka users add`` writes a credential through the quorum,
 every broker replays it, confluent-kafka logs in with SCRAM-SHA-512 and kafka-python with
 SCRAM-SHA-256 to produce and consume, a wrong password is refused, and ``raftka users
-delete`` takes a mechanism's login away on every broker."""
+delete`` takes a mechanism's login away on every broker. Then, on a cluster with TLS and
+SASL on the data listeners (``broker.data_sasl_mechanisms``), ``raftka produce`` and
+``consume`` log in from ``--command-config`` while the brokers replicate over the same
+listeners with their certificates (the records are read back only once followers have
+fetched them: acks=all and the high watermark)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
-from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
+from raftka.cli import local
+from tests.integration.metadata_cluster import RAFTKA, UP_TIMEOUT_S, MetadataCluster
 from tests.integration.polling import wait_until
 from tests.unit.kafka_wire import scram_login_error
 
@@ -131,3 +137,66 @@ def _read_one(consumer: Consumer, into: list[bytes]) -> bool:
     if message is not None and message.error() is None:
         into.append(message.value())
     return True
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    cluster = MetadataCluster(tmp_path_factory.mktemp("sasl-tls") / "cluster")
+    try:
+        cluster.raftka("cluster", "up", "--tls", "--output", "json", timeout_s=UP_TIMEOUT_S)
+        cluster.down()
+        cluster.configure("broker", "broker", data_sasl_mechanisms=SHA512)
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def test_raftkas_own_clients_log_in_on_data_listeners_that_brokers_replicate_over(
+    tls_cluster: MetadataCluster, tmp_path: Path
+) -> None:
+    users(tls_cluster, "add", "alice", "--mechanism", SHA512, "--password-stdin", stdin=PASSWORD)
+    certs = local.load(tls_cluster.dir).certs_dir()
+    config = tmp_path / "alice.toml"
+    config.write_text(
+        f'[tls]\nca = "{certs / "ca.crt"}"\ncert = "{certs / "admin.crt"}"\nkey = "{certs / "admin.key"}"\n'
+        f'\n[sasl]\nmechanism = "{SHA512}"\nusername = "alice"\npassword = "{PASSWORD}"\n',
+        encoding="utf-8",
+    )
+    tls_cluster.raftka(
+        "topics",
+        "create",
+        "replicated",
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "3",
+        timeout_s=TIMEOUT_S,
+    )
+    login = ["--command-config", str(config)]
+    records = "".join(f"record-{i}\n" for i in range(10))
+
+    def produced() -> bool:  # until every broker has replayed alice's credential
+        done = subprocess.run(
+            [*RAFTKA, "produce", "replicated", *login, "--timeout-s", "15", "--dir", str(tls_cluster.dir)],
+            input=records,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        return done.returncode == 0
+
+    wait_until(produced, timeout_s=TIMEOUT_S, what="raftka produce to log in and write with acks=all")
+    read = tls_cluster.raftka(
+        "consume", "replicated", *login, "--from-beginning", "--max-messages", "10", timeout_s=TIMEOUT_S
+    )
+    assert read.splitlines()[:10] == [f"record-{i}" for i in range(10)]
+    without_login = subprocess.run(
+        [*RAFTKA, "produce", "replicated", "--timeout-s", "5", "--dir", str(tls_cluster.dir)],
+        input="x\n",
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert without_login.returncode != 0, "the admin certificate alone is not a login"
+    assert "UNAVAILABLE" in without_login.stderr, without_login.stderr
