@@ -48,6 +48,7 @@ from raftka.broker.replica.fetcher import ReplicaFetchers
 from raftka.broker.replica.isr import IsrChanges
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.metadata.acls import Authorizer
+from raftka.broker.sasl_logins import data_listener
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.state_machine import MetadataStateMachine
 from raftka.metadata.validation import GROUP_MEMBERS_MAX
@@ -60,7 +61,7 @@ from raftka.raft.driver import RaftNode
 from raftka.raft.metrics import RaftCollector
 from raftka.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 from raftka.wire.frames import DATA_LISTENER
-from raftka.wire.server import FrameServer, Listener
+from raftka.wire.server import Listener
 
 PARTITIONS_DIR = "partitions"  # under data_dir, beside the metadata log
 FLUSH_CHECK_INTERVAL_MS = (
@@ -200,7 +201,7 @@ class DataPlane:
 
     async def serve(self, api: BrokerApi, config: NodeConfig) -> None:
         """Listen for raftka's data protocol and, if configured, Kafka's."""
-        wanted = [("broker.data_listener", config.broker.data_listener, FrameServer(api.wire_handlers()))]
+        wanted = [("broker.data_listener", config.broker.data_listener, data_listener(api, config))]
         if config.kafka.listener:
             wanted.append(("kafka.listener", config.kafka.listener, kafka_listener(api, config)))
         if config.kafka.external_listener:
@@ -209,7 +210,8 @@ class DataPlane:
         for key, address, listener in wanted:
             host, port = parse_host_port(address, key)
             try:
-                await listener.start(host, port, config.tls.server_ssl if config.tls else None)
+                tls = config.tls.listener_ssl(listener.login is not None) if config.tls else None
+                await listener.start(host, port, tls)
             except OSError as e:
                 raise ServerError(f"{key}: cannot listen on {address}: {e.strerror or e}") from None
             self.listeners.append(listener)

@@ -20,7 +20,7 @@ from typing import Any
 
 from raftka.cli.data_args import add_broker_options, broker_addresses, not_negative, positive
 from raftka.cli.errors import CliError
-from raftka.cli.tls_args import client_tls
+from raftka.cli.tls_args import client_sasl, client_tls
 from raftka.client.consumer import Consumer
 from raftka.client.errors import CommitFailedError
 from raftka.client.types import ConsumerRecord, TopicPartition
@@ -60,6 +60,7 @@ def run_consume(args: argparse.Namespace) -> int:
         auto_offset_reset="earliest" if args.from_beginning else "latest",
         enable_auto_commit=False,  # it commits what it printed, after printing it
         tls=client_tls(args),
+        sasl=client_sasl(args),
     )
     printed = 0
     try:

@@ -17,7 +17,7 @@ from typing import Any
 from raftka.cli import output
 from raftka.cli.data_args import add_broker_options, broker_addresses
 from raftka.cli.errors import CliError
-from raftka.cli.tls_args import client_tls
+from raftka.cli.tls_args import client_sasl, client_tls
 from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.types import GroupDescription, TopicPartition
@@ -266,7 +266,7 @@ def _parse_time(text: str) -> int:
 
 def _run(args: argparse.Namespace, work):  # noqa: ANN001, ANN202: an async function of a GroupAdmin
     async def main() -> Any:
-        admin = GroupAdmin(broker_addresses(args), tls=client_tls(args))
+        admin = GroupAdmin(broker_addresses(args), tls=client_tls(args), sasl=client_sasl(args))
         try:
             return await work(admin)
         finally:

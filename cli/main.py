@@ -34,6 +34,7 @@ from raftka.cli import (
     server,
     storage_cmd,
     topics,
+    users,
 )
 from raftka.cli.errors import EXIT_FAILURE, CliError
 from raftka.client.errors import AdminError, KafkaError
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         certs_cmd,
         acls,
         quotas,
+        users,
     ):
         module.register(commands)
     return parser

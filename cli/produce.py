@@ -26,7 +26,7 @@ from raftka.cli.data_args import (
     positive,
 )
 from raftka.cli.errors import CliError
-from raftka.cli.tls_args import client_tls
+from raftka.cli.tls_args import client_sasl, client_tls
 from raftka.client.producer import Producer
 from raftka.client.types import RecordMetadata
 
@@ -98,6 +98,7 @@ def run_produce(args: argparse.Namespace) -> int:
         delivery_timeout_ms=int(args.timeout_s * 1000),
         enable_idempotence=idempotence(args),
         tls=client_tls(args),
+        sasl=client_sasl(args),
     )
     tally = Tally()
     try:

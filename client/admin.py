@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,13 +50,18 @@ from raftka.client.types import (
     PartitionInfo,
     PartitionResult,
     QuotaEntity,
+    ScramDeletion,
+    ScramUpsertion,
     TopicConfigs,
     TopicDescription,
     TopicListing,
     TopicResult,
+    UserResult,
+    UserScramCredentials,
     topic_id_str,
 )
 from raftka.rpc.stubs import ControllerRpc, NotControllerError, Stubs, controller_answer
+from raftka.security import scram
 from raftka.security.tls import TlsFiles
 from raftka.v1 import controller_pb2, controller_pb2_grpc, metadata_pb2
 
@@ -149,6 +155,49 @@ class AsyncAdmin:
     async def describe_acls(self, acl_filter: AclBinding = ANY_ACL) -> list[AclBinding]:
         request = controller_pb2.DescribeAclsRequest(filter=_acl_pb(acl_filter))
         return [_acl(a) for a in (await self._call(lambda stub: stub.DescribeAcls, request)).acls]
+
+    # SCRAM credentials ------------------------------------------------------------------
+
+    async def alter_user_scram_credentials(
+        self, upsertions: Sequence[ScramUpsertion] = (), deletions: Sequence[ScramDeletion] = ()
+    ) -> list[UserResult]:
+        """Set or remove users' SCRAM credentials; a user with one bad change has none made.
+        Each password is salted (a fresh random salt) and hashed here: the controller gets
+        the salted password, and keeps only the keys derived from it."""
+        request = controller_pb2.AlterUserScramCredentialsRequest(
+            deletions=[
+                controller_pb2.ScramCredentialDeletion(name=d.user, mechanism=d.mechanism) for d in deletions
+            ]
+        )
+        for u in upsertions:
+            salt = secrets.token_bytes(scram.SALT_BYTES)
+            salted = (
+                scram.salted_password(u.mechanism, u.password, salt, u.iterations)
+                if u.mechanism in scram.MECHANISMS
+                and scram.ITERATIONS_MIN <= u.iterations <= scram.ITERATIONS_MAX
+                else b""  # the controller names the problem
+            )
+            request.upsertions.add(
+                name=u.user, mechanism=u.mechanism, iterations=u.iterations, salt=salt, salted_password=salted
+            )
+        response = await self._call(lambda stub: stub.AlterUserScramCredentials, request)
+        return [UserResult(r.user, _error_name(r.error), r.message) for r in response.results]
+
+    async def describe_user_scram_credentials(self, users: Sequence[str] = ()) -> list[UserScramCredentials]:
+        """Every user with a credential when ``users`` is empty."""
+        response = await self._call(
+            lambda stub: stub.DescribeUserScramCredentials,
+            controller_pb2.DescribeUserScramCredentialsRequest(users=list(users)),
+        )
+        return [
+            UserScramCredentials(
+                u.user,
+                tuple((c.mechanism, c.iterations) for c in u.credentials),
+                _error_name(u.error),
+                u.message,
+            )
+            for u in response.users
+        ]
 
     # topics ---------------------------------------------------------------------------
 
@@ -488,6 +537,14 @@ class Admin:
 
     def create_acls(self, acls: Sequence[AclBinding]) -> None:
         self._run(self._admin.create_acls(acls))
+
+    def alter_user_scram_credentials(
+        self, upsertions: Sequence[ScramUpsertion] = (), deletions: Sequence[ScramDeletion] = ()
+    ) -> list[UserResult]:
+        return self._run(self._admin.alter_user_scram_credentials(upsertions, deletions))
+
+    def describe_user_scram_credentials(self, users: Sequence[str] = ()) -> list[UserScramCredentials]:
+        return self._run(self._admin.describe_user_scram_credentials(users))
 
     def delete_acls(self, filters: Sequence[AclBinding]) -> list[AclBinding]:
         return self._run(self._admin.delete_acls(filters))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from raftka.client.errors import KafkaError
 from raftka.client.types import TopicPartition
+from raftka.security.sasl import SaslCredentials
 from raftka.security.tls import TlsFiles
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient, BrokerClients, WireError
@@ -58,13 +59,15 @@ class ClusterMetadata:
         request_timeout_s: float = 10.0,
         refresh_backoff_s: float = 0.1,
         tls: TlsFiles | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
-        """``tls``: every broker connection is mutual TLS with these files; None: plaintext."""
+        """``tls``: every broker connection is mutual TLS with these files; None: plaintext.
+        ``sasl``: every broker connection logs in as this user (a data listener with SASL)."""
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self.request_timeout_s = request_timeout_s
         self._refresh_backoff_s = refresh_backoff_s
         client_ssl = tls.client_ssl if tls else None
-        self._clients = BrokerClients(lambda address: BrokerClient(address, tls=client_ssl))
+        self._clients = BrokerClients(lambda address: BrokerClient(address, tls=client_ssl, sasl=sasl))
         self.brokers: dict[int, str] = {}
         self.topics: dict[str, TopicInfo] = {}
         self._refreshed_at = 0.0

@@ -67,6 +67,7 @@ from raftka.client.loop_thread import LoopThread
 from raftka.client.types import ConsumerRecord, TopicPartition
 from raftka.records.batch import iter_batches
 from raftka.records.codec import RecordError, data_batches
+from raftka.security.sasl import SaslCredentials
 from raftka.security.tls import TlsFiles
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient, WireError
@@ -102,6 +103,7 @@ class AsyncConsumer:
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         tls: TlsFiles | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(f"auto_offset_reset: {auto_offset_reset!r} is not one of {', '.join(RESETS)}")
@@ -120,7 +122,9 @@ class AsyncConsumer:
         self._prefetch_max_bytes = prefetch_max_bytes
         self._uncompressed_batch_bytes_max = uncompressed_batch_bytes_max
         self._timeout_s = request_timeout_ms / 1000
-        self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=self._timeout_s, tls=tls)
+        self.metadata = ClusterMetadata(
+            bootstrap_servers, request_timeout_s=self._timeout_s, tls=tls, sasl=sasl
+        )
         self._assigned: list[TopicPartition] = []
         self._fetch_position: dict[TopicPartition, int] = {}  # next offset to fetch
         # The leader epoch of the batch before the fetch position, when known (KIP-320):

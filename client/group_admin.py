@@ -27,6 +27,7 @@ from raftka.client.types import (
     PartitionResult,
     TopicPartition,
 )
+from raftka.security.sasl import SaslCredentials
 from raftka.security.tls import TlsFiles
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient, WireError
@@ -41,8 +42,11 @@ class GroupAdmin:
         bootstrap_servers: str | Sequence[str],
         request_timeout_s: float = 10.0,
         tls: TlsFiles | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
-        self.metadata = ClusterMetadata(bootstrap_servers, request_timeout_s=request_timeout_s, tls=tls)
+        self.metadata = ClusterMetadata(
+            bootstrap_servers, request_timeout_s=request_timeout_s, tls=tls, sasl=sasl
+        )
         self._timeout_s = request_timeout_s
 
     async def close(self) -> None:

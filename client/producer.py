@@ -52,6 +52,7 @@ from raftka.client.partitioner import StickyPartitioner, default_partition
 from raftka.client.types import RecordMetadata, TopicPartition
 from raftka.records.batch import NO_SEQUENCE, set_producer_state
 from raftka.records.codec import BatchBuilder, Compression
+from raftka.security.sasl import SaslCredentials
 from raftka.security.tls import TlsFiles
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import WireError
@@ -150,6 +151,7 @@ class AsyncProducer:
         max_request_size: int = 1 << 20,
         enable_idempotence: bool | None = None,
         tls: TlsFiles | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         acks = -1 if acks == "all" else int(acks)
         if acks not in ACKS:
@@ -176,7 +178,7 @@ class AsyncProducer:
         self.max_block_s = max_block_ms / 1000
         self._max_request_size = max_request_size
         self.metadata = ClusterMetadata(
-            bootstrap_servers, request_timeout_s=request_timeout_ms / 1000, tls=tls
+            bootstrap_servers, request_timeout_s=request_timeout_ms / 1000, tls=tls, sasl=sasl
         )
         self._partitioner = StickyPartitioner()
         self._idempotence = Idempotence() if enable_idempotence else None

@@ -287,3 +287,40 @@ class ClientQuotaEntry:
 
     entity: QuotaEntity
     values: Mapping[str, float]  # producer_byte_rate, consumer_byte_rate, request_percentage
+
+
+@dataclass(frozen=True, slots=True)
+class ScramUpsertion:
+    """A user's password for one SCRAM mechanism (``raftka users add``): the client salts
+    and hashes it (``Admin.alter_user_scram_credentials``), so the password itself never
+    leaves this process, as with Kafka's AdminClient."""
+
+    user: str
+    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
+    password: str = field(repr=False)
+    iterations: int = 8_192  # 4096 to 16384
+
+
+@dataclass(frozen=True, slots=True)
+class ScramDeletion:
+    user: str
+    mechanism: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserResult:
+    """The outcome of a change to one user's credentials."""
+
+    user: str
+    error: str | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentials:
+    """A user's SCRAM mechanisms and their iteration counts (never a key or a salt)."""
+
+    user: str
+    mechanisms: tuple[tuple[str, int], ...]  # (mechanism, iterations)
+    error: str | None = None  # RESOURCE_NOT_FOUND: a user asked for that has no credential
+    message: str = ""

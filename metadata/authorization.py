@@ -7,7 +7,7 @@
   (``raftka.broker.replica.follower_check``).
 - Admin operations need a super user (``authorizer.super_users``) or an ACL: create,
   delete, and alter topics and their configs, elect leaders, delete groups, and manage
-  ACLs. A broker forwarding a
+  ACLs and SCRAM credentials (and describe those: DESCRIBE on the cluster, as Kafka). A broker forwarding a
   client's request is judged as that client (``raftka.security.grpc_gate``), never as itself,
   so a broker cannot lend its rights to a Kafka client; a broker asking for itself has
   no admin rights unless an operator gave them. A commit that names the coordinator
@@ -75,6 +75,8 @@ _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "DeleteAcls": _cluster(acls.ALTER),
     "DescribeAcls": _cluster(acls.DESCRIBE),
     "AlterClientQuotas": _cluster(acls.ALTER_CONFIGS),  # Kafka's rule
+    "AlterUserScramCredentials": _cluster(acls.ALTER),
+    "DescribeUserScramCredentials": _cluster(acls.DESCRIBE),
 }
 
 

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from raftka.metadata import acl_ops, broker_ops, config_ops, group_ops, offset_ops, quota_ops, topic_ops
+from raftka.metadata import acl_ops, broker_ops, config_ops, group_ops, offset_ops, quota_ops, scram_ops, topic_ops
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.offline_replicas import OfflineReplicas
@@ -589,6 +589,24 @@ class QuorumController:
         return await self._read(
             controller_pb2.DescribeClientQuotasResponse,
             lambda image: quota_ops.describe(image, request),
+
+    # SCRAM credentials -----------------------------------------------------------------
+
+    async def alter_user_scram_credentials(
+        self, request: controller_pb2.AlterUserScramCredentialsRequest
+    ) -> controller_pb2.AlterUserScramCredentialsResponse:
+        return await self._write(
+            controller_pb2.AlterUserScramCredentialsResponse,
+            lambda image: scram_ops.alter(image, request),
+            request,
+        )
+
+    async def describe_user_scram_credentials(
+        self, request: controller_pb2.DescribeUserScramCredentialsRequest
+    ) -> controller_pb2.DescribeUserScramCredentialsResponse:
+        return await self._read(
+            controller_pb2.DescribeUserScramCredentialsResponse,
+            lambda image: scram_ops.describe(image, request),
             request,
         )
 

@@ -44,6 +44,7 @@ from raftka.metadata.image import (
 )
 from raftka.metadata.quotas import QuotaEntity
 from raftka.metadata.records import MetadataRecord, topic_id_str
+from raftka.security.scram import ScramCredential
 from raftka.v1 import metadata_pb2
 
 K = TypeVar("K")
@@ -144,6 +145,7 @@ class MetadataDelta:
         self._groups: _Cow[str, GroupGeneration] = _Cow(image.groups)
         self._acls: _Cow[str, Acl] = _Cow(image.acls)
         self._client_quotas: _Nested[QuotaEntity, str, float] = _Nested(image.client_quotas)
+        self._scram: _Cow[tuple[str, str], ScramCredential] = _Cow(image.scram_credentials)
         self._applied = False
 
     def replay(self, record: MetadataRecord) -> None:
@@ -175,6 +177,7 @@ class MetadataDelta:
             groups=self._groups.result(),
             acls=self._acls.result(),
             client_quotas=self._client_quotas.result(),
+            scram_credentials=self._scram.result(),
         )
 
     # brokers ----------------------------------------------------------------------------
@@ -409,6 +412,20 @@ class MetadataDelta:
             self._client_quotas.edit(entity)[r.key] = r.value
         elif r.key in self._client_quotas.get(entity):
             del self._client_quotas.edit(entity)[r.key]
+    # SCRAM credentials -----------------------------------------------------------------
+
+    def _user_scram_credential(self, r: metadata_pb2.UserScramCredentialRecord) -> None:
+        """Adds or replaces the user's credential for the mechanism (a new password)."""
+        self._scram.edit()[(r.name, r.mechanism)] = ScramCredential(
+            r.salt, r.stored_key, r.server_key, r.iterations
+        )
+
+    def _remove_user_scram_credential(self, r: metadata_pb2.RemoveUserScramCredentialRecord) -> None:
+        if (r.name, r.mechanism) not in self._scram.view:
+            raise ReplayError(
+                f"RemoveUserScramCredentialRecord: user {r.name!r} has no {r.mechanism} credential"
+            )
+        del self._scram.edit()[(r.name, r.mechanism)]
 
 
 _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
@@ -430,5 +447,7 @@ _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "access_control_entry": MetadataDelta._access_control_entry,
     "remove_access_control_entry": MetadataDelta._remove_access_control_entry,
     "client_quota": MetadataDelta._client_quota,
+    "user_scram_credential": MetadataDelta._user_scram_credential,
+    "remove_user_scram_credential": MetadataDelta._remove_user_scram_credential,
 }
 assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

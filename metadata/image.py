@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from raftka.metadata.acls import Acl
 from raftka.metadata.quotas import QuotaEntity
+from raftka.security.scram import ScramCredential
 
 NO_LEADER = -1
 LEADER_UNCHANGED = -2  # PartitionChangeRecord.leader: leave the leader as it is
@@ -116,6 +117,8 @@ class MetadataImage:
     acls: Mapping[str, Acl] = field(default_factory=frozen)  # ACL id -> ACL (raftka.metadata.acls)
     # entity -> {key: value}: the client quotas set (raftka.metadata.quotas)
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=frozen)
+    # (user, mechanism) -> its SCRAM credential (raftka.security.scram)
+    scram_credentials: Mapping[tuple[str, str], ScramCredential] = field(default_factory=frozen)
 
     def topic(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids_by_name.get(name)

@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError, Message
 
 from raftka.metadata import acls, quotas
 from raftka.metadata.image import LEADER_UNCHANGED, NO_LEADER
+from raftka.security import scram
 from raftka.v1 import metadata_pb2
 
 MetadataRecord = metadata_pb2.MetadataRecord
@@ -270,6 +271,27 @@ def _check_client_quota(r: metadata_pb2.ClientQuotaRecord) -> None:
     problem = quotas.record_problem(r)
     if problem is not None:
         raise RecordError(problem)
+def _check_scram_user(kind: str, name: str, mechanism: str) -> None:
+    problem = scram.name_problem(name)
+    if problem is not None:
+        raise RecordError(f"{kind}.name: {problem}")
+    if mechanism not in scram.MECHANISMS:
+        raise RecordError(f"{kind}.mechanism: {mechanism!r} is not one of {', '.join(scram.MECHANISMS)}")
+
+
+def _check_user_scram_credential(r: metadata_pb2.UserScramCredentialRecord) -> None:
+    kind = "UserScramCredentialRecord"
+    _check_scram_user(kind, r.name, r.mechanism)
+    if not 0 < len(r.salt) <= scram.SALT_BYTES_MAX:
+        raise RecordError(f"{kind}.salt: {len(r.salt)} bytes, not 1 to {scram.SALT_BYTES_MAX}")
+    size = scram.digest_bytes(r.mechanism)
+    for field in ("stored_key", "server_key"):
+        if len(getattr(r, field)) != size:
+            raise RecordError(f"{kind}.{field}: {len(getattr(r, field))} bytes, {r.mechanism} makes {size}")
+    if not scram.ITERATIONS_MIN <= r.iterations <= scram.ITERATIONS_MAX:
+        raise RecordError(
+            f"{kind}.iterations: {r.iterations} is not in [{scram.ITERATIONS_MIN}, {scram.ITERATIONS_MAX}]"
+        )
 
 
 def _no_fields(_: Message) -> None:
@@ -295,5 +317,9 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "access_control_entry": _check_access_control_entry,
     "remove_access_control_entry": _check_remove_access_control_entry,
     "client_quota": _check_client_quota,
+    "user_scram_credential": _check_user_scram_credential,
+    "remove_user_scram_credential": lambda r: _check_scram_user(
+        "RemoveUserScramCredentialRecord", r.name, r.mechanism
+    ),
 }
 assert set(_CHECKS) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

@@ -142,6 +142,21 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     ) -> Any:
         return await self._call(self._c.describe_client_quotas, request, Pb.DescribeClientQuotasResponse)
 
+    async def AlterUserScramCredentials(
+        self, request: Pb.AlterUserScramCredentialsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(
+            self._c.alter_user_scram_credentials, request, Pb.AlterUserScramCredentialsResponse
+        )
+
+    async def DescribeUserScramCredentials(
+        self, request: Pb.DescribeUserScramCredentialsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(
+            self._c.describe_user_scram_credentials, request, Pb.DescribeUserScramCredentialsResponse
+        )
+
+
 def _keep(items: Any, wanted: Callable[[Any], bool]) -> None:
     """Leave in the repeated field ``items`` only those ``wanted``."""
     kept = [item for item in items if wanted(item)]

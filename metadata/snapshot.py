@@ -16,8 +16,8 @@ Layout, big-endian::
 
 Records come in a fixed order (features, brokers, producer ids, topics by name with
 their configs and partitions, other configs, offsets, groups' last rebalances, ACLs,
-client quotas), so every
-replica writes the same bytes for the same image. A partition costs about 45 bytes.
+client quotas, SCRAM credentials), so every replica writes the same bytes for the same
+image. A partition costs about 45 bytes.
 Brokers come before the partitions that name them; a partition may still name a broker
 that has unregistered, which no record restates, so the delta replaying a snapshot
 does not ask a PartitionRecord for registered brokers (``MetadataDelta(snapshot=True)``).
@@ -35,6 +35,7 @@ from raftka.metadata import quotas, records
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import TOPIC, GroupGeneration, MetadataImage
 from raftka.metadata.records import MetadataRecord, RecordError
+from raftka.security.scram import ScramCredential
 from raftka.v1 import metadata_pb2
 
 _HEADER = struct.Struct(">4sHqqII")
@@ -176,6 +177,19 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     for entity, values in sorted(image.client_quotas.items(), key=lambda item: item[0].sort_key()):
         for key, value in sorted(values.items()):
             yield MetadataRecord(client_quota=quotas.record(entity, key, value))
+    for (name, mechanism), c in sorted(image.scram_credentials.items()):
+        yield MetadataRecord(user_scram_credential=scram_record(name, mechanism, c))
+
+
+def scram_record(name: str, mechanism: str, c: ScramCredential) -> metadata_pb2.UserScramCredentialRecord:
+    return metadata_pb2.UserScramCredentialRecord(
+        name=name,
+        mechanism=mechanism,
+        salt=c.salt,
+        stored_key=c.stored_key,
+        server_key=c.server_key,
+        iterations=c.iterations,
+    )
 
 
 def group_rebalance_record(group: str, g: GroupGeneration) -> metadata_pb2.GroupRebalanceRecord:

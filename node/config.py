@@ -19,6 +19,7 @@ from typing import Any
 
 from raftka.raft.config import RaftConfig
 from raftka.raft.snapshot_schedule import SnapshotPolicy
+from raftka.security.sasl import mechanisms_problem, parse_mechanisms
 from raftka.security.tls import KEYS as TLS_KEYS
 from raftka.security.tls import TlsError, TlsFiles, tls_files
 
@@ -104,6 +105,7 @@ class BrokerConfig:
     producer_id_expiration_check_interval_ms: int = 600_000  # how often partitions forget expired producers
     quota_window_num: int = 11  # Kafka's quota.window.num: client quota rates span this many windows
     quota_window_size_seconds: int = 1  # Kafka's quota.window.size.seconds
+    data_sasl_mechanisms: str = ""  # SASL on the data listener, as kafka.sasl_mechanisms; needs [tls]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +125,7 @@ class KafkaConfig:
     default_replication_factor: int = (
         3  # Kafka's default.replication.factor (Kafka: 1); raftka keeps three copies
     )
+    sasl_mechanisms: str = ""  # "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN": clients must log in; "": no SASL
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +333,18 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         tls = tls_files({name: values[f"tls.{name}"] for name in TLS_KEYS}, base_dir.absolute())
     except TlsError as e:
         raise ConfigError(str(e)) from None
+    problem = mechanisms_problem(parse_mechanisms(values["kafka.sasl_mechanisms"]), tls is not None)
+    if problem is not None:
+        raise ConfigError(f"kafka.sasl_mechanisms: {problem}")
+    data_mechanisms = parse_mechanisms(values["broker.data_sasl_mechanisms"])
+    if data_mechanisms and tls is None:
+        raise ConfigError(
+            "broker.data_sasl_mechanisms: needs [tls]: brokers fetch from each other over the data "
+            "listener and log in there with their certificates"
+        )
+    problem = mechanisms_problem(data_mechanisms, tls is not None)
+    if problem is not None:
+        raise ConfigError(f"broker.data_sasl_mechanisms: {problem}")
     super_users = values["authorizer.super_users"]
     for user in super_users:
         if not isinstance(user, str) or not user.startswith("User:") or user == "User:":

@@ -62,7 +62,20 @@ class TlsFiles:
     def server_ssl(self) -> ssl.SSLContext:
         """For an asyncio listener: a client must present a certificate the CA signed.
         Each handshake is switched to the newest usable files (``rotation``)."""
-        context = _server_context(self)
+        return self._rotating(ssl.CERT_REQUIRED)
+
+    @functools.cached_property
+    def sasl_server_ssl(self) -> ssl.SSLContext:
+        """For a SASL listener (SASL_SSL): the client logs in, so a certificate is optional
+        (Kafka's ssl.client.auth=none); one it presents must still be the CA's."""
+        return self._rotating(ssl.CERT_OPTIONAL)
+
+    def listener_ssl(self, sasl: bool) -> ssl.SSLContext:
+        """A listener's: one whose clients log in with SASL takes them without certificates."""
+        return self.sasl_server_ssl if sasl else self.server_ssl
+
+    def _rotating(self, verify_mode: ssl.VerifyMode) -> ssl.SSLContext:
+        context = _server_context(self, verify_mode)
         context.sni_callback = self.rotation.switch
         return context
 
@@ -129,15 +142,18 @@ class CertificateRotation:
         self._checked_s = time.monotonic()
         self._stamp = _stamp(files)
         self._refused_stamp: tuple | None = None
-        self._server: ssl.SSLContext | None = None  # None: the files as first read
+        self._servers: dict[
+            ssl.VerifyMode, ssl.SSLContext
+        ] = {}  # by verify mode; none: the files as first read
         self._pem: tuple[bytes, bytes, bytes] | None = None
         self.generation = 0  # how many times the files were taken up
 
     def switch(self, connection: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
         """``sni_callback``: the handshake goes on with the newest context."""
         self.refresh()
-        if self._server is not None and self._server is not context:
-            connection.context = self._server
+        newest = self._servers.get(context.verify_mode)
+        if newest is not None and newest is not context:
+            connection.context = newest
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         """Credentials for one gRPC server, whose fetcher hands it each change once."""
@@ -170,7 +186,9 @@ class CertificateRotation:
             fresh = TlsFiles(self._files.ca, self._files.cert, self._files.key)
             try:
                 fresh.check()
-                server = _server_context(fresh)
+                servers = {
+                    mode: _server_context(fresh, mode) for mode in (ssl.CERT_REQUIRED, ssl.CERT_OPTIONAL)
+                }
             except (TlsError, ssl.SSLError, OSError) as e:
                 self._refused_stamp = stamp
                 log.warning(
@@ -178,15 +196,15 @@ class CertificateRotation:
                     error=str(e),
                 )
                 return
-            self._stamp, self._server, self._pem = stamp, server, fresh._pem
+            self._stamp, self._servers, self._pem = stamp, servers, fresh._pem
             self.generation += 1
             log.info("certificate files reloaded", cert=str(fresh.cert), generation=self.generation)
 
 
-def _server_context(files: TlsFiles) -> ssl.SSLContext:
+def _server_context(files: TlsFiles, verify_mode: ssl.VerifyMode = ssl.CERT_REQUIRED) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_mode = verify_mode
     context.load_verify_locations(cafile=str(files.ca))
     context.load_cert_chain(str(files.cert), str(files.key))
     return context

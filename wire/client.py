@@ -1,6 +1,10 @@
 """The client side of the data protocol (``raftka.wire.frames``): one pipelined TCP connection
 per broker, with typed calls shaped like the gRPC ``BrokerStub``.
 
+With ``sasl``, a connection logs in (SaslHandshake, then SaslAuthenticate with the
+mechanism's tokens, checking the server's proof for SCRAM) before any call is sent on it;
+a refused login fails the calls waiting for it with ``WireError("SASL_AUTHENTICATION_FAILED")``.
+
 A call is sent at once, whatever else is in flight, and its answer is matched by
 correlation id (aiokafka's connection works the same way). A call that outlives its
 timeout closes the connection, as Kafka's clients do: the broker is stuck or gone, and
@@ -17,6 +21,8 @@ from collections.abc import Callable
 
 from google.protobuf.message import DecodeError, Message
 
+from raftka.security import scram
+from raftka.security.sasl import PLAIN, SaslCredentials, server_nonce
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.frames import (
     DELETE_GROUPS,
@@ -35,6 +41,8 @@ from raftka.wire.frames import (
     PRODUCE,
     RESPONSE_FRAME_MAX_BYTES,
     RESPONSE_HEADER,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     SYNC_GROUP,
     ApiSpec,
     FrameDecoder,
@@ -210,11 +218,17 @@ class BrokerClient:
     it is lost; concurrent callers share one connection attempt."""
 
     def __init__(
-        self, address: str, *, connect_timeout_s: float = CONNECT_TIMEOUT_S, tls: ssl.SSLContext | None = None
+        self,
+        address: str,
+        *,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        tls: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.address = address
         self._connect_timeout_s = connect_timeout_s
         self._tls = tls
+        self._sasl = sasl
         self._connection: Connection | None = None
         self._connecting: asyncio.Future[Connection] | None = None
 
@@ -316,17 +330,61 @@ class BrokerClient:
 
     async def _connect(self) -> Connection:
         if self._connecting is None:
-            self._connecting = asyncio.ensure_future(
-                Connection.open(self.address, timeout_s=self._connect_timeout_s, tls=self._tls)
-            )
+            self._connecting = asyncio.ensure_future(self._open())
             self._connecting.add_done_callback(self._connected)
         return await asyncio.shield(self._connecting)
+
+    async def _open(self) -> Connection:
+        connection = await Connection.open(self.address, timeout_s=self._connect_timeout_s, tls=self._tls)
+        if self._sasl is not None:
+            try:
+                await log_in(connection, self._sasl, self._connect_timeout_s)
+            except BaseException:
+                connection.close()
+                raise
+        return connection
 
     def _connected(self, attempt: asyncio.Future[Connection]) -> None:
         self._connecting = None
         if not attempt.cancelled() and attempt.exception() is None:
             self.close()
             self._connection = attempt.result()
+
+
+async def log_in(connection: Connection, sasl: SaslCredentials, timeout_s: float) -> None:
+    """Kafka's SASL exchange on a new connection; raises ``WireError`` if it is refused."""
+    shaken = await connection.call(
+        SASL_HANDSHAKE, broker_pb2.SaslHandshakeRequest(mechanism=sasl.mechanism), timeout_s
+    )
+    _refused(connection, shaken.status)
+    if sasl.mechanism == PLAIN:
+        token = b"\0" + sasl.username.encode() + b"\0" + sasl.password.encode()
+        _refused(connection, (await _token(connection, token, timeout_s)).status)
+        return
+    client = scram.ScramClient(sasl.mechanism, sasl.username, sasl.password, server_nonce())
+    first = await _token(connection, client.first(), timeout_s)
+    _refused(connection, first.status)
+    try:
+        final = await asyncio.to_thread(client.final, first.auth_bytes)  # PBKDF2: thousands of hashes
+        last = await _token(connection, final, timeout_s)
+        _refused(connection, last.status)
+        client.verify(last.auth_bytes)
+    except scram.AuthenticationFailed as e:
+        raise WireError("SASL_AUTHENTICATION_FAILED", f"{connection.address}: {e}") from None
+
+
+async def _token(
+    connection: Connection, token: bytes, timeout_s: float
+) -> broker_pb2.SaslAuthenticateResponse:
+    return await connection.call(
+        SASL_AUTHENTICATE, broker_pb2.SaslAuthenticateRequest(auth_bytes=token), timeout_s
+    )
+
+
+def _refused(connection: Connection, status: controller_pb2.Status) -> None:
+    if status.error != controller_pb2.NONE:
+        code = controller_pb2.ErrorCode.Name(status.error)
+        raise WireError(code, f"{connection.address}: SASL login: {status.message}")
 
 
 class BrokerClients:

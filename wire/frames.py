@@ -75,6 +75,12 @@ LIST_GROUPS = ApiSpec(16, "ListGroups", broker_pb2.ListGroupsRequest, broker_pb2
 DELETE_GROUPS = ApiSpec(
     17, "DeleteGroups", controller_pb2.DeleteGroupsRequest, controller_pb2.DeleteGroupsResponse
 )
+SASL_HANDSHAKE = ApiSpec(
+    18, "SaslHandshake", broker_pb2.SaslHandshakeRequest, broker_pb2.SaslHandshakeResponse
+)
+SASL_AUTHENTICATE = ApiSpec(
+    19, "SaslAuthenticate", broker_pb2.SaslAuthenticateRequest, broker_pb2.SaslAuthenticateResponse
+)
 APIS: dict[int, ApiSpec] = {
     spec.key: spec
     for spec in (
@@ -93,6 +99,8 @@ APIS: dict[int, ApiSpec] = {
         DESCRIBE_GROUPS,
         LIST_GROUPS,
         DELETE_GROUPS,
+        SASL_HANDSHAKE,
+        SASL_AUTHENTICATE,
     )
 }
 

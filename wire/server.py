@@ -38,6 +38,7 @@ from google.protobuf.message import DecodeError, Message
 
 from raftka.node.logs import RateLimitedLog
 from raftka.security.principal import Principal, current_host, current_principal, from_ssl, host_of
+from raftka.security.sasl import SaslLogin, current_login
 from raftka.v1 import controller_pb2
 from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
 from raftka.wire.frames import (
@@ -74,6 +75,10 @@ class Dispatcher(Protocol):
         ``FrameError`` for bytes the connection cannot go on after."""
         ...
 
+    def api_key(self, frame: memoryview) -> int:
+        """What ``frame`` asks for (-1: a frame too short to say)."""
+        ...
+
 
 CONNECTIONS_MAX = 4_096
 IN_FLIGHT_MAX = 64
@@ -100,8 +105,13 @@ class Listener:
         in_flight_max: int = IN_FLIGHT_MAX,
         request_max_bytes: int = REQUEST_FRAME_MAX_BYTES,
         answer_bytes_max: int = ANSWER_BYTES_MAX,
+        login: Callable[[Principal | None], SaslLogin] | None = None,
     ) -> None:
+        """``login``: a new connection's SASL login, given its certificate's principal;
+        None: connections need none."""
         self.dispatcher = dispatcher
+        self.login = login
+        self.login_refusals = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)
         self.name = name
         self.connections_max = connections_max
         self.in_flight_max = in_flight_max
@@ -148,8 +158,8 @@ class Listener:
 class FrameServer(Listener):
     """The raftka data protocol: ``handlers`` by API key."""
 
-    def __init__(self, handlers: Mapping[int, Handler], **bounds: Any) -> None:
-        super().__init__(DataDispatcher(handlers), name="data", **bounds)
+    def __init__(self, handlers: Mapping[int, Handler], **options: Any) -> None:
+        super().__init__(DataDispatcher(handlers), name="data", **options)
 
 
 class DataDispatcher:
@@ -178,6 +188,9 @@ class DataDispatcher:
             return encode_response(correlation_id, status_only(E.INVALID_REQUEST, why))
         return self._answer(handler, spec.name, correlation_id, request)
 
+    def api_key(self, frame: memoryview) -> int:
+        return REQUEST_HEADER.unpack_from(frame)[0] if len(frame) >= REQUEST_HEADER.size else -1
+
     @staticmethod
     async def _answer(handler: Handler, name: str, correlation_id: int, request: Message) -> bytes | None:
         try:
@@ -198,6 +211,7 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self._principal: Principal | None = None  # from the client's certificate (TLS)
+        self._login: SaslLogin | None = None
         self._tasks: set[asyncio.Task[bytes | None]] = set()
         # ordered answers: every request not yet answered, in arrival order (a task, or its answer)
         self._unanswered: collections.deque[asyncio.Task[bytes | None] | bytes] = collections.deque()
@@ -214,6 +228,8 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._principal = from_ssl(transport.get_extra_info("ssl_object"))
+        if self._listener.login is not None:
+            self._login = self._listener.login(self._principal)
         if not self._listener._admit(self):
             transport.abort()
             return
@@ -263,6 +279,7 @@ class _Connection(asyncio.Protocol):
             and self.queued_answer_bytes() < self._unsent_high
             and self.answers.used < self.answers.limit
             and self._busy() < self._listener.in_flight_max
+            and (self._login is None or self._login.principal is not None or self._busy() == 0)
         )
 
     def _dispatch(self) -> None:
@@ -295,6 +312,17 @@ class _Connection(asyncio.Protocol):
         self._reading = want
 
     def _start(self, frame: memoryview) -> None:
+        login = self._login
+        if login is not None and (refusal := login.refusal(self._dispatcher.api_key(frame))) is not None:
+            self._listener.login_refusals.log(
+                logging.INFO,
+                "closing a connection: not logged in",
+                listener=self._listener.name,
+                peer=self._peer,
+                reason=refusal,
+            )
+            self.abort()
+            return
         call = self._dispatcher.dispatch(frame)
         if isinstance(call, bytes):
             if self._dispatcher.ordered and self._unanswered:
@@ -306,8 +334,9 @@ class _Connection(asyncio.Protocol):
         context = contextvars.copy_context()
         context.run(current_peer.set, self._peer)
         context.run(current_listener.set, self._listener.name)
-        context.run(current_principal.set, self._principal)
+        context.run(current_principal.set, self._principal if login is None else login.principal)
         context.run(current_host.set, host_of(self._peer))
+        context.run(current_login.set, login)
         room = AnswerRoom(self.answers)
         context.run(current_answer_room.set, room)
         context.run(current_mute.set, self.mute)
@@ -341,6 +370,9 @@ class _Connection(asyncio.Protocol):
             self._write_answered()
         else:
             self._write(task.result())
+        if self._login is not None and self._login.failed:
+            self._transport.close()  # once the refusal is sent
+            return
         self._dispatch()
 
     def _write_answered(self) -> None:

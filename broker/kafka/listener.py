@@ -10,17 +10,23 @@ from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
 from raftka.broker.kafka.protocol import KafkaDispatcher
 from raftka.broker.kafka.quota_apis import QuotaApis
+from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
 from raftka.node.config import NodeConfig
+from raftka.security.sasl import parse_mechanisms
 from raftka.wire.server import Listener
 
 
 def kafka_listener(api: BrokerApi, config: NodeConfig, name: str = "kafka") -> Listener:
     """``name``: "kafka", or "kafka-external" for the second one (``raftka.broker.kafka.endpoints``)."""
+    mechanisms = parse_mechanisms(config.kafka.sasl_mechanisms)
+    logins = kafka_logins(api, mechanisms) if mechanisms else None
     apis = [
         *ClusterApis(api, config).apis(),
         *LogApis(api).apis(),
         *GroupApis(api).apis(),
         *QuotaApis(api).apis(),
         *AclApis(api).apis(),
+        *SaslApis(api, logins).apis(),
     ]
-    return Listener(KafkaDispatcher(apis, api.quotas), name=name)
+    login = None if logins is None else logins.new
+    return Listener(KafkaDispatcher(apis, api.quotas), name=name, login=login)

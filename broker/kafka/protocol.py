@@ -99,6 +99,9 @@ class KafkaDispatcher:
             ) from None
         return self._answer(api, request, version, correlation_id, time.perf_counter() - started)
 
+    def api_key(self, frame: memoryview) -> int:
+        return REQUEST_PREFIX.unpack_from(frame)[0] if len(frame) >= REQUEST_PREFIX.size else -1
+
     async def _answer(
         self, api: KafkaApi, request: ApiMessage, version: int, correlation_id: int, decode_s: float
     ) -> bytes | None:

@@ -21,6 +21,7 @@ from raftka.broker.log.manager import LogManager
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replica.manager import ReplicaManager
+from raftka.broker.sasl_logins import data_listener
 from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
@@ -33,7 +34,6 @@ from raftka.metadata.image import (
 from raftka.node.config import BrokerConfig, KafkaConfig, NodeConfig
 from raftka.security.tls import TlsFiles
 from raftka.wire.frames import DATA_LISTENER
-from raftka.wire.server import FrameServer
 from tests.unit.controller_in_memory import ControllerInMemory
 
 BROKER = 101
@@ -90,9 +90,16 @@ class InProcessBroker:
             offsets=self.controller.image.offsets,
             groups=self.controller.image.groups,
             client_quotas=self.controller.image.client_quotas,
+            scram_credentials=self.controller.image.scram_credentials,
         )
         self.replicas.apply(image, self._partitions.update(image))
         self.controller.set_image(image)
+
+    def follow_controller(self) -> None:
+        """Replay what the controller in memory has committed (SCRAM credentials written
+        through it), as a broker following the metadata log would."""
+        image = self.controller.image
+        self.replicas.apply(image, self._partitions.update(image))
 
 
 @contextlib.asynccontextmanager
@@ -121,13 +128,19 @@ async def broker_in_process(
     controller.listeners.append(groups.update)
     producer_ids = ProducerIdManager(controller, BROKER, lambda: 1)  # type: ignore[arg-type]
     api = BrokerApi(replicas, groups, controller, "c", lambda: 1, producer_ids)  # type: ignore[arg-type]
-    server = FrameServer(api.wire_handlers())
-    server_ssl = tls.server_ssl if tls else None
-    port = await server.start("127.0.0.1", 0, server_ssl)
-    kafka = kafka_listener(
-        api, NodeConfig(BROKER, tmp_path, (), "127.0.0.1:1", process_roles=("broker",), kafka=kafka_config)
+    config = NodeConfig(
+        BROKER,
+        tmp_path,
+        (),
+        "127.0.0.1:1",
+        process_roles=("broker",),
+        broker=broker_config,
+        kafka=kafka_config,
     )
-    kafka_port = await kafka.start("127.0.0.1", 0, server_ssl)
+    server = data_listener(api, config)
+    port = await server.start("127.0.0.1", 0, tls.listener_ssl(server.login is not None) if tls else None)
+    kafka = kafka_listener(api, config)
+    kafka_port = await kafka.start("127.0.0.1", 0, tls.listener_ssl(kafka.login is not None) if tls else None)
     coordinating = asyncio.create_task(groups.run())
     broker = InProcessBroker(api, controller, port, kafka_port, followers)
     controller.listeners.append(broker.adopt)  # quotas altered through it reach the broker

@@ -12,7 +12,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kafka.net.sasl.scram import ScramClient
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from tests.unit.broker_in_process import InProcessBroker, broker_in_process
 
@@ -123,3 +130,23 @@ def call(address: str, request: ApiMessage, version: int, response_type: type[Ap
         frame = connection.read_frame()
     assert frame is not None, f"the broker closed the connection on {type(request).__name__} v{version}"
     return response_type.decode(frame, version=version, header=True)
+
+
+def scram_login_error(address: str, mechanism: str, user: str, password: str) -> int:
+    """A SCRAM login on a fresh connection, as Kafka's clients make it: 0 if it succeeded
+    (and the server proved it knew the credential), else the broker's error code."""
+    client = ScramClient(user, password, mechanism)
+    with RawConnection(address) as connection:
+        connection.send(request_frame(SaslHandshakeRequest(mechanism=mechanism), 1, 1))
+        shaken = SaslHandshakeResponse.decode(connection.read_frame(), version=1, header=True)
+        if shaken.error_code:
+            return shaken.error_code
+        for correlation_id, message in ((2, client.first_message), (3, client.final_message)):
+            connection.send(request_frame(SaslAuthenticateRequest(auth_bytes=message()), 2, correlation_id))
+            answer = SaslAuthenticateResponse.decode(connection.read_frame(), version=2, header=True)
+            if answer.error_code:
+                return answer.error_code
+            if correlation_id == 2:
+                client.process_server_first_message(answer.auth_bytes)
+        client.process_server_final_message(answer.auth_bytes)
+    return 0

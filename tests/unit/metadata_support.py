@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from raftka.metadata.acls import Acl
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import BROKER, LEADER_UNCHANGED, NO_LEADER, TOPIC, MetadataImage
+from raftka.metadata.snapshot import scram_record
+from raftka.security import scram
 from raftka.v1 import metadata_pb2 as pb
 
 Record = pb.MetadataRecord
@@ -321,3 +323,20 @@ def client_quota(user: str | None, client_id: str | None, key: str, value: float
 
 def remove_acl(acl_id: str) -> Record:
     return Record(remove_access_control_entry=pb.RemoveAccessControlEntryRecord(id=acl_id))
+
+
+def scram_credential(
+    name: str, mechanism: str = "SCRAM-SHA-512", password: str = "secret", iterations: int = 4096
+) -> Record:
+    """A user's SCRAM credential as the controller writes it (keys, never the password)."""
+    salt = b"salt-" + name.encode()
+    kept = scram.credential(
+        mechanism, scram.salted_password(mechanism, password, salt, iterations), salt, iterations
+    )
+    return Record(user_scram_credential=scram_record(name, mechanism, kept))
+
+
+def remove_scram_credential(name: str, mechanism: str = "SCRAM-SHA-512") -> Record:
+    return Record(
+        remove_user_scram_credential=pb.RemoveUserScramCredentialRecord(name=name, mechanism=mechanism)
+    )

@@ -32,6 +32,8 @@ EVERY_TYPE = {
     "ACCESS_CONTROL_ENTRY_RECORD": m.acl("User:CN=alice,OU=client,O=raftka", "CREATE", "TOPIC", "orders"),
     "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": m.remove_acl("0123456789abcdef0123456789abcdef"),
     "CLIENT_QUOTA_RECORD": m.client_quota("alice", "<default>", "producer_byte_rate", 1024.0),
+    "USER_SCRAM_CREDENTIAL_RECORD": m.scram_credential("alice"),
+    "REMOVE_USER_SCRAM_CREDENTIAL_RECORD": m.remove_scram_credential("alice"),
 }
 
 
@@ -120,6 +122,13 @@ def test_decode_of_any_bytes_returns_a_checked_record_or_raises_record_error(dat
     records.check(record)
 
 
+def _scram_with(**fields: object) -> pb.MetadataRecord:
+    record = m.scram_credential("alice")
+    for name, value in fields.items():
+        setattr(record.user_scram_credential, name, value)
+    return record
+
+
 MALFORMED = [
     (m.topic("t", b"\x01" * 15), "TopicRecord.topic_id: 15 bytes"),
     (m.topic("t", bytes(16)), "TopicRecord.topic_id: the zero UUID"),
@@ -143,6 +152,14 @@ MALFORMED = [
     (m.commit("g", TID, 0, -1), "OffsetCommitRecord.offset: -1"),
     (m.remove_group_offsets(""), "RemoveGroupOffsetsRecord.group: empty"),
     (m.feature("", 1), "FeatureLevelRecord.name: empty"),
+    (m.scram_credential(""), "UserScramCredentialRecord.name: empty"),
+    (_scram_with(mechanism="SCRAM-MD5"), "UserScramCredentialRecord.mechanism: 'SCRAM-MD5'"),
+    (
+        _scram_with(stored_key=b"short"),
+        "UserScramCredentialRecord.stored_key: 5 bytes, SCRAM-SHA-512 makes 64",
+    ),
+    (m.scram_credential("a", iterations=1000), "UserScramCredentialRecord.iterations: 1000 is not in"),
+    (m.remove_scram_credential("a", "PLAIN"), "RemoveUserScramCredentialRecord.mechanism: 'PLAIN'"),
 ]
 
 

@@ -35,6 +35,10 @@ def populated() -> MetadataImage:
         m.commit("g", T2, 0, 1),
         m.group_rebalance("g", 3, ["m1", "m2"], assignment=[("a", [0, 1])]),
         m.group_rebalance("only-members", 1, ["x"]),
+        m.scram_credential("alice", "SCRAM-SHA-512"),
+        m.scram_credential("alice", "SCRAM-SHA-256"),
+        m.scram_credential("bob", "SCRAM-SHA-256"),
+        m.remove_scram_credential("bob", "SCRAM-SHA-256"),
         m.unregister(2, 4),  # no record restates broker 2, but b-0 and a-1 keep its id
         offset=1234,
     )
@@ -64,8 +68,9 @@ def test_the_same_image_always_encodes_to_the_same_bytes() -> None:
 def test_header_carries_offset_and_timestamp() -> None:
     contents = read_snapshot(encode_image(populated(), timestamp_ms=1_700_000_000_123))
     assert contents.offset == 1234 and contents.timestamp_ms == 1_700_000_000_123
-    # one per record of populated() but broker 2's registration and unregistration
-    assert len(contents.records) == 14
+    # one per record of populated() but broker 2's registration and unregistration, and
+    # bob's credential and its removal
+    assert len(contents.records) == 16
 
 
 def test_about_forty_bytes_per_partition() -> None:

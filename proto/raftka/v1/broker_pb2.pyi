@@ -564,3 +564,31 @@ class ListGroupsResponse(_message.Message):
     status: _controller_pb2.Status
     groups: _containers.RepeatedCompositeFieldContainer[ListedGroup]
     def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[ListedGroup, _Mapping]]] = ...) -> None: ...
+
+class SaslHandshakeRequest(_message.Message):
+    __slots__ = ("mechanism",)
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    mechanism: str
+    def __init__(self, mechanism: _Optional[str] = ...) -> None: ...
+
+class SaslHandshakeResponse(_message.Message):
+    __slots__ = ("status", "mechanisms")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MECHANISMS_FIELD_NUMBER: _ClassVar[int]
+    status: _controller_pb2.Status
+    mechanisms: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., mechanisms: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SaslAuthenticateRequest(_message.Message):
+    __slots__ = ("auth_bytes",)
+    AUTH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    auth_bytes: bytes
+    def __init__(self, auth_bytes: _Optional[bytes] = ...) -> None: ...
+
+class SaslAuthenticateResponse(_message.Message):
+    __slots__ = ("status", "auth_bytes")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    AUTH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    status: _controller_pb2.Status
+    auth_bytes: bytes
+    def __init__(self, status: _Optional[_Union[_controller_pb2.Status, _Mapping]] = ..., auth_bytes: _Optional[bytes] = ...) -> None: ...

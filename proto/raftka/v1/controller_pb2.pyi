@@ -62,6 +62,11 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLUSTER_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     TOPIC_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     GROUP_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
+    RESOURCE_NOT_FOUND: _ClassVar[ErrorCode]
+    UNSUPPORTED_SASL_MECHANISM: _ClassVar[ErrorCode]
+    UNACCEPTABLE_CREDENTIAL: _ClassVar[ErrorCode]
+    DUPLICATE_RESOURCE: _ClassVar[ErrorCode]
+    SASL_AUTHENTICATION_FAILED: _ClassVar[ErrorCode]
 
 class AlterConfigOpType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -119,6 +124,11 @@ FENCED_INSTANCE_ID: ErrorCode
 CLUSTER_AUTHORIZATION_FAILED: ErrorCode
 TOPIC_AUTHORIZATION_FAILED: ErrorCode
 GROUP_AUTHORIZATION_FAILED: ErrorCode
+RESOURCE_NOT_FOUND: ErrorCode
+UNSUPPORTED_SASL_MECHANISM: ErrorCode
+UNACCEPTABLE_CREDENTIAL: ErrorCode
+DUPLICATE_RESOURCE: ErrorCode
+SASL_AUTHENTICATION_FAILED: ErrorCode
 ALTER_CONFIG_SET: AlterConfigOpType
 ALTER_CONFIG_DELETE: AlterConfigOpType
 
@@ -767,6 +777,7 @@ class DescribeAclsResponse(_message.Message):
     acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
 
+<<<<<<< HEAD
 class ClientQuotaOp(_message.Message):
     __slots__ = ("key", "value", "remove")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -851,3 +862,86 @@ class DescribeClientQuotasResponse(_message.Message):
     status: Status
     entries: _containers.RepeatedCompositeFieldContainer[ClientQuotaValues]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[ClientQuotaValues, _Mapping]]] = ...) -> None: ...
+=======
+class ScramCredentialUpsertion(_message.Message):
+    __slots__ = ("name", "mechanism", "iterations", "salt", "salted_password")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    SALTED_PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: str
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[str] = ..., iterations: _Optional[int] = ..., salt: _Optional[bytes] = ..., salted_password: _Optional[bytes] = ...) -> None: ...
+
+class ScramCredentialDeletion(_message.Message):
+    __slots__ = ("name", "mechanism")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mechanism: str
+    def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[str] = ...) -> None: ...
+
+class AlterUserScramCredentialsRequest(_message.Message):
+    __slots__ = ("deletions", "upsertions")
+    DELETIONS_FIELD_NUMBER: _ClassVar[int]
+    UPSERTIONS_FIELD_NUMBER: _ClassVar[int]
+    deletions: _containers.RepeatedCompositeFieldContainer[ScramCredentialDeletion]
+    upsertions: _containers.RepeatedCompositeFieldContainer[ScramCredentialUpsertion]
+    def __init__(self, deletions: _Optional[_Iterable[_Union[ScramCredentialDeletion, _Mapping]]] = ..., upsertions: _Optional[_Iterable[_Union[ScramCredentialUpsertion, _Mapping]]] = ...) -> None: ...
+
+class UserScramResult(_message.Message):
+    __slots__ = ("user", "error", "message")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    error: ErrorCode
+    message: str
+    def __init__(self, user: _Optional[str] = ..., error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class AlterUserScramCredentialsResponse(_message.Message):
+    __slots__ = ("status", "results")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    results: _containers.RepeatedCompositeFieldContainer[UserScramResult]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., results: _Optional[_Iterable[_Union[UserScramResult, _Mapping]]] = ...) -> None: ...
+
+class DescribeUserScramCredentialsRequest(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, users: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ScramCredentialInfo(_message.Message):
+    __slots__ = ("mechanism", "iterations")
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    mechanism: str
+    iterations: int
+    def __init__(self, mechanism: _Optional[str] = ..., iterations: _Optional[int] = ...) -> None: ...
+
+class DescribedUserScram(_message.Message):
+    __slots__ = ("user", "error", "message", "credentials")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    error: ErrorCode
+    message: str
+    credentials: _containers.RepeatedCompositeFieldContainer[ScramCredentialInfo]
+    def __init__(self, user: _Optional[str] = ..., error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., credentials: _Optional[_Iterable[_Union[ScramCredentialInfo, _Mapping]]] = ...) -> None: ...
+
+class DescribeUserScramCredentialsResponse(_message.Message):
+    __slots__ = ("status", "users")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    users: _containers.RepeatedCompositeFieldContainer[DescribedUserScram]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., users: _Optional[_Iterable[_Union[DescribedUserScram, _Mapping]]] = ...) -> None: ...
+>>>>>>> wt/sasl

@@ -139,6 +139,7 @@ class ControllerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
                 _registered_method=True)
+<<<<<<< HEAD
         self.AlterClientQuotas = channel.unary_unary(
                 '/raftka.v1.Controller/AlterClientQuotas',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.SerializeToString,
@@ -148,6 +149,17 @@ class ControllerStub:
                 '/raftka.v1.Controller/DescribeClientQuotas',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.FromString,
+=======
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/raftka.v1.Controller/AlterUserScramCredentials',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/raftka.v1.Controller/DescribeUserScramCredentials',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
+>>>>>>> wt/sasl
                 _registered_method=True)
 
 
@@ -280,13 +292,21 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+<<<<<<< HEAD
     def AlterClientQuotas(self, request, context):
+=======
+    def AlterUserScramCredentials(self, request, context):
+>>>>>>> wt/sasl
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+<<<<<<< HEAD
     def DescribeClientQuotas(self, request, context):
+=======
+    def DescribeUserScramCredentials(self, request, context):
+>>>>>>> wt/sasl
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -400,6 +420,7 @@ def add_ControllerServicer_to_server(servicer, server):
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.SerializeToString,
             ),
+<<<<<<< HEAD
             'AlterClientQuotas': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterClientQuotas,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.FromString,
@@ -409,6 +430,17 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeClientQuotas,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.SerializeToString,
+=======
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+>>>>>>> wt/sasl
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -989,7 +1021,11 @@ class Controller:
             _registered_method=True)
 
     @staticmethod
+<<<<<<< HEAD
     def AlterClientQuotas(request,
+=======
+    def AlterUserScramCredentials(request,
+>>>>>>> wt/sasl
             target,
             options=(),
             channel_credentials=None,
@@ -1002,9 +1038,15 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
+<<<<<<< HEAD
             '/raftka.v1.Controller/AlterClientQuotas',
             raftka_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.AlterClientQuotasResponse.FromString,
+=======
+            '/raftka.v1.Controller/AlterUserScramCredentials',
+            raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+>>>>>>> wt/sasl
             options,
             channel_credentials,
             insecure,
@@ -1016,7 +1058,11 @@ class Controller:
             _registered_method=True)
 
     @staticmethod
+<<<<<<< HEAD
     def DescribeClientQuotas(request,
+=======
+    def DescribeUserScramCredentials(request,
+>>>>>>> wt/sasl
             target,
             options=(),
             channel_credentials=None,
@@ -1029,9 +1075,15 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
+<<<<<<< HEAD
             '/raftka.v1.Controller/DescribeClientQuotas',
             raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.FromString,
+=======
+            '/raftka.v1.Controller/DescribeUserScramCredentials',
+            raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
+>>>>>>> wt/sasl
             options,
             channel_credentials,
             insecure,
