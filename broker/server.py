@@ -47,8 +47,8 @@ from raftka.broker.quota.metrics import QuotaCollector
 from raftka.broker.replica.fetcher import ReplicaFetchers
 from raftka.broker.replica.isr import IsrChanges
 from raftka.broker.replica.manager import ReplicaManager
-from raftka.metadata.acls import Authorizer
 from raftka.broker.sasl_logins import data_listener
+from raftka.metadata.acls import Authorizer
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.state_machine import MetadataStateMachine
 from raftka.metadata.validation import GROUP_MEMBERS_MAX

@@ -57,7 +57,16 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from raftka.metadata import acl_ops, broker_ops, config_ops, group_ops, offset_ops, quota_ops, scram_ops, topic_ops
+from raftka.metadata import (
+    acl_ops,
+    broker_ops,
+    config_ops,
+    group_ops,
+    offset_ops,
+    quota_ops,
+    scram_ops,
+    topic_ops,
+)
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.offline_replicas import OfflineReplicas
@@ -589,6 +598,8 @@ class QuorumController:
         return await self._read(
             controller_pb2.DescribeClientQuotasResponse,
             lambda image: quota_ops.describe(image, request),
+            request,
+        )
 
     # SCRAM credentials -----------------------------------------------------------------
 

@@ -412,6 +412,7 @@ class MetadataDelta:
             self._client_quotas.edit(entity)[r.key] = r.value
         elif r.key in self._client_quotas.get(entity):
             del self._client_quotas.edit(entity)[r.key]
+
     # SCRAM credentials -----------------------------------------------------------------
 
     def _user_scram_credential(self, r: metadata_pb2.UserScramCredentialRecord) -> None:

@@ -271,6 +271,8 @@ def _check_client_quota(r: metadata_pb2.ClientQuotaRecord) -> None:
     problem = quotas.record_problem(r)
     if problem is not None:
         raise RecordError(problem)
+
+
 def _check_scram_user(kind: str, name: str, mechanism: str) -> None:
     problem = scram.name_problem(name)
     if problem is not None:

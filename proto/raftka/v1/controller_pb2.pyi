@@ -777,7 +777,6 @@ class DescribeAclsResponse(_message.Message):
     acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
 
-<<<<<<< HEAD
 class ClientQuotaOp(_message.Message):
     __slots__ = ("key", "value", "remove")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -862,7 +861,7 @@ class DescribeClientQuotasResponse(_message.Message):
     status: Status
     entries: _containers.RepeatedCompositeFieldContainer[ClientQuotaValues]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[ClientQuotaValues, _Mapping]]] = ...) -> None: ...
-=======
+
 class ScramCredentialUpsertion(_message.Message):
     __slots__ = ("name", "mechanism", "iterations", "salt", "salted_password")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -944,4 +943,3 @@ class DescribeUserScramCredentialsResponse(_message.Message):
     status: Status
     users: _containers.RepeatedCompositeFieldContainer[DescribedUserScram]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., users: _Optional[_Iterable[_Union[DescribedUserScram, _Mapping]]] = ...) -> None: ...
->>>>>>> wt/sasl

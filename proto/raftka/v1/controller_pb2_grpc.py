@@ -139,7 +139,6 @@ class ControllerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
                 _registered_method=True)
-<<<<<<< HEAD
         self.AlterClientQuotas = channel.unary_unary(
                 '/raftka.v1.Controller/AlterClientQuotas',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.SerializeToString,
@@ -149,7 +148,7 @@ class ControllerStub:
                 '/raftka.v1.Controller/DescribeClientQuotas',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.FromString,
-=======
+                _registered_method=True)
         self.AlterUserScramCredentials = channel.unary_unary(
                 '/raftka.v1.Controller/AlterUserScramCredentials',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
@@ -159,7 +158,6 @@ class ControllerStub:
                 '/raftka.v1.Controller/DescribeUserScramCredentials',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
->>>>>>> wt/sasl
                 _registered_method=True)
 
 
@@ -292,21 +290,25 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-<<<<<<< HEAD
     def AlterClientQuotas(self, request, context):
-=======
-    def AlterUserScramCredentials(self, request, context):
->>>>>>> wt/sasl
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-<<<<<<< HEAD
     def DescribeClientQuotas(self, request, context):
-=======
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeUserScramCredentials(self, request, context):
->>>>>>> wt/sasl
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -420,7 +422,6 @@ def add_ControllerServicer_to_server(servicer, server):
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeAclsResponse.SerializeToString,
             ),
-<<<<<<< HEAD
             'AlterClientQuotas': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterClientQuotas,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.FromString,
@@ -430,7 +431,7 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeClientQuotas,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.SerializeToString,
-=======
+            ),
             'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterUserScramCredentials,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.FromString,
@@ -440,7 +441,6 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeUserScramCredentials,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
->>>>>>> wt/sasl
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1021,11 +1021,7 @@ class Controller:
             _registered_method=True)
 
     @staticmethod
-<<<<<<< HEAD
     def AlterClientQuotas(request,
-=======
-    def AlterUserScramCredentials(request,
->>>>>>> wt/sasl
             target,
             options=(),
             channel_credentials=None,
@@ -1038,15 +1034,9 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-<<<<<<< HEAD
             '/raftka.v1.Controller/AlterClientQuotas',
             raftka_dot_v1_dot_controller__pb2.AlterClientQuotasRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.AlterClientQuotasResponse.FromString,
-=======
-            '/raftka.v1.Controller/AlterUserScramCredentials',
-            raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
-            raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
->>>>>>> wt/sasl
             options,
             channel_credentials,
             insecure,
@@ -1058,11 +1048,7 @@ class Controller:
             _registered_method=True)
 
     @staticmethod
-<<<<<<< HEAD
     def DescribeClientQuotas(request,
-=======
-    def DescribeUserScramCredentials(request,
->>>>>>> wt/sasl
             target,
             options=(),
             channel_credentials=None,
@@ -1075,15 +1061,63 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-<<<<<<< HEAD
             '/raftka.v1.Controller/DescribeClientQuotas',
             raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.DescribeClientQuotasResponse.FromString,
-=======
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/AlterUserScramCredentials',
+            raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
             '/raftka.v1.Controller/DescribeUserScramCredentials',
             raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
->>>>>>> wt/sasl
             options,
             channel_credentials,
             insecure,

@@ -250,7 +250,6 @@ class RemoveAccessControlEntryRecord(_message.Message):
     id: str
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
-<<<<<<< HEAD
 class ClientQuotaEntity(_message.Message):
     __slots__ = ("entity_type", "entity_name")
     ENTITY_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -271,9 +270,6 @@ class ClientQuotaRecord(_message.Message):
     remove: bool
     def __init__(self, entity: _Optional[_Iterable[_Union[ClientQuotaEntity, _Mapping]]] = ..., key: _Optional[str] = ..., value: _Optional[float] = ..., remove: _Optional[bool] = ...) -> None: ...
 
-class MetadataRecord(_message.Message):
-    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "producer_ids", "no_op", "offset_commit", "remove_group_offsets", "group_rebalance", "access_control_entry", "remove_access_control_entry", "client_quota")
-=======
 class UserScramCredentialRecord(_message.Message):
     __slots__ = ("name", "mechanism", "salt", "stored_key", "server_key", "iterations")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -299,8 +295,7 @@ class RemoveUserScramCredentialRecord(_message.Message):
     def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[str] = ...) -> None: ...
 
 class MetadataRecord(_message.Message):
-    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "producer_ids", "no_op", "offset_commit", "remove_group_offsets", "group_rebalance", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential")
->>>>>>> wt/sasl
+    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "producer_ids", "no_op", "offset_commit", "remove_group_offsets", "group_rebalance", "access_control_entry", "remove_access_control_entry", "client_quota", "user_scram_credential", "remove_user_scram_credential")
     REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     UNREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     FENCE_BROKER_FIELD_NUMBER: _ClassVar[int]
@@ -318,12 +313,9 @@ class MetadataRecord(_message.Message):
     GROUP_REBALANCE_FIELD_NUMBER: _ClassVar[int]
     ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _ClassVar[int]
     REMOVE_ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _ClassVar[int]
-<<<<<<< HEAD
     CLIENT_QUOTA_FIELD_NUMBER: _ClassVar[int]
-=======
     USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
->>>>>>> wt/sasl
     register_broker: RegisterBrokerRecord
     unregister_broker: UnregisterBrokerRecord
     fence_broker: FenceBrokerRecord
@@ -341,11 +333,7 @@ class MetadataRecord(_message.Message):
     group_rebalance: GroupRebalanceRecord
     access_control_entry: AccessControlEntryRecord
     remove_access_control_entry: RemoveAccessControlEntryRecord
-<<<<<<< HEAD
     client_quota: ClientQuotaRecord
-    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., feature_level: _Optional[_Union[FeatureLevelRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., offset_commit: _Optional[_Union[OffsetCommitRecord, _Mapping]] = ..., remove_group_offsets: _Optional[_Union[RemoveGroupOffsetsRecord, _Mapping]] = ..., group_rebalance: _Optional[_Union[GroupRebalanceRecord, _Mapping]] = ..., access_control_entry: _Optional[_Union[AccessControlEntryRecord, _Mapping]] = ..., remove_access_control_entry: _Optional[_Union[RemoveAccessControlEntryRecord, _Mapping]] = ..., client_quota: _Optional[_Union[ClientQuotaRecord, _Mapping]] = ...) -> None: ...
-=======
     user_scram_credential: UserScramCredentialRecord
     remove_user_scram_credential: RemoveUserScramCredentialRecord
-    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., feature_level: _Optional[_Union[FeatureLevelRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., offset_commit: _Optional[_Union[OffsetCommitRecord, _Mapping]] = ..., remove_group_offsets: _Optional[_Union[RemoveGroupOffsetsRecord, _Mapping]] = ..., group_rebalance: _Optional[_Union[GroupRebalanceRecord, _Mapping]] = ..., access_control_entry: _Optional[_Union[AccessControlEntryRecord, _Mapping]] = ..., remove_access_control_entry: _Optional[_Union[RemoveAccessControlEntryRecord, _Mapping]] = ..., user_scram_credential: _Optional[_Union[UserScramCredentialRecord, _Mapping]] = ..., remove_user_scram_credential: _Optional[_Union[RemoveUserScramCredentialRecord, _Mapping]] = ...) -> None: ...
->>>>>>> wt/sasl
+    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., feature_level: _Optional[_Union[FeatureLevelRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., offset_commit: _Optional[_Union[OffsetCommitRecord, _Mapping]] = ..., remove_group_offsets: _Optional[_Union[RemoveGroupOffsetsRecord, _Mapping]] = ..., group_rebalance: _Optional[_Union[GroupRebalanceRecord, _Mapping]] = ..., access_control_entry: _Optional[_Union[AccessControlEntryRecord, _Mapping]] = ..., remove_access_control_entry: _Optional[_Union[RemoveAccessControlEntryRecord, _Mapping]] = ..., client_quota: _Optional[_Union[ClientQuotaRecord, _Mapping]] = ..., user_scram_credential: _Optional[_Union[UserScramCredentialRecord, _Mapping]] = ..., remove_user_scram_credential: _Optional[_Union[RemoveUserScramCredentialRecord, _Mapping]] = ...) -> None: ...
