@@ -20,7 +20,7 @@ import asyncio
 import contextvars
 import hmac
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from raftka.security import scram
@@ -94,6 +94,9 @@ class SaslLogin:
         self._scram: scram.ScramServer | None = None
         self.principal: Principal | None = None
         self.failed = False
+        # After Kafka's SaslHandshake v0 the client sends its tokens as bare frames, without
+        # request headers, and reads the answers so: the listener hands each to this.
+        self.raw_step: Callable[[bytes], Awaitable[bytes | None]] | None = None
 
     def refusal(self, api_key: int) -> str | None:
         """Why a request for ``api_key`` may not be served now (None: it may)."""

@@ -43,6 +43,7 @@ from raftka.v1 import controller_pb2
 from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
 from raftka.wire.frames import (
     APIS,
+    LENGTH,
     REQUEST_FRAME_MAX_BYTES,
     REQUEST_HEADER,
     VERSION,
@@ -313,17 +314,12 @@ class _Connection(asyncio.Protocol):
 
     def _start(self, frame: memoryview) -> None:
         login = self._login
-        if login is not None and (refusal := login.refusal(self._dispatcher.api_key(frame))) is not None:
-            self._listener.login_refusals.log(
-                logging.INFO,
-                "closing a connection: not logged in",
-                listener=self._listener.name,
-                peer=self._peer,
-                reason=refusal,
-            )
-            self.abort()
+        if login is not None and login.raw_step is not None and login.principal is None:
+            call: Call | bytes | None = _bare_token_answer(login.raw_step, bytes(frame))
+        else:
+            call = self._checked_call(login, frame)
+        if call is None:
             return
-        call = self._dispatcher.dispatch(frame)
         if isinstance(call, bytes):
             if self._dispatcher.ordered and self._unanswered:
                 self._unanswered.append(call)
@@ -345,6 +341,21 @@ class _Connection(asyncio.Protocol):
         if self._dispatcher.ordered:
             self._unanswered.append(task)
         task.add_done_callback(lambda done: self._finished(done, room))
+
+    def _checked_call(self, login: SaslLogin | None, frame: memoryview) -> Call | bytes | None:
+        """The dispatcher's call for ``frame``, or None (the connection closed) if the login
+        does not allow its API yet."""
+        if login is not None and (refusal := login.refusal(self._dispatcher.api_key(frame))) is not None:
+            self._listener.login_refusals.log(
+                logging.INFO,
+                "closing a connection: not logged in",
+                listener=self._listener.name,
+                peer=self._peer,
+                reason=refusal,
+            )
+            self.abort()
+            return None
+        return self._dispatcher.dispatch(frame)
 
     def _finished(self, task: asyncio.Task[bytes | None], room: AnswerRoom) -> None:
         self._tasks.discard(task)
@@ -402,3 +413,12 @@ class _Connection(asyncio.Protocol):
         )
         assert self._transport is not None
         self._transport.abort()
+
+
+async def _bare_token_answer(step: Callable[[bytes], Awaitable[bytes | None]], token: bytes) -> bytes:
+    """A login's token sent without a request header (after Kafka's SaslHandshake v0): the
+    answer goes back as a bare frame too; a refused login closes the connection."""
+    answer = await step(token)
+    if answer is None:
+        raise CloseConnection("the SASL login failed")
+    return LENGTH.pack(len(answer)) + answer

@@ -4,10 +4,9 @@ DescribeUserScramCredentials, forwarded to the controller).
 
 With ``kafka.sasl_mechanisms`` set, a connection must log in before anything but
 ApiVersions and SaslHandshake is served (``raftka.wire.server``): SaslHandshake v1 picks
-the mechanism, then SaslAuthenticate carries its tokens. SaslHandshake v0, after which
-Kafka reads raw tokens without request headers, is not served: a client asking for it
-gets UNSUPPORTED_VERSION (kafka-python, librdkafka and the Java client use v1 since
-Kafka 1.0). A failed login is answered SASL_AUTHENTICATION_FAILED (58) with a message that
+the mechanism, then SaslAuthenticate carries its tokens. After SaslHandshake v0 (older
+clients: Sarama's default before 1.26, kafka-python before 1.4) the tokens come and go as
+bare frames, without request headers, as Kafka reads them. A failed login is answered SASL_AUTHENTICATION_FAILED (58) with a message that
 does not say why (the broker's log does, rate-limited), then the connection is closed;
 a mechanism the listener does not offer is answered UNSUPPORTED_SASL_MECHANISM with the
 ones it does, then closed too. Sessions do not expire (``session_lifetime_ms`` 0), so
@@ -70,7 +69,7 @@ class SaslApis:
 
     def apis(self) -> list[KafkaApi]:
         return [
-            KafkaApi(SaslHandshakeRequest, 1, 1, self.handshake),
+            KafkaApi(SaslHandshakeRequest, 0, 1, self.handshake),
             KafkaApi(SaslAuthenticateRequest, 0, 2, self.authenticate),
             KafkaApi(AlterUserScramCredentialsRequest, 0, 0, self.alter_user_scram_credentials),
             KafkaApi(DescribeUserScramCredentialsRequest, 0, 0, self.describe_user_scram_credentials),
@@ -81,6 +80,9 @@ class SaslApis:
         if login is None or login.principal is not None or self._logins is None:
             return SaslHandshakeResponse(error_code=ILLEGAL_SASL_STATE, mechanisms=[])
         chosen = self._logins.choose(login, request.mechanism)
+        if chosen and version == 0:
+            logins = self._logins
+            login.raw_step = lambda token: logins.step(login, token)
         error = 0 if chosen else kafka_error(E.UNSUPPORTED_SASL_MECHANISM)
         return SaslHandshakeResponse(error_code=error, mechanisms=list(login.mechanisms))
 

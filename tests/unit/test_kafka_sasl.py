@@ -186,11 +186,39 @@ def test_a_login_sent_without_waiting_for_answers_is_taken_in_order(scram_broker
         assert authenticate(connection, client.final_message(), 3).error_code == 0
 
 
-def test_handshake_v0_and_unknown_mechanisms_are_refused(scram_broker: BrokerThread) -> None:
+def bare_exchange(connection: RawConnection, token: bytes) -> bytes | None:
+    """After SaslHandshake v0: a token as a bare frame, the answer as one (None: closed)."""
+    connection.send(struct.pack(">i", len(token)) + token)
+    return connection.read_frame()
+
+
+@pytest.mark.parametrize(("password", "logged_in"), [("alice-secret", True), ("wrong", False)])
+def test_after_handshake_v0_the_login_takes_bare_tokens_as_kafka_reads_them(
+    scram_broker: BrokerThread, password: str, logged_in: bool
+) -> None:
+    """Older clients (Sarama's default before 1.26) log in with SaslHandshake v0: the tokens
+    then travel without request headers; a refused login closes the connection."""
     with RawConnection(scram_broker.bootstrap) as connection:
         send(connection, SaslHandshakeRequest(mechanism=SHA512), 0, 1)
-        assert connection.read_frame() == struct.pack(">ih", 1, UNSUPPORTED_VERSION)
-        answer = handshake(connection, "GSSAPI")  # the connection served on; now a mechanism not offered
+        answer = SaslHandshakeResponse.decode(connection.read_frame(), version=0, header=True)
+        assert answer.error_code == 0
+        client = ScramClient("alice", password, SHA512)
+        server_first = bare_exchange(connection, client.first_message())
+        assert server_first is not None
+        client.process_server_first_message(server_first)
+        server_final = bare_exchange(connection, client.final_message())
+        if not logged_in:
+            assert server_final is None
+            return
+        client.process_server_final_message(server_final)  # raises unless the server knew the key
+        connection.send(metadata_frame(4))  # logged in: requests with headers again
+        metadata = MetadataResponse.decode(connection.read_frame(), version=12, header=True)
+    assert [t.name for t in metadata.topics] == [TOPIC]
+
+
+def test_a_mechanism_not_offered_is_refused_then_closed(scram_broker: BrokerThread) -> None:
+    with RawConnection(scram_broker.bootstrap) as connection:
+        answer = handshake(connection, "GSSAPI")
         assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
         assert answer.mechanisms == [SHA512, SHA256]
         assert connection.read_frame() is None
