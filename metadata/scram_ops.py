@@ -20,7 +20,6 @@ from raftka.security import scram
 from raftka.v1 import controller_pb2, metadata_pb2
 
 CREDENTIALS_MAX = 10_000  # SCRAM credentials in the cluster; more are refused
-CHANGES_PER_REQUEST_MAX = 1_000
 Pb = controller_pb2
 Change = Pb.ScramCredentialDeletion | Pb.ScramCredentialUpsertion
 
@@ -28,11 +27,11 @@ Change = Pb.ScramCredentialDeletion | Pb.ScramCredentialUpsertion
 def alter(image: MetadataImage, request: Pb.AlterUserScramCredentialsRequest) -> Plan:
     response = Pb.AlterUserScramCredentialsResponse()
     changes: list[Change] = [*request.deletions, *request.upsertions]
-    if len(changes) > CHANGES_PER_REQUEST_MAX:
+    if len(changes) > scram.CHANGES_PER_REQUEST_MAX:
         return refuse(
             response,
             ErrorCode.INVALID_REQUEST,
-            f"deletions, upsertions: more than {CHANGES_PER_REQUEST_MAX} in all",
+            f"deletions, upsertions: more than {scram.CHANGES_PER_REQUEST_MAX} in all",
         )
     twice = duplicates((c.name, c.mechanism) for c in changes)
     by_user: dict[str, list[Change]] = {}

@@ -14,6 +14,7 @@ from typing import Any
 
 from raftka.metadata.acls import ACLS_PER_REQUEST_MAX
 from raftka.metadata.quotas import ENTITY_TYPES, QUOTA_ENTRIES_PER_REQUEST_MAX
+from raftka.security import scram
 from raftka.v1 import controller_pb2
 
 ErrorCode = controller_pb2.ErrorCode
@@ -238,6 +239,11 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
             yield "entries[].ops", sum(len(e.ops) for e in request.entries), records_max, per_batch
         case Pb.DescribeClientQuotasRequest():
             yield "components", len(request.components), len(ENTITY_TYPES), ""
+        case Pb.AlterUserScramCredentialsRequest():
+            yield "deletions", len(request.deletions), scram.CHANGES_PER_REQUEST_MAX, ""
+            yield "upsertions", len(request.upsertions), scram.CHANGES_PER_REQUEST_MAX, ""
+        case Pb.DescribeUserScramCredentialsRequest():
+            yield "users", len(request.users), scram.CHANGES_PER_REQUEST_MAX, ""
         case Pb.RecordGroupRebalanceRequest():
             members = request.rebalance.members
             yield "rebalance.members", len(members), GROUP_MEMBERS_MAX, ""

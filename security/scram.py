@@ -42,6 +42,7 @@ ITERATIONS_DEFAULT = 8_192
 SALT_BYTES = 32
 SALT_BYTES_MAX = 1_024
 NAME_CHARS_MAX = 256  # a user name; its principal is User:<name>
+CHANGES_PER_REQUEST_MAX = 1_000  # credentials added, deleted or described in one request
 MESSAGE_BYTES_MAX = 4_096  # a client's SCRAM message; a longer one is refused unread
 _PRINTABLE = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # RFC 5802's printable: no comma
 

@@ -287,6 +287,9 @@ def test_the_walk_finds_every_list_of_the_client_requests() -> None:
         ("AlterClientQuotasRequest", "entries[].entity"),
         ("AlterClientQuotasRequest", "entries[].ops"),
         ("DescribeClientQuotasRequest", "components"),
+        ("AlterUserScramCredentialsRequest", "deletions"),
+        ("AlterUserScramCredentialsRequest", "upsertions"),
+        ("DescribeUserScramCredentialsRequest", "users"),
     }
 
 
