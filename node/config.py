@@ -101,6 +101,12 @@ class BrokerConfig:
         86_400_000  # an idempotent producer silent this long is forgotten per partition
     )
     producer_id_expiration_check_interval_ms: int = 600_000  # how often partitions forget expired producers
+    # each of the data and Kafka listeners (``raftka.wire.guard``):
+    max_connections: int = 4_096  # Kafka's max.connections; at the bound the longest idle makes room
+    max_connections_per_ip: int = 1_024  # Kafka's max.connections.per.ip (unbounded there)
+    connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms
+    connections_partial_request_timeout_ms: int = 30_000  # a request begun and not whole this long closes it
+    connections_buffered_bytes_max: int = 64 * MIB  # partial requests' bytes; beyond, the largest is closed
 
 
 @dataclass(frozen=True, slots=True)

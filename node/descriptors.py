@@ -4,11 +4,12 @@ room left, so a node refuses work near the limit instead of failing in the middl
 Every connection, segment and index file, checkpoint and metadata log segment takes a
 descriptor, and the default soft limit (1,024 on most systems) is far below the hard one.
 A node raises its soft limit to the hard one when it starts (Kafka's packaging asks the
-operator for 100,000 or more) and logs both. Near the limit it keeps a reserve: listeners
-close new connections while fewer than ``reserve()`` descriptors are free, and a broker
-takes a new replica only while half of that is free (the replica goes offline on this
-broker instead, ``KAFKA_STORAGE_ERROR``), so the last quarter of the reserve always
-remains for the metadata log, checkpoints and the node's own gRPC connections.
+operator for 100,000 or more) and logs both. Near the limit it keeps a reserve: a listener
+takes a new connection only while more than ``reserve()`` descriptors are free (or an idle
+connection makes room, ``raftka.wire.guard``), and a broker opens a replica only while
+more than half of that stays free (the replica goes offline on this broker instead,
+answering ``KAFKA_STORAGE_ERROR``), so half the reserve always remains for the metadata
+log, checkpoints and the node's own gRPC connections.
 
 Counting open descriptors reads ``/proc/self/fd`` (about 0.4 ms at 1,000), so a count
 is reused for ``RECOUNT_INTERVAL_S``; a caller holding a fresh descriptor passes its
@@ -17,6 +18,7 @@ number, a floor on the count (Linux gives the lowest free number).
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import time
@@ -63,6 +65,10 @@ def reserve(limit: int) -> int:
     return max(RESERVE_MIN, limit // RESERVE_SHARE)
 
 
+class TooFewDescriptors(OSError):
+    """A replica refused before it could take the node's last descriptors."""
+
+
 class Descriptors:
     """Open descriptors against the limit, counted at most every ``RECOUNT_INTERVAL_S``."""
 
@@ -84,10 +90,23 @@ class Descriptors:
         """Whether a connection that got descriptor ``fd`` may stay."""
         return self.free(fd + 1) > reserve(open_files_limit())
 
-    def room_for_replica(self, descriptors: int) -> bool:
-        """Whether a new replica, taking ``descriptors``, leaves half the reserve free."""
-        self._counted_at = float("-inf")  # replicas come in bursts (a topic's creation): count each
-        return self.free() - descriptors > reserve(open_files_limit()) // 2
+    def claim_for_replica(self, name: str, descriptors: int = 1) -> None:
+        """Count ``descriptors`` as taken by replica ``name``, or raise ``TooFewDescriptors``
+        if that would leave less than half the reserve free. Replicas come in bursts (a
+        topic's creation), faster than the count is renewed: each claim is added to it, and
+        it is counted afresh once the room gets short."""
+        limit = open_files_limit()
+        floor = reserve(limit) // 2
+        if self.free() - descriptors <= 2 * floor:
+            self._counted_at = float("-inf")
+        free = self.free()
+        if free - descriptors <= floor:
+            raise TooFewDescriptors(
+                errno.EMFILE,
+                f"{name}: not opened, {free} of {limit} file descriptors are free and {floor} are kept "
+                "for the metadata log, checkpoints and connections; raise the open files limit (ulimit -n)",
+            )
+        self._count += descriptors
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("process_open_fds", "Open file descriptors.", value=self.open_now())

@@ -9,9 +9,10 @@ from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
 from raftka.broker.kafka.protocol import KafkaDispatcher
 from raftka.node.config import NodeConfig
+from raftka.wire.guard import DEFAULT_LIMITS, ConnectionLimits
 from raftka.wire.server import Listener
 
 
-def kafka_listener(api: BrokerApi, config: NodeConfig) -> Listener:
+def kafka_listener(api: BrokerApi, config: NodeConfig, limits: ConnectionLimits = DEFAULT_LIMITS) -> Listener:
     apis = [*ClusterApis(api, config).apis(), *LogApis(api).apis(), *GroupApis(api).apis()]
-    return Listener(KafkaDispatcher(apis), name="kafka")
+    return Listener(KafkaDispatcher(apis), name="kafka", limits=limits)

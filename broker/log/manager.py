@@ -42,6 +42,7 @@ from raftka.broker.log.folder_names import (
     partition_folder,
 )
 from raftka.broker.log.partition_log import METADATA_FILE, PartitionLog, stored_topic_id
+from raftka.node.descriptors import DESCRIPTORS
 from raftka.raft.storage.fsio import fsync_dir
 
 log = structlog.get_logger("raftka.broker.log")
@@ -132,6 +133,7 @@ class LogManager:
         if stored not in (None, topic_id):
             log.info("replacing the log of a deleted topic with the same name", partition=name)
             self.remove(name)
+        DESCRIPTORS.claim_for_replica(name)  # its active segment's; raises near the limit
         opened = self._logs[name] = self._open(name, topic_id, config)
         return opened
 
