@@ -11,6 +11,9 @@ more than half of that stays free (the replica goes offline on this broker inste
 answering ``KAFKA_STORAGE_ERROR``), so half the reserve always remains for the metadata
 log, checkpoints and the node's own gRPC connections.
 
+A listener takes up to ``LISTEN_BACKLOG`` connections in one go before it judges any
+(asyncio's accept loop), so the reserve is larger than that.
+
 Counting open descriptors reads ``/proc/self/fd`` (about 0.4 ms at 1,000), so a count
 is reused for ``RECOUNT_INTERVAL_S``; a caller holding a fresh descriptor passes its
 number, a floor on the count (Linux gives the lowest free number).
@@ -29,7 +32,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 log = structlog.get_logger("raftka.node.descriptors")
 
-RESERVE_MIN = 32
+LISTEN_BACKLOG = 50  # Kafka's socket.listen.backlog.size; asyncio accepts up to this many at once
+RESERVE_MIN = 64  # more than one burst of accepts, before any of them is judged
 RESERVE_SHARE = 8  # a limit's eighth is kept back, at least RESERVE_MIN
 RECOUNT_INTERVAL_S = 0.1
 _FD_FOLDER = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"

@@ -185,5 +185,4 @@ class ConnectionGuard:
             listener=self.name,
             reason=reason,
             client=host,
-            limits=str(self.limits),
         )

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import structlog
 from google.protobuf.message import DecodeError, Message
 
+from raftka.node.descriptors import LISTEN_BACKLOG
 from raftka.security.principal import Principal, current_principal, from_ssl
 from raftka.v1 import controller_pb2
 from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
@@ -115,6 +116,7 @@ class Listener:
             host,
             port,
             reuse_address=True,
+            backlog=LISTEN_BACKLOG,
             ssl=tls,
             ssl_handshake_timeout=self.guard.handshake_timeout_s if tls else None,
         )

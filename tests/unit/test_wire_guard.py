@@ -5,8 +5,14 @@ closed, and why."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import contextlib
+import os
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 from raftka.v1 import broker_pb2 as pb
 from raftka.wire import frames, guard
@@ -185,3 +191,70 @@ def test_partial_frames_pin_no_more_than_the_listeners_buffered_bytes() -> None:
                 writer.close()
 
     run(scenario)
+
+
+SERVER_AT_A_LOW_LIMIT = """
+import asyncio, resource, sys
+import structlog
+structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+from raftka.wire import frames
+from raftka.wire.server import FrameServer
+from tests.unit.test_wire import metadata_named
+
+async def main() -> None:
+    server = FrameServer({frames.METADATA.key: metadata_named})
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+    print(await server.start("127.0.0.1", 0), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the test closes it
+    print(dict(server.guard.closed), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_listener_at_its_descriptor_limit_stays_reachable() -> None:
+    """With 1,024 descriptors, 1,064 idle connections made a broker unreachable (accept
+    failed, and asyncio logged each failure with its traceback). A listener keeps the
+    node's reserve free and lets a new client take an idle connection's place."""
+    limit = 128
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER_AT_A_LOW_LIMIT.replace("FD_LIMIT", str(limit))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdin is not None and server.stderr is not None
+        port = int(server.stdout.readline())
+
+        async def scenario() -> list[str]:
+            hogs = []
+            for _ in range(limit + 72):
+                with contextlib.suppress(
+                    TimeoutError, ConnectionError
+                ):  # refused, or left in the kernel's queue
+                    hogs.append(await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2))
+            deadline = asyncio.get_running_loop().time() + 15
+            while True:
+                try:
+                    return await asyncio.wait_for(ask(port, "served"), 2)
+                except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+                    assert asyncio.get_running_loop().time() < deadline, (
+                        "no answer: the listener is unreachable"
+                    )
+                    await asyncio.sleep(0.1)
+                finally:
+                    assert len(os.listdir(f"/proc/{server.pid}/fd")) < limit
+
+        assert asyncio.run(scenario()) == ["served"]
+        server.stdin.close()
+        closed = ast.literal_eval(server.stdout.readline())
+        assert closed.get(guard.DESCRIPTORS_LOW, 0) + closed.get(guard.EVICTED, 0) >= 72
+        assert closed.get(guard.EVICTED, 0) >= 1
+        assert server.wait(10) == 0
+        assert "Too many open files" not in server.stderr.read()
+    finally:
+        server.kill()
+        server.wait()
