@@ -15,9 +15,10 @@ Bounds: ``CONNECTIONS_MAX`` connections at once, a TLS handshake, then a request
 ``REQUEST_HEAD_MAX_BYTES``, each within ``IO_TIMEOUT_S``, one request per connection
 (``Connection: close``), and the answer written within ``IO_TIMEOUT_S``. Idle sockets
 cannot starve it (16 of them took every place, each for 10 s, and 30 scrapes in a row
-went unanswered): at the bound, or near the descriptor limit
-(``raftka.node.descriptors``), a new connection takes the place of the oldest one still
-waiting for its request, and is closed only if every connection is being answered. A
+went unanswered): at the bound a new connection takes the place of the oldest one still
+waiting for its request, and is closed only if every connection is being answered. It
+takes no more than its 16 descriptors, even near the node's limit, where the listeners
+refuse clients (``raftka.node.descriptors``): that is when its numbers matter most. A
 scraper sends its request as soon as it is connected, so it is never the oldest waiting.
 """
 
@@ -35,7 +36,6 @@ from prometheus_client.registry import Collector
 
 from raftka.node.assembly import ServerError
 from raftka.node.config import NodeConfig, parse_host_port
-from raftka.node.descriptors import DESCRIPTORS
 
 log = structlog.get_logger("raftka.raft.metrics")
 
@@ -99,9 +99,7 @@ class MetricsEndpoint:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        sock = writer.get_extra_info("socket")
-        fd = sock.fileno() if sock is not None else -1
-        if len(self._connections) >= CONNECTIONS_MAX or not DESCRIPTORS.room_for_connection(fd):
+        if len(self._connections) >= CONNECTIONS_MAX:
             if not self._waiting:
                 writer.close()
                 return
