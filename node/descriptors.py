@@ -4,15 +4,17 @@ room left, so a node refuses work near the limit instead of failing in the middl
 Every connection, segment and index file, checkpoint and metadata log segment takes a
 descriptor, and the default soft limit (1,024 on most systems) is far below the hard one.
 A node raises its soft limit to the hard one when it starts (Kafka's packaging asks the
-operator for 100,000 or more) and logs both. Near the limit it keeps a reserve: a listener
-takes a new connection only while more than ``reserve()`` descriptors are free (or an idle
-connection makes room, ``raftka.wire.guard``), and a broker opens a replica only while
-more than half of that stays free (the replica goes offline on this broker instead,
-answering ``KAFKA_STORAGE_ERROR``), so half the reserve always remains for the metadata
-log, checkpoints and the node's own gRPC connections.
+operator for 100,000 or more) and logs both. Near the limit it keeps a reserve: a broker
+opens a replica only while more than ``reserve()`` descriptors stay free (the replica goes
+offline on this broker instead, answering ``KAFKA_STORAGE_ERROR``), a listener takes a new
+connection only while more than half of that is free (or an idle connection makes room,
+``raftka.wire.guard``), and the last half remains for the metadata log, checkpoints and
+the node's own gRPC connections. Replicas stop first: a broker whose replicas took every
+descriptor it may use would still hold them, and no client could reach them; connections
+come and go (idle ones are closed, and give way to new ones).
 
 A listener takes up to ``LISTEN_BACKLOG`` connections in one go before it judges any
-(asyncio's accept loop), so the reserve is larger than that.
+(asyncio's accept loop), so half the reserve is more than that.
 
 Counting open descriptors reads ``/proc/self/fd`` (about 0.4 ms at 1,000), so a count
 is reused for ``RECOUNT_INTERVAL_S``; a caller holding a fresh descriptor passes its
@@ -33,7 +35,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 log = structlog.get_logger("raftka.node.descriptors")
 
 LISTEN_BACKLOG = 50  # Kafka's socket.listen.backlog.size; asyncio accepts up to this many at once
-RESERVE_MIN = 64  # more than one burst of accepts, before any of them is judged
+RESERVE_MIN = 128  # its half is more than one burst of accepts, before any of them is judged
 RESERVE_SHARE = 8  # a limit's eighth is kept back, at least RESERVE_MIN
 RECOUNT_INTERVAL_S = 0.1
 _FD_FOLDER = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
@@ -53,8 +55,8 @@ def raise_open_files_limit() -> int:
         "open files limit",
         limit=limit,
         was=soft,
-        connections_refused_below_free=reserve(limit),
-        replicas_refused_below_free=reserve(limit) // 2,
+        replicas_refused_below_free=reserve(limit),
+        connections_refused_below_free=reserve(limit) // 2,
     )
     return limit
 
@@ -65,7 +67,7 @@ def open_files_limit() -> int:
 
 
 def reserve(limit: int) -> int:
-    """Descriptors kept back from new connections."""
+    """Descriptors kept back from new replicas (half of them from new connections)."""
     return max(RESERVE_MIN, limit // RESERVE_SHARE)
 
 
@@ -92,15 +94,15 @@ class Descriptors:
 
     def room_for_connection(self, fd: int) -> bool:
         """Whether a connection that got descriptor ``fd`` may stay."""
-        return self.free(fd + 1) > reserve(open_files_limit())
+        return self.free(fd + 1) > reserve(open_files_limit()) // 2
 
     def claim_for_replica(self, name: str, descriptors: int = 1) -> None:
         """Count ``descriptors`` as taken by replica ``name``, or raise ``TooFewDescriptors``
-        if that would leave less than half the reserve free. Replicas come in bursts (a
+        if that would leave no more than the reserve free. Replicas come in bursts (a
         topic's creation), faster than the count is renewed: each claim is added to it, and
         it is counted afresh once the room gets short."""
         limit = open_files_limit()
-        floor = reserve(limit) // 2
+        floor = reserve(limit)
         if self.free() - descriptors <= 2 * floor:
             self._counted_at = float("-inf")
         free = self.free()
