@@ -173,7 +173,7 @@ def test_replicas_beyond_the_descriptor_limit_go_offline_and_the_broker_keeps_it
     broker then could not write a checkpoint nor accept a connection. Here the limit sits
     200 above what the process holds: the replicas that fit are served, the rest go offline
     on this broker alone, and the reserve stays free."""
-    partitions = 100
+    partitions = 300
     topic_id = uuid.uuid5(uuid.NAMESPACE_OID, "wide").bytes
     state = PartitionState((BROKER,), (BROKER,), BROKER, 0, 0)
     wide = MetadataImage(
