@@ -9,7 +9,9 @@ opens a replica only while more than ``reserve()`` descriptors stay free (the re
 offline on this broker instead, answering ``KAFKA_STORAGE_ERROR``), a listener takes a new
 connection only while more than half of that is free (or an idle connection makes room,
 ``raftka.wire.guard``), and the last half remains for the metadata log, checkpoints and
-the node's own gRPC connections. Replicas stop first: a broker whose replicas took every
+gRPC. gRPC accepts on its own, knowing nothing of the reserve: its server holds at most
+``grpc_connections_max()`` connections and closes those that have not finished their
+handshake within 10 s (``raftka.raft.transport.grpc_transport.server_options``). Replicas stop first: a broker whose replicas took every
 descriptor it may use would still hold them, and no client could reach them; connections
 come and go (idle ones are closed, and give way to new ones).
 
@@ -38,6 +40,7 @@ LISTEN_BACKLOG = 50  # Kafka's socket.listen.backlog.size; asyncio accepts up to
 RESERVE_MIN = 128  # its half is more than one burst of accepts, before any of them is judged
 RESERVE_SHARE = 8  # a limit's eighth is kept back, at least RESERVE_MIN
 RECOUNT_INTERVAL_S = 0.1
+GRPC_CONNECTIONS_MIN = 64
 _FD_FOLDER = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
 
 
@@ -64,6 +67,12 @@ def raise_open_files_limit() -> int:
 def open_files_limit() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def grpc_connections_max() -> int:
+    """Connections the node's gRPC server may hold: a quarter of the limit (grpc's own
+    accept loop knows nothing of the reserve)."""
+    return max(GRPC_CONNECTIONS_MIN, open_files_limit() // 4)
 
 
 def reserve(limit: int) -> int:
