@@ -50,8 +50,17 @@ def test_a_broker_at_its_descriptor_limit_takes_the_replicas_that_fit_and_keeps_
     tmp_path: Path,
 ) -> None:
     cluster = MetadataCluster(tmp_path / "cluster")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
-        cluster.up()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))  # the nodes inherit it...
+        try:
+            cluster.up()
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for node in cluster.nodes():  # ...and raise it to the hard limit as they start
+            assert node.pid is not None
+            assert resource.prlimit(node.pid, resource.RLIMIT_NOFILE) == (hard, hard), node.id
+            assert '"event": "open files limit"' in cluster.log_text(node.id)
         broker = cluster.nodes("broker")[0]
         assert broker.pid is not None
         limit = open_fds(broker.pid) + HEADROOM
