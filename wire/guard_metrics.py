@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from raftka.wire.guard import REASONS, ConnectionGuard
 
-CONNECTIONS = "kafka_server_socket_server_metrics_connection_count"
+CONNECTIONS = "raftka_listener_connections"
 CLOSED = "raftka_listener_connections_closed"
 
 

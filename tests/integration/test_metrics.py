@@ -92,7 +92,6 @@ def test_live_nodes_export_every_documented_metric_and_the_values_move(cluster: 
             and not n.startswith("kafka_server_replicamanager")
             and not n.startswith("kafka_server_replicafetchermanager")
             and not n.startswith("kafka_network")
-            and not n.startswith("kafka_server_socket_server")
             and not n.startswith("raftka_listener")
         }
     for values in broker_before:
