@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import os
 import resource
+import threading
 import time
 from collections.abc import Iterator
 
@@ -90,6 +91,7 @@ class Descriptors:
     def __init__(self) -> None:
         self._count = 0
         self._counted_at = float("-inf")
+        self._claims = threading.Lock()  # a broker opens the logs found at start on several threads
 
     def open_now(self, at_least: int = 0) -> int:
         now = time.monotonic()
@@ -110,6 +112,10 @@ class Descriptors:
         if that would leave no more than the reserve free. Replicas come in bursts (a
         topic's creation), faster than the count is renewed: each claim is added to it, and
         it is counted afresh once the room gets short."""
+        with self._claims:
+            self._claim(name, descriptors)
+
+    def _claim(self, name: str, descriptors: int) -> None:
         limit = open_files_limit()
         floor = reserve(limit)
         if self.free() - descriptors <= 2 * floor:

@@ -17,6 +17,7 @@ from prometheus_client.core import Metric
 from structlog.testing import capture_logs
 
 from raftka.broker.log import manager as log_manager
+from raftka.broker.log.config import LogConfig
 from raftka.broker.log.manager import LogManager
 from raftka.broker.metrics import BrokerCollector
 from raftka.broker.partitions import BrokerPartitions
@@ -210,3 +211,30 @@ def test_replicas_beyond_the_descriptor_limit_go_offline_and_the_broker_keeps_it
         broker.logs.close()
 
     run(body())
+
+
+def test_logs_found_at_start_beyond_the_descriptor_limit_stay_closed_and_go_offline(tmp_path: Path) -> None:
+    """A restart opened every log it found, however many descriptors that took."""
+    partitions = 300
+    topic_id = uuid.uuid5(uuid.NAMESPACE_OID, "wide").bytes
+    first = LogManager(tmp_path)
+    first.open_all()
+    for p in range(partitions):
+        first.get_or_create("wide", p, topic_id, LogConfig())
+    first.close()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = len(os.listdir("/proc/self/fd")) + 200
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    try:
+        with capture_logs() as logged:
+            again = LogManager(tmp_path)
+            again.open_all()
+        free = limit - len(os.listdir("/proc/self/fd"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    opened = len(again.names())
+    assert 0 < opened < partitions
+    assert free >= descriptors.reserve(limit)
+    [closed] = [e for e in logged if e["log_level"] == "error"]  # one line, not one per log
+    assert closed["count"] == partitions - opened
+    again.close()
