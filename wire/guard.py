@@ -4,8 +4,8 @@ too long, so that no client, and no number of idle sockets, keeps others out.
 - Connections: at most ``connections_per_ip_max`` per client address (Kafka's
   ``max.connections.per.ip``, unbounded there: one client's 4,096 idle sockets closed every
   new connection), beyond which a new one is closed at once; at most ``connections_max``
-  per listener (Kafka's ``max.connections``), and none while fewer descriptors are free
-  than the node keeps in reserve (``raftka.node.descriptors``): at either bound a new
+  per listener (Kafka's ``max.connections``), and none while no more than half the node's
+  descriptor reserve is free (``raftka.node.descriptors``): at either bound a new
   connection takes the place of the one idle longest, if that one has been idle
   ``EVICTABLE_IDLE_S`` (so idle sockets, from however many addresses, cannot keep a
   client out, and a connection that just did work is not the one to go), and is closed
@@ -34,7 +34,7 @@ from typing import Protocol
 
 import structlog
 
-from raftka.node.descriptors import DESCRIPTORS, Descriptors
+from raftka.node.descriptors import DESCRIPTORS
 from raftka.node.logs import RateLimitedLog
 
 log = structlog.get_logger("raftka.wire.guard")
@@ -85,7 +85,7 @@ class Guarded(Protocol):
 class ConnectionGuard:
     """One listener's connections against its ``ConnectionLimits``."""
 
-    def __init__(self, name: str, limits: ConnectionLimits, descriptors: Descriptors = DESCRIPTORS) -> None:
+    def __init__(self, name: str, limits: ConnectionLimits) -> None:
         self.name = name
         self.limits = limits
         self.connections: set[Guarded] = set()
@@ -93,7 +93,6 @@ class ConnectionGuard:
         self.buffered_bytes = 0
         self._buffered: dict[Guarded, int] = {}  # connections holding bytes not yet requests
         self._per_host: collections.Counter[str] = collections.Counter()
-        self._descriptors = descriptors
         self._log = RateLimitedLog(log, LOG_INTERVAL_S)
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -117,7 +116,7 @@ class ConnectionGuard:
             self._closing(PER_IP, connection.host)
             return False
         full = len(self.connections) >= self.limits.connections_max
-        if full or (fd >= 0 and not self._descriptors.room_for_connection(fd)):
+        if full or (fd >= 0 and not DESCRIPTORS.room_for_connection(fd)):
             idlest = self._idlest(time.monotonic())
             if idlest is None:
                 self._closing(CONNECTIONS_MAX if full else DESCRIPTORS_LOW, connection.host)
