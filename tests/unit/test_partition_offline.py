@@ -98,6 +98,10 @@ def image(offset: int, leader_epochs: dict[str, int]) -> MetadataImage:
     )
 
 
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd")) - 1  # less the one listing them
+
+
 def run(coro: Any) -> None:
     asyncio.run(coro)
 
@@ -189,12 +193,12 @@ def test_replicas_beyond_the_descriptor_limit_go_offline_and_the_broker_keeps_it
 
     async def body() -> None:
         broker = Broker(tmp_path)
-        limit = len(os.listdir("/proc/self/fd")) + 200
+        limit = open_fds() + 200
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
         try:
             with capture_logs():
                 broker.adopt(wide)
-            free = limit - len(os.listdir("/proc/self/fd"))
+            free = limit - open_fds()
             broker.logs.write_high_watermarks(broker.replicas.high_watermarks())  # room for the checkpoint
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
@@ -223,13 +227,13 @@ def test_logs_found_at_start_beyond_the_descriptor_limit_stay_closed_and_go_offl
         first.get_or_create("wide", p, topic_id, LogConfig())
     first.close()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    limit = len(os.listdir("/proc/self/fd")) + 200
+    limit = open_fds() + 200
     resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
     try:
         with capture_logs() as logged:
             again = LogManager(tmp_path)
             again.open_all()
-        free = limit - len(os.listdir("/proc/self/fd"))
+        free = limit - open_fds()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     opened = len(again.names())
