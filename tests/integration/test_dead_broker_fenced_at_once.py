@@ -53,11 +53,7 @@ def scenario(cluster: MetadataCluster, admin: Admin) -> None:
         assert victim not in after.isr
         if before.leader == victim:
             assert after.leader_epoch > before.leader_epoch
-    said = [
-        line
-        for node in cluster.nodes("controller")
-        for line in disconnects(cluster, node.id)[seen[node.id] :]
-    ]
+    said = [line for node in cluster.nodes("controller") for line in disconnects(cluster, node.id)[seen[node.id] :]]
     assert said and all(f'"broker_id": {victim}' in line for line in said), said
 
     cluster.up()

@@ -23,9 +23,7 @@ def run_seeds_with(
     # spawn, not fork: a process that has used gRPC (the test run before this one) must not
     # be forked, its threads' state is copied half-way and the children spin.
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        yield from pool.imap(
-            functools.partial(_run_one, run_seed), [(s, options) for s in seeds], chunksize=4
-        )
+        yield from pool.imap(functools.partial(_run_one, run_seed), [(s, options) for s in seeds], chunksize=4)
 
 
 def _run_one(run_seed: Callable[[int, Options], Result], args: tuple[int, Options]) -> Result:

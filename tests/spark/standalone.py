@@ -119,22 +119,9 @@ class Standalone:
             work = self.root / f"work-{n}"
             self.workers.append(
                 self._daemon(
-                    f"worker-{n}",
-                    ui,
-                    [
-                        "org.apache.spark.deploy.worker.Worker",
-                        "--host",
-                        HOST,
-                        "--port",
-                        str(port),
-                        "--cores",
-                        "1",
-                        "--memory",
-                        WORKER_MEMORY,
-                        "--work-dir",
-                        str(work),
-                        self.url,
-                    ],
+                    f"worker-{n}", ui,
+                    ["org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", str(port),
+                     "--cores", "1", "--memory", WORKER_MEMORY, "--work-dir", str(work), self.url],
                 )  # fmt: skip
             )
         wait_until(

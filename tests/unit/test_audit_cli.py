@@ -42,10 +42,7 @@ def test_servers_clients_and_other_commands_never_import_pyspark() -> None:
     [
         (["--driver-memory", "lots"], "--driver-memory: expected a size"),
         (["--master", " "], "--master: empty"),
-        (
-            ["--out", "s3a://bucket/audit"],
-            "--out: s3a://bucket/audit: the audit reads and writes local paths only",
-        ),
+        (["--out", "s3a://bucket/audit"], "--out: s3a://bucket/audit: the audit reads and writes local paths only"),
     ],
 )
 def test_audit_arguments_are_checked(
@@ -63,10 +60,7 @@ def test_an_input_the_audit_cannot_read_is_refused_before_spark_starts(
     with pytest.raises(SystemExit) as exit_:
         main(["audit", "hdfs://namenode:8020/history", "--out", str(tmp_path / "out")])
     assert exit_.value.code == 2
-    assert (
-        "paths: hdfs://namenode:8020/history: the audit reads and writes local paths only"
-        in capsys.readouterr().err
-    )
+    assert "paths: hdfs://namenode:8020/history: the audit reads and writes local paths only" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

@@ -249,9 +249,7 @@ def test_an_unreadable_file_is_an_unreadable_row_not_damage(incident: Incident) 
     assert is_head(row)
 
 
-def test_a_file_that_cannot_be_read_stops_the_audit_and_is_not_damage(
-    incident: Incident, tmp_path: Path
-) -> None:
+def test_a_file_that_cannot_be_read_stops_the_audit_and_is_not_damage(incident: Incident, tmp_path: Path) -> None:
     """Listed on the driver, gone (or elsewhere) where a task reads it: the audit cannot run."""
     copy = tmp_path / "copy"
     shutil.copytree(incident.root, copy)
@@ -260,9 +258,7 @@ def test_a_file_that_cannot_be_read_stops_the_audit_and_is_not_damage(
     gone.unlink()
     heads = [Head._make(h) for h in read_heads(files)]
     assert not [h for h in heads if h.type == DAMAGED and not h.torn_tail]
-    with pytest.raises(
-        AuditInputError, match=rf"paths: could not read 1 of the {len(files)} files \({gone}: cannot read"
-    ):
+    with pytest.raises(AuditInputError, match=rf"paths: could not read 1 of the {len(files)} files \({gone}: cannot read"):
         check_readable(heads, len(files))
     shutil.rmtree(copy)
     with pytest.raises(AuditInputError, match=rf"paths: could not read any of the {len(files)} files"):

@@ -46,6 +46,4 @@ def test_a_committed_batch_of_an_older_epoch_after_a_newer_one_is_a_disagreement
     merged = merge(_log(1, diverged) + _log(3, diverged) + _log(2, new_epoch) + _log(101, new_epoch), {})
 
     assert merged.end_offset == 12
-    assert [(v["check"], v["severity"], v["offset"]) for v in merged.violations] == [
-        ("nodes_agree", "error", 12)
-    ]
+    assert [(v["check"], v["severity"], v["offset"]) for v in merged.violations] == [("nodes_agree", "error", 12)]
