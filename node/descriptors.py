@@ -61,6 +61,7 @@ def raise_open_files_limit() -> int:
         was=soft,
         replicas_refused_below_free=reserve(limit),
         connections_refused_below_free=reserve(limit) // 2,
+        grpc_connections_max=grpc_connections_max(),
     )
     return limit
 
