@@ -102,6 +102,7 @@ class Listener:
         self.answer_bytes_max = answer_bytes_max
         self.request_max_bytes = request_max_bytes
         self._server: asyncio.base_events.Server | None = None
+        self.tls: ssl.SSLContext | None = None
 
     @property
     def connections(self) -> set[Any]:
@@ -109,16 +110,12 @@ class Listener:
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
         """Listen; the port bound (``port`` 0 picks a free one). With ``tls``, a connection
-        reaches the dispatcher only once its TLS handshake succeeded."""
+        reaches the dispatcher only once its TLS handshake succeeded; it is judged by the
+        guard before its handshake, so sockets that never finish one count like any other."""
         loop = asyncio.get_running_loop()
+        self.tls = tls
         self._server = await loop.create_server(
-            lambda: _Connection(self),
-            host,
-            port,
-            reuse_address=True,
-            backlog=LISTEN_BACKLOG,
-            ssl=tls,
-            ssl_handshake_timeout=self.guard.handshake_timeout_s if tls else None,
+            lambda: _Connection(self), host, port, reuse_address=True, backlog=LISTEN_BACKLOG
         )
         self.guard.start()
         return self._server.sockets[0].getsockname()[1]
@@ -198,6 +195,8 @@ class _Connection(asyncio.Protocol):
         self.answers = AnswerBudget(listener.answer_bytes_max, self.queued_answer_bytes)
         self._reading = True
         self._writable = True
+        self._handshaking = False  # TLS: nothing is read as requests nor written until it is done
+        self._handshake_task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -205,11 +204,41 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.host = peer[0] if peer else "?"
-        self._principal = from_ssl(transport.get_extra_info("ssl_object"))
         sock = transport.get_extra_info("socket")
         if not self._listener.guard.admit(self, sock.fileno() if sock is not None else -1):
             transport.abort()
             return
+        if self._listener.tls is None:
+            self._serve(transport)
+            return
+        self._handshaking = True
+        transport.pause_reading()  # until start_tls puts the TLS layer in front of this protocol
+        self._handshake_task = asyncio.get_running_loop().create_task(
+            self._handshake(transport, self._listener.tls)
+        )
+
+    async def _handshake(self, plain: asyncio.Transport, tls: ssl.SSLContext) -> None:
+        """Secure the connection (a failed or slow handshake closes it: ``connection_lost``)."""
+        loop = asyncio.get_running_loop()
+        try:
+            secured = await loop.start_tls(
+                plain,
+                self,
+                tls,
+                server_side=True,
+                ssl_handshake_timeout=self._listener.guard.handshake_timeout_s,
+            )
+        except OSError:  # refused, timed out or closed meanwhile: start_tls closed it
+            return
+        if secured is None or secured.is_closing():
+            return
+        self._handshaking = False
+        self._serve(secured)
+        self._dispatch()  # what arrived with the end of the handshake
+
+    def _serve(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._principal = from_ssl(transport.get_extra_info("ssl_object"))
         transport.set_write_buffer_limits(high=self._unsent_high)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -266,6 +295,8 @@ class _Connection(asyncio.Protocol):
         """Start requests while the bounds allow, then read on only if they still do."""
         transport = self._transport
         assert transport is not None
+        if self._handshaking:
+            return
         took = False
         while self._may_start() and not transport.is_closing():
             try:
@@ -294,7 +325,7 @@ class _Connection(asyncio.Protocol):
 
     def _update_reading(self) -> None:
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._handshaking:
             return
         want = self._may_start()
         if want and not self._reading:

@@ -16,8 +16,11 @@ from pathlib import Path
 
 from raftka.v1 import broker_pb2 as pb
 from raftka.wire import frames, guard
+from raftka.wire.client import BrokerClient
 from raftka.wire.guard import ConnectionLimits
+from raftka.wire.server import FrameServer
 from tests.unit.test_wire import metadata_named, request_frame, run, serving, until
+from tests.unit.tls_support import make_certs
 
 MIB = 1 << 20
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -258,3 +261,29 @@ def test_a_listener_at_its_descriptor_limit_stays_reachable() -> None:
     finally:
         server.kill()
         server.wait()
+
+
+def test_sockets_that_never_finish_a_tls_handshake_count_and_are_closed(tmp_path: Path) -> None:
+    """They were invisible to the bounds until their handshake ended, 60 s later."""
+    certs = make_certs(tmp_path)
+    limits = ConnectionLimits(connections_per_ip_max=4, partial_request_ms=500)
+
+    async def scenario() -> None:
+        server = FrameServer({frames.METADATA.key: metadata_named}, limits=limits)
+        port = await server.start("127.0.0.1", 0, certs.broker.server_ssl)
+        try:
+            stalled = await idle_sockets(port, 8, "127.0.0.2")
+            await until(lambda: sum(map(closed_now, stalled)) == 4, "the 4 over the address's bound closed")
+            client = BrokerClient(f"127.0.0.1:{port}", tls=certs.admin.client_ssl)
+            try:
+                assert (await client.Metadata(pb.MetadataRequest(topics=["served"]), timeout=5)).topics[
+                    0
+                ].name == "served"
+            finally:
+                client.close()
+            await until(lambda: all(map(closed_now, stalled)), "the rest closed at the handshake timeout")
+            assert server.guard.closed[guard.PER_IP] == 4
+        finally:
+            await server.close()
+
+    run(scenario)
