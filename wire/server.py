@@ -196,7 +196,7 @@ class _Connection(asyncio.Protocol):
         self._reading = True
         self._writable = True
         self._handshaking = False  # TLS: nothing is read as requests nor written until it is done
-        self._handshake_task: asyncio.Task[None] | None = None
+        self._handshake_task: asyncio.Task[None] | None = None  # held: the loop keeps tasks weakly
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -218,7 +218,8 @@ class _Connection(asyncio.Protocol):
         )
 
     async def _handshake(self, plain: asyncio.Transport, tls: ssl.SSLContext) -> None:
-        """Secure the connection (a failed or slow handshake closes it: ``connection_lost``)."""
+        """Secure the connection. A handshake that fails, times out or is cut closes it, and
+        asyncio then calls no ``connection_lost``: its place is given back here."""
         loop = asyncio.get_running_loop()
         try:
             secured = await loop.start_tls(
@@ -229,8 +230,9 @@ class _Connection(asyncio.Protocol):
                 ssl_handshake_timeout=self._listener.guard.handshake_timeout_s,
             )
         except OSError:  # refused, timed out or closed meanwhile: start_tls closed it
-            return
+            secured = None
         if secured is None or secured.is_closing():
+            self._listener.guard.release(self)
             return
         self._handshaking = False
         self._serve(secured)

@@ -282,6 +282,7 @@ def test_sockets_that_never_finish_a_tls_handshake_count_and_are_closed(tmp_path
             finally:
                 client.close()
             await until(lambda: all(map(closed_now, stalled)), "the rest closed at the handshake timeout")
+            await until(lambda: not server.connections, "their places given back")
             assert server.guard.closed[guard.PER_IP] == 4
         finally:
             await server.close()
