@@ -25,6 +25,7 @@ from raftka.security.sasl import SaslLogin, current_login, parse_mechanisms
 from raftka.security.scram import CLIENT_MESSAGE, AuthenticationFailed
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.frames import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from raftka.wire.guard import DEFAULT_LIMITS, ConnectionLimits
 from raftka.wire.server import FrameServer, current_peer
 
 E = controller_pb2.ErrorCode
@@ -91,11 +92,13 @@ class SaslLogins:
         )
 
 
-def data_listener(api: BrokerApi, config: NodeConfig) -> FrameServer:
+def data_listener(
+    api: BrokerApi, config: NodeConfig, limits: ConnectionLimits = DEFAULT_LIMITS
+) -> FrameServer:
     """The data listener, with SASL if ``broker.data_sasl_mechanisms`` names mechanisms."""
     mechanisms = parse_mechanisms(config.broker.data_sasl_mechanisms)
     if not mechanisms:
-        return FrameServer(api.wire_handlers())
+        return FrameServer(api.wire_handlers(), limits=limits)
     apis = (frozenset({SASL_HANDSHAKE.key}), frozenset({SASL_AUTHENTICATE.key}))
     logins = SaslLogins(api, mechanisms, apis, "data", certified_role=BROKER)
     sasl = DataSasl(logins)
@@ -104,7 +107,7 @@ def data_listener(api: BrokerApi, config: NodeConfig) -> FrameServer:
         SASL_HANDSHAKE.key: sasl.handshake,
         SASL_AUTHENTICATE.key: sasl.authenticate,
     }
-    return FrameServer(handlers, login=logins.new)
+    return FrameServer(handlers, login=logins.new, limits=limits)
 
 
 class DataSasl:

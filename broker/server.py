@@ -53,7 +53,8 @@ from raftka.metadata.image import MetadataImage
 from raftka.metadata.state_machine import MetadataStateMachine
 from raftka.metadata.validation import GROUP_MEMBERS_MAX
 from raftka.node.assembly import ServerError, open_node
-from raftka.node.config import NodeConfig, parse_host_port
+from raftka.node.config import BrokerConfig, NodeConfig, parse_host_port
+from raftka.node.descriptors import DESCRIPTORS, raise_open_files_limit
 from raftka.node.health import NodeHealth
 from raftka.node.logs import configure_logging
 from raftka.node.metrics_endpoint import MetricsEndpoint, serve_metrics
@@ -61,6 +62,8 @@ from raftka.raft.driver import RaftNode
 from raftka.raft.metrics import RaftCollector
 from raftka.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.guard import ConnectionLimits
+from raftka.wire.guard_metrics import ListenerCollector
 from raftka.wire.server import Listener
 
 PARTITIONS_DIR = "partitions"  # under data_dir, beside the metadata log
@@ -201,11 +204,12 @@ class DataPlane:
 
     async def serve(self, api: BrokerApi, config: NodeConfig) -> None:
         """Listen for raftka's data protocol and, if configured, Kafka's."""
-        wanted = [("broker.data_listener", config.broker.data_listener, data_listener(api, config))]
+        limits = connection_limits(config.broker)
+        wanted = [("broker.data_listener", config.broker.data_listener, data_listener(api, config, limits))]
         if config.kafka.listener:
-            wanted.append(("kafka.listener", config.kafka.listener, kafka_listener(api, config)))
+            wanted.append(("kafka.listener", config.kafka.listener, kafka_listener(api, config, limits)))
         if config.kafka.external_listener:
-            external = kafka_listener(api, config, "kafka-external")
+            external = kafka_listener(api, config, limits, "kafka-external")
             wanted.append(("kafka.external_listener", config.kafka.external_listener, external))
         for key, address, listener in wanted:
             host, port = parse_host_port(address, key)
@@ -250,6 +254,16 @@ class DataPlane:
         await self.fetchers.close()
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
         self.logs.close(self._broker_epoch())
+
+
+def connection_limits(broker: BrokerConfig) -> ConnectionLimits:
+    return ConnectionLimits(
+        connections_max=broker.max_connections,
+        connections_per_ip_max=broker.max_connections_per_ip,
+        idle_ms=broker.connections_max_idle_ms,
+        partial_request_ms=broker.connections_partial_request_timeout_ms,
+        buffered_bytes_max=broker.connections_buffered_bytes_max,
+    )
 
 
 def _every(interval_ms: float, work: Callable[[], None], name: str) -> asyncio.Task:
@@ -340,6 +354,8 @@ async def start_broker(config: NodeConfig) -> Broker:
             RaftCollector(node),
             BrokerCollector(data.replicas, data.isr_changes, data.fetchers),
             QuotaCollector(api.quotas),
+            ListenerCollector(lambda: [listener.guard for listener in data.listeners]),
+            DESCRIPTORS,
         ]
         metrics = await serve_metrics(config, collectors)
     except ServerError:
@@ -370,6 +386,7 @@ def _endpoint(name: str, address: str) -> metadata_pb2.BrokerEndpoint:
 
 async def run_broker(config: NodeConfig) -> None:
     configure_logging(config.logging.level, config.logging.format, node_id=config.node_id, role="broker")
+    raise_open_files_limit()
     broker = await start_broker(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -403,6 +403,7 @@ def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
     bootstrap = ",".join(n["data_address"] for n in result["nodes"] if n["data_address"])
     kafka = ",".join(n["kafka_address"] for n in result["nodes"] if n.get("kafka_address"))
     metrics = ",".join(n["metrics_address"] for n in result["nodes"] if n.get("metrics_address"))
+    scrape = ", HTTPS with a client certificate" if result.get("tls") else ""
     return "\n".join(
         [
             f"{'Created' if result['created'] else 'Local'} cluster {result['cluster_id']} in {result['dir']}; "
@@ -415,7 +416,7 @@ def format_up(result: dict[str, Any], dir_flag: Path | None) -> str:
                 else []
             ),
             *([f"Kafka:       {kafka}  (Kafka clients: bootstrap.servers)"] if kafka else []),
-            *([f"Metrics:     {metrics}  (Prometheus targets: GET /metrics)"] if metrics else []),
+            *([f"Metrics:     {metrics}  (Prometheus targets: GET /metrics{scrape})"] if metrics else []),
             *(
                 [
                     f"TLS:         mutual, certificates in {Path(result['dir']) / local.CERTS_DIR} (commands present {local.CLIENT_CERT}.crt)"

@@ -22,6 +22,7 @@ from raftka.metadata.service import ControllerService
 from raftka.metadata.state_machine import MetadataStateMachine
 from raftka.node.assembly import ServerError, open_node, serve_until_signalled
 from raftka.node.config import NodeConfig
+from raftka.node.descriptors import DESCRIPTORS, raise_open_files_limit
 from raftka.node.health import NodeHealth
 from raftka.node.logs import configure_logging
 from raftka.node.metrics_endpoint import MetricsEndpoint, serve_metrics
@@ -86,7 +87,9 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
     probe = EventQueueProbe()
     try:
         metrics = await serve_metrics(
-            config, [RaftCollector(node), ControllerCollector(controller, state_machine, probe)], [probe.run]
+            config,
+            [RaftCollector(node), ControllerCollector(controller, state_machine, probe), DESCRIPTORS],
+            [probe.run],
         )
     except ServerError:
         await node.shutdown(graceful=False)
@@ -98,6 +101,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
 
 async def run_controller(config: NodeConfig) -> None:
     configure_logging(config.logging.level, config.logging.format, node_id=config.node_id, role="controller")
+    raise_open_files_limit()
     log = structlog.get_logger("raftka.metadata.server")
     started = await start_controller(config)
     log.info("controller listening", listener=config.listener, cluster_id=started.cluster_id)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 
 from raftka.node.config import NodeConfig
+from raftka.node.descriptors import grpc_connections_max
 from raftka.raft.core import RaftCore
 from raftka.raft.driver import RaftNode, StateMachine, monotonic_ms
 from raftka.raft.storage.file import FileStorage
@@ -75,6 +76,7 @@ async def open_node(
         channel_credentials=config.tls.channel_credentials if config.tls else None,
         exchange_gate=quorum_gate(config.voter_ids) if config.tls else None,
         interceptors=[PrincipalGate(policy)] if config.tls else [],
+        connections_max=grpc_connections_max(),
     )
     node = RaftNode(core, storage, transport, state_machine)
     return node

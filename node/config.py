@@ -106,6 +106,12 @@ class BrokerConfig:
     quota_window_num: int = 11  # Kafka's quota.window.num: client quota rates span this many windows
     quota_window_size_seconds: int = 1  # Kafka's quota.window.size.seconds
     data_sasl_mechanisms: str = ""  # SASL on the data listener, as kafka.sasl_mechanisms; needs [tls]
+    # each of the data and Kafka listeners (``raftka.wire.guard``):
+    max_connections: int = 4_096  # Kafka's max.connections; at the bound the longest idle makes room
+    max_connections_per_ip: int = 1_024  # Kafka's max.connections.per.ip (unbounded there)
+    connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms
+    connections_partial_request_timeout_ms: int = 30_000  # a request begun and not whole this long closes it
+    connections_buffered_bytes_max: int = 64 * MIB  # partial requests' bytes; beyond, the largest is closed
 
 
 @dataclass(frozen=True, slots=True)

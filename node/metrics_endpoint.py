@@ -1,4 +1,6 @@
-"""A node's Prometheus endpoint: ``GET /metrics`` over HTTP on ``metrics.port``.
+"""A node's Prometheus endpoint: ``GET /metrics`` on ``metrics.port``, over HTTPS with a
+client certificate the cluster's CA signed when the node has ``[tls]`` (as its other
+listeners: Prometheus scrapes with ``tls_config``), plain HTTP otherwise.
 
 Served on the node's own asyncio loop rather than in prometheus_client's HTTP thread, so
 a scrape reads the raft core, the controller and the replicas between two events, never
@@ -9,15 +11,22 @@ the controller's and the broker's counts are one pass over state the node holds 
 Each node has its own ``CollectorRegistry`` (not prometheus_client's global one), so
 several nodes in one process (the in-process tests) export separately.
 
-Bounds: ``CONNECTIONS_MAX`` connections at once (more are closed unanswered), a request
-head of ``REQUEST_HEAD_MAX_BYTES`` read within ``IO_TIMEOUT_S``, one request per
-connection (``Connection: close``), and the answer written within ``IO_TIMEOUT_S``.
+Bounds: ``CONNECTIONS_MAX`` connections at once, a TLS handshake, then a request head of
+``REQUEST_HEAD_MAX_BYTES``, each within ``IO_TIMEOUT_S``, one request per connection
+(``Connection: close``), and the answer written within ``IO_TIMEOUT_S``. Idle sockets
+cannot starve it (16 of them took every place, each for 10 s, and 30 scrapes in a row
+went unanswered): at the bound a new connection takes the place of the oldest one still
+waiting for its request, and is closed only if every connection is being answered. It
+takes no more than its 16 descriptors, even near the node's limit, where the listeners
+refuse clients (``raftka.node.descriptors``): that is when its numbers matter most. A
+scraper sends its request as soon as it is connected, so it is never the oldest waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -46,6 +55,9 @@ class MetricsEndpoint:
             self.registry.register(collector)  # a name exported twice raises here, at start
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        # connections waiting for their request, oldest first (dicts keep insertion order)
+        self._waiting: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.evicted = 0  # connections closed to make room for a newer one
         self._probes = [asyncio.create_task(probe(), name="metrics-probe") for probe in probes]
 
     @property
@@ -53,8 +65,15 @@ class MetricsEndpoint:
         assert self._server is not None
         return self._server.sockets[0].getsockname()[1]
 
-    async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._accept, host, port, limit=REQUEST_HEAD_MAX_BYTES)
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        self._server = await asyncio.start_server(
+            self._accept,
+            host,
+            port,
+            limit=REQUEST_HEAD_MAX_BYTES,
+            ssl=tls,
+            ssl_handshake_timeout=IO_TIMEOUT_S if tls else None,
+        )
 
     async def close(self) -> None:
         if self._server is not None:
@@ -81,21 +100,30 @@ class MetricsEndpoint:
         task = asyncio.current_task()
         assert task is not None
         if len(self._connections) >= CONNECTIONS_MAX:
-            writer.close()
-            return
+            if not self._waiting:
+                writer.close()
+                return
+            oldest = next(iter(self._waiting))
+            self._waiting.pop(oldest).transport.abort()  # its read fails: it ends unanswered
+            self.evicted += 1
         self._connections.add(task)
+        self._waiting[task] = writer
         try:
-            await asyncio.wait_for(self._serve(reader, writer), IO_TIMEOUT_S)
+            await asyncio.wait_for(self._serve(reader, writer, task), IO_TIMEOUT_S)
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # a client that is slow, gone or sends too much gets no answer
         finally:
             self._connections.discard(task)
+            self._waiting.pop(task, None)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, accepted: asyncio.Task[None]
+    ) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
+        self._waiting.pop(accepted, None)  # being answered: not to be closed for a newer one
         method, _, rest = head.decode("latin-1").partition(" ")
         target = rest.partition(" ")[0].partition("?")[0]
         if method not in ("GET", "HEAD"):
@@ -127,11 +155,12 @@ async def serve_metrics(
     host = parse_host_port(config.listener, "listener")[0]
     endpoint = MetricsEndpoint(collectors, probes)
     try:
-        await endpoint.start(host, config.metrics.port)
+        await endpoint.start(host, config.metrics.port, config.tls.server_ssl if config.tls else None)
     except OSError as e:
         await endpoint.close()
         raise ServerError(
             f"metrics.port: cannot listen on {host}:{config.metrics.port}: {e.strerror or e}"
         ) from None
-    log.info("metrics endpoint listening", address=f"http://{host}:{endpoint.port}{PATH}")
+    scheme = "https" if config.tls else "http"
+    log.info("metrics endpoint listening", address=f"{scheme}://{host}:{endpoint.port}{PATH}")
     return endpoint

@@ -10,7 +10,8 @@ input never stops the listener: the dispatcher answers what it can answer (an un
 API or version, a message that does not decode), and only bytes that cannot be frames
 close that one connection.
 
-Bounds: at most ``connections_max`` connections (more are closed at once), at most
+Bounds: connections by count, per client address, by time and by bytes buffered
+(``raftka.wire.guard``: more are closed at once, or when they hold too much or too long), at most
 ``in_flight_max`` requests being handled or waiting to be answered per connection (the
 connection is not read meanwhile, so TCP pushes back on the client), no reading while
 4 MiB of its answers are unsent (in asyncio's write buffer, or finished and waiting for
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 import structlog
 from google.protobuf.message import DecodeError, Message
 
+from raftka.node.descriptors import LISTEN_BACKLOG
 from raftka.node.logs import RateLimitedLog
 from raftka.security.principal import Principal, current_host, current_principal, from_ssl, host_of
 from raftka.security.sasl import SaslLogin, current_login
@@ -52,6 +54,7 @@ from raftka.wire.frames import (
     encode_response,
     status_only,
 )
+from raftka.wire.guard import DEFAULT_LIMITS, LOG_INTERVAL_S, ConnectionGuard, ConnectionLimits
 from raftka.wire.mute import Mute, current_mute
 
 E = controller_pb2.ErrorCode
@@ -81,11 +84,9 @@ class Dispatcher(Protocol):
         ...
 
 
-CONNECTIONS_MAX = 4_096
 IN_FLIGHT_MAX = 64
 WRITE_BUFFER_HIGH_BYTES = 4 << 20  # unsent answers past which a connection is not read
 ANSWER_BYTES_MAX = 64 << 20  # a connection's answers, queued or being read: the largest fetch answer
-REFUSAL_LOG_INTERVAL_S = 60.0
 # The address of the client whose request a handler is serving ("host:port"): each
 # request's task starts with it set (a group coordinator shows it as the member's host).
 current_peer: contextvars.ContextVar[str] = contextvars.ContextVar("current_peer", default="")
@@ -102,7 +103,7 @@ class Listener:
         dispatcher: Dispatcher,
         *,
         name: str,
-        connections_max: int = CONNECTIONS_MAX,
+        limits: ConnectionLimits = DEFAULT_LIMITS,
         in_flight_max: int = IN_FLIGHT_MAX,
         request_max_bytes: int = REQUEST_FRAME_MAX_BYTES,
         answer_bytes_max: int = ANSWER_BYTES_MAX,
@@ -112,24 +113,30 @@ class Listener:
         None: connections need none."""
         self.dispatcher = dispatcher
         self.login = login
-        self.login_refusals = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)
+        self.login_refusals = RateLimitedLog(log, LOG_INTERVAL_S)
         self.name = name
-        self.connections_max = connections_max
+        self.guard = ConnectionGuard(name, limits)
         self.in_flight_max = in_flight_max
         self.answer_bytes_max = answer_bytes_max
         self.request_max_bytes = request_max_bytes
-        self.connections: set[_Connection] = set()
         self._server: asyncio.base_events.Server | None = None
-        self._refusals_logged_at = -REFUSAL_LOG_INTERVAL_S
-        self.bad_frames = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)  # a client sends them at will
+        self.bad_frames = RateLimitedLog(log, LOG_INTERVAL_S)  # a client sends them at will
+        self.tls: ssl.SSLContext | None = None
+
+    @property
+    def connections(self) -> set[Any]:
+        return self.guard.connections
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
         """Listen; the port bound (``port`` 0 picks a free one). With ``tls``, a connection
-        reaches the dispatcher only once its TLS handshake succeeded."""
+        reaches the dispatcher only once its TLS handshake succeeded; it is judged by the
+        guard before its handshake, so sockets that never finish one count like any other."""
         loop = asyncio.get_running_loop()
+        self.tls = tls
         self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, reuse_address=True, ssl=tls
+            lambda: _Connection(self), host, port, reuse_address=True, backlog=LISTEN_BACKLOG
         )
+        self.guard.start()
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -138,22 +145,9 @@ class Listener:
             self._server.close()
         for connection in list(self.connections):
             connection.abort()
+        await self.guard.stop()
         if self._server is not None:
             await self._server.wait_closed()
-
-    def _admit(self, connection: _Connection) -> bool:
-        if len(self.connections) >= self.connections_max:
-            now = time.monotonic()
-            if now - self._refusals_logged_at >= REFUSAL_LOG_INTERVAL_S:
-                self._refusals_logged_at = now
-                log.warning(
-                    "listener full; closing new connections",
-                    listener=self.name,
-                    connections_max=self.connections_max,
-                )
-            return False
-        self.connections.add(connection)
-        return True
 
 
 class FrameServer(Listener):
@@ -211,6 +205,9 @@ class _Connection(asyncio.Protocol):
         self._decoder = FrameDecoder(listener.request_max_bytes)
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
+        self.host = "?"
+        self.last_active_s = time.monotonic()
+        self.partial_since_s: float | None = None
         self._principal: Principal | None = None  # from the client's certificate (TLS)
         self._login: SaslLogin | None = None
         self._tasks: set[asyncio.Task[bytes | None]] = set()
@@ -222,22 +219,58 @@ class _Connection(asyncio.Protocol):
         self._reading = True
         self._writable = True
         self.mute = Mute(self._dispatch)
+        self._handshaking = False  # TLS: nothing is read as requests nor written until it is done
+        self._handshake_task: asyncio.Task[None] | None = None  # held: the loop keeps tasks weakly
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self._principal = from_ssl(transport.get_extra_info("ssl_object"))
-        if self._listener.login is not None:
-            self._login = self._listener.login(self._principal)
-        if not self._listener._admit(self):
+        self.host = peer[0] if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if not self._listener.guard.admit(self, sock.fileno() if sock is not None else -1):
             transport.abort()
             return
+        if self._listener.tls is None:
+            self._serve(transport)
+            return
+        self._handshaking = True
+        transport.pause_reading()  # until start_tls puts the TLS layer in front of this protocol
+        self._handshake_task = asyncio.get_running_loop().create_task(
+            self._handshake(transport, self._listener.tls)
+        )
+
+    async def _handshake(self, plain: asyncio.Transport, tls: ssl.SSLContext) -> None:
+        """Secure the connection. A handshake that fails, times out or is cut closes it, and
+        asyncio then calls no ``connection_lost``: its place is given back here."""
+        loop = asyncio.get_running_loop()
+        try:
+            secured = await loop.start_tls(
+                plain,
+                self,
+                tls,
+                server_side=True,
+                ssl_handshake_timeout=self._listener.guard.handshake_timeout_s,
+            )
+        except OSError:  # refused, timed out or closed meanwhile: start_tls closed it
+            secured = None
+        if secured is None or secured.is_closing():
+            self._listener.guard.release(self)
+            return
+        self._handshaking = False
+        self._serve(secured)
+        self._dispatch()  # what arrived with the end of the handshake
+
+    def _serve(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._principal = from_ssl(transport.get_extra_info("ssl_object"))
+        if self._listener.login is not None:  # SASL: the login knows the certificate, if any
+            self._login = self._listener.login(self._principal)
         transport.set_write_buffer_limits(high=self._unsent_high)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._listener.connections.discard(self)
+        self._listener.guard.release(self)
         self.mute.cancel()
         for task in self._tasks:
             task.cancel()
@@ -262,11 +295,18 @@ class _Connection(asyncio.Protocol):
         self._dispatch()
 
     def data_received(self, data: bytes) -> None:
+        self.last_active_s = time.monotonic()
         self._decoder.feed(data)
         self._dispatch()
 
     def _busy(self) -> int:
         return len(self._unanswered) if self._dispatcher.ordered else len(self._tasks)
+
+    def busy(self) -> bool:
+        return self._busy() > 0
+
+    def reading(self) -> bool:
+        return self._reading
 
     def _may_start(self) -> bool:
         """Whether to start requests and read: not while 4 MiB of answers are unsent, the
@@ -287,11 +327,15 @@ class _Connection(asyncio.Protocol):
         """Start requests while the bounds allow, then read on only if they still do."""
         transport = self._transport
         assert transport is not None
+        if self._handshaking:
+            return
+        took = False
         while self._may_start() and not transport.is_closing():
             try:
                 frame = self._decoder.next_frame()
                 if frame is None:
                     break
+                took = True
                 try:
                     self._start(frame)
                 finally:
@@ -299,11 +343,21 @@ class _Connection(asyncio.Protocol):
             except FrameError as e:
                 self._close_for(str(e))
                 return
+        self._held(took)
         self._update_reading()
+
+    def _held(self, took_a_frame: bool) -> None:
+        """Tell the guard what is buffered, and since when a frame is begun and not whole."""
+        buffered = self._decoder.buffered_bytes
+        if not buffered:
+            self.partial_since_s = None
+        elif took_a_frame or self.partial_since_s is None:
+            self.partial_since_s = time.monotonic()
+        self._listener.guard.holding(self, buffered)
 
     def _update_reading(self) -> None:
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._handshaking:
             return
         want = self._may_start()
         if want and not self._reading:
@@ -401,6 +455,7 @@ class _Connection(asyncio.Protocol):
 
     def _write(self, answer: bytes | None) -> None:
         if answer is not None and self._transport is not None and not self._transport.is_closing():
+            self.last_active_s = time.monotonic()
             self._transport.write(answer)
 
     def _close_for(self, why: str) -> None:

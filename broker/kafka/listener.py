@@ -13,10 +13,13 @@ from raftka.broker.kafka.quota_apis import QuotaApis
 from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
 from raftka.node.config import NodeConfig
 from raftka.security.sasl import parse_mechanisms
+from raftka.wire.guard import DEFAULT_LIMITS, ConnectionLimits
 from raftka.wire.server import Listener
 
 
-def kafka_listener(api: BrokerApi, config: NodeConfig, name: str = "kafka") -> Listener:
+def kafka_listener(
+    api: BrokerApi, config: NodeConfig, limits: ConnectionLimits = DEFAULT_LIMITS, name: str = "kafka"
+) -> Listener:
     """``name``: "kafka", or "kafka-external" for the second one (``raftka.broker.kafka.endpoints``)."""
     mechanisms = parse_mechanisms(config.kafka.sasl_mechanisms)
     logins = kafka_logins(api, mechanisms) if mechanisms else None
@@ -29,4 +32,4 @@ def kafka_listener(api: BrokerApi, config: NodeConfig, name: str = "kafka") -> L
         *SaslApis(api, logins).apis(),
     ]
     login = None if logins is None else logins.new
-    return Listener(KafkaDispatcher(apis, api.quotas), name=name, login=login)
+    return Listener(KafkaDispatcher(apis, api.quotas), name=name, login=login, limits=limits)

@@ -9,6 +9,10 @@ a bisect. The files exist so a cleanly closed segment does not need a scan at st
 ``load`` refuses entries a log could not have produced, and the caller then rebuilds
 from the log, which is always the truth.
 
+The file is opened for each read, append, truncation or sync and closed again, so a
+partition's indexes hold no descriptor (two per segment were the largest share of a
+broker's open files: 400 partitions took 1,200 of a default 1,024).
+
 Entries are loaded from the file on the first lookup that needs them, not at open, and
 dropped again when the indexes loaded in this process pass ``INDEX_MEMORY_BYTES_MAX``,
 those used longest ago first (Kafka maps index files lazily and lets the page cache
@@ -20,10 +24,12 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import os
 import struct
 import threading
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
@@ -74,9 +80,9 @@ class _Index:
 
     def __init__(self, path: Path, loaded: LoadedIndexes = LOADED) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self._loaded_indexes = loaded
-        self._count = os.fstat(self._fd).st_size // self.entry.size
+        with self._opened(os.O_RDWR | os.O_CREAT) as fd:
+            self._count = os.fstat(fd).st_size // self.entry.size
         self.last = self._read_last()  # (key, value) of the last entry, None when empty
         self._keys: array | None = None  # 8 bytes an entry, not a Python int object each:
         self._values: array | None = None  # a segment may hold a million entries
@@ -118,8 +124,17 @@ class _Index:
         """Out of memory, already uncounted (the bound let it go)."""
         self._keys = self._values = None
 
+    @contextlib.contextmanager
+    def _opened(self, flags: int = os.O_RDONLY) -> Iterator[int]:
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
     def append(self, key: int, value: int) -> None:
-        os.write(self._fd, self.entry.pack(*self._pair(key, value)))
+        with self._opened(os.O_WRONLY | os.O_APPEND) as fd:
+            os.write(fd, self.entry.pack(*self._pair(key, value)))
         self._count += 1
         self.last = (key, value)
         if self._keys is not None and self._values is not None:
@@ -139,7 +154,7 @@ class _Index:
     def _keep(self, count: int) -> None:
         """Keep the first ``count`` entries, in memory and on disk."""
         if count < self._count:
-            os.ftruncate(self._fd, count * self.entry.size)
+            os.truncate(self.path, count * self.entry.size)
             self._count = count
             self.last = self._read_last()
             self.unload()
@@ -148,24 +163,27 @@ class _Index:
         self._keep(0)
 
     def read_entries(self) -> list[tuple[int, int]]:
-        data = os.pread(self._fd, self._count * self.entry.size, 0)
+        with self._opened() as fd:
+            data = os.pread(fd, self._count * self.entry.size, 0)
         return [self._unpair(*self.entry.unpack_from(data, i)) for i in range(0, len(data), self.entry.size)]
 
     def _read_last(self) -> tuple[int, int] | None:
         if not self._count:
             return None
-        data = os.pread(self._fd, self.entry.size, (self._count - 1) * self.entry.size)
+        with self._opened() as fd:
+            data = os.pread(fd, self.entry.size, (self._count - 1) * self.entry.size)
         return self._unpair(*self.entry.unpack(data))
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        with self._opened() as fd:
+            os.fsync(fd)  # a sync through any descriptor writes the file's dirty pages
 
     def duplicate_fd(self) -> int:
-        return os.dup(self._fd)
+        """A descriptor of the file for a sync after this index is closed."""
+        return os.open(self.path, os.O_RDONLY)
 
     def close(self) -> None:
         self.unload()
-        os.close(self._fd)
 
     def _pair(self, key: int, value: int) -> tuple[int, int]:
         return key, value

@@ -46,12 +46,14 @@ from raftka.broker.log.folder_names import (
     partition_folder,
 )
 from raftka.broker.log.partition_log import METADATA_FILE, PartitionLog, stored_topic_id
+from raftka.node.descriptors import DESCRIPTORS, TooFewDescriptors
 from raftka.raft.storage.fsio import fsync_dir
 
 log = structlog.get_logger("raftka.broker.log")
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINTS_FILE = "recovery-point-offset-checkpoint"
 HIGH_WATERMARKS_FILE = "replication-offset-checkpoint"
+LOGS_NAMED_MAX = 10  # partitions named in one log line; the rest are counted
 RECOVERY_THREADS = 2  # Kafka's num.recovery.threads.per.data.dir; CRC-32C and reads leave the GIL
 
 
@@ -66,6 +68,7 @@ class LogManager:
         self._found_at_start: set[str] = set()
         self._claimed: set[str] = set()  # logs the metadata has given this broker since start
         self._failed: set[str] = set()  # logs forgotten after a failure: recovered when opened again
+        self._left_closed: list[str] = []  # logs found at start not opened for want of descriptors
 
     def open_all(self) -> None:
         """Open (and after a crash recover) every log found, in parallel; the metadata
@@ -93,11 +96,23 @@ class LogManager:
             for name, opened in zip(names, pool.map(self._open_found, names), strict=True):
                 if opened is not None:
                     self._logs[name] = opened
+        if self._left_closed:
+            log.error(
+                "partition logs found at start left closed: too few file descriptors free; "
+                "each is offline here once the metadata gives it to this broker",
+                count=len(self._left_closed),
+                first=sorted(self._left_closed)[:LOGS_NAMED_MAX],
+            )
 
     def _open_found(self, name: str) -> PartitionLog | None:
         """None if it has no topic id or cannot be opened: the metadata's claim tries again."""
         topic_id = stored_topic_id(self.directory / name)
         if topic_id is None:
+            return None
+        try:
+            DESCRIPTORS.claim_for_replica(name, len(list((self.directory / name).glob("*.log"))))
+        except TooFewDescriptors:
+            self._left_closed.append(name)
             return None
         try:
             return self._open(name, topic_id, LogConfig())
@@ -138,6 +153,7 @@ class LogManager:
         if stored not in (None, topic_id):
             log.info("replacing the log of a deleted topic with the same name", partition=name)
             self.remove(name)
+        DESCRIPTORS.claim_for_replica(name)  # its active segment's; raises near the limit
         opened = self._logs[name] = self._open(name, topic_id, config)
         return opened
 

@@ -129,7 +129,18 @@ _SERVER_OPTIONS = (
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.max_send_message_length", _MESSAGE_BYTES_MAX),
     ("grpc.max_receive_message_length", _REQUEST_BYTES_MAX),
+    # A connection that has not finished its TLS handshake and HTTP/2 preface by then is
+    # closed (grpc's default waits 120 s: idle sockets held the node's descriptors).
+    ("grpc.server_handshake_timeout_ms", 10_000),
 )
+
+
+def server_options(connections_max: int) -> tuple[tuple[str, Any], ...]:
+    """The server's options; beyond ``connections_max`` (0: no bound) grpc accepts no
+    connection until one closes, instead of accepting until the process has no descriptor
+    left (then it logs "File descriptor limit reached. Retrying." each second)."""
+    bound = (("grpc.max_allowed_incoming_connections", connections_max),) if connections_max else ()
+    return (*_SERVER_OPTIONS, *bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +201,7 @@ class GrpcTransport:
         channel_credentials: grpc.ChannelCredentials | None = None,
         exchange_gate: ExchangeGate | None = None,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        connections_max: int = 0,
     ) -> None:
         """``listen`` and the ``peers`` values are "host:port"; ``peers`` maps every voter's
         id to its address and may include this node. Timeouts: a Fetch call's deadline is
@@ -204,7 +216,8 @@ class GrpcTransport:
         do this node's calls to its peers (``raftka.security.tls``); without, plaintext.
         ``exchange_gate`` decides who may open an Exchange stream and send what on it
         (a refused request is answered INVALID_REQUEST and never reaches the core);
-        ``interceptors`` run on every call after the budgets (authorization).
+        ``interceptors`` run on every call after the budgets (authorization). The server
+        holds at most ``connections_max`` connections (0: no bound).
         """
         assert request_timeout_ms > 0 and fetch_timeout_margin_ms > 0
         assert peer_calls_max > 0 and inbound_calls_max > 0
@@ -214,6 +227,7 @@ class GrpcTransport:
         self._server_credentials = server_credentials
         self._exchange_gate = exchange_gate
         self._interceptors = tuple(interceptors)
+        self._connections_max = connections_max
         self._cluster_id = cluster_id
         self._describe = describe
         self._servicers = tuple(servicers)
@@ -245,7 +259,9 @@ class GrpcTransport:
     async def start(self, inbox: Inbox) -> None:
         assert self._inbox is None, "start() called twice"
         self._inbox = inbox
-        server = grpc.aio.server(options=_SERVER_OPTIONS, interceptors=[self._budgets, *self._interceptors])
+        server = grpc.aio.server(
+            options=server_options(self._connections_max), interceptors=[self._budgets, *self._interceptors]
+        )
         raft_pb2_grpc.add_RaftServicer_to_server(_RaftServicer(self._exchange, self._describe), server)
         for add in self._servicers:
             add(server)

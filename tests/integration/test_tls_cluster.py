@@ -8,11 +8,14 @@ benchmarks and fault injection (health, perf, chaos) work as well, with small co
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import socket
 import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -409,3 +412,22 @@ def served_serial(address: str, context: ssl.SSLContext) -> int:
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_every_nodes_metrics_are_served_over_https_to_a_certificate_of_the_cluster(
+    cluster: MetadataCluster,
+) -> None:
+    """A --tls cluster served its metrics in plaintext to anyone."""
+    made = local.load(cluster.dir)
+    client = made.client_tls()
+    assert client is not None
+    for node in made.nodes:
+        url = f"https://{node.metrics_address}/metrics"
+        with urllib.request.urlopen(url, timeout=5, context=client.client_ssl) as answer:
+            assert answer.status == 200
+            assert b"kafka_server_raft_metrics_current_leader" in answer.read()
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://{node.metrics_address}/metrics", timeout=5)
+        without = ssl.create_default_context(cafile=str(client.ca))
+        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(url, timeout=5, context=without).read()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import ssl
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,17 +24,26 @@ from raftka.client.consumer import AsyncConsumer
 from raftka.client.producer import AsyncProducer
 from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
 from raftka.metadata.metrics import ControllerCollector, EventQueueProbe, image_counts
-from raftka.node.metrics_endpoint import CONNECTIONS_MAX, REQUEST_HEAD_MAX_BYTES, MetricsEndpoint
+from raftka.node.config import MetricsConfig, NodeConfig
+from raftka.node.descriptors import DESCRIPTORS
+from raftka.node.metrics_endpoint import (
+    CONNECTIONS_MAX,
+    REQUEST_HEAD_MAX_BYTES,
+    MetricsEndpoint,
+    serve_metrics,
+)
 from raftka.raft.messages import BeginQuorumEpochRequest, Envelope
 from raftka.raft.metrics import Histogram, RaftCollector, RaftMetrics, gauge
 from raftka.raft.roles import Role
 from raftka.records.batch import count_records
 from raftka.records.codec import BatchBuilder
 from raftka.v1 import broker_pb2, controller_pb2
+from raftka.wire.guard_metrics import ListenerCollector
 from tests.unit.broker_in_process import broker_in_process
 from tests.unit.metadata_controller_support import create, live_brokers, three
 from tests.unit.test_raft_driver import leading, new_node
 from tests.unit.test_raft_roles import _follower_of_2_in_epoch_5_now_prospective
+from tests.unit.tls_support import make_certs
 from tests.unit.transport_fakes import run
 
 METRICS_PAGE = Path(__file__).parents[2] / "docs" / "metrics.md"
@@ -360,13 +371,60 @@ def test_the_endpoint_answers_only_get_metrics_and_bounds_what_it_reads() -> Non
             assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
             huge = b"GET /metrics HTTP/1.1\r\nX: " + b"a" * REQUEST_HEAD_MAX_BYTES + b"\r\n\r\n"
             assert await http(endpoint.port, huge) == b""  # closed unanswered
-            idle = [await asyncio.open_connection("127.0.0.1", endpoint.port) for _ in range(CONNECTIONS_MAX)]
-            await asyncio.sleep(0.05)  # let the endpoint accept them
-            assert await http(endpoint.port, b"GET /metrics HTTP/1.1\r\n\r\n") == b""  # over the bound
+        finally:
+            await endpoint.close()
+
+    run(scenario)
+
+
+def test_idle_sockets_cannot_starve_the_endpoint() -> None:
+    """16 idle sockets took every place for 10 s each: 0 of 30 scrapes were answered. A
+    new connection takes the place of the oldest one still waiting for its request."""
+
+    async def scenario() -> None:
+        endpoint = MetricsEndpoint([Constant("x", 1)])
+        await endpoint.start("127.0.0.1", 0)
+        idle = []
+        try:
+            for _ in range(4 * CONNECTIONS_MAX):
+                idle.append(await asyncio.open_connection("127.0.0.1", endpoint.port))
+            answered = [(await scrape(endpoint.port))["x"] for _ in range(30)]
+            assert answered == [1] * 30
+            assert endpoint.evicted >= 3 * CONNECTIONS_MAX
+        finally:
             for _, writer in idle:
                 writer.close()
-            await asyncio.sleep(0.05)
-            assert (await scrape(endpoint.port))["x"] == 1  # served again once they left
+            await endpoint.close()
+
+    run(scenario)
+
+
+def test_a_node_with_tls_serves_its_metrics_over_https_to_certificates_of_its_ca(tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = NodeConfig(
+        node_id=101,
+        data_dir=tmp_path,
+        voters=(),
+        listener="127.0.0.1:1",
+        metrics=MetricsConfig(port=port),
+        tls=certs.broker,
+    )
+
+    async def scenario() -> None:
+        endpoint = await serve_metrics(config, [Constant("x", 1)])
+        assert endpoint is not None
+        try:
+            assert (await scrape(port, certs.admin.client_ssl))["x"] == 1
+            assert await http(port, b"GET /metrics HTTP/1.1\r\n\r\n") == b""  # plaintext: nothing
+            for refused in (certs.no_client_cert(), certs.foreign.client_ssl):
+                try:  # refused in the handshake, or (TLS 1.3) just after it
+                    answer = await http(port, b"GET /metrics HTTP/1.1\r\n\r\n", refused)
+                except ssl.SSLError:
+                    answer = b""
+                assert answer == b""
         finally:
             await endpoint.close()
 
@@ -420,7 +478,14 @@ def test_the_metrics_page_lists_exactly_the_metrics_the_nodes_export() -> None:
     )
     exported = {
         family.name + ("_total" if family.type == "counter" else "")
-        for collector in (RaftCollector(node), controller, broker, QuotaCollector(ClientQuotas(dict)))  # type: ignore[arg-type]
+        for collector in (
+            RaftCollector(node),
+            controller,
+            broker,
+            QuotaCollector(ClientQuotas(dict)),
+            ListenerCollector(list),
+            DESCRIPTORS,
+        )  # type: ignore[arg-type]
         for family in collector.collect()
     }
     assert documented == exported
@@ -442,8 +507,8 @@ def samples(families: Any) -> dict[Any, float]:
     return out
 
 
-async def http(port: int, request: bytes) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def http(port: int, request: bytes, tls: ssl.SSLContext | None = None) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
     try:
         writer.write(request)
         await writer.drain()
@@ -454,8 +519,8 @@ async def http(port: int, request: bytes) -> bytes:
         writer.close()
 
 
-async def scrape(port: int) -> dict[Any, float]:
-    answer = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+async def scrape(port: int, tls: ssl.SSLContext | None = None) -> dict[Any, float]:
+    answer = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", tls)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), head
     return samples(text_string_to_metric_families(body.decode()))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import resource
 import shutil
 import uuid
 from pathlib import Path
@@ -17,6 +19,7 @@ from prometheus_client.core import Metric
 from structlog.testing import capture_logs
 
 from raftka.broker.log import manager as log_manager
+from raftka.broker.log.config import LogConfig
 from raftka.broker.log.manager import LogManager
 from raftka.broker.metrics import BrokerCollector
 from raftka.broker.offline_report import OfflineReport
@@ -24,6 +27,7 @@ from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.metadata.image import TOPIC, BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
 from raftka.metadata.validation import OFFLINE_REPLICAS_MAX
+from raftka.node import descriptors
 from raftka.node.config import BrokerConfig
 from raftka.records.codec import BatchBuilder
 from raftka.v1 import broker_pb2 as pb
@@ -64,10 +68,13 @@ class Broker:
         self.replicas.apply(image, self.roles.update(image))
 
     async def produce(self, topic: str, value: bytes) -> pb.ProducePartitionResult:
+        return await self.produce_to(topic, 0, value)
+
+    async def produce_to(self, topic: str, partition: int, value: bytes) -> pb.ProducePartitionResult:
         builder = BatchBuilder()
         assert builder.append(1_700_000_000_000, None, value)
         request = pb.ProduceRequest(acks=1, timeout_ms=1_000)
-        request.topics.add(name=topic).partitions.add(partition=0, records=bytes(builder.build()))
+        request.topics.add(name=topic).partitions.add(partition=partition, records=bytes(builder.build()))
         return (await self.replicas.produce(request)).topics[0].partitions[0]
 
     def gauge(self, name: str) -> float:
@@ -101,6 +108,10 @@ def image(offset: int, leader_epochs: dict[str, int]) -> MetadataImage:
         topics_by_id=frozen(topics),
         topic_ids_by_name=frozen(ids),
     )
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd")) - 1  # less the one listing them
 
 
 def run(coro: Any) -> None:
@@ -237,3 +248,76 @@ def test_a_deletion_that_fails_spares_the_rest_and_a_restart_replaying_it_does_n
         fixed.logs.close()
 
     run(body())
+
+
+def test_replicas_beyond_the_descriptor_limit_go_offline_and_the_broker_keeps_its_reserve(
+    tmp_path: Path,
+) -> None:
+    """A 400-partition topic took more descriptors than a default limit of 1,024 holds: the
+    broker then could not write a checkpoint nor accept a connection. Here the limit sits
+    200 above what the process holds: the replicas that fit are served, the rest go offline
+    on this broker alone, and the reserve stays free."""
+    partitions = 300
+    topic_id = uuid.uuid5(uuid.NAMESPACE_OID, "wide").bytes
+    state = PartitionState((BROKER,), (BROKER,), BROKER, 0, 0)
+    wide = MetadataImage(
+        offset=1,
+        brokers=frozen({BROKER: BrokerRegistration(BROKER, INCARNATION, 1, (), "", False)}),
+        topics_by_id=frozen(
+            {topic_id: TopicImage("wide", topic_id, frozen(dict.fromkeys(range(partitions), state)))}
+        ),
+        topic_ids_by_name=frozen({"wide": topic_id}),
+    )
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+    async def body() -> None:
+        broker = Broker(tmp_path)
+        limit = open_fds() + 200
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        try:
+            with capture_logs():
+                broker.adopt(wide)
+            free = limit - open_fds()
+            broker.logs.write_high_watermarks(broker.replicas.high_watermarks())  # room for the checkpoint
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        offline = broker.replicas.offline()
+        assert 0 < len(offline) < partitions
+        assert all("file descriptors are free" in o.error for o in offline.values())
+        assert free >= descriptors.reserve(limit)
+        assert broker.gauge("kafka_server_replicamanager_offlinereplicacount") == len(offline)
+        assert broker.gauge("kafka_server_replicamanager_partitioncount") == partitions - len(offline)
+        served = next(p for p in range(partitions) if ("wide", p) not in offline)
+        refused = next(p for p in range(partitions) if ("wide", p) in offline)
+        assert (await broker.produce_to("wide", served, b"a")).error == E.NONE
+        assert (await broker.produce_to("wide", refused, b"a")).error == E.KAFKA_STORAGE_ERROR
+        broker.logs.close()
+
+    run(body())
+
+
+def test_logs_found_at_start_beyond_the_descriptor_limit_stay_closed_and_go_offline(tmp_path: Path) -> None:
+    """A restart opened every log it found, however many descriptors that took."""
+    partitions = 300
+    topic_id = uuid.uuid5(uuid.NAMESPACE_OID, "wide").bytes
+    first = LogManager(tmp_path)
+    first.open_all()
+    for p in range(partitions):
+        first.get_or_create("wide", p, topic_id, LogConfig())
+    first.close()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = open_fds() + 200
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    try:
+        with capture_logs() as logged:
+            again = LogManager(tmp_path)
+            again.open_all()
+        free = limit - open_fds()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    opened = len(again.names())
+    assert 0 < opened < partitions
+    assert free >= descriptors.reserve(limit)
+    [closed] = [e for e in logged if e["log_level"] == "error"]  # one line, not one per log
+    assert closed["count"] == partitions - opened
+    again.close()

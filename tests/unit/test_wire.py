@@ -21,6 +21,7 @@ from raftka.v1 import controller_pb2
 from raftka.wire import frames
 from raftka.wire.client import BrokerClient, Connection, WireError
 from raftka.wire.frames import FrameDecoder, FrameError
+from raftka.wire.guard import ConnectionLimits
 from raftka.wire.server import FrameServer, Handler, Listener
 
 E = controller_pb2.ErrorCode
@@ -273,7 +274,9 @@ def test_no_more_requests_run_at_once_on_a_connection_than_its_bound() -> None:
 
 def test_connections_beyond_the_bound_are_closed_at_once() -> None:
     async def scenario() -> None:
-        async with serving({frames.METADATA.key: metadata_named}, connections_max=1) as (server, address):
+        async with serving(
+            {frames.METADATA.key: metadata_named}, limits=ConnectionLimits(connections_max=1)
+        ) as (server, address):
             first = BrokerClient(address)
             await first.Metadata(pb.MetadataRequest(), timeout=5)
             second = BrokerClient(address)

@@ -1,0 +1,187 @@
+"""What a listener's connections may hold, and the closing of those that hold too much or
+too long, so that no client, and no number of idle sockets, keeps others out.
+
+- Connections: at most ``connections_per_ip_max`` per client address (Kafka's
+  ``max.connections.per.ip``, unbounded there: one client's 4,096 idle sockets closed every
+  new connection), beyond which a new one is closed at once; at most ``connections_max``
+  per listener (Kafka's ``max.connections``), and none while no more than half the node's
+  descriptor reserve is free (``raftka.node.descriptors``): at either bound a new
+  connection takes the place of the one idle longest, if that one has been idle
+  ``EVICTABLE_IDLE_S`` (so idle sockets, from however many addresses, cannot keep a
+  client out, and a connection that just did work is not the one to go), and is closed
+  at once otherwise.
+- Time: a connection with nothing in flight for ``idle_ms`` is closed (Kafka's
+  ``connections.max.idle.ms``), and so is one whose request frame, begun, is not whole
+  ``partial_request_ms`` after its last whole frame (a client that trickles a frame a
+  byte at a time is never idle). A TLS handshake gets the same time.
+- Memory: the bytes of requests not yet whole, over all connections of the listener, stay
+  within ``buffered_bytes_max`` plus one read per connection: beyond, the connection
+  holding the most is closed (20 connections each holding a 16 MiB frame less a byte
+  pinned 320 MB). Whole requests arriving in one read are not buffered and never count.
+
+Each closing is counted by reason (``closed``) and logged at most once a minute per
+listener, since clients cause them at will.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from raftka.node.descriptors import DESCRIPTORS
+from raftka.node.logs import RateLimitedLog
+
+log = structlog.get_logger("raftka.wire.guard")
+
+MIB = 1 << 20
+LOG_INTERVAL_S = 60.0
+SWEEPS_PER_TIMEOUT = 4  # a timed-out connection is closed within a quarter of its timeout more
+SWEEP_INTERVAL_MAX_S = 5.0
+EVICTABLE_IDLE_S = 1.0
+
+# reasons a connection was closed (the label of raftka_listener_connections_closed_total)
+CONNECTIONS_MAX = "connections_max"
+PER_IP = "connections_per_ip_max"
+DESCRIPTORS_LOW = "descriptors"
+EVICTED = "evicted"  # idle longest when a new connection needed its place
+IDLE = "idle"
+PARTIAL_REQUEST = "partial_request"
+BUFFERED_BYTES = "buffered_bytes"
+REASONS = (CONNECTIONS_MAX, PER_IP, DESCRIPTORS_LOW, EVICTED, IDLE, PARTIAL_REQUEST, BUFFERED_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    connections_max: int = 4_096
+    connections_per_ip_max: int = 1_024
+    idle_ms: int = 600_000
+    partial_request_ms: int = 30_000
+    buffered_bytes_max: int = 64 * MIB
+
+
+DEFAULT_LIMITS = ConnectionLimits()
+
+
+class Guarded(Protocol):
+    """What the guard reads of a connection."""
+
+    host: str
+    last_active_s: float  # monotonic: the last bytes in, or answer out
+    partial_since_s: float | None  # monotonic: since when a begun frame is not whole
+
+    def busy(self) -> bool: ...  # requests in flight
+
+    def reading(self) -> bool: ...  # not paused by the listener's own bounds
+
+    def abort(self) -> None: ...
+
+
+class ConnectionGuard:
+    """One listener's connections against its ``ConnectionLimits``."""
+
+    def __init__(self, name: str, limits: ConnectionLimits) -> None:
+        self.name = name
+        self.limits = limits
+        self.connections: set[Guarded] = set()
+        self.closed: collections.Counter[str] = collections.Counter()
+        self.buffered_bytes = 0
+        self._buffered: dict[Guarded, int] = {}  # connections holding bytes not yet requests
+        self._per_host: collections.Counter[str] = collections.Counter()
+        self._log = RateLimitedLog(log, LOG_INTERVAL_S)
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def handshake_timeout_s(self) -> float:
+        return self.limits.partial_request_ms / 1000
+
+    def start(self) -> None:
+        timeout_ms = min(self.limits.idle_ms, self.limits.partial_request_ms)
+        interval_s = min(timeout_ms / 1000 / SWEEPS_PER_TIMEOUT, SWEEP_INTERVAL_MAX_S)
+        self._sweeper = asyncio.create_task(self._sweep_every(interval_s), name=f"{self.name}-guard")
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+
+    def admit(self, connection: Guarded, fd: int) -> bool:
+        """Whether a new connection (on descriptor ``fd``) may stay; counted if so."""
+        if self._per_host[connection.host] >= self.limits.connections_per_ip_max:
+            self._closing(PER_IP, connection.host)
+            return False
+        full = len(self.connections) >= self.limits.connections_max
+        if full or (fd >= 0 and not DESCRIPTORS.room_for_connection(fd)):
+            idlest = self._idlest(time.monotonic())
+            if idlest is None:
+                self._closing(CONNECTIONS_MAX if full else DESCRIPTORS_LOW, connection.host)
+                return False
+            self._close(idlest, EVICTED)
+        self.connections.add(connection)
+        self._per_host[connection.host] += 1
+        return True
+
+    def _idlest(self, now_s: float) -> Guarded | None:
+        """The connection idle longest, if it has been idle ``EVICTABLE_IDLE_S``."""
+        idle = (c for c in self.connections if not c.busy())
+        idlest = min(idle, key=lambda c: c.last_active_s, default=None)
+        if idlest is None or now_s - idlest.last_active_s < EVICTABLE_IDLE_S:
+            return None
+        return idlest
+
+    def release(self, connection: Guarded) -> None:
+        if connection not in self.connections:
+            return
+        self.connections.discard(connection)
+        self._per_host[connection.host] -= 1
+        if not self._per_host[connection.host]:
+            del self._per_host[connection.host]
+        self.buffered_bytes -= self._buffered.pop(connection, 0)
+
+    def holding(self, connection: Guarded, size: int) -> None:
+        """``connection`` holds ``size`` bytes read and not yet taken as requests; over the
+        bound, the connections holding the most are closed until it holds again."""
+        if connection not in self.connections:
+            return
+        self.buffered_bytes += size - self._buffered.pop(connection, 0)
+        if size:
+            self._buffered[connection] = size
+        while self.buffered_bytes > self.limits.buffered_bytes_max:
+            largest = max(self._buffered, key=self._buffered.__getitem__)
+            self._close(largest, BUFFERED_BYTES)
+
+    def sweep(self, now_s: float) -> None:
+        """Close the connections idle or stuck on a partial frame past their timeouts."""
+        idle_s = self.limits.idle_ms / 1000
+        partial_s = self.limits.partial_request_ms / 1000
+        for connection in list(self.connections):
+            started = connection.partial_since_s
+            if started is not None and connection.reading() and now_s - started >= partial_s:
+                self._close(connection, PARTIAL_REQUEST)
+            elif not connection.busy() and now_s - connection.last_active_s >= idle_s:
+                self._close(connection, IDLE)
+
+    async def _sweep_every(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            self.sweep(time.monotonic())
+
+    def _close(self, connection: Guarded, reason: str) -> None:
+        self.release(connection)  # at once: its bytes no longer count, its slot is free
+        connection.abort()
+        self._closing(reason, connection.host)
+
+    def _closing(self, reason: str, host: str) -> None:
+        self.closed[reason] += 1
+        self._log.log(
+            logging.WARNING,
+            "closing a connection",
+            listener=self.name,
+            reason=reason,
+            client=host,
+        )
