@@ -43,6 +43,15 @@ _STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH})
 _REREGISTER = frozenset({E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED})
 
 
+class LeaderFetch:
+    """The fetcher of one leader's partitions: one fetch in flight at most."""
+
+    def __init__(self, fetch: FollowerFetch) -> None:
+        self.fetch = fetch
+        self.call = 0  # the fetch in flight (0: none)
+        self.sent: dict[tuple[bytes, int], tuple[Partition, int, int]] = {}  # what it asked
+
+
 class Process:
     """One incarnation of a broker: everything a crash loses."""
 
@@ -50,27 +59,42 @@ class Process:
         self.incarnation = incarnation
         self.broker_epoch = -1  # until the controller answers the registration
         self.applied_offset = -1
-        self.fetch_call = 0  # the fetch in flight (0: none)
-        self.fetch_sent: dict[tuple[bytes, int], tuple[Partition, int, int]] = {}  # what it asked
         self.tasks: set[asyncio.Task[Any]] = set()
         self.logs = LogManager(broker.disk.root)
         self.logs.open_all()
-        config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
+        self.config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
+        self.clock_s = broker.clock_s
+        self.broker_id = broker.id
         self.trace = broker.trace
-        self.fetch = FollowerFetch(
-            broker.id, config, lambda: self.broker_epoch, self._truncated, clock=broker.clock_s
-        )
+        self.fetchers: dict[int, LeaderFetch] = {}  # by leader, as ``ReplicaFetchers`` keeps them
+        self.source: dict[Partition, int] = {}
         self.roles = BrokerPartitions(broker.id, incarnation)
         self.replicas = ReplicaManager(
             broker.id,
             self.logs,
-            config,
+            self.config,
             request_isr_change=broker.send_isr_change,
-            on_follow=self.fetch.add,
-            on_stop_following=self.fetch.remove,
+            on_follow=self.follow,
+            on_stop_following=self.stop_following,
             high_watermarks=self.logs.read_high_watermarks(),
             clock_ms=broker.clock_ms,
         )
+
+    def follow(self, partition: Partition) -> None:
+        self.stop_following(partition)
+        fetcher = self.fetchers.get(partition.leader_id)
+        if fetcher is None:
+            fetch = FollowerFetch(
+                self.broker_id, self.config, lambda: self.broker_epoch, self._truncated, clock=self.clock_s
+            )
+            fetcher = self.fetchers[partition.leader_id] = LeaderFetch(fetch)
+        fetcher.fetch.add(partition)
+        self.source[partition] = partition.leader_id
+
+    def stop_following(self, partition: Partition) -> None:
+        leader = self.source.pop(partition, None)
+        if leader is not None:
+            self.fetchers[leader].fetch.remove(partition)
 
     def _truncated(self, partitions: list[Partition], then: Callable[[], None]) -> None:
         for p in partitions:
@@ -118,8 +142,9 @@ class SimBroker:
     def clock_s(self) -> float:
         return self.scheduler.now_ms / 1000
 
-    def partition(self) -> Partition | None:
-        return None if self.process is None else self.process.replicas.get(TOPIC, 0)
+    def partition(self, partition: int) -> Partition | None:
+        """This broker's replica of the topic's ``partition``, while it serves one."""
+        return None if self.process is None else self.process.replicas.get(TOPIC, partition)
 
     # lifecycle --------------------------------------------------------------------------
 
@@ -285,37 +310,33 @@ class SimBroker:
     # replication ------------------------------------------------------------------------
 
     def _maybe_fetch(self, process: Process) -> None:
-        if process.fetch_call:
-            return
-        ready = process.fetch.ready(self.clock_s())
-        leaders = {p.leader_id for p in ready}
-        if not ready or len(leaders) != 1:
-            return
-        leader = leaders.pop()
-        request, sent = process.fetch.request(ready)
-        request.max_wait_ms = 0  # never parks: the scheduler paces the fetches
-        call = process.fetch_call = self.rng.randrange(1, 1 << 30)
-        process.fetch_sent = sent
-        peer = self.peers[leader]
-        self.network.send(self.id, leader, peer.serve_fetch, request, self.id, call)
-        self.scheduler.after(CALL_TIMEOUT_MS, self._fetch_lost, process, call)
+        for leader, fetcher in process.fetchers.items():
+            ready = [] if fetcher.call else fetcher.fetch.ready(self.clock_s())
+            if not ready:
+                continue
+            request, fetcher.sent = fetcher.fetch.request(ready)
+            request.max_wait_ms = 0  # never parks: the scheduler paces the fetches
+            call = fetcher.call = self.rng.randrange(1, 1 << 30)
+            peer = self.peers[leader]
+            self.network.send(self.id, leader, peer.serve_fetch, request, self.id, call)
+            self.scheduler.after(CALL_TIMEOUT_MS, self._fetch_lost, fetcher, call)
 
-    def _fetch_lost(self, process: Process, call: int) -> None:
-        if process.fetch_call == call:
-            process.fetch_call = 0
+    def _fetch_lost(self, fetcher: LeaderFetch, call: int) -> None:
+        if fetcher.call == call:
+            fetcher.call = 0
 
     def serve_fetch(self, request: broker_pb2.FetchRequest, follower: int, call: int) -> None:
         assert self.process is not None
         response = run_now(self.process.replicas.fetch(request))
         peer = self.peers[follower]
-        self.network.send(self.id, follower, peer.fetched, response, call)
+        self.network.send(self.id, follower, peer.fetched, response, self.id, call)
 
-    def fetched(self, response: broker_pb2.FetchResponse, call: int) -> None:
-        process = self.process
-        if process is None or process.fetch_call != call:
+    def fetched(self, response: broker_pb2.FetchResponse, leader: int, call: int) -> None:
+        fetcher = None if self.process is None else self.process.fetchers.get(leader)
+        if fetcher is None or fetcher.call != call:
             return
-        process.fetch_call = 0
-        process.fetch.apply(response, process.fetch_sent)
+        fetcher.call = 0
+        fetcher.fetch.apply(response, fetcher.sent)
 
     # clients ----------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ BROKERS = (1, 2, 3)
 TOPIC_ID = uuid.UUID(int=7).bytes
 FAULTS = ("crash", "power-cut", "wipe", "isolate", "isolate-from-controller")
 EVENTS_MAX = 2_000_000
+PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
 
 
 def topic_configs(rng: random.Random) -> dict[str, str]:
@@ -71,7 +72,8 @@ class Cluster:
         self.network = Network(self.scheduler, self.rng, self.params)
         self.network.incarnations[CONTROLLER] = 1
         self.loop = SimLoop()
-        self.invariants = Invariants()
+        self.partitions = self.rng.choice(PARTITIONS)
+        self.invariants = Invariants(self.partitions)
         self.brokers = {
             b: SimBroker(
                 b,
@@ -97,12 +99,20 @@ class Cluster:
             self.invariants,
             self.trace,
             idempotent=False,
+            partitions=self.partitions,
         )
         self.idempotent = Producer(
-            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace, idempotent=True
+            self.brokers,
+            self.scheduler,
+            self.network,
+            self.rng,
+            self.invariants,
+            self.trace,
+            idempotent=True,
+            partitions=self.partitions,
         )
         self.consumer = Consumer(
-            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace
+            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace, self.partitions
         )
         self.faults: dict[str, int] = {}
         self.faulting = False  # a fault is in progress: no other starts
@@ -115,13 +125,14 @@ class Cluster:
             print(text, file=self.echo)
 
     def _publish(self, image: MetadataImage) -> None:
-        state = image.topic(TOPIC).partitions[0] if image.topic(TOPIC) else None
-        if state is not None:
+        topic = image.topic(TOPIC)
+        if topic is not None:
             fenced = sorted(b.broker_id for b in image.brokers.values() if b.fenced)
-            self.trace(
-                f"image {image.offset}: leader {state.leader} epoch {state.leader_epoch} "
-                f"isr {list(state.isr)} fenced {fenced}"
+            states = ", ".join(
+                f"{p}: leader {s.leader} epoch {s.leader_epoch} isr {list(s.isr)}"
+                for p, s in sorted(topic.partitions.items())
             )
+            self.trace(f"image {image.offset}: {states}; fenced {fenced}")
         for broker in self.brokers.values():
             self.network.send(CONTROLLER, broker.id, broker.adopt, image)
 
@@ -153,7 +164,10 @@ class Cluster:
         self.controller.tick()
         image = self.controller.image
         if image.topic(TOPIC) is None and all(b in image.brokers for b in BROKERS):
-            self.controller.commit(topic_records(TOPIC, TOPIC_ID, BROKERS, self.configs))
+            replicas = [
+                BROKERS[p % len(BROKERS) :] + BROKERS[: p % len(BROKERS)] for p in range(self.partitions)
+            ]
+            self.controller.commit(topic_records(TOPIC, TOPIC_ID, replicas, self.configs))
         self.scheduler.after(TICK_MS, self._controller_tick)
 
     # the nemesis ------------------------------------------------------------------------
@@ -163,7 +177,6 @@ class Cluster:
         topic = image.topic(TOPIC)
         if topic is None:
             return False
-        state = topic.partitions[0]
         for broker in self.brokers.values():
             registration = image.brokers.get(broker.id)
             process = broker.process
@@ -171,7 +184,9 @@ class Cluster:
                 return False
             if registration.incarnation_id != process.incarnation:
                 return False
-        return not self.network.cut and len(state.isr) == len(BROKERS) and state.leader >= 0
+        return not self.network.cut and all(
+            len(state.isr) == len(BROKERS) and state.leader >= 0 for state in topic.partitions.values()
+        )
 
     def _nemesis(self) -> None:
         if not self.nemesis_on:
@@ -217,27 +232,29 @@ class Cluster:
         lines = []
         image = self.controller.image
         topic = image.topic(TOPIC)
-        if topic is not None:
-            state = topic.partitions[0]
-            lines.append(
-                f"controller image {image.offset}: leader {state.leader} epoch {state.leader_epoch} "
-                f"isr {list(state.isr)}"
-            )
-        for broker in self.brokers.values():
-            partition = broker.partition()
-            if broker.process is None:
-                lines.append(f"  b{broker.id}: down")
-            elif partition is None:
-                lines.append(f"  b{broker.id}: {broker.process.incarnation}, no partition (not serving)")
-            else:
-                log = partition.log
+        lines.append(f"controller image {image.offset}")
+        for p in range(self.partitions):
+            state = None if topic is None else topic.partitions[p]
+            if state is not None:
                 lines.append(
-                    f"  b{broker.id}: {broker.process.incarnation} {partition.role} epoch {partition.leader_epoch} "
-                    f"hw {partition.high_watermark} leo {log.log_end_offset} recovery point {log.recovery_point}"
+                    f" partition {p}: leader {state.leader} epoch {state.leader_epoch} isr {list(state.isr)}"
                 )
-        committed = self.invariants.committed
-        lines.append(
-            f"  committed (acknowledged or read): {len(committed)} records, up to offset "
-            f"{max(committed) if committed else -1}"
-        )
+            for broker in self.brokers.values():
+                partition = broker.partition(p)
+                if broker.process is None:
+                    lines.append(f"  b{broker.id}: down")
+                elif partition is None:
+                    lines.append(f"  b{broker.id}: {broker.process.incarnation}, no partition (not serving)")
+                else:
+                    log = partition.log
+                    lines.append(
+                        f"  b{broker.id}: {broker.process.incarnation} {partition.role} "
+                        f"epoch {partition.leader_epoch} hw {partition.high_watermark} "
+                        f"leo {log.log_end_offset} recovery point {log.recovery_point}"
+                    )
+            committed = self.invariants.partitions[p].committed
+            lines.append(
+                f"  committed (acknowledged or read): {len(committed)} records, up to offset "
+                f"{max(committed) if committed else -1}"
+            )
         return "\n".join(lines)

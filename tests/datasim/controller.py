@@ -27,22 +27,23 @@ RECORDS_MAX = 100
 
 
 def topic_records(
-    name: str, topic_id: bytes, replicas: tuple[int, ...], configs: dict[str, str]
+    name: str, topic_id: bytes, replicas: list[tuple[int, ...]], configs: dict[str, str]
 ) -> list[MetadataRecord]:
-    """A topic with one partition led by the first replica, every replica in sync."""
-    records = [
-        MetadataRecord(topic=metadata_pb2.TopicRecord(name=name, topic_id=topic_id)),
+    """A topic whose partition ``p`` has ``replicas[p]``, led by the first, every replica in sync."""
+    records = [MetadataRecord(topic=metadata_pb2.TopicRecord(name=name, topic_id=topic_id))]
+    records += [
         MetadataRecord(
             partition=metadata_pb2.PartitionRecord(
-                partition_id=0,
+                partition_id=p,
                 topic_id=topic_id,
-                replicas=replicas,
-                isr=replicas,
-                leader=replicas[0],
+                replicas=r,
+                isr=r,
+                leader=r[0],
                 leader_epoch=0,
                 partition_epoch=0,
             )
-        ),
+        )
+        for p, r in enumerate(replicas)
     ]
     records += [
         MetadataRecord(

@@ -120,11 +120,14 @@ def _in_agreement(cluster: Cluster) -> bool:
     """Every replica serves, holds the leader's log end, and the high watermark is there."""
     if cluster.producer.in_flight or cluster.idempotent.in_flight or not cluster.healthy():
         return False
-    partitions = [b.partition() for b in cluster.brokers.values()]
-    if any(p is None for p in partitions):
-        return False
-    ends = {(p.log.log_end_offset, p.high_watermark) for p in partitions}  # type: ignore[union-attr]
-    return len(ends) == 1 and len(set(ends.pop())) == 1
+    for partition_id in range(cluster.partitions):
+        partitions = [b.partition(partition_id) for b in cluster.brokers.values()]
+        if any(p is None for p in partitions):
+            return False
+        ends = {(p.log.log_end_offset, p.high_watermark) for p in partitions}  # type: ignore[union-attr]
+        if len(ends) != 1 or len(set(ends.pop())) != 1:
+            return False
+    return True
 
 
 class _quiet:
