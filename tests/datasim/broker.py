@@ -14,10 +14,16 @@ disk from what was fsynced; a wipe empties it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
+from raftka.broker.controller_link import LinkError
+from raftka.broker.groups import coordinator as coordinator_module
+from raftka.broker.groups.coordinator import GroupCoordinator
+from raftka.broker.groups.group import GroupLimits
 from raftka.broker.log.manager import LogManager
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.replica.fetcher import FollowerFetch
@@ -26,6 +32,7 @@ from raftka.broker.replica.partition import Partition
 from raftka.metadata.image import MetadataImage
 from raftka.node.config import BrokerConfig
 from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
+from raftka.wire.frames import DATA_LISTENER
 from tests.datasim.disk import SimDisk
 from tests.datasim.loop import SimLoop, run_now
 from tests.datasim.network import CONTROLLER, Network
@@ -38,6 +45,12 @@ REGISTER_RETRY_MS = 200
 FETCH_IDLE_MS = 10  # a follower asks again this soon after an answer
 CALL_TIMEOUT_MS = 300  # a request with no answer by then is taken as lost
 CHECKPOINT_MS = 250
+GROUP_POLL_MS = 20  # the coordinator looks at its groups' deadlines this often
+WRITE_TIMEOUT_MS = 1_000  # a coordinator's controller write is tried again until then
+RECORDS_MAX = 100
+GROUP_LIMITS = GroupLimits(
+    min_session_timeout_ms=100, max_session_timeout_ms=5_000, initial_rebalance_delay_ms=0
+)
 TOPIC = "t"
 _STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH})
 _REREGISTER = frozenset({E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED})
@@ -69,6 +82,14 @@ class Process:
         self.fetchers: dict[int, LeaderFetch] = {}  # by leader, as ``ReplicaFetchers`` keeps them
         self.source: dict[Partition, int] = {}
         self.roles = BrokerPartitions(broker.id, incarnation)
+        self.groups = GroupCoordinator(
+            broker.id,
+            lambda: self.broker_epoch,
+            GROUP_LIMITS,
+            SimLink(broker, self),  # type: ignore[arg-type]
+            RECORDS_MAX,
+            clock_ms=broker.clock_ms,
+        )
         self.replicas = ReplicaManager(
             broker.id,
             self.logs,
@@ -107,6 +128,48 @@ class Process:
             partition_log = self.logs.get(name)
             if partition_log is not None:
                 partition_log.close_unflushed()
+
+
+class _RpcName:
+    """Stands in for a stub: ``(lambda stub: stub.CommitGroupOffsets)(_RpcName())`` is its name."""
+
+    def __getattr__(self, name: str) -> str:
+        return name
+
+
+class SimLink:
+    """The group coordinator's line to the controller over the simulated network: an
+    attempt unanswered after ``CALL_TIMEOUT_MS`` is sent again, as ``GroupCoordinator._write``
+    retries ``ControllerLink.call``, until ``WRITE_TIMEOUT_MS`` of simulated time have
+    passed (``sim_time_writes`` turns the coordinator's own, wall-clock, retries off)."""
+
+    def __init__(self, broker: SimBroker, process: Process) -> None:
+        self.broker = broker
+        self.process = process
+
+    async def call(self, rpc: Callable[[Any], str], request: Any) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._attempt(rpc(_RpcName()), request, future, self.broker.clock_ms() + WRITE_TIMEOUT_MS)
+        return await future
+
+    def _attempt(self, name: str, request: Any, future: asyncio.Future[Any], deadline_ms: int) -> None:
+        broker = self.broker
+        if future.done() or broker.process is not self.process:
+            return
+        if broker.clock_ms() >= deadline_ms:
+            future.set_exception(LinkError(f"{name}: no answer from the controller"))
+            return
+        broker.network.send(broker.id, CONTROLLER, broker.at_controller_group_write, name, request, future)
+        broker.scheduler.after(CALL_TIMEOUT_MS, self._attempt, name, request, future, deadline_ms)
+
+
+@contextlib.contextmanager
+def sim_time_writes() -> Iterator[None]:
+    """The coordinator gives up a controller write at the first LinkError, which ``SimLink``
+    raises only once it has retried in simulated time (the coordinator would retry after
+    wall-clock sleeps, which a seed cannot replay)."""
+    with mock.patch.object(coordinator_module, "CONTROLLER_WRITE_TIMEOUT_S", 0.0):
+        yield
 
 
 class SimBroker:
@@ -160,6 +223,7 @@ class SimBroker:
         self._every(self.process, CHECKPOINT_MS, self._checkpoint)
         self._every(self.process, LAG_MS // 2, lambda p: p.replicas.shrink_isrs())
         self._every(self.process, FETCH_IDLE_MS, self._maybe_fetch)
+        self._every(self.process, GROUP_POLL_MS, lambda p: p.groups.poll(self.clock_ms()))
         if self.flush_ms is not None:
             self._every(self.process, self.flush_ms, self._flush)
 
@@ -176,6 +240,7 @@ class SimBroker:
         self.network.incarnations.pop(self.id, None)
         for task in process.tasks:
             task.cancel()
+        self.loop.spawn(process.groups.close(), lambda _: None)  # its writes to the controller stop
         process.close_unsynced()
         self.trace(f"b{self.id} {how} ({process.incarnation})")
 
@@ -203,7 +268,7 @@ class SimBroker:
         request = controller_pb2.BrokerRegistrationRequest(
             broker_id=self.id,
             incarnation_id=process.incarnation,
-            listeners=[metadata_pb2.BrokerEndpoint(name="PLAINTEXT", host=f"broker{self.id}", port=9092)],
+            listeners=[metadata_pb2.BrokerEndpoint(name=DATA_LISTENER, host=f"broker{self.id}", port=9092)],
         )
         self.network.send(self.id, CONTROLLER, self._at_controller_register, request, process)
         self.scheduler.after(REGISTER_RETRY_MS, self._register, process)
@@ -262,6 +327,7 @@ class SimBroker:
         process.applied_offset = image.offset
         self.replayed = image
         process.replicas.apply(image, process.roles.update(image))
+        process.groups.update(image)
 
     def send_isr_change(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
         process = self.process
@@ -350,3 +416,38 @@ class SimBroker:
     def serve_client_fetch(self, request: broker_pb2.FetchRequest, reply: Callable[[Any], None]) -> None:
         assert self.process is not None
         reply(run_now(self.process.replicas.fetch(request)))
+
+    # the group coordinator ---------------------------------------------------------------
+
+    def serve_group(self, kind: str, request: Any, reply: Callable[[Any], None]) -> None:
+        """A group request (``join``, ``sync``, ``heartbeat``, ``leave``, ``commit``,
+        ``find_coordinator``) to this broker's coordinator; JoinGroup and SyncGroup may park."""
+        process = self.process
+        assert process is not None
+        task = self.loop.spawn(getattr(process.groups, kind)(request), reply)
+        process.tasks.add(task)
+        task.add_done_callback(process.tasks.discard)
+
+    def at_controller_group_write(self, name: str, request: Any, future: asyncio.Future[Any]) -> None:
+        handlers = {
+            "RecordGroupRebalance": self.controller.record_rebalance,
+            "CommitGroupOffsets": self.controller.commit_group_offsets,
+        }
+        response = handlers[name](request)
+        self.network.send(CONTROLLER, self.id, _answer, future, response)
+
+    def forward_offset_fetch(
+        self, request: controller_pb2.OffsetFetchRequest, reply: Callable[[Any], None]
+    ) -> None:
+        """OffsetFetch goes on to the active controller, as ``raftka.broker.data_service`` sends it."""
+        self.network.send(self.id, CONTROLLER, self._at_controller_offset_fetch, request, reply)
+
+    def _at_controller_offset_fetch(
+        self, request: controller_pb2.OffsetFetchRequest, reply: Callable[[Any], None]
+    ) -> None:
+        self.network.send(CONTROLLER, self.id, reply, self.controller.fetch_offsets(request))
+
+
+def _answer(future: asyncio.Future[Any], response: Any) -> None:
+    if not future.done():
+        future.set_result(response)

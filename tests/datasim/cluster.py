@@ -16,19 +16,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from raftka.metadata.group_placement import group_coordinator
 from raftka.metadata.image import MetadataImage
 from tests.datasim.broker import TOPIC, SimBroker
 from tests.datasim.clients import CONSUMER, IDEMPOTENT_PRODUCER, PRODUCER, Consumer, Producer
 from tests.datasim.controller import TICK_MS, SimController, topic_records
 from tests.datasim.disk import Disks, SimDisk
+from tests.datasim.group_invariants import GroupInvariants
 from tests.datasim.invariants import Invariants
 from tests.datasim.loop import SimLoop
+from tests.datasim.members import GROUP, MEMBERS, GroupMember
 from tests.datasim.network import CONTROLLER, LinkParams, Network
 from tests.simulation.scheduler import Scheduler
 
 BROKERS = (1, 2, 3)
 TOPIC_ID = uuid.UUID(int=7).bytes
 FAULTS = ("crash", "power-cut", "wipe", "isolate", "isolate-from-controller")
+MEMBER_FAULTS = ("member-crash", "member-leave")
 EVENTS_MAX = 2_000_000
 PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
 
@@ -43,7 +47,7 @@ def topic_configs(rng: random.Random) -> dict[str, str]:
 
 
 def link_params(rng: random.Random) -> LinkParams:
-    nodes = [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER]
+    nodes = [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER, *MEMBERS]
     params = LinkParams(loss=rng.choice((0.0, 0.0, 0.01, 0.05)))
     for _ in range(rng.randint(0, 2)):
         a, b = rng.sample(nodes, 2)
@@ -74,6 +78,7 @@ class Cluster:
         self.loop = SimLoop()
         self.partitions = self.rng.choice(PARTITIONS)
         self.invariants = Invariants(self.partitions)
+        self.group_invariants = GroupInvariants()
         self.brokers = {
             b: SimBroker(
                 b,
@@ -86,7 +91,9 @@ class Cluster:
             )
             for b in BROKERS
         }
-        self.controller = SimController(lambda: self.scheduler.now_ms, self._publish)
+        self.controller = SimController(
+            lambda: self.scheduler.now_ms, self._publish, self.group_invariants.commits_written, self.trace
+        )
         self.configs = topic_configs(self.rng)
         for broker in self.brokers.values():
             broker.controller = self.controller
@@ -114,6 +121,20 @@ class Cluster:
         self.consumer = Consumer(
             self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace, self.partitions
         )
+        self.members = [
+            GroupMember(
+                node,
+                self.brokers,
+                self.scheduler,
+                self.network,
+                self.rng,
+                self.invariants,
+                self.group_invariants,
+                self.trace,
+                self.partitions,
+            )
+            for node in MEMBERS[: self.rng.choice((2, 3))]
+        ]
         self.faults: dict[str, int] = {}
         self.faulting = False  # a fault is in progress: no other starts
         self.nemesis_on = True
@@ -144,8 +165,11 @@ class Cluster:
         self.producer.start()
         self.idempotent.start()
         self.consumer.start()
+        for member in self.members:
+            member.start()
         self.scheduler.after(TICK_MS, self._controller_tick)
         self.scheduler.after(self.rng.randint(200, 600), self._nemesis)
+        self.scheduler.after(self.rng.randint(200, 1000), self._member_nemesis)
 
     def run_until(self, time_ms: int, done: Callable[[], bool] | None = None) -> bool:
         """Run events, checking the invariants after each; True once ``done()`` holds."""
@@ -195,6 +219,33 @@ class Cluster:
             self._inject(self.rng.choice(FAULTS), self.rng.choice(BROKERS))
         self.scheduler.after(self.rng.randint(50, 400), self._nemesis)
 
+    def _member_nemesis(self) -> None:
+        """Members crash or leave and come back, at any time: a group's safety has no budget."""
+        if not self.nemesis_on:
+            return
+        member = self.rng.choice(self.members)
+        if member.up:
+            fault = self.rng.choice(MEMBER_FAULTS)
+            self.faults[fault] = self.faults.get(fault, 0) + 1
+            member.crash() if fault == "member-crash" else member.leave()
+            self.scheduler.after(self.rng.randint(50, 800), self._member_back, member)
+        self.scheduler.after(self.rng.randint(200, 1000), self._member_nemesis)
+
+    def _member_back(self, member: GroupMember) -> None:
+        if not member.up:
+            member.start()
+
+    def group_settled(self) -> bool:
+        """Every member holds its share of the generation the controller recorded last, and
+        together they hold every partition."""
+        recorded = self.controller.image.groups.get(GROUP)
+        if recorded is None or not all(m.up and m.stable for m in self.members):
+            return False
+        held = sorted(p for m in self.members if m.generation == recorded.generation_id for p in m.assigned)
+        return held == list(range(self.partitions)) and all(
+            m.generation == recorded.generation_id for m in self.members
+        )
+
     def _inject(self, fault: str, broker_id: int) -> None:
         self.faults[fault] = self.faults.get(fault, 0) + 1
         self.faulting = True
@@ -212,7 +263,7 @@ class Cluster:
             others = (
                 [CONTROLLER]
                 if fault == "isolate-from-controller"
-                else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER]
+                else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER, *MEMBERS]
             )
             self.network.isolate(broker_id, others)
             self.scheduler.after(lasts, self._heal)
@@ -256,5 +307,16 @@ class Cluster:
             lines.append(
                 f"  committed (acknowledged or read): {len(committed)} records, up to offset "
                 f"{max(committed) if committed else -1}"
+            )
+        recorded = image.groups.get(GROUP)
+        lines.append(
+            f"group {GROUP}: generation {recorded.generation_id if recorded else None} recorded, "
+            f"coordinator b{group_coordinator(image, GROUP)}, committed "
+            f"{ {p: o.offset for (_, p), o in sorted(image.offsets.get(GROUP, {}).items())} }"
+        )
+        for m in self.members:
+            lines.append(
+                f"  {m.name}: {'up' if m.up else 'down'} {m.member_id[:12]} generation {m.generation} "
+                f"{'stable ' if m.stable else ''}assigned {m.assigned} positions {m.positions}"
             )
         return "\n".join(lines)

@@ -1,7 +1,9 @@
 """The active controller, as the brokers see it: requests planned by the controller's own
 handlers (``raftka.metadata.broker_ops``: registration, heartbeats, fencing, AlterPartition,
-elections) on its image and replayed at once, as if committed, and every new image sent
-to every broker over the simulated network, as the metadata log would bring it.
+elections; ``group_ops``: the group coordinators' rebalance records and offset commits,
+fenced by coordinator, broker epoch and generation) on its image and replayed at once, as
+if committed, and every new image sent to every broker over the simulated network, as the
+metadata log would bring it.
 
 The quorum itself is not simulated here (``tests.simulation`` does that): this controller
 never fails, and a broker cut off from it simply hears nothing. Its session bookkeeping
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops
+from raftka.metadata import broker_ops, group_ops, offset_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.plan import MetadataRecord, Plan
@@ -55,9 +57,24 @@ def topic_records(
 
 
 class SimController:
-    def __init__(self, clock: Callable[[], int], publish: Callable[[MetadataImage], None]) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        publish: Callable[[MetadataImage], None],
+        commits_written: Callable[
+            [
+                MetadataImage,
+                controller_pb2.CommitGroupOffsetsRequest,
+                controller_pb2.CommitGroupOffsetsResponse,
+            ],
+            None,
+        ],
+        trace: Callable[[str], None],
+    ) -> None:
         self._clock = clock
         self._publish = publish
+        self._commits_written = commits_written  # told what each batch of group commits wrote
+        self._trace = trace
         self.image = MetadataImage()
         self.sessions = BrokerSessions(SESSION_TIMEOUT_MS)
         self.history: list[MetadataImage] = []  # every image, for the report
@@ -105,6 +122,30 @@ class SimController:
         self, request: controller_pb2.AlterPartitionRequest
     ) -> controller_pb2.AlterPartitionResponse:
         return self._plan(broker_ops.alter_partition(self.image, request))
+
+    # consumer groups (from their coordinators) and offsets ----------------------------------
+
+    def record_rebalance(
+        self, request: controller_pb2.RecordGroupRebalanceRequest
+    ) -> controller_pb2.RecordGroupRebalanceResponse:
+        plan = group_ops.record_rebalance(self.image, request, self._clock())
+        if plan.records:
+            rebalance = request.rebalance
+            self._trace(
+                f"controller: group {rebalance.group} generation {rebalance.generation_id} recorded "
+                f"from b{request.broker_id} ({len(rebalance.members)} members)"
+            )
+        return self._plan(plan)
+
+    def commit_group_offsets(
+        self, request: controller_pb2.CommitGroupOffsetsRequest
+    ) -> controller_pb2.CommitGroupOffsetsResponse:
+        plan = group_ops.commit_batch(self.image, request, self._clock())
+        self._commits_written(self.image, request, plan.response)
+        return self._plan(plan)
+
+    def fetch_offsets(self, request: controller_pb2.OffsetFetchRequest) -> controller_pb2.OffsetFetchResponse:
+        return offset_ops.fetch(self.image, request)
 
     # sessions ---------------------------------------------------------------------------
 
