@@ -36,7 +36,7 @@ from raftka.wire.frames import DATA_LISTENER
 from tests.datasim.disk import SimDisk
 from tests.datasim.loop import SimLoop, run_now
 from tests.datasim.network import CONTROLLER, Network
-from tests.simulation.scheduler import Scheduler
+from tests.simulation.scheduler import Handle, Scheduler
 
 E = controller_pb2.ErrorCode
 LAG_MS = 400  # replica.lag.time.max.ms, scaled to the simulation
@@ -45,7 +45,7 @@ REGISTER_RETRY_MS = 200
 FETCH_IDLE_MS = 10  # a follower asks again this soon after an answer
 CALL_TIMEOUT_MS = 300  # a request with no answer by then is taken as lost
 CHECKPOINT_MS = 250
-GROUP_POLL_MS = 20  # the coordinator looks at its groups' deadlines this often
+GROUP_POLL_MS = 50  # the coordinator looks at its groups' deadlines this often
 WRITE_TIMEOUT_MS = 1_000  # a coordinator's controller write is tried again until then
 RECORDS_MAX = 100
 GROUP_LIMITS = GroupLimits(
@@ -63,6 +63,7 @@ class LeaderFetch:
         self.fetch = fetch
         self.call = 0  # the fetch in flight (0: none)
         self.sent: dict[tuple[bytes, int], tuple[Partition, int, int]] = {}  # what it asked
+        self.lost: Handle | None = None  # the timeout of the fetch in flight
 
 
 class Process:
@@ -385,7 +386,7 @@ class SimBroker:
             call = fetcher.call = self.rng.randrange(1, 1 << 30)
             peer = self.peers[leader]
             self.network.send(self.id, leader, peer.serve_fetch, request, self.id, call)
-            self.scheduler.after(CALL_TIMEOUT_MS, self._fetch_lost, fetcher, call)
+            fetcher.lost = self.scheduler.after(CALL_TIMEOUT_MS, self._fetch_lost, fetcher, call)
 
     def _fetch_lost(self, fetcher: LeaderFetch, call: int) -> None:
         if fetcher.call == call:
@@ -402,6 +403,8 @@ class SimBroker:
         if fetcher is None or fetcher.call != call:
             return
         fetcher.call = 0
+        if fetcher.lost is not None:
+            fetcher.lost.cancel()
         fetcher.fetch.apply(response, fetcher.sent)
 
     # clients ----------------------------------------------------------------------------

@@ -90,6 +90,7 @@ class PartitionChecks:
         self._leader_checked: tuple[int, int] = (0, 0)  # (mirror version, committed offsets checked)
         self._committed_order: list[int] = []  # committed offsets, in the order they came
         self._agreed: dict[tuple[int, int], int] = {}  # (mirror versions) -> agreed below
+        self._checked: tuple = ()  # type: ignore[type-arg]  # what the last check saw (``_seen``)
 
     def commit(self, offset: int, value: bytes, how: str) -> None:
         before = self.committed.setdefault(offset, value)
@@ -113,6 +114,9 @@ class PartitionChecks:
         return mirror
 
     def check(self, brokers: dict[int, SimBroker], image: MetadataImage) -> None:
+        seen = self._seen(brokers, image)
+        if seen == self._checked:
+            return  # nothing the checks read has moved since they last passed
         mirrors = {b.id: m for b in brokers.values() if (m := self.mirror(b)) is not None}
         leader = serving_leader(brokers, image, self.partition)
         if leader is not None:
@@ -121,6 +125,33 @@ class PartitionChecks:
         for i, a in enumerate(agreeing):
             for b in agreeing[i + 1 :]:
                 self._agree(a, b)
+        self._checked = seen
+
+    def _seen(self, brokers: dict[int, SimBroker], image: MetadataImage) -> tuple:  # type: ignore[type-arg]
+        """Everything ``check`` reads: the replicas (which objects, their log's generation,
+        start and end, high watermark, role and leader epoch), the image's leader, and how
+        many offsets are committed."""
+        topic = image.topic(TOPIC)
+        state = None if topic is None else topic.partitions.get(self.partition)
+        replicas = []
+        for broker in brokers.values():
+            p = broker.partition(self.partition)
+            replicas.append(
+                None
+                if p is None
+                else (
+                    p,  # the object itself, so that no new replica can be taken for it
+                    p.log,
+                    p.log._generation,
+                    p.log.log_start_offset,
+                    p.log.log_end_offset,
+                    p.high_watermark,
+                    p.role,
+                    p.leader_epoch,
+                )
+            )
+        leader = None if state is None else (state.leader, state.leader_epoch)
+        return (leader, len(self._committed_order), *replicas)
 
     def _leader_holds_committed(self, broker_id: int, mirror: LogMirror) -> None:
         version, checked = self._leader_checked

@@ -100,7 +100,7 @@ class GroupMember:
         self._find()
         self._every(HEARTBEAT_MS, self._heartbeat)
         self._every(COMMIT_MS, self._commit)
-        self._every(self.rng.randint(20, 50), self._read)
+        self._every(self.rng.randint(30, 80), self._read)
 
     @property
     def up(self) -> bool:
@@ -164,6 +164,7 @@ class GroupMember:
                 broker.serve_group(kind, request, reply)
 
         def arrived(response: Any) -> None:
+            timeout.cancel()
             if self.phase == phase:
                 answered(response)
 
@@ -173,7 +174,7 @@ class GroupMember:
                 self._find()
 
         self.network.send(self.node, broker.id, at_broker)
-        self.scheduler.after(timeout_ms, silent)
+        timeout = self.scheduler.after(timeout_ms, silent)
 
     def _refused(self, kind: str, error: int) -> None:
         """What a member does when the coordinator refuses it."""
