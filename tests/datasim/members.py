@@ -108,7 +108,7 @@ class GroupMember:
 
     def crash(self) -> None:
         """The member dies without a word: the coordinator expires its session."""
-        self.trace(f"{self.name} crashes ({self.member_id[:12]})")
+        self.trace(f"{self.name} crashes")
         self._down()
 
     def leave(self) -> None:
@@ -117,7 +117,7 @@ class GroupMember:
             request = Pb.LeaveGroupRequest(group_id=GROUP)
             request.members.add(member_id=self.member_id)
             self._call(self.coordinator, "leave", request, lambda _: None)
-        self.trace(f"{self.name} leaves ({self.member_id[:12]})")
+        self.trace(f"{self.name} leaves")
         self._down()
 
     def _down(self) -> None:

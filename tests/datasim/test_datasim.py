@@ -66,7 +66,8 @@ def test_a_seed_replays_exactly() -> None:
 
 @pytest.mark.parametrize("mutant", sorted(m for m in MUTANTS if m))
 def test_a_broken_broker_is_caught(mutant: str) -> None:
-    """Each mutant loses an acknowledged or read record within a few seeds."""
+    """Each mutant breaks an invariant within a few seeds: loses an acknowledged or read
+    record, or (the group's) writes a fenced commit or gives a partition two owners."""
     for seed in range(MUTANT_SEEDS_MAX):
         result = run_seed(seed, Options(mutant=mutant))
         if not result.ok:
