@@ -39,7 +39,7 @@ MEMBERS = (110, 111, 112)  # their node ids
 SESSION_TIMEOUT_MS = 400
 REBALANCE_TIMEOUT_MS = 800
 HEARTBEAT_MS = 100
-COMMIT_MS = 150
+COMMIT_MS = 200
 CALL_TIMEOUT_MS = (
     500  # longer than any delivery (8 ms + a slow link's 300): one commit at a time stays in order
 )
@@ -100,7 +100,7 @@ class GroupMember:
         self._find()
         self._every(HEARTBEAT_MS, self._heartbeat)
         self._every(COMMIT_MS, self._commit)
-        self._every(self.rng.randint(30, 80), self._read)
+        self._every(self.rng.randint(50, 100), self._read)
 
     @property
     def up(self) -> bool:
