@@ -1,4 +1,5 @@
-"""Three brokers, the controller and the clients on one scheduler, and the nemesis.
+"""Three brokers, the controller, the clients and the group's members on one scheduler,
+and the nemeses (one for the brokers, one for the members).
 
 The nemesis injects one fault at a time, and only into a healthy cluster (every broker up,
 registered under its current incarnation, unfenced, in the ISR, no link cut): a crash, a
