@@ -3,7 +3,9 @@ and the nemeses (one for the brokers, one for the members).
 
 The nemesis injects one fault at a time, and only into a healthy cluster (every broker up,
 registered under its current incarnation, unfenced, in the ISR, no link cut): a crash, a
-power cut, a wiped disk, or a broker cut off from everyone or from the controller alone.
+power cut, a wiped disk, a broker cut off from everyone or from the controller alone, or a
+controller failover (no controller for a while, then a new one that knows none of its
+predecessor's heartbeats).
 The broker comes back (restarted as a new incarnation, or its links healed) after a
 while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
 """
@@ -32,7 +34,7 @@ from tests.simulation.scheduler import Scheduler
 
 BROKERS = (1, 2, 3)
 TOPIC_ID = uuid.UUID(int=7).bytes
-FAULTS = ("crash", "power-cut", "wipe", "isolate", "isolate-from-controller")
+FAULTS = ("crash", "power-cut", "wipe", "isolate", "isolate-from-controller", "controller-failover")
 MEMBER_FAULTS = ("member-crash", "member-leave")
 EVENTS_MAX = 2_000_000
 PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
@@ -260,6 +262,9 @@ class Cluster:
             elif fault == "wipe":
                 broker.wipe()
             self.scheduler.after(lasts, self._restart, broker)
+        elif fault == "controller-failover":
+            self.network.isolate(CONTROLLER, list(BROKERS))  # no controller until one is elected
+            self.scheduler.after(lasts, self._new_controller)
         else:
             others = (
                 [CONTROLLER]
@@ -268,6 +273,10 @@ class Cluster:
             )
             self.network.isolate(broker_id, others)
             self.scheduler.after(lasts, self._heal)
+
+    def _new_controller(self) -> None:
+        self.controller.fail_over()
+        self._heal()
 
     def _restart(self, broker: SimBroker) -> None:
         broker.start()

@@ -5,8 +5,10 @@ fenced by coordinator, broker epoch and generation) on its image and replayed at
 if committed, and every new image sent to every broker over the simulated network, as the
 metadata log would bring it.
 
-The quorum itself is not simulated here (``tests.simulation`` does that): this controller
-never fails, and a broker cut off from it simply hears nothing. Its session bookkeeping
+The quorum itself is not simulated here (``tests.simulation`` does that): a failover is a
+time with no controller (every request and answer lost) and then a new one on the same
+committed image whose sessions all start afresh (``fail_over``); a broker cut off from it
+simply hears nothing. Its session bookkeeping
 is the real one (``raftka.metadata.sessions``), as are the restart rule (a new incarnation
 before the old session ended fences the old one first) and the fencing in steps.
 """
@@ -148,6 +150,14 @@ class SimController:
         return offset_ops.fetch(self.image, request)
 
     # sessions ---------------------------------------------------------------------------
+
+    def fail_over(self) -> None:
+        """A new active controller takes over the committed image: it knows none of its
+        predecessor's heartbeats, so every broker gets a full session from now, as
+        ``QuorumController._claim`` does. (An uncommitted write of the old one is a
+        request or answer the network lost.)"""
+        self.sessions.reset(self.image.brokers, self._clock())
+        self._trace("controller: a new controller is active")
 
     def tick(self) -> None:
         for broker_id in self.sessions.expired(self._clock()):

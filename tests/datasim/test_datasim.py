@@ -43,16 +43,6 @@ def test_seeds() -> None:
     assert sum(r.commits for r in results) > 10 * len(seeds)
 
 
-def test_a_power_cut_after_an_unflushed_truncation_keeps_no_stale_high_watermark() -> None:
-    """Seed 282 once found it: a follower cut an old leader's tail (never fsynced), fetched
-    the new leader's records and checkpointed a high watermark over them, then lost power.
-    Its log came back with the old tail under that high watermark, disagreeing with the
-    leader below it. A restarted replica's high watermark now starts at its recovery point."""
-    result = run_seed(282, Options())
-    assert result.ok, result.report
-    assert result.faults.get("power-cut"), result.faults
-
-
 def test_a_seed_replays_exactly() -> None:
     traces = []
     for _ in range(2):
