@@ -248,7 +248,8 @@ class SimBroker:
     def _every(self, process: Process, period_ms: int, work: Callable[[Process], None]) -> None:
         def tick() -> None:
             if self.process is process:
-                work(process)
+                if self.id not in self.network.paused:  # a paused process's timers fire once it resumes
+                    work(process)
                 self.scheduler.after(period_ms, tick)
 
         self.scheduler.after(self.rng.randint(1, period_ms), tick)

@@ -3,9 +3,12 @@ and the nemeses (one for the brokers, one for the members).
 
 The nemesis injects one fault at a time, and only into a healthy cluster (every broker up,
 registered under its current incarnation, unfenced, in the ISR, no link cut): a crash, a
-power cut, a wiped disk, a broker cut off from everyone or from the controller alone, or a
+power cut, a wiped disk, a paused broker (a long GC pause: it comes back with its stale
+view and whatever it had queued), a broker cut off from everyone or from the controller
+alone, or a
 controller failover (no controller for a while, then a new one that knows none of its
-predecessor's heartbeats).
+predecessor's heartbeats). Half the faults hit the group's coordinator, so that the group
+moves often, and moves back when its broker returns.
 The broker comes back (restarted as a new incarnation, or its links healed) after a
 while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
 """
@@ -34,7 +37,7 @@ from tests.simulation.scheduler import Scheduler
 
 BROKERS = (1, 2, 3)
 TOPIC_ID = uuid.UUID(int=7).bytes
-FAULTS = ("crash", "power-cut", "wipe", "isolate", "isolate-from-controller", "controller-failover")
+FAULTS = ("crash", "power-cut", "wipe", "pause", "isolate", "isolate-from-controller", "controller-failover")
 MEMBER_FAULTS = ("member-crash", "member-leave")
 EVENTS_MAX = 2_000_000
 PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
@@ -172,7 +175,7 @@ class Cluster:
             member.start()
         self.scheduler.after(TICK_MS, self._controller_tick)
         self.scheduler.after(self.rng.randint(200, 600), self._nemesis)
-        self.scheduler.after(self.rng.randint(200, 1000), self._member_nemesis)
+        self.scheduler.after(self.rng.randint(1000, 3000), self._member_nemesis)
 
     def run_until(self, time_ms: int, done: Callable[[], bool] | None = None) -> bool:
         """Run events, checking the invariants after each; True once ``done()`` holds."""
@@ -211,15 +214,23 @@ class Cluster:
                 return False
             if registration.incarnation_id != process.incarnation:
                 return False
-        return not self.network.cut and all(
-            len(state.isr) == len(BROKERS) and state.leader >= 0 for state in topic.partitions.values()
+        return (
+            not self.network.cut
+            and not self.network.paused
+            and all(
+                len(state.isr) == len(BROKERS) and state.leader >= 0 for state in topic.partitions.values()
+            )
         )
 
     def _nemesis(self) -> None:
         if not self.nemesis_on:
             return
         if not self.faulting and self.healthy():
-            self._inject(self.rng.choice(FAULTS), self.rng.choice(BROKERS))
+            coordinator = group_coordinator(self.controller.image, GROUP)
+            target = (
+                self.rng.choice(BROKERS) if coordinator is None or self.rng.random() < 0.5 else coordinator
+            )
+            self._inject(self.rng.choice(FAULTS), target)
         self.scheduler.after(self.rng.randint(50, 400), self._nemesis)
 
     def _member_nemesis(self) -> None:
@@ -232,7 +243,7 @@ class Cluster:
             self.faults[fault] = self.faults.get(fault, 0) + 1
             member.crash() if fault == "member-crash" else member.leave()
             self.scheduler.after(self.rng.randint(50, 800), self._member_back, member)
-        self.scheduler.after(self.rng.randint(200, 1000), self._member_nemesis)
+        self.scheduler.after(self.rng.randint(1000, 3000), self._member_nemesis)
 
     def _member_back(self, member: GroupMember) -> None:
         if not member.up:
@@ -262,7 +273,11 @@ class Cluster:
             elif fault == "wipe":
                 broker.wipe()
             self.scheduler.after(lasts, self._restart, broker)
+        elif fault == "pause":
+            self.network.pause(broker_id)
+            self.scheduler.after(lasts, self._resume, broker_id)
         elif fault == "controller-failover":
+            self.controller.fail()
             self.network.isolate(CONTROLLER, list(BROKERS))  # no controller until one is elected
             self.scheduler.after(lasts, self._new_controller)
         else:
@@ -273,6 +288,11 @@ class Cluster:
             )
             self.network.isolate(broker_id, others)
             self.scheduler.after(lasts, self._heal)
+
+    def _resume(self, broker_id: int) -> None:
+        self.trace(f"b{broker_id} resumes")
+        self.network.resume(broker_id)
+        self.faulting = False
 
     def _new_controller(self) -> None:
         self.controller.fail_over()

@@ -80,6 +80,7 @@ class SimController:
         self.image = MetadataImage()
         self.sessions = BrokerSessions(SESSION_TIMEOUT_MS)
         self.history: list[MetadataImage] = []  # every image, for the report
+        self.active = True
 
     def commit(self, records: list[MetadataRecord]) -> None:
         if not records:
@@ -157,9 +158,16 @@ class SimController:
         ``QuorumController._claim`` does. (An uncommitted write of the old one is a
         request or answer the network lost.)"""
         self.sessions.reset(self.image.brokers, self._clock())
+        self.active = True
         self._trace("controller: a new controller is active")
 
+    def fail(self) -> None:
+        """The active controller is gone; until ``fail_over``, no one fences anyone."""
+        self.active = False
+
     def tick(self) -> None:
+        if not self.active:
+            return
         for broker_id in self.sessions.expired(self._clock()):
             self._fence(broker_id)
             self.sessions.forget(broker_id)

@@ -37,7 +37,8 @@ Pb = broker_pb2
 GROUP = "g"
 MEMBERS = (110, 111, 112)  # their node ids
 SESSION_TIMEOUT_MS = 400
-REBALANCE_TIMEOUT_MS = 800
+REBALANCE_TIMEOUT_MS = 500
+PARKED_TIMEOUT_MS = REBALANCE_TIMEOUT_MS + 200  # a JoinGroup or SyncGroup may wait for the others
 HEARTBEAT_MS = 100
 COMMIT_MS = 200
 CALL_TIMEOUT_MS = (
@@ -224,7 +225,10 @@ class GroupMember:
             client_host="/sim",
         )
         request.protocols.add(name="range", metadata=b"")
-        self._call(self.coordinator, "join", request, self._joined, REBALANCE_TIMEOUT_MS + CALL_TIMEOUT_MS)
+        timeout_ms = (
+            PARKED_TIMEOUT_MS if self.member_id else CALL_TIMEOUT_MS
+        )  # a new member is answered at once
+        self._call(self.coordinator, "join", request, self._joined, timeout_ms)
 
     def _joined(self, response: Pb.JoinGroupResponse) -> None:
         if response.status.error == E.MEMBER_ID_REQUIRED:
@@ -245,7 +249,7 @@ class GroupMember:
             for member, partitions in range_assignment(members, self.partitions).items():
                 assignment = ConsumerProtocolAssignment(0, [(TOPIC, partitions)], b"").encode()
                 request.assignments.add(member_id=member, assignment=assignment)
-        self._call(self.coordinator, "sync", request, self._synced, REBALANCE_TIMEOUT_MS + CALL_TIMEOUT_MS)
+        self._call(self.coordinator, "sync", request, self._synced, PARKED_TIMEOUT_MS)
 
     def _synced(self, response: Pb.SyncGroupResponse) -> None:
         if response.status.error != E.NONE:

@@ -39,8 +39,8 @@ def test_seeds() -> None:
     faults = {name for r in results for name in r.faults}
     assert faults == {*FAULTS, *MEMBER_FAULTS}, faults
     assert sum(r.acked for r in results) > 100 * len(seeds)
-    assert sum(r.generations for r in results) > 5 * len(seeds)  # the group rebalanced again and again
-    assert sum(r.commits for r in results) > 10 * len(seeds)
+    assert sum(r.generations for r in results) > 3 * len(seeds)  # the group rebalanced again and again
+    assert sum(r.commits for r in results) > 5 * len(seeds)
 
 
 def test_a_seed_replays_exactly() -> None:
