@@ -1,6 +1,6 @@
 """The data plane's deterministic simulation: many seeds, replay, and self-tests.
 
-``DATASIM_SEEDS`` (default 200) seeds run in ``DATASIM_JOBS`` worker processes (default: up
+``DATASIM_SEEDS`` (default 120) seeds run in ``DATASIM_JOBS`` worker processes (default: up
 to two). A failure prints its seed, trace and the command that replays it. The self-tests
 prove that a seed replays exactly and that deliberately broken brokers do not get past it.
 """
@@ -16,7 +16,7 @@ from tests.datasim.cluster import FAULTS, MEMBER_FAULTS
 from tests.datasim.mutants import MUTANTS
 from tests.datasim.runner import Options, run_seed, run_seeds
 
-DATASIM_SEEDS = int(os.environ.get("DATASIM_SEEDS", "200"))
+DATASIM_SEEDS = int(os.environ.get("DATASIM_SEEDS", "120"))
 DATASIM_START = int(os.environ.get("DATASIM_START", "0"))
 DATASIM_JOBS = int(os.environ.get("DATASIM_JOBS", str(min(2, os.cpu_count() or 1))))
 MUTANT_SEEDS_MAX = 40  # a broken broker must be caught within this many seeds
