@@ -2,13 +2,14 @@
 ``raftka.broker.server`` replaced by messages on the simulated network.
 
 A process holds the real ``LogManager`` (no background flusher: fsyncs happen inline,
-recorded by the simulated disk), ``ReplicaManager``, ``FollowerFetch`` and
-``BrokerPartitions``. It registers with the controller under a fresh incarnation id,
-heartbeats, applies every newer image the controller sends, fetches from its partitions'
-leaders, sends its ISR changes, and now and then fsyncs its logs (``flush.ms``) and
+recorded by the simulated disk), ``ReplicaManager``, one ``FollowerFetch`` per leader,
+``BrokerPartitions`` and ``GroupCoordinator``. It registers with the controller under a
+fresh incarnation id, heartbeats, applies every newer image the controller sends (to its
+replicas and its coordinator), fetches from its partitions' leaders, sends its ISR
+changes, polls its groups, and now and then fsyncs its logs (``flush.ms``) and
 checkpoints its high watermarks and recovery points, as the server's timers do. A crash
-drops the process (its files are closed unsynced); a power cut then also rebuilds the
-disk from what was fsynced; a wipe empties it.
+drops the process (its files are closed unsynced, its coordinator's writes stop); a
+power cut then also rebuilds the disk from what was fsynced; a wipe empties it.
 """
 
 from __future__ import annotations
