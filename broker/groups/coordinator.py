@@ -303,22 +303,30 @@ class GroupCoordinator:
         """Poll groups at their deadlines until cancelled."""
         while True:
             now = self._clock_ms()
-            deadlines = []
-            for group_id, group in list(self._groups.items()):
-                deadline = group.next_deadline_ms()
-                if deadline is not None and deadline <= now:
-                    self._deliver(group_id, group.poll(now))
-                    deadline = group.next_deadline_ms()
-                if deadline is not None:
-                    deadlines.append(deadline)
-                if group.state in (State.EMPTY, State.DEAD) and not group.pending:
-                    del self._groups[group_id]  # nothing to remember: the log has its history
+            deadline = self.poll(now)
             self._wake.clear()
             wait_s = min(
-                ((min(deadlines) - now) / 1000 if deadlines else POLL_INTERVAL_MAX_S), POLL_INTERVAL_MAX_S
+                ((deadline - now) / 1000 if deadline is not None else POLL_INTERVAL_MAX_S),
+                POLL_INTERVAL_MAX_S,
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(wait_s, 0.001))
+
+    def poll(self, now_ms: int) -> int | None:
+        """Act on the groups' deadlines that have passed (expired sessions, phases whose
+        time is up); the next deadline, if any. ``run`` calls it; a simulation calls it on
+        its own clock."""
+        deadlines = []
+        for group_id, group in list(self._groups.items()):
+            deadline = group.next_deadline_ms()
+            if deadline is not None and deadline <= now_ms:
+                self._deliver(group_id, group.poll(now_ms))
+                deadline = group.next_deadline_ms()
+            if deadline is not None:
+                deadlines.append(deadline)
+            if group.state in (State.EMPTY, State.DEAD) and not group.pending:
+                del self._groups[group_id]  # nothing to remember: the log has its history
+        return min(deadlines, default=None)
 
     async def close(self) -> None:
         for group_id, group in list(self._groups.items()):

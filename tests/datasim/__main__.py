@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         if result.ok:
             print(
                 f"seed {args.seed} ok: {result.events} events, {result.acked} acknowledged records, "
-                f"faults {result.faults}"
+                f"{result.generations} group generations, {result.commits} group commits, faults {result.faults}"
             )
             return 0
         print(result.report)

@@ -2,22 +2,29 @@
 ``raftka.broker.server`` replaced by messages on the simulated network.
 
 A process holds the real ``LogManager`` (no background flusher: fsyncs happen inline,
-recorded by the simulated disk), ``ReplicaManager``, ``FollowerFetch`` and
-``BrokerPartitions``. It registers with the controller under a fresh incarnation id,
-heartbeats, applies every newer image the controller sends, fetches from its partitions'
-leaders, sends its ISR changes, and now and then fsyncs its logs (``flush.ms``) and
+recorded by the simulated disk), ``ReplicaManager``, one ``FollowerFetch`` per leader,
+``BrokerPartitions`` and ``GroupCoordinator``. It registers with the controller under a
+fresh incarnation id, heartbeats, applies every newer image the controller sends (to its
+replicas and its coordinator), fetches from its partitions' leaders, sends its ISR
+changes, polls its groups, and now and then fsyncs its logs (``flush.ms``) and
 checkpoints its high watermarks and recovery points, as the server's timers do. A crash
-drops the process (its files are closed unsynced); a power cut then also rebuilds the
-disk from what was fsynced; a wipe empties it.
+drops the process (its files are closed unsynced, its coordinator's writes stop); a
+power cut then also rebuilds the disk from what was fsynced; a wipe empties it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
+from raftka.broker.controller_link import LinkError
+from raftka.broker.groups import coordinator as coordinator_module
+from raftka.broker.groups.coordinator import GroupCoordinator
+from raftka.broker.groups.group import GroupLimits
 from raftka.broker.log.manager import LogManager
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.replica.fetcher import FollowerFetch
@@ -26,10 +33,11 @@ from raftka.broker.replica.partition import Partition
 from raftka.metadata.image import MetadataImage
 from raftka.node.config import BrokerConfig
 from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
+from raftka.wire.frames import DATA_LISTENER
 from tests.datasim.disk import SimDisk
 from tests.datasim.loop import SimLoop, run_now
 from tests.datasim.network import CONTROLLER, Network
-from tests.simulation.scheduler import Scheduler
+from tests.simulation.scheduler import Handle, Scheduler
 
 E = controller_pb2.ErrorCode
 LAG_MS = 400  # replica.lag.time.max.ms, scaled to the simulation
@@ -38,9 +46,25 @@ REGISTER_RETRY_MS = 200
 FETCH_IDLE_MS = 10  # a follower asks again this soon after an answer
 CALL_TIMEOUT_MS = 300  # a request with no answer by then is taken as lost
 CHECKPOINT_MS = 250
+GROUP_POLL_MS = 100  # the coordinator looks at its groups' deadlines this often
+WRITE_TIMEOUT_MS = 1_000  # a coordinator's controller write is tried again until then
+RECORDS_MAX = 100
+GROUP_LIMITS = GroupLimits(
+    min_session_timeout_ms=100, max_session_timeout_ms=5_000, initial_rebalance_delay_ms=0
+)
 TOPIC = "t"
 _STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH})
 _REREGISTER = frozenset({E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED})
+
+
+class LeaderFetch:
+    """The fetcher of one leader's partitions: one fetch in flight at most."""
+
+    def __init__(self, fetch: FollowerFetch) -> None:
+        self.fetch = fetch
+        self.call = 0  # the fetch in flight (0: none)
+        self.sent: dict[tuple[bytes, int], tuple[Partition, int, int]] = {}  # what it asked
+        self.lost: Handle | None = None  # the timeout of the fetch in flight
 
 
 class Process:
@@ -50,27 +74,50 @@ class Process:
         self.incarnation = incarnation
         self.broker_epoch = -1  # until the controller answers the registration
         self.applied_offset = -1
-        self.fetch_call = 0  # the fetch in flight (0: none)
-        self.fetch_sent: dict[tuple[bytes, int], tuple[Partition, int, int]] = {}  # what it asked
         self.tasks: set[asyncio.Task[Any]] = set()
         self.logs = LogManager(broker.disk.root)
         self.logs.open_all()
-        config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
+        self.config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
+        self.clock_s = broker.clock_s
+        self.broker_id = broker.id
         self.trace = broker.trace
-        self.fetch = FollowerFetch(
-            broker.id, config, lambda: self.broker_epoch, self._truncated, clock=broker.clock_s
-        )
+        self.fetchers: dict[int, LeaderFetch] = {}  # by leader, as ``ReplicaFetchers`` keeps them
+        self.source: dict[Partition, int] = {}
         self.roles = BrokerPartitions(broker.id, incarnation)
+        self.groups = GroupCoordinator(
+            broker.id,
+            lambda: self.broker_epoch,
+            GROUP_LIMITS,
+            SimLink(broker, self),  # type: ignore[arg-type]
+            RECORDS_MAX,
+            clock_ms=broker.clock_ms,
+        )
         self.replicas = ReplicaManager(
             broker.id,
             self.logs,
-            config,
+            self.config,
             request_isr_change=broker.send_isr_change,
-            on_follow=self.fetch.add,
-            on_stop_following=self.fetch.remove,
+            on_follow=self.follow,
+            on_stop_following=self.stop_following,
             high_watermarks=self.logs.read_high_watermarks(),
             clock_ms=broker.clock_ms,
         )
+
+    def follow(self, partition: Partition) -> None:
+        self.stop_following(partition)
+        fetcher = self.fetchers.get(partition.leader_id)
+        if fetcher is None:
+            fetch = FollowerFetch(
+                self.broker_id, self.config, lambda: self.broker_epoch, self._truncated, clock=self.clock_s
+            )
+            fetcher = self.fetchers[partition.leader_id] = LeaderFetch(fetch)
+        fetcher.fetch.add(partition)
+        self.source[partition] = partition.leader_id
+
+    def stop_following(self, partition: Partition) -> None:
+        leader = self.source.pop(partition, None)
+        if leader is not None:
+            self.fetchers[leader].fetch.remove(partition)
 
     def _truncated(self, partitions: list[Partition], then: Callable[[], None]) -> None:
         for p in partitions:
@@ -83,6 +130,48 @@ class Process:
             partition_log = self.logs.get(name)
             if partition_log is not None:
                 partition_log.close_unflushed()
+
+
+class _RpcName:
+    """Stands in for a stub: ``(lambda stub: stub.CommitGroupOffsets)(_RpcName())`` is its name."""
+
+    def __getattr__(self, name: str) -> str:
+        return name
+
+
+class SimLink:
+    """The group coordinator's line to the controller over the simulated network: an
+    attempt unanswered after ``CALL_TIMEOUT_MS`` is sent again, as ``GroupCoordinator._write``
+    retries ``ControllerLink.call``, until ``WRITE_TIMEOUT_MS`` of simulated time have
+    passed (``sim_time_writes`` turns the coordinator's own, wall-clock, retries off)."""
+
+    def __init__(self, broker: SimBroker, process: Process) -> None:
+        self.broker = broker
+        self.process = process
+
+    async def call(self, rpc: Callable[[Any], str], request: Any) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._attempt(rpc(_RpcName()), request, future, self.broker.clock_ms() + WRITE_TIMEOUT_MS)
+        return await future
+
+    def _attempt(self, name: str, request: Any, future: asyncio.Future[Any], deadline_ms: int) -> None:
+        broker = self.broker
+        if future.done() or broker.process is not self.process:
+            return
+        if broker.clock_ms() >= deadline_ms:
+            future.set_exception(LinkError(f"{name}: no answer from the controller"))
+            return
+        broker.network.send(broker.id, CONTROLLER, broker.at_controller_group_write, name, request, future)
+        broker.scheduler.after(CALL_TIMEOUT_MS, self._attempt, name, request, future, deadline_ms)
+
+
+@contextlib.contextmanager
+def sim_time_writes() -> Iterator[None]:
+    """The coordinator gives up a controller write at the first LinkError, which ``SimLink``
+    raises only once it has retried in simulated time (the coordinator would retry after
+    wall-clock sleeps, which a seed cannot replay)."""
+    with mock.patch.object(coordinator_module, "CONTROLLER_WRITE_TIMEOUT_S", 0.0):
+        yield
 
 
 class SimBroker:
@@ -118,8 +207,9 @@ class SimBroker:
     def clock_s(self) -> float:
         return self.scheduler.now_ms / 1000
 
-    def partition(self) -> Partition | None:
-        return None if self.process is None else self.process.replicas.get(TOPIC, 0)
+    def partition(self, partition: int) -> Partition | None:
+        """This broker's replica of the topic's ``partition``, while it serves one."""
+        return None if self.process is None else self.process.replicas.get(TOPIC, partition)
 
     # lifecycle --------------------------------------------------------------------------
 
@@ -135,6 +225,7 @@ class SimBroker:
         self._every(self.process, CHECKPOINT_MS, self._checkpoint)
         self._every(self.process, LAG_MS // 2, lambda p: p.replicas.shrink_isrs())
         self._every(self.process, FETCH_IDLE_MS, self._maybe_fetch)
+        self._every(self.process, GROUP_POLL_MS, lambda p: p.groups.poll(self.clock_ms()))
         if self.flush_ms is not None:
             self._every(self.process, self.flush_ms, self._flush)
 
@@ -151,13 +242,15 @@ class SimBroker:
         self.network.incarnations.pop(self.id, None)
         for task in process.tasks:
             task.cancel()
+        self.loop.spawn(process.groups.close(), lambda _: None)  # its writes to the controller stop
         process.close_unsynced()
         self.trace(f"b{self.id} {how} ({process.incarnation})")
 
     def _every(self, process: Process, period_ms: int, work: Callable[[Process], None]) -> None:
         def tick() -> None:
             if self.process is process:
-                work(process)
+                if self.id not in self.network.paused:  # a paused process's timers fire once it resumes
+                    work(process)
                 self.scheduler.after(period_ms, tick)
 
         self.scheduler.after(self.rng.randint(1, period_ms), tick)
@@ -178,7 +271,7 @@ class SimBroker:
         request = controller_pb2.BrokerRegistrationRequest(
             broker_id=self.id,
             incarnation_id=process.incarnation,
-            listeners=[metadata_pb2.BrokerEndpoint(name="PLAINTEXT", host=f"broker{self.id}", port=9092)],
+            listeners=[metadata_pb2.BrokerEndpoint(name=DATA_LISTENER, host=f"broker{self.id}", port=9092)],
         )
         self.network.send(self.id, CONTROLLER, self._at_controller_register, request, process)
         self.scheduler.after(REGISTER_RETRY_MS, self._register, process)
@@ -237,6 +330,7 @@ class SimBroker:
         process.applied_offset = image.offset
         self.replayed = image
         process.replicas.apply(image, process.roles.update(image))
+        process.groups.update(image)
 
     def send_isr_change(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
         process = self.process
@@ -286,37 +380,35 @@ class SimBroker:
     # replication ------------------------------------------------------------------------
 
     def _maybe_fetch(self, process: Process) -> None:
-        if process.fetch_call:
-            return
-        ready = process.fetch.ready(self.clock_s())
-        leaders = {p.leader_id for p in ready}
-        if not ready or len(leaders) != 1:
-            return
-        leader = leaders.pop()
-        request, sent = process.fetch.request(ready)
-        request.max_wait_ms = 0  # never parks: the scheduler paces the fetches
-        call = process.fetch_call = self.rng.randrange(1, 1 << 30)
-        process.fetch_sent = sent
-        peer = self.peers[leader]
-        self.network.send(self.id, leader, peer.serve_fetch, request, self.id, call)
-        self.scheduler.after(CALL_TIMEOUT_MS, self._fetch_lost, process, call)
+        for leader, fetcher in process.fetchers.items():
+            ready = [] if fetcher.call else fetcher.fetch.ready(self.clock_s())
+            if not ready:
+                continue
+            request, fetcher.sent = fetcher.fetch.request(ready)
+            request.max_wait_ms = 0  # never parks: the scheduler paces the fetches
+            call = fetcher.call = self.rng.randrange(1, 1 << 30)
+            peer = self.peers[leader]
+            self.network.send(self.id, leader, peer.serve_fetch, request, self.id, call)
+            fetcher.lost = self.scheduler.after(CALL_TIMEOUT_MS, self._fetch_lost, fetcher, call)
 
-    def _fetch_lost(self, process: Process, call: int) -> None:
-        if process.fetch_call == call:
-            process.fetch_call = 0
+    def _fetch_lost(self, fetcher: LeaderFetch, call: int) -> None:
+        if fetcher.call == call:
+            fetcher.call = 0
 
     def serve_fetch(self, request: broker_pb2.FetchRequest, follower: int, call: int) -> None:
         assert self.process is not None
         response = run_now(self.process.replicas.fetch(request))
         peer = self.peers[follower]
-        self.network.send(self.id, follower, peer.fetched, response, call)
+        self.network.send(self.id, follower, peer.fetched, response, self.id, call)
 
-    def fetched(self, response: broker_pb2.FetchResponse, call: int) -> None:
-        process = self.process
-        if process is None or process.fetch_call != call:
+    def fetched(self, response: broker_pb2.FetchResponse, leader: int, call: int) -> None:
+        fetcher = None if self.process is None else self.process.fetchers.get(leader)
+        if fetcher is None or fetcher.call != call:
             return
-        process.fetch_call = 0
-        process.fetch.apply(response, process.fetch_sent)
+        fetcher.call = 0
+        if fetcher.lost is not None:
+            fetcher.lost.cancel()
+        fetcher.fetch.apply(response, fetcher.sent)
 
     # clients ----------------------------------------------------------------------------
 
@@ -330,3 +422,38 @@ class SimBroker:
     def serve_client_fetch(self, request: broker_pb2.FetchRequest, reply: Callable[[Any], None]) -> None:
         assert self.process is not None
         reply(run_now(self.process.replicas.fetch(request)))
+
+    # the group coordinator ---------------------------------------------------------------
+
+    def serve_group(self, kind: str, request: Any, reply: Callable[[Any], None]) -> None:
+        """A group request (``join``, ``sync``, ``heartbeat``, ``leave``, ``commit``,
+        ``find_coordinator``) to this broker's coordinator; JoinGroup and SyncGroup may park."""
+        process = self.process
+        assert process is not None
+        task = self.loop.spawn(getattr(process.groups, kind)(request), reply)
+        process.tasks.add(task)
+        task.add_done_callback(process.tasks.discard)
+
+    def at_controller_group_write(self, name: str, request: Any, future: asyncio.Future[Any]) -> None:
+        handlers = {
+            "RecordGroupRebalance": self.controller.record_rebalance,
+            "CommitGroupOffsets": self.controller.commit_group_offsets,
+        }
+        response = handlers[name](request)
+        self.network.send(CONTROLLER, self.id, _answer, future, response)
+
+    def forward_offset_fetch(
+        self, request: controller_pb2.OffsetFetchRequest, reply: Callable[[Any], None]
+    ) -> None:
+        """OffsetFetch goes on to the active controller, as ``raftka.broker.data_service`` sends it."""
+        self.network.send(self.id, CONTROLLER, self._at_controller_offset_fetch, request, reply)
+
+    def _at_controller_offset_fetch(
+        self, request: controller_pb2.OffsetFetchRequest, reply: Callable[[Any], None]
+    ) -> None:
+        self.network.send(CONTROLLER, self.id, reply, self.controller.fetch_offsets(request))
+
+
+def _answer(future: asyncio.Future[Any], response: Any) -> None:
+    if not future.done():
+        future.set_result(response)

@@ -1,6 +1,6 @@
 """The simulation's clients: an acks=all producer and a consumer, over the simulated network.
 
-Both find the partition's leader in the metadata of a broker they pick (which may be
+Both find a partition's leader in the metadata of a broker they pick (which may be
 stale, as a real client's is) and retry on any error or silence. Every value the producer
 sends is new (a retry sends a new one: this producer is not idempotent, so a retry may
 add a second copy, which is allowed; what the checks forbid is losing an acknowledged
@@ -31,13 +31,14 @@ CLIENT_TIMEOUT_MS = 500
 IN_FLIGHT_MAX = 2
 
 
-def _leader(brokers: dict[int, SimBroker], rng: random.Random) -> SimBroker | None:
+def leader_of(brokers: dict[int, SimBroker], rng: random.Random, partition: int) -> SimBroker | None:
+    """The partition's leader in the metadata of a broker picked at random (maybe stale)."""
     up = [b for b in brokers.values() if b.process is not None]
     if not up:
         return None
     image = rng.choice(up).process.replicas.image  # type: ignore[union-attr]
     topic = image.topic(TOPIC)
-    state = None if topic is None else topic.partitions.get(0)
+    state = None if topic is None else topic.partitions.get(partition)
     return None if state is None or state.leader < 0 else brokers[state.leader]
 
 
@@ -51,17 +52,19 @@ class Producer:
         invariants: Invariants,
         trace: Callable[[str], None],
         idempotent: bool,
+        partitions: int,
     ) -> None:
         self.brokers, self.scheduler, self.network, self.rng = brokers, scheduler, network, rng
+        self.partitions = partitions
         self.invariants = invariants
         self.trace = trace
         self.idempotent = idempotent
         self.node = IDEMPOTENT_PRODUCER if idempotent else PRODUCER
         self.prefix = IDEMPOTENT_PREFIX if idempotent else b"v"
         self.next_value = 0
-        self.sequence = 0  # the idempotent producer's next batch's
-        self.unacked: list[bytes] = []  # its batch, until acknowledged
-        self.in_flight: dict[int, list[bytes]] = {}
+        self.sequences = [0] * partitions  # the idempotent producer's next batch's, per partition
+        self.unacked: tuple[int, list[bytes]] | None = None  # its batch and partition, until acknowledged
+        self.in_flight: dict[int, tuple[int, list[bytes]]] = {}
         self.calls = 0
         self.running = True
         self.acked = 0
@@ -76,23 +79,28 @@ class Producer:
         self.scheduler.after(self.rng.randint(5, 40), self._tick)
 
     def _send(self) -> None:
-        leader = _leader(self.brokers, self.rng)
-        if leader is None:
-            return
         if not self.idempotent:
+            partition = self.rng.randrange(self.partitions)
             values = [self._value() for _ in range(self.rng.randint(1, 3))]
             builder = BatchBuilder()
         else:
-            self.unacked = self.unacked or [self._value() for _ in range(self.rng.randint(1, 3))]
-            values = self.unacked
-            builder = BatchBuilder(producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=self.sequence)
+            if self.unacked is None:
+                values = [self._value() for _ in range(self.rng.randint(1, 3))]
+                self.unacked = (self.rng.randrange(self.partitions), values)
+            partition, values = self.unacked
+            builder = BatchBuilder(
+                producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=self.sequences[partition]
+            )
+        leader = leader_of(self.brokers, self.rng, partition)
+        if leader is None:
+            return
         for value in values:
             assert builder.append(T0_MS, None, value)
         request = broker_pb2.ProduceRequest(acks=-1, timeout_ms=TIMEOUT_MS_MAX)
-        request.topics.add(name=TOPIC).partitions.add(partition=0, records=bytes(builder.build()))
+        request.topics.add(name=TOPIC).partitions.add(partition=partition, records=bytes(builder.build()))
         self.calls += 1
         call = self.calls
-        self.in_flight[call] = values
+        self.in_flight[call] = (partition, values)
         self.network.send(self.node, leader.id, self._at_broker, leader, request, call)
         self.scheduler.after(CLIENT_TIMEOUT_MS, self.in_flight.pop, call, None)
 
@@ -106,24 +114,28 @@ class Producer:
         )
 
     def _answered(self, response: broker_pb2.ProduceResponse, call: int) -> None:
-        values = self.in_flight.pop(call, None)
-        if values is None or response.status.error != E.NONE:
+        sent = self.in_flight.pop(call, None)
+        if sent is None or response.status.error != E.NONE:
             return
         result = response.topics[0].partitions[0]
         if result.error != E.NONE:
             return
+        partition, values = sent
         self.acked += len(values)
         if self.idempotent:
-            self.sequence += len(values)
-            self.unacked = []
+            self.sequences[partition] += len(values)
+            self.unacked = None
         self.trace(
-            f"producer: {values[0]!r}.. acknowledged at {result.base_offset}..{result.base_offset + len(values) - 1}"
+            f"producer: {values[0]!r}.. acknowledged at {partition}/{result.base_offset}.."
+            f"{result.base_offset + len(values) - 1}"
         )
         for i, value in enumerate(values):
-            self.invariants.acknowledged(result.base_offset + i, value)
+            self.invariants.acknowledged(partition, result.base_offset + i, value)
 
 
 class Consumer:
+    """Reads every partition from its start, one partition per fetch, in turn."""
+
     def __init__(
         self,
         brokers: dict[int, SimBroker],
@@ -132,47 +144,64 @@ class Consumer:
         rng: random.Random,
         invariants: Invariants,
         trace: Callable[[str], None],
+        partitions: int,
     ) -> None:
         self.brokers, self.scheduler, self.network, self.rng = brokers, scheduler, network, rng
         self.invariants = invariants
         self.trace = trace
-        self.position = 0
-        self.calls = 0
+        self.positions = [0] * partitions
+        self.turn = 0
 
     def start(self) -> None:
         self.network.incarnations[CONSUMER] = 1
         self.scheduler.after(1, self._tick)
 
     def _tick(self) -> None:
-        leader = _leader(self.brokers, self.rng)
+        partition = self.turn = (self.turn + 1) % len(self.positions)
+        leader = leader_of(self.brokers, self.rng, partition)
         if leader is not None:
-            request = broker_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
-            request.topics.add(name=TOPIC).partitions.add(
-                partition=0, fetch_offset=self.position, partition_max_bytes=1 << 20
-            )
-            self.calls += 1
+            request = fetch_request(partition, self.positions[partition])
             self.network.send(
-                CONSUMER, leader.id, self._at_broker, leader, request, self.calls, self.position
+                CONSUMER, leader.id, self._at_broker, leader, request, partition, self.positions[partition]
             )
         self.scheduler.after(self.rng.randint(10, 50), self._tick)
 
     def _at_broker(
-        self, broker: SimBroker, request: broker_pb2.FetchRequest, call: int, position: int
+        self, broker: SimBroker, request: broker_pb2.FetchRequest, partition: int, position: int
     ) -> None:
         broker.serve_client_fetch(
             request,
-            lambda response: self.network.send(broker.id, CONSUMER, self._answered, response, position),
+            lambda response: self.network.send(
+                broker.id, CONSUMER, self._answered, response, partition, position
+            ),
         )
 
-    def _answered(self, response: broker_pb2.FetchResponse, position: int) -> None:
-        if response.status.error != E.NONE or position != self.position:
+    def _answered(self, response: broker_pb2.FetchResponse, partition: int, position: int) -> None:
+        if position != self.positions[partition]:
             return
-        result = response.topics[0].partitions[0]
-        if result.error != E.NONE:
-            return
-        for record in read_records(result.records):
-            if record.offset >= self.position:
-                self.invariants.consumed(record.offset, record.value)
-                self.position = record.offset + 1
-        if self.position != position:
-            self.trace(f"consumer: read {position}..{self.position - 1} (hw {result.high_watermark})")
+        end = read_fetched(self.invariants, response, partition, position)
+        if end != position:
+            self.positions[partition] = end
+            self.trace(f"consumer: read {partition}/{position}..{end - 1}")
+
+
+def fetch_request(partition: int, position: int) -> broker_pb2.FetchRequest:
+    """A consumer's fetch of one partition from ``position``; it never parks."""
+    request = broker_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
+    request.topics.add(name=TOPIC).partitions.add(
+        partition=partition, fetch_offset=position, partition_max_bytes=1 << 20
+    )
+    return request
+
+
+def read_fetched(
+    invariants: Invariants, response: broker_pb2.FetchResponse, partition: int, position: int
+) -> int:
+    """Report each record of a fetch answer from ``position`` as read; the next position."""
+    if response.status.error != E.NONE or response.topics[0].partitions[0].error != E.NONE:
+        return position
+    for record in read_records(response.topics[0].partitions[0].records):
+        if record.offset >= position:
+            invariants.consumed(partition, record.offset, record.value)
+            position = record.offset + 1
+    return position

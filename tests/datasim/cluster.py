@@ -1,8 +1,14 @@
-"""Three brokers, the controller and the clients on one scheduler, and the nemesis.
+"""Three brokers, the controller, the clients and the group's members on one scheduler,
+and the nemeses (one for the brokers, one for the members).
 
 The nemesis injects one fault at a time, and only into a healthy cluster (every broker up,
 registered under its current incarnation, unfenced, in the ISR, no link cut): a crash, a
-power cut, a wiped disk, or a broker cut off from everyone or from the controller alone.
+power cut, a wiped disk, a paused broker (a long GC pause: it comes back with its stale
+view and whatever it had queued), a broker cut off from everyone or from the controller
+alone, or a
+controller failover (no controller for a while, then a new one that knows none of its
+predecessor's heartbeats). Half the faults hit the group's coordinator, so that the group
+moves often, and moves back when its broker returns.
 The broker comes back (restarted as a new incarnation, or its links healed) after a
 while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
 """
@@ -16,20 +22,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from raftka.metadata.group_placement import group_coordinator
 from raftka.metadata.image import MetadataImage
 from tests.datasim.broker import TOPIC, SimBroker
 from tests.datasim.clients import CONSUMER, IDEMPOTENT_PRODUCER, PRODUCER, Consumer, Producer
 from tests.datasim.controller import TICK_MS, SimController, topic_records
 from tests.datasim.disk import Disks, SimDisk
+from tests.datasim.group_invariants import GroupInvariants
 from tests.datasim.invariants import Invariants
 from tests.datasim.loop import SimLoop
+from tests.datasim.members import GROUP, MEMBERS, GroupMember
 from tests.datasim.network import CONTROLLER, LinkParams, Network
 from tests.simulation.scheduler import Scheduler
 
 BROKERS = (1, 2, 3)
 TOPIC_ID = uuid.UUID(int=7).bytes
-FAULTS = ("crash", "power-cut", "wipe", "isolate", "isolate-from-controller")
+FAULTS = ("crash", "power-cut", "wipe", "pause", "isolate", "isolate-from-controller", "controller-failover")
+MEMBER_FAULTS = ("member-crash", "member-leave")
 EVENTS_MAX = 2_000_000
+PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
 
 
 def topic_configs(rng: random.Random) -> dict[str, str]:
@@ -42,7 +53,7 @@ def topic_configs(rng: random.Random) -> dict[str, str]:
 
 
 def link_params(rng: random.Random) -> LinkParams:
-    nodes = [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER]
+    nodes = [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER, *MEMBERS]
     params = LinkParams(loss=rng.choice((0.0, 0.0, 0.01, 0.05)))
     for _ in range(rng.randint(0, 2)):
         a, b = rng.sample(nodes, 2)
@@ -71,7 +82,9 @@ class Cluster:
         self.network = Network(self.scheduler, self.rng, self.params)
         self.network.incarnations[CONTROLLER] = 1
         self.loop = SimLoop()
-        self.invariants = Invariants()
+        self.partitions = self.rng.choice(PARTITIONS)
+        self.invariants = Invariants(self.partitions)
+        self.group_invariants = GroupInvariants()
         self.brokers = {
             b: SimBroker(
                 b,
@@ -84,7 +97,9 @@ class Cluster:
             )
             for b in BROKERS
         }
-        self.controller = SimController(lambda: self.scheduler.now_ms, self._publish)
+        self.controller = SimController(
+            lambda: self.scheduler.now_ms, self._publish, self.group_invariants.commits_written, self.trace
+        )
         self.configs = topic_configs(self.rng)
         for broker in self.brokers.values():
             broker.controller = self.controller
@@ -97,13 +112,35 @@ class Cluster:
             self.invariants,
             self.trace,
             idempotent=False,
+            partitions=self.partitions,
         )
         self.idempotent = Producer(
-            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace, idempotent=True
+            self.brokers,
+            self.scheduler,
+            self.network,
+            self.rng,
+            self.invariants,
+            self.trace,
+            idempotent=True,
+            partitions=self.partitions,
         )
         self.consumer = Consumer(
-            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace
+            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace, self.partitions
         )
+        self.members = [
+            GroupMember(
+                node,
+                self.brokers,
+                self.scheduler,
+                self.network,
+                self.rng,
+                self.invariants,
+                self.group_invariants,
+                self.trace,
+                self.partitions,
+            )
+            for node in MEMBERS[: self.rng.choice((2, 3))]
+        ]
         self.faults: dict[str, int] = {}
         self.faulting = False  # a fault is in progress: no other starts
         self.nemesis_on = True
@@ -115,13 +152,14 @@ class Cluster:
             print(text, file=self.echo)
 
     def _publish(self, image: MetadataImage) -> None:
-        state = image.topic(TOPIC).partitions[0] if image.topic(TOPIC) else None
-        if state is not None:
+        topic = image.topic(TOPIC)
+        if topic is not None:
             fenced = sorted(b.broker_id for b in image.brokers.values() if b.fenced)
-            self.trace(
-                f"image {image.offset}: leader {state.leader} epoch {state.leader_epoch} "
-                f"isr {list(state.isr)} fenced {fenced}"
+            states = ", ".join(
+                f"{p}: leader {s.leader} epoch {s.leader_epoch} isr {list(s.isr)}"
+                for p, s in sorted(topic.partitions.items())
             )
+            self.trace(f"image {image.offset}: {states}; fenced {fenced}")
         for broker in self.brokers.values():
             self.network.send(CONTROLLER, broker.id, broker.adopt, image)
 
@@ -133,8 +171,11 @@ class Cluster:
         self.producer.start()
         self.idempotent.start()
         self.consumer.start()
+        for member in self.members:
+            member.start()
         self.scheduler.after(TICK_MS, self._controller_tick)
         self.scheduler.after(self.rng.randint(200, 600), self._nemesis)
+        self.scheduler.after(self.rng.randint(1000, 3000), self._member_nemesis)
 
     def run_until(self, time_ms: int, done: Callable[[], bool] | None = None) -> bool:
         """Run events, checking the invariants after each; True once ``done()`` holds."""
@@ -153,7 +194,10 @@ class Cluster:
         self.controller.tick()
         image = self.controller.image
         if image.topic(TOPIC) is None and all(b in image.brokers for b in BROKERS):
-            self.controller.commit(topic_records(TOPIC, TOPIC_ID, BROKERS, self.configs))
+            replicas = [
+                BROKERS[p % len(BROKERS) :] + BROKERS[: p % len(BROKERS)] for p in range(self.partitions)
+            ]
+            self.controller.commit(topic_records(TOPIC, TOPIC_ID, replicas, self.configs))
         self.scheduler.after(TICK_MS, self._controller_tick)
 
     # the nemesis ------------------------------------------------------------------------
@@ -163,7 +207,6 @@ class Cluster:
         topic = image.topic(TOPIC)
         if topic is None:
             return False
-        state = topic.partitions[0]
         for broker in self.brokers.values():
             registration = image.brokers.get(broker.id)
             process = broker.process
@@ -171,14 +214,51 @@ class Cluster:
                 return False
             if registration.incarnation_id != process.incarnation:
                 return False
-        return not self.network.cut and len(state.isr) == len(BROKERS) and state.leader >= 0
+        return (
+            not self.network.cut
+            and not self.network.paused
+            and all(
+                len(state.isr) == len(BROKERS) and state.leader >= 0 for state in topic.partitions.values()
+            )
+        )
 
     def _nemesis(self) -> None:
         if not self.nemesis_on:
             return
         if not self.faulting and self.healthy():
-            self._inject(self.rng.choice(FAULTS), self.rng.choice(BROKERS))
+            coordinator = group_coordinator(self.controller.image, GROUP)
+            target = (
+                self.rng.choice(BROKERS) if coordinator is None or self.rng.random() < 0.5 else coordinator
+            )
+            self._inject(self.rng.choice(FAULTS), target)
         self.scheduler.after(self.rng.randint(50, 400), self._nemesis)
+
+    def _member_nemesis(self) -> None:
+        """Members crash or leave and come back, at any time: a group's safety has no budget."""
+        if not self.nemesis_on:
+            return
+        member = self.rng.choice(self.members)
+        if member.up:
+            fault = self.rng.choice(MEMBER_FAULTS)
+            self.faults[fault] = self.faults.get(fault, 0) + 1
+            member.crash() if fault == "member-crash" else member.leave()
+            self.scheduler.after(self.rng.randint(50, 800), self._member_back, member)
+        self.scheduler.after(self.rng.randint(1000, 3000), self._member_nemesis)
+
+    def _member_back(self, member: GroupMember) -> None:
+        if not member.up:
+            member.start()
+
+    def group_settled(self) -> bool:
+        """Every member holds its share of the generation the controller recorded last, and
+        together they hold every partition."""
+        recorded = self.controller.image.groups.get(GROUP)
+        if recorded is None or not all(m.up and m.stable for m in self.members):
+            return False
+        held = sorted(p for m in self.members if m.generation == recorded.generation_id for p in m.assigned)
+        return held == list(range(self.partitions)) and all(
+            m.generation == recorded.generation_id for m in self.members
+        )
 
     def _inject(self, fault: str, broker_id: int) -> None:
         self.faults[fault] = self.faults.get(fault, 0) + 1
@@ -193,14 +273,30 @@ class Cluster:
             elif fault == "wipe":
                 broker.wipe()
             self.scheduler.after(lasts, self._restart, broker)
+        elif fault == "pause":
+            self.network.pause(broker_id)
+            self.scheduler.after(lasts, self._resume, broker_id)
+        elif fault == "controller-failover":
+            self.controller.fail()
+            self.network.isolate(CONTROLLER, list(BROKERS))  # no controller until one is elected
+            self.scheduler.after(lasts, self._new_controller)
         else:
             others = (
                 [CONTROLLER]
                 if fault == "isolate-from-controller"
-                else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER]
+                else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER, *MEMBERS]
             )
             self.network.isolate(broker_id, others)
             self.scheduler.after(lasts, self._heal)
+
+    def _resume(self, broker_id: int) -> None:
+        self.trace(f"b{broker_id} resumes")
+        self.network.resume(broker_id)
+        self.faulting = False
+
+    def _new_controller(self) -> None:
+        self.controller.fail_over()
+        self._heal()
 
     def _restart(self, broker: SimBroker) -> None:
         broker.start()
@@ -217,27 +313,40 @@ class Cluster:
         lines = []
         image = self.controller.image
         topic = image.topic(TOPIC)
-        if topic is not None:
-            state = topic.partitions[0]
-            lines.append(
-                f"controller image {image.offset}: leader {state.leader} epoch {state.leader_epoch} "
-                f"isr {list(state.isr)}"
-            )
-        for broker in self.brokers.values():
-            partition = broker.partition()
-            if broker.process is None:
-                lines.append(f"  b{broker.id}: down")
-            elif partition is None:
-                lines.append(f"  b{broker.id}: {broker.process.incarnation}, no partition (not serving)")
-            else:
-                log = partition.log
+        lines.append(f"controller image {image.offset}")
+        for p in range(self.partitions):
+            state = None if topic is None else topic.partitions[p]
+            if state is not None:
                 lines.append(
-                    f"  b{broker.id}: {broker.process.incarnation} {partition.role} epoch {partition.leader_epoch} "
-                    f"hw {partition.high_watermark} leo {log.log_end_offset} recovery point {log.recovery_point}"
+                    f" partition {p}: leader {state.leader} epoch {state.leader_epoch} isr {list(state.isr)}"
                 )
-        committed = self.invariants.committed
+            for broker in self.brokers.values():
+                partition = broker.partition(p)
+                if broker.process is None:
+                    lines.append(f"  b{broker.id}: down")
+                elif partition is None:
+                    lines.append(f"  b{broker.id}: {broker.process.incarnation}, no partition (not serving)")
+                else:
+                    log = partition.log
+                    lines.append(
+                        f"  b{broker.id}: {broker.process.incarnation} {partition.role} "
+                        f"epoch {partition.leader_epoch} hw {partition.high_watermark} "
+                        f"leo {log.log_end_offset} recovery point {log.recovery_point}"
+                    )
+            committed = self.invariants.partitions[p].committed
+            lines.append(
+                f"  committed (acknowledged or read): {len(committed)} records, up to offset "
+                f"{max(committed) if committed else -1}"
+            )
+        recorded = image.groups.get(GROUP)
         lines.append(
-            f"  committed (acknowledged or read): {len(committed)} records, up to offset "
-            f"{max(committed) if committed else -1}"
+            f"group {GROUP}: generation {recorded.generation_id if recorded else None} recorded, "
+            f"coordinator b{group_coordinator(image, GROUP)}, committed "
+            f"{ {p: o.offset for (_, p), o in sorted(image.offsets.get(GROUP, {}).items())} }"
         )
+        for m in self.members:
+            lines.append(
+                f"  {m.name}: {'up' if m.up else 'down'} {m.member_id[:12]} generation {m.generation} "
+                f"{'stable ' if m.stable else ''}assigned {m.assigned} positions {m.positions}"
+            )
         return "\n".join(lines)

@@ -1,10 +1,14 @@
 """The active controller, as the brokers see it: requests planned by the controller's own
 handlers (``raftka.metadata.broker_ops``: registration, heartbeats, fencing, AlterPartition,
-elections) on its image and replayed at once, as if committed, and every new image sent
-to every broker over the simulated network, as the metadata log would bring it.
+elections; ``group_ops``: the group coordinators' rebalance records and offset commits,
+fenced by coordinator, broker epoch and generation) on its image and replayed at once, as
+if committed, and every new image sent to every broker over the simulated network, as the
+metadata log would bring it.
 
-The quorum itself is not simulated here (``tests.simulation`` does that): this controller
-never fails, and a broker cut off from it simply hears nothing. Its session bookkeeping
+The quorum itself is not simulated here (``tests.simulation`` does that): a failover is a
+time with no controller (every request and answer lost) and then a new one on the same
+committed image whose sessions all start afresh (``fail_over``); a broker cut off from it
+simply hears nothing. Its session bookkeeping
 is the real one (``raftka.metadata.sessions``), as are the restart rule (a new incarnation
 before the old session ended fences the old one first) and the fencing in steps.
 """
@@ -14,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops
+from raftka.metadata import broker_ops, group_ops, offset_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.plan import MetadataRecord, Plan
@@ -27,22 +31,23 @@ RECORDS_MAX = 100
 
 
 def topic_records(
-    name: str, topic_id: bytes, replicas: tuple[int, ...], configs: dict[str, str]
+    name: str, topic_id: bytes, replicas: list[tuple[int, ...]], configs: dict[str, str]
 ) -> list[MetadataRecord]:
-    """A topic with one partition led by the first replica, every replica in sync."""
-    records = [
-        MetadataRecord(topic=metadata_pb2.TopicRecord(name=name, topic_id=topic_id)),
+    """A topic whose partition ``p`` has ``replicas[p]``, led by the first, every replica in sync."""
+    records = [MetadataRecord(topic=metadata_pb2.TopicRecord(name=name, topic_id=topic_id))]
+    records += [
         MetadataRecord(
             partition=metadata_pb2.PartitionRecord(
-                partition_id=0,
+                partition_id=p,
                 topic_id=topic_id,
-                replicas=replicas,
-                isr=replicas,
-                leader=replicas[0],
+                replicas=r,
+                isr=r,
+                leader=r[0],
                 leader_epoch=0,
                 partition_epoch=0,
             )
-        ),
+        )
+        for p, r in enumerate(replicas)
     ]
     records += [
         MetadataRecord(
@@ -54,12 +59,28 @@ def topic_records(
 
 
 class SimController:
-    def __init__(self, clock: Callable[[], int], publish: Callable[[MetadataImage], None]) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        publish: Callable[[MetadataImage], None],
+        commits_written: Callable[
+            [
+                MetadataImage,
+                controller_pb2.CommitGroupOffsetsRequest,
+                controller_pb2.CommitGroupOffsetsResponse,
+            ],
+            None,
+        ],
+        trace: Callable[[str], None],
+    ) -> None:
         self._clock = clock
         self._publish = publish
+        self._commits_written = commits_written  # told what each batch of group commits wrote
+        self._trace = trace
         self.image = MetadataImage()
         self.sessions = BrokerSessions(SESSION_TIMEOUT_MS)
         self.history: list[MetadataImage] = []  # every image, for the report
+        self.active = True
 
     def commit(self, records: list[MetadataRecord]) -> None:
         if not records:
@@ -105,9 +126,48 @@ class SimController:
     ) -> controller_pb2.AlterPartitionResponse:
         return self._plan(broker_ops.alter_partition(self.image, request))
 
+    # consumer groups (from their coordinators) and offsets ----------------------------------
+
+    def record_rebalance(
+        self, request: controller_pb2.RecordGroupRebalanceRequest
+    ) -> controller_pb2.RecordGroupRebalanceResponse:
+        plan = group_ops.record_rebalance(self.image, request, self._clock())
+        if plan.records:
+            rebalance = request.rebalance
+            self._trace(
+                f"controller: group {rebalance.group} generation {rebalance.generation_id} recorded "
+                f"from b{request.broker_id} ({len(rebalance.members)} members)"
+            )
+        return self._plan(plan)
+
+    def commit_group_offsets(
+        self, request: controller_pb2.CommitGroupOffsetsRequest
+    ) -> controller_pb2.CommitGroupOffsetsResponse:
+        plan = group_ops.commit_batch(self.image, request, self._clock())
+        self._commits_written(self.image, request, plan.response)
+        return self._plan(plan)
+
+    def fetch_offsets(self, request: controller_pb2.OffsetFetchRequest) -> controller_pb2.OffsetFetchResponse:
+        return offset_ops.fetch(self.image, request)
+
     # sessions ---------------------------------------------------------------------------
 
+    def fail_over(self) -> None:
+        """A new active controller takes over the committed image: it knows none of its
+        predecessor's heartbeats, so every broker gets a full session from now, as
+        ``QuorumController._claim`` does. (An uncommitted write of the old one is a
+        request or answer the network lost.)"""
+        self.sessions.reset(self.image.brokers, self._clock())
+        self.active = True
+        self._trace("controller: a new controller is active")
+
+    def fail(self) -> None:
+        """The active controller is gone; until ``fail_over``, no one fences anyone."""
+        self.active = False
+
     def tick(self) -> None:
+        if not self.active:
+            return
         for broker_id in self.sessions.expired(self._clock()):
             self._fence(broker_id)
             self.sessions.forget(broker_id)

@@ -1,6 +1,8 @@
 """What must hold while the faults stay within what RF 3 / min ISR 2 promise
 (the budget: ``tests.datasim`` module docstring), checked after every event.
 
+Each holds for every partition of the topic on its own (``PartitionChecks``):
+
 - An acknowledged record is never lost: the partition's leader (the broker the latest
   image names, once it serves at that image's leader epoch) holds every acknowledged
   offset, with the value acknowledged there.
@@ -78,40 +80,30 @@ class LogMirror:
             )
 
 
-class Invariants:
-    def __init__(self) -> None:
+class PartitionChecks:
+    """The checks of one partition: what the clients saw there, and its replicas' mirrors."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
         self.committed: dict[int, bytes] = {}  # acknowledged or read: offset -> value
-        self.acked = 0
-        self.read = 0
         self._mirrors: dict[int, LogMirror] = {}
         self._leader_checked: tuple[int, int] = (0, 0)  # (mirror version, committed offsets checked)
         self._committed_order: list[int] = []  # committed offsets, in the order they came
         self._agreed: dict[tuple[int, int], int] = {}  # (mirror versions) -> agreed below
+        self._checked: tuple = ()  # type: ignore[type-arg]  # what the last check saw (``_seen``)
 
-    # what the clients saw ---------------------------------------------------------------
-
-    def acknowledged(self, offset: int, value: bytes) -> None:
-        self.acked += 1
-        self._commit(offset, value, "acknowledged")
-
-    def consumed(self, offset: int, value: bytes) -> None:
-        self.read += 1
-        self._commit(offset, value, "read by the consumer")
-
-    def _commit(self, offset: int, value: bytes, how: str) -> None:
+    def commit(self, offset: int, value: bytes, how: str) -> None:
         before = self.committed.setdefault(offset, value)
         if before != value:
             raise InvariantViolation(
-                f"offset {offset} {how} as {value!r}, but {before!r} was acknowledged or read there before: "
-                f"the record {before!r} was lost"
+                f"partition {self.partition} offset {offset} {how} as {value!r}, but {before!r} was "
+                f"acknowledged or read there before: the record {before!r} was lost"
             )
         if len(self._committed_order) < len(self.committed):
             self._committed_order.append(offset)
 
-    # the cluster ------------------------------------------------------------------------
-
     def mirror(self, broker: SimBroker) -> LogMirror | None:
-        partition = broker.partition()
+        partition = broker.partition(self.partition)
         if partition is None:
             self._mirrors.pop(broker.id, None)
             return None
@@ -122,14 +114,44 @@ class Invariants:
         return mirror
 
     def check(self, brokers: dict[int, SimBroker], image: MetadataImage) -> None:
+        seen = self._seen(brokers, image)
+        if seen == self._checked:
+            return  # nothing the checks read has moved since they last passed
         mirrors = {b.id: m for b in brokers.values() if (m := self.mirror(b)) is not None}
-        leader = serving_leader(brokers, image)
+        leader = serving_leader(brokers, image, self.partition)
         if leader is not None:
             self._leader_holds_committed(leader.local_id, mirrors[leader.local_id])
         agreeing = [m for _, m in sorted(mirrors.items())]
         for i, a in enumerate(agreeing):
             for b in agreeing[i + 1 :]:
                 self._agree(a, b)
+        self._checked = seen
+
+    def _seen(self, brokers: dict[int, SimBroker], image: MetadataImage) -> tuple:  # type: ignore[type-arg]
+        """Everything ``check`` reads: the replicas (which objects, their log's generation,
+        start and end, high watermark, role and leader epoch), the image's leader, and how
+        many offsets are committed."""
+        topic = image.topic(TOPIC)
+        state = None if topic is None else topic.partitions.get(self.partition)
+        replicas = []
+        for broker in brokers.values():
+            p = broker.partition(self.partition)
+            replicas.append(
+                None
+                if p is None
+                else (
+                    p,  # the object itself, so that no new replica can be taken for it
+                    p.log,
+                    p.log._generation,
+                    p.log.log_start_offset,
+                    p.log.log_end_offset,
+                    p.high_watermark,
+                    p.role,
+                    p.leader_epoch,
+                )
+            )
+        leader = None if state is None else (state.leader, state.leader_epoch)
+        return (leader, len(self._committed_order), *replicas)
 
     def _leader_holds_committed(self, broker_id: int, mirror: LogMirror) -> None:
         version, checked = self._leader_checked
@@ -143,8 +165,8 @@ class Invariants:
         value = self.committed[offset]
         if values.get(offset) != value:
             raise InvariantViolation(
-                f"b{broker_id} holds {values.get(offset)!r} at offset {offset}, where {value!r} "
-                "was acknowledged or read"
+                f"b{broker_id} holds {values.get(offset)!r} at partition {self.partition} offset {offset}, "
+                f"where {value!r} was acknowledged or read"
             )
 
     def _agree(self, a: LogMirror, b: LogMirror) -> None:
@@ -154,8 +176,8 @@ class Invariants:
             if a.values.get(offset) != b.values.get(offset):
                 raise InvariantViolation(
                     f"b{a.partition.local_id} (hw {a.partition.high_watermark}) and b{b.partition.local_id} "
-                    f"(hw {b.partition.high_watermark}) differ at offset {offset}: {a.values.get(offset)!r} "
-                    f"vs {b.values.get(offset)!r}"
+                    f"(hw {b.partition.high_watermark}) differ at partition {self.partition} offset {offset}: "
+                    f"{a.values.get(offset)!r} vs {b.values.get(offset)!r}"
                 )
         self._agreed[key] = max(self._agreed.get(key, 0), below)
 
@@ -163,18 +185,49 @@ class Invariants:
         for broker in brokers.values():
             mirror = self.mirror(broker)
             if mirror is None:
-                raise InvariantViolation(f"b{broker.id} serves no replica after healing")
+                raise InvariantViolation(
+                    f"b{broker.id} serves no replica of partition {self.partition} after healing"
+                )
             for offset in self.committed:
                 self._holds(broker.id, mirror.values, offset)
 
 
-def serving_leader(brokers: dict[int, SimBroker], image: MetadataImage) -> Partition | None:
-    """The leader the image names, if it has taken that leadership (at that leader epoch)."""
+class Invariants:
+    def __init__(self, partitions: int) -> None:
+        self.partitions = [PartitionChecks(p) for p in range(partitions)]
+        self.acked = 0
+        self.read = 0
+
+    # what the clients saw ---------------------------------------------------------------
+
+    def acknowledged(self, partition: int, offset: int, value: bytes) -> None:
+        self.acked += 1
+        self.partitions[partition].commit(offset, value, "acknowledged")
+
+    def consumed(self, partition: int, offset: int, value: bytes) -> None:
+        self.read += 1
+        self.partitions[partition].commit(offset, value, "read by a consumer")
+
+    # the cluster ------------------------------------------------------------------------
+
+    def check(self, brokers: dict[int, SimBroker], image: MetadataImage) -> None:
+        for checks in self.partitions:
+            checks.check(brokers, image)
+
+    def every_replica_holds_committed(self, brokers: dict[int, SimBroker]) -> None:
+        for checks in self.partitions:
+            checks.every_replica_holds_committed(brokers)
+
+
+def serving_leader(
+    brokers: dict[int, SimBroker], image: MetadataImage, partition_id: int
+) -> Partition | None:
+    """The partition's leader the image names, if it has taken that leadership (at that leader epoch)."""
     topic = image.topic(TOPIC)
-    state = None if topic is None else topic.partitions.get(0)
+    state = None if topic is None else topic.partitions.get(partition_id)
     if state is None or state.leader < 0:
         return None
-    partition = brokers[state.leader].partition()
+    partition = brokers[state.leader].partition(partition_id)
     if partition is None or not partition.is_leader or partition.leader_epoch != state.leader_epoch:
         return None
     return partition

@@ -1,4 +1,4 @@
-"""Deliberately broken brokers: the simulation must catch each within a few seeds.
+"""Deliberately broken brokers and controllers: the simulation must catch each within a few seeds.
 
 If one survives, the invariants or the fault model have a blind spot, and a real bug of
 that kind would hide there too.
@@ -7,13 +7,16 @@ that kind would hide there too.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from typing import Any
 from unittest import mock
 
 from raftka.broker.log.producer_state import ProducerState
 from raftka.broker.replica.partition import Partition
-from raftka.metadata import broker_ops
+from raftka.metadata import broker_ops, delta, group_ops
+from raftka.metadata.image import MetadataImage
 
 
 @contextlib.contextmanager
@@ -57,10 +60,51 @@ def idempotence_off() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def group_coordinator_unfenced() -> Iterator[None]:
+    """The controller takes a group's rebalances and commits from any broker, not only from
+    the group's coordinator at its current registration: a coordinator the group has moved
+    away from goes on writing for it."""
+    with mock.patch.object(group_ops, "check_coordinator", lambda *args: None):
+        yield
+
+
+@contextlib.contextmanager
+def commit_generation_unfenced() -> Iterator[None]:
+    """The controller takes a member's commit from any generation: a member of a generation
+    that has been replaced commits over the new owner of its partitions."""
+    with mock.patch.object(group_ops, "_check_generation", lambda *args: None):
+        yield
+
+
+@contextlib.contextmanager
+def rebalance_generation_unfenced() -> Iterator[None]:
+    """The controller records a rebalance whatever generation was recorded before (and the
+    replay overwrites it): a coordinator whose image lags hands out a generation again."""
+    record_rebalance = group_ops.record_rebalance
+    replay = delta._REPLAY["group_rebalance"]
+
+    def unfenced_record(image: MetadataImage, *args: Any) -> Any:
+        return record_rebalance(dataclasses.replace(image, groups={}), *args)
+
+    def overwrite(replaying: delta.MetadataDelta, record: Any) -> None:
+        replaying._groups.edit().pop(record.group, None)
+        replay(replaying, record)
+
+    with (
+        mock.patch.object(group_ops, "record_rebalance", unfenced_record),
+        mock.patch.dict(delta._REPLAY, {"group_rebalance": overwrite}),
+    ):
+        yield
+
+
 MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "": contextlib.nullcontext,
     "serve-unregistered": serve_unregistered,
     "hw-ignores-followers": hw_ignores_followers,
     "idempotence-off": idempotence_off,
     "restart-keeps-roles": restart_keeps_roles,
+    "group-coordinator-unfenced": group_coordinator_unfenced,
+    "commit-generation-unfenced": commit_generation_unfenced,
+    "rebalance-generation-unfenced": rebalance_generation_unfenced,
 }

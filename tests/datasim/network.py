@@ -3,7 +3,8 @@
 Each message takes its own random delay (so messages reorder), a slow link adds to it, a
 lossy link drops some, a cut link drops all. A message is a callback run at its
 destination; it is dropped if the destination is down, or is no longer the process it was
-sent to (a reply to a broker that has restarted since it asked).
+sent to (a reply to a broker that has restarted since it asked). A paused process neither
+sends nor handles anything; on resuming it does both with all that waited.
 """
 
 from __future__ import annotations
@@ -34,10 +35,15 @@ class Network:
         self.params = params
         self.cut: set[frozenset[int]] = set()
         self.incarnations: dict[int, int] = {}  # node -> the process now up (absent: down)
+        self.paused: dict[int, list[tuple[Callable[..., None], tuple]]] = {}  # node -> sends held
         self.sent = self.dropped = 0
 
     def send(self, src: int, dst: int, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn(*args)`` at ``dst`` later, if the link and ``dst`` let it through."""
+        held = self.paused.get(src)
+        if held is not None:  # a paused process sends nothing until it resumes
+            held.append((self.send, (src, dst, fn, *args)))
+            return
         self.sent += 1
         link = frozenset((src, dst))
         loss = max(self.params.loss, self.params.lossy.get(link, 0.0))
@@ -54,7 +60,20 @@ class Network:
         if incarnation is None or self.incarnations.get(dst) != incarnation:
             self.dropped += 1
             return
+        held = self.paused.get(dst)
+        if held is not None:  # it waits in the paused process's socket buffers
+            held.append((self._arrive, (dst, incarnation, fn, args)))
+            return
         fn(*args)
+
+    def pause(self, node: int) -> None:
+        """The process stops (a long GC pause, SIGSTOP): what it is sent waits, it sends nothing."""
+        self.paused[node] = []
+
+    def resume(self, node: int) -> None:
+        """What waited is handled, in order, as if all of it came at once."""
+        for fn, args in self.paused.pop(node, []):
+            self.scheduler.after(0, fn, *args)
 
     def isolate(self, node: int, others: list[int]) -> None:
         for other in others:

@@ -20,6 +20,7 @@ from typing import TextIO
 
 import structlog
 
+from tests.datasim.broker import sim_time_writes
 from tests.datasim.cluster import Cluster
 from tests.datasim.disk import Disks
 from tests.datasim.mutants import MUTANTS
@@ -53,6 +54,8 @@ class SeedResult:
     events: int = 0
     wall_s: float = 0.0
     acked: int = 0
+    generations: int = 0  # of the group, assigned to its members
+    commits: int = 0  # the group members' commits written
     faults: dict[str, int] = field(default_factory=dict)
     report: str = ""
     reason: str = ""
@@ -72,6 +75,7 @@ def run_seed(seed: int, options: Options | None = None, echo: TextIO | None = No
         tempfile.TemporaryDirectory(prefix=f"datasim-{seed}-", dir=_RAM) as root,
         Disks().installed() as disks,
         _quiet(),
+        sim_time_writes(),
         MUTANTS[options.mutant](),
     ):
         cluster = Cluster(seed, Path(root), disks, options.trace_lines, echo)
@@ -88,6 +92,8 @@ def run_seed(seed: int, options: Options | None = None, echo: TextIO | None = No
             cluster.loop.close(tasks)
     result.events = cluster.scheduler.events_run
     result.acked = cluster.invariants.acked
+    result.generations = len(cluster.group_invariants.owners)
+    result.commits = cluster.group_invariants.commits
     result.faults = dict(cluster.faults)
     result.wall_s = time.perf_counter() - wall_start
     return result
@@ -109,9 +115,16 @@ def _run_phases(cluster: Cluster, options: Options) -> None:
         raise LivenessFailure(
             f"no new acknowledged record within {options.heal_ms} ms of healing at {healed_at}"
         )
+    for member in cluster.members:
+        if not member.up:
+            member.start()
     cluster.producer.running = cluster.idempotent.running = False
     if not cluster.run_until(healed_at + 2 * options.heal_ms, lambda: _in_agreement(cluster)):
         raise LivenessFailure(f"the replicas did not agree within {2 * options.heal_ms} ms of healing")
+    if not cluster.run_until(healed_at + 3 * options.heal_ms, cluster.group_settled):
+        raise LivenessFailure(
+            f"the group's members did not settle in one generation within {3 * options.heal_ms} ms of healing"
+        )
     cluster.invariants.check(cluster.brokers, cluster.controller.image)
     cluster.invariants.every_replica_holds_committed(cluster.brokers)
 
@@ -120,11 +133,14 @@ def _in_agreement(cluster: Cluster) -> bool:
     """Every replica serves, holds the leader's log end, and the high watermark is there."""
     if cluster.producer.in_flight or cluster.idempotent.in_flight or not cluster.healthy():
         return False
-    partitions = [b.partition() for b in cluster.brokers.values()]
-    if any(p is None for p in partitions):
-        return False
-    ends = {(p.log.log_end_offset, p.high_watermark) for p in partitions}  # type: ignore[union-attr]
-    return len(ends) == 1 and len(set(ends.pop())) == 1
+    for partition_id in range(cluster.partitions):
+        partitions = [b.partition(partition_id) for b in cluster.brokers.values()]
+        if any(p is None for p in partitions):
+            return False
+        ends = {(p.log.log_end_offset, p.high_watermark) for p in partitions}  # type: ignore[union-attr]
+        if len(ends) != 1 or len(set(ends.pop())) != 1:
+            return False
+    return True
 
 
 class _quiet:
@@ -167,11 +183,13 @@ def run_seeds(seeds: list[int], options: Options, jobs: int = 1) -> Iterator[See
 def main_many(seeds: list[int], options: Options, jobs: int, out: TextIO = sys.stdout) -> int:
     wall_start = time.perf_counter()
     failures: list[SeedResult] = []
-    events = acked = 0
+    events = acked = generations = commits = 0
     faults: dict[str, int] = {}
     for result in run_seeds(seeds, options, jobs):
         events += result.events
         acked += result.acked
+        generations += result.generations
+        commits += result.commits
         for name, count in result.faults.items():
             faults[name] = faults.get(name, 0) + count
         if not result.ok:
@@ -187,7 +205,8 @@ def main_many(seeds: list[int], options: Options, jobs: int, out: TextIO = sys.s
     failed = ", ".join(str(r.seed) for r in failures[:20]) or "none"
     print(
         f"seeds run: {len(seeds)}  failures: {len(failures)} ({failed})\n"
-        f"events: {events}  acknowledged records: {acked}  faults: {faults}  wall {wall:.1f}s",
+        f"events: {events}  acknowledged records: {acked}  group generations: {generations}  "
+        f"group commits: {commits}  faults: {faults}  wall {wall:.1f}s",
         file=out,
     )
     return 1 if failures else 0

@@ -808,6 +808,34 @@ def test_a_follower_truncation_checkpoints_its_lowered_recovery_point(tmp_path: 
     run(body())
 
 
+def test_a_restarted_replica_takes_its_checkpointed_high_watermark_only_up_to_its_recovery_point(
+    tmp_path: Path,
+) -> None:
+    """Seed 282 of the data-plane simulation found it: a follower's log below a high
+    watermark it checkpointed is not known to be on disk past the recovery point (a power
+    cut may have brought back a tail an unflushed truncation had cut), so a restart trusts
+    the checkpoint only that far; the leader's fetch answers raise it again."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        await cluster.nodes[1].replicas.produce(produce_request([b"a", b"b", b"c"], acks=1))
+        await cluster.catch_up(2, 3)
+        follower = cluster.nodes[2]
+        follower.logs.write_high_watermarks(follower.replicas.high_watermarks())
+        follower.logs.checkpoint_recovery_points()
+        assert follower.partition.high_watermark == 3 and follower.partition.log.recovery_point == 0
+
+        restarted = Node(
+            2, tmp_path, cluster.clock, "restarted", high_watermarks=follower.logs.read_high_watermarks()
+        )
+        cluster.incarnations[2] = "restarted"
+        restarted.adopt(cluster.image())
+        assert restarted.partition.log.log_end_offset == 3
+        assert restarted.partition.high_watermark == 0
+
+    run(body())
+
+
 async def until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
