@@ -33,10 +33,11 @@ OVER_BOUND_LOG_INTERVAL_S = 60.0
 
 class OfflineReport:
     """The heartbeat's list, from ``offline``: the (topic id, partition) of every partition
-    offline on this broker."""
+    offline on this broker (or, ``what``, wiped: ``raftka.broker.wiped_replicas``)."""
 
-    def __init__(self, offline: Callable[[], Iterable[tuple[bytes, int]]]) -> None:
+    def __init__(self, offline: Callable[[], Iterable[tuple[bytes, int]]], what: str = "offline") -> None:
         self._offline = offline
+        self._what = what
         self._over_bound = RateLimitedLog(log, OVER_BOUND_LOG_INTERVAL_S)
 
     def __call__(self) -> list[controller_pb2.OfflineTopicReplicas]:
@@ -44,8 +45,8 @@ class OfflineReport:
         if len(listed) > OFFLINE_REPLICAS_MAX:
             self._over_bound.log(
                 logging.WARNING,
-                "more partitions offline than a heartbeat may report; the rest stay unreported",
-                offline=len(listed),
+                f"more partitions {self._what} than a heartbeat may report; the rest stay unreported",
+                listed=len(listed),
                 reported=OFFLINE_REPLICAS_MAX,
             )
             listed = listed[:OFFLINE_REPLICAS_MAX]

@@ -89,17 +89,19 @@ def restart_kind(
     """KIP-966 tells a clean shutdown from the rest by its marker; KIP-858's directory id
     tells a crash (SIGKILL, power cut: the directory is there, intact up to its last
     flush) from a wiped or replaced directory, whose broker may not be elected for what
-    it held. A directory id missing on either side proves nothing: replaced, as before
-    directory ids. A retry of the same incarnation is not a restart: it stays what it was."""
+    it held. Without a directory id registered last time (an older version), only a
+    clean shutdown proves anything, as before directory ids. A retry of the same
+    incarnation is not a restart: it stays what it was."""
     if existing is None:
         return Restart.CLEAN
     if existing.incarnation_id == request.incarnation_id:
         return Restart.CRASHED if existing.crashed else Restart.CLEAN
     clean = request.HasField("previous_broker_epoch") and request.previous_broker_epoch == existing.epoch
-    same_directory = request.log_dir_id == existing.log_dir_id
-    if clean and same_directory:
-        return Restart.CLEAN
-    return Restart.CRASHED if same_directory and existing.log_dir_id else Restart.REPLACED
+    if not existing.log_dir_id:  # registered without a directory id: the marker alone tells
+        return Restart.CLEAN if clean else Restart.REPLACED
+    if request.log_dir_id != existing.log_dir_id:
+        return Restart.REPLACED
+    return Restart.CLEAN if clean else Restart.CRASHED
 
 
 def restarted(

@@ -189,7 +189,14 @@ class MetadataDelta:
             )
         endpoints = tuple(Endpoint(e.name, e.host, e.port) for e in r.endpoints)
         self._brokers.edit()[r.broker_id] = BrokerRegistration(
-            r.broker_id, r.incarnation_id, r.broker_epoch, endpoints, r.rack, r.fenced, r.log_dir_id, r.crashed
+            r.broker_id,
+            r.incarnation_id,
+            r.broker_epoch,
+            endpoints,
+            r.rack,
+            r.fenced,
+            r.log_dir_id,
+            r.crashed,
         )
 
     def _registered(self, kind: str, broker_id: int, epoch: int) -> BrokerRegistration:

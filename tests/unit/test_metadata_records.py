@@ -78,6 +78,8 @@ def test_json_keeps_every_field_with_numbers_as_numbers() -> None:
         "endpoints": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9092}],
         "rack": "r1",
         "fenced": True,
+        "log_dir_id": records.topic_id_str(m.log_dir_id(101)),  # a Uuid too, as Kafka prints directory ids
+        "crashed": False,
     }
     assert records.to_json(EVERY_TYPE["NO_OP_RECORD"]) == {}
     assert records.to_json(EVERY_TYPE["REMOVE_GROUP_OFFSETS_RECORD"]) == {"group": "g"}
