@@ -24,7 +24,13 @@ def log_dir_id(broker_id: int) -> bytes:
 
 
 def register(
-    broker_id: int, epoch: int, *, fenced: bool = True, rack: str = "", port: int = 9092, crashed: bool = False
+    broker_id: int,
+    epoch: int,
+    *,
+    fenced: bool = True,
+    rack: str = "",
+    port: int = 9092,
+    crashed: bool = False,
 ) -> Record:
     endpoint = pb.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=port)
     return Record(
