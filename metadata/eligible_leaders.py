@@ -15,13 +15,14 @@ The rules, as Kafka's:
   known ELR are empty.
 - Below it, the ELR is (the current ISR and ELR) minus the target ISR minus replicas whose
   data is gone (``unclean``: registered with another log directory than before, a wiped
-  or new disk, or reporting the partition's folder wiped). The last known ELR keeps the
-  ones that were eligible and no longer are, for an operator.
+  or new disk, or reporting the partition's folder wiped), the last to leave the ISR
+  first: the last ISR member, the last leader as a rule, holds the longest log. The last
+  known ELR keeps the ones that were eligible and no longer are, for an operator.
 - The ISR may be empty: the ELR then holds the partition's data.
 - Election, when the current leader may no longer lead: the first replica, in replica
   order, that is in the target ISR and acceptable (unfenced); when the target ISR is empty,
-  the first such ELR member, which becomes the ISR alone, preferring one that did not
-  crash (``crashed``: registered after a crash with its log directory intact, so holding
+  the first such ELR member (the last to leave the ISR), which becomes the ISR alone,
+  preferring one that did not crash (``crashed``: registered after a crash with its log directory intact, so holding
   what it held up to its last flush, KIP-858's directory id telling it from a wiped one).
   Else no leader: the partition waits for an eligible replica. A replica whose data is
   gone is never elected cleanly.
@@ -121,7 +122,8 @@ def change(
         last_known: tuple[int, ...] = ()
     else:
         candidates = set(state.elr) | set(state.isr)
-        elr = tuple(b for b in order if b in candidates and b not in isr and b not in unclean)
+        leaving = (b for b in order if b in state.isr)  # before those that left earlier
+        elr = tuple(b for b in (*leaving, *state.elr) if b not in isr and b not in unclean)
         known = candidates | set(state.last_known_elr)
         last_known = tuple(b for b in order if b in known and b not in isr and b not in elr)
     leader = _elect(state, isr, elr, acceptable, crashed)
@@ -153,9 +155,10 @@ def _elect(
     eligible = isr or elr
     if state.leader in eligible and acceptable(state.leader):
         return state.leader
-    candidates = [b for b in state.replicas if b in eligible and acceptable(b)]
-    if not isr:
-        candidates.sort(key=lambda b: b in crashed)  # stable: replica order within each kind
+    if isr:
+        candidates = [b for b in state.replicas if b in isr and acceptable(b)]
+    else:  # the last to leave the ISR first, those that crashed after any that did not
+        candidates = sorted((b for b in elr if acceptable(b)), key=lambda b: b in crashed)
     chosen = candidates[0] if candidates else NO_LEADER
     if chosen == NO_LEADER and not (state.isr or state.elr or state.last_known_elr):
         chosen = next((b for b in state.replicas if acceptable(b)), NO_LEADER)  # the exception above

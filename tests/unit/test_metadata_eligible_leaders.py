@@ -256,27 +256,54 @@ def test_a_replica_reporting_the_partition_folder_wiped_is_not_elected_while_one
     run(body)
 
 
-def test_an_elr_member_that_did_not_crash_is_elected_before_one_that_did() -> None:
-    """Both are back and unfenced, still out of the ISR, when the leader goes: the one that
-    crashed may lack its unflushed tail, so the other leads, whatever the replica order."""
+async def two_elr_members_back(
+    c: QuorumController, member: Member, left_last: str, crashed: str
+) -> tuple[int, int, int, dict[int, int]]:
+    """min.insync.replicas 3: the followers ``first`` and ``second`` (in replica order) leave
+    the ISR, ``left_last`` last, and restart (``crashed`` without a marker, the other
+    cleanly); both unfenced, out of the ISR, in the ELR. The leader, its epochs."""
+    epochs = await live_brokers(c)
+    await create(c, "t", 1, 3, **{"min.insync.replicas": "3"})
+    leader, first, second = await _roles(c)
+    named = {"first": first, "second": second}
+    last = named[left_last]
+    for broker_id in (next(b for b in (first, second) if b != last), last):
+        await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+    assert state_of(member).elr[0] == last, "the last to leave the ISR comes first"
+    for name, broker_id in named.items():
+        await restart(c, broker_id, f"{name}-again", None if name == crashed else epochs[broker_id])
+    return leader, first, second, epochs
+
+
+def test_the_elr_member_that_left_the_isr_last_is_elected_first() -> None:
+    """It was in the ISR longest, the last leader as a rule: its log is the longest."""
 
     async def body() -> None:
         quorum, member = await single()
         c = member.controller
-        epochs = await live_brokers(c)
-        await create(c, "t", 1, 3, **{"min.insync.replicas": "3"})
-        leader, first, second = await _roles(c)  # first precedes second in replica order
-        for broker_id in (first, second):
-            await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
-        assert state_of(member).elr == (first, second)
-        await restart(c, first, "first-killed", previous_epoch=None)
-        await restart(c, second, "second-stopped", previous_epoch=epochs[second])
-        assert member.image.brokers[first].crashed and not member.image.brokers[second].crashed
-
+        leader, first, second, epochs = await two_elr_members_back(c, member, left_last="second", crashed="")
         await heartbeat(c, leader, epochs[leader], want_fence=True)
         after = state_of(member)
-        assert (after.leader, after.isr) == (second, (second,)), after
-        assert first in after.elr, "a crash with the directory intact keeps it eligible"
+        assert (after.leader, after.isr, after.elr) == (second, (second,), (leader, first)), after
+        await quorum.close()
+
+    run(body)
+
+
+def test_an_elr_member_that_did_not_crash_is_elected_before_one_that_did() -> None:
+    """The one that crashed left the ISR last, but may lack its unflushed tail: the other
+    leads, and the crashed one stays eligible."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        leader, first, second, epochs = await two_elr_members_back(
+            c, member, left_last="first", crashed="first"
+        )
+        assert member.image.brokers[first].crashed and not member.image.brokers[second].crashed
+        await heartbeat(c, leader, epochs[leader], want_fence=True)
+        after = state_of(member)
+        assert (after.leader, after.isr, after.elr) == (second, (second,), (leader, first)), after
         await quorum.close()
 
     run(body)
