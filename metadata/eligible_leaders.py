@@ -20,12 +20,16 @@ The rules, as Kafka's:
   known ELR keeps the ones that were eligible and no longer are, for an operator.
 - The ISR may be empty: the ELR then holds the partition's data.
 - Election, when the current leader may no longer lead: the first replica, in replica
-  order, that is in the target ISR and acceptable (unfenced); when the target ISR is empty,
-  the first such ELR member (the last to leave the ISR), which becomes the ISR alone,
-  preferring one that did not crash (``crashed``: registered after a crash with its log directory intact, so holding
-  what it held up to its last flush, KIP-858's directory id telling it from a wiped one).
-  Else no leader: the partition waits for an eligible replica. A replica whose data is
-  gone is never elected cleanly.
+  order, that is in the target ISR and acceptable (unfenced). When the target ISR is
+  empty, from the ELR, which becomes the ISR alone: the first acceptable member that did
+  not crash, else the first member (the last ISR member) even if it crashed. ``crashed``:
+  registered after a crash with its log directory intact (KIP-858's directory id tells
+  it from a wiped one), so holding what it held up to its last flush; the last ISR member
+  is the one whose log is the longest, and the one Kafka elects as its last known leader,
+  so a whole cluster killed at once comes back without an operator. Another member that
+  crashed may lack the unflushed tail the last ISR member holds: it is not elected. Else
+  no leader: the partition waits for an eligible replica. A replica whose data is gone is
+  never elected cleanly.
 - Unclean election, only with the topic's ``unclean.leader.election.enable`` (Kafka's,
   false by default): with no eligible replica, the first acceptable last known ELR member,
   else the first acceptable replica, leads alone; the ELR and last known ELR are emptied.
@@ -114,7 +118,7 @@ def change(
     """The PartitionChangeRecord taking ``state`` to the target ``isr`` (None if nothing
     changes). ``acceptable``: may this broker lead (unfenced, not the one leaving);
     ``unclean``: brokers whose data is gone, out of the ISR and the ELR; ``crashed``:
-    brokers elected from the ELR only when no other is acceptable."""
+    brokers elected from the ELR only as its first member, when no other is acceptable."""
     order = state.replicas
     isr = tuple(b for b in isr if b not in unclean)
     if len(isr) >= policy.min_isr:
@@ -157,8 +161,9 @@ def _elect(
         return state.leader
     if isr:
         candidates = [b for b in state.replicas if b in isr and acceptable(b)]
-    else:  # the last to leave the ISR first, those that crashed after any that did not
-        candidates = sorted((b for b in elr if acceptable(b)), key=lambda b: b in crashed)
+    else:  # any that did not crash, the last to leave the ISR first; else that last one
+        candidates = [b for b in elr if acceptable(b) and b not in crashed]
+        candidates += [b for b in elr[:1] if acceptable(b)]
     chosen = candidates[0] if candidates else NO_LEADER
     if chosen == NO_LEADER and not (state.isr or state.elr or state.last_known_elr):
         chosen = next((b for b in state.replicas if acceptable(b)), NO_LEADER)  # the exception above

@@ -256,6 +256,30 @@ def test_a_replica_reporting_the_partition_folder_wiped_is_not_elected_while_one
     run(body)
 
 
+def test_of_elr_members_that_crashed_only_the_last_isr_member_is_elected() -> None:
+    """y leaves the ISR (a power cut, say: its unflushed tail is gone), then the leader,
+    the last ISR member, is killed. y comes back first: it may lack records the leader
+    holds, so the partition waits for the leader, whose log is the longest."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        for broker_id in (x, y, leader):
+            await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+        assert state_of(member).elr == (leader, y), "the last to leave the ISR first"
+
+        await restart(c, y, "y-after-power-cut", previous_epoch=None)
+        waiting = state_of(member)
+        assert (waiting.leader, waiting.elr) == (-1, (leader, y)), waiting
+        await restart(c, leader, "leader-after-kill", previous_epoch=None)
+        back = state_of(member)
+        assert (back.leader, back.isr, back.elr) == (leader, (leader,), (y,)), back
+        await quorum.close()
+
+    run(body)
+
+
 async def two_elr_members_back(
     c: QuorumController, member: Member, left_last: str, crashed: str
 ) -> tuple[int, int, int, dict[int, int]]:
