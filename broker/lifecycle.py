@@ -92,7 +92,7 @@ class BrokerLifecycle:
         ``offline_replicas``: the partitions to report offline, read for every heartbeat;
         ``previous_broker_epoch``: the one the clean-shutdown marker named, None without one;
         ``log_dir_id``: the log directory's id; ``wiped_replicas``: the partitions to report
-        wiped, read for every heartbeat while fenced."""
+        wiped, read for every heartbeat until the process is first unfenced."""
         self.broker_id = broker_id
         self.incarnation_id = incarnation_id or new_incarnation_id()
         self.broker_epoch = -1

@@ -10,8 +10,9 @@ empty, from its ELR; with neither it goes offline (leader -1) and waits.
 A broker whose data is gone (registered with another log directory than before: a wiped
 or new disk; or reporting a partition's folder wiped) also leaves every ELR concerned
 (``unclean``) and is never elected from one. One that crashed with its directory intact
-(SIGKILL, power cut) keeps its ELR places: it is elected from them after any replica that
-did not crash (``crashed``), so a whole cluster killed at once comes back.
+(SIGKILL, power cut) keeps its ELR places (``crashed``): where it was the last ISR member
+it is elected when no replica that did not crash can be, so a whole cluster killed at
+once comes back.
 
 When a broker is unfenced, the partitions it replicates take it back into their ISR only
 once it has caught up on their data, through AlterPartition from the partition leader
