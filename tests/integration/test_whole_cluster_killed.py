@@ -38,7 +38,9 @@ def test_every_broker_killed_at_once_comes_back_with_every_partition_led_and_eve
 ) -> None:
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
-        cluster.up()
+        # No Kafka listener: its ports are Kafka's own (9092...), which another cluster on
+        # this machine may take while every broker is down.
+        cluster.up_configured(broker__kafka={"listener": "", "advertised_listener": ""})
         with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=20)) as admin:
             admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})])[0].check()
             wait_until(lambda: all_led(admin, isr=3), timeout_s=TIMEOUT_S, what="every partition's full ISR")
