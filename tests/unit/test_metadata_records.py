@@ -122,6 +122,11 @@ def test_decode_of_any_bytes_returns_a_checked_record_or_raises_record_error(dat
     records.check(record)
 
 
+def _with_log_dir_id(record: pb.MetadataRecord, log_dir_id: bytes) -> pb.MetadataRecord:
+    record.register_broker.log_dir_id = log_dir_id
+    return record
+
+
 MALFORMED = [
     (m.topic("t", b"\x01" * 15), "TopicRecord.topic_id: 15 bytes"),
     (m.topic("t", bytes(16)), "TopicRecord.topic_id: the zero UUID"),
@@ -136,6 +141,7 @@ MALFORMED = [
     (m.change(TID, 0, replicas=[]), "PartitionChangeRecord.replicas: empty"),
     (m.register(-1, 0), "RegisterBrokerRecord.broker_id"),
     (m.register(1, 0, port=70000), "RegisterBrokerRecord.endpoints.port"),
+    (_with_log_dir_id(m.register(1, 0), b"\x01" * 3), "RegisterBrokerRecord.log_dir_id: 3 bytes"),
     (m.fence(1, -1), "FenceBrokerRecord: broker epoch -1"),
     (m.config("t", "k", "v", resource_type=0), "ConfigRecord.resource_type: 0 unknown"),
     (m.config("", "k", "v"), "ConfigRecord.resource_name: empty for a topic"),
