@@ -9,6 +9,11 @@ on it, and yet there was no folder at start. Its heartbeats list those partition
 it is first unfenced (``BrokerHeartbeatRequest.wiped_replicas``); the controller takes it
 out of their ISR and ELR as it unfences it and elects it for none of them: it catches up
 as any new follower.
+
+Why a folder found at start can be trusted: the broker creates none before the image
+holds it unfenced (``raftka.broker.partitions``), and the batch that unfences it is the
+one that takes it out of the partitions listed. A crash before that batch commits finds
+the same folders missing at the next start, and lists them again.
 """
 
 from __future__ import annotations
