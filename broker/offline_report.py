@@ -45,7 +45,7 @@ class OfflineReport:
         if len(listed) > OFFLINE_REPLICAS_MAX:
             self._over_bound.log(
                 logging.WARNING,
-                f"more partitions {self._what} than a heartbeat may report; the rest stay unreported",
+                f"more partitions {self._what} than a heartbeat may list; it lists the first",
                 listed=len(listed),
                 reported=OFFLINE_REPLICAS_MAX,
             )

@@ -17,7 +17,7 @@ from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionSt
 from raftka.metadata.offline_replicas import OfflineReplicas
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, partition_change, refuse
 from raftka.metadata.records import LOG_DIR_ID_BYTES, topic_id_str
-from raftka.metadata.validation import ValidationError
+from raftka.metadata.validation import OFFLINE_REPLICAS_MAX, ValidationError
 from raftka.v1 import controller_pb2, metadata_pb2
 
 BROKERS_MAX = 10_000  # bound: registrations the controller keeps sessions for
@@ -193,7 +193,8 @@ def heartbeat(
     (``raftka.metadata.offline_replicas``), and is elected for none of them on its unfencing.
     The heartbeat that unfences also takes the broker out of the ISR and ELR of the
     partitions it lists wiped (their folder was gone at its start: it holds none of their
-    data, though its log directory is the one it registered)."""
+    data, though its log directory is the one it registered); a full list does that
+    without unfencing (``_lists_every_wiped``)."""
     response = controller_pb2.BrokerHeartbeatResponse()
     try:
         broker = registered(image, request.broker_id, request.broker_epoch)
@@ -209,7 +210,7 @@ def heartbeat(
             records = fence(image, broker, records_max, may_lead)
         response.is_fenced = broker.fenced or records[-1].HasField("fence_broker")
         response.should_shut_down = request.want_shut_down or broker.broker_id in shutting_down
-    elif broker.fenced and caught_up:
+    elif broker.fenced and caught_up and _lists_every_wiped(request):
         unfence = metadata_pb2.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch)
         wiped = offline_replicas.hosted(image, broker.broker_id, request.wiped_replicas)
         lacking = report | wiped
@@ -218,6 +219,10 @@ def heartbeat(
         restored = elections.restore_broker(image, broker.broker_id, may_lead=holds)
         records = [*forgotten, MetadataRecord(unfence_broker=unfence), *restored]
         response.is_fenced = False
+    elif broker.fenced and caught_up:  # more wiped than one heartbeat lists: these first
+        wiped = offline_replicas.hosted(image, broker.broker_id, request.wiped_replicas)
+        records = elections.remove_broker(image, broker.broker_id, unclean=True, among=sorted(wiped))
+        response.is_fenced = True
     else:
         response.is_fenced = broker.fenced
         if offline is not None and not broker.fenced:
@@ -226,6 +231,12 @@ def heartbeat(
                 image, broker.broker_id, report, before, may_lead, records_max
             )
     return Plan(response, records)
+
+
+def _lists_every_wiped(request: controller_pb2.BrokerHeartbeatRequest) -> bool:
+    """A full list (``OFFLINE_REPLICAS_MAX``) may leave more out: the broker lists the
+    rest once its image shows these handled, and is unfenced only then."""
+    return sum(len(t.partitions) for t in request.wiped_replicas) < OFFLINE_REPLICAS_MAX
 
 
 def alter_partition(

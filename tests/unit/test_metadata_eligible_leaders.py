@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftka.metadata import records
+from raftka.metadata import broker_ops, records
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.delta import ReplayError
 from raftka.metadata.image import EMPTY, PartitionState
@@ -275,6 +275,31 @@ def test_of_elr_members_that_crashed_only_the_last_isr_member_is_elected() -> No
         await restart(c, leader, "leader-after-kill", previous_epoch=None)
         back = state_of(member)
         assert (back.leader, back.isr, back.elr) == (leader, (leader,), (y,)), back
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_full_list_of_wiped_partitions_is_handled_before_the_broker_is_unfenced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One heartbeat lists at most OFFLINE_REPLICAS_MAX (1 here): a full list may leave
+    more out, so the broker stays fenced until a heartbeat lists fewer."""
+    monkeypatch.setattr(broker_ops, "OFFLINE_REPLICAS_MAX", 1)
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        _, leader, x, y = await partition_with_min_isr_2(c)
+        topic_id = member.image.topic_ids_by_name["t"]
+        epochs = {b: await register(c, b, incarnation=f"{b}-after-kill") for b in (leader, x, y)}
+        wiped = [pb.OfflineTopicReplicas(topic_id=topic_id, partitions=[0])]
+
+        assert (await heartbeat(c, y, epochs[y], wiped_replicas=wiped)).is_fenced
+        handled = state_of(member)
+        assert (handled.leader, handled.elr) == (-1, (x,)) and member.image.brokers[y].fenced, handled
+        assert not (await heartbeat(c, y, epochs[y])).is_fenced
+        assert state_of(member).leader == -1, "y holds nothing of the partition"
         await quorum.close()
 
     run(body)
