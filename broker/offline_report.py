@@ -33,11 +33,16 @@ OVER_BOUND_LOG_INTERVAL_S = 60.0
 
 class OfflineReport:
     """The heartbeat's list, from ``offline``: the (topic id, partition) of every partition
-    offline on this broker (or, ``what``, wiped: ``raftka.broker.wiped_replicas``)."""
+    offline on this broker (or wiped: ``raftka.broker.wiped_replicas``)."""
 
-    def __init__(self, offline: Callable[[], Iterable[tuple[bytes, int]]], what: str = "offline") -> None:
+    def __init__(
+        self,
+        offline: Callable[[], Iterable[tuple[bytes, int]]],
+        over_bound: str = "more partitions offline than a heartbeat may report; the rest stay unreported",
+    ) -> None:
+        """``over_bound``: the warning when more are listed than a heartbeat carries."""
         self._offline = offline
-        self._what = what
+        self._over_bound_message = over_bound
         self._over_bound = RateLimitedLog(log, OVER_BOUND_LOG_INTERVAL_S)
 
     def __call__(self) -> list[controller_pb2.OfflineTopicReplicas]:
@@ -45,7 +50,7 @@ class OfflineReport:
         if len(listed) > OFFLINE_REPLICAS_MAX:
             self._over_bound.log(
                 logging.WARNING,
-                f"more partitions {self._what} than a heartbeat may list; it lists the first",
+                self._over_bound_message,
                 listed=len(listed),
                 reported=OFFLINE_REPLICAS_MAX,
             )

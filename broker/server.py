@@ -334,7 +334,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         log_dir_id=data.logs.directory_id,
         wiped_replicas=OfflineReport(
             lambda: wiped_replicas.wiped(state_machine.image, config.node_id, data.logs.found_at_start),
-            "wiped",
+            "more partitions wiped than a heartbeat may report; the rest go in the next ones",
         ),
     )
     await node.start()
