@@ -6,16 +6,22 @@ broker back to REGISTERING):
 - REGISTERING: ask the active controller for a registration, with this process's fresh
   incarnation id, until it answers with a broker epoch (the offset of the registration
   record). The request names the broker epoch of the last clean shutdown, if the logs
-  found a marker (``LogManager.clean_shutdown_epoch``); without one the controller takes
-  the broker out of every ELR (KIP-966). Once registered, the process's own epoch takes
-  its place: registering again in the same process loses nothing from the logs. A previous incarnation with the same listeners is replaced at once (its
+  found a marker (``LogManager.clean_shutdown_epoch``), and the log directory's id
+  (``LogManager.directory_id``): without a marker the controller keeps the broker in its
+  ELRs only if the directory is the one it registered last (a crash, not a wiped disk;
+  KIP-966, KIP-858). Once registered, the process's own epoch takes its place:
+  registering again in the same process loses nothing from the logs. A previous
+  incarnation with the same listeners is replaced at once (its
   leaderships move); DUPLICATE_BROKER_REGISTRATION means a live incarnation with other
   listeners holds the id: keep asking, its session runs out if it is dead. The broker
   serves no partition until the image holds this registration unfenced
   (``raftka.broker.partitions``).
 - FENCED: registered, heartbeating with the offset of the last metadata record it has
   replayed (Kafka's ``currentMetadataOffset``; -1 before any); the controller unfences
-  the broker once that offset reaches its registration record, the broker epoch.
+  the broker once that offset reaches its registration record, the broker epoch. These
+  heartbeats, until the process first runs, also list the partitions the broker is
+  eligible for whose folder it did not find at start (``raftka.broker.wiped_replicas``),
+  which the controller takes it out of as it unfences it.
 - RUNNING: unfenced; heartbeats every ``heartbeat_interval_ms`` keep the session alive
   (a broker that misses the session timeout is fenced again, which FENCED covers).
 - CONTROLLED_SHUTDOWN: SIGTERM asked to stop; heartbeats carry ``want_shut_down`` until
@@ -79,10 +85,14 @@ class BrokerLifecycle:
         on_state: Callable[[State], None] = lambda state: None,
         offline_replicas: Callable[[], list[controller_pb2.OfflineTopicReplicas]] = list,
         previous_broker_epoch: int | None = None,
+        log_dir_id: bytes = b"",
+        wiped_replicas: Callable[[], list[controller_pb2.OfflineTopicReplicas]] = list,
     ) -> None:
         """``on_state`` hears every change of state (the node's health follows it);
         ``offline_replicas``: the partitions to report offline, read for every heartbeat;
-        ``previous_broker_epoch``: the one the clean-shutdown marker named, None without one."""
+        ``previous_broker_epoch``: the one the clean-shutdown marker named, None without one;
+        ``log_dir_id``: the log directory's id; ``wiped_replicas``: the partitions to report
+        wiped, read for every heartbeat until the process is first unfenced."""
         self.broker_id = broker_id
         self.incarnation_id = incarnation_id or new_incarnation_id()
         self.broker_epoch = -1
@@ -96,6 +106,9 @@ class BrokerLifecycle:
         self._metadata_offset = metadata_offset
         self._on_state = on_state
         self._offline_replicas = offline_replicas
+        self._log_dir_id = log_dir_id
+        self._wiped_replicas = wiped_replicas
+        self._has_run = False  # unfenced once: folders created since start are no longer wiped
         self._heartbeat_due = False  # the report changed since the last heartbeat was built
         self._wake = asyncio.Event()
         self._shutdown_requested = False
@@ -137,6 +150,7 @@ class BrokerLifecycle:
             incarnation_id=self.incarnation_id,
             listeners=self._listeners,
             rack=self._rack,
+            log_dir_id=self._log_dir_id,
         )
         if self.previous_broker_epoch is not None:
             request.previous_broker_epoch = self.previous_broker_epoch
@@ -171,6 +185,7 @@ class BrokerLifecycle:
             current_metadata_offset=self._metadata_offset(),
             want_shut_down=want_shut_down,
             offline_replicas=self._offline_replicas(),
+            wiped_replicas=self._wiped_replicas() if self._first_unfencing() else [],
         )
         ok = False
         try:
@@ -217,7 +232,13 @@ class BrokerLifecycle:
                 broker_epoch=self.broker_epoch,
             )
             self.state = state
+            self._has_run = self._has_run or state is State.RUNNING
             self._on_state(state)
+
+    def _first_unfencing(self) -> bool:
+        """The heartbeats that may unfence this process for the first time: only then is a
+        folder missing since start a wiped one, not one still to be created."""
+        return self.state is State.FENCED and not self._has_run
 
     def _problem(self, what: str, detail: str) -> None:
         """Warn once per distinct problem: a controller election must not flood the log."""

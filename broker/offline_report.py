@@ -33,10 +33,16 @@ OVER_BOUND_LOG_INTERVAL_S = 60.0
 
 class OfflineReport:
     """The heartbeat's list, from ``offline``: the (topic id, partition) of every partition
-    offline on this broker."""
+    offline on this broker (or wiped: ``raftka.broker.wiped_replicas``)."""
 
-    def __init__(self, offline: Callable[[], Iterable[tuple[bytes, int]]]) -> None:
+    def __init__(
+        self,
+        offline: Callable[[], Iterable[tuple[bytes, int]]],
+        over_bound: str = "more partitions offline than a heartbeat may report; the rest stay unreported",
+    ) -> None:
+        """``over_bound``: the warning when more are listed than a heartbeat carries."""
         self._offline = offline
+        self._over_bound_message = over_bound
         self._over_bound = RateLimitedLog(log, OVER_BOUND_LOG_INTERVAL_S)
 
     def __call__(self) -> list[controller_pb2.OfflineTopicReplicas]:
@@ -44,8 +50,8 @@ class OfflineReport:
         if len(listed) > OFFLINE_REPLICAS_MAX:
             self._over_bound.log(
                 logging.WARNING,
-                "more partitions offline than a heartbeat may report; the rest stay unreported",
-                offline=len(listed),
+                self._over_bound_message,
+                listed=len(listed),
                 reported=OFFLINE_REPLICAS_MAX,
             )
             listed = listed[:OFFLINE_REPLICAS_MAX]

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 import structlog
 
+from raftka.broker import wiped_replicas
 from raftka.broker.authorization import RequestAuthorizer
 from raftka.broker.controller_link import ControllerLink
 from raftka.broker.data_service import BrokerApi, BrokerService
@@ -346,6 +347,11 @@ async def start_broker(config: NodeConfig) -> Broker:
         on_state=lambda state: health.set_serving(state is State.RUNNING),
         offline_replicas=OfflineReport(data.offline),
         previous_broker_epoch=data.logs.clean_shutdown_epoch,
+        log_dir_id=data.logs.directory_id,
+        wiped_replicas=OfflineReport(
+            lambda: wiped_replicas.wiped(state_machine.image, config.node_id, data.logs.found_at_start),
+            "more partitions wiped than a heartbeat may report; the rest go in the next ones",
+        ),
     )
     await node.start()
     try:

@@ -9,14 +9,15 @@ fences it again, which takes it out of every ISR (``raftka.metadata.elections``)
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection
 
 from raftka.metadata import elections, eligible_leaders, isr_members, offline_replicas
 from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState
 from raftka.metadata.offline_replicas import OfflineReplicas
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, partition_change, refuse
-from raftka.metadata.records import topic_id_str
-from raftka.metadata.validation import ValidationError
+from raftka.metadata.records import LOG_DIR_ID_BYTES, topic_id_str
+from raftka.metadata.validation import OFFLINE_REPLICAS_MAX, ValidationError
 from raftka.v1 import controller_pb2, metadata_pb2
 
 BROKERS_MAX = 10_000  # bound: registrations the controller keeps sessions for
@@ -56,10 +57,9 @@ def register(
             f"({existing.incarnation_id}); another process may be using this id",
         )
     records = []
+    restart = restart_kind(existing, request)
     if request.broker_id in image.brokers:  # a new incarnation replaces the old, which leaves its ISRs
-        records += elections.remove_broker(
-            image, request.broker_id, unclean=restarted_uncleanly(existing, request)
-        )
+        records += elections.remove_broker(image, request.broker_id, unclean=restart is Restart.REPLACED)
     response.broker_epoch = next_offset + len(records)
     registration = metadata_pb2.RegisterBrokerRecord(
         broker_id=request.broker_id,
@@ -68,20 +68,40 @@ def register(
         endpoints=request.listeners,
         rack=request.rack,
         fenced=True,
+        log_dir_id=request.log_dir_id,
+        crashed=restart is Restart.CRASHED,
     )
     records.append(MetadataRecord(register_broker=registration))
     return Plan(response, records)
 
 
-def restarted_uncleanly(
+class Restart(enum.Enum):
+    """What a registration says of the logs of the incarnation before it."""
+
+    CLEAN = "clean"  # not a restart, or a clean shutdown's marker names the registration it replaces
+    CRASHED = "crashed"  # no such marker, same log directory: held up to its last flush
+    REPLACED = "replaced"  # another log directory (wiped, a new disk), or one not known: held nothing
+
+
+def restart_kind(
     existing: BrokerRegistration | None, request: controller_pb2.BrokerRegistrationRequest
-) -> bool:
-    """A new incarnation of a registered broker whose clean-shutdown marker does not name
-    the registration it replaces (KIP-966): it was killed, lost power or lost its disk, so
-    its logs may lack records it once held. A retry of the same incarnation is not a restart."""
-    if existing is None or existing.incarnation_id == request.incarnation_id:
-        return False
-    return not request.HasField("previous_broker_epoch") or request.previous_broker_epoch != existing.epoch
+) -> Restart:
+    """KIP-966 tells a clean shutdown from the rest by its marker; KIP-858's directory id
+    tells a crash (SIGKILL, power cut: the directory is there, intact up to its last
+    flush) from a wiped or replaced directory, whose broker may not be elected for what
+    it held. Without a directory id registered last time (an older version), only a
+    clean shutdown proves anything, as before directory ids. A retry of the same
+    incarnation is not a restart: it stays what it was."""
+    if existing is None:
+        return Restart.CLEAN
+    if existing.incarnation_id == request.incarnation_id:
+        return Restart.CRASHED if existing.crashed else Restart.CLEAN
+    clean = request.HasField("previous_broker_epoch") and request.previous_broker_epoch == existing.epoch
+    if not existing.log_dir_id:  # registered without a directory id: the marker alone tells
+        return Restart.CLEAN if clean else Restart.REPLACED
+    if request.log_dir_id != existing.log_dir_id:
+        return Restart.REPLACED
+    return Restart.CLEAN if clean else Restart.CRASHED
 
 
 def restarted(
@@ -113,6 +133,8 @@ def _registration_problem(
         return f"incarnation_id: 1 to {NAME_CHARS_MAX} characters"
     if len(request.rack) > NAME_CHARS_MAX:
         return f"rack: at most {NAME_CHARS_MAX} characters"
+    if len(request.log_dir_id) not in (0, LOG_DIR_ID_BYTES):
+        return f"log_dir_id: {LOG_DIR_ID_BYTES} bytes (or none), got {len(request.log_dir_id)}"
     for listener in request.listeners:
         if not 0 < len(listener.host) <= NAME_CHARS_MAX or len(listener.name) > NAME_CHARS_MAX:
             return f"listeners: host must be 1 to {NAME_CHARS_MAX} characters, got {listener.host!r}"
@@ -168,7 +190,11 @@ def heartbeat(
     once the FenceBrokerRecord is written, and the controller plans the next step.
     ``offline``: the reports of offline partitions heard so far; an unfenced broker's
     heartbeat plans one step of bringing its partitions in line with its own
-    (``raftka.metadata.offline_replicas``), and is elected for none of them on its unfencing."""
+    (``raftka.metadata.offline_replicas``), and is elected for none of them on its unfencing.
+    The heartbeat that unfences also takes the broker out of the ISR and ELR of the
+    partitions it lists wiped (their folder was gone at its start: it holds none of their
+    data, though its log directory is the one it registered); a full list does that
+    without unfencing (``_lists_every_wiped``)."""
     response = controller_pb2.BrokerHeartbeatResponse()
     try:
         broker = registered(image, request.broker_id, request.broker_epoch)
@@ -184,12 +210,19 @@ def heartbeat(
             records = fence(image, broker, records_max, may_lead)
         response.is_fenced = broker.fenced or records[-1].HasField("fence_broker")
         response.should_shut_down = request.want_shut_down or broker.broker_id in shutting_down
-    elif broker.fenced and caught_up:
+    elif broker.fenced and caught_up and _lists_every_wiped(request):
         unfence = metadata_pb2.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch)
-        online = lambda _, topic_id, partition: (topic_id, partition) not in report  # noqa: E731
-        restored = elections.restore_broker(image, broker.broker_id, may_lead=online)
-        records = [MetadataRecord(unfence_broker=unfence), *restored]
+        wiped = offline_replicas.hosted(image, broker.broker_id, request.wiped_replicas)
+        lacking = report | wiped
+        holds = lambda _, topic_id, partition: (topic_id, partition) not in lacking  # noqa: E731
+        forgotten = elections.remove_broker(image, broker.broker_id, unclean=True, among=sorted(wiped))
+        restored = elections.restore_broker(image, broker.broker_id, may_lead=holds)
+        records = [*forgotten, MetadataRecord(unfence_broker=unfence), *restored]
         response.is_fenced = False
+    elif broker.fenced and caught_up:  # more wiped than one heartbeat lists: these first
+        wiped = offline_replicas.hosted(image, broker.broker_id, request.wiped_replicas)
+        records = elections.remove_broker(image, broker.broker_id, unclean=True, among=sorted(wiped))
+        response.is_fenced = True
     else:
         response.is_fenced = broker.fenced
         if offline is not None and not broker.fenced:
@@ -198,6 +231,12 @@ def heartbeat(
                 image, broker.broker_id, report, before, may_lead, records_max
             )
     return Plan(response, records)
+
+
+def _lists_every_wiped(request: controller_pb2.BrokerHeartbeatRequest) -> bool:
+    """A full list (``OFFLINE_REPLICAS_MAX``) may leave more out: the broker lists the
+    rest once its image shows these handled, and is unfenced only then."""
+    return sum(len(t.partitions) for t in request.wiped_replicas) < OFFLINE_REPLICAS_MAX
 
 
 def alter_partition(

@@ -22,6 +22,7 @@ Records are expected to be well formed (``raftka.metadata.records.check``, which
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
@@ -191,7 +192,14 @@ class MetadataDelta:
             )
         endpoints = tuple(Endpoint(e.name, e.host, e.port) for e in r.endpoints)
         self._brokers.edit()[r.broker_id] = BrokerRegistration(
-            r.broker_id, r.incarnation_id, r.broker_epoch, endpoints, r.rack, r.fenced
+            r.broker_id,
+            r.incarnation_id,
+            r.broker_epoch,
+            endpoints,
+            r.rack,
+            r.fenced,
+            r.log_dir_id,
+            r.crashed,
         )
 
     def _registered(self, kind: str, broker_id: int, epoch: int) -> BrokerRegistration:
@@ -209,9 +217,7 @@ class MetadataDelta:
     def _set_fenced(self, kind: str, broker_id: int, epoch: int, fenced: bool) -> None:
         broker = self._registered(kind, broker_id, epoch)
         if broker.fenced != fenced:
-            self._brokers.edit()[broker_id] = BrokerRegistration(
-                broker.broker_id, broker.incarnation_id, broker.epoch, broker.endpoints, broker.rack, fenced
-            )
+            self._brokers.edit()[broker_id] = dataclasses.replace(broker, fenced=fenced)
 
     def _fence_broker(self, r: metadata_pb2.FenceBrokerRecord) -> None:
         self._set_fenced("FenceBrokerRecord", r.id, r.epoch, True)

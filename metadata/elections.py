@@ -7,9 +7,12 @@ so the one replica known to hold every committed record is remembered, not kept 
 ISR. Each partition the broker led elects from what remains of its ISR, or, when that is
 empty, from its ELR; with neither it goes offline (leader -1) and waits.
 
-A broker that restarted uncleanly (no clean-shutdown marker with its last broker epoch:
-killed, power cut, wiped disk) may have lost records it once held, so it also leaves every
-ELR (``unclean``) and is never elected from one.
+A broker whose data is gone (registered with another log directory than before: a wiped
+or new disk; or reporting a partition's folder wiped) also leaves every ELR concerned
+(``unclean``) and is never elected from one. One that crashed with its directory intact
+(SIGKILL, power cut) keeps its ELR places (``crashed``): where it was the last ISR member
+it is elected when no replica that did not crash can be, so a whole cluster killed at
+once comes back.
 
 When a broker is unfenced, the partitions it replicates take it back into their ISR only
 once it has caught up on their data, through AlterPartition from the partition leader
@@ -27,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from raftka.metadata import eligible_leaders
 from raftka.metadata.image import NO_LEADER, MetadataImage, PartitionState
-from raftka.metadata.plan import MetadataRecord, live_broker_ids
+from raftka.metadata.plan import MetadataRecord, crashed_broker_ids, live_broker_ids
 
 MayLead = Callable[[int, bytes, int], bool]  # (broker, topic id, partition) -> may it lead there
 
@@ -65,7 +68,7 @@ def remove_broker(
     """``broker_id`` leaves every ISR (and, ``unclean``, every ELR); the partitions it led
     elect from what remains, or go offline. With ``limit``, only the first that many
     changes: the rest are found again in the image the changes produce."""
-    live = live_broker_ids(image) - {broker_id}
+    live, crashed = live_broker_ids(image) - {broker_id}, crashed_broker_ids(image)
     gone = (broker_id,) if unclean else ()
     records: list[MetadataRecord] = []
     for topic_id, partition_id, state, policy in partitions(image, among):
@@ -82,6 +85,7 @@ def remove_broker(
             policy=policy,
             acceptable=lambda b, t=topic_id, p=partition_id: b in live and may_lead(b, t, p),
             unclean=gone,
+            crashed=crashed,
         )
         if record is not None:
             records.append(record)
@@ -96,7 +100,7 @@ def restore_broker(
     may_lead: MayLead = anyone,
 ) -> list[MetadataRecord]:
     """The return of ``broker_id``: offline partitions it may lead elect it."""
-    live = live_broker_ids(image) | {broker_id}
+    live, crashed = live_broker_ids(image) | {broker_id}, crashed_broker_ids(image)
     records = []
     for topic_id, partition_id, state, policy in partitions(image, among):
         if state.leader != NO_LEADER or broker_id not in state.replicas:
@@ -108,6 +112,7 @@ def restore_broker(
             isr=state.isr,
             policy=policy,
             acceptable=lambda b, t=topic_id, p=partition_id: b in live and may_lead(b, t, p),
+            crashed=crashed,
         )
         if record is not None and record.partition_change.leader >= 0:  # elected
             records.append(record)

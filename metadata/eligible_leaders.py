@@ -13,16 +13,23 @@ The rules, as Kafka's:
 
 - While the target ISR has min.insync.replicas members or more, the ELR and the last
   known ELR are empty.
-- Below it, the ELR is (the current ISR and ELR) minus the target ISR minus replicas that
-  restarted uncleanly (``unclean``: registered without a clean-shutdown marker naming their
-  last broker epoch, so their log may have lost anything, a wiped disk included). The last
+- Below it, the ELR is (the current ISR and ELR) minus the target ISR minus replicas whose
+  data is gone (``unclean``: registered with another log directory than before, a wiped
+  or new disk, or reporting the partition's folder wiped), the last to leave the ISR
+  first: the last ISR member, the last leader as a rule, holds the longest log. The last
   known ELR keeps the ones that were eligible and no longer are, for an operator.
 - The ISR may be empty: the ELR then holds the partition's data.
 - Election, when the current leader may no longer lead: the first replica, in replica
-  order, that is in the target ISR and acceptable (unfenced); when the target ISR is empty,
-  the first such ELR member, which becomes the ISR alone. Else no leader: the partition
-  waits for an eligible replica. A replica that restarted uncleanly is never elected
-  cleanly.
+  order, that is in the target ISR and acceptable (unfenced). When the target ISR is
+  empty, from the ELR, which becomes the ISR alone: the first acceptable member that did
+  not crash, else the first member (the last ISR member) even if it crashed. ``crashed``:
+  registered after a crash with its log directory intact (KIP-858's directory id tells
+  it from a wiped one), so holding what it held up to its last flush; the last ISR member
+  is the one whose log is the longest, and the one Kafka elects as its last known leader,
+  so a whole cluster killed at once comes back without an operator. Another member that
+  crashed may lack the unflushed tail the last ISR member holds: it is not elected. Else
+  no leader: the partition waits for an eligible replica. A replica whose data is gone is
+  never elected cleanly.
 - Unclean election, only with the topic's ``unclean.leader.election.enable`` (Kafka's,
   false by default): with no eligible replica, the first acceptable last known ELR member,
   else the first acceptable replica, leads alone; the ELR and last known ELR are emptied.
@@ -50,7 +57,7 @@ from raftka.metadata.image import (
     PartitionState,
     TopicImage,
 )
-from raftka.metadata.plan import MetadataRecord, live_broker_ids, partition_change
+from raftka.metadata.plan import MetadataRecord, crashed_broker_ids, live_broker_ids, partition_change
 from raftka.metadata.topic_configs import MIN_INSYNC_REPLICAS, TOPIC_CONFIGS, UNCLEAN_LEADER_ELECTION_ENABLE
 
 
@@ -77,7 +84,7 @@ def after_config_change(image: MetadataImage, topic: TopicImage, new: Policy) ->
     what commits next and is emptied, as KIP-966 does (raised, the minimum applies to later
     changes); an offline partition elects if the policy now lets it. Partitions with a
     leader keep it."""
-    live = live_broker_ids(image)
+    live, crashed = live_broker_ids(image), crashed_broker_ids(image)
     records = []
     for partition_id, state in sorted(topic.partitions.items()):
         online = state.leader != NO_LEADER
@@ -90,6 +97,7 @@ def after_config_change(image: MetadataImage, topic: TopicImage, new: Policy) ->
             isr=state.isr,
             policy=new,
             acceptable=(lambda b, leader=state.leader: b == leader) if online else live.__contains__,
+            crashed=crashed,
         )
         if record is not None:
             records.append(record)
@@ -105,10 +113,12 @@ def change(
     policy: Policy,
     acceptable: Callable[[int], bool],
     unclean: Collection[int] = (),
+    crashed: Collection[int] = (),
 ) -> MetadataRecord | None:
     """The PartitionChangeRecord taking ``state`` to the target ``isr`` (None if nothing
     changes). ``acceptable``: may this broker lead (unfenced, not the one leaving);
-    ``unclean``: brokers that restarted uncleanly, out of the ISR and the ELR."""
+    ``unclean``: brokers whose data is gone, out of the ISR and the ELR; ``crashed``:
+    brokers elected from the ELR only as its first member, when no other is acceptable."""
     order = state.replicas
     isr = tuple(b for b in isr if b not in unclean)
     if len(isr) >= policy.min_isr:
@@ -116,10 +126,11 @@ def change(
         last_known: tuple[int, ...] = ()
     else:
         candidates = set(state.elr) | set(state.isr)
-        elr = tuple(b for b in order if b in candidates and b not in isr and b not in unclean)
+        leaving = (b for b in order if b in state.isr)  # before those that left earlier
+        elr = tuple(b for b in (*leaving, *state.elr) if b not in isr and b not in unclean)
         known = candidates | set(state.last_known_elr)
         last_known = tuple(b for b in order if b in known and b not in isr and b not in elr)
-    leader = _elect(state, isr, elr, acceptable)
+    leader = _elect(state, isr, elr, acceptable, crashed)
     if leader == NO_LEADER and (policy.unclean_election or len(order) == 1):
         leader = next((b for b in (*last_known, *order) if acceptable(b)), NO_LEADER)
         if leader != NO_LEADER:
@@ -139,12 +150,21 @@ def change(
 
 
 def _elect(
-    state: PartitionState, isr: tuple[int, ...], elr: tuple[int, ...], acceptable: Callable[[int], bool]
+    state: PartitionState,
+    isr: tuple[int, ...],
+    elr: tuple[int, ...],
+    acceptable: Callable[[int], bool],
+    crashed: Collection[int],
 ) -> int:
     eligible = isr or elr
     if state.leader in eligible and acceptable(state.leader):
         return state.leader
-    chosen = next((b for b in state.replicas if b in eligible and acceptable(b)), NO_LEADER)
+    if isr:
+        candidates = [b for b in state.replicas if b in isr and acceptable(b)]
+    else:  # any that did not crash, the last to leave the ISR first; else that last one
+        candidates = [b for b in elr if acceptable(b) and b not in crashed]
+        candidates += [b for b in elr[:1] if acceptable(b)]
+    chosen = candidates[0] if candidates else NO_LEADER
     if chosen == NO_LEADER and not (state.isr or state.elr or state.last_known_elr):
         chosen = next((b for b in state.replicas if acceptable(b)), NO_LEADER)  # the exception above
     return chosen

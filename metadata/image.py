@@ -43,6 +43,8 @@ class BrokerRegistration:
     endpoints: tuple[Endpoint, ...]
     rack: str  # "" when none
     fenced: bool
+    log_dir_id: bytes = b""  # KIP-858: its log directory's id; b"" from a broker that sent none
+    crashed: bool = False  # registered after a crash, directory intact: may miss its unflushed tail
 
     def endpoint(self, name: str) -> Endpoint | None:
         """The listener called ``name`` (a broker registers one per protocol it serves)."""

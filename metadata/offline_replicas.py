@@ -40,6 +40,8 @@ preferred election in that window, and the next heartbeat moves it off again.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from raftka.metadata import elections
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.plan import MetadataRecord
@@ -50,14 +52,21 @@ Replica = tuple[bytes, int]  # (topic id, partition)
 
 def reported(image: MetadataImage, request: controller_pb2.BrokerHeartbeatRequest) -> frozenset[Replica]:
     """The partitions of the heartbeat's report that exist and that its broker hosts."""
+    return hosted(image, request.broker_id, request.offline_replicas)
+
+
+def hosted(
+    image: MetadataImage, broker_id: int, listed: Iterable[controller_pb2.OfflineTopicReplicas]
+) -> frozenset[Replica]:
+    """The partitions ``listed`` that exist and that ``broker_id`` hosts."""
     found: set[Replica] = set()
-    for topic in request.offline_replicas:
+    for topic in listed:
         image_topic = image.topics_by_id.get(topic.topic_id)
         if image_topic is None:
             continue
         for partition in topic.partitions:
             state = image_topic.partitions.get(partition)
-            if state is not None and request.broker_id in state.replicas:
+            if state is not None and broker_id in state.replicas:
                 found.add((topic.topic_id, partition))
     return frozenset(found)
 

@@ -72,3 +72,9 @@ def partition_change(
 
 def live_broker_ids(image: MetadataImage) -> frozenset[int]:
     return frozenset(b.broker_id for b in image.brokers.values() if not b.fenced)
+
+
+def crashed_broker_ids(image: MetadataImage) -> frozenset[int]:
+    """Brokers registered after a crash with their log directory intact: eligible, but
+    their logs may lack an unflushed tail (``broker_ops.restart_kind``)."""
+    return frozenset(b.broker_id for b in image.brokers.values() if b.crashed)

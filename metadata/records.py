@@ -24,6 +24,7 @@ from raftka.v1 import metadata_pb2
 MetadataRecord = metadata_pb2.MetadataRecord
 
 TOPIC_ID_BYTES = 16
+LOG_DIR_ID_BYTES = 16  # a UUID, as Kafka's directory.id
 _ZERO_TOPIC_ID = bytes(TOPIC_ID_BYTES)
 _CONFIG_RESOURCE_TYPES = frozenset({metadata_pb2.CONFIG_RESOURCE_TOPIC, metadata_pb2.CONFIG_RESOURCE_BROKER})
 
@@ -136,6 +137,8 @@ def _check_register_broker(r: metadata_pb2.RegisterBrokerRecord) -> None:
             raise RecordError(f"{kind}.endpoints.host: empty")
         if not 0 < endpoint.port < 65536:
             raise RecordError(f"{kind}.endpoints.port: {endpoint.port} out of range")
+    if len(r.log_dir_id) not in (0, LOG_DIR_ID_BYTES):
+        raise RecordError(f"{kind}.log_dir_id: {len(r.log_dir_id)} bytes, not {LOG_DIR_ID_BYTES} (or none)")
 
 
 def _check_broker_epoch(kind: str, broker_id: int, epoch: int) -> None:

@@ -130,6 +130,8 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
                 ],
                 rack=broker.rack,
                 fenced=broker.fenced,
+                log_dir_id=broker.log_dir_id,
+                crashed=broker.crashed,
             )
         )
     if image.next_producer_id > 0:

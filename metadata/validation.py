@@ -205,10 +205,11 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
         case Pb.BrokerRegistrationRequest():
             yield "listeners", len(request.listeners), LISTENERS_MAX, ""
         case Pb.BrokerHeartbeatRequest():
-            offline = request.offline_replicas
-            yield "offline_replicas", len(offline), OFFLINE_REPLICAS_MAX, ""
-            partitions = sum(len(t.partitions) for t in offline)
-            yield "offline_replicas[].partitions", partitions, OFFLINE_REPLICAS_MAX, ""
+            for field in ("offline_replicas", "wiped_replicas"):
+                listed = getattr(request, field)
+                yield field, len(listed), OFFLINE_REPLICAS_MAX, ""
+                partitions = sum(len(t.partitions) for t in listed)
+                yield f"{field}[].partitions", partitions, OFFLINE_REPLICAS_MAX, ""
         case Pb.AlterPartitionRequest() | Pb.ElectLeadersRequest() | Pb.OffsetCommitRequest():
             yield "topics", len(request.topics), TOPICS_PER_REQUEST_MAX, ""
             partitions = sum(len(t.partitions) for t in request.topics)

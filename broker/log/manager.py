@@ -4,7 +4,8 @@ At start every ``<topic>-<partition>`` folder is opened before the broker serves
 few threads (Kafka's log loading): whether it needs recovery comes from two files Kafka
 keeps too, a clean-shutdown marker (written by ``close``, removed at start; it names the
 broker epoch the broker stopped at, which the broker registers with as
-``previous_broker_epoch``: KIP-966's proof that its logs hold what they held) and
+``previous_broker_epoch``: KIP-966's proof that its logs hold what they held; without
+it, the directory's id, ``directory_id``, tells a crash from a wiped directory) and
 ``recovery-point-offset-checkpoint``, and after a crash the scan of everything past the
 recovery point can take seconds per gigabyte, which must not happen on the event loop
 once the broker heartbeats. The high watermarks are
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import structlog
 
-from raftka.broker.log import checkpoint
+from raftka.broker.log import checkpoint, directory_id
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.flusher import BackgroundFlusher
 from raftka.broker.log.folder_names import (
@@ -64,6 +65,8 @@ class LogManager:
         self._logs: dict[str, PartitionLog] = {}
         self._clean_shutdown = False
         self.clean_shutdown_epoch: int | None = None  # the epoch the marker named, if any
+        self.directory_id = b""  # KIP-858's directory.id, read (or first written) at start
+        self.found_at_start: frozenset[str] = frozenset()  # partition folders there at start
         self._recovery_points: dict[str, int] = {}
         self._found_at_start: set[str] = set()
         self._claimed: set[str] = set()  # logs the metadata has given this broker since start
@@ -78,6 +81,7 @@ class LogManager:
         for leftover in self.directory.iterdir():
             if is_delete_folder(leftover.name):
                 shutil.rmtree(leftover, ignore_errors=True)
+        self.directory_id = directory_id.load_or_create(self.directory)
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         self._clean_shutdown = marker.exists()
         self.clean_shutdown_epoch = _marked_epoch(marker) if self._clean_shutdown else None
@@ -89,6 +93,7 @@ class LogManager:
             for p in self.directory.glob(f"*/{METADATA_FILE}")
             if parse_partition_folder(p.parent.name) is not None
         }
+        self.found_at_start = frozenset(self._found_at_start)
         names = sorted(self._found_at_start)
         with concurrent.futures.ThreadPoolExecutor(
             RECOVERY_THREADS, thread_name_prefix="log-recovery"

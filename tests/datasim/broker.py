@@ -272,6 +272,7 @@ class SimBroker:
             broker_id=self.id,
             incarnation_id=process.incarnation,
             listeners=[metadata_pb2.BrokerEndpoint(name=DATA_LISTENER, host=f"broker{self.id}", port=9092)],
+            log_dir_id=process.logs.directory_id,  # the same after a crash or a power cut, not a wipe
         )
         self.network.send(self.id, CONTROLLER, self._at_controller_register, request, process)
         self.scheduler.after(REGISTER_RETRY_MS, self._register, process)

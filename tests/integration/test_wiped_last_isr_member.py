@@ -4,9 +4,11 @@ eligible leader replica) and stopped cleanly is, and no acknowledged record is l
 
 RF 3, min.insync.replicas 2. Follower x stops (SIGTERM: a clean shutdown), records are
 acknowledged by the leader and y; y stops (cleanly, and so enters the ELR: the ISR was at
-its minimum); the leader is SIGKILLed, its partition folder deleted, and it restarts. It
-has no clean-shutdown marker, so the controller takes it out of the ELR: the partition
-stays offline rather than be led by an empty log. y returns and leads; every record
+its minimum); the leader is SIGKILLed, its partition folder deleted, and it restarts. Its
+log directory is the one it registered (a crash, which alone would keep it eligible), but
+the partition's folder was gone at its start: the heartbeat that unfences it says so, and
+the controller takes it out of the ELR: the partition stays offline rather than be led
+by an empty log. y returns and leads; every record
 acknowledged is read back, and once x and the wiped leader rejoin, all three hold them.
 """
 

@@ -10,6 +10,7 @@ from raftka.raft.config import RaftConfig
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
 from tests.metadata_sim.quorum import Member, Quorum
+from tests.unit import metadata_support as m
 
 E = pb.ErrorCode
 BROKERS = (101, 102, 103)
@@ -48,8 +49,14 @@ def log_end(member: Member) -> int:
 
 
 async def register(
-    controller: QuorumController, broker_id: int, *, rack: str = "", incarnation: str = ""
+    controller: QuorumController,
+    broker_id: int,
+    *,
+    rack: str = "",
+    incarnation: str = "",
+    log_dir_id: bytes | None = None,
 ) -> int:
+    """``log_dir_id``: the broker's log directory id, by default the one it always has."""
     response = await controller.register_broker(
         pb.BrokerRegistrationRequest(
             broker_id=broker_id,
@@ -58,6 +65,7 @@ async def register(
                 metadata_pb2.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=9000 + broker_id)
             ],
             rack=rack,
+            log_dir_id=m.log_dir_id(broker_id) if log_dir_id is None else log_dir_id,
         )
     )
     assert response.status.error == E.NONE, response.status

@@ -21,7 +21,19 @@ def topic_id(n: int) -> bytes:
     return n.to_bytes(16, "big")
 
 
-def register(broker_id: int, epoch: int, *, fenced: bool = True, rack: str = "", port: int = 9092) -> Record:
+def log_dir_id(broker_id: int) -> bytes:
+    return (broker_id + 1).to_bytes(16, "big")
+
+
+def register(
+    broker_id: int,
+    epoch: int,
+    *,
+    fenced: bool = True,
+    rack: str = "",
+    port: int = 9092,
+    crashed: bool = False,
+) -> Record:
     endpoint = pb.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=port)
     return Record(
         register_broker=pb.RegisterBrokerRecord(
@@ -31,6 +43,8 @@ def register(broker_id: int, epoch: int, *, fenced: bool = True, rack: str = "",
             endpoints=[endpoint],
             rack=rack,
             fenced=fenced,
+            log_dir_id=log_dir_id(broker_id),
+            crashed=crashed,
         )
     )
 

@@ -205,6 +205,46 @@ def test_heartbeats_report_the_offline_partitions_and_a_change_goes_out_at_once(
     run(body)
 
 
+def test_registration_names_the_log_directory_and_heartbeats_list_wiped_partitions_until_first_unfenced() -> (
+    None
+):
+    """The wiped list is read against the folders found at start: once the broker has run,
+    folders it had no reason to have then may be missing, and a later fencing sends none."""
+
+    async def body() -> None:
+        controller = FakeController()
+        offset = [0]
+        wiped = [controller_pb2.OfflineTopicReplicas(topic_id=b"\x02" * 16, partitions=[0])]
+        async with serving(controller) as address:
+            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            broker = BrokerLifecycle(
+                101,
+                [ENDPOINT],
+                "",
+                50,
+                link,
+                lambda: offset[0],
+                log_dir_id=b"\x07" * 16,
+                wiped_replicas=lambda: list(wiped),
+            )
+            task = asyncio.create_task(broker.run())
+            await until(lambda: bool(controller.heartbeats), "a heartbeat while fenced")
+            assert controller.registrations[0].log_dir_id == b"\x07" * 16
+            assert list(controller.heartbeats[0].wiped_replicas) == wiped
+            offset[0] = 1000
+            await until(lambda: broker.state is State.RUNNING, "running")
+            offset[0] = 0  # the controller fences it again
+            await until(lambda: broker.state is State.FENCED, "fenced again")
+            sent = len(controller.heartbeats)
+            await until(lambda: len(controller.heartbeats) > sent, "a heartbeat fenced again")
+            assert not controller.heartbeats[-1].wiped_replicas
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await link.close()
+
+    run(body)
+
+
 def test_shutdown_before_registering_returns_at_once() -> None:
     async def body() -> None:
         link = ControllerLink({1: closed_port()}, lambda: -1, request_timeout_s=0.5)

@@ -75,6 +75,10 @@ def test_registration_epoch_is_the_record_offset_and_starts_fenced() -> None:
             ),
             "listeners",
         ),
+        (
+            pb.BrokerRegistrationRequest(broker_id=101, incarnation_id="i", log_dir_id=b"\x01" * 17),
+            "log_dir_id",
+        ),
     ],
 )
 def test_bad_registration_is_refused(request_: pb.BrokerRegistrationRequest, field: str) -> None:

@@ -41,9 +41,10 @@ def cluster() -> MetadataImage:
 
 
 def test_register_broker() -> None:
-    image = replay(EMPTY, m.register(101, 5, rack="r1"))
+    image = replay(EMPTY, m.register(101, 5, rack="r1", crashed=True))
+    endpoints = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
     assert image.brokers == {
-        101: BrokerRegistration(101, "inc-101-5", 5, (Endpoint("PLAINTEXT", "127.0.0.1", 9092),), "r1", True)
+        101: BrokerRegistration(101, "inc-101-5", 5, endpoints, "r1", True, m.log_dir_id(101), crashed=True)
     }
     assert image.offset == 1
 

@@ -3,16 +3,18 @@ controller: one partition, RF 3, min.insync.replicas 2, brokers 101-103.
 
 The story each test tells: the ISR loses members; those lost while it is below
 min.insync.replicas hold every committed record (the ELR); when the ISR empties the
-ELR is elected from, never a replica that restarted uncleanly (no clean-shutdown marker
-naming its last broker epoch: killed, power cut, wiped disk); and a leader cannot add a
-replica to the ISR on the strength of fetches from an incarnation that has since died.
+ELR is elected from, never a replica whose data is gone (registered with another log
+directory: a wiped or new disk; or reporting the partition's folder wiped), and one that
+crashed with its directory intact (no clean-shutdown marker naming its last broker epoch:
+killed, power cut) only when no replica that did not crash can be; and a leader cannot
+add a replica to the ISR on the strength of fetches from an incarnation that has since died.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from raftka.metadata import records
+from raftka.metadata import broker_ops, records
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.delta import ReplayError
 from raftka.metadata.image import EMPTY, PartitionState
@@ -22,26 +24,42 @@ from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
 from tests.metadata_sim.quorum import Member
 from tests.unit import metadata_support as m
-from tests.unit.metadata_controller_support import E, create, heartbeat, live_brokers, run, single
+from tests.unit.metadata_controller_support import E, create, heartbeat, live_brokers, register, run, single
 
 
 def state_of(member: Member) -> PartitionState:
     return member.image.topic("t").partitions[0]  # type: ignore[union-attr]
 
 
-async def restart(c: QuorumController, broker_id: int, incarnation: str, previous_epoch: int | None) -> int:
+def new_disk(broker_id: int) -> bytes:
+    """The id of a log directory that replaced ``broker_id``'s (``m.log_dir_id``)."""
+    return (1000 + broker_id).to_bytes(16, "big")
+
+
+async def restart(
+    c: QuorumController,
+    broker_id: int,
+    incarnation: str,
+    previous_epoch: int | None,
+    log_dir_id: bytes | None = None,
+    *,
+    wiped: list[pb.OfflineTopicReplicas] | None = None,
+) -> int:
     """A new incarnation of ``broker_id`` registers and is unfenced; its epoch.
-    ``previous_epoch``: what its clean-shutdown marker says (None: no marker)."""
+    ``previous_epoch``: what its clean-shutdown marker says (None: no marker);
+    ``log_dir_id``: its log directory's (by default the one it registered before);
+    ``wiped``: the partitions whose folder it did not find, as its heartbeat lists them."""
     request = pb.BrokerRegistrationRequest(
         broker_id=broker_id,
         incarnation_id=incarnation,
         listeners=[metadata_pb2.BrokerEndpoint(name="PLAINTEXT", host="127.0.0.1", port=9000 + broker_id)],
+        log_dir_id=m.log_dir_id(broker_id) if log_dir_id is None else log_dir_id,
     )
     if previous_epoch is not None:
         request.previous_broker_epoch = previous_epoch
     response = await c.register_broker(request)
     assert response.status.error == E.NONE, response.status
-    assert not (await heartbeat(c, broker_id, response.broker_epoch)).is_fenced
+    assert not (await heartbeat(c, broker_id, response.broker_epoch, wiped_replicas=wiped or [])).is_fenced
     return response.broker_epoch
 
 
@@ -115,7 +133,7 @@ def test_a_leader_that_returns_wiped_is_not_elected_and_a_cleanly_restarted_elr_
         offline = state_of(member)
         assert (offline.leader, offline.isr, offline.elr) == (-1, (), (leader, y)), offline
 
-        await restart(c, leader, "wiped", previous_epoch=None)
+        await restart(c, leader, "wiped", previous_epoch=None, log_dir_id=new_disk(leader))
         still = state_of(member)
         assert (still.leader, still.isr, still.elr) == (-1, (), (y,)), "an unclean restart is not eligible"
         assert still.last_known_elr == (leader,)
@@ -132,7 +150,7 @@ def test_a_leader_that_returns_wiped_is_not_elected_and_a_cleanly_restarted_elr_
     run(body)
 
 
-def test_an_unclean_restart_of_the_last_eligible_member_leaves_the_partition_offline() -> None:
+def test_eligible_members_back_on_replaced_directories_leave_the_partition_offline() -> None:
     async def body() -> None:
         quorum, member = await single()
         c = member.controller
@@ -140,7 +158,7 @@ def test_an_unclean_restart_of_the_last_eligible_member_leaves_the_partition_off
         for broker_id in (x, y, leader):
             await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
         for broker_id in (leader, y):
-            await restart(c, broker_id, f"{broker_id}-unclean", previous_epoch=None)
+            await restart(c, broker_id, f"{broker_id}-unclean", None, new_disk(broker_id))
         await restart(c, x, "x-clean", previous_epoch=epochs[x])
         offline = state_of(member)
         assert (offline.leader, offline.isr, offline.elr) == (-1, (), ()), offline
@@ -150,7 +168,7 @@ def test_an_unclean_restart_of_the_last_eligible_member_leaves_the_partition_off
     run(body)
 
 
-def test_a_clean_restart_with_a_marker_naming_an_older_registration_counts_as_unclean() -> None:
+def test_a_clean_restart_with_a_marker_naming_an_older_registration_counts_as_a_crash() -> None:
     async def body() -> None:
         quorum, member = await single()
         c = member.controller
@@ -158,7 +176,183 @@ def test_a_clean_restart_with_a_marker_naming_an_older_registration_counts_as_un
         for broker_id in (x, y, leader):
             await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
         await restart(c, y, "y-stale-marker", previous_epoch=epochs[y] - 1)
-        assert state_of(member).elr == (leader,)
+        assert member.image.brokers[y].crashed
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_whole_cluster_killed_at_once_with_intact_directories_gets_its_leader_back() -> None:
+    """SIGKILL of every broker (a reboot, a power cut): each registers again, sessions
+    still live, without a clean-shutdown marker but with the directory it registered
+    before. Those that left the ISR while it was below min.insync.replicas hold every
+    committed record up to their last flush: the partition elects one of them."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        _, leader, x, y = await partition_with_min_isr_2(c)
+        epochs = {b: await register(c, b, incarnation=f"{b}-after-kill") for b in (leader, x, y)}
+        offline = state_of(member)
+        assert (offline.leader, offline.isr, set(offline.elr)) == (-1, (), {x, y}), offline
+        assert all(member.image.brokers[b].crashed for b in (leader, x, y))
+
+        for broker_id in (leader, x, y):
+            assert not (await heartbeat(c, broker_id, epochs[broker_id])).is_fenced
+        back = state_of(member)
+        assert back.leader in (x, y) and back.isr == (back.leader,), back
+        assert back.leader_epoch > offline.leader_epoch
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_replica_back_on_a_replaced_directory_is_not_elected_while_one_that_crashed_can_be() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        _, leader, x, y = await partition_with_min_isr_2(c)
+        epochs = {
+            leader: await register(c, leader, incarnation="leader-killed"),
+            x: await register(c, x, incarnation="x-new-disk", log_dir_id=new_disk(x)),
+            y: await register(c, y, incarnation="y-killed"),
+        }
+        offline = state_of(member)
+        assert (offline.leader, offline.isr, offline.elr) == (-1, (), (y,)), "x holds nothing: not eligible"
+        assert x in offline.last_known_elr and not member.image.brokers[x].crashed
+
+        for broker_id in (leader, x):
+            await heartbeat(c, broker_id, epochs[broker_id])
+        assert state_of(member).leader == -1, "x is live but its directory was replaced"
+        await heartbeat(c, y, epochs[y])
+        assert (state_of(member).leader, state_of(member).isr) == (y, (y,))
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_replica_reporting_the_partition_folder_wiped_is_not_elected_while_one_that_crashed_can_be() -> (
+    None
+):
+    """The directory is the same, but the partition's folder was gone at the broker's start:
+    the heartbeat that unfences it lists the partition, which it leaves the ELR of."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        _, leader, x, y = await partition_with_min_isr_2(c)
+        topic_id = member.image.topic_ids_by_name["t"]
+        epochs = {b: await register(c, b, incarnation=f"{b}-after-kill") for b in (leader, x, y)}
+        assert set(state_of(member).elr) == {x, y}
+
+        wiped = [pb.OfflineTopicReplicas(topic_id=topic_id, partitions=[0])]
+        assert not (await heartbeat(c, x, epochs[x], wiped_replicas=wiped)).is_fenced
+        still = state_of(member)
+        assert (still.leader, still.elr, still.last_known_elr) == (-1, (y,), (x,)), still
+        await heartbeat(c, y, epochs[y])
+        assert (state_of(member).leader, state_of(member).isr) == (y, (y,))
+        await quorum.close()
+
+    run(body)
+
+
+def test_of_elr_members_that_crashed_only_the_last_isr_member_is_elected() -> None:
+    """y leaves the ISR (a power cut, say: its unflushed tail is gone), then the leader,
+    the last ISR member, is killed. y comes back first: it may lack records the leader
+    holds, so the partition waits for the leader, whose log is the longest."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        for broker_id in (x, y, leader):
+            await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+        assert state_of(member).elr == (leader, y), "the last to leave the ISR first"
+
+        await restart(c, y, "y-after-power-cut", previous_epoch=None)
+        waiting = state_of(member)
+        assert (waiting.leader, waiting.elr) == (-1, (leader, y)), waiting
+        await restart(c, leader, "leader-after-kill", previous_epoch=None)
+        back = state_of(member)
+        assert (back.leader, back.isr, back.elr) == (leader, (leader,), (y,)), back
+        await quorum.close()
+
+    run(body)
+
+
+def test_a_full_list_of_wiped_partitions_is_handled_before_the_broker_is_unfenced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One heartbeat lists at most OFFLINE_REPLICAS_MAX (1 here): a full list may leave
+    more out, so the broker stays fenced until a heartbeat lists fewer."""
+    monkeypatch.setattr(broker_ops, "OFFLINE_REPLICAS_MAX", 1)
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        _, leader, x, y = await partition_with_min_isr_2(c)
+        topic_id = member.image.topic_ids_by_name["t"]
+        epochs = {b: await register(c, b, incarnation=f"{b}-after-kill") for b in (leader, x, y)}
+        wiped = [pb.OfflineTopicReplicas(topic_id=topic_id, partitions=[0])]
+
+        assert (await heartbeat(c, y, epochs[y], wiped_replicas=wiped)).is_fenced
+        handled = state_of(member)
+        assert (handled.leader, handled.elr) == (-1, (x,)) and member.image.brokers[y].fenced, handled
+        assert not (await heartbeat(c, y, epochs[y])).is_fenced
+        assert state_of(member).leader == -1, "y holds nothing of the partition"
+        await quorum.close()
+
+    run(body)
+
+
+async def two_elr_members_back(
+    c: QuorumController, member: Member, left_last: str, crashed: str
+) -> tuple[int, int, int, dict[int, int]]:
+    """min.insync.replicas 3: the followers ``first`` and ``second`` (in replica order) leave
+    the ISR, ``left_last`` last, and restart (``crashed`` without a marker, the other
+    cleanly); both unfenced, out of the ISR, in the ELR. The leader, its epochs."""
+    epochs = await live_brokers(c)
+    await create(c, "t", 1, 3, **{"min.insync.replicas": "3"})
+    leader, first, second = await _roles(c)
+    named = {"first": first, "second": second}
+    last = named[left_last]
+    for broker_id in (next(b for b in (first, second) if b != last), last):
+        await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+    assert state_of(member).elr[0] == last, "the last to leave the ISR comes first"
+    for name, broker_id in named.items():
+        await restart(c, broker_id, f"{name}-again", None if name == crashed else epochs[broker_id])
+    return leader, first, second, epochs
+
+
+def test_the_elr_member_that_left_the_isr_last_is_elected_first() -> None:
+    """It was in the ISR longest, the last leader as a rule: its log is the longest."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        leader, first, second, epochs = await two_elr_members_back(c, member, left_last="second", crashed="")
+        await heartbeat(c, leader, epochs[leader], want_fence=True)
+        after = state_of(member)
+        assert (after.leader, after.isr, after.elr) == (second, (second,), (leader, first)), after
+        await quorum.close()
+
+    run(body)
+
+
+def test_an_elr_member_that_did_not_crash_is_elected_before_one_that_did() -> None:
+    """The one that crashed left the ISR last, but may lack its unflushed tail: the other
+    leads, and the crashed one stays eligible."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        leader, first, second, epochs = await two_elr_members_back(
+            c, member, left_last="first", crashed="first"
+        )
+        assert member.image.brokers[first].crashed and not member.image.brokers[second].crashed
+        await heartbeat(c, leader, epochs[leader], want_fence=True)
+        after = state_of(member)
+        assert (after.leader, after.isr, after.elr) == (second, (second,), (leader, first)), after
         await quorum.close()
 
     run(body)
@@ -191,7 +385,7 @@ def test_alter_partition_refuses_a_member_whose_broker_epoch_is_not_its_current_
         await heartbeat(c, x, epochs[x], want_fence=True)
         await heartbeat(c, y, epochs[y], want_fence=True)
         await heartbeat(c, y, epochs[y])
-        new_x = await restart(c, x, "x-wiped", previous_epoch=None)
+        new_x = await restart(c, x, "x-wiped", None, new_disk(x))
         state = state_of(member)
         order = list(state.replicas)
 
@@ -229,7 +423,7 @@ def test_the_elr_survives_a_snapshot() -> None:
         epochs, leader, x, y = await partition_with_min_isr_2(c)
         for broker_id in (x, y, leader):
             await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
-        await restart(c, leader, "wiped", previous_epoch=None)
+        await restart(c, leader, "wiped", None, new_disk(leader))
         image = member.image
         assert decode_image(encode_image(image)) == image
         assert state_of(member).elr and state_of(member).last_known_elr
@@ -267,7 +461,7 @@ def test_a_lower_min_isr_that_the_isr_meets_empties_the_elr_and_a_higher_one_kee
     run(body)
 
 
-def test_unclean_leader_election_enable_brings_back_a_partition_whose_eligible_replicas_all_restarted_uncleanly() -> (
+def test_unclean_leader_election_enable_brings_back_a_partition_whose_eligible_replicas_lost_their_disks() -> (
     None
 ):
     """With nothing eligible left the partition waits; the operator may choose availability
@@ -280,7 +474,7 @@ def test_unclean_leader_election_enable_brings_back_a_partition_whose_eligible_r
         for broker_id in (x, y, leader):
             await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
         for broker_id in (leader, y):
-            await restart(c, broker_id, f"{broker_id}-unclean", previous_epoch=None)
+            await restart(c, broker_id, f"{broker_id}-unclean", None, new_disk(broker_id))
         offline = state_of(member)
         assert offline.leader == -1
 

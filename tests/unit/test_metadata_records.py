@@ -80,6 +80,8 @@ def test_json_keeps_every_field_with_numbers_as_numbers() -> None:
         "endpoints": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9092}],
         "rack": "r1",
         "fenced": True,
+        "log_dir_id": records.topic_id_str(m.log_dir_id(101)),  # a Uuid too, as Kafka prints directory ids
+        "crashed": False,
     }
     assert records.to_json(EVERY_TYPE["NO_OP_RECORD"]) == {}
     assert records.to_json(EVERY_TYPE["REMOVE_GROUP_OFFSETS_RECORD"]) == {"group": "g"}
@@ -129,6 +131,11 @@ def _scram_with(**fields: object) -> pb.MetadataRecord:
     return record
 
 
+def _with_log_dir_id(record: pb.MetadataRecord, log_dir_id: bytes) -> pb.MetadataRecord:
+    record.register_broker.log_dir_id = log_dir_id
+    return record
+
+
 MALFORMED = [
     (m.topic("t", b"\x01" * 15), "TopicRecord.topic_id: 15 bytes"),
     (m.topic("t", bytes(16)), "TopicRecord.topic_id: the zero UUID"),
@@ -143,6 +150,7 @@ MALFORMED = [
     (m.change(TID, 0, replicas=[]), "PartitionChangeRecord.replicas: empty"),
     (m.register(-1, 0), "RegisterBrokerRecord.broker_id"),
     (m.register(1, 0, port=70000), "RegisterBrokerRecord.endpoints.port"),
+    (_with_log_dir_id(m.register(1, 0), b"\x01" * 3), "RegisterBrokerRecord.log_dir_id: 3 bytes"),
     (m.fence(1, -1), "FenceBrokerRecord: broker epoch -1"),
     (m.config("t", "k", "v", resource_type=0), "ConfigRecord.resource_type: 0 unknown"),
     (m.config("", "k", "v"), "ConfigRecord.resource_name: empty for a topic"),

@@ -264,6 +264,8 @@ def test_the_walk_finds_every_list_of_the_client_requests() -> None:
         ("BrokerRegistrationRequest", "listeners"),
         ("BrokerHeartbeatRequest", "offline_replicas"),
         ("BrokerHeartbeatRequest", "offline_replicas[].partitions"),
+        ("BrokerHeartbeatRequest", "wiped_replicas"),
+        ("BrokerHeartbeatRequest", "wiped_replicas[].partitions"),
         ("AlterPartitionRequest", "topics"),
         ("AlterPartitionRequest", "topics[].partitions"),
         ("AlterPartitionRequest", "topics[].partitions[].new_isr"),

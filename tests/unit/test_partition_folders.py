@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftka.broker.log.config import LogConfig
+from raftka.broker.log.directory_id import DIRECTORY_ID_FILE
 from raftka.broker.log.folder_names import (
     NAME_MAX_BYTES,
     delete_folder,
@@ -47,7 +48,8 @@ def create_and_delete(root: Path, topic: str, partition: int) -> None:
     name = partition_folder(topic, partition)
     assert (root / name / METADATA_FILE).exists()
     manager.remove(name)
-    assert sorted(p.name for p in root.iterdir()) == [], "the folder and its -delete rename are gone"
+    left = sorted(p.name for p in root.iterdir())
+    assert left == [DIRECTORY_ID_FILE], "the folder and its -delete rename are gone"
     manager.close()
 
 

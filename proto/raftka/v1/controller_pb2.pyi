@@ -370,18 +370,20 @@ class AlterConfigsResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ...) -> None: ...
 
 class BrokerRegistrationRequest(_message.Message):
-    __slots__ = ("broker_id", "incarnation_id", "listeners", "rack", "previous_broker_epoch")
+    __slots__ = ("broker_id", "incarnation_id", "listeners", "rack", "previous_broker_epoch", "log_dir_id")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_ID_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_DIR_ID_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     incarnation_id: str
     listeners: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.BrokerEndpoint]
     rack: str
     previous_broker_epoch: int
-    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[_metadata_pb2.BrokerEndpoint, _Mapping]]] = ..., rack: _Optional[str] = ..., previous_broker_epoch: _Optional[int] = ...) -> None: ...
+    log_dir_id: bytes
+    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[_metadata_pb2.BrokerEndpoint, _Mapping]]] = ..., rack: _Optional[str] = ..., previous_broker_epoch: _Optional[int] = ..., log_dir_id: _Optional[bytes] = ...) -> None: ...
 
 class BrokerRegistrationResponse(_message.Message):
     __slots__ = ("status", "broker_epoch")
@@ -392,20 +394,22 @@ class BrokerRegistrationResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
 
 class BrokerHeartbeatRequest(_message.Message):
-    __slots__ = ("broker_id", "broker_epoch", "current_metadata_offset", "want_fence", "want_shut_down", "offline_replicas")
+    __slots__ = ("broker_id", "broker_epoch", "current_metadata_offset", "want_fence", "want_shut_down", "offline_replicas", "wiped_replicas")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     CURRENT_METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     WANT_FENCE_FIELD_NUMBER: _ClassVar[int]
     WANT_SHUT_DOWN_FIELD_NUMBER: _ClassVar[int]
     OFFLINE_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    WIPED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     broker_epoch: int
     current_metadata_offset: int
     want_fence: bool
     want_shut_down: bool
     offline_replicas: _containers.RepeatedCompositeFieldContainer[OfflineTopicReplicas]
-    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., current_metadata_offset: _Optional[int] = ..., want_fence: _Optional[bool] = ..., want_shut_down: _Optional[bool] = ..., offline_replicas: _Optional[_Iterable[_Union[OfflineTopicReplicas, _Mapping]]] = ...) -> None: ...
+    wiped_replicas: _containers.RepeatedCompositeFieldContainer[OfflineTopicReplicas]
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., current_metadata_offset: _Optional[int] = ..., want_fence: _Optional[bool] = ..., want_shut_down: _Optional[bool] = ..., offline_replicas: _Optional[_Iterable[_Union[OfflineTopicReplicas, _Mapping]]] = ..., wiped_replicas: _Optional[_Iterable[_Union[OfflineTopicReplicas, _Mapping]]] = ...) -> None: ...
 
 class OfflineTopicReplicas(_message.Message):
     __slots__ = ("topic_id", "partitions")
