@@ -27,7 +27,8 @@ COPY_SCHEMA = pa.schema([("base", pa.int64()), ("last", pa.int64()), ("epoch", p
                          ("file_seq", pa.int64()), ("position", pa.int64()), ("frame", pa.int64()),
                          ("order", pa.int64())])  # fmt: skip
 ORDER_FILE_SHIFT = 40  # a copy's order: its file's place in the input << 40 | its position in it
-READ_ROWS = 65_536  # copies read from a node's file at a time
+READ_ROWS = 4_096  # copies the merge holds in Python at a time from each node's file
+ROW_GROUP_ROWS = 65_536  # and in Arrow: a node's file is read a row group at a time
 
 
 class Copy(NamedTuple):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import time
@@ -82,11 +83,14 @@ PARTITION_BYTES_MIN = 4 << 20  # a Spark task costs tens of milliseconds: a smal
 
 @dataclass
 class Timings:
-    """Wall seconds per step, and the CPU seconds this machine's processes spent in it (the
-    driver, its JVM and Spark's Python workers: all of the work with a ``local`` master)."""
+    """Wall seconds per step, the CPU seconds this machine's processes spent in it (the
+    driver, its JVM and Spark's Python workers: all of the work with a ``local`` master), and
+    the driver's peak resident memory by the end of it (its Python process, not its JVM):
+    which step makes the driver grow with the history."""
 
     steps: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
+    peak_mib: dict[str, float] = field(default_factory=dict)
     _start: float = field(default_factory=time.monotonic)
     _cpu_start: float = field(default_factory=lambda: process_tree_cpu_s())
 
@@ -94,6 +98,7 @@ class Timings:
         now, cpu = time.monotonic(), process_tree_cpu_s()
         self.steps[step] = round(now - self._start, 3)
         self.cpu[step] = round(cpu - self._cpu_start, 3)
+        self.peak_mib[step] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
         self._start, self._cpu_start = now, cpu
 
 
@@ -231,6 +236,7 @@ def _run(
     timings.mark("report")
     summary["timings_s"] = timings.steps
     summary["cpu_s"] = timings.cpu
+    summary["driver_peak_mib"] = timings.peak_mib
     summary["tables_s"] = table_seconds
     summary["replay_tasks"] = {
         "pieces": len(done),

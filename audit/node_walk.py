@@ -18,7 +18,15 @@ from typing import Any
 import pyarrow as pa
 
 from raftka.audit import copies
-from raftka.audit.copies import COPY_SCHEMA, ORDER_FILE_SHIFT, copy_of, effective, is_copy, newest_voters
+from raftka.audit.copies import (
+    COPY_SCHEMA,
+    ORDER_FILE_SHIFT,
+    ROW_GROUP_ROWS,
+    copy_of,
+    effective,
+    is_copy,
+    newest_voters,
+)
 from raftka.audit.decode import SNAPSHOT_KIND, UNREADABLE
 from raftka.audit.files import LogFile
 from raftka.audit.merge import MergeResult, merge_streams
@@ -68,7 +76,7 @@ def walk_heads(files: Iterable[tuple[int, Iterable[Head]]], path: Path) -> dict[
 
     walked = walk_node(heads())
     mine = effective(pa.Table.from_batches(batches, COPY_SCHEMA), walked.rewinds)
-    write_whole(mine, path.parent, path.name)
+    write_whole(mine, path.parent, path.name, ROW_GROUP_ROWS)
     return {
         "violations": walked.violations,
         "snapshots": snapshots,
