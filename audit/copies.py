@@ -101,6 +101,8 @@ def rows(copies: pa.Table) -> Iterator[Copy]:
 
 
 def read(path: str) -> Iterator[Copy]:
-    """The copies a node's task wrote to ``path``, a few thousand at a time."""
-    for batch in pq.ParquetFile(path).iter_batches(READ_ROWS):
-        yield from map(Copy._make, zip(*(column.to_pylist() for column in batch.columns), strict=True))
+    """The copies a node's task wrote to ``path``, a row group at a time: ``iter_batches``
+    holds on to what it read (410 MiB of Arrow memory after a file of ten million copies)."""
+    copies = pq.ParquetFile(path)
+    for group in range(copies.num_row_groups):
+        yield from rows(copies.read_row_group(group))
