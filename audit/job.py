@@ -3,12 +3,14 @@
     raftka audit DIR... --out OUT                                    # embedded Spark, local[2]
     spark-submit --master spark://host:7077 audit/job.py DIR... --out OUT     # on a cluster
 
-Steps: read the head of every batch of every file of every node, files packed into a
-few Spark tasks (``raftka.audit.walk.read_heads``: the same decoding as the ``raftka-metadata``
-data source, without taking the rows through the JVM, which cost twice the decoding); on
-the driver, walk each node's log (``raftka.audit.walk``) and merge the nodes' copies into the
-canonical history (``raftka.audit.merge``): a million heads for ten million records, cheaper
-to walk here than to ship to a task; replay the history in order (``raftka.audit.replay``) in
+Steps: walk each node's log (``raftka.audit.walk``) in a Spark task per node
+(``raftka.audit.node_walk``), reading the head of every batch of its files (the same decoding
+as the ``raftka-metadata`` data source, without taking the rows through the JVM, which cost
+twice the decoding) and writing the copies the merge needs to the scratch folder, in offset
+order; on the driver, merge the nodes' copies into the canonical history
+(``raftka.audit.merge``) as streams, so the driver holds no batch of the history (runs of
+each file's frames: its memory grows with files and snapshots, not records); replay the
+history in order (``raftka.audit.replay``) in
 pieces cut at snapshots, which Spark tasks run in parallel straight from the files
 (``raftka.audit.pieces``), each a chunk of records at a time writing its events and its
 part of the tables that are events filtered (``raftka.audit.event_tables``), folding its
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import time
@@ -46,15 +49,13 @@ from raftka.audit import collector, incidents, report, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
 from raftka.audit.commits import PROGRESS_BUCKETS, SERIES_SCHEMA, combine, committed_over_time
 from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
-from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import EVENT_TABLES
-from raftka.audit.files import AuditInputError, LogFile, discover, file_size, local_path, pack
+from raftka.audit.files import AuditInputError, LogFile, discover, file_size, local_path
+from raftka.audit.node_walk import merge_walked, node_groups, walk_files
 from raftka.audit.out import claim
 from raftka.audit.pieces import EVENTS, plan, run_piece
-from raftka.audit.plain import walk_and_merge
 from raftka.audit.replay import EVENT_SCHEMA
 from raftka.audit.schema import to_batch
-from raftka.audit.walk import Head, check_readable, read_heads
 
 log = structlog.get_logger("raftka.audit.job")
 
@@ -73,19 +74,23 @@ TABLES = (
     "violations",
     "incidents",
 )
-SCRATCH = "scratch"  # under OUT: what the replay's tasks write for the tables; removed at the end
-TASKS_PER_CORE = 4  # heads partitions and replay pieces: enough to keep every core busy to the end
+SCRATCH = "scratch"  # under OUT: what the walks and the replay's tasks write; removed at the end
+COPIES = "copies"  # under SCRATCH: each node's copies for the merge
+TASKS_PER_CORE = 4  # replay pieces (and the baseline's partitions): enough to keep every core busy to the end
 TABLE_WRITERS = 2  # Spark jobs writing tables at once
 PARTITION_BYTES_MIN = 4 << 20  # a Spark task costs tens of milliseconds: a small history is one
 
 
 @dataclass
 class Timings:
-    """Wall seconds per step, and the CPU seconds this machine's processes spent in it (the
-    driver, its JVM and Spark's Python workers: all of the work with a ``local`` master)."""
+    """Wall seconds per step, the CPU seconds this machine's processes spent in it (the
+    driver, its JVM and Spark's Python workers: all of the work with a ``local`` master), and
+    the driver's peak resident memory by the end of it (its Python process, not its JVM):
+    which step makes the driver grow with the history."""
 
     steps: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
+    peak_mib: dict[str, float] = field(default_factory=dict)
     _start: float = field(default_factory=time.monotonic)
     _cpu_start: float = field(default_factory=lambda: process_tree_cpu_s())
 
@@ -93,6 +98,7 @@ class Timings:
         now, cpu = time.monotonic(), process_tree_cpu_s()
         self.steps[step] = round(now - self._start, 3)
         self.cpu[step] = round(cpu - self._cpu_start, 3)
+        self.peak_mib[step] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
         self._start, self._cpu_start = now, cpu
 
 
@@ -131,7 +137,7 @@ def run(
     include_snapshots: bool = True,
 ) -> dict[str, Any]:
     """Audit the nodes under ``paths`` into ``out``; returns the summary (also in summary.json)."""
-    with collector.paused():  # a million heads and chosen batches live on the driver
+    with collector.paused():  # the merge makes and drops an object or more per batch
         return _run(spark, paths, out, include_archive=include_archive, include_snapshots=include_snapshots)
 
 
@@ -152,18 +158,15 @@ def _run(
     scratch = out / SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
     tasks = spark.sparkContext.defaultParallelism * TASKS_PER_CORE
-    groups = pack(files, _partition_bytes(files, tasks))
-    read = spark.sparkContext.parallelize(groups, len(groups)).map(read_heads).collect()
+    nodes = node_groups(files)
+    walked = (
+        spark.sparkContext.parallelize(nodes, len(nodes))
+        .map(partial(walk_files, folder=str(scratch / COPIES)))
+        .collect()
+    )
     timings.mark("heads")
 
-    heads = [Head._make(h) for group in read for h in group]
-    check_readable(heads, len(files))
-    violations, merged = walk_and_merge(heads)
-    snapshots = [
-        (h.node, h.file_seq, h.offset)
-        for h in heads
-        if h.kind == SNAPSHOT_KIND and h.batch_offset is not None
-    ]
+    violations, snapshots, merged = merge_walked(walked, len(files))
     timings.mark("walk_and_merge")
 
     pieces = plan(files, merged.chosen, snapshots, merged.start_offset or 0, tasks)
@@ -233,6 +236,7 @@ def _run(
     timings.mark("report")
     summary["timings_s"] = timings.steps
     summary["cpu_s"] = timings.cpu
+    summary["driver_peak_mib"] = timings.peak_mib
     summary["tables_s"] = table_seconds
     summary["replay_tasks"] = {
         "pieces": len(done),

@@ -7,29 +7,44 @@ overwrites an entry of an older committed epoch, so the highest epoch is the one
 won), then the one most nodes hold. A copy is committed when a majority of the voters
 hold it, or any observer does (observers fetch committed batches only); two different
 committed copies of one offset are the one real disagreement.
+
+The merge reads the nodes' copies as streams in offset order (``raftka.audit.copies``), one
+offset's copies at a time, and gives the history as ranges of consecutive frames of one file
+(``ChosenRun``): what it holds grows with the files, snapshots and violations, not the batches.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter
 from typing import Any, NamedTuple
 
+import pyarrow as pa
+
 from raftka.audit.checks import ERROR, INFO, violation
+from raftka.audit.copies import COPY_SCHEMA, Copy, copy_of, effective, is_copy, newest_voters, rows, voters_of
 from raftka.audit.decode import LEADER_CHANGE, SNAPSHOT_KIND
-from raftka.audit.schema import Row
+from raftka.audit.schema import Row, to_batch
 
-CopyKey = tuple[str, int, int]  # node, file_seq, position
+CopyKey = tuple[str, int, int, int]  # node, file_seq, position, frame
 
 
-class Chosen(NamedTuple):
-    """The copy of a canonical batch the history takes."""
+class ChosenRun(NamedTuple):
+    """Consecutive frames of one file, the copies the history takes of ``batches`` canonical
+    batches from ``base_offset`` to ``last_base`` (the last one's base offset). A run never
+    holds batches on both sides of a snapshot's offset: the replay is cut there."""
 
     node: str
     file_seq: int
-    position: int
+    position: int  # of the first frame
+    last_position: int  # of the last
     base_offset: int
+    last_base: int
+    batches: int
 
 
 @dataclass(slots=True)
@@ -45,12 +60,12 @@ class _Candidate:
 
     @property
     def holders(self) -> set[str]:
-        return {node for node, _, _ in self.copies}
+        return {copy[0] for copy in self.copies}
 
 
 @dataclass
 class MergeResult:
-    chosen: list[Chosen] = field(default_factory=list)  # one copy per canonical batch, in offset order
+    chosen: list[ChosenRun] = field(default_factory=list)  # the canonical batches' copies, in offset order
     violations: list[dict[str, Any]] = field(default_factory=list)
     uncommitted_leader_changes: list[dict[str, Any]] = field(default_factory=list)
     start_offset: int | None = None
@@ -59,55 +74,105 @@ class MergeResult:
     voters: list[int] = field(default_factory=list)
 
 
-def merge(heads: Iterable[Row], rewinds: Mapping[str, Sequence[tuple[int, int]]]) -> MergeResult:
-    """``heads``: every node's batch heads (``walk.is_head``); ``rewinds``: each node's, from its walk."""
-    result = MergeResult()
-    candidates: dict[tuple[int, int, int, int], _Candidate] = {}
-    voters: tuple[int, list[int]] = (-1, [])  # the newest LeaderChange's (epoch, voters)
-    for head in heads:
-        if head.batch_offset is None or head.kind == SNAPSHOT_KIND:
-            continue
-        last = head.batch_offset + head.batch_records - 1
-        node_rewinds = rewinds.get(head.node)
-        if node_rewinds and _superseded(head, last, node_rewinds):
-            continue
-        key = (head.batch_offset, last, head.epoch, head.batch_crc)
-        candidate = candidates.get(key)
-        if candidate is None:
-            leader = head.leader if head.type == LEADER_CHANGE else None
-            candidate = candidates[key] = _Candidate(*key, head.kind, leader, head.timestamp_ms)
-        if head.type == LEADER_CHANGE and head.voters and head.epoch > voters[0]:
-            voters = (head.epoch, head.voters)
-        candidate.copies.append((head.node, head.file_seq, head.position))
-    result.voters = sorted(voters[1])
-    _choose(sorted(candidates.values(), key=lambda c: (c.base, -c.epoch, -len(c.copies))), result)
-    return result
+def merge(heads: Sequence[Row], rewinds: Mapping[str, Sequence[tuple[int, int]]]) -> MergeResult:
+    """``heads``: every node's batch heads (``walk.is_head``), each file's in position order;
+    ``rewinds``: each node's, from its walk. The merge of a history held in memory, through
+    the same streams as the job's (``merge_streams``)."""
+    frames: dict[tuple[str, int], int] = {}
+    by_node: dict[str, list[tuple[Any, ...]]] = {}
+    for order, head in enumerate(heads):
+        if head.position is None:
+            continue  # an unreadable file, a snapshot: no frame
+        key = (head.node, head.file_seq)
+        frame = frames[key] = frames.get(key, -1) + 1
+        if is_copy(head):
+            by_node.setdefault(head.node, []).append(copy_of(head, frame, order))
+    nodes = [
+        effective(pa.Table.from_batches([to_batch(copies, COPY_SCHEMA)]), rewinds.get(node, ()))
+        for node, copies in sorted(by_node.items())
+    ]
+    cuts = [h.batch_offset for h in heads if h.kind == SNAPSHOT_KIND and h.batch_offset is not None]
+    return merge_streams([rows(copies) for copies in nodes], voters_of(map(newest_voters, nodes)), cuts)
 
 
-def _superseded(head: Row, last: int, rewinds: Sequence[tuple[int, int]]) -> bool:
-    """A copy its own node replaced: a later file of that node starts at or below its last offset."""
-    return any(file_seq > head.file_seq and last >= offset for file_seq, offset in rewinds)
+def merge_streams(streams: Sequence[Iterable[Copy]], voters: list[int], cuts: Iterable[int]) -> MergeResult:
+    """The history from each node's copies in offset order (``raftka.audit.copies.effective``):
+    at each offset the copy of the highest epoch, then the one most nodes hold, then the one
+    met first; ``voters``: the newest LeaderChange's (``copies.voters_of``); ``cuts``: the
+    snapshots' offsets, where no chosen run goes across."""
+    chooser = _Chooser(MergeResult(voters=list(voters)), sorted(set(cuts)))
+    for _, group in groupby(heapq.merge(*streams, key=attrgetter("base", "order")), key=attrgetter("base")):
+        candidates: dict[tuple[int, int, int, int], _Candidate] = {}
+        for copy in group:
+            key = (copy.base, copy.last, copy.epoch, copy.crc)
+            candidate = candidates.get(key)
+            if candidate is None:
+                leader = copy.leader if copy.type == LEADER_CHANGE else None
+                candidate = candidates[key] = _Candidate(*key, copy.kind, leader, copy.timestamp_ms)
+            candidate.copies.append((copy.node, copy.file_seq, copy.position, copy.frame))
+        chooser.choose(sorted(candidates.values(), key=lambda c: (-c.epoch, -len(c.copies))))
+    return chooser.finish()
 
 
-def _choose(ordered: list[_Candidate], result: MergeResult) -> None:
-    committed = _committed_test(result.voters)
-    position = None  # the canonical history's end so far
-    epoch = -1  # of its last batch: a Raft log's epochs never go back
-    chosen_by_offset: list[_Candidate] = []
-    others: list[_Candidate] = []
-    for candidate in ordered:
-        if position is None:
-            result.start_offset = position = candidate.base
-        if candidate.base < position or candidate.epoch < epoch:
-            others.append(candidate)  # another copy, or an older leader's tail longer than what replaced it
-            continue
-        if candidate.base > position:
-            result.gaps.append((position, candidate.base))
-        chosen_by_offset.append(candidate)
-        result.chosen.append(Chosen(*min(candidate.copies), candidate.base))
-        position, epoch = candidate.last + 1, candidate.epoch
-    result.end_offset = position
-    _report_divergence(others, chosen_by_offset, committed, result)
+class _Chooser:
+    """The merge's walk along the offsets: the history so far, and the run it is extending."""
+
+    def __init__(self, result: MergeResult, cuts: list[int]) -> None:
+        self.result = result
+        self.committed = _committed_test(result.voters)
+        self.cuts = cuts
+        self.position: int | None = None  # the canonical history's end so far
+        self.epoch = -1  # of its last batch: a Raft log's epochs never go back
+        self.winner: _Candidate | None = None  # the last batch chosen
+        self.run: list[Any] | None = None  # ChosenRun's fields, then the frame of its last copy
+
+    def choose(self, candidates: list[_Candidate]) -> None:
+        """One offset's candidates, the likeliest first: the first that continues the history
+        is its batch there, every other is a copy the history did not take."""
+        others: list[_Candidate] = []
+        for candidate in candidates:
+            if self.position is None:
+                self.result.start_offset = self.position = candidate.base
+            if candidate.base < self.position or candidate.epoch < self.epoch:
+                # another copy, or an older leader's tail longer than what replaced it
+                others.append(candidate)
+                continue
+            if candidate.base > self.position:
+                self.result.gaps.append((self.position, candidate.base))
+            self._take(candidate)
+            self.position, self.epoch = candidate.last + 1, candidate.epoch
+        for other in others:
+            assert self.winner is not None  # the first candidate of all is taken
+            _report_divergence(other, self.winner, self.committed, self.result)
+
+    def _take(self, candidate: _Candidate) -> None:
+        self.winner = candidate
+        node, file_seq, position, frame = min(candidate.copies)
+        run = self.run
+        if (
+            run is not None
+            and (run[0], run[1], run[7] + 1) == (node, file_seq, frame)
+            and not self._cut(run[5], candidate.base)
+        ):
+            run[3], run[5], run[6], run[7] = position, candidate.base, run[6] + 1, frame
+            return
+        self._close()
+        self.run = [node, file_seq, position, position, candidate.base, candidate.base, 1, frame]
+
+    def _cut(self, after: int, base: int) -> bool:
+        """Whether a snapshot's offset lies in (``after``, ``base``]: the replay is cut there."""
+        i = bisect.bisect_right(self.cuts, after)
+        return i < len(self.cuts) and self.cuts[i] <= base
+
+    def _close(self) -> None:
+        if self.run is not None:
+            self.result.chosen.append(ChosenRun(*self.run[:7]))
+            self.run = None
+
+    def finish(self) -> MergeResult:
+        self._close()
+        self.result.end_offset = self.position
+        return self.result
 
 
 def _committed_test(voters: list[int]) -> Callable[[_Candidate], bool]:
@@ -124,41 +189,38 @@ def _committed_test(voters: list[int]) -> Callable[[_Candidate], bool]:
 
 
 def _report_divergence(
-    others: list[_Candidate],
-    chosen: list[_Candidate],
+    other: _Candidate,
+    winner: _Candidate,
     committed: Callable[[_Candidate], bool],
     result: MergeResult,
 ) -> None:
-    """Each copy the merge did not take: an error if it and the chosen one are both committed."""
-    bases = [c.base for c in chosen]
-    for other in others:
-        index = bisect.bisect_right(bases, other.base) - 1
-        winner = chosen[index]
-        nodes = ",".join(sorted(other.holders))
-        span = f"offsets {other.base}-{other.last} (epoch {other.epoch})"
-        if committed(other) and committed(winner):
-            message = (
-                f"nodes {nodes} hold a committed batch at {span} that differs from the committed batch "
-                f"at {winner.base}-{winner.last} (epoch {winner.epoch}) on nodes {','.join(sorted(winner.holders))}"
-            )
-            result.violations.append(
-                violation("nodes_agree", ERROR, message, offset=other.base, entity=f"offset {other.base}")
-            )
-        else:
-            message = (
-                f"nodes {nodes} hold an uncommitted batch at {span} that the leader of epoch {winner.epoch} "
-                f"replaced (a diverging tail, truncated or archived by the node)"
-            )
-            result.violations.append(
-                violation("nodes_agree", INFO, message, offset=other.base, entity=f"offset {other.base}")
-            )
-        if other.kind == LEADER_CHANGE:
-            result.uncommitted_leader_changes.append(
-                {
-                    "epoch": other.epoch,
-                    "leader": other.leader,
-                    "offset": other.base,
-                    "timestamp_ms": other.timestamp_ms,
-                    "nodes": sorted(other.holders),
-                }
-            )
+    """A copy the merge did not take, against the batch the history holds there (the last
+    chosen at or below its offset): an error if both are committed."""
+    nodes = ",".join(sorted(other.holders))
+    span = f"offsets {other.base}-{other.last} (epoch {other.epoch})"
+    if committed(other) and committed(winner):
+        message = (
+            f"nodes {nodes} hold a committed batch at {span} that differs from the committed batch "
+            f"at {winner.base}-{winner.last} (epoch {winner.epoch}) on nodes {','.join(sorted(winner.holders))}"
+        )
+        result.violations.append(
+            violation("nodes_agree", ERROR, message, offset=other.base, entity=f"offset {other.base}")
+        )
+    else:
+        message = (
+            f"nodes {nodes} hold an uncommitted batch at {span} that the leader of epoch {winner.epoch} "
+            f"replaced (a diverging tail, truncated or archived by the node)"
+        )
+        result.violations.append(
+            violation("nodes_agree", INFO, message, offset=other.base, entity=f"offset {other.base}")
+        )
+    if other.kind == LEADER_CHANGE:
+        result.uncommitted_leader_changes.append(
+            {
+                "epoch": other.epoch,
+                "leader": other.leader,
+                "offset": other.base,
+                "timestamp_ms": other.timestamp_ms,
+                "nodes": sorted(other.holders),
+            }
+        )

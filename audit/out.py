@@ -8,7 +8,11 @@ says an audit owns the folder, so a rerun after a crash reuses it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from raftka.audit.files import AuditInputError
 
@@ -28,3 +32,11 @@ def claim(out: Path) -> None:
             )
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("raftka audit output: the audit replaces what it wrote here\n")
+
+
+def write_whole(table: pa.Table, folder: Path, name: str, row_group_size: int | None = None) -> None:
+    """Whole or not at all: a retried task replaces its file, readers never see half of one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{name}.partial"  # a dot-name: Spark's reader skips it
+    pq.write_table(table, partial, row_group_size=row_group_size)
+    os.replace(partial, folder / name)

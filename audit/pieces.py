@@ -1,6 +1,7 @@
 """The replay in pieces, each one Spark task that reads its batches straight from the files.
 
-The merge chose one copy of every canonical batch (``raftka.audit.merge``). ``plan`` cuts that
+The merge chose one copy of every canonical batch (``raftka.audit.merge``), as runs of
+consecutive frames of one file that never cross a snapshot's offset. ``plan`` cuts that
 history at snapshots into pieces of about equal size, as many as the job asks for and more
 for a long history (``PIECE_RECORDS_MAX``): a piece replays the batches from one snapshot to
 the next, starting from a copy of the first (role BASE) and comparing its image with every
@@ -20,7 +21,6 @@ finer cuts of the history, joined on the driver as the pieces are.
 from __future__ import annotations
 
 import bisect
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -29,7 +29,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from raftka.audit import collector
 from raftka.audit.commits import Folded, fold
@@ -43,7 +42,8 @@ from raftka.audit.decode import (
 )
 from raftka.audit.event_tables import event_tables
 from raftka.audit.files import SNAPSHOT, AuditInputError, LogFile
-from raftka.audit.merge import Chosen
+from raftka.audit.merge import ChosenRun
+from raftka.audit.out import write_whole
 from raftka.audit.replay import BASE, EVENT_SCHEMA, SKIPPED, Batch, Record, Replay, Row
 from raftka.audit.schema import ROW_SCHEMA, to_batch
 from raftka.metadata.snapshot import SnapshotError
@@ -64,10 +64,13 @@ CHUNK_RECORDS = 500_000
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """Consecutive input of one file: chosen batches at ``positions``, or a whole snapshot."""
+    """Consecutive input of one file: ``batches`` chosen batches in consecutive frames from
+    ``position`` to ``last_position``, or a whole snapshot (no batches)."""
 
     file: LogFile
-    positions: tuple[int, ...]
+    position: int = -1
+    last_position: int = -1
+    batches: int = 0
     role: str | None = None
 
 
@@ -79,7 +82,7 @@ class Piece:
 
 def plan(
     files: Sequence[LogFile],
-    chosen: Sequence[Chosen],
+    chosen: Sequence[ChosenRun],
     snapshots: Sequence[tuple[str, int, int]],
     start: int,
     pieces: int,
@@ -87,49 +90,37 @@ def plan(
     """``pieces`` pieces, more for a long history (about ``PIECE_RECORDS_MAX`` records each at
     most), fewer where snapshots are too few: cut at the snapshot offsets above ``start`` (the
     history's first offset) nearest to equal shares of it, so they hold about as many records
-    each (offsets count records). ``snapshots``: (node, file_seq, offset) of every readable
-    snapshot file."""
+    each (offsets count records). ``snapshots``: (node, file_seq, offset) of readable snapshot
+    files, at whose offsets the merge cut its runs (``merge_streams``'s ``cuts``)."""
     by_key = {(f.node, f.seq): f for f in files}
     offsets = sorted({offset for _, _, offset in snapshots if offset > start})
-    span = chosen[-1].base_offset - start if chosen else 0  # the history's records, to a batch
+    span = chosen[-1].last_base - start if chosen else 0  # the history's records, to a batch
     count = max(1, min(max(pieces, -(-span // PIECE_RECORDS_MAX)), len(offsets) + 1))
     boundaries = sorted({_nearest(offsets, start + span * k // count) for k in range(1, count)})
-    # (offset, is_log, node, file_seq, position, role): replay order is the tuple's first five
+    # (offset, is_log, node, file_seq, position, run): replay order is the tuple's first five;
+    # a chosen run is on one side of every snapshot's offset, so it goes whole to one piece
     items: list[list[tuple[Any, ...]]] = [[] for _ in range(len(boundaries) + 1)]
     for c in chosen:
+        run = Run(by_key[(c.node, c.file_seq)], c.position, c.last_position, c.batches)
         items[bisect.bisect_right(boundaries, c.base_offset)].append(
-            (c.base_offset, 1, c.node, c.file_seq, c.position, None)
+            (c.base_offset, 1, c.node, c.file_seq, c.position, run)
         )
     for node, seq, offset in snapshots:
         # a snapshot at S holds the log below S: the piece that replays up to S checks it
         upto = offset - 1 if offset > start else offset
-        items[bisect.bisect_right(boundaries, upto)].append((offset, 0, node, seq, -1, None))
+        items[bisect.bisect_right(boundaries, upto)].append(
+            (offset, 0, node, seq, -1, Run(by_key[(node, seq)]))
+        )
     for k, boundary in enumerate(boundaries, start=1):
         node, seq = min(((n, s) for n, s, o in snapshots if o == boundary), key=lambda k: by_key[k].path)
-        items[k].append((boundary, 0, node, seq, -1, BASE))
-    return [Piece(k, tuple(_runs(sorted(mine, key=lambda i: i[:5]), by_key))) for k, mine in enumerate(items)]
+        items[k].append((boundary, 0, node, seq, -1, Run(by_key[(node, seq)], role=BASE)))
+    return [Piece(k, tuple(i[5] for i in sorted(mine, key=lambda i: i[:5]))) for k, mine in enumerate(items)]
 
 
 def _nearest(offsets: Sequence[int], target: int) -> int:
     """The offset in sorted ``offsets`` nearest to ``target`` (the lower on a tie)."""
     i = bisect.bisect_left(offsets, target)
     return min(offsets[max(0, i - 1) : i + 1], key=lambda offset: abs(offset - target))
-
-
-def _runs(items: list[tuple[Any, ...]], by_key: dict[tuple[str, int], LogFile]) -> Iterator[Run]:
-    run: tuple[tuple[str, int], str | None] | None = None
-    positions: list[int] = []
-    for _, is_log, node, seq, position, role in items:
-        if run is not None and (not is_log or run != ((node, seq), role)):
-            yield Run(by_key[run[0]], tuple(positions), run[1])
-            run, positions = None, []
-        if is_log:
-            run = ((node, seq), role)
-            positions.append(position)
-        else:
-            yield Run(by_key[(node, seq)], (), role)
-    if run is not None:
-        yield Run(by_key[run[0]], tuple(positions), run[1])
 
 
 def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
@@ -175,9 +166,9 @@ def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
     counts: list[dict[str, Any]] = []
     for chunk, (events, rows) in enumerate(replay_piece(piece)):
         name = f"piece-{piece.index:05d}-{chunk:05d}.parquet"
-        _write(pa.Table.from_batches([events]), Path(folder) / EVENTS, name)
+        write_whole(pa.Table.from_batches([events]), Path(folder) / EVENTS, name)
         for table_name, table in event_tables(events).items():
-            _write(table, Path(folder) / table_name, name)
+            write_whole(table, Path(folder) / table_name, name)
         skipped = pc.filter(events["offset"], pc.equal(events["event"], SKIPPED)).to_pylist()  # batch offsets
         done["records"] += rows.num_rows
         done["events"] += events.num_rows
@@ -185,14 +176,6 @@ def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
         folded.append(fold(rows, set(skipped)))
         counts.append(count(rows))
     return done | {"folded": folded, "counts": counts}
-
-
-def _write(table: pa.Table, folder: Path, name: str) -> None:
-    """Whole or not at all: a retried task replaces its file, readers never see half of one."""
-    folder.mkdir(parents=True, exist_ok=True)
-    partial = folder / f".{name}.partial"  # a dot-name: Spark's reader skips it
-    pq.write_table(table, partial)
-    os.replace(partial, folder / name)
 
 
 def _batches(piece: Piece, canonical: list[tuple[Any, ...]]) -> Iterator[Batch]:
@@ -203,8 +186,15 @@ def _batches(piece: Piece, canonical: list[tuple[Any, ...]]) -> Iterator[Batch]:
         if run.file.source == SNAPSHOT:
             yield _snapshot(run, data)
         else:
-            for position in run.positions:
-                yield _batch(run.file, data, position, canonical)
+            position = run.position
+            for _ in range(run.batches - 1):
+                batch, position = _batch(run.file, data, position, canonical)
+                yield batch
+            if position != run.last_position:  # the frames between are not those the heads read
+                raise _changed(
+                    run.file, f"byte {position}: a frame where the heads had one at {run.last_position}"
+                )
+            yield _batch(run.file, data, position, canonical)[0]
 
 
 def _snapshot(run: Run, data: bytes) -> Batch:
@@ -221,10 +211,11 @@ def _snapshot(run: Run, data: bytes) -> Batch:
     return Batch(first, [(None, None, raw, None) for raw in contents.records])
 
 
-def _batch(file: LogFile, data: bytes, position: int, canonical: list[tuple[Any, ...]]) -> Batch:
+def _batch(file: LogFile, data: bytes, position: int, canonical: list[tuple[Any, ...]]) -> tuple[Batch, int]:
+    """The batch at ``position``, and where the next frame starts."""
     frame = batch_codec.decode_frame(data, position)
     batch = frame.batch
-    if batch is None:
+    if batch is None or frame.end is None:
         raise _changed(file, f"byte {position}: {frame.error}")
     base, epoch, timestamp = batch.base_offset, batch.epoch, batch.timestamp_ms
     control = CONTROL_TYPES.get(batch.kind)
@@ -245,7 +236,7 @@ def _batch(file: LogFile, data: bytes, position: int, canonical: list[tuple[Any,
     type_name, error, raw, _ = found[0]
     first = Row(file.node, file.path, file.seq, position, batch.kind.name, base, 0, len(found), base, epoch, timestamp,
                 type_name, error, raw, None)  # fmt: skip
-    return Batch(first, found)
+    return Batch(first, found), frame.end
 
 
 def _changed(file: LogFile, what: str) -> AuditInputError:

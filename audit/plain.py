@@ -1,14 +1,14 @@
 """The audit's ordered steps without Spark: decode, walk each node, merge, replay.
 
-The Spark job runs these same functions: the walks and the merge on its driver, the
-replay in pieces on its tasks; here they run in one process, which is what the JVM-free
+The Spark job runs these same functions: the walks in a task per node, the merge on its
+driver over the copies they wrote, the replay in pieces on its tasks; here they run in one process, which is what the JVM-free
 tests check and what a small history needs. Tables that Spark computes with window
 functions are not built here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Any
 
 from raftka.audit.decode import decode_file
 from raftka.audit.files import SEGMENT, discover
-from raftka.audit.merge import MergeResult, merge
+from raftka.audit.merge import ChosenRun, MergeResult, merge
 from raftka.audit.replay import Row as ReplayRow
 from raftka.audit.replay import event_dicts, replay_order, replay_row
 from raftka.audit.schema import Row
@@ -65,10 +65,21 @@ def head_order(row: Row) -> tuple[Any, ...]:
 
 def replay_input(rows: Sequence[Row], merged: MergeResult) -> list[ReplayRow]:
     """The chosen copy of every canonical batch, and every snapshot's records."""
-    chosen = {(c.node, c.file_seq, c.position) for c in merged.chosen}
+    chosen = in_chosen(merged.chosen)
     return [
         replay_row(row)
         for row in rows
-        if row.batch_offset is not None
-        and (row.source != SEGMENT or (row.node, row.file_seq, row.position) in chosen)
+        if row.batch_offset is not None and (row.source != SEGMENT or chosen(row))
     ]
+
+
+def in_chosen(chosen: Sequence[ChosenRun]) -> Callable[[Row], bool]:
+    """Whether a segment's row is of a chosen copy: in the frames of a chosen run."""
+    runs: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for c in chosen:
+        runs.setdefault((c.node, c.file_seq), []).append((c.position, c.last_position))
+
+    def test(row: Row) -> bool:
+        return any(first <= row.position <= last for first, last in runs.get((row.node, row.file_seq), ()))
+
+    return test

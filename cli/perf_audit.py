@@ -193,6 +193,7 @@ def make_result(
         ],
         "steps_s": summary["timings_s"],
         "cpu_s": summary["cpu_s"],
+        "driver_peak_mib_by_step": summary["driver_peak_mib"],
         "replay_tasks": summary["replay_tasks"],
         "tables_s": summary["tables_s"],
         "python_us_per_row": sample,
@@ -238,6 +239,7 @@ def python_costs(data_dir: Path) -> dict[str, float]:
 def _format(result: dict[str, Any]) -> str:
     steps = ", ".join(f"{k} {v:g} s" for k, v in result["steps_s"].items())
     cpu = ", ".join(f"{k} {v:g}" for k, v in result["cpu_s"].items())
+    peaks = ", ".join(f"{k} {v:,.0f}" for k, v in result["driver_peak_mib_by_step"].items())
     tasks = result["replay_tasks"]
     sample = result["python_us_per_row"]
     checked = result["baseline"]
@@ -261,6 +263,7 @@ def _format(result: dict[str, Any]) -> str:
             output.table(("job", "driver", "JVM", "Python workers"), memory),
             f"Steps: {steps}",
             f"CPU seconds (this machine's processes): {cpu}",
+            f"Driver's peak (Python) by the end of each step, MiB: {peaks}",
             f"Replay: {tasks['pieces']} tasks, the longest {tasks['seconds_max']:g} s, "
             f"{tasks['seconds_sum']:g} s in all",
             f"Python per row (sample of {sample['rows_sampled']:,}): decode {sample['decode']} us, "

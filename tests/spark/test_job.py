@@ -282,3 +282,6 @@ def test_perf_audit_writes_a_history_and_audits_it_clean(
     assert [r["ratio"] for r in result["rounds"]] == [result["ratio"]]  # one round: its own ratio
     for job_peaks in result["memory_peak_mib"].values():  # local[2]: the JVM and the workers are here
         assert all(job_peaks[role] > 0 for role in ("driver", "jvm", "python_workers")), job_peaks
+    by_step = result["driver_peak_mib_by_step"]  # a peak so far: never lower at a later step
+    assert list(by_step) == list(result["steps_s"]) and list(by_step.values()) == sorted(by_step.values())
+    assert by_step["heads"] > 0

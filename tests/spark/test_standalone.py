@@ -37,8 +37,8 @@ RECORDS_PER_NODE = 100_000  # replay tasks of about a second each: a kill finds 
 AUDIT_TIMEOUT_S = 600.0
 TASKS_TIMEOUT_S = 300.0  # the driver's JVM starts, gets executors and plans its first job
 DRIVER_MEMORY = "1g"
-# What differs between two runs of the same audit: how long its steps took.
-TIMING_KEYS = ("timings_s", "cpu_s", "tables_s")
+# What differs between two runs of the same audit: how long its steps took, and the memory.
+TIMING_KEYS = ("timings_s", "cpu_s", "tables_s", "driver_peak_mib")
 
 
 @pytest.fixture(scope="module")

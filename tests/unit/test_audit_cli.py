@@ -108,7 +108,7 @@ def test_perf_audit_records_are_checked(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_perf_audit_reports_medians_and_the_median_of_each_rounds_own_ratio() -> None:
-    summary = {"history": {"records": 1000}, "timings_s": {}, "cpu_s": {}, "replay_tasks": {},
+    summary = {"history": {"records": 1000}, "timings_s": {}, "cpu_s": {}, "driver_peak_mib": {}, "replay_tasks": {},
                "tables_s": {}, "failed_checks": []}  # fmt: skip
     rounds = [
         perf_audit.Round(baseline, Checked(5, 500, 50, 0, 0), {"driver": 100.0, "jvm": 900.0, "python_workers": None},

@@ -20,7 +20,7 @@ from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import CONFIG_COLUMNS, EVENT_TABLES, TRANSITION_COLUMNS
 from raftka.audit.files import SEGMENT, SNAPSHOT, AuditInputError, discover
 from raftka.audit.pieces import CANONICAL_COLUMNS, EVENTS, Piece, plan, replay_piece, run_piece
-from raftka.audit.plain import PlainAudit, audit_paths
+from raftka.audit.plain import PlainAudit, audit_paths, in_chosen
 from raftka.audit.replay import BASE, CONFIG, TRANSITION
 from raftka.audit.synthetic import Shape, write_history
 from raftka.audit.walk import is_head
@@ -87,9 +87,8 @@ def _check_event_tables(events: list[dict[str, Any]], parts: dict[str, list[dict
 
 
 def _chosen_rows(audited: PlainAudit) -> list[tuple[Any, ...]]:
-    chosen = {(c.node, c.file_seq, c.position) for c in audited.merged.chosen}
-    rows = [r for r in audited.rows if r.source == SEGMENT and r.batch_offset is not None
-            and (r.node, r.file_seq, r.position) in chosen]  # fmt: skip
+    chosen = in_chosen(audited.merged.chosen)
+    rows = [r for r in audited.rows if r.source == SEGMENT and r.batch_offset is not None and chosen(r)]
     return [tuple(getattr(r, c) for c in CANONICAL_COLUMNS) for r in sorted(rows, key=lambda r: r.offset)]
 
 
@@ -238,6 +237,6 @@ def test_no_cut_where_there_is_no_snapshot(tmp_path: Path, monkeypatch: pytest.M
     assert 1 < len(pieces) <= len(early) + 1
     last, at = pieces[-1].runs[0], max(offset for _, _, offset in early)
     assert last.role == BASE and (last.file.node, last.file.seq, at) in early
-    assert sum(len(run.positions) for run in pieces[-1].runs) == sum(1 for c in chosen if c.base_offset >= at)
+    assert sum(run.batches for run in pieces[-1].runs) == sum(c.batches for c in chosen if c.base_offset >= at)
     [whole] = plan(files, chosen, [], 0, 2)
-    assert sum(len(run.positions) for run in whole.runs) == len(chosen)
+    assert sum(run.batches for run in whole.runs) == sum(c.batches for c in chosen)
