@@ -120,7 +120,7 @@ def test_users_added_with_raftka_log_in_with_kafkas_clients(cluster: MetadataClu
 
     refused: list[KafkaError] = []
     wrong = Producer({**confluent, "sasl.password": "wrong", "error_cb": refused.append})
-    wait_until(lambda: wrong.poll(0.1) >= 0 and refused, timeout_s=TIMEOUT_S, what="a refusal")
+    wait_until(lambda: wrong.poll(0.1) >= 0 and len(refused) > 0, timeout_s=TIMEOUT_S, what="a refusal")
     assert refused[0].code() == KafkaError._AUTHENTICATION
 
     users(cluster, "delete", "alice", "--mechanism", SHA256)
@@ -173,6 +173,9 @@ def test_raftkas_own_clients_log_in_on_data_listeners_that_brokers_replicate_ove
         "3",
         timeout_s=TIMEOUT_S,
     )
+    # a TLS cluster judges every API by ACLs: alice logs in as User:alice, who needs rights
+    tls_cluster.raftka("acls", "add", "--allow-principal", "User:alice", "--operation", "Write",
+                       "--operation", "Read", "--topic", "replicated", timeout_s=TIMEOUT_S)  # fmt: skip
     login = ["--command-config", str(config)]
     records = "".join(f"record-{i}\n" for i in range(10))
 
