@@ -118,10 +118,7 @@ def test_users_added_with_raftka_log_in_with_kafkas_clients(cluster: MetadataClu
     consumer.close()
     assert sorted(seen) == sorted(read) == [b"from-confluent", b"from-kafka-python"]
 
-    refused: list[KafkaError] = []
-    wrong = Producer({**confluent, "sasl.password": "wrong", "error_cb": refused.append})
-    wait_until(lambda: wrong.poll(0.1) >= 0 and len(refused) > 0, timeout_s=TIMEOUT_S, what="a refusal")
-    assert refused[0].code() == KafkaError._AUTHENTICATION
+    assert _refusal({**confluent, "sasl.password": "wrong"}).code() == KafkaError._AUTHENTICATION
 
     users(cluster, "delete", "alice", "--mechanism", SHA256)
     wait_until(
@@ -130,6 +127,15 @@ def test_users_added_with_raftka_log_in_with_kafkas_clients(cluster: MetadataClu
         what="every broker to refuse alice's deleted SCRAM-SHA-256 login",
     )
     assert brokers_accepting(cluster, SHA512, "alice", PASSWORD) == brokers
+
+
+def _refusal(config: dict[str, str]) -> KafkaError:
+    """The first error a producer logging in with ``config`` reports; the producer is dropped
+    on return (librdkafka would log in again and again while it lives)."""
+    refused: list[KafkaError] = []
+    producer = Producer({**config, "error_cb": refused.append})
+    wait_until(lambda: producer.poll(0.1) >= 0 and len(refused) > 0, timeout_s=TIMEOUT_S, what="a refusal")
+    return refused[0]
 
 
 def _read_one(consumer: Consumer, into: list[bytes]) -> bool:
