@@ -14,6 +14,11 @@ Files and folders are known by inode, so renames and ``dir_fd`` writes are follo
 disk holds an open descriptor on every inode it has a record of, so no inode number is
 reused for another file while a record could still name it; a descriptor is let go once
 its inode is unlinked and no synced folder names it.
+
+A broker fsyncs on more than one thread (its log-recovery threads write each log's
+checkpoints at start), so a disk records one fsync at a time: two records letting go of
+the same inode at once would close its descriptor twice, the second time closing whatever
+file had taken its number since.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,6 +49,7 @@ class SimDisk:
     folders: dict[int, _Folder] = field(default_factory=dict)  # folder inode -> synced names
     held: dict[int, int] = field(default_factory=dict)  # inode -> a descriptor keeping it alive
     fsyncs: int = 0
+    _recording: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -51,7 +58,11 @@ class SimDisk:
     # recording --------------------------------------------------------------------------
 
     def synced(self, fd: int) -> None:
-        """``fd`` (under this disk) was fsynced: record its bytes or its names."""
+        """``fd`` (under this disk) was fsynced, on any thread: record its bytes or its names."""
+        with self._recording:
+            self._record(fd)
+
+    def _record(self, fd: int) -> None:
         self.fsyncs += 1
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
@@ -121,11 +132,12 @@ class SimDisk:
         self._record_tree()
 
     def release(self) -> None:
-        for fd in self.held.values():
-            os.close(fd)
-        self.held.clear()
-        self.contents.clear()
-        self.folders.clear()
+        with self._recording:
+            for fd in self.held.values():
+                os.close(fd)
+            self.held.clear()
+            self.contents.clear()
+            self.folders.clear()
 
     def _durable_tree(self, inode: int) -> dict[str, bytes | dict]:
         folder = self.folders.get(inode)

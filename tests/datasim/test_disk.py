@@ -4,6 +4,8 @@ its last fsync, a name only once its folder was fsynced."""
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from pathlib import Path
 
 from raftka.broker.log.config import LogConfig
@@ -109,3 +111,58 @@ def test_a_partition_log_keeps_across_a_power_cut_what_it_flushed_and_across_a_c
         assert reopened() == [b"flushed", b"in the page cache"]  # a crash: the page cache stays
         disk.power_cut()
         assert reopened() == [b"flushed"]
+
+
+def test_fsyncs_from_several_threads_keep_the_record_whole(tmp_path: Path) -> None:
+    """A broker fsyncs on several threads (its log-recovery threads write each log's
+    checkpoints at start): records made at once must neither close a descriptor twice
+    (the second close hits whatever file took its number since) nor lose one."""
+    threads, rounds = 2, 300
+    with Disks().installed() as disks:
+        disk = disks.add(SimDisk(tmp_path / "disk"))
+        folders = [disk.root / f"t-{i}" for i in range(threads)]
+        for folder in folders:
+            folder.mkdir()
+        _fsync(disk.root)
+        errors: list[Exception] = []
+
+        def checkpoint_again_and_again(folder: Path) -> None:
+            try:
+                for n in range(rounds):  # what checkpoint.write does: the old file goes at each round
+                    (folder / "cp.tmp").write_bytes(str(n).encode())
+                    _fsync(folder / "cp.tmp")
+                    os.replace(folder / "cp.tmp", folder / "cp")
+                    _fsync(folder)
+            except Exception as e:  # reported below, on the test's thread
+                errors.append(e)
+
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # the threads take turns inside the records as often as they can
+        try:
+            workers = [threading.Thread(target=checkpoint_again_and_again, args=(f,)) for f in folders]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+        finally:
+            sys.setswitchinterval(switch_interval)
+
+        assert errors == []
+        for inode, fd in disk.held.items():  # each descriptor still open, on its own inode
+            assert os.fstat(fd).st_ino == inode
+        held = set(disk.held.values())
+        leaked = [fd for fd in _open_descriptors() - held if _names_a_file_under(fd, disk.root)]
+        assert leaked == []
+        disk.power_cut()
+        assert [(f / "cp").read_bytes() for f in folders] == [str(rounds - 1).encode()] * threads
+
+
+def _open_descriptors() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+def _names_a_file_under(fd: int, root: Path) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").startswith(f"{root}/")
+    except OSError:  # the descriptor listdir itself held
+        return False
