@@ -4,6 +4,11 @@ from that connection until the throttle ends, so a client that ignores the throt
 gains nothing by sending more. Its requests already being handled still finish and are
 answered; the connection's other bounds are unchanged.
 
+Once throttled, a connection's requests are handled one at a time (``throttled``), as
+Kafka handles every connection's: a client coming out of a mute would otherwise push in
+everything it queued meanwhile (librdkafka sends full batches, several requests deep),
+and that burst is what other clients' latencies meet.
+
 A listener gives each connection a ``Mute`` and each request's task the connection's (in
 ``current_mute``); a handler that throttles its client calls ``mute_for``. The listener
 asks ``muted()`` before it starts requests or reads, and ``Mute`` calls it back
@@ -24,6 +29,7 @@ class Mute:
         self._clock = clock
         self._until = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self.throttled = False  # ever: from then on, one request at a time
 
     def muted(self) -> bool:
         return self._clock() < self._until
@@ -33,6 +39,7 @@ class Mute:
         until = self._clock() + delay_ms / 1000
         if delay_ms <= 0 or until <= self._until:
             return
+        self.throttled = True
         self._until = until
         if self._timer is not None:
             self._timer.cancel()

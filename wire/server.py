@@ -319,7 +319,7 @@ class _Connection(asyncio.Protocol):
             and self._writable
             and self.queued_answer_bytes() < self._unsent_high
             and self.answers.used < self.answers.limit
-            and self._busy() < self._listener.in_flight_max
+            and self._busy() < (1 if self.mute.throttled else self._listener.in_flight_max)
             and (self._login is None or self._login.principal is not None or self._busy() == 0)
         )
 

@@ -86,3 +86,65 @@ def test_a_mute_ends_by_itself() -> None:
             await listener.close()
 
     run(scenario)
+
+
+class Held:
+    """``M`` mutes as ``MutesOnAsk``; ``E`` waits for ``release`` before it answers, so the
+    test sees how many of a connection's requests run at once."""
+
+    ordered = True
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.running = 0
+        self.most_at_once = 0
+
+    def dispatch(self, frame: memoryview) -> Any:
+        return self._answer(bytes(frame))
+
+    async def _answer(self, request: bytes) -> bytes:
+        if request[:1] == MUTE:
+            mute = current_mute.get()
+            assert mute is not None
+            mute.mute_for(600_000)
+        else:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+            await self.release.wait()
+            self.running -= 1
+        return struct.pack(">I", 1) + request[1:2]
+
+
+def test_once_throttled_a_connection_is_served_one_request_at_a_time() -> None:
+    """A client out of a mute sends all it queued meanwhile; taken one request at a time,
+    as Kafka takes every connection's, it cannot push that burst in at once."""
+
+    seen: list[int] = []  # most requests running at once: before the throttle, after it
+
+    async def scenario() -> None:
+        held = Held()
+        listener = Listener(held, name="test")
+        port = await listener.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(frame(ECHO, b"1") + frame(ECHO, b"2") + frame(ECHO, b"3"))
+            await until(lambda: held.running == 3, "three pipelined requests running at once")
+            held.release.set()
+            assert [await answer(reader) for _ in range(3)] == [b"1", b"2", b"3"]
+            seen.append(held.most_at_once)
+            held.most_at_once, held.release = 0, asyncio.Event()
+            writer.write(frame(MUTE, b"4"))
+            assert await answer(reader) == b"4"
+            (connection,) = listener.connections
+            connection.mute.end()  # as its timer would
+            writer.write(frame(ECHO, b"5") + frame(ECHO, b"6") + frame(ECHO, b"7"))
+            await until(lambda: held.running == 1, "the first request after the mute running")
+            held.release.set()
+            assert [await answer(reader) for _ in range(3)] == [b"5", b"6", b"7"]
+            seen.append(held.most_at_once)
+        finally:
+            writer.close()
+            await listener.close()
+
+    run(scenario)
+    assert seen == [3, 1]
