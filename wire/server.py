@@ -39,7 +39,7 @@ from google.protobuf.message import DecodeError, Message
 
 from raftka.node.descriptors import LISTEN_BACKLOG
 from raftka.node.logs import RateLimitedLog
-from raftka.security.principal import Principal, current_host, current_principal, from_ssl, host_of
+from raftka.security.principal import Principal, current_host, current_principal, from_ssl
 from raftka.security.sasl import SaslLogin, current_login
 from raftka.v1 import controller_pb2
 from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
@@ -385,7 +385,7 @@ class _Connection(asyncio.Protocol):
         context.run(current_peer.set, self._peer)
         context.run(current_listener.set, self._listener.name)
         context.run(current_principal.set, self._principal if login is None else login.principal)
-        context.run(current_host.set, host_of(self._peer))
+        context.run(current_host.set, self.host)
         context.run(current_login.set, login)
         room = AnswerRoom(self.answers)
         context.run(current_answer_room.set, room)
@@ -400,14 +400,7 @@ class _Connection(asyncio.Protocol):
         """The dispatcher's call for ``frame``, or None (the connection closed) if the login
         does not allow its API yet."""
         if login is not None and (refusal := login.refusal(self._dispatcher.api_key(frame))) is not None:
-            self._listener.login_refusals.log(
-                logging.INFO,
-                "closing a connection: not logged in",
-                listener=self._listener.name,
-                peer=self._peer,
-                reason=refusal,
-            )
-            self.abort()
+            self._close_logged(self._listener.login_refusals, logging.INFO, "not logged in", refusal)
             return None
         return self._dispatcher.dispatch(frame)
 
@@ -459,15 +452,14 @@ class _Connection(asyncio.Protocol):
             self._transport.write(answer)
 
     def _close_for(self, why: str) -> None:
-        self._listener.bad_frames.log(
-            logging.WARNING,
-            "closing a connection: bad frame",
-            listener=self._listener.name,
-            peer=self._peer,
-            reason=why,
+        self._close_logged(self._listener.bad_frames, logging.WARNING, "bad frame", why)
+
+    def _close_logged(self, rate_log: RateLimitedLog, level: int, what: str, why: str) -> None:
+        """Close the connection, saying why in ``rate_log`` (a client can make it happen at will)."""
+        rate_log.log(
+            level, f"closing a connection: {what}", listener=self._listener.name, peer=self._peer, reason=why
         )
-        assert self._transport is not None
-        self._transport.abort()
+        self.abort()
 
 
 async def _bare_token_answer(step: Callable[[bytes], Awaitable[bytes | None]], token: bytes) -> bytes:

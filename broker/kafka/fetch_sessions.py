@@ -79,7 +79,7 @@ class Plan:
 
     @property
     def session_id(self) -> int:
-        return self.session.id if self.session is not None and not self.error_code else 0
+        return self.session.id if self.session is not None else 0
 
 
 class FetchSessions:
@@ -132,7 +132,7 @@ class FetchSessions:
         """The answer's topics as the session gives them: each partition's state noted,
         and, for an incremental fetch, only the partitions with something new."""
         session = plan.session
-        if session is None or plan.error_code:
+        if session is None:
             return topics
         kept_topics = []
         for topic in topics:
