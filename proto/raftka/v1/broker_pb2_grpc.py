@@ -110,6 +110,11 @@ class BrokerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/raftka.broker.v1.Broker/WriteTxnMarkers',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -207,6 +212,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -284,6 +295,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -691,6 +707,33 @@ class Broker:
             '/raftka.broker.v1.Broker/DeleteGroups',
             raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/WriteTxnMarkers',
+            raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,
