@@ -7,6 +7,7 @@ BENCH_STAMP := $(VENV)/.installed-bench-$(shell cksum < pyproject.toml | cut -d'
 SEEDS ?= 2000
 JOBS ?= 2
 ROUNDS ?= 20
+TEST_WORKERS ?= 2
 BENCH_KAFKA_ARGS ?= --records 1000000
 
 .PHONY: venv cluster down test lint sim sim-data bench bench-kafka proto kcat chromium docker-test spark-cluster-test chaos-net
@@ -26,9 +27,16 @@ cluster: $(STAMP)
 down: $(STAMP)
 	$(BIN)/raftka cluster down
 
-# Lint, then every test: unit, scripted core edges, simulation, real processes.
+# Lint, then every test: unit, scripted core edges, simulation, real processes. The suites
+# that run in one process (CPU-bound: properties, simulations, Spark local[2]) run on two
+# pytest workers, a test file per worker; the real-process tests, which start clusters of
+# their own, run one at a time after them so two clusters never share the two cores. Both
+# halves always run; either one failing fails the target.
 test: $(STAMP) lint kcat chromium
-	$(BIN)/python -m pytest
+	@status=0; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --ignore=tests/integration || status=$$?; \
+	$(BIN)/python -m pytest tests/integration || status=$$?; \
+	exit $$status
 
 # Debian packages some tests need: kcat (the Kafka client tests) and headless chromium
 # (the tests that render the audit's report). Without apt-get and root (or sudo without a
