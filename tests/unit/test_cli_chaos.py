@@ -125,6 +125,7 @@ def test_kill_round_times_failover_to_the_commit_not_the_election() -> None:
     (r,) = result["rounds"]
     assert (r["round"], r["victim"], r["signal"], r["old_epoch"]) == (1, 1, "KILL", 3)
     assert (r["new_leader"], r["new_epoch"]) == (2, 4)
+    assert ELECTED_AFTER_S * 1000 <= r["elected_ms"] <= ELECTED_AFTER_S * 1000 + 10
     assert COMMITTED_AFTER_S * 1000 <= r["failover_ms"] <= COMMITTED_AFTER_S * 1000 + 10
     assert CAUGHT_UP_AFTER_S * 1000 <= r["catchup_ms"] <= CAUGHT_UP_AFTER_S * 1000 + 10
     assert r["restart_ms"] == 0.0  # the fake answers as soon as it is restarted
@@ -137,6 +138,7 @@ def test_kill_round_times_failover_to_the_commit_not_the_election() -> None:
         "old_epoch",
         "new_epoch",
         "new_leader",
+        "elected_ms",
         "failover_ms",
         "catchup_ms",
     }
@@ -150,6 +152,7 @@ def test_rounds_are_summarized() -> None:
     assert summary["rounds"] == 3
     assert summary["epochs"] == [3, 4, 5, 6]
     assert summary["min_ms"] <= summary["median_ms"] <= summary["max_ms"]
+    assert summary["elected_median_ms"] <= summary["elected_max_ms"] <= summary["max_ms"]
 
 
 def test_stop_round_resumes_and_reports_a_forced_election() -> None:
@@ -181,7 +184,16 @@ def test_chaos_needs_a_surviving_majority() -> None:
 
 
 def test_summary_line() -> None:
-    summary = {"rounds": 2, "median_ms": 100.5, "min_ms": 90.0, "max_ms": 111.0, "epochs": [3, 4, 5]}
+    summary = {
+        "rounds": 2,
+        "median_ms": 100.5,
+        "min_ms": 90.0,
+        "max_ms": 111.0,
+        "elected_median_ms": 80.5,
+        "elected_max_ms": 95.0,
+        "epochs": [3, 4, 5],
+    }
     assert chaos.format_summary(summary) == (
-        "2 round(s): failover median 100.5 ms, min 90.0 ms, max 111.0 ms; epochs 3 -> 4 -> 5"
+        "2 round(s): failover (a new leader committed) median 100.5 ms, min 90.0 ms, max 111.0 ms; "
+        "elected median 80.5 ms, max 95.0 ms; epochs 3 -> 4 -> 5"
     )
