@@ -570,6 +570,10 @@ class RaftCore:
                 # Two voters that noticed the loss together would split the vote; the lower id
                 # goes first and this one stands aside (it campaigns later if that fails).
                 self._stand_aside(self._election_timeout())
+            elif granted and self.role in (Role.UNATTACHED, Role.FOLLOWER, Role.RESIGNED):
+                # Nor does one whose timer is about to fire campaign against the voter it has
+                # just encouraged: that one gets an election timeout to win first.
+                self._election_deadline = max(self._election_deadline, self._now + self._election_timeout())
             return
         granted = (
             may_vote
