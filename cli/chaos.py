@@ -272,10 +272,14 @@ def _wait_healthy(
     clock: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> DescribeQuorumResponse:
-    """Every node up, a committed leader, and every voter holding the high watermark."""
+    """Every node up and answering, a committed leader, and every voter holding the high
+    watermark. Answering matters: our channel to a node restarted after a long outage may
+    still be in gRPC's reconnect backoff, and the next round would time that backoff
+    instead of the failover if the node were elected."""
     start = clock()
     while True:
-        if all(target.is_alive(n) for n in target.node_ids()):
+        nodes = target.node_ids()
+        if all(target.is_alive(n) for n in nodes) and all(target.describe(n) is not None for n in nodes):
             leader = _committed_leader(target, target.node_ids(), -1)
             if leader is not None and all(v.log_end_offset >= leader.high_watermark for v in leader.voters):
                 return leader
