@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class RaftConfig:
     # A voter with no leader waits a random time in [T, 2T) before it campaigns; a
     # candidate gives up after the same. Small, because a dead leader is usually seen
-    # at once (its connections reset: then a voter campaigns at once, T/5 later per
+    # at once (its connections reset: then a voter campaigns at once, T/2 later per
     # voter of lower id); pre-vote keeps a hasty node from disrupting.
     election_timeout_ms: int = 50
     # Longest a failed election backs off (exponentially, randomized) before the next try.
