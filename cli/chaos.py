@@ -1,8 +1,9 @@
 """``raftka chaos kill-leader``: measure failover on the local cluster, round after round.
 
 A round: wait until the cluster is fully healthy, signal the leader, time until a
-survivor leads a higher epoch *and* has committed in it (it exposes a high watermark
-only once its LeaderChange record is committed) and, with ``--until offset-commit``,
+survivor leads a higher epoch (``elected_ms``: the election is over) and until it has
+committed in it (``failover_ms``: it exposes a high watermark only once its LeaderChange
+record is committed, and may then act as controller) and, with ``--until offset-commit``,
 until a survivor acknowledges an OffsetCommit (the failover a client sees), then bring
 the victim back and time its catch-up. The rounds talk to the cluster through
 ``ChaosTarget`` so the timing logic can be tested against a fake cluster, without
@@ -136,6 +137,7 @@ def kill_leader(
 
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     failovers = [r["failover_ms"] for r in rounds]
+    elections = [r["elected_ms"] for r in rounds]
     epochs: list[int] = []
     for r in rounds:
         for epoch in (r["old_epoch"], r["new_epoch"], r["final_epoch"]):
@@ -146,6 +148,8 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "median_ms": round(statistics.median(failovers), 1),
         "max_ms": max(failovers),
         "min_ms": min(failovers),
+        "elected_median_ms": round(statistics.median(elections), 1),
+        "elected_max_ms": max(elections),
         "epochs": epochs,
     }
     commits = [r["commit_ms"] for r in rounds if r.get("commit_ms") is not None]
@@ -157,7 +161,8 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 def format_round(r: dict[str, Any]) -> str:
     line = (
         f"round {r['round']}: SIG{r['signal']} leader {r['victim']} (epoch {r['old_epoch']}) -> "
-        f"node {r['new_leader']} leads epoch {r['new_epoch']} after {r['failover_ms']} ms; "
+        f"node {r['new_leader']} elected in epoch {r['new_epoch']} after {r['elected_ms']} ms, "
+        f"committed after {r['failover_ms']} ms; "
         f"node {r['victim']} listening after {r['restart_ms']} ms, caught up after {r['catchup_ms']} ms"
     )
     if r.get("commit_ms") is not None:
@@ -169,8 +174,9 @@ def format_round(r: dict[str, Any]) -> str:
 
 def format_summary(s: dict[str, Any]) -> str:
     line = (
-        f"{s['rounds']} round(s): failover median {s['median_ms']} ms, min {s['min_ms']} ms, "
-        f"max {s['max_ms']} ms; epochs {' -> '.join(str(e) for e in s['epochs'])}"
+        f"{s['rounds']} round(s): failover (a new leader committed) median {s['median_ms']} ms, "
+        f"min {s['min_ms']} ms, max {s['max_ms']} ms; elected median {s['elected_median_ms']} ms, "
+        f"max {s['elected_max_ms']} ms; epochs {' -> '.join(str(e) for e in s['epochs'])}"
     )
     if "commit_median_ms" in s:
         line += f"; first offset commit median {s['commit_median_ms']} ms, max {s['commit_max_ms']} ms"
@@ -201,10 +207,13 @@ def _round(
     target.send_signal(victim, sig)
     resumed = False
     try:
-        new = failover_ms = commit_ms = None
+        new = elected_ms = failover_ms = commit_ms = None
         while True:
-            if new is None and (new := _committed_leader(target, survivors, old_epoch)) is not None:
-                failover_ms = _ms_since(start, clock)
+            if new is None and (leader := _leader(target, survivors, old_epoch)) is not None:
+                if elected_ms is None:
+                    elected_ms = _ms_since(start, clock)
+                if leader.high_watermark >= 0:
+                    new, failover_ms = leader, _ms_since(start, clock)
             if commit_probe is not None and commit_ms is None and commit_probe(survivors):
                 commit_ms = _ms_since(start, clock)
             if new is not None and (commit_probe is None or commit_ms is not None):
@@ -247,6 +256,7 @@ def _round(
         "old_epoch": old_epoch,
         "new_epoch": new.leader_epoch,
         "new_leader": new.leader_id,
+        "elected_ms": elected_ms,
         "failover_ms": failover_ms,
         "commit_ms": commit_ms,
         "restart_ms": restart_ms,
@@ -262,10 +272,14 @@ def _wait_healthy(
     clock: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> DescribeQuorumResponse:
-    """Every node up, a committed leader, and every voter holding the high watermark."""
+    """Every node up and answering, a committed leader, and every voter holding the high
+    watermark. Answering matters: our channel to a node restarted after a long outage may
+    still be in gRPC's reconnect backoff, and the next round would time that backoff
+    instead of the failover if the node were elected."""
     start = clock()
     while True:
-        if all(target.is_alive(n) for n in target.node_ids()):
+        nodes = target.node_ids()
+        if all(target.is_alive(n) for n in nodes) and all(target.describe(n) is not None for n in nodes):
             leader = _committed_leader(target, target.node_ids(), -1)
             if leader is not None and all(v.log_end_offset >= leader.high_watermark for v in leader.voters):
                 return leader
@@ -277,6 +291,12 @@ def _committed_leader(
     target: ChaosTarget, node_ids: list[int], above_epoch: int
 ) -> DescribeQuorumResponse | None:
     """A node that answers as leader of an epoch above ``above_epoch`` and has committed in it."""
+    leader = _leader(target, node_ids, above_epoch)
+    return leader if leader is not None and leader.high_watermark >= 0 else None
+
+
+def _leader(target: ChaosTarget, node_ids: list[int], above_epoch: int) -> DescribeQuorumResponse | None:
+    """A node that answers as leader of an epoch above ``above_epoch``, committed in it or not."""
     for node_id in node_ids:
         resp = target.describe(node_id)
         if (
@@ -284,7 +304,6 @@ def _committed_leader(
             and resp.error == raft_pb2.RAFT_ERROR_NONE
             and resp.leader_id == node_id
             and resp.leader_epoch > above_epoch
-            and resp.high_watermark >= 0
         ):
             return resp
     return None

@@ -1,40 +1,43 @@
 """``raftka perf stability``: does the local cluster keep one leader, idle or under load?
 
 Fast failover must not buy spurious elections. This watches every node's view of the
-quorum every 100 ms for ``--duration`` seconds, optionally while writing journal
-entries at ``--rate`` per second through the leader, and reports every change of
-leader or epoch it saw. A healthy cluster reports none.
+quorum every 100 ms for ``--duration`` seconds, optionally while committing offsets at
+``--rate`` per second through the active controller (each one record in the metadata
+log, as ``perf metadata`` writes), and reports every change of leader or epoch it saw
+and how many epochs went by (a lost election moves the epoch too). A healthy cluster
+reports none.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
+import itertools
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from raftka.cli import local, output
+from raftka.cli import local, output, perf_metadata
 from raftka.cli.errors import CliError
 from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.rpc.stubs import Stubs
 from raftka.security.tls import TlsFiles
-from raftka.v1 import raft_pb2, raft_pb2_grpc
+from raftka.v1 import controller_pb2, controller_pb2_grpc, raft_pb2, raft_pb2_grpc
 
 POLL_INTERVAL_S = 0.1
 CALL_TIMEOUT_S = 1.0
+GROUP = "raftka-perf-stability"
+E = controller_pb2.ErrorCode
 
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = kinds.add_parser("stability", help="watch the local cluster's leadership, idle or under load")
     parser.add_argument("--duration", type=float, default=600.0, help="seconds to watch (default 600)")
     parser.add_argument(
-        "--rate", type=float, default=0.0, help="journal appends per second (default 0: idle)"
+        "--rate", type=float, default=0.0, help="offset commits per second (default 0: idle)"
     )
-    parser.add_argument("--record-bytes", type=int, default=100, help="bytes per appended entry")
     parser.add_argument("--dir", type=Path, help="cluster directory (default: .raftka/local)")
     output.add_output_option(parser)
     add_tls_options(parser)
@@ -42,12 +45,10 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run_stability(args: argparse.Namespace) -> int:
-    if args.duration <= 0 or args.rate < 0 or not 1 <= args.record_bytes <= 1 << 20:
-        raise CliError("--duration must be positive, --rate not negative, --record-bytes 1 to 1048576")
+    if args.duration <= 0 or args.rate < 0:
+        raise CliError("--duration must be positive, --rate not negative")
     cluster = local.load(local.resolve_dir(args.dir))
-    result = asyncio.run(
-        watch(cluster.addresses(), args.duration, args.rate, args.record_bytes, client_tls(args))
-    )
+    result = asyncio.run(watch(cluster.addresses(), args.duration, args.rate, client_tls(args)))
     if args.output == "json":
         print(output.to_json(result))
     else:
@@ -57,33 +58,39 @@ def run_stability(args: argparse.Namespace) -> int:
             "stable" if result["leader_changes"] == 0 else f"{result['leader_changes']} leader change(s)"
         )
         print(
-            f"{result['duration_s']:.0f} s, {verdict}; epochs {result['epochs']}; "
-            f"{result['appends_ok']} appends acknowledged, {result['appends_failed']} failed"
+            f"{result['duration_s']:.0f} s, {verdict}, {result['epochs_passed']} epoch(s) passed; "
+            f"epochs {result['epochs']}; {result['appends_ok']} offset commits acknowledged, "
+            f"{result['appends_failed']} failed"
         )
     return 0
 
 
 async def watch(
-    addresses: list[str], duration_s: float, rate: float, record_bytes: int, tls: TlsFiles | None = None
+    addresses: list[str], duration_s: float, rate: float, tls: TlsFiles | None = None
 ) -> dict[str, Any]:
-    raft_stubs, journal_stubs = Stubs(raft_pb2_grpc.RaftStub, tls), Stubs(raft_pb2_grpc.JournalStub, tls)
+    raft_stubs = Stubs(raft_pb2_grpc.RaftStub, tls)
+    controller_stubs = Stubs(controller_pb2_grpc.ControllerStub, tls)
     raft = {address: raft_stubs[address] for address in addresses}
-    journal = {address: journal_stubs[address] for address in addresses}
-    start = time.monotonic()
     changes: list[dict[str, Any]] = []
     appends = {"ok": 0, "failed": 0}
     leader: dict[str, Any] = {"address": None}
     try:
+        if rate > 0:
+            active = await perf_metadata.find_active(controller_stubs, addresses, perf_metadata.FIND_TIMEOUT_S)
+            await perf_metadata.ensure_topic(controller_stubs[active])
+        start = time.monotonic()
         observer = asyncio.create_task(_observe(raft, start, duration_s, changes, leader))
-        writer = asyncio.create_task(_write(journal, start, duration_s, rate, record_bytes, appends, leader))
+        writer = asyncio.create_task(_write(controller_stubs, start, duration_s, rate, appends, leader))
         await asyncio.gather(observer, writer)
     finally:
         await raft_stubs.close()
-        await journal_stubs.close()
+        await controller_stubs.close()
+    epochs = sorted({c["epoch"] for c in changes})
     return {
         "duration_s": round(time.monotonic() - start, 1),
         "leader_changes": max(0, len(changes) - 1),
-        "epochs": sorted({c["epoch"] for c in changes}),
+        "epochs_passed": epochs[-1] - epochs[0] if epochs else 0,
+        "epochs": epochs,
         "changes": changes,
         "appends_ok": appends["ok"],
         "appends_failed": appends["failed"],
@@ -121,25 +128,27 @@ async def _observe(
 
 
 async def _write(
-    journal: dict[str, raft_pb2_grpc.JournalStub],
+    controllers: Stubs[controller_pb2_grpc.ControllerStub],
     start: float,
     duration_s: float,
     rate: float,
-    record_bytes: int,
     appends: dict[str, int],
     leader: dict[str, Any],
 ) -> None:
-    """Open-loop appends at ``rate`` per second, each awaited in its own task (bounded)."""
+    """Open-loop offset commits at ``rate`` per second to the raft leader (the active
+    controller), each awaited in its own task (bounded)."""
     if rate <= 0:
         return
     in_flight: set[asyncio.Task[None]] = set()
+    offsets = itertools.count(1)
 
     async def append(address: str) -> None:
         try:
-            reply = await journal[address].Append(
-                raft_pb2.JournalAppendRequest(entries=[os.urandom(record_bytes)]), timeout=CALL_TIMEOUT_S
+            reply = await controllers[address].OffsetCommit(
+                perf_metadata.commit_request(GROUP, next(offsets)), timeout=CALL_TIMEOUT_S
             )
-            appends["ok" if reply.error == raft_pb2.RAFT_ERROR_NONE else "failed"] += 1
+            ok = reply.status.error == E.NONE and all(p.error == E.NONE for p in reply.partitions)
+            appends["ok" if ok else "failed"] += 1
         except grpc.aio.AioRpcError:
             appends["failed"] += 1
 

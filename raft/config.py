@@ -9,17 +9,21 @@ from dataclasses import dataclass
 class RaftConfig:
     # A voter with no leader waits a random time in [T, 2T) before it campaigns; a
     # candidate gives up after the same. Small, because a dead leader is usually seen
-    # at once (its connections reset); pre-vote keeps a hasty node from disrupting.
+    # at once (its connections reset: then a voter campaigns at once, T/2 later per
+    # voter of lower id); pre-vote keeps a hasty node from disrupting.
     election_timeout_ms: int = 50
     # Longest a failed election backs off (exponentially, randomized) before the next try.
     election_backoff_max_ms: int = 1000
     # A follower that has had no fetch answer from its leader this long treats it as lost
-    # (a hung or cut-off leader never resets the connection).
-    fetch_timeout_ms: int = 1000
+    # (a hung or cut-off leader never resets the connection). A live leader answers at
+    # least every fetch_max_wait_ms, so the difference (350 ms) is how long a leader's or
+    # follower's loop may stall (GC, a busy CPU) before an election; a stalled follower
+    # alone only asks for pre-votes, which the others refuse.
+    fetch_timeout_ms: int = 600
     # A leader not fetched from by a majority this long resigns (check-quorum).
     check_quorum_timeout_ms: int = 1500
     # How long the leader parks a fetch that has nothing new to return.
-    fetch_max_wait_ms: int = 500
+    fetch_max_wait_ms: int = 250
     # An idle leader appends a NoOp batch this often so followers see the HW move.
     idle_noop_interval_ms: int = 500
     # One fetch answer holds at least one batch, then no more than these: encoded bytes

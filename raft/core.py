@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from raftka.raft import control
 from raftka.raft.batch import Batch, BatchKind, OffsetAndEpoch
@@ -307,14 +307,23 @@ class RaftCore:
             state.bootstrap_target = NO_LEADER
             state.fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
             return
-        # One failure can be a stale connection to a leader that is back; two in a row,
-        # a moment apart, mean it is gone.
+        retry_ms = max(1, self.cfg.election_timeout_ms // 10)
+        if self.is_voter:
+            # The leader's process is most likely gone (its connections reset): campaign
+            # now rather than after a timeout. Safe if it is not: the pre-vote is refused
+            # by every voter that still hears it, and a fetch that gets through meanwhile
+            # takes the loss back.
+            self._on_leader_lost(self._succession_delay())
+            self._retry_fetch_after(retry_ms)
+            return
+        # An observer: one failure can be a stale connection to a leader that is back; two
+        # in a row, a moment apart, mean it is gone.
         state.unreachable_strikes += 1
         if state.unreachable_strikes >= 2:
-            self._on_leader_lost()  # an observer is unattached from here on: back off there
+            self._on_leader_lost()  # unattached from here on: back off there
             self._retry_fetch_after(self.cfg.election_timeout_ms)
         else:
-            state.fetch_retry_ms = now_ms + max(1, self.cfg.election_timeout_ms // 10)
+            state.fetch_retry_ms = now_ms + retry_ms
 
     def poll(self, now_ms: int) -> int:
         """Run whatever is due; return how long until the core next needs a poll."""
@@ -499,8 +508,11 @@ class RaftCore:
         self._append(
             BatchKind.LEADER_CHANGE, (control.encode_leader_change(self.node_id, self.voters, self.epoch),)
         )
+        # Not held for the write: the epoch and our vote are on disk since we campaigned,
+        # and the LeaderChange batch counts toward the high watermark only once durable.
+        # The followers fetch it while we write it.
         for voter in sorted(self.voters - {self.node_id}):
-            self._send(voter, self._begin_quorum_epoch(), durable=True)
+            self._send(voter, self._begin_quorum_epoch())
 
     def _abandon_leadership(self, leader: LeaderState) -> None:
         """Parked fetches are answered at once: their replicas must look for the new leader."""
@@ -558,6 +570,10 @@ class RaftCore:
                 # Two voters that noticed the loss together would split the vote; the lower id
                 # goes first and this one stands aside (it campaigns later if that fails).
                 self._stand_aside(self._election_timeout())
+            elif granted and self.role in (Role.UNATTACHED, Role.FOLLOWER, Role.RESIGNED):
+                # Nor does one whose timer is about to fire campaign against the voter it has
+                # just encouraged: that one gets an election timeout to win first.
+                self._election_deadline = max(self._election_deadline, self._now + self._election_timeout())
             return
         granted = (
             may_vote
@@ -964,14 +980,16 @@ class RaftCore:
         self._failed_elections = 0
         self._election_deadline = NEVER
 
-    def _on_leader_lost(self) -> None:
+    def _on_leader_lost(self, election_delay_ms: int | None = None) -> None:
+        """A voter campaigns after ``election_delay_ms`` (default: a random election timeout)."""
         if not self.is_voter:
             self._become_unattached(self.epoch)
             return
         state = self._follower()
         if not state.leader_lost:
             state.leader_lost = True
-            self._election_deadline = self._now + self._election_timeout()
+            delay = self._election_timeout() if election_delay_ms is None else election_delay_ms
+            self._election_deadline = self._now + delay
 
     def _poll_follower(self, state: FetchingState) -> None:
         if (
@@ -1165,8 +1183,15 @@ class RaftCore:
             leader_id=self.leader_id,
             recovering=self._recovery is not None,
         )
-        if state != (self._pending_state or self._persisted_state):
-            self._pending_state = state
+        durable = self._pending_state or self._persisted_state
+        if state == durable:
+            return
+        if state.leader_id == NO_LEADER and state == replace(durable, leader_id=NO_LEADER):
+            # Forgetting a leader (a Prospective's first step) is worth no fsync: the
+            # leader named on disk did lead that epoch, and a Candidate's vote for itself
+            # must not queue behind the write.
+            return
+        self._pending_state = state
 
     def _has_unflushed(self) -> bool:
         return self._inflight is not None or self._has_pending()
@@ -1278,6 +1303,16 @@ class RaftCore:
         t = self.cfg.election_timeout_ms
         widest = max(2 * t, self.cfg.election_backoff_max_ms)
         return self.rng.randrange(t, min(widest, (2 * t) << min(self._failed_elections, 16)))
+
+    def _succession_delay(self) -> int:
+        """How long a voter that has lost its leader waits before its pre-vote: half the
+        election timeout per voter of lower id among the others. Survivors that notice the
+        loss together (a dead leader's connections reset at once everywhere, give or take
+        what a loaded machine adds: 10-15 ms were seen) then campaign one after another,
+        lowest id first, instead of splitting the vote; if the first one's log is behind,
+        the next one's pre-vote follows soon after."""
+        others = sorted(self.voters - {self.leader_id})
+        return others.index(self.node_id) * max(1, self.cfg.election_timeout_ms // 2)
 
     def _backoff(self) -> int:
         t = self.cfg.election_timeout_ms

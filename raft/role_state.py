@@ -112,7 +112,7 @@ class FollowerState:
     role: ClassVar[Role] = Role.FOLLOWER
     last_fetch_ok_ms: int  # the leader is lost once it has not answered for fetch_timeout_ms
     leader_lost: bool = False  # the election timer runs; pre-votes are granted again
-    unreachable_strikes: int = 0  # immediate send failures in a row (two: the leader is gone)
+    unreachable_strikes: int = 0  # an observer's immediate send failures in a row (two: the leader is gone)
     fetch_retry_ms: int = 0  # backoff before the next fetch
     fetch_sent_ms: int | None = None  # a fetch in flight since then
     download: SnapshotDownload | None = None  # a snapshot being fetched chunk by chunk

@@ -31,8 +31,17 @@ class FakeClock:
 class FakeCluster:
     """Three nodes with a scripted failover: node ids 1-3, leader 1 in epoch 3."""
 
-    def __init__(self, clock: FakeClock, elect: bool = True, resume_forces_election: bool = False) -> None:
+    def __init__(
+        self,
+        clock: FakeClock,
+        elect: bool = True,
+        resume_forces_election: bool = False,
+        silent_after_restart_s: float = 0.0,
+    ) -> None:
         self.clock = clock
+        self.silent_after_restart_s = silent_after_restart_s  # up, but our calls fail (reconnect backoff)
+        self.restarted_at: dict[int, float] = {}
+        self.signalled: list[float] = []  # when each signal but SIGCONT was sent
         self.elect = elect
         self.resume_forces_election = resume_forces_election
         self.leader, self.epoch, self.high_watermark = 1, 3, 10
@@ -62,9 +71,11 @@ class FakeCluster:
             return
         self.down.add(node_id)
         self.victim, self.signalled_at = node_id, self.clock()
+        self.signalled.append(self.clock())
 
     def restart(self, node_id: int) -> None:
         self.restarts.append(node_id)
+        self.restarted_at[node_id] = self.clock()
         self._back(node_id)
 
     def _back(self, node_id: int) -> None:
@@ -75,6 +86,8 @@ class FakeCluster:
     def describe(self, node_id: int) -> raft_pb2.DescribeQuorumResponse | None:
         self._advance()
         if node_id in self.down:
+            return None
+        if self.clock() - self.restarted_at.get(node_id, float("-inf")) < self.silent_after_restart_s:
             return None
         voters = [raft_pb2.ReplicaDescription(node_id=n, log_end_offset=e) for n, e in self.log_end.items()]
         if node_id != self.leader:
@@ -125,6 +138,7 @@ def test_kill_round_times_failover_to_the_commit_not_the_election() -> None:
     (r,) = result["rounds"]
     assert (r["round"], r["victim"], r["signal"], r["old_epoch"]) == (1, 1, "KILL", 3)
     assert (r["new_leader"], r["new_epoch"]) == (2, 4)
+    assert ELECTED_AFTER_S * 1000 <= r["elected_ms"] <= ELECTED_AFTER_S * 1000 + 10
     assert COMMITTED_AFTER_S * 1000 <= r["failover_ms"] <= COMMITTED_AFTER_S * 1000 + 10
     assert CAUGHT_UP_AFTER_S * 1000 <= r["catchup_ms"] <= CAUGHT_UP_AFTER_S * 1000 + 10
     assert r["restart_ms"] == 0.0  # the fake answers as soon as it is restarted
@@ -137,6 +151,7 @@ def test_kill_round_times_failover_to_the_commit_not_the_election() -> None:
         "old_epoch",
         "new_epoch",
         "new_leader",
+        "elected_ms",
         "failover_ms",
         "catchup_ms",
     }
@@ -150,6 +165,17 @@ def test_rounds_are_summarized() -> None:
     assert summary["rounds"] == 3
     assert summary["epochs"] == [3, 4, 5, 6]
     assert summary["min_ms"] <= summary["median_ms"] <= summary["max_ms"]
+    assert summary["elected_median_ms"] <= summary["elected_max_ms"] <= summary["max_ms"]
+
+
+def test_a_round_starts_only_once_every_node_answers_the_tool() -> None:
+    """A restarted node this tool cannot reach yet (its channel backs off) could be elected
+    next round, and the round would time the backoff: the round waits for it to answer."""
+    clock = FakeClock()
+    cluster = FakeCluster(clock, silent_after_restart_s=1.0)
+    run(cluster, clock, rounds=2)
+    first_victim = cluster.restarts[0]
+    assert cluster.signalled[1] - cluster.restarted_at[first_victim] >= 1.0
 
 
 def test_stop_round_resumes_and_reports_a_forced_election() -> None:
@@ -181,7 +207,16 @@ def test_chaos_needs_a_surviving_majority() -> None:
 
 
 def test_summary_line() -> None:
-    summary = {"rounds": 2, "median_ms": 100.5, "min_ms": 90.0, "max_ms": 111.0, "epochs": [3, 4, 5]}
+    summary = {
+        "rounds": 2,
+        "median_ms": 100.5,
+        "min_ms": 90.0,
+        "max_ms": 111.0,
+        "elected_median_ms": 80.5,
+        "elected_max_ms": 95.0,
+        "epochs": [3, 4, 5],
+    }
     assert chaos.format_summary(summary) == (
-        "2 round(s): failover median 100.5 ms, min 90.0 ms, max 111.0 ms; epochs 3 -> 4 -> 5"
+        "2 round(s): failover (a new leader committed) median 100.5 ms, min 90.0 ms, max 111.0 ms; "
+        "elected median 80.5 ms, max 95.0 ms; epochs 3 -> 4 -> 5"
     )

@@ -102,7 +102,7 @@ def test_server_refuses_unformatted_storage(tmp_path: Path, capsys: pytest.Captu
 
 def test_bad_config_names_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_config(tmp_path)
-    path.write_text(path.read_text().replace("fetch_max_wait_ms = 500", "fetch_max_wait_ms = 5000"))
+    path.write_text(path.read_text().replace("fetch_max_wait_ms = 250", "fetch_max_wait_ms = 5000"))
     line = error_line(("server", "--config", str(path)), 1, capsys)
     assert line == f"raftka: error: {path}: raft.fetch_max_wait_ms: must be below raft.fetch_timeout_ms"
 

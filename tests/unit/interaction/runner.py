@@ -27,6 +27,8 @@ Commands (ids are node ids; ``(1,2)`` is a list of ids):
     resign ID                    graceful shutdown of a leader (EndQuorumEpoch)
     snapshot ID OFFSET           the node's state machine saves a snapshot at a committed
                                  offset (storage.save_snapshot, then core.snapshot_saved)
+    unreachable ID PEER          the node's transport reports that a request to PEER failed
+                                 at once (connection refused or reset: PEER's process is gone)
     crash ID / restart ID        power off (its unpersisted write is lost) / start again
                                  from what its storage holds
     wipe ID                      a down node's disk is replaced by an empty one
@@ -357,6 +359,12 @@ class Interaction:
             f"log=[{core.log_start_offset},{core.log_end_offset})"
         )
 
+    def _unreachable(self, args: list[str]) -> None:
+        name, peer = _positional(args, 2)
+        node = self._node(name)
+        node.running().unreachable(self._node(peer).node_id, node.now_ms)
+        self._flush(node)
+
     def _crash(self, args: list[str]) -> None:
         node = self._node(_positional(args, 1)[0])
         if node.core is None:
@@ -419,6 +427,7 @@ class Interaction:
         "propose": _propose,
         "resign": _resign,
         "snapshot": _snapshot,
+        "unreachable": _unreachable,
         "crash": _crash,
         "restart": _restart,
         "wipe": _wipe,
