@@ -167,3 +167,74 @@ def test_the_consumer_drops_aborted_records_read_committed_and_never_returns_mar
             assert (everything, position) == ([b"a0", b"a1", b"c0", b"p0", b"a2", b"c1", b"p1"], 9)
 
     run(scenario())
+
+
+class Verifier:
+    """A coordinator's answers, recorded; ``held`` keeps each verification in flight until set."""
+
+    def __init__(self, code: int = E.NONE) -> None:
+        self.code = code
+        self.asked: list[tuple[str, int, int, str, int]] = []
+        self.held: asyncio.Event | None = None
+        self.arrived = asyncio.Event()
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
+    ) -> int:
+        self.asked.append((transactional_id, producer_id, producer_epoch, topic, partition))
+        self.arrived.set()
+        if self.held is not None:
+            await self.held.wait()
+        return self.code
+
+
+def test_a_batch_opening_a_transaction_is_verified_first_and_a_refusal_writes_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path, {TOPIC: 1}) as broker:
+            verifier = broker.replicas.verifier = Verifier(E.INVALID_TXN_STATE)
+            client = BrokerClient(broker.address)
+            try:
+                refused = await produce(client, txn_batch(1, 0, b"late"))
+                assert refused.error == E.INVALID_TXN_STATE and "did not verify" in refused.message
+                assert log_end(broker) == 0 and verifier.asked == [(TXN_ID, 1, 0, TOPIC, 0)]
+                verifier.code = E.NONE
+                assert (await produce(client, txn_batch(1, 0, b"a"))).base_offset == 0
+                assert (await produce(client, txn_batch(1, 1, b"b"))).base_offset == 1
+                assert len(verifier.asked) == 2, (
+                    "a batch continuing its open transaction is not verified again"
+                )
+                assert await write_marker(client, 1, committed=True) == E.NONE
+                assert (await produce(client, txn_batch(1, 2, b"next"))).base_offset == 3
+                assert len(verifier.asked) == 3, "the next transaction is verified again"
+            finally:
+                client.close()
+
+    run(scenario())
+
+
+def test_a_marker_written_while_a_verification_is_in_flight_voids_it(tmp_path: Path) -> None:
+    """KIP-890's guard: the coordinator ended the transaction (its marker is here) while the
+    producer's late batch was being verified: the batch must not open a new transaction."""
+
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path, {TOPIC: 1}) as broker:
+            verifier = broker.replicas.verifier = Verifier()
+            verifier.held = asyncio.Event()
+            client, coordinator = BrokerClient(broker.address), BrokerClient(broker.address)
+            try:
+                late = asyncio.create_task(produce(client, txn_batch(1, 0, b"late")))
+                await asyncio.wait_for(verifier.arrived.wait(), 30)
+                assert await write_marker(coordinator, 1, committed=False) == E.NONE
+                verifier.held.set()
+                answer = await late
+                assert (
+                    answer.error == E.INVALID_TXN_STATE
+                    and "not part of an ongoing transaction" in answer.message
+                )
+                assert log_end(broker) == 1, "the marker alone"
+                assert broker.replicas.get(TOPIC, 0).last_stable_offset == 1
+            finally:
+                client.close()
+                coordinator.close()
+
+    run(scenario())
