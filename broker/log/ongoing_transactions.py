@@ -46,7 +46,3 @@ class OngoingTransactions:
             self.unreplicated.pop(0)
         firsts = [*self.ongoing.values(), *(t.first_offset for t in self.unreplicated)]
         return min(firsts, default=None)
-
-    def last_stable_offset(self, high_watermark: int) -> int:
-        first = self.first_unstable_offset(high_watermark)
-        return high_watermark if first is None else min(first, high_watermark)

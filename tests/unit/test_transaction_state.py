@@ -220,13 +220,17 @@ def test_truncation_reopens_a_transaction_whose_marker_it_cut_and_drops_its_inde
     assert aborted(reopened) == [] and open_transactions(reopened) == {1: 0, 2: 1}
 
 
-def test_retention_deletes_a_segments_aborted_index_with_it(tmp_path: Path) -> None:
+def test_retention_deletes_a_segments_aborted_index_with_it_and_the_lso_stays_at_the_log_start(
+    tmp_path: Path,
+) -> None:
     log = open_log(tmp_path, segment_bytes=300, retention_bytes=0)
     append(log, batch(1, 0, b"x" * 100))
     marker(log, 1, committed=False)
+    append(log, batch(2, 0, b"open"))  # never ended: a hanging transaction
     first_index = log.segments[0].txn_index.path
-    assert first_index.exists()
+    assert first_index.exists() and log.last_stable_offset(log.log_end_offset) == 2
     while len(log.segments) < 3:
         append(log, batch(-1, -1, b"y" * 100, transactional=False, epoch=-1))
     assert log.delete_old_segments(NOW, log.log_end_offset) >= 1
     assert not first_index.exists() and aborted(log) == []
+    assert log.log_start_offset > 2 and log.last_stable_offset(log.log_end_offset) == log.log_start_offset
