@@ -30,10 +30,12 @@ class OngoingTransactions:
     def begin(self, producer_id: int, first_offset: int) -> None:
         self.ongoing[producer_id] = first_offset
 
-    def end(self, producer_id: int, marker_offset: int, aborted: bool) -> CompletedTxn:
-        """The producer's transaction, ended by its marker at ``marker_offset``; one with no
-        open transaction here spans the marker alone."""
-        first = self.ongoing.pop(producer_id, marker_offset)
+    def end(self, producer_id: int, marker_offset: int, aborted: bool) -> CompletedTxn | None:
+        """The producer's transaction, ended by its marker at ``marker_offset``; None if it
+        had none open here (the marker ends nothing, as Kafka's ``appendEndTxnMarker``)."""
+        first = self.ongoing.pop(producer_id, None)
+        if first is None:
+            return None
         others = min(self.ongoing.values(), default=marker_offset + 1)
         completed = CompletedTxn(producer_id, first, marker_offset, aborted, others)
         self.unreplicated.append(completed)

@@ -28,9 +28,11 @@ producer's non-transactional batch is ``INVALID_TXN_STATE`` (Kafka's rule). A ma
 checked as Kafka's ``appendEndTxnMarker``: an epoch older than the producer's is
 ``INVALID_PRODUCER_EPOCH``, a coordinator epoch older than the last marker's
 ``TRANSACTION_COORDINATOR_FENCED``; a marker for a producer with no open transaction
-here is written all the same, its transaction spanning the marker alone (the
-coordinator may send a marker again after a failover). Markers carry no sequence and
-never count as the producer's batches.
+here is written all the same (the coordinator sends a marker again after a failover, or
+to a partition the producer never wrote) and ends nothing: no index entry, the last
+stable offset unmoved (Kafka's ``appendEndTxnMarker``). Markers carry no sequence and
+never count as the producer's batches; a producer known here only from markers starts
+its sequence at 0, as Kafka's ``checkSequence`` asks.
 
 Every replica applies the batches it appends (a follower without checks), so a follower
 that becomes leader knows every producer its leader knew. The state is a function of
@@ -156,8 +158,6 @@ class ProducerState:
                 f"{who}: a non-transactional batch while its transaction from offset "
                 f"{entry.txn_first_offset} is open",
             )
-        if not entry.batches:  # known from markers alone: taken at any sequence, as a new one
-            return None
         if epoch > entry.epoch:
             if first != 0:
                 raise ProducerStateError(
@@ -165,11 +165,12 @@ class ProducerState:
                     f"{who}: new epoch {epoch} must start at sequence 0, not {first}",
                 )
             return None
-        expected = next_sequence(entry.last.last_sequence, 1)
+        last = entry.last.last_sequence if entry.batches else -1  # -1: known from markers alone
+        expected = next_sequence(last, 1)
         if first != expected:
             raise ProducerStateError(
                 E.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"{who}, epoch {epoch}: sequence {first} does not follow {entry.last.last_sequence} (expected {expected})",
+                f"{who}, epoch {epoch}: sequence {first} does not follow {last} (expected {expected})",
             )
         return None
 

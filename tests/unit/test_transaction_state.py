@@ -94,13 +94,22 @@ def test_markers_from_an_older_producer_or_coordinator_epoch_are_fenced_and_writ
     )
 
 
-def test_a_marker_for_no_open_transaction_is_written_and_spans_itself(tmp_path: Path) -> None:
+def test_a_marker_for_no_open_transaction_is_written_and_ends_nothing(tmp_path: Path) -> None:
     """As Kafka's appendEndTxnMarker: the coordinator may send a marker again (after its
-    failover) or for a partition the producer never wrote."""
+    failover) or for a partition the producer never wrote; it is written, indexes nothing
+    and holds no last stable offset, and the producer then starts its sequence at 0."""
     log = open_log(tmp_path)
-    assert marker(log, 4, committed=False).first_offset == 0
-    assert aborted(log) == [AbortedTxn(4, 0, 0, 1)]
-    assert list(read_records(log.read(0, 1 << 20).records)) == [], "a marker is no data record"
+    append(log, batch(5, 0, b"open"))
+    assert marker(log, 4, committed=False).first_offset == 1
+    assert aborted(log) == [] and open_transactions(log) == {5: 0}
+    marker(log, 5, committed=False)
+    assert marker(log, 5, committed=False).first_offset == 3, "a retried marker"
+    assert aborted(log) == [AbortedTxn(5, 0, 2, 3)] and log.last_stable_offset(4) == 4
+    with pytest.raises(ProducerStateError) as gap:
+        append(log, batch(4, 7, b"x"))
+    assert gap.value.code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert append(log, batch(4, 0, b"x")).first_offset == 4
+    assert [r.value for r in read_records(log.read(0, 1 << 20).records)] == [b"open", b"x"], "markers are no data"
 
 
 # kept equal to the log ---------------------------------------------------------------------
@@ -115,8 +124,8 @@ class Model:
     aborted: list[AbortedTxn] = field(default_factory=list)
 
     def marker(self, producer_id: int, offset: int, committed: bool) -> None:
-        first = self.open.pop(producer_id, offset)
-        if not committed:
+        first = self.open.pop(producer_id, None)
+        if first is not None and not committed:
             self.aborted.append(
                 AbortedTxn(producer_id, first, offset, min(self.open.values(), default=offset + 1))
             )
