@@ -17,6 +17,7 @@ from raftka.broker.log import producer_snapshots
 from raftka.broker.log.partition_log import AppendInfo, PartitionLog
 from raftka.broker.log.producer_state import ProducerStateError
 from raftka.broker.log.transaction_index import AbortedTxn
+from raftka.cli.main import main
 from raftka.records.codec import BatchBuilder, read_records
 from raftka.v1 import controller_pb2
 from tests.unit.test_partition_log import NOW
@@ -109,7 +110,9 @@ def test_a_marker_for_no_open_transaction_is_written_and_ends_nothing(tmp_path: 
         append(log, batch(4, 7, b"x"))
     assert gap.value.code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert append(log, batch(4, 0, b"x")).first_offset == 4
-    assert [r.value for r in read_records(log.read(0, 1 << 20).records)] == [b"open", b"x"], "markers are no data"
+    assert [r.value for r in read_records(log.read(0, 1 << 20).records)] == [b"open", b"x"], (
+        "markers are no data"
+    )
 
 
 # kept equal to the log ---------------------------------------------------------------------
@@ -243,3 +246,22 @@ def test_retention_deletes_a_segments_aborted_index_with_it_and_the_lso_stays_at
     assert log.delete_old_segments(NOW, log.log_end_offset) >= 1
     assert not first_index.exists() and aborted(log) == []
     assert log.log_start_offset > 2 and log.last_stable_offset(log.log_end_offset) == log.log_start_offset
+
+
+def test_log_dump_shows_markers_open_transactions_and_the_aborted_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, batch(42, 0, b"a"))
+    marker(log, 42, committed=False, coordinator_epoch=3)
+    append(log, batch(43, 0, b"b"))
+    log.close()
+    assert main(["log", "dump", str(tmp_path / "t-0")]) == 0
+    text = capsys.readouterr().out
+    assert "isTransactional: true isControl: false" in text
+    assert (
+        "isTransactional: true isControl: true" in text and "endTxnMarker: ABORT coordinatorEpoch: 3" in text
+    )
+    assert "| producerId: 42 firstOffset: 0 lastOffset: 1 lastStableOffset: 2" in text
+    assert main(["log", "dump", str(tmp_path / "t-0"), "--output", "json"]) == 0
+    assert '"current_txn_first_offset": 2' in capsys.readouterr().out
