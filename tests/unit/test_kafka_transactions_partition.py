@@ -11,6 +11,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest, WriteTxnMarkersResponse
@@ -25,7 +27,13 @@ from raftka.v1 import controller_pb2
 from raftka.wire.client import BrokerClient
 from tests.unit.broker_in_process import broker_in_process
 from tests.unit.kafka_wire import BrokerThread, broker_thread, call
-from tests.unit.test_transaction_markers import TOPIC, log_end, markers_request, txn_batch
+from tests.unit.test_transaction_markers import (
+    TOPIC,
+    interleaved_transactions,
+    log_end,
+    markers_request,
+    txn_batch,
+)
 
 E = controller_pb2.ErrorCode
 INVALID_TXN_STATE = 48
@@ -196,3 +204,39 @@ def test_markers_from_anyone_but_a_broker_write_nothing(tmp_path: Path) -> None:
 def _as_broker(request, broker_id: int):  # noqa: ANN001, ANN202
     request.broker_id = broker_id
     return request
+
+
+@pytest.mark.parametrize(
+    ("isolation_level", "expected"),
+    [
+        ("read_committed", [b"c0", b"p0", b"c1", b"p1"]),
+        ("read_uncommitted", [b"a0", b"a1", b"c0", b"p0", b"a2", b"c1", b"p1"]),
+    ],
+)
+def test_kafka_pythons_consumer_drops_aborted_records_read_committed(
+    served: BrokerThread, isolation_level: str, expected: list[bytes]
+) -> None:
+    async def write() -> None:
+        client = BrokerClient(served.broker.address)
+        try:
+            await interleaved_transactions(client)
+        finally:
+            client.close()
+
+    served.run(write())
+    consumer = KafkaConsumer(
+        bootstrap_servers=served.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        isolation_level=isolation_level,
+    )
+    tp = KafkaTopicPartition(TOPIC, 0)
+    consumer.assign([tp])
+    received: list[bytes] = []
+    for _ in range(30):  # bounded: each poll waits up to a second for records
+        for records in consumer.poll(timeout_ms=1_000).values():
+            received += [r.value for r in records]
+        if len(received) >= len(expected) and consumer.position(tp) == 9:
+            break
+    consumer.close()
+    assert received == expected

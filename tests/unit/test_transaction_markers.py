@@ -11,6 +11,7 @@ from pathlib import Path
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.types import TopicPartition
 from raftka.records.codec import BatchBuilder
+from raftka.records.control import marker_batch
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient
 from tests.unit.broker_in_process import BROKER, InProcessBroker, broker_in_process
@@ -236,5 +237,35 @@ def test_a_marker_written_while_a_verification_is_in_flight_voids_it(tmp_path: P
             finally:
                 client.close()
                 coordinator.close()
+
+    run(scenario())
+
+
+def test_a_clients_control_batch_and_an_unknown_isolation_level_are_refused_naming_them(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path, {TOPIC: 1}) as broker:
+            client = BrokerClient(broker.address)
+            try:
+                forged = await produce(client, bytes(marker_batch(1, 0, False, 0, 1_700_000_000_000)))
+                assert forged.error == E.INVALID_RECORD and "control batches" in forged.message
+                assert log_end(broker) == 0
+                request = Pb.FetchRequest(replica_id=-1, max_bytes=1 << 20, isolation_level=2)
+                request.topics.add(name=TOPIC).partitions.add(partition=0, partition_max_bytes=1 << 20)
+                answer = await client.Fetch(request, timeout=10)
+                assert (
+                    answer.status.error == E.INVALID_REQUEST and "isolation_level: 2" in answer.status.message
+                )
+                listed = Pb.ListOffsetsRequest(isolation_level=-1)
+                listed.topics.add(name=TOPIC).partitions.add(partition=0, timestamp=-1)
+                answer = await client.ListOffsets(listed, timeout=10)
+                assert (
+                    answer.status.error == E.INVALID_REQUEST
+                    and "isolation_level: -1" in answer.status.message
+                )
+                assert (await produce(client, txn_batch(1, 0, b"after"))).base_offset == 0, "it serves on"
+            finally:
+                client.close()
 
     run(scenario())
