@@ -140,6 +140,11 @@ class ProducerState:
         guard = self.verifying[producer_id] = object()
         return guard
 
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        """Forget ``guard``, unless a newer verification of the producer replaced it."""
+        if self.verifying.get(producer_id) is guard:
+            del self.verifying[producer_id]
+
     def check(self, header: BatchHeader) -> BatchMetadata | None:
         """The batch a client's ``header`` repeats, None if it is new and may be written;
         ProducerStateError if it may not."""

@@ -173,7 +173,7 @@ def test_the_consumer_drops_aborted_records_read_committed_and_never_returns_mar
 class Verifier:
     """A coordinator's answers, recorded; ``held`` keeps each verification in flight until set."""
 
-    def __init__(self, code: int = E.NONE) -> None:
+    def __init__(self, code: int | Exception = E.NONE) -> None:
         self.code = code
         self.asked: list[tuple[str, int, int, str, int]] = []
         self.held: asyncio.Event | None = None
@@ -186,6 +186,8 @@ class Verifier:
         self.arrived.set()
         if self.held is not None:
             await self.held.wait()
+        if isinstance(self.code, Exception):
+            raise self.code
         return self.code
 
 
@@ -196,17 +198,25 @@ def test_a_batch_opening_a_transaction_is_verified_first_and_a_refusal_writes_no
             client = BrokerClient(broker.address)
             try:
                 refused = await produce(client, txn_batch(1, 0, b"late"))
-                assert refused.error == E.INVALID_TXN_STATE and "did not verify" in refused.message
+                assert refused.error == E.INVALID_TXN_STATE and "refused it" in refused.message
                 assert log_end(broker) == 0 and verifier.asked == [(TXN_ID, 1, 0, TOPIC, 0)]
+                verifier.code = E.COORDINATOR_NOT_AVAILABLE  # Kafka: retriable for any producer
+                retry = await produce(client, txn_batch(1, 0, b"late"))
+                assert retry.error == E.NOT_ENOUGH_REPLICAS and "COORDINATOR_NOT_AVAILABLE" in retry.message
+                verifier.code = RuntimeError("the coordinator's link failed")
+                retry = await produce(client, txn_batch(1, 0, b"late"))
+                assert retry.error == E.NOT_ENOUGH_REPLICAS and "link failed" in retry.message
+                assert log_end(broker) == 0 and broker.replicas.get(TOPIC, 0).log.producers.verifying == {}
+                verifier.asked.clear()
                 verifier.code = E.NONE
                 assert (await produce(client, txn_batch(1, 0, b"a"))).base_offset == 0
                 assert (await produce(client, txn_batch(1, 1, b"b"))).base_offset == 1
-                assert len(verifier.asked) == 2, (
+                assert len(verifier.asked) == 1, (
                     "a batch continuing its open transaction is not verified again"
                 )
                 assert await write_marker(client, 1, committed=True) == E.NONE
                 assert (await produce(client, txn_batch(1, 2, b"next"))).base_offset == 3
-                assert len(verifier.asked) == 3, "the next transaction is verified again"
+                assert len(verifier.asked) == 2, "the next transaction is verified again"
             finally:
                 client.close()
 
