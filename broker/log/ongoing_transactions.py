@@ -10,6 +10,7 @@ see the transaction open again, and the last stable offset must never go back.
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 
 
@@ -25,7 +26,7 @@ class CompletedTxn:
 class OngoingTransactions:
     def __init__(self) -> None:
         self.ongoing: dict[int, int] = {}  # producer id -> first offset, in the order they began
-        self.unreplicated: list[CompletedTxn] = []  # in marker order
+        self.unreplicated: collections.deque[CompletedTxn] = collections.deque()  # in marker order
 
     def begin(self, producer_id: int, first_offset: int) -> None:
         self.ongoing[producer_id] = first_offset
@@ -41,10 +42,14 @@ class OngoingTransactions:
         self.unreplicated.append(completed)
         return completed
 
+    def high_watermark_moved(self, high_watermark: int) -> None:
+        """Forget the ended transactions whose markers are now below ``high_watermark``."""
+        while self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
+            self.unreplicated.popleft()
+
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of an open transaction, or of an ended one whose marker is not
         below ``high_watermark``; None if there is none."""
-        while self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
-            self.unreplicated.pop(0)
+        self.high_watermark_moved(high_watermark)
         firsts = [*self.ongoing.values(), *(t.first_offset for t in self.unreplicated)]
         return min(firsts, default=None)

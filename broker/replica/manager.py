@@ -366,16 +366,13 @@ class ReplicaManager:
         here (``raftka.broker.transaction_verifier``): the guards of those it verified, and
         the refusals."""
         asked: list[tuple[Key, ProducerState, int, object, Awaitable[int]]] = []
+        if not request.transactional_id:  # no transactional batch may be written: the append says so
+            return {}, {}
         for topic in request.topics:
             for data in topic.partitions:
                 header = _transactional_header(data.records)
                 partition = self._partitions.get((topic.name, data.partition))
-                if (
-                    header is None
-                    or not request.transactional_id
-                    or partition is None
-                    or not partition.is_leader
-                ):
+                if header is None or partition is None or not partition.is_leader:
                     continue  # the append answers what is wrong, if anything
                 producers = partition.log.producers
                 if producers.has_ongoing_transaction(header.producer_id, header.producer_epoch):

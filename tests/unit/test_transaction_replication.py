@@ -62,6 +62,8 @@ def test_followers_replicate_markers_and_a_new_leader_keeps_the_last_stable_offs
         answer = await writing
         assert answer.markers[0].topics[0].partitions[0].error == E.NONE, "answered once the ISR holds it"
         await cluster.catch_up(2, 3)  # the followers learn the high watermark
+        for node in cluster.nodes.values():  # ended transactions below it are let go on every replica
+            assert not node.partition.log.producers.transactions.unreplicated
         want = ({2: 2}, [AbortedTxn(1, 0, 3, 2)], 2)
         assert transactions(n1) == transactions(n2) == transactions(cluster.nodes[3]) == want
 
