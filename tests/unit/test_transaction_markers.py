@@ -166,6 +166,20 @@ def test_the_consumer_drops_aborted_records_read_committed_and_never_returns_mar
             assert (committed, position) == ([b"c0", b"p0", b"c1", b"p1"], 9)
             everything, position = await consumed(broker, "read_uncommitted", 7)
             assert (everything, position) == ([b"a0", b"a1", b"c0", b"p0", b"a2", b"c1", b"p1"], 9)
+            client = BrokerClient(broker.address)
+            try:
+                await produce(client, txn_batch(3, 0, b"open"))  # @9, never ended
+            finally:
+                client.close()
+            for level, end in (("read_committed", 9), ("read_uncommitted", 10)):
+                consumer = AsyncConsumer(broker.address, isolation_level=level)
+                try:
+                    tp = TopicPartition(TOPIC, 0)
+                    assert await consumer.end_offsets([tp]) == {tp: end}
+                    await consumer.assign([tp])  # auto_offset_reset latest
+                    assert await consumer.position(tp) == end
+                finally:
+                    await consumer.close()
 
     run(scenario())
 
