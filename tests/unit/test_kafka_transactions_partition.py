@@ -19,6 +19,7 @@ from kafka.protocol.producer.transaction import WriteTxnMarkersRequest, WriteTxn
 
 from raftka.broker.authorization import RequestAuthorizer
 from raftka.broker.kafka.marker_apis import MarkerApis
+from raftka.cli.main import main
 from raftka.metadata import acls
 from raftka.metadata.acls import Acl, Authorizer
 from raftka.records.codec import read_records
@@ -240,3 +241,28 @@ def test_kafka_pythons_consumer_drops_aborted_records_read_committed(
             break
     consumer.close()
     assert received == expected
+
+
+@pytest.mark.parametrize(
+    ("isolation_level", "expected"),
+    [
+        ("read_committed", ["c0", "p0", "c1", "p1"]),
+        ("read_uncommitted", ["a0", "a1", "c0", "p0", "a2", "c1", "p1"]),
+    ],
+)
+def test_raftka_consume_isolation_level(
+    served: BrokerThread, isolation_level: str, expected: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def write() -> None:
+        client = BrokerClient(served.broker.address)
+        try:
+            await interleaved_transactions(client)
+        finally:
+            client.close()
+
+    served.run(write())
+    address = served.broker.address
+    common = ["--bootstrap-server", address, "--partition", "0", "--from-beginning", "--timeout-ms", "60000"]
+    count = ["--max-messages", str(len(expected))]
+    assert main(["consume", TOPIC, *common, *count, "--isolation-level", isolation_level]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
