@@ -25,7 +25,9 @@ class CompletedTxn:
 
 class OngoingTransactions:
     def __init__(self) -> None:
-        self.ongoing: dict[int, int] = {}  # producer id -> first offset, in the order they began
+        # producer id -> first offset, in the order they began: by first offset, as batches are
+        # appended in offset order (``begin`` must be called so), so the first is the smallest
+        self.ongoing: dict[int, int] = {}
         self.unreplicated: collections.deque[CompletedTxn] = collections.deque()  # in marker order
 
     def begin(self, producer_id: int, first_offset: int) -> None:
@@ -37,7 +39,7 @@ class OngoingTransactions:
         first = self.ongoing.pop(producer_id, None)
         if first is None:
             return None
-        others = min(self.ongoing.values(), default=marker_offset + 1)
+        others = next(iter(self.ongoing.values()), marker_offset + 1)
         completed = CompletedTxn(producer_id, first, marker_offset, aborted, others)
         self.unreplicated.append(completed)
         return completed
@@ -51,5 +53,8 @@ class OngoingTransactions:
         """The first offset of an open transaction, or of an ended one whose marker is not
         below ``high_watermark``; None if there is none."""
         self.high_watermark_moved(high_watermark)
-        firsts = [*self.ongoing.values(), *(t.first_offset for t in self.unreplicated)]
-        return min(firsts, default=None)
+        first = next(iter(self.ongoing.values()), None)
+        for ended in self.unreplicated:  # few: only those with markers above the high watermark
+            if first is None or ended.first_offset < first:
+                first = ended.first_offset
+        return first

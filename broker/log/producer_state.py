@@ -124,9 +124,11 @@ class ProducerState:
     def __init__(self, producers: dict[int, ProducerEntry] | None = None) -> None:
         self.producers: dict[int, ProducerEntry] = producers if producers is not None else {}
         self.transactions = OngoingTransactions()
-        for producer_id, entry in self.producers.items():
-            if entry.txn_first_offset != NO_TXN:
-                self.transactions.begin(producer_id, entry.txn_first_offset)
+        open_ones = [
+            (e.txn_first_offset, pid) for pid, e in self.producers.items() if e.txn_first_offset != NO_TXN
+        ]
+        for first_offset, producer_id in sorted(open_ones):
+            self.transactions.begin(producer_id, first_offset)
         # KIP-890: producer id -> the guard of its verification in flight (the leader's, in memory)
         self.verifying: dict[int, object] = {}
 

@@ -194,6 +194,18 @@ def test_any_interleaving_keeps_the_last_stable_offset_and_the_aborted_index_equ
         log.close()
 
 
+def test_a_restart_keeps_the_earliest_open_transaction_whichever_producer_wrote_last(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, batch(1, 0, b"first"))  # 1 opens at 0
+    append(log, batch(2, 0, b"second"))  # 2 opens at 1
+    append(log, batch(1, 1, b"again"))  # 1 wrote last
+    log.close()
+    again = open_log(tmp_path)
+    assert again.last_stable_offset(3) == 0
+    marker(again, 1, committed=True)
+    assert again.last_stable_offset(4) == 1
+
+
 def test_an_unclean_restart_rebuilds_open_transactions_and_the_index_of_every_scanned_segment(
     tmp_path: Path,
 ) -> None:
