@@ -159,25 +159,25 @@ class ProducerState:
             return duplicate
         who = f"producer {header.producer_id}"
         self._check_epoch(header.producer_id, entry, epoch)
-        if entry.txn_first_offset != NO_TXN and not header.is_transactional:
-            raise ProducerStateError(
-                E.INVALID_TXN_STATE,
-                f"{who}: a non-transactional batch while its transaction from offset "
-                f"{entry.txn_first_offset} is open",
-            )
         if epoch > entry.epoch:
             if first != 0:
                 raise ProducerStateError(
                     E.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     f"{who}: new epoch {epoch} must start at sequence 0, not {first}",
                 )
-            return None
-        last = entry.last.last_sequence if entry.batches else -1  # -1: known from markers alone
-        expected = next_sequence(last, 1)
-        if first != expected:
+        else:
+            last = entry.last.last_sequence if entry.batches else -1  # -1: known from markers alone
+            expected = next_sequence(last, 1)
+            if first != expected:
+                raise ProducerStateError(
+                    E.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"{who}, epoch {epoch}: sequence {first} does not follow {last} (expected {expected})",
+                )
+        if entry.txn_first_offset != NO_TXN and not header.is_transactional:  # after the sequence, as Kafka
             raise ProducerStateError(
-                E.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"{who}, epoch {epoch}: sequence {first} does not follow {last} (expected {expected})",
+                E.INVALID_TXN_STATE,
+                f"{who}: a non-transactional batch while its transaction from offset "
+                f"{entry.txn_first_offset} is open",
             )
         return None
 
