@@ -307,7 +307,9 @@ class MetadataDelta:
             raise ReplayError(f"{kind} for {topic_id_str(r.topic_id)}-{r.partition_id}: {problem}")
         adding = tuple(r.adding_replicas.ids[:]) if r.HasField("adding_replicas") else current.adding_replicas
         removing = (
-            tuple(r.removing_replicas.ids[:]) if r.HasField("removing_replicas") else current.removing_replicas
+            tuple(r.removing_replicas.ids[:])
+            if r.HasField("removing_replicas")
+            else current.removing_replicas
         )
         if not set(adding) | set(removing) <= set(replicas) or set(adding) & set(removing):
             problem = (
