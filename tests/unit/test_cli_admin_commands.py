@@ -98,6 +98,8 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
                 replicas=[102, 103],
                 isr=[],
                 elr=[103],
+                adding_replicas=[103],
+                removing_replicas=[102],
             )
         return response
 
@@ -260,6 +262,8 @@ def test_topics_list_and_describe_shapes(
             "replicas": [101, 102],
             "isr": [101, 102],
             "elr": [],
+            "adding": [],
+            "removing": [],
             "offline": False,
             "under_replicated": False,
         },
@@ -273,6 +277,8 @@ def test_topics_list_and_describe_shapes(
             "replicas": [102, 103],
             "isr": [],
             "elr": [103],
+            "adding": [103],
+            "removing": [102],
             "offline": True,
             "under_replicated": True,
         },
@@ -287,12 +293,13 @@ def test_topics_list_and_describe_shapes(
         "REPLICAS",
         "ISR",
         "ELR",
+        "REASSIGNING",
         "LOG_START",
         "HIGH_WATERMARK",
         "STATUS",
     ]
-    assert table[2].split() == ["0", "101", "2", "101,102", "101,102", "-", "-", "-", "ok"]
-    assert table[3].split() == ["1", "none", "3", "102,103", "-", "103", "-", "-", "offline"]
+    assert table[2].split() == ["0", "101", "2", "101,102", "101,102", "-", "-", "-", "-", "ok"]
+    assert table[3].split() == ["1", "none", "3", "102,103", "-", "103", "+103/-102", "-", "-", "offline"]
 
 
 def test_topics_delete_and_alter(controller: FakeController, capsys: pytest.CaptureFixture[str]) -> None:
