@@ -20,6 +20,7 @@ from raftka.metadata.snapshot import decode_image, encode_image
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
 from tests.unit import metadata_support as m
+from tests.unit.metadata_controller_support import create, live_brokers, run, three
 
 E = pb.ErrorCode
 TID = m.topic_id(1)
@@ -216,3 +217,50 @@ def test_whatever_the_isr_does_nothing_leaves_before_its_replacements_joined(
     final = state(image)
     if not final.reassigning:
         assert final.replicas == target and len(final.replicas) == len(target)
+
+
+def test_a_reassignment_survives_a_controller_failover_and_completes_on_the_next() -> None:
+    async def body() -> None:
+        quorum, leader_id = await three()
+        old = quorum.members[leader_id].controller
+        epochs = await live_brokers(old, [101, 102, 103])
+        await create(old, "t", 1, 2)
+        before = quorum.members[leader_id].image.topic("t").partitions[0]  # type: ignore[union-attr]
+        newcomer = next(b for b in (101, 102, 103) if b not in before.replicas)
+        target = (newcomer, *(b for b in before.replicas if b != before.leader))
+        asked = pb.ReassignablePartition(partition=0, replicas=metadata_pb2.BrokerIdList(ids=target))
+        started = await old.alter_partition_reassignments(
+            pb.AlterPartitionReassignmentsRequest(topics=[pb.ReassignableTopic(name="t", partitions=[asked])])
+        )
+        assert started.status.error == E.NONE and started.partitions[0].error == E.NONE
+        await quorum.converged()
+        await quorum.crash(leader_id)
+        new = await quorum.active()
+        listed = await new.controller.list_partition_reassignments(pb.ListPartitionReassignmentsRequest())
+        assert [tuple(r.adding_replicas) for r in listed.reassignments] == [(newcomer,)]
+
+        s = new.image.topic("t").partitions[0]  # type: ignore[union-attr]
+        new_isr = tuple(b for b in s.replicas if b in s.isr or b == newcomer)
+        data = pb.AlterPartitionData(
+            partition=0,
+            leader_epoch=s.leader_epoch,
+            new_isr=new_isr,
+            partition_epoch=s.partition_epoch,
+            new_isr_broker_epochs=[epochs[b] for b in new_isr],
+        )
+        topic_id = new.image.topic_ids_by_name["t"]
+        answer = await new.controller.alter_partition(
+            pb.AlterPartitionRequest(
+                broker_id=s.leader,
+                broker_epoch=epochs[s.leader],
+                topics=[pb.AlterPartitionTopic(topic_id=topic_id, partitions=[data])],
+            )
+        )
+        assert answer.partitions[0].error == E.NEW_LEADER_ELECTED
+        done = new.image.topic("t").partitions[0]  # type: ignore[union-attr]
+        assert (done.replicas, done.leader, done.reassigning) == (target, newcomer, False)
+        await quorum.start(leader_id)
+        await quorum.converged()
+        await quorum.close()
+
+    run(body)
