@@ -4,6 +4,7 @@ as one line with a non-zero exit, whether the CLI or the server catches it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from concurrent import futures
@@ -144,6 +145,22 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
             broker.endpoints.add(name="DATA", host="127.0.0.1", port=9000 + broker_id)
         return response
 
+    def AlterPartitionReassignments(
+        self, request: Any, context: Any
+    ) -> controller_pb2.AlterPartitionReassignmentsResponse:
+        self._seen("AlterPartitionReassignments", request)
+        response = controller_pb2.AlterPartitionReassignmentsResponse(status=controller_pb2.Status())
+        for t in request.topics:
+            for p in t.partitions:
+                response.partitions.add(topic=t.name, partition=p.partition)
+        return response
+
+    def ListPartitionReassignments(
+        self, request: Any, context: Any
+    ) -> controller_pb2.ListPartitionReassignmentsResponse:
+        self._seen("ListPartitionReassignments", request)
+        return controller_pb2.ListPartitionReassignmentsResponse(status=controller_pb2.Status())
+
     def OffsetCommit(self, request: Any, context: Any) -> controller_pb2.OffsetCommitResponse:
         self._seen("OffsetCommit", request)
         response = controller_pb2.OffsetCommitResponse(status=controller_pb2.Status())
@@ -172,6 +189,13 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
 
 @pytest.fixture
 def controller() -> Iterator[FakeController]:
+    with fake_controller() as fake:
+        yield fake
+
+
+@contextlib.contextmanager
+def fake_controller() -> Iterator[FakeController]:
+    """The fake controller served on a loopback port (``fake.address``)."""
     fake = FakeController()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     controller_pb2_grpc.add_ControllerServicer_to_server(fake, server)
