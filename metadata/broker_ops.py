@@ -342,7 +342,7 @@ def _isr_change(
     )
     if record is not None and state.reassigning:  # the ISR may now hold every adding replica
         expanded = reassign_ops.merged(state, record.partition_change)
-        live = live_broker_ids(image)
+        live = live_broker_ids(image) - set(shutting_down)
         completed = reassign_ops.complete(expanded, policy, live.__contains__, crashed_broker_ids(image))
         if completed is not None:
             record = reassign_ops.change_record(topic_id, data.partition, state, completed)

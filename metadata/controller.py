@@ -514,7 +514,7 @@ class QuorumController:
     ) -> controller_pb2.AlterPartitionReassignmentsResponse:
         return await self._write(
             controller_pb2.AlterPartitionReassignmentsResponse,
-            lambda image: reassign_ops.alter(image, request),
+            lambda image: reassign_ops.alter(image, request, self._shutting_down),
             request,
         )
 

@@ -51,10 +51,15 @@ from raftka.v1 import controller_pb2, metadata_pb2
 Acceptable = Callable[[int], bool]  # may this broker lead the partition
 
 
-def alter(image: MetadataImage, request: controller_pb2.AlterPartitionReassignmentsRequest) -> Plan:
+def alter(
+    image: MetadataImage,
+    request: controller_pb2.AlterPartitionReassignmentsRequest,
+    shutting_down: Collection[int] = (),
+) -> Plan:
+    """``shutting_down``: brokers in controlled shutdown, never elected by a move."""
     response = controller_pb2.AlterPartitionReassignmentsResponse()
     repeated = duplicates((t.name, p.partition) for t in request.topics for p in t.partitions)
-    live = live_broker_ids(image)
+    live = live_broker_ids(image) - set(shutting_down)
     records: list[MetadataRecord] = []
     for topic in request.topics:
         for asked in topic.partitions:
