@@ -68,3 +68,23 @@ def test_a_kafka_client_moves_lists_and_cancels_a_reassignment(tmp_path: Path) -
         )
         assert replicas(broker, 1) == (101, 102)
         assert alter(broker, (0, None))[0][0] == NO_REASSIGNMENT_IN_PROGRESS
+
+
+def test_kafka_pythons_admin_client_moves_and_lists_through_the_listener(tmp_path: Path) -> None:
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka.errors import InvalidReplicationAssignmentError
+
+    with broker_thread(tmp_path, {"t": 1}, followers=(102,)) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10_000)
+        try:
+            tp = TopicPartition("t", 0)
+            assert admin.alter_partition_reassignments({tp: [101, 103]}) == {
+                tp: InvalidReplicationAssignmentError
+            }
+            errors = admin.alter_partition_reassignments({tp: [101]})
+            assert errors == {tp: None} and replicas(broker, 0) == (101,)
+            assert admin.alter_partition_reassignments({tp: [101, 102]}) == {tp: None}
+            listed = admin.list_partition_reassignments()
+            assert listed == {tp: {"replicas": [101, 102], "adding_replicas": [102], "removing_replicas": []}}
+        finally:
+            admin.close()
