@@ -15,8 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftka.metadata import broker_ops, reassign_ops
+from raftka.metadata.acls import Acl, Authorizer
+from raftka.metadata.authorization import controller_policy
 from raftka.metadata.image import EMPTY, NO_LEADER, MetadataImage, PartitionState
 from raftka.metadata.snapshot import decode_image, encode_image
+from raftka.security.principal import CLIENT, Principal
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
 from tests.unit import metadata_support as m
@@ -264,3 +267,18 @@ def test_a_reassignment_survives_a_controller_failover_and_completes_on_the_next
         await quorum.close()
 
     run(body)
+
+
+def test_moving_needs_alter_and_listing_needs_describe_on_the_cluster() -> None:
+    alice = Principal("User:alice", CLIENT)
+    describe = Acl("CLUSTER", "kafka-cluster", "LITERAL", "User:alice", "*", "DESCRIBE", "ALLOW")
+    policy = controller_policy(Authorizer([], lambda: {describe.id: describe}))
+    refused = policy("AlterPartitionReassignments", alice, None, pb.AlterPartitionReassignmentsRequest())
+    assert refused is not None and refused.code == E.CLUSTER_AUTHORIZATION_FAILED
+    assert "User:alice may not ALTER the cluster" in refused.message
+    assert policy("ListPartitionReassignments", alice, None, pb.ListPartitionReassignmentsRequest()) is None
+    mallory = Principal("User:mallory", CLIENT)
+    assert (
+        policy("ListPartitionReassignments", mallory, None, pb.ListPartitionReassignmentsRequest())
+        is not None
+    )
