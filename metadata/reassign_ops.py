@@ -213,6 +213,7 @@ def _elected(
     """``state`` with its leader (and ELR) as the election rules make them: the leader
     stays if it is still in the ISR, else the first replica in the ISR leads."""
     still_replica = lambda b: b in state.replicas and acceptable(b)  # noqa: E731
+    # The record is only merged into ``state`` here, never written: no topic id or partition needed.
     record = eligible_leaders.change(
         b"", 0, state, isr=state.isr, policy=policy, acceptable=still_replica, crashed=crashed
     )
