@@ -103,12 +103,18 @@ class BrokerCollector(Collector):
         self._fetchers = fetchers
 
     def collect(self) -> Iterator[Metric]:
-        led = under_replicated = partitions = 0
+        led = under_replicated = reassigning = partitions = 0
+        topics = self._replicas.image.topics_by_id
         for partition in self._replicas.partitions():
             partitions += 1
             if partition.is_leader:
                 led += 1
-                under_replicated += len(partition.isr) < len(partition.replicas)
+                topic = topics.get(partition.topic_id)
+                state = None if topic is None else topic.partitions.get(partition.partition)
+                removing = 0 if state is None else len(state.removing_replicas)
+                # as Kafka: against the replicas a reassignment keeps (those it removes do not count)
+                under_replicated += len(partition.isr) < len(partition.replicas) - removing
+                reassigning += state is not None and state.reassigning
         traffic = self._replicas.metrics
         yield counter(
             TOPICS + "bytesinpersec",
@@ -126,6 +132,11 @@ class BrokerCollector(Collector):
             REPLICAS + "underreplicatedpartitions",
             "Partitions this broker leads whose ISR is smaller than their replica set.",
             under_replicated,
+        )
+        yield gauge(
+            REPLICAS + "reassigningpartitions",
+            "Partitions this broker leads with a reassignment in progress (KIP-455).",
+            reassigning,
         )
         yield gauge(REPLICAS + "leadercount", "Partitions this broker leads.", led)
         yield gauge(REPLICAS + "partitioncount", "Partitions this broker holds a replica of.", partitions)

@@ -1,11 +1,12 @@
-"""``raftka brokers list``: the registered brokers as the active controller sees them."""
+"""``raftka brokers list``: the registered brokers as the active controller sees them;
+``raftka brokers drain ID``: move every replica off one (``raftka.cli.reassign``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from raftka.cli import output
+from raftka.cli import output, reassign
 from raftka.cli.admin_args import add_connection_options, open_admin
 from raftka.client.types import BrokerInfo
 
@@ -16,6 +17,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     list_cmd = actions.add_parser("list", help="id, address, rack, fenced and epoch of every broker")
     add_connection_options(list_cmd)
     list_cmd.set_defaults(func=run_list)
+    reassign.add_drain_parser(actions)
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
-"""``raftka topics create|list|describe|delete|alter|elect-leaders``: kafka-topics.sh (and
-kafka-leader-election.sh's preferred election) for raftka.
+"""``raftka topics create|list|describe|delete|alter|elect-leaders|reassign``: kafka-topics.sh
+(and kafka-leader-election.sh's preferred election, kafka-reassign-partitions'
+reassignments: ``raftka.cli.reassign``) for raftka.
 
 The controller validates names, counts and configs; this command only checks its own
 syntax (``--config k=v``), so the rules live in one place and every client gets the same
@@ -14,7 +15,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from raftka.cli import output
+from raftka.cli import output, reassign
 from raftka.cli.admin_args import add_connection_options, open_admin, parse_key_values, single
 from raftka.cli.data_args import broker_addresses
 from raftka.cli.errors import CliError
@@ -79,6 +80,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     add_connection_options(elect)
     elect.set_defaults(func=run_elect_leaders)
+
+    reassign.add_reassign_parser(actions)
 
 
 def run_create(args: argparse.Namespace) -> int:
@@ -185,6 +188,8 @@ def _partition_view(p: PartitionInfo, offsets: tuple[int, int] | None) -> dict[s
         "replicas": list(p.replicas),
         "isr": list(p.isr),
         "elr": list(p.elr),
+        "adding": list(p.adding),
+        "removing": list(p.removing),
         "offline": p.offline,
         "under_replicated": len(p.isr) < len(p.replicas),
     }
@@ -205,6 +210,7 @@ def format_describe(view: list[dict[str, Any]]) -> str:
                 _ids(p["replicas"]),
                 _ids(p["isr"]),
                 _ids(p["elr"]),
+                _reassigning(p),
                 p["log_start_offset"],
                 p["high_watermark"],
                 "offline" if p["offline"] else ("under-replicated" if p["under_replicated"] else "ok"),
@@ -222,6 +228,7 @@ def format_describe(view: list[dict[str, Any]]) -> str:
                     "REPLICAS",
                     "ISR",
                     "ELR",
+                    "REASSIGNING",
                     "LOG_START",
                     "HIGH_WATERMARK",
                     "STATUS",
@@ -281,6 +288,13 @@ def run_elect_leaders(args: argparse.Namespace) -> int:
             )
         )
     return 1 if failed else 0
+
+
+def _reassigning(p: dict[str, Any]) -> str:
+    """A reassignment in progress as +adding/-removing; "-" when none."""
+    if not p["adding"] and not p["removing"]:
+        return "-"
+    return f"+{_ids(p['adding'])}/-{_ids(p['removing'])}"
 
 
 def _ids(ids: list[int]) -> str:

@@ -48,6 +48,7 @@ from raftka.client.types import (
     NewTopic,
     OffsetCommit,
     PartitionInfo,
+    PartitionReassignment,
     PartitionResult,
     QuotaEntity,
     ScramDeletion,
@@ -260,6 +261,8 @@ class AsyncAdmin:
                         tuple(p.replicas),
                         tuple(p.isr),
                         tuple(p.elr),
+                        tuple(p.adding_replicas),
+                        tuple(p.removing_replicas),
                     )
                     for p in sorted(t.partitions, key=lambda p: p.partition)
                 ),
@@ -378,6 +381,44 @@ class AsyncAdmin:
         return [
             PartitionResult(r.topic, r.partition, _error_name(r.error), r.message)
             for r in response.partitions
+        ]
+
+    # partition reassignment (KIP-455) ---------------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], Sequence[int] | None]
+    ) -> list[PartitionResult]:
+        """Move each (topic, partition) to its target replicas (the first the preferred
+        leader); None cancels the reassignment in progress. One request, one atomic batch."""
+        request = controller_pb2.AlterPartitionReassignmentsRequest()
+        by_topic: dict[str, controller_pb2.ReassignableTopic] = {}
+        for (topic, partition), replicas in targets.items():
+            if topic not in by_topic:
+                by_topic[topic] = request.topics.add(name=topic)
+            asked = by_topic[topic].partitions.add(partition=partition)
+            if replicas is not None:
+                asked.replicas.SetInParent()
+                asked.replicas.ids.extend(replicas)
+        response = await self._call(lambda stub: stub.AlterPartitionReassignments, request)
+        return [
+            PartitionResult(r.topic, r.partition, _error_name(r.error), r.message)
+            for r in response.partitions
+        ]
+
+    async def list_partition_reassignments(
+        self, partitions: Mapping[str, Sequence[int]] | None = None
+    ) -> list[PartitionReassignment]:
+        """The reassignments in progress; ``partitions`` topic -> ids (empty: the whole
+        topic), None: every one in the cluster."""
+        request = controller_pb2.ListPartitionReassignmentsRequest()
+        for topic, ids in (partitions or {}).items():
+            request.topics.add(topic=topic, partitions=list(ids))
+        response = await self._call(lambda stub: stub.ListPartitionReassignments, request)
+        return [
+            PartitionReassignment(
+                r.topic, r.partition, tuple(r.replicas), tuple(r.adding_replicas), tuple(r.removing_replicas)
+            )
+            for r in response.reassignments
         ]
 
     # offsets --------------------------------------------------------------------------
@@ -534,6 +575,16 @@ class Admin:
 
     def elect_leaders(self, partitions: Mapping[str, Sequence[int]] | None = None) -> list[PartitionResult]:
         return self._run(self._admin.elect_leaders(partitions))
+
+    def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], Sequence[int] | None]
+    ) -> list[PartitionResult]:
+        return self._run(self._admin.alter_partition_reassignments(targets))
+
+    def list_partition_reassignments(
+        self, partitions: Mapping[str, Sequence[int]] | None = None
+    ) -> list[PartitionReassignment]:
+        return self._run(self._admin.list_partition_reassignments(partitions))
 
     def create_acls(self, acls: Sequence[AclBinding]) -> None:
         self._run(self._admin.create_acls(acls))

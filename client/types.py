@@ -80,6 +80,8 @@ class PartitionInfo:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     elr: tuple[int, ...] = ()  # eligible leader replicas (KIP-966): may lead when the ISR is empty
+    adding: tuple[int, ...] = ()  # a reassignment in progress (KIP-455): replicas it adds
+    removing: tuple[int, ...] = ()  # and replicas it removes once those joined the ISR
 
     @property
     def offline(self) -> bool:
@@ -150,6 +152,18 @@ class ClusterDescription:
     cluster_id: str
     controller_id: int
     brokers: tuple[BrokerInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """A reassignment in progress (KIP-455): ``replicas`` is the target followed by the
+    replicas being removed."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,8 @@ _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "DescribeConfigs": lambda r: ((acls.DESCRIBE_CONFIGS, acls.TOPIC, name) for name in r.topics),
     "DescribeTopics": lambda r: ((acls.DESCRIBE, acls.TOPIC, name) for name in r.names),
     "ElectLeaders": _cluster(acls.ALTER),
+    "AlterPartitionReassignments": _cluster(acls.ALTER),  # Kafka's rule
+    "ListPartitionReassignments": _cluster(acls.DESCRIBE),
     "DeleteGroups": lambda r: ((acls.DELETE, acls.GROUP, group) for group in r.groups),
     "OffsetCommit": lambda r: _group_and_topics(acls.READ, r.group, r.topics),
     "OffsetFetch": lambda r: _group_and_topics(acls.DESCRIBE, r.group, r.topics),

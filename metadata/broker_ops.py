@@ -12,10 +12,19 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection
 
-from raftka.metadata import elections, eligible_leaders, isr_members, offline_replicas
+from raftka.metadata import elections, eligible_leaders, isr_members, offline_replicas, reassign_ops
 from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState
 from raftka.metadata.offline_replicas import OfflineReplicas
-from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates, partition_change, refuse
+from raftka.metadata.plan import (
+    ErrorCode,
+    MetadataRecord,
+    Plan,
+    crashed_broker_ids,
+    duplicates,
+    live_broker_ids,
+    partition_change,
+    refuse,
+)
 from raftka.metadata.records import LOG_DIR_ID_BYTES, topic_id_str
 from raftka.metadata.validation import OFFLINE_REPLICAS_MAX, ValidationError
 from raftka.v1 import controller_pb2, metadata_pb2
@@ -262,15 +271,16 @@ def alter_partition(
             except ValidationError as e:
                 result.error, result.message = e.code, e.message
                 continue
-            changed = None if record is None else record.partition_change
+            after = state if record is None else reassign_ops.merged(state, record.partition_change)
             if record is not None:
                 records.append(record)
-            result.leader = state.leader
-            result.leader_epoch = state.leader_epoch
-            result.isr.extend(
-                changed.isr.ids if changed is not None and changed.HasField("isr") else state.isr
-            )
+            result.leader = after.leader
+            result.leader_epoch = state.leader_epoch + (after.leader != state.leader)
+            result.isr.extend(after.isr)
             result.partition_epoch = state.partition_epoch + (record is not None)
+            if after.leader != request.broker_id:  # it completed a reassignment that moved the leader
+                result.error = ErrorCode.NEW_LEADER_ELECTED
+                result.message = f"the ISR change completed a reassignment: broker {after.leader} leads now"
     return Plan(response, records)
 
 
@@ -321,14 +331,21 @@ def _isr_change(
     isr_members.check(image, state, data, shutting_down)
     if new_isr == state.isr:
         return None, state
+    policy = eligible_leaders.topic_policy(image, image.topics_by_id[topic_id].name)
     record = eligible_leaders.change(
         topic_id,
         data.partition,
         state,
         isr=new_isr,
-        policy=eligible_leaders.topic_policy(image, image.topics_by_id[topic_id].name),
+        policy=policy,
         acceptable=lambda b: b == broker_id,  # the leader stays: it is in new_isr
     )
+    if record is not None and state.reassigning:  # the ISR may now hold every adding replica
+        expanded = reassign_ops.merged(state, record.partition_change)
+        live = live_broker_ids(image) - set(shutting_down)
+        completed = reassign_ops.complete(expanded, policy, live.__contains__, crashed_broker_ids(image))
+        if completed is not None:
+            record = reassign_ops.change_record(topic_id, data.partition, state, completed)
     return record, state
 
 

@@ -64,6 +64,7 @@ from raftka.metadata import (
     group_ops,
     offset_ops,
     quota_ops,
+    reassign_ops,
     scram_ops,
     topic_ops,
 )
@@ -505,6 +506,24 @@ class QuorumController:
         return await self._write(
             controller_pb2.ElectLeadersResponse,
             lambda image: broker_ops.elect_leaders(image, request, self._offline.may_lead),
+            request,
+        )
+
+    async def alter_partition_reassignments(
+        self, request: controller_pb2.AlterPartitionReassignmentsRequest
+    ) -> controller_pb2.AlterPartitionReassignmentsResponse:
+        return await self._write(
+            controller_pb2.AlterPartitionReassignmentsResponse,
+            lambda image: reassign_ops.alter(image, request, self._shutting_down),
+            request,
+        )
+
+    async def list_partition_reassignments(
+        self, request: controller_pb2.ListPartitionReassignmentsRequest
+    ) -> controller_pb2.ListPartitionReassignmentsResponse:
+        return await self._read(
+            controller_pb2.ListPartitionReassignmentsResponse,
+            lambda image: reassign_ops.list_reassignments(image, request),
             request,
         )
 

@@ -278,6 +278,8 @@ class MetadataDelta:
             r.partition_epoch,
             tuple(r.elr[:]),
             tuple(r.last_known_elr[:]),
+            tuple(r.adding_replicas[:]),
+            tuple(r.removing_replicas[:]),
         )
 
     def _partition_change(self, r: metadata_pb2.PartitionChangeRecord) -> None:
@@ -303,13 +305,33 @@ class MetadataDelta:
                 f"elr {list(elr)} is not within replicas {list(replicas)} and apart from isr {list(isr)}"
             )
             raise ReplayError(f"{kind} for {topic_id_str(r.topic_id)}-{r.partition_id}: {problem}")
+        adding = tuple(r.adding_replicas.ids[:]) if r.HasField("adding_replicas") else current.adding_replicas
+        removing = (
+            tuple(r.removing_replicas.ids[:])
+            if r.HasField("removing_replicas")
+            else current.removing_replicas
+        )
+        if not set(adding) | set(removing) <= set(replicas) or set(adding) & set(removing):
+            problem = (
+                f"adding_replicas {list(adding)} and removing_replicas {list(removing)} are not "
+                f"disjoint and within replicas {list(replicas)}"
+            )
+            raise ReplayError(f"{kind} for {topic_id_str(r.topic_id)}-{r.partition_id}: {problem}")
         self._brought_in(kind, r, replicas, current.replicas)
         self._brought_in(kind, r, isr, current.isr)
         if leader not in (current.leader, NO_LEADER):
             self._brought_in(kind, r, (leader,), ())
         leader_epoch = current.leader_epoch + (leader != current.leader)
         self._edit_partitions(r.topic_id)[r.partition_id] = PartitionState(
-            replicas, isr, leader, leader_epoch, current.partition_epoch + 1, elr, last_known_elr
+            replicas,
+            isr,
+            leader,
+            leader_epoch,
+            current.partition_epoch + 1,
+            elr,
+            last_known_elr,
+            adding,
+            removing,
         )
 
     def _remove_topic(self, r: metadata_pb2.RemoveTopicRecord) -> None:

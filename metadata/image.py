@@ -63,6 +63,15 @@ class PartitionState:
     # unclean restart. Both empty while the ISR has min.insync.replicas members.
     elr: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
+    # KIP-455 (``raftka.metadata.reassign_ops``): a reassignment in progress. ``replicas`` is
+    # then the target followed by ``removing_replicas``; ``adding_replicas`` are the target
+    # replicas it brings in. Both empty when none is in progress.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
 
 
 @dataclass(frozen=True, slots=True)

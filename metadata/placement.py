@@ -26,6 +26,10 @@ still has exactly the placement ``place_replicas`` gave it (same brokers, same s
 the grown topic is balanced as if it had been created at its new size; when brokers
 came or went it fills the least-loaded brokers instead. Pass the same seed both times:
 ``topic_seed(topic_id)``.
+
+Draining a broker (``replace_broker``): each of its replicas goes, in place, to the
+least-loaded broker the partition lacks, racks spread first, so the replication factor
+and every other replica stay.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from raftka.metadata.image import BrokerRegistration
 from raftka.metadata.validation import ErrorCode, ValidationError
 
 Assignment = list[tuple[int, ...]]
+K = TypeVar("K")  # what identifies a partition to the caller
 
 
 class PlacementError(ValidationError):
@@ -197,3 +203,38 @@ def _fill_least_loaded(layout: _Layout, existing: Assignment, count: int, rf: in
         leads[leader] += 1
         placed.append(replicas)
     return placed
+
+
+def replace_broker(
+    brokers: Sequence[BrokerRegistration], current: Mapping[K, Sequence[int]], leaving: int
+) -> dict[K, tuple[int, ...]]:
+    """New replicas for every partition of ``current`` (key -> replicas) that ``leaving``
+    holds, each with ``leaving`` replaced in its place (a preferred leader's successor is
+    preferred) by the broker of ``brokers`` that the partition does not have yet, chosen
+    as ``_fill_least_loaded`` chooses: racks spread first, then the fewest replicas, then
+    the fewest preferred leaderships. The replication factor stays; the other replicas
+    do not move. PlacementError if some partition has no broker left to take its place."""
+    candidates = [b for b in brokers if b.broker_id != leaving]
+    layout = _Layout(candidates, seed=leaving) if candidates else None
+    load = Counter(b for replicas in current.values() for b in replicas)
+    leads = Counter(replicas[0] for replicas in current.values() if replicas)
+    moved: dict[K, tuple[int, ...]] = {}
+    for key, replicas in current.items():
+        if leaving not in replicas:
+            continue
+        kept = [b for b in replicas if b != leaving]
+        options = [] if layout is None else [b for b in layout.order if b not in kept]
+        if not options:
+            raise PlacementError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"{key}: no broker outside {list(replicas)} to take broker {leaving}'s replica",
+            )
+        assert layout is not None
+        racks = {layout.rack_of[b] for b in kept if b in layout.rack_of}
+        successor = min(options, key=lambda b: (layout.rack_repeats(b, racks), load[b], leads[b]))
+        new = tuple(successor if b == leaving else b for b in replicas)
+        load[successor] += 1
+        if replicas[0] == leaving:
+            leads[successor] += 1
+        moved[key] = new
+    return moved

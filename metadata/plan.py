@@ -60,10 +60,20 @@ def partition_change(
     leader: int = LEADER_UNCHANGED,
     elr: Iterable[int] | None = None,
     last_known_elr: Iterable[int] | None = None,
+    replicas: Iterable[int] | None = None,
+    adding_replicas: Iterable[int] | None = None,
+    removing_replicas: Iterable[int] | None = None,
 ) -> MetadataRecord:
     """A PartitionChangeRecord; None fields (and LEADER_UNCHANGED) leave the partition's as they are."""
     change = metadata_pb2.PartitionChangeRecord(partition_id=partition, topic_id=topic_id, leader=leader)
-    for name, ids in (("isr", isr), ("elr", elr), ("last_known_elr", last_known_elr)):
+    for name, ids in (
+        ("isr", isr),
+        ("elr", elr),
+        ("last_known_elr", last_known_elr),
+        ("replicas", replicas),
+        ("adding_replicas", adding_replicas),
+        ("removing_replicas", removing_replicas),
+    ):
         if ids is not None:
             getattr(change, name).SetInParent()
             getattr(change, name).ids.extend(ids)

@@ -171,6 +171,14 @@ def _check_partition(r: metadata_pb2.PartitionRecord) -> None:
     _broker_ids(kind, "last_known_elr", tuple(r.last_known_elr[:]), allow_empty=True)
     if not set(elr) <= set(replicas) or set(elr) & set(isr):
         raise RecordError(f"{kind}.elr: {list(elr)} not within replicas {list(replicas)} or overlaps isr")
+    adding, removing = tuple(r.adding_replicas[:]), tuple(r.removing_replicas[:])
+    _broker_ids(kind, "adding_replicas", adding, allow_empty=True)
+    _broker_ids(kind, "removing_replicas", removing, allow_empty=True)
+    if not set(adding) | set(removing) <= set(replicas) or set(adding) & set(removing):
+        raise RecordError(
+            f"{kind}.adding_replicas {list(adding)} and removing_replicas {list(removing)}: "
+            f"not disjoint and within replicas {list(replicas)}"
+        )
     if r.leader_epoch < 0 or r.partition_epoch < 0:
         raise RecordError(
             f"{kind}: negative leader_epoch {r.leader_epoch} or partition_epoch {r.partition_epoch}"
@@ -188,7 +196,7 @@ def _check_partition_change(r: metadata_pb2.PartitionChangeRecord) -> None:
         _broker_ids(kind, "isr", tuple(r.isr.ids[:]), allow_empty=True)
     if r.HasField("replicas"):
         _broker_ids(kind, "replicas", tuple(r.replicas.ids[:]), allow_empty=False)
-    for field in ("elr", "last_known_elr"):
+    for field in ("elr", "last_known_elr", "adding_replicas", "removing_replicas"):
         if r.HasField(field):
             _broker_ids(kind, field, tuple(getattr(r, field).ids[:]), allow_empty=True)
 

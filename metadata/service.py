@@ -96,6 +96,20 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     async def ElectLeaders(self, request: Pb.ElectLeadersRequest, context: grpc.aio.ServicerContext) -> Any:
         return await self._call(self._c.elect_leaders, request, Pb.ElectLeadersResponse)
 
+    async def AlterPartitionReassignments(
+        self, request: Pb.AlterPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(
+            self._c.alter_partition_reassignments, request, Pb.AlterPartitionReassignmentsResponse
+        )
+
+    async def ListPartitionReassignments(
+        self, request: Pb.ListPartitionReassignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(
+            self._c.list_partition_reassignments, request, Pb.ListPartitionReassignmentsResponse
+        )
+
     async def AllocateProducerIds(
         self, request: Pb.AllocateProducerIdsRequest, context: grpc.aio.ServicerContext
     ) -> Any:

@@ -155,6 +155,8 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
                     partition_epoch=p.partition_epoch,
                     elr=p.elr,
                     last_known_elr=p.last_known_elr,
+                    adding_replicas=p.adding_replicas,
+                    removing_replicas=p.removing_replicas,
                 )
             )
     for resource, configs in sorted(image.configs.items()):

@@ -226,5 +226,7 @@ def describe_topics(
                 isr=state.isr,
                 elr=state.elr,
                 last_known_elr=state.last_known_elr,
+                adding_replicas=state.adding_replicas,
+                removing_replicas=state.removing_replicas,
             )
     return response

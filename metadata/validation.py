@@ -52,8 +52,8 @@ GROUP_ASSIGNED_PARTITIONS_MAX = 100_000
 # reads the whole list at every heartbeat (~2 s per broker), ~1 ms at the bound; a broker
 # with more lists the first this many (``raftka.metadata.offline_replicas``).
 OFFLINE_REPLICAS_MAX = 1_000
-# Lists whose entries each become a record (partitions in AlterPartition, ElectLeaders and
-# OffsetCommit; config entries in CreateTopics and AlterConfigs) are bounded, in total over
+# Lists whose entries each become a record (partitions in AlterPartition, ElectLeaders,
+# AlterPartitionReassignments and OffsetCommit; config entries in CreateTopics and AlterConfigs) are bounded, in total over
 # the request, by raft.append_max_records (``records_max``, 4096 by default), so such a
 # request is always one atomic batch (~35 ms to plan 4096 partitions).
 # AlterPartitionData.new_isr is bounded by the image instead: it must be distinct replicas
@@ -210,7 +210,13 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
                 yield field, len(listed), OFFLINE_REPLICAS_MAX, ""
                 partitions = sum(len(t.partitions) for t in listed)
                 yield f"{field}[].partitions", partitions, OFFLINE_REPLICAS_MAX, ""
-        case Pb.AlterPartitionRequest() | Pb.ElectLeadersRequest() | Pb.OffsetCommitRequest():
+        case (
+            Pb.AlterPartitionRequest()
+            | Pb.ElectLeadersRequest()
+            | Pb.OffsetCommitRequest()
+            | Pb.AlterPartitionReassignmentsRequest()
+            | Pb.ListPartitionReassignmentsRequest()
+        ):
             yield "topics", len(request.topics), TOPICS_PER_REQUEST_MAX, ""
             partitions = sum(len(t.partitions) for t in request.topics)
             yield "topics[].partitions", partitions, records_max, per_batch

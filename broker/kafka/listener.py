@@ -11,6 +11,7 @@ from raftka.broker.kafka.log_apis import LogApis
 from raftka.broker.kafka.marker_apis import MarkerApis
 from raftka.broker.kafka.protocol import KafkaDispatcher
 from raftka.broker.kafka.quota_apis import QuotaApis
+from raftka.broker.kafka.reassign_apis import ReassignApis
 from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
 from raftka.node.config import NodeConfig
 from raftka.security.sasl import parse_mechanisms
@@ -31,6 +32,7 @@ def kafka_listener(
         *GroupApis(api).apis(),
         *QuotaApis(api).apis(),
         *AclApis(api).apis(),
+        *ReassignApis(api).apis(),
         *SaslApis(api, logins).apis(),
     ]
     login = None if logins is None else logins.new

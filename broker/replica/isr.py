@@ -24,8 +24,9 @@ log = structlog.get_logger("broker.isr")
 
 RETRY_BACKOFF_S = 0.1
 CHANGES_PER_REQUEST_MAX = 1_000  # within the controller's per-request bound on AlterPartition
-# Our view of the partition is behind the controller's: wait for the metadata to catch up.
-_STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH})
+# Our view of the partition is behind the controller's: wait for the metadata to catch up
+# (NEW_LEADER_ELECTED: the change committed and completed a reassignment that moved the leader).
+_STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH, E.NEW_LEADER_ELECTED})
 
 
 class IsrChanges:

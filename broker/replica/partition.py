@@ -98,11 +98,14 @@ class Partition:
             self.high_watermark = min(
                 max(self.high_watermark, self.log.log_start_offset), self.log.log_end_offset
             )
-            self.followers = {
-                r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
-                for r in self.replicas
-                if r != self.local_id
-            }
+        # Within an epoch a reassignment may change the replicas: track the ones it adds from
+        # scratch, keep what the others fetched, forget the ones it removed.
+        known = {} if new_epoch else self.followers
+        self.followers = {
+            r: known.get(r) or FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+            for r in self.replicas
+            if r != self.local_id
+        }
         return new_epoch
 
     def become_follower(self, role: PartitionRole) -> bool:

@@ -7,8 +7,12 @@ power cut, a wiped disk, a paused broker (a long GC pause: it comes back with it
 view and whatever it had queued), a broker cut off from everyone or from the controller
 alone, or a
 controller failover (no controller for a while, then a new one that knows none of its
-predecessor's heartbeats). Half the faults hit the group's coordinator, so that the group
-moves often, and moves back when its broker returns.
+predecessor's heartbeats), or a reassignment (KIP-455) that takes the broker off one
+partition (it deletes its log; leadership moves if it led) and, a while later, puts it
+back: it fetches the partition from the log start and joins the ISR, under the load and
+the run's slow and lossy links, and the next fault may hit it before it joined the ISR
+(a crash of the broker coming back, of the leader, a controller failover). Half the faults hit the group's coordinator, so that the
+group moves often, and moves back when its broker returns.
 The broker comes back (restarted as a new incarnation, or its links healed) after a
 while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
 """
@@ -37,7 +41,16 @@ from tests.simulation.scheduler import Scheduler
 
 BROKERS = (1, 2, 3)
 TOPIC_ID = uuid.UUID(int=7).bytes
-FAULTS = ("crash", "power-cut", "wipe", "pause", "isolate", "isolate-from-controller", "controller-failover")
+FAULTS = (
+    "crash",
+    "power-cut",
+    "wipe",
+    "pause",
+    "isolate",
+    "isolate-from-controller",
+    "controller-failover",
+    "reassign",
+)
 MEMBER_FAULTS = ("member-crash", "member-leave")
 EVENTS_MAX = 2_000_000
 PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
@@ -202,7 +215,9 @@ class Cluster:
 
     # the nemesis ------------------------------------------------------------------------
 
-    def healthy(self) -> bool:
+    def healthy(self, *, moving: bool = False) -> bool:
+        """Every broker up and in every ISR; ``moving``: or, for a partition being moved,
+        every replica but the ones it adds (so the next fault may hit a move midway)."""
         image = self.controller.image
         topic = image.topic(TOPIC)
         if topic is None:
@@ -218,19 +233,23 @@ class Cluster:
             not self.network.cut
             and not self.network.paused
             and all(
-                len(state.isr) == len(BROKERS) and state.leader >= 0 for state in topic.partitions.values()
+                len(state.isr) == len(BROKERS) - (len(state.adding_replicas) if moving else 0)
+                and state.leader >= 0
+                for state in topic.partitions.values()
             )
         )
 
     def _nemesis(self) -> None:
         if not self.nemesis_on:
             return
-        if not self.faulting and self.healthy():
+        if not self.faulting and self.healthy(moving=True):
             coordinator = group_coordinator(self.controller.image, GROUP)
             target = (
                 self.rng.choice(BROKERS) if coordinator is None or self.rng.random() < 0.5 else coordinator
             )
-            self._inject(self.rng.choice(FAULTS), target)
+            topic = self.controller.image.topic(TOPIC)
+            still = topic is not None and any(not s.reassigning for s in topic.partitions.values())
+            self._inject(self.rng.choice([f for f in FAULTS if f != "reassign" or still]), target)
         self.scheduler.after(self.rng.randint(50, 400), self._nemesis)
 
     def _member_nemesis(self) -> None:
@@ -276,6 +295,15 @@ class Cluster:
         elif fault == "pause":
             self.network.pause(broker_id)
             self.scheduler.after(lasts, self._resume, broker_id)
+        elif fault == "reassign":
+            topic = self.controller.image.topic(TOPIC)
+            still = [p for p, state in topic.partitions.items() if not state.reassigning]  # type: ignore[union-attr]
+            partition = self.rng.choice(still)
+            replicas = topic.partitions[partition].replicas  # type: ignore[union-attr]
+            if self._reassign(partition, tuple(r for r in replicas if r != broker_id)):
+                self.scheduler.after(lasts, self._reassign_back, partition, replicas)
+            else:
+                self.faulting = False
         elif fault == "controller-failover":
             self.controller.fail()
             self.network.isolate(CONTROLLER, list(BROKERS))  # no controller until one is elected
@@ -288,6 +316,22 @@ class Cluster:
             )
             self.network.isolate(broker_id, others)
             self.scheduler.after(lasts, self._heal)
+
+    def _reassign(self, partition: int, target: tuple[int, ...]) -> bool:
+        """False if the controller refused (a target broker fenced meanwhile, or no controller)."""
+        if not self.controller.active:
+            return False
+        [result] = self.controller.reassign(TOPIC, partition, target).partitions
+        self.trace(f"controller: reassign partition {partition} to {list(target)}: {result.error or 'ok'}")
+        return result.error == 0
+
+    def _reassign_back(self, partition: int, replicas: tuple[int, ...]) -> None:
+        """Put the broker back (once the controller takes it); the next fault may come while
+        it catches up (``healthy``)."""
+        if not self._reassign(partition, replicas):
+            self.scheduler.after(TICK_MS, self._reassign_back, partition, replicas)
+            return
+        self.faulting = False
 
     def _resume(self, broker_id: int) -> None:
         self.trace(f"b{broker_id} resumes")

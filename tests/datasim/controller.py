@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops, group_ops, offset_ops
+from raftka.metadata import broker_ops, group_ops, offset_ops, reassign_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.plan import MetadataRecord, Plan
@@ -125,6 +125,18 @@ class SimController:
         self, request: controller_pb2.AlterPartitionRequest
     ) -> controller_pb2.AlterPartitionResponse:
         return self._plan(broker_ops.alter_partition(self.image, request))
+
+    def reassign(
+        self, topic: str, partition: int, target: tuple[int, ...]
+    ) -> controller_pb2.AlterPartitionReassignmentsResponse:
+        """An operator's AlterPartitionReassignments, as the controller plans it."""
+        asked = controller_pb2.ReassignablePartition(
+            partition=partition, replicas=metadata_pb2.BrokerIdList(ids=target)
+        )
+        request = controller_pb2.AlterPartitionReassignmentsRequest(
+            topics=[controller_pb2.ReassignableTopic(name=topic, partitions=[asked])]
+        )
+        return self._plan(reassign_ops.alter(self.image, request))
 
     # consumer groups (from their coordinators) and offsets ----------------------------------
 

@@ -104,11 +104,13 @@ class MetadataCluster:
         os.kill(node.pid, signal.SIGKILL)
         wait_until(lambda: not local.is_alive(node), timeout_s=10, what=f"node {node_id} to exit")
 
-    def compare_replicas(self, topic: str) -> tuple[int, dict[str, list[int]]]:
-        """How many partitions of ``topic`` have a log on every broker, and those whose
-        replicas disagree (neither log a prefix of the other), with each replica's size;
-        the nodes must be stopped."""
-        brokers = self.nodes("broker")
+    def compare_replicas(
+        self, topic: str, broker_ids: Sequence[int] | None = None
+    ) -> tuple[int, dict[str, list[int]]]:
+        """How many partitions of ``topic`` have a log on every broker (of ``broker_ids``,
+        if given), and those whose replicas disagree (neither log a prefix of the other),
+        with each replica's size; the nodes must be stopped."""
+        brokers = [b for b in self.nodes("broker") if broker_ids is None or b.id in broker_ids]
         folders = [{p.name for p in _partitions(b) if _of(p.name, topic)} for b in brokers]
         everywhere = sorted(set.intersection(*folders))
         divergent = {}
@@ -131,6 +133,11 @@ class MetadataCluster:
             f"--- node {n.id} ({n.role}) ---\n" + "\n".join(self.log_text(n.id).splitlines()[-lines:])
             for n in self.nodes()
         )
+
+
+def partition_folders(broker: local.NodeRecord, topic: str) -> list[str]:
+    """The folders of ``topic``'s partitions on ``broker``'s disk."""
+    return sorted(p.name for p in _partitions(broker) if _of(p.name, topic))
 
 
 def _partitions(broker: local.NodeRecord) -> list[Path]:

@@ -1,6 +1,7 @@
 """The active controller as the broker's controller link sees it, in memory: the group,
 offset and producer-id requests a broker forwards are planned by the controller's own handlers
-(``raftka.metadata.group_ops``, ``offset_ops``, ``broker_ops``, ``topic_ops``, ``scram_ops``) on an image and replayed into it, and every new
+(``raftka.metadata.group_ops``, ``offset_ops``, ``broker_ops``, ``topic_ops``, ``scram_ops``,
+``reassign_ops``) on an image and replayed into it, and every new
 image goes to the listeners a broker would feed (its group coordinator)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops, group_ops, offset_ops, quota_ops, scram_ops, topic_ops
+from raftka.metadata import broker_ops, group_ops, offset_ops, quota_ops, reassign_ops, scram_ops, topic_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
 from raftka.rpc.stubs import ControllerRpc
@@ -65,6 +66,12 @@ class ControllerInMemory:
 
     async def DescribeUserScramCredentials(self, request: Any, timeout: float) -> Any:
         return scram_ops.describe(self.image, request)
+
+    async def AlterPartitionReassignments(self, request: Any, timeout: float) -> Any:
+        return self._commit(reassign_ops.alter(self.image, request))
+
+    async def ListPartitionReassignments(self, request: Any, timeout: float) -> Any:
+        return reassign_ops.list_reassignments(self.image, request)
 
     def _commit(self, plan: Any) -> Any:
         """The plan's records replayed into the image at once, as if committed; its answer."""

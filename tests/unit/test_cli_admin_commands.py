@@ -4,6 +4,7 @@ as one line with a non-zero exit, whether the CLI or the server catches it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from concurrent import futures
@@ -98,6 +99,8 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
                 replicas=[102, 103],
                 isr=[],
                 elr=[103],
+                adding_replicas=[103],
+                removing_replicas=[102],
             )
         return response
 
@@ -142,6 +145,22 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
             broker.endpoints.add(name="DATA", host="127.0.0.1", port=9000 + broker_id)
         return response
 
+    def AlterPartitionReassignments(
+        self, request: Any, context: Any
+    ) -> controller_pb2.AlterPartitionReassignmentsResponse:
+        self._seen("AlterPartitionReassignments", request)
+        response = controller_pb2.AlterPartitionReassignmentsResponse(status=controller_pb2.Status())
+        for t in request.topics:
+            for p in t.partitions:
+                response.partitions.add(topic=t.name, partition=p.partition)
+        return response
+
+    def ListPartitionReassignments(
+        self, request: Any, context: Any
+    ) -> controller_pb2.ListPartitionReassignmentsResponse:
+        self._seen("ListPartitionReassignments", request)
+        return controller_pb2.ListPartitionReassignmentsResponse(status=controller_pb2.Status())
+
     def OffsetCommit(self, request: Any, context: Any) -> controller_pb2.OffsetCommitResponse:
         self._seen("OffsetCommit", request)
         response = controller_pb2.OffsetCommitResponse(status=controller_pb2.Status())
@@ -170,6 +189,13 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
 
 @pytest.fixture
 def controller() -> Iterator[FakeController]:
+    with fake_controller() as fake:
+        yield fake
+
+
+@contextlib.contextmanager
+def fake_controller() -> Iterator[FakeController]:
+    """The fake controller served on a loopback port (``fake.address``)."""
     fake = FakeController()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     controller_pb2_grpc.add_ControllerServicer_to_server(fake, server)
@@ -260,6 +286,8 @@ def test_topics_list_and_describe_shapes(
             "replicas": [101, 102],
             "isr": [101, 102],
             "elr": [],
+            "adding": [],
+            "removing": [],
             "offline": False,
             "under_replicated": False,
         },
@@ -273,6 +301,8 @@ def test_topics_list_and_describe_shapes(
             "replicas": [102, 103],
             "isr": [],
             "elr": [103],
+            "adding": [103],
+            "removing": [102],
             "offline": True,
             "under_replicated": True,
         },
@@ -287,12 +317,13 @@ def test_topics_list_and_describe_shapes(
         "REPLICAS",
         "ISR",
         "ELR",
+        "REASSIGNING",
         "LOG_START",
         "HIGH_WATERMARK",
         "STATUS",
     ]
-    assert table[2].split() == ["0", "101", "2", "101,102", "101,102", "-", "-", "-", "ok"]
-    assert table[3].split() == ["1", "none", "3", "102,103", "-", "103", "-", "-", "offline"]
+    assert table[2].split() == ["0", "101", "2", "101,102", "101,102", "-", "-", "-", "-", "ok"]
+    assert table[3].split() == ["1", "none", "3", "102,103", "-", "103", "+103/-102", "-", "-", "offline"]
 
 
 def test_topics_delete_and_alter(controller: FakeController, capsys: pytest.CaptureFixture[str]) -> None:

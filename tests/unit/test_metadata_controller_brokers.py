@@ -188,7 +188,18 @@ def test_the_last_isr_member_fenced_leaves_the_isr_for_the_elr_and_its_return_is
         described = await c.describe_topics(pb.DescribeTopicsRequest(names=["solo"]))
         view = describe_view([described_topic(described.topics[0])])
         [row] = [line.split() for line in format_describe(view).splitlines() if line.split()[:1] == [str(p)]]
-        assert row == [str(p), "none", str(offline.leader_epoch), "101", "-", "101", "-", "-", "offline"], row
+        assert row == [
+            str(p),
+            "none",
+            str(offline.leader_epoch),
+            "101",
+            "-",
+            "101",
+            "-",
+            "-",
+            "-",
+            "offline",
+        ], row
 
         back = await heartbeat(c, 101, epochs[101])
         assert not back.is_fenced

@@ -72,6 +72,8 @@ def test_json_keeps_every_field_with_numbers_as_numbers() -> None:
         "partition_epoch": 5,
         "elr": [],
         "last_known_elr": [],
+        "adding_replicas": [],
+        "removing_replicas": [],
     }
     assert records.to_json(EVERY_TYPE["REGISTER_BROKER_RECORD"]) == {
         "broker_id": 101,

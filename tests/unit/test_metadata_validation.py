@@ -201,6 +201,8 @@ OVER_EVERY_BOUND = (
 BOUNDED_BY_THE_IMAGE = {
     ("AlterPartitionRequest", "topics[].partitions[].new_isr"),
     ("AlterPartitionRequest", "topics[].partitions[].new_isr_broker_epochs"),  # as long as new_isr
+    # no longer than the registered brokers (``reassign_ops``), checked before it is read
+    ("AlterPartitionReassignmentsRequest", "topics[].partitions[].replicas.ids"),
 }
 
 
@@ -272,6 +274,11 @@ def test_the_walk_finds_every_list_of_the_client_requests() -> None:
         ("AlterPartitionRequest", "topics[].partitions[].new_isr_broker_epochs"),
         ("ElectLeadersRequest", "topics"),
         ("ElectLeadersRequest", "topics[].partitions"),
+        ("AlterPartitionReassignmentsRequest", "topics"),
+        ("AlterPartitionReassignmentsRequest", "topics[].partitions"),
+        ("AlterPartitionReassignmentsRequest", "topics[].partitions[].replicas.ids"),
+        ("ListPartitionReassignmentsRequest", "topics"),
+        ("ListPartitionReassignmentsRequest", "topics[].partitions"),
         ("OffsetCommitRequest", "topics"),
         ("OffsetCommitRequest", "topics[].partitions"),
         ("OffsetFetchRequest", "topics"),

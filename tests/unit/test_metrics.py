@@ -221,20 +221,28 @@ def test_counting_records_stops_at_a_short_tail_and_always_moves_on() -> None:
 
 
 def test_under_replicated_counts_only_partitions_led_here_with_a_short_isr() -> None:
+    """A partition being moved counts against the replicas the move keeps, as in Kafka."""
+    moving = PartitionState((3, 1, 2), (1, 2), 1, 0, 1, adding_replicas=(3,), removing_replicas=(2,))
+    topic = TopicImage("t", b"t", frozen({3: moving}))
     partitions = [
-        SimpleNamespace(is_leader=True, isr=(1,), replicas=(1, 2)),
-        SimpleNamespace(is_leader=True, isr=(1, 2), replicas=(1, 2)),
-        SimpleNamespace(is_leader=False, isr=(2,), replicas=(1, 2)),
+        SimpleNamespace(is_leader=True, isr=(1,), replicas=(1, 2), topic_id=b"t", partition=0),
+        SimpleNamespace(is_leader=True, isr=(1, 2), replicas=(1, 2), topic_id=b"t", partition=1),
+        SimpleNamespace(is_leader=False, isr=(2,), replicas=(1, 2), topic_id=b"t", partition=2),
+        SimpleNamespace(is_leader=True, isr=(1, 2), replicas=(3, 1, 2), topic_id=b"t", partition=3),
     ]
     replicas = SimpleNamespace(
-        partitions=lambda: partitions, offline=lambda: {}, metrics=BrokerTopicMetrics()
+        partitions=lambda: partitions,
+        offline=lambda: {},
+        metrics=BrokerTopicMetrics(),
+        image=MetadataImage(topics_by_id=frozen({b"t": topic})),
     )
     isr_changes = SimpleNamespace(shrinks=2, expands=1)
     fetchers = SimpleNamespace(failed=lambda: {"t-3": "OSError(5, 'Input/output error')"})
     values = samples(BrokerCollector(replicas, isr_changes, fetchers).collect())  # type: ignore[arg-type]
     assert values["kafka_server_replicamanager_underreplicatedpartitions"] == 1
-    assert values["kafka_server_replicamanager_leadercount"] == 2
-    assert values["kafka_server_replicamanager_partitioncount"] == 3
+    assert values["kafka_server_replicamanager_reassigningpartitions"] == 1
+    assert values["kafka_server_replicamanager_leadercount"] == 3
+    assert values["kafka_server_replicamanager_partitioncount"] == 4
     assert values["kafka_server_replicafetchermanager_failedpartitionscount"] == 1
     assert values["kafka_server_replicamanager_isrshrinkspersec_total"] == 2
     assert values["kafka_server_replicamanager_isrexpandspersec_total"] == 1
@@ -472,7 +480,7 @@ def test_the_metrics_page_lists_exactly_the_metrics_the_nodes_export() -> None:
         EventQueueProbe(),  # type: ignore[arg-type]
     )
     broker = BrokerCollector(
-        SimpleNamespace(partitions=list, offline=dict, metrics=BrokerTopicMetrics()),  # type: ignore[arg-type]
+        SimpleNamespace(partitions=list, offline=dict, metrics=BrokerTopicMetrics(), image=MetadataImage()),  # type: ignore[arg-type]
         SimpleNamespace(shrinks=0, expands=0),  # type: ignore[arg-type]
         SimpleNamespace(failed=dict),  # type: ignore[arg-type]
     )

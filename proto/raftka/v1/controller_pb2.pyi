@@ -77,6 +77,8 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSACTIONAL_ID_NOT_FOUND: _ClassVar[ErrorCode]
     UNSTABLE_OFFSET_COMMIT: _ClassVar[ErrorCode]
     TRANSACTION_ABORTABLE: _ClassVar[ErrorCode]
+    NO_REASSIGNMENT_IN_PROGRESS: _ClassVar[ErrorCode]
+    NEW_LEADER_ELECTED: _ClassVar[ErrorCode]
 
 class AlterConfigOpType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -149,6 +151,8 @@ PRODUCER_FENCED: ErrorCode
 TRANSACTIONAL_ID_NOT_FOUND: ErrorCode
 UNSTABLE_OFFSET_COMMIT: ErrorCode
 TRANSACTION_ABORTABLE: ErrorCode
+NO_REASSIGNMENT_IN_PROGRESS: ErrorCode
+NEW_LEADER_ELECTED: ErrorCode
 ALTER_CONFIG_SET: AlterConfigOpType
 ALTER_CONFIG_DELETE: AlterConfigOpType
 
@@ -278,7 +282,7 @@ class DescribeTopicsRequest(_message.Message):
     def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
-    __slots__ = ("partition", "leader", "leader_epoch", "partition_epoch", "replicas", "isr", "elr", "last_known_elr")
+    __slots__ = ("partition", "leader", "leader_epoch", "partition_epoch", "replicas", "isr", "elr", "last_known_elr", "adding_replicas", "removing_replicas")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +291,8 @@ class PartitionDescription(_message.Message):
     ISR_FIELD_NUMBER: _ClassVar[int]
     ELR_FIELD_NUMBER: _ClassVar[int]
     LAST_KNOWN_ELR_FIELD_NUMBER: _ClassVar[int]
+    ADDING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REMOVING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     leader: int
     leader_epoch: int
@@ -295,7 +301,9 @@ class PartitionDescription(_message.Message):
     isr: _containers.RepeatedScalarFieldContainer[int]
     elr: _containers.RepeatedScalarFieldContainer[int]
     last_known_elr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., elr: _Optional[_Iterable[int]] = ..., last_known_elr: _Optional[_Iterable[int]] = ...) -> None: ...
+    adding_replicas: _containers.RepeatedScalarFieldContainer[int]
+    removing_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., elr: _Optional[_Iterable[int]] = ..., last_known_elr: _Optional[_Iterable[int]] = ..., adding_replicas: _Optional[_Iterable[int]] = ..., removing_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
     __slots__ = ("name", "topic_id", "error", "message", "partitions")
@@ -576,6 +584,76 @@ class ElectLeadersResponse(_message.Message):
     status: Status
     partitions: _containers.RepeatedCompositeFieldContainer[ElectLeadersResult]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[ElectLeadersResult, _Mapping]]] = ...) -> None: ...
+
+class ReassignablePartition(_message.Message):
+    __slots__ = ("partition", "replicas")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    replicas: _metadata_pb2.BrokerIdList
+    def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Union[_metadata_pb2.BrokerIdList, _Mapping]] = ...) -> None: ...
+
+class ReassignableTopic(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedCompositeFieldContainer[ReassignablePartition]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[ReassignablePartition, _Mapping]]] = ...) -> None: ...
+
+class AlterPartitionReassignmentsRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[ReassignableTopic]
+    def __init__(self, topics: _Optional[_Iterable[_Union[ReassignableTopic, _Mapping]]] = ...) -> None: ...
+
+class ReassignmentResult(_message.Message):
+    __slots__ = ("topic", "partition", "error", "message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class AlterPartitionReassignmentsResponse(_message.Message):
+    __slots__ = ("status", "partitions")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    partitions: _containers.RepeatedCompositeFieldContainer[ReassignmentResult]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[ReassignmentResult, _Mapping]]] = ...) -> None: ...
+
+class ListPartitionReassignmentsRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class OngoingReassignment(_message.Message):
+    __slots__ = ("topic", "partition", "replicas", "adding_replicas", "removing_replicas")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ADDING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REMOVING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    adding_replicas: _containers.RepeatedScalarFieldContainer[int]
+    removing_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., adding_replicas: _Optional[_Iterable[int]] = ..., removing_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ListPartitionReassignmentsResponse(_message.Message):
+    __slots__ = ("status", "reassignments")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    reassignments: _containers.RepeatedCompositeFieldContainer[OngoingReassignment]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., reassignments: _Optional[_Iterable[_Union[OngoingReassignment, _Mapping]]] = ...) -> None: ...
 
 class AllocateProducerIdsRequest(_message.Message):
     __slots__ = ("broker_id", "broker_epoch")

@@ -94,6 +94,16 @@ class ControllerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/raftka.v1.Controller/AlterPartitionReassignments',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/raftka.v1.Controller/ListPartitionReassignments',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
         self.AllocateProducerIds = channel.unary_unary(
                 '/raftka.v1.Controller/AllocateProducerIds',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
@@ -231,6 +241,18 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ElectLeaders(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -376,6 +398,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ElectLeaders,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.ElectLeadersRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.SerializeToString,
             ),
             'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
                     servicer.AllocateProducerIds,
@@ -767,6 +799,60 @@ class Controller:
             '/raftka.v1.Controller/ElectLeaders',
             raftka_dot_v1_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/AlterPartitionReassignments',
+            raftka_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/ListPartitionReassignments',
+            raftka_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

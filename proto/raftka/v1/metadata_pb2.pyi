@@ -79,7 +79,7 @@ class TopicRecord(_message.Message):
     def __init__(self, name: _Optional[str] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class PartitionRecord(_message.Message):
-    __slots__ = ("partition_id", "topic_id", "replicas", "isr", "leader", "leader_epoch", "partition_epoch", "elr", "last_known_elr")
+    __slots__ = ("partition_id", "topic_id", "replicas", "isr", "leader", "leader_epoch", "partition_epoch", "elr", "last_known_elr", "adding_replicas", "removing_replicas")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,8 @@ class PartitionRecord(_message.Message):
     PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ELR_FIELD_NUMBER: _ClassVar[int]
     LAST_KNOWN_ELR_FIELD_NUMBER: _ClassVar[int]
+    ADDING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REMOVING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     topic_id: bytes
     replicas: _containers.RepeatedScalarFieldContainer[int]
@@ -98,7 +100,9 @@ class PartitionRecord(_message.Message):
     partition_epoch: int
     elr: _containers.RepeatedScalarFieldContainer[int]
     last_known_elr: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, partition_id: _Optional[int] = ..., topic_id: _Optional[bytes] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., elr: _Optional[_Iterable[int]] = ..., last_known_elr: _Optional[_Iterable[int]] = ...) -> None: ...
+    adding_replicas: _containers.RepeatedScalarFieldContainer[int]
+    removing_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition_id: _Optional[int] = ..., topic_id: _Optional[bytes] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., elr: _Optional[_Iterable[int]] = ..., last_known_elr: _Optional[_Iterable[int]] = ..., adding_replicas: _Optional[_Iterable[int]] = ..., removing_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BrokerIdList(_message.Message):
     __slots__ = ("ids",)
@@ -107,7 +111,7 @@ class BrokerIdList(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PartitionChangeRecord(_message.Message):
-    __slots__ = ("partition_id", "topic_id", "isr", "leader", "replicas", "elr", "last_known_elr")
+    __slots__ = ("partition_id", "topic_id", "isr", "leader", "replicas", "elr", "last_known_elr", "adding_replicas", "removing_replicas")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +119,8 @@ class PartitionChangeRecord(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ELR_FIELD_NUMBER: _ClassVar[int]
     LAST_KNOWN_ELR_FIELD_NUMBER: _ClassVar[int]
+    ADDING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REMOVING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     topic_id: bytes
     isr: BrokerIdList
@@ -122,7 +128,9 @@ class PartitionChangeRecord(_message.Message):
     replicas: BrokerIdList
     elr: BrokerIdList
     last_known_elr: BrokerIdList
-    def __init__(self, partition_id: _Optional[int] = ..., topic_id: _Optional[bytes] = ..., isr: _Optional[_Union[BrokerIdList, _Mapping]] = ..., leader: _Optional[int] = ..., replicas: _Optional[_Union[BrokerIdList, _Mapping]] = ..., elr: _Optional[_Union[BrokerIdList, _Mapping]] = ..., last_known_elr: _Optional[_Union[BrokerIdList, _Mapping]] = ...) -> None: ...
+    adding_replicas: BrokerIdList
+    removing_replicas: BrokerIdList
+    def __init__(self, partition_id: _Optional[int] = ..., topic_id: _Optional[bytes] = ..., isr: _Optional[_Union[BrokerIdList, _Mapping]] = ..., leader: _Optional[int] = ..., replicas: _Optional[_Union[BrokerIdList, _Mapping]] = ..., elr: _Optional[_Union[BrokerIdList, _Mapping]] = ..., last_known_elr: _Optional[_Union[BrokerIdList, _Mapping]] = ..., adding_replicas: _Optional[_Union[BrokerIdList, _Mapping]] = ..., removing_replicas: _Optional[_Union[BrokerIdList, _Mapping]] = ...) -> None: ...
 
 class RemoveTopicRecord(_message.Message):
     __slots__ = ("topic_id",)
