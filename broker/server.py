@@ -48,6 +48,7 @@ from raftka.broker.quota.metrics import QuotaCollector
 from raftka.broker.replica.fetcher import ReplicaFetchers
 from raftka.broker.replica.isr import IsrChanges
 from raftka.broker.replica.manager import ReplicaManager
+from raftka.broker.replica.throttle import FOLLOWER, ReplicationQuota
 from raftka.broker.sasl_logins import data_listener
 from raftka.metadata.acls import Authorizer
 from raftka.metadata.image import MetadataImage
@@ -174,6 +175,7 @@ class DataPlane:
             broker_epoch,
             lambda partitions, then: self.replicas.truncated(partitions, then),
             config.tls.client_ssl if config.tls else None,
+            ReplicationQuota(FOLLOWER, config.node_id, lambda: self.replicas.image),
         )
         self.listeners: list[Listener] = []
         self.isr_changes = IsrChanges(

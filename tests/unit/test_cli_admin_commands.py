@@ -113,9 +113,13 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
     def DescribeConfigs(self, request: Any, context: Any) -> controller_pb2.DescribeConfigsResponse:
         self._seen("DescribeConfigs", request)
         response = controller_pb2.DescribeConfigsResponse(status=controller_pb2.Status())
-        topic = response.topics.add(topic=request.topics[0])
-        topic.entries.add(name="cleanup.policy", value="delete", is_default=True)
-        topic.entries.add(name="retention.ms", value="1000", is_default=False)
+        for name in request.topics:
+            topic = response.topics.add(topic=name)
+            topic.entries.add(name="cleanup.policy", value="delete", is_default=True)
+            topic.entries.add(name="retention.ms", value="1000", is_default=False)
+        for name in request.brokers:
+            broker = response.brokers.add(broker=name)
+            broker.entries.add(name="leader.replication.throttled.rate", value="1000", is_default=False)
         return response
 
     def AlterConfigs(self, request: Any, context: Any) -> controller_pb2.AlterConfigsResponse:
@@ -129,6 +133,8 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
                 )
             else:
                 response.topics.add(name=t.topic, topic_id=TOPIC_ID)
+        for b in request.brokers:
+            response.brokers.add(broker=b.broker)
         return response
 
     def DescribeCluster(self, request: Any, context: Any) -> controller_pb2.DescribeClusterResponse:
@@ -392,6 +398,10 @@ def test_server_errors_are_one_line_with_their_code(
             "--delete: expected a config name, got 'a=b'",
         ),
         (
+            ("configs", "describe", "--broker", "b1"),
+            "--broker: expected a broker id, got 'b1'",
+        ),
+        (
             ("topics", "list", "--bootstrap-controller", "nohost"),
             "--bootstrap-controller: expected HOST:PORT with a port in 1-65535, got 'nohost'",
         ),
@@ -415,6 +425,7 @@ def test_malformed_syntax_is_caught_before_any_request(
         ("topics", "create", "t", "--replication-factor", "1"),
         ("offsets", "commit", "--group", "g", "--topic", "t", "--partition", "0"),
         ("configs", "describe"),
+        ("configs", "describe", "--topic", "t", "--broker", "1"),
         ("brokers", "list", "--output", "xml"),
     ],
 )
@@ -489,6 +500,23 @@ def test_configs_describe_and_alter(controller: FakeController, capsys: pytest.C
         ("retention.ms", "5", controller_pb2.ALTER_CONFIG_SET),
         ("segment.bytes", "", controller_pb2.ALTER_CONFIG_DELETE),
     ]
+
+
+def test_broker_configs_describe_and_alter_one_broker_or_the_defaults(
+    controller: FakeController, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_json(controller, capsys, "configs", "describe", "--broker", "101") == {
+        "broker": "101",
+        "configs": [{"name": "leader.replication.throttled.rate", "value": "1000", "is_default": False}],
+    }
+    assert list(controller.requests[-1][1].brokers) == ["101"]
+    rate = "follower.replication.throttled.rate"
+    view = cli_json(controller, capsys, "configs", "alter", "--broker-defaults", "--set", f"{rate}=5")
+    assert view == {"broker": "", "set": {rate: "5"}, "deleted": [], "validate_only": False}
+    [broker] = controller.requests[-1][1].brokers
+    assert (broker.broker, [(op.name, op.value) for op in broker.ops]) == ("", [(rate, "5")])
+    line = cli(controller, capsys, "configs", "alter", "--broker", "102", "--delete", rate)
+    assert line.strip() == f"Altered configs of broker 102: {rate} (default)."
 
 
 def test_elect_leaders_reports_each_partition_and_fails_if_one_could_not_move(
