@@ -1,4 +1,5 @@
-"""``raftka brokers list``: the registered brokers as the active controller sees them."""
+"""``raftka brokers list``: the registered brokers as the active controller sees them;
+``raftka brokers unregister ID``: Kafka's ``kafka-cluster unregister --id ID``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,24 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     list_cmd = actions.add_parser("list", help="id, address, rack, fenced and epoch of every broker")
     add_connection_options(list_cmd)
     list_cmd.set_defaults(func=run_list)
+    unregister = actions.add_parser(
+        "unregister",
+        help="remove a broker's registration: it leaves every ISR, its partitions elect new leaders; "
+        "back with its id, it is a new broker",
+    )
+    unregister.add_argument("broker_id", type=int, metavar="ID")
+    add_connection_options(unregister)
+    unregister.set_defaults(func=run_unregister)
+
+
+def run_unregister(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        admin.unregister_broker(args.broker_id)
+    if args.output == "json":
+        print(output.to_json({"broker": args.broker_id, "unregistered": True}))
+    else:
+        print(f"Unregistered broker {args.broker_id}.")
+    return 0
 
 
 def run_list(args: argparse.Namespace) -> int:

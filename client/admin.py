@@ -367,6 +367,13 @@ class AsyncAdmin:
 
     # cluster --------------------------------------------------------------------------
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        """Kafka's UnregisterBroker: the broker leaves every ISR and ELR and its registration
+        goes; a refusal (no such broker: BROKER_ID_NOT_REGISTERED) raises ``AdminError``."""
+        await self._call(
+            lambda stub: stub.UnregisterBroker, controller_pb2.UnregisterBrokerRequest(broker_id=broker_id)
+        )
+
     async def describe_cluster(self) -> ClusterDescription:
         response = await self._call(
             lambda stub: stub.DescribeCluster, controller_pb2.DescribeClusterRequest()
@@ -557,6 +564,9 @@ class Admin:
         self, changes: Mapping[str, Mapping[str, str | None]], *, validate_only: bool = False
     ) -> list[BrokerConfigs]:
         return self._run(self._admin.alter_broker_configs(changes, validate_only=validate_only))
+
+    def unregister_broker(self, broker_id: int) -> None:
+        self._run(self._admin.unregister_broker(broker_id))
 
     def describe_cluster(self) -> ClusterDescription:
         return self._run(self._admin.describe_cluster())

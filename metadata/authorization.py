@@ -76,6 +76,7 @@ _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "DescribeConfigs": lambda r: _configs_needs(acls.DESCRIBE_CONFIGS, r.topics, r.brokers),
     "DescribeTopics": lambda r: ((acls.DESCRIBE, acls.TOPIC, name) for name in r.names),
     "ElectLeaders": _cluster(acls.ALTER),
+    "UnregisterBroker": _cluster(acls.ALTER),  # Kafka's rule
     "DeleteGroups": lambda r: ((acls.DELETE, acls.GROUP, group) for group in r.groups),
     "OffsetCommit": lambda r: _group_and_topics(acls.READ, r.group, r.topics),
     "OffsetFetch": lambda r: _group_and_topics(acls.DESCRIBE, r.group, r.topics),

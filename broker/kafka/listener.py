@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from raftka.broker.data_service import BrokerApi
 from raftka.broker.kafka.acl_apis import AclApis
+from raftka.broker.kafka.broker_apis import BrokerApis
 from raftka.broker.kafka.cluster_apis import ClusterApis
 from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
@@ -29,6 +30,7 @@ def kafka_listener(
         *GroupApis(api).apis(),
         *QuotaApis(api).apis(),
         *AclApis(api).apis(),
+        *BrokerApis(api).apis(),
         *SaslApis(api, logins).apis(),
     ]
     login = None if logins is None else logins.new

@@ -137,6 +137,16 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
             response.brokers.add(broker=b.broker)
         return response
 
+    def UnregisterBroker(self, request: Any, context: Any) -> controller_pb2.UnregisterBrokerResponse:
+        self._seen("UnregisterBroker", request)
+        status = controller_pb2.Status()
+        if request.broker_id != 102:
+            status = controller_pb2.Status(
+                error=E.BROKER_ID_NOT_REGISTERED,
+                message=f"broker_id: {request.broker_id} is not a registered broker",
+            )
+        return controller_pb2.UnregisterBrokerResponse(status=status)
+
     def DescribeCluster(self, request: Any, context: Any) -> controller_pb2.DescribeClusterResponse:
         self._seen("DescribeCluster", request)
         response = controller_pb2.DescribeClusterResponse(
@@ -564,6 +574,20 @@ def test_brokers_list(controller: FakeController, capsys: pytest.CaptureFixture[
     assert table[1].split() == ["101", "127.0.0.1:9101", "r1", "no", "12", "no"]
     assert table[2].split() == ["102", "127.0.0.1:9102", "-", "yes", "40", "no"]
     assert table[3] == "Active controller: 2"
+
+
+def test_brokers_unregister(controller: FakeController, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_json(controller, capsys, "brokers", "unregister", "102") == {
+        "broker": 102,
+        "unregistered": True,
+    }
+    assert controller.requests[-1] == (
+        "UnregisterBroker",
+        controller_pb2.UnregisterBrokerRequest(broker_id=102),
+    )
+    assert cli(controller, capsys, "brokers", "unregister", "102").strip() == "Unregistered broker 102."
+    problem = failure(capsys, "brokers", "unregister", "7", "--bootstrap-controller", controller.address)  # type: ignore[attr-defined]
+    assert problem == "BROKER_ID_NOT_REGISTERED: broker_id: 7 is not a registered broker"
 
 
 def test_offsets_commit_and_fetch(controller: FakeController, capsys: pytest.CaptureFixture[str]) -> None:

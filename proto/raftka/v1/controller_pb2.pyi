@@ -427,6 +427,18 @@ class AlterConfigsResponse(_message.Message):
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerConfigsResult]
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ..., brokers: _Optional[_Iterable[_Union[BrokerConfigsResult, _Mapping]]] = ...) -> None: ...
 
+class UnregisterBrokerRequest(_message.Message):
+    __slots__ = ("broker_id",)
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    def __init__(self, broker_id: _Optional[int] = ...) -> None: ...
+
+class UnregisterBrokerResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
 class BrokerRegistrationRequest(_message.Message):
     __slots__ = ("broker_id", "incarnation_id", "listeners", "rack", "previous_broker_epoch", "log_dir_id")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]

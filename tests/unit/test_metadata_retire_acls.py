@@ -1,5 +1,6 @@
-"""Who may read and change broker configs: Kafka's rule, ALTER_CONFIGS / DESCRIBE_CONFIGS on
-the cluster (a topic's configs stay judged on the topic)."""
+"""Who may read and change broker configs, and unregister a broker: Kafka's rules,
+ALTER_CONFIGS / DESCRIBE_CONFIGS on the cluster (a topic's configs stay judged on the
+topic), ALTER on the cluster."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def test_broker_configs_need_the_cluster_and_topic_configs_the_topic() -> None:
     assert policy("AlterConfigs", Principal("User:bob", CLIENT), None, broker_change) is None
     described = policy("DescribeConfigs", alice, None, C.DescribeConfigsRequest(brokers=[""]))
     assert described is not None and described.code == C.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_unregistering_a_broker_needs_alter_on_the_cluster() -> None:
+    alter = Acl("CLUSTER", "kafka-cluster", "LITERAL", "User:ops", "*", "ALTER", "ALLOW")
+    policy = controller_policy(Authorizer([], lambda: {alter.id: alter}))
+    request = C.UnregisterBrokerRequest(broker_id=3)
+    refused = policy("UnregisterBroker", Principal("User:alice", CLIENT), None, request)
+    assert refused is not None and refused.code == C.CLUSTER_AUTHORIZATION_FAILED
+    assert "User:alice may not ALTER the cluster" in refused.message
+    assert policy("UnregisterBroker", Principal("User:ops", CLIENT), None, request) is None
