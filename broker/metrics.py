@@ -151,8 +151,8 @@ class BrokerCollector(Collector):
             )
             yield counter(
                 side + "heldback",
-                f"Throttled partitions of catching-up replicas this broker, as {quota.side.name}, left "
-                "out of a fetch while its replication quota was over.",
+                f"Times this broker, as {quota.side.name}, passed over a throttled partition of a "
+                "catching-up replica while its replication quota was over.",
                 quota.held_back,
             )
         yield counter(

@@ -541,6 +541,8 @@ class ReplicaManager:
         """The bytes of throttled partitions in a follower's answer count against the leader's
         quota (Kafka's ``sizeOfThrottledPartitions``), in sync or not."""
         quota = self.leader_quota
+        if not quota.throttles_any():
+            return
         size = sum(
             len(result.records)
             for topic in response.topics

@@ -74,7 +74,12 @@ class ReplicationQuota:
         self._throttled: dict[str, frozenset[int] | None] = {}  # topic -> its partitions; None: all
         self._bound = 0
         self.recorded_bytes = 0  # bytes of throttled partitions replicated (metrics)
-        self.held_back = 0  # throttled partitions left out of a fetch or its answer (metrics)
+        self.held_back = 0  # times a throttled partition was passed over while over the bound (metrics)
+
+    def throttles_any(self) -> bool:
+        """Some topic names replicas of this broker for this side: a fast way past the rest."""
+        self._refresh()
+        return bool(self._throttled)
 
     def is_throttled(self, topic: str, partition: int) -> bool:
         self._refresh()
