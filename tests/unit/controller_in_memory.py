@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops, group_ops, offset_ops, quota_ops, scram_ops, topic_ops
+from raftka.metadata import broker_ops, config_ops, group_ops, offset_ops, quota_ops, scram_ops, topic_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
 from raftka.rpc.stubs import ControllerRpc
@@ -56,6 +56,9 @@ class ControllerInMemory:
 
     async def AlterClientQuotas(self, request: Any, timeout: float) -> Any:
         return self._commit(quota_ops.alter(self.image, request))
+
+    async def AlterConfigs(self, request: Any, timeout: float) -> Any:
+        return self._commit(config_ops.alter(self.image, request))
 
     async def UnregisterBroker(self, request: Any, timeout: float) -> Any:
         """Step after step, as the controller runs it, until the registration is gone."""
