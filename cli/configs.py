@@ -49,9 +49,11 @@ def _broker(args: argparse.Namespace) -> str | None:
     """The broker resource asked for ("" for the defaults), or None for a topic."""
     if args.broker_defaults:
         return ""
-    if args.broker is not None and not (args.broker.isascii() and args.broker.isdigit()):
+    if args.broker is None:
+        return None
+    if not (args.broker.isascii() and args.broker.isdigit()):
         raise CliError(f"--broker: expected a broker id, got {args.broker!r}")
-    return args.broker
+    return str(int(args.broker))
 
 
 def _entity_name(args: argparse.Namespace) -> str:

@@ -49,8 +49,10 @@ def validate_broker_config(key: str, value: str) -> str:
 
 
 def check_broker_name(name: str) -> None:
-    """A broker resource is a broker id or ``""`` (the cluster default), as Kafka's."""
-    if name != CLUSTER_DEFAULT and not (name.isascii() and name.isdigit() and len(name) <= 10):
+    """A broker resource is a broker id, written canonically (one name per broker), or ``""``
+    (the cluster default), as Kafka's."""
+    canonical = name.isascii() and name.isdigit() and len(name) <= 10 and name == str(int(name))
+    if name != CLUSTER_DEFAULT and not canonical:
         raise ValidationError(
             ErrorCode.INVALID_REQUEST,
             f"broker: {name!r} is not a broker id or '' (the cluster-wide default)",

@@ -343,6 +343,12 @@ def test_broker_configs_per_broker_and_cluster_default_are_altered_incrementally
                 E.INVALID_REQUEST,
                 "broker: 'one' is not a broker id",
             ),
+            (
+                "0101",  # one name per broker: 101 it is
+                pb.AlterConfigOp(name=rate, value="1"),
+                E.INVALID_REQUEST,
+                "broker: '0101' is not a broker id",
+            ),
         ):
             request = pb.AlterConfigsRequest(brokers=[pb.AlterBrokerConfigs(broker=broker, ops=[op])])
             response = await refused_without_append(member, c.alter_configs(request))
