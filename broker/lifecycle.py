@@ -27,6 +27,13 @@ broker back to REGISTERING):
 - CONTROLLED_SHUTDOWN: SIGTERM asked to stop; heartbeats carry ``want_shut_down`` until
   the controller has moved this broker's leaderships away and says ``should_shut_down``.
 - STOPPED.
+- UNREGISTERED: an operator removed this registration (UnregisterBroker, ``raftka brokers
+  unregister``): the controller answers heartbeats BROKER_ID_NOT_REGISTERED and the
+  metadata log this broker replayed shows the registration gone. The process does not
+  register again (it would undo the operator's act, as Kafka's does not); it stops, and
+  started again it registers as a new broker. While the log has not yet shown the
+  removal the broker heartbeats again rather than register; a registration the log never
+  reached, or another incarnation's, is lost and registered again as before.
 
 While fenced or shutting down the broker heartbeats faster than its interval, so it is
 unfenced, or let go, as soon as the controller allows, not one interval later.
@@ -49,6 +56,7 @@ from enum import Enum
 import structlog
 
 from raftka.broker.controller_link import ControllerLink, LinkError
+from raftka.metadata.image import MetadataImage
 from raftka.v1 import controller_pb2, metadata_pb2
 
 E = controller_pb2.ErrorCode
@@ -65,6 +73,27 @@ class State(Enum):
     RUNNING = "running"
     CONTROLLED_SHUTDOWN = "controlled_shutdown"
     STOPPED = "stopped"
+    UNREGISTERED = "unregistered"
+
+
+ENDED = frozenset({State.STOPPED, State.UNREGISTERED})
+
+
+class Registration(Enum):
+    """What the metadata this broker replayed says of one of its registrations."""
+
+    PRESENT = "present"  # the image holds it
+    REMOVED = "removed"  # the image is past it and holds no registration of this id: unregistered
+    UNKNOWN = "unknown"  # the image has not reached it, or holds another incarnation's
+
+
+def registration_in(image: MetadataImage, broker_id: int, broker_epoch: int) -> Registration:
+    if image.offset <= broker_epoch:  # image.offset is the next offset to replay
+        return Registration.UNKNOWN
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        return Registration.REMOVED
+    return Registration.PRESENT if broker.epoch == broker_epoch else Registration.UNKNOWN
 
 
 def new_incarnation_id() -> str:
@@ -87,12 +116,14 @@ class BrokerLifecycle:
         previous_broker_epoch: int | None = None,
         log_dir_id: bytes = b"",
         wiped_replicas: Callable[[], list[controller_pb2.OfflineTopicReplicas]] = list,
+        registration: Callable[[int], Registration] = lambda broker_epoch: Registration.UNKNOWN,
     ) -> None:
         """``on_state`` hears every change of state (the node's health follows it);
         ``offline_replicas``: the partitions to report offline, read for every heartbeat;
         ``previous_broker_epoch``: the one the clean-shutdown marker named, None without one;
         ``log_dir_id``: the log directory's id; ``wiped_replicas``: the partitions to report
-        wiped, read for every heartbeat until the process is first unfenced."""
+        wiped, read for every heartbeat until the process is first unfenced; ``registration``:
+        what the replayed metadata says of the registration at a broker epoch."""
         self.broker_id = broker_id
         self.incarnation_id = incarnation_id or new_incarnation_id()
         self.broker_epoch = -1
@@ -108,6 +139,7 @@ class BrokerLifecycle:
         self._offline_replicas = offline_replicas
         self._log_dir_id = log_dir_id
         self._wiped_replicas = wiped_replicas
+        self._registration = registration
         self._has_run = False  # unfenced once: folders created since start are no longer wiped
         self._heartbeat_due = False  # the report changed since the last heartbeat was built
         self._wake = asyncio.Event()
@@ -131,8 +163,9 @@ class BrokerLifecycle:
         self._wake.set()
 
     async def run(self) -> None:
-        """Register, then heartbeat until a controlled shutdown completes."""
-        while self.state is not State.STOPPED:
+        """Register, then heartbeat until a controlled shutdown completes or the broker is
+        unregistered."""
+        while self.state not in ENDED:
             if self.state is State.REGISTERING:
                 await self._register()
             else:
@@ -194,7 +227,7 @@ class BrokerLifecycle:
             self._problem("heartbeat: no active controller answered", str(e))
         else:
             ok = self._on_heartbeat(response, want_shut_down)
-        if self.state is State.STOPPED or self.state is State.REGISTERING:
+        if self.state in ENDED or self.state is State.REGISTERING:
             return
         if self._heartbeat_due:  # the report changed while this heartbeat was out
             return
@@ -203,6 +236,19 @@ class BrokerLifecycle:
 
     def _on_heartbeat(self, response: controller_pb2.BrokerHeartbeatResponse, want_shut_down: bool) -> bool:
         status = response.status
+        if status.error == E.BROKER_ID_NOT_REGISTERED:
+            seen = self._registration(self.broker_epoch)
+            if seen is Registration.REMOVED:
+                self._log.error(
+                    "this broker was unregistered (UnregisterBroker); it stops: "
+                    "started again, it registers as a new broker",
+                    broker_epoch=self.broker_epoch,
+                )
+                self._become(State.UNREGISTERED)
+                return False
+            if seen is Registration.PRESENT:  # the metadata log has not shown the removal yet
+                self._problem("heartbeat refused; waiting for the metadata log", _status_text(status))
+                return False
         if status.error in _REREGISTER:
             self._log.warning("registration lost; registering again", reason=_status_text(status))
             self.broker_epoch = -1

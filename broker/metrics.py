@@ -150,6 +150,22 @@ class BrokerCollector(Collector):
             "Partitions this broker follows that stopped replicating on an error writing their log.",
             len(self._fetchers.failed()),
         )
+        for quota in (self._replicas.leader_quota, self._fetchers.quota):
+            if quota is None:
+                continue
+            side = "kafka_server_" + quota.side.name + "replication_"
+            yield counter(
+                side + "byterate",
+                f"Bytes of throttled replicas this broker replicated as {quota.side.name} "
+                f"(counted against {quota.side.rate_key}).",
+                quota.recorded_bytes,
+            )
+            yield counter(
+                side + "heldback",
+                f"Times this broker, as {quota.side.name}, passed over a throttled partition of a "
+                "catching-up replica while its replication quota was over.",
+                quota.held_back,
+            )
         yield counter(
             REPLICAS + "isrshrinkspersec",
             "ISR shrinks the controller accepted from this broker.",

@@ -37,7 +37,7 @@ from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.groups.group import GroupLimits
 from raftka.broker.kafka.endpoints import KAFKA_EXTERNAL_LISTENER, KAFKA_LISTENER
 from raftka.broker.kafka.listener import kafka_listener
-from raftka.broker.lifecycle import BrokerLifecycle, State, new_incarnation_id
+from raftka.broker.lifecycle import BrokerLifecycle, State, new_incarnation_id, registration_in
 from raftka.broker.log.flusher import BackgroundFlusher
 from raftka.broker.log.manager import LogManager
 from raftka.broker.metrics import BrokerCollector
@@ -48,6 +48,7 @@ from raftka.broker.quota.metrics import QuotaCollector
 from raftka.broker.replica.fetcher import ReplicaFetchers
 from raftka.broker.replica.isr import IsrChanges
 from raftka.broker.replica.manager import ReplicaManager
+from raftka.broker.replica.throttle import FOLLOWER, ReplicationQuota
 from raftka.broker.sasl_logins import data_listener
 from raftka.metadata.acls import Authorizer
 from raftka.metadata.image import MetadataImage
@@ -174,6 +175,7 @@ class DataPlane:
             broker_epoch,
             lambda partitions, then: self.replicas.truncated(partitions, then),
             config.tls.client_ssl if config.tls else None,
+            ReplicationQuota(FOLLOWER, config.node_id, lambda: self.replicas.image),
         )
         self.listeners: list[Listener] = []
         self.isr_changes = IsrChanges(
@@ -352,6 +354,7 @@ async def start_broker(config: NodeConfig) -> Broker:
             lambda: wiped_replicas.wiped(state_machine.image, config.node_id, data.logs.found_at_start),
             "more partitions wiped than a heartbeat may report; the rest go in the next ones",
         ),
+        registration=lambda epoch: registration_in(state_machine.image, config.node_id, epoch),
     )
     await node.start()
     try:
@@ -416,6 +419,11 @@ async def run_broker(config: NodeConfig) -> None:
     if problem is None and broker.lifecycle_task.done():
         error = broker.lifecycle_task.exception()
         problem = f"lifecycle task failed: {error!r}" if error else "lifecycle task ended"
+        if error is None and broker.lifecycle.state is State.UNREGISTERED:
+            problem = (
+                f"broker {config.node_id} was unregistered (raftka brokers unregister); "
+                "started again it registers as a new broker"
+            )
     if problem is None:
         await broker.controlled_shutdown()
     await broker.close()

@@ -1,5 +1,6 @@
 """``raftka brokers list``: the registered brokers as the active controller sees them;
-``raftka brokers drain ID``: move every replica off one (``raftka.cli.reassign``)."""
+``raftka brokers drain ID``: move every replica off one (``raftka.cli.reassign``);
+``raftka brokers unregister ID``: Kafka's ``kafka-cluster unregister --id ID``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,24 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_connection_options(list_cmd)
     list_cmd.set_defaults(func=run_list)
     reassign.add_drain_parser(actions)
+    unregister = actions.add_parser(
+        "unregister",
+        help="remove a broker's registration: it leaves every ISR, its partitions elect new leaders; "
+        "back with its id, it is a new broker",
+    )
+    unregister.add_argument("broker_id", type=int, metavar="ID")
+    add_connection_options(unregister)
+    unregister.set_defaults(func=run_unregister)
+
+
+def run_unregister(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        admin.unregister_broker(args.broker_id)
+    if args.output == "json":
+        print(output.to_json({"broker": args.broker_id, "unregistered": True}))
+    else:
+        print(f"Unregistered broker {args.broker_id}.")
+    return 0
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -39,6 +39,7 @@ from tenacity.wait import wait_exponential_jitter
 from raftka.client.errors import AdminError
 from raftka.client.types import (
     AclBinding,
+    BrokerConfigs,
     BrokerInfo,
     ClientQuotaEntry,
     ClusterDescription,
@@ -302,14 +303,34 @@ class AsyncAdmin:
         Only the named keys change (Kafka's IncrementalAlterConfigs)."""
         request = controller_pb2.AlterConfigsRequest(validate_only=validate_only)
         for topic, ops in changes.items():
-            entry = request.topics.add(topic=topic)
-            for name, value in ops.items():
-                if value is None:
-                    entry.ops.add(name=name, op=controller_pb2.ALTER_CONFIG_DELETE)
-                else:
-                    entry.ops.add(name=name, value=value, op=controller_pb2.ALTER_CONFIG_SET)
+            _add_ops(request.topics.add(topic=topic).ops, ops)
         response = await self._call(lambda stub: stub.AlterConfigs, request)
         return [_topic_result(r) for r in response.topics]
+
+    async def describe_broker_configs(self, brokers: Sequence[str]) -> list[BrokerConfigs]:
+        """Each broker's dynamic configs: a broker id, or "" for the cluster-wide default."""
+        response = await self._call(
+            lambda stub: stub.DescribeConfigs, controller_pb2.DescribeConfigsRequest(brokers=list(brokers))
+        )
+        return [
+            BrokerConfigs(
+                b.broker,
+                tuple(ConfigEntry(e.name, e.value, e.is_default) for e in b.entries),
+                _error_name(b.error),
+                b.message,
+            )
+            for b in response.brokers
+        ]
+
+    async def alter_broker_configs(
+        self, changes: Mapping[str, Mapping[str, str | None]], *, validate_only: bool = False
+    ) -> list[BrokerConfigs]:
+        """``changes``: broker id (or "" for the default) -> {key: new value, or None to delete}."""
+        request = controller_pb2.AlterConfigsRequest(validate_only=validate_only)
+        for broker, ops in changes.items():
+            _add_ops(request.brokers.add(broker=broker).ops, ops)
+        response = await self._call(lambda stub: stub.AlterConfigs, request)
+        return [BrokerConfigs(b.broker, (), _error_name(b.error), b.message) for b in response.brokers]
 
     # client quotas --------------------------------------------------------------------
 
@@ -348,6 +369,13 @@ class AsyncAdmin:
         ]
 
     # cluster --------------------------------------------------------------------------
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """Kafka's UnregisterBroker: the broker leaves every ISR and ELR and its registration
+        goes; a refusal (no such broker: BROKER_ID_NOT_REGISTERED) raises ``AdminError``."""
+        await self._call(
+            lambda stub: stub.UnregisterBroker, controller_pb2.UnregisterBrokerRequest(broker_id=broker_id)
+        )
 
     async def describe_cluster(self) -> ClusterDescription:
         response = await self._call(
@@ -570,6 +598,17 @@ class Admin:
     ) -> list[TopicResult]:
         return self._run(self._admin.alter_configs(changes, validate_only=validate_only))
 
+    def describe_broker_configs(self, brokers: Sequence[str]) -> list[BrokerConfigs]:
+        return self._run(self._admin.describe_broker_configs(brokers))
+
+    def alter_broker_configs(
+        self, changes: Mapping[str, Mapping[str, str | None]], *, validate_only: bool = False
+    ) -> list[BrokerConfigs]:
+        return self._run(self._admin.alter_broker_configs(changes, validate_only=validate_only))
+
+    def unregister_broker(self, broker_id: int) -> None:
+        self._run(self._admin.unregister_broker(broker_id))
+
     def describe_cluster(self) -> ClusterDescription:
         return self._run(self._admin.describe_cluster())
 
@@ -675,6 +714,15 @@ def _quota_entity_pb(entity: QuotaEntity) -> list[metadata_pb2.ClientQuotaEntity
 
 def _error_name(code: int) -> str | None:
     return None if code == E.NONE else E.Name(code)
+
+
+def _add_ops(added: Any, ops: Mapping[str, str | None]) -> None:
+    """Incremental alter ops: a value sets its key, None returns it to its default."""
+    for name, value in ops.items():
+        if value is None:
+            added.add(name=name, op=controller_pb2.ALTER_CONFIG_DELETE)
+        else:
+            added.add(name=name, value=value, op=controller_pb2.ALTER_CONFIG_SET)
 
 
 def _topic_result(result: controller_pb2.TopicResult) -> TopicResult:

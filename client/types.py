@@ -119,6 +119,21 @@ class TopicConfigs:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerConfigs:
+    """A broker's dynamic configs (``broker`` "" is the cluster-wide default); an alteration's
+    outcome carries no entries."""
+
+    broker: str
+    entries: tuple[ConfigEntry, ...]
+    error: str | None
+    message: str
+
+    def check(self) -> None:
+        who = f"broker {self.broker}" if self.broker else "the broker default"
+        _check(self.error, f"{who}: {self.message}" if self.message else who)
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     name: str
     host: str

@@ -26,6 +26,13 @@
 #                       then binds RAFTKA_EXTERNAL_KAFKA_PORT (19092) and advertises it
 #   RAFTKA_EXTERNAL_KAFKA_HOST, RAFTKA_EXTERNAL_KAFKA_PORT_BASE  in a StatefulSet instead:
 #                       advertise HOST:BASE+ORDINAL (the node's IP and the pod's NodePort)
+#   RAFTKA_TLS_DIR      a folder holding ca.crt and this node's certificate and key as
+#                       `raftka certs init` names them (controller-ID.crt/.key or
+#                       broker-ID.crt/.key): every listener and connection of the node then
+#                       speaks mutual TLS ([tls]), and `health` presents that certificate.
+#                       Unset: plaintext
+#   RAFTKA_SUPER_USERS  authorizer.super_users with TLS on: principals separated by ';'
+#                       (User:CN=admin,OU=client,O=raftka)
 #   RAFTKA_DATA_DIR     /var/lib/raftka (the volume)
 #   RAFTKA_CONFIG       where the config is written: /etc/raftka/node.toml
 #   RAFTKA_LOG_LEVEL    info;  RAFTKA_LOG_FORMAT: json
@@ -77,6 +84,47 @@ external_kafka_address() {
     echo "$RAFTKA_EXTERNAL_KAFKA_HOST:$((RAFTKA_EXTERNAL_KAFKA_PORT_BASE + ordinal))"
 }
 
+# This node's certificate and key in RAFTKA_TLS_DIR, without the suffix: DIR/ROLE-ID.
+own_certificate() {
+    need RAFTKA_ROLE "controller or broker: it names the certificate in RAFTKA_TLS_DIR"
+    echo "$RAFTKA_TLS_DIR/$RAFTKA_ROLE-$(node_id)"
+}
+
+# The [tls] table, when RAFTKA_TLS_DIR holds the CA and this node's certificate and key.
+tls_table() {
+    [ -n "${RAFTKA_TLS_DIR:-}" ] || return 0
+    own=$(own_certificate)
+    for file in "$RAFTKA_TLS_DIR/ca.crt" "$own.crt" "$own.key"; do
+        [ -r "$file" ] || die "RAFTKA_TLS_DIR: $file is missing or unreadable (the Secrets hold 'raftka certs init' files: see docs/deploy.md)"
+    done
+    echo
+    echo "[tls]"
+    echo "ca = \"$RAFTKA_TLS_DIR/ca.crt\""
+    echo "cert = \"$own.crt\""
+    echo "key = \"$own.key\""
+}
+
+# The [authorizer] table: RAFTKA_SUPER_USERS, principals separated by ';'.
+authorizer_table() {
+    [ -n "${RAFTKA_SUPER_USERS:-}" ] || return 0
+    case $RAFTKA_SUPER_USERS in *'"'* | *'\'*) die "RAFTKA_SUPER_USERS: quotes and backslashes are not allowed" ;; esac
+    echo
+    echo "[authorizer]"
+    printf 'super_users = ['
+    separator=""
+    old_ifs=$IFS
+    IFS=';'
+    set -f # a principal may hold '*': split, never glob
+    for user in $RAFTKA_SUPER_USERS; do
+        [ -n "$user" ] || continue
+        printf '%s"%s"' "$separator" "$user"
+        separator=", "
+    done
+    set +f
+    IFS=$old_ifs
+    echo "]"
+}
+
 write_config() {
     if [ -z "${RAFTKA_ROLE:-}" ]; then
         [ -r "$CONFIG" ] || die "RAFTKA_ROLE is not set and RAFTKA_CONFIG ($CONFIG) is not a readable file"
@@ -99,6 +147,8 @@ write_config() {
         echo "[logging]"
         echo "level = \"${RAFTKA_LOG_LEVEL:-info}\""
         echo "format = \"${RAFTKA_LOG_FORMAT:-json}\""
+        tls_table
+        authorizer_table
         case $RAFTKA_ROLE in
         controller) ;;
         broker)
@@ -157,7 +207,14 @@ server)
     exec raftka server --config "$CONFIG"
     ;;
 health)
-    exec raftka health "${RAFTKA_HOST:-127.0.0.1}:$GRPC_PORT" --timeout "${RAFTKA_HEALTH_TIMEOUT_S:-3}"
+    address="${RAFTKA_HOST:-127.0.0.1}:$GRPC_PORT"
+    timeout=${RAFTKA_HEALTH_TIMEOUT_S:-3}
+    if [ -n "${RAFTKA_TLS_DIR:-}" ]; then # over mutual TLS, with this node's own certificate
+        own=$(own_certificate)
+        exec raftka health "$address" --timeout "$timeout" \
+            --tls-ca "$RAFTKA_TLS_DIR/ca.crt" --tls-cert "$own.crt" --tls-key "$own.key"
+    fi
+    exec raftka health "$address" --timeout "$timeout"
     ;;
 config)
     write_config

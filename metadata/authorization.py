@@ -26,7 +26,7 @@ answered whole, so nothing of it is written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from raftka.metadata import acls
@@ -60,16 +60,25 @@ def _cluster(operation: str) -> Callable[[Any], Iterator[Need]]:
     return needs
 
 
+def _configs_needs(operation: str, topics: Iterable[str], brokers: Sequence[object]) -> Iterator[Need]:
+    """Kafka's rule: a topic's configs on the topic, a broker's on the cluster."""
+    for topic in topics:
+        yield operation, acls.TOPIC, topic
+    if brokers:
+        yield operation, acls.CLUSTER, acls.CLUSTER_NAME
+
+
 _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "CreateTopics": lambda r: ((acls.CREATE, acls.TOPIC, t.name) for t in r.topics),
     "DeleteTopics": lambda r: ((acls.DELETE, acls.TOPIC, name) for name in r.names),
     "CreatePartitions": lambda r: ((acls.ALTER, acls.TOPIC, t.name) for t in r.topics),
-    "AlterConfigs": lambda r: ((acls.ALTER_CONFIGS, acls.TOPIC, t.topic) for t in r.topics),
-    "DescribeConfigs": lambda r: ((acls.DESCRIBE_CONFIGS, acls.TOPIC, name) for name in r.topics),
+    "AlterConfigs": lambda r: _configs_needs(acls.ALTER_CONFIGS, (t.topic for t in r.topics), r.brokers),
+    "DescribeConfigs": lambda r: _configs_needs(acls.DESCRIBE_CONFIGS, r.topics, r.brokers),
     "DescribeTopics": lambda r: ((acls.DESCRIBE, acls.TOPIC, name) for name in r.names),
     "ElectLeaders": _cluster(acls.ALTER),
     "AlterPartitionReassignments": _cluster(acls.ALTER),  # Kafka's rule
     "ListPartitionReassignments": _cluster(acls.DESCRIBE),
+    "UnregisterBroker": _cluster(acls.ALTER),  # Kafka's rule
     "DeleteGroups": lambda r: ((acls.DELETE, acls.GROUP, group) for group in r.groups),
     "OffsetCommit": lambda r: _group_and_topics(acls.READ, r.group, r.topics),
     "OffsetFetch": lambda r: _group_and_topics(acls.DESCRIBE, r.group, r.topics),

@@ -4,7 +4,8 @@ Pure functions of the controller's latest image (see ``raftka.metadata.plan``). 
 lifecycle (DESIGN.md "Metadata"): a broker registers (its epoch is the offset of its
 RegisterBrokerRecord) and starts fenced; a heartbeat once it has replayed the log up to
 its registration unfences it; a missed session, ``want_fence`` or a controlled shutdown
-fences it again, which takes it out of every ISR (``raftka.metadata.elections``).
+fences it again, which takes it out of every ISR (``raftka.metadata.elections``). An
+operator's UnregisterBroker (``unregister``) removes the registration altogether.
 """
 
 from __future__ import annotations
@@ -165,6 +166,26 @@ def registered(image: MetadataImage, broker_id: int, broker_epoch: int) -> Broke
             f"broker {broker_id}: epoch {broker_epoch} is not the current registration's ({broker.epoch})",
         )
     return broker
+
+
+def unregister(image: MetadataImage, broker_id: int, records_max: int) -> Plan:
+    """One step of Kafka's UnregisterBroker (``handleBrokerUnregistered``): the broker leaves
+    at most ``records_max`` ISRs and ELRs, the partitions it led electing from what remains
+    (or going offline); once it is in none, the UnregisterBrokerRecord. As Kafka, a live
+    broker may be unregistered: it then holds no place a leader could be elected from, and
+    if its process comes back it registers as a new broker, with no ISR or ELR place, and
+    catches up as any new follower before it may lead."""
+    response = controller_pb2.UnregisterBrokerResponse()
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        return refuse(
+            response, ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker_id: {broker_id} is not a registered broker"
+        )
+    changes = elections.remove_broker(image, broker_id, limit=records_max, unclean=True)
+    if changes:
+        return Plan(response, changes)
+    record = metadata_pb2.UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=broker.epoch)
+    return Plan(response, [MetadataRecord(unregister_broker=record)])
 
 
 def fence(

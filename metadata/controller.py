@@ -435,6 +435,40 @@ class QuorumController:
         self._sessions.end(request.broker_id, self._clock())
         await self._fence_expired(request.broker_id)
 
+    async def unregister_broker(
+        self, request: controller_pb2.UnregisterBrokerRequest
+    ) -> controller_pb2.UnregisterBrokerResponse:
+        """Kafka's UnregisterBroker, in steps of at most a batch (``broker_ops.unregister``).
+        While it runs the broker counts as shutting down, so no leader takes it back into
+        an ISR between two steps; once it is gone its session and reports are forgotten."""
+        done = False
+
+        def planned(made: Plan) -> None:
+            nonlocal done
+            done = made.failed or made.records[-1].HasField("unregister_broker")
+
+        broker_id = request.broker_id
+        leaving = broker_id not in self._shutting_down
+        self._shutting_down.add(broker_id)
+        try:
+            while True:
+                response = await self._write(
+                    controller_pb2.UnregisterBrokerResponse,
+                    lambda image: broker_ops.unregister(image, broker_id, self._records_max),
+                    request,
+                    planned,
+                )
+                if response.status.error != ErrorCode.NONE or done:
+                    break
+        finally:
+            if leaving:
+                self._shutting_down.discard(broker_id)
+        if response.status.error == ErrorCode.NONE:
+            self._log.info("broker unregistered", broker_id=broker_id)
+            self._sessions.forget(broker_id)
+            self._offline.forget(broker_id)
+        return response
+
     async def broker_heartbeat(
         self, request: controller_pb2.BrokerHeartbeatRequest
     ) -> controller_pb2.BrokerHeartbeatResponse:

@@ -83,6 +83,11 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     ) -> Any:
         return await self._call(self._c.broker_heartbeat, request, Pb.BrokerHeartbeatResponse)
 
+    async def UnregisterBroker(
+        self, request: Pb.UnregisterBrokerRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.unregister_broker, request, Pb.UnregisterBrokerResponse)
+
     async def DescribeCluster(
         self, request: Pb.DescribeClusterRequest, context: grpc.aio.ServicerContext
     ) -> Any:

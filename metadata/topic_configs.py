@@ -20,6 +20,7 @@ INT64_MAX = 2**63 - 1
 GIB = 1 << 30
 _INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII only: int() would also take "1_000" and "١٢"
 _INT64_DIGITS = len(str(2**63))
+_REPLICA_ENTRY = re.compile(r"[0-9]{1,10}:[0-9]{1,10}")
 
 RETENTION_MS = "retention.ms"
 RETENTION_BYTES = "retention.bytes"
@@ -28,10 +29,13 @@ MIN_INSYNC_REPLICAS = "min.insync.replicas"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 CLEANUP_POLICY = "cleanup.policy"
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
+LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
+ALL_REPLICAS = "*"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
-class _BadValue(Exception):
+class BadValue(Exception):
     """Why a value is wrong; ``validate_config`` adds the key and the value."""
 
 
@@ -40,23 +44,23 @@ class ConfigDef:
     name: str
     default: str
     doc: str
-    parse: Callable[[str], str]  # stripped value -> normalized value; raises _BadValue
+    parse: Callable[[str], str]  # stripped value -> normalized value; raises BadValue
     kind: str  # Kafka's config type: LONG, INT, STRING or LIST
 
 
-def _integer(minimum: int, maximum: int, type_name: str) -> Callable[[str], str]:
+def integer(minimum: int, maximum: int, type_name: str) -> Callable[[str], str]:
     def parse(value: str) -> str:
         if not _INTEGER.fullmatch(value):
-            raise _BadValue(f"not a number of type {type_name}")
+            raise BadValue(f"not a number of type {type_name}")
         # Leading zeros dropped and the length bounded first: int() refuses over 4300 digits.
         digits = value.lstrip("+-").lstrip("0") or "0"
         if len(digits) > _INT64_DIGITS:
-            raise _BadValue(f"out of range for type {type_name}")
+            raise BadValue(f"out of range for type {type_name}")
         number = -int(digits) if value.startswith("-") else int(digits)
         if not -maximum - 1 <= number <= maximum:
-            raise _BadValue(f"out of range for type {type_name}")
+            raise BadValue(f"out of range for type {type_name}")
         if number < minimum:
-            raise _BadValue(f"must be at least {minimum}")
+            raise BadValue(f"must be at least {minimum}")
         return str(number)
 
     return parse
@@ -66,7 +70,7 @@ def _at_most(limit: int, parse: Callable[[str], str]) -> Callable[[str], str]:
     def bounded(value: str) -> str:
         normalized = parse(value)
         if int(normalized) > limit:
-            raise _BadValue(f"must be at most {limit}")
+            raise BadValue(f"must be at most {limit}")
         return normalized
 
     return bounded
@@ -74,22 +78,41 @@ def _at_most(limit: int, parse: Callable[[str], str]) -> Callable[[str], str]:
 
 def _timestamp_type(value: str) -> str:
     if value not in TIMESTAMP_TYPES:
-        raise _BadValue(f"must be one of {', '.join(TIMESTAMP_TYPES)}")
+        raise BadValue(f"must be one of {', '.join(TIMESTAMP_TYPES)}")
     return value
 
 
 def _boolean(value: str) -> str:
     if value.lower() not in ("true", "false"):
-        raise _BadValue("must be true or false")
+        raise BadValue("must be true or false")
     return value.lower()
+
+
+def _throttled_replicas(value: str) -> str:
+    """Kafka's ``ThrottledReplicaListValidator``: ``*`` or ``partition:broker`` entries."""
+    if value == ALL_REPLICAS:
+        return value
+    entries = [entry.strip() for entry in value.split(",")] if value else []
+    for entry in entries:
+        if not _REPLICA_ENTRY.fullmatch(entry):
+            raise BadValue(f"entry {entry!r} is not partition:broker (or give '*' alone)")
+    return ",".join(f"{int(p)}:{int(b)}" for p, b in (entry.split(":") for entry in entries))
+
+
+def throttled_partitions(value: str, broker_id: int) -> frozenset[int] | None:
+    """The partitions a normalized throttled-replicas value names for ``broker_id``; None for all."""
+    if value == ALL_REPLICAS:
+        return None
+    entries = (entry.split(":") for entry in value.split(",") if entry)
+    return frozenset(int(p) for p, b in entries if int(b) == broker_id)
 
 
 def _cleanup_policy(value: str) -> str:
     policies = {policy.strip() for policy in value.split(",")}
     if "compact" in policies:
-        raise _BadValue("'compact' is not supported yet; the only policy is 'delete'")
+        raise BadValue("'compact' is not supported yet; the only policy is 'delete'")
     if policies != {"delete"}:
-        raise _BadValue("the only supported policy is 'delete'")
+        raise BadValue("the only supported policy is 'delete'")
     return "delete"
 
 
@@ -101,49 +124,49 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 RETENTION_MS,
                 "604800000",
                 "how long a segment is kept after its last write (ms); -1 keeps it forever",
-                _integer(-1, INT64_MAX, "LONG"),
+                integer(-1, INT64_MAX, "LONG"),
                 "LONG",
             ),
             ConfigDef(
                 RETENTION_BYTES,
                 "-1",
                 "the partition size above which old segments are deleted; -1 is unlimited",
-                _integer(-1, INT64_MAX, "LONG"),
+                integer(-1, INT64_MAX, "LONG"),
                 "LONG",
             ),
             ConfigDef(
                 SEGMENT_BYTES,
                 str(GIB),
                 "the size at which a partition's log rolls to a new segment (1 KiB to 1 GiB)",
-                _at_most(GIB, _integer(1024, INT32_MAX, "INT")),
+                _at_most(GIB, integer(1024, INT32_MAX, "INT")),
                 "INT",
             ),
             ConfigDef(
                 "segment.ms",
                 "604800000",
                 "the age (ms) at which the active segment rolls even if not full",
-                _integer(1, INT64_MAX, "LONG"),
+                integer(1, INT64_MAX, "LONG"),
                 "LONG",
             ),
             ConfigDef(
                 "index.interval.bytes",
                 "4096",
                 "bytes of log between two entries of the sparse offset index",
-                _integer(0, INT32_MAX, "INT"),
+                integer(0, INT32_MAX, "INT"),
                 "INT",
             ),
             ConfigDef(
                 "flush.messages",
                 str(INT64_MAX),
                 "fsync once this many records are unflushed; 1 fsyncs each batch before it counts as written",
-                _integer(1, INT64_MAX, "LONG"),
+                integer(1, INT64_MAX, "LONG"),
                 "LONG",
             ),
             ConfigDef(
                 "flush.ms",
                 str(INT64_MAX),
                 "fsync once the oldest unflushed write is this old (ms); durability comes from replication",
-                _integer(0, INT64_MAX, "LONG"),
+                integer(0, INT64_MAX, "LONG"),
                 "LONG",
             ),
             ConfigDef(
@@ -157,28 +180,28 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 "message.timestamp.before.max.ms",
                 str(INT64_MAX),
                 "how far (ms) before the broker's clock a CreateTime timestamp may be",
-                _integer(0, INT64_MAX, "LONG"),
+                integer(0, INT64_MAX, "LONG"),
                 "LONG",
             ),
             ConfigDef(
                 "message.timestamp.after.max.ms",
                 "3600000",
                 "how far (ms) after the broker's clock a CreateTime timestamp may be",
-                _integer(0, INT64_MAX, "LONG"),
+                integer(0, INT64_MAX, "LONG"),
                 "LONG",
             ),
             ConfigDef(
                 MIN_INSYNC_REPLICAS,
                 "1",
                 "with acks=all, the in-sync replicas a write needs; at most the replication factor",
-                _integer(1, INT32_MAX, "INT"),
+                integer(1, INT32_MAX, "INT"),
                 "INT",
             ),
             ConfigDef(
                 MAX_MESSAGE_BYTES,
                 "1048588",
                 "the largest record batch the partition accepts (bytes)",
-                _integer(0, INT32_MAX, "INT"),
+                integer(0, INT32_MAX, "INT"),
                 "INT",
             ),
             ConfigDef(
@@ -195,6 +218,22 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 _cleanup_policy,
                 "LIST",
             ),
+            ConfigDef(
+                LEADER_THROTTLED_REPLICAS,
+                "",
+                "replicas (partition:broker, or '*') whose leader limits what it serves catching-up followers "
+                "to the broker's leader.replication.throttled.rate",
+                _throttled_replicas,
+                "LIST",
+            ),
+            ConfigDef(
+                FOLLOWER_THROTTLED_REPLICAS,
+                "",
+                "replicas (partition:broker, or '*') that, catching up, fetch no faster than their broker's "
+                "follower.replication.throttled.rate",
+                _throttled_replicas,
+                "LIST",
+            ),
         )
     }
 )
@@ -202,12 +241,17 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
 
 def validate_config(key: str, value: str) -> str:
     """The normalized value, or INVALID_CONFIG naming the key for an unknown key or a bad value."""
-    definition = TOPIC_CONFIGS.get(key)
+    return validate_entry(TOPIC_CONFIGS, "topic", key, value)
+
+
+def validate_entry(definitions: Mapping[str, ConfigDef], entity: str, key: str, value: str) -> str:
+    """``value`` of ``key`` checked and normalized by its definition in ``definitions``."""
+    definition = definitions.get(key)
     if definition is None:
-        raise ValidationError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
+        raise ValidationError(ErrorCode.INVALID_CONFIG, f"unknown {entity} config {key!r}")
     try:
         return definition.parse(value.strip())
-    except _BadValue as e:
+    except BadValue as e:
         raise ValidationError(
             ErrorCode.INVALID_CONFIG, f"invalid value {value!r} for config {key}: {e}"
         ) from None
@@ -233,12 +277,14 @@ def check_min_insync_replicas(explicit: Mapping[str, str], replication_factor: i
         )
 
 
-def describe_configs(explicit: Mapping[str, str]) -> list[tuple[str, str, bool]]:
-    """Every topic config as (name, value, is_default), sorted by name.
+def describe_configs(
+    explicit: Mapping[str, str], definitions: Mapping[str, ConfigDef] = TOPIC_CONFIGS
+) -> list[tuple[str, str, bool]]:
+    """Every config of ``definitions`` as (name, value, is_default), sorted by name.
 
     A key set in the log but unknown to this version is still shown, not hidden.
     """
     return [
-        (name, explicit[name], False) if name in explicit else (name, TOPIC_CONFIGS[name].default, True)
-        for name in sorted(TOPIC_CONFIGS.keys() | explicit.keys())
+        (name, explicit[name], False) if name in explicit else (name, definitions[name].default, True)
+        for name in sorted(definitions.keys() | explicit.keys())
     ]

@@ -195,13 +195,18 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
         case Pb.CreateTopicsRequest():
             yield "topics", len(request.topics), TOPICS_PER_REQUEST_MAX, ""
             yield "topics[].configs", sum(len(t.configs) for t in request.topics), records_max, per_batch
-        case Pb.CreatePartitionsRequest() | Pb.DescribeConfigsRequest():
+        case Pb.CreatePartitionsRequest():
             yield "topics", len(request.topics), TOPICS_PER_REQUEST_MAX, ""
+        case Pb.DescribeConfigsRequest():
+            yield "topics", len(request.topics), TOPICS_PER_REQUEST_MAX, ""
+            yield "brokers", len(request.brokers), TOPICS_PER_REQUEST_MAX, ""
         case Pb.DeleteTopicsRequest() | Pb.DescribeTopicsRequest():
             yield "names", len(request.names), TOPICS_PER_REQUEST_MAX, ""
         case Pb.AlterConfigsRequest():
             yield "topics", len(request.topics), TOPICS_PER_REQUEST_MAX, ""
             yield "topics[].ops", sum(len(t.ops) for t in request.topics), records_max, per_batch
+            yield "brokers", len(request.brokers), TOPICS_PER_REQUEST_MAX, ""
+            yield "brokers[].ops", sum(len(b.ops) for b in request.brokers), records_max, per_batch
         case Pb.BrokerRegistrationRequest():
             yield "listeners", len(request.listeners), LISTENERS_MAX, ""
         case Pb.BrokerHeartbeatRequest():

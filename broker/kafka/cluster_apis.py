@@ -37,6 +37,7 @@ from raftka.broker.kafka.endpoints import kafka_endpoints
 from raftka.broker.kafka.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
 from raftka.broker.kafka.protocol import KafkaApi
 from raftka.metadata import acls
+from raftka.metadata.broker_configs import BROKER_CONFIGS, CLUSTER_DEFAULT
 from raftka.metadata.image import NO_LEADER, MetadataImage, TopicImage
 from raftka.metadata.topic_configs import TOPIC_CONFIGS, describe_configs
 from raftka.node.config import NodeConfig
@@ -52,7 +53,8 @@ TOPIC_AUTHORIZATION_FAILED = kafka_error(E.TOPIC_AUTHORIZATION_FAILED)
 CLUSTER_AUTHORIZATION_FAILED = kafka_error(E.CLUSTER_AUTHORIZATION_FAILED)
 UNKNOWN_TOPIC_OR_PARTITION = kafka_error(E.UNKNOWN_TOPIC_OR_PARTITION)
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3  # config sources
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
 CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
 DEFAULT_FROM_BROKER = -1  # CreateTopics: num_partitions or replication_factor left to the broker
 NOT_CREATED_LOG_INTERVAL_S = 60.0
@@ -327,7 +329,7 @@ class ClusterApis:
             elif resource.resource_type == TOPIC_RESOURCE:
                 result = self._topic_configs(image, resource.resource_name, request.include_synonyms)
             elif resource.resource_type == BROKER_RESOURCE:
-                result = self._broker_configs(resource.resource_name, request.include_synonyms)
+                result = self._broker_configs(image, resource.resource_name, request.include_synonyms)
             else:
                 why = f"resource_type: {resource.resource_type} is not a topic (2) or a broker (4)"
                 result = DR(error_code=INVALID_REQUEST, error_message=why, configs=[])
@@ -363,7 +365,7 @@ class ClusterApis:
             )
         return DR(error_code=0, error_message=None, configs=entries)
 
-    def _broker_configs(self, name: str, synonyms: bool) -> DR:
+    def _broker_configs(self, image: MetadataImage, name: str, synonyms: bool) -> DR:
         if name not in ("", str(self._broker_id)):
             return DR(
                 error_code=INVALID_REQUEST,
@@ -382,6 +384,7 @@ class ClusterApis:
             )
             for key, value in _static_keys(self._config)
         ]
+        entries += _dynamic_broker_entries(image, name, synonyms)
         return DR(error_code=0, error_message=None, configs=entries)
 
 
@@ -406,6 +409,35 @@ def _static_keys(config: NodeConfig) -> Iterable[tuple[str, object]]:
     for table, values in (("broker", config.broker), ("kafka", config.kafka)):
         for f in dataclasses.fields(values):
             yield f"{table}.{f.name}", getattr(values, f.name)
+
+
+def _dynamic_broker_entries(
+    image: MetadataImage, name: str, synonyms: bool
+) -> list[DR.DescribeConfigsResourceResult]:
+    """The dynamic broker configs (``raftka configs alter --broker``) as this broker runs with
+    them: its own value, else the cluster default, else the built-in default (Kafka's sources)."""
+    own = image.configs.get((metadata_pb2.CONFIG_RESOURCE_BROKER, name), {}) if name else {}
+    shared = image.configs.get((metadata_pb2.CONFIG_RESOURCE_BROKER, CLUSTER_DEFAULT), {})
+    entries = []
+    for key, definition in BROKER_CONFIGS.items():
+        if key in own:
+            value, source = own[key], DYNAMIC_BROKER_CONFIG
+        elif key in shared:
+            value, source = shared[key], DYNAMIC_DEFAULT_BROKER_CONFIG
+        else:
+            value, source = definition.default, DEFAULT_CONFIG
+        entries.append(
+            _config_entry(
+                key,
+                value,
+                source,
+                read_only=False,
+                synonyms=synonyms,
+                kind=definition.kind,
+                doc=definition.doc,
+            )
+        )
+    return entries
 
 
 def _kind(value: object) -> str:

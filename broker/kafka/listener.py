@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from raftka.broker.data_service import BrokerApi
 from raftka.broker.kafka.acl_apis import AclApis
+from raftka.broker.kafka.broker_apis import BrokerApis
 from raftka.broker.kafka.cluster_apis import ClusterApis
+from raftka.broker.kafka.config_apis import ConfigApis
 from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
 from raftka.broker.kafka.marker_apis import MarkerApis
@@ -27,12 +29,14 @@ def kafka_listener(
     logins = kafka_logins(api, mechanisms) if mechanisms else None
     apis = [
         *ClusterApis(api, config).apis(),
+        *ConfigApis(api).apis(),
         *LogApis(api).apis(),
         *MarkerApis(api).apis(),
         *GroupApis(api).apis(),
         *QuotaApis(api).apis(),
         *AclApis(api).apis(),
         *ReassignApis(api).apis(),
+        *BrokerApis(api).apis(),
         *SaslApis(api, logins).apis(),
     ]
     login = None if logins is None else logins.new

@@ -32,6 +32,9 @@ Each request carries this broker's current broker epoch (read at every request, 
 re-registered broker sends its new one); the leader refuses the whole request if it is
 not the registration it knows (``raftka.broker.replica.follower_check``), and the fetcher
 asks again after a backoff.
+
+A follower replication throttle (``raftka.broker.replica.throttle``) leaves the throttled
+partitions this broker has not caught up on out of its fetches while the quota is over.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from raftka.broker.log.partition_log import LogAppendError
 from raftka.broker.partitions import Role
 from raftka.broker.replica.follower_check import ROUTINE_REFUSALS
 from raftka.broker.replica.partition import Partition
+from raftka.broker.replica.throttle import ReplicationQuota
 from raftka.node.config import BrokerConfig
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient, WireError
@@ -64,6 +68,7 @@ APPEND_BACKOFF_MAX_S = 30.0  # batches that keep failing to append are retried a
 APPEND_LOG_INTERVAL_S = 60.0  # a partition's append failures are logged at most this often
 RESTART_BACKOFF_MAX_S = 30.0
 IDLE_WAIT_MAX_S = 1.0  # the loop looks again at least this often, e.g. for a leader's new address
+THROTTLED_WAIT_S = 0.1  # a partition held back by the follower's replication throttle is looked at again
 
 
 class FollowerFetch:
@@ -78,8 +83,11 @@ class FollowerFetch:
         on_truncated: Callable[[list[Partition], Callable[[], None]], None],
         clock: Callable[[], float] = time.monotonic,
         wake: Callable[[], None] = lambda: None,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.local_id = local_id
+        self._quota = quota
+        self._caught_up: set[Partition] = set()  # reached the leader's high watermark at its last answer
         self._config = config
         self._broker_epoch = broker_epoch
         self._on_truncated = on_truncated  # (partitions cut, call when that is on disk), once per answer
@@ -96,13 +104,22 @@ class FollowerFetch:
         self.partitions[partition] = 0.0
         self.failed.pop(partition, None)
         self._append_failures.pop(partition, None)
+        self._caught_up.discard(partition)
 
     def remove(self, partition: Partition) -> None:
         self.partitions.pop(partition, None)
         self._append_failures.pop(partition, None)
+        self._caught_up.discard(partition)
 
     def ready(self, now: float) -> list[Partition]:
-        return [p for p, not_before in self.partitions.items() if not_before <= now and p not in self._held]
+        """The partitions to fetch now; those the throttle holds back wait ``THROTTLED_WAIT_S``."""
+        ready = [p for p, not_before in self.partitions.items() if not_before <= now and p not in self._held]
+        quota = self._quota
+        if quota is None:
+            return ready
+        held = [p for p in ready if quota.hold_back(p.topic, p.partition, p in self._caught_up)]
+        self._delay(held, THROTTLED_WAIT_S)
+        return [p for p in ready if p not in held] if held else ready
 
     def wait_s(self, now: float) -> float:
         """How long until a partition may be fetched (looked at again within a second)."""
@@ -194,7 +211,13 @@ class FollowerFetch:
             if result.records:
                 partition.log.append_as_follower(result.records)
                 self._append_failures.pop(partition, None)
+                if self._quota is not None and self._quota.is_throttled(partition.topic, partition.partition):
+                    self._quota.record(len(result.records))
             partition.follow_high_watermark(result.high_watermark)
+            if partition.log.log_end_offset >= result.high_watermark:
+                self._caught_up.add(partition)
+            else:
+                self._caught_up.discard(partition)
         elif result.error == E.OFFSET_OUT_OF_RANGE:
             self._reset_out_of_range(partition, result)
         else:
@@ -326,13 +349,16 @@ class ReplicaFetcher:
         broker_epoch: Callable[[], int],
         on_truncated: Callable[[list[Partition], Callable[[], None]], None],
         tls: ssl.SSLContext | None = None,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.leader_id = leader_id
         self._address = address
         self._tls = tls
         self._config = config
         self._changed = asyncio.Event()
-        self._fetch = FollowerFetch(local_id, config, broker_epoch, on_truncated, wake=self._changed.set)
+        self._fetch = FollowerFetch(
+            local_id, config, broker_epoch, on_truncated, wake=self._changed.set, quota=quota
+        )
         self._client: BrokerClient | None = None
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{local_id}-from-{leader_id}")
 
@@ -425,8 +451,10 @@ class ReplicaFetchers:
         broker_epoch: Callable[[], int],
         on_truncated: Callable[[list[Partition], Callable[[], None]], None],
         tls: ssl.SSLContext | None = None,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self._local_id = local_id
+        self.quota = quota  # one follower throttle for every leader, as Kafka's
         self._address = address
         self._tls = tls
         self._config = config
@@ -447,6 +475,7 @@ class ReplicaFetchers:
                 self._broker_epoch,
                 self._on_truncated,
                 self._tls,
+                self.quota,
             )
         fetcher.add(partition)
         self._source[partition] = partition.leader_id

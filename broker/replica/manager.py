@@ -52,6 +52,7 @@ from raftka.broker.metrics import BrokerTopicMetrics
 from raftka.broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
 from raftka.broker.replica.follower_check import ROUTINE_REFUSALS, follower_refusal
 from raftka.broker.replica.partition import Partition, PartitionError
+from raftka.broker.replica.throttle import LEADER, ReplicationQuota
 from raftka.broker.replica.waiters import OffsetWaiters, Wakeups
 from raftka.broker.transaction_verifier import AcceptAll, TransactionVerifier
 from raftka.metadata.image import TOPIC, MetadataImage
@@ -140,6 +141,7 @@ class ReplicaManager:
         self._committed = Wakeups()  # high watermark moved: consumers' fetches
         self._bytes_waiting = 0
         self.metrics = BrokerTopicMetrics()
+        self.leader_quota = ReplicationQuota(LEADER, local_id, lambda: self._image, clock_ms)
         self._refusals = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)
         self._checkpointed_high_watermarks = dict(high_watermarks)  # read at start; used once per partition
 
@@ -637,6 +639,8 @@ class ReplicaManager:
                 or remaining <= 0
                 or wakeups.count >= self.config.fetch_parked_max
             ):
+                if request.replica_id >= 0:
+                    self._count_throttled(response)
                 return response
             await wakeups.wait(keys, remaining)
 
@@ -693,6 +697,10 @@ class ReplicaManager:
                 if result.HasField("diverging_epoch"):
                     stop = True
                     continue
+                if request.replica_id >= 0 and self.leader_quota.hold_back(
+                    partition.topic, partition.partition, request.replica_id in partition.isr
+                ):
+                    continue  # answered with no records, and nothing to wake this fetch for
                 keys.append(partition)
                 max_bytes = min(data.partition_max_bytes, budget)
                 if max_bytes <= 0 and size > 0:
@@ -721,6 +729,21 @@ class ReplicaManager:
         if room is not None:
             room.hold(size)
         return response, size, stop, keys
+
+    def _count_throttled(self, response: Pb.FetchResponse) -> None:
+        """The bytes of throttled partitions in a follower's answer count against the leader's
+        quota (Kafka's ``sizeOfThrottledPartitions``), in sync or not."""
+        quota = self.leader_quota
+        if not quota.throttles_any():
+            return
+        size = sum(
+            len(result.records)
+            for topic in response.topics
+            for result in topic.partitions
+            if result.records and quota.is_throttled(topic.name, result.partition)
+        )
+        if size:
+            quota.record(size)
 
     def _fetch_partition(
         self,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.admin import NewTopic as KafkaNewTopic
 from kafka.partitioner import murmur2
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
@@ -210,6 +210,39 @@ def test_kafkas_admin_client_creates_describes_and_deletes_topics(cluster: Metad
     admin.delete_topics(["admin-made"])["admin-made"].result(30)
     with Admin(cluster.controller_addresses(), RetryPolicy(total_timeout_s=30)) as raftka_admin:
         assert "admin-made" not in [t.name for t in raftka_admin.list_topics()]
+
+
+def test_kafkas_admin_client_sets_a_brokers_replication_throttle_and_a_topics_throttled_replicas(
+    cluster: MetadataCluster,
+) -> None:
+    """IncrementalAlterConfigs as kafka-configs and kafka-reassign-partitions --throttle send it;
+    the broker serves the value it runs with in DescribeConfigs, a dynamic broker config."""
+    kafka = ",".join(n.kafka_address for n in cluster.nodes("broker"))
+    admin = AdminClient({"bootstrap.servers": kafka})
+    broker = cluster.nodes("broker")[0].id
+    admin.create_topics([KafkaNewTopic("throttled-by-kafka", num_partitions=1, replication_factor=3)])[
+        "throttled-by-kafka"
+    ].result(30)
+    rate = ConfigResource(ConfigResource.Type.BROKER, str(broker), incremental_configs=[
+        ConfigEntry("leader.replication.throttled.rate", "1048576", incremental_operation=AlterConfigOpType.SET)
+    ])  # fmt: skip
+    replicas = ConfigResource(ConfigResource.Type.TOPIC, "throttled-by-kafka", incremental_configs=[
+        ConfigEntry("leader.replication.throttled.replicas", "*", incremental_operation=AlterConfigOpType.SET)
+    ])  # fmt: skip
+    for future in admin.incremental_alter_configs([rate, replicas]).values():
+        future.result(30)
+    described = raftka_json(cluster, "configs", "describe", "--broker", str(broker))
+    assert {
+        "name": "leader.replication.throttled.rate",
+        "value": "1048576",
+        "is_default": False,
+    } in described["configs"]
+
+    def served() -> bool:
+        [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, str(broker))]).values()
+        return future.result(30)["leader.replication.throttled.rate"].value == "1048576"
+
+    wait_until(served, timeout_s=30, what=f"broker {broker} serving its new rate")
 
 
 def test_a_topic_a_kafka_client_names_first_is_created_unless_it_says_not_to(

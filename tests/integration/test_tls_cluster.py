@@ -14,6 +14,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -36,6 +37,7 @@ from tests.integration.polling import wait_until
 pytestmark = pytest.mark.integration
 ALICE = "User:CN=alice,OU=client,O=raftka"
 TIMEOUT_S = 60
+ENTRYPOINT = Path(__file__).resolve().parents[2] / "deploy" / "raftka-node.sh"
 
 
 @pytest.fixture(scope="module")
@@ -322,6 +324,33 @@ def test_health_perf_and_chaos_present_the_clusters_certificate(cluster: Metadat
     assert chaos["summary"]["rounds"] == 1 and chaos["rounds"][0]["commit_ms"] is not None
     broker = as_json(cluster, "chaos", "kill-broker", "--rate", "100", "--group-consumers", "1")
     assert broker["summary"]["lost"] == 0 and broker["summary"]["acknowledged"] > 0
+
+
+def test_the_kubernetes_readiness_probe_asks_with_the_nodes_own_certificate(
+    cluster: MetadataCluster, tmp_path: Path
+) -> None:
+    """``raftka-node health`` as deploy/k8s runs it: RAFTKA_TLS_DIR holds ``raftka certs init``'s
+    files and the node presents its own certificate: SERVING. Without it, plaintext: refused."""
+    nodes = local.load(cluster.dir)
+    for node in (nodes.controllers()[0], nodes.brokers()[0]):
+        host, port = node.address.rsplit(":", 1)
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "RAFTKA_ROLE": node.role,
+            "RAFTKA_NODE_ID": str(node.id),
+            "RAFTKA_HOST": host,
+            "RAFTKA_GRPC_PORT": port,
+        }
+        served = probe(tmp_path, {**env, "RAFTKA_TLS_DIR": str(nodes.certs_dir())})
+        assert (served.returncode, served.stdout.strip()) == (0, f"{node.address}: SERVING"), served.stderr
+        assert probe(tmp_path, env).returncode == 1, "a TLS node answers no plaintext probe"
+
+
+def probe(cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``raftka-node health`` in ``cwd``, where no local cluster offers a certificate."""
+    return subprocess.run(
+        ["sh", str(ENTRYPOINT), "health"], env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
 
 
 def test_a_client_certificate_cannot_fetch_as_a_follower(cluster: MetadataCluster) -> None:

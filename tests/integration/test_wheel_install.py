@@ -111,6 +111,8 @@ def test_the_wheel_installs_alone_and_runs_a_cluster_outside_the_checkout(tmp_pa
         f"missing from the wheel: {sorted(expected_modules() - modules)}; "
         f"not in the checkout: {sorted(modules - expected_modules())}"
     )
+    schemas = {f"raftka/broker/kafka/schemas/{p.name}" for p in (REPO / "broker/kafka/schemas").glob("*.json")}
+    assert schemas and schemas <= set(names), "the Kafka schemas kafka-python lacks ship as package data"
     entry_points = zipfile.ZipFile(wheel).read(f"{DIST_INFO}/entry_points.txt").decode()
     assert "raftka = raftka.cli.main:main" in entry_points
 

@@ -11,7 +11,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops, group_ops, offset_ops, quota_ops, reassign_ops, scram_ops, topic_ops
+from raftka.metadata import (
+    broker_ops,
+    config_ops,
+    group_ops,
+    offset_ops,
+    quota_ops,
+    reassign_ops,
+    scram_ops,
+    topic_ops,
+)
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
 from raftka.rpc.stubs import ControllerRpc
@@ -57,6 +66,17 @@ class ControllerInMemory:
 
     async def AlterClientQuotas(self, request: Any, timeout: float) -> Any:
         return self._commit(quota_ops.alter(self.image, request))
+
+    async def AlterConfigs(self, request: Any, timeout: float) -> Any:
+        return self._commit(config_ops.alter(self.image, request))
+
+    async def UnregisterBroker(self, request: Any, timeout: float) -> Any:
+        """Step after step, as the controller runs it, until the registration is gone."""
+        while True:
+            plan = broker_ops.unregister(self.image, request.broker_id, records_max=4_096)
+            self._commit(plan)
+            if plan.failed or plan.records[-1].HasField("unregister_broker"):
+                return plan.response
 
     async def AllocateProducerIds(self, request: Any, timeout: float) -> Any:
         return self._commit(broker_ops.allocate_producer_ids(self.image, request))

@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 import grpc
 
 from raftka.broker.controller_link import ControllerLink, LinkError
-from raftka.broker.lifecycle import BrokerLifecycle, State
+from raftka.broker.lifecycle import BrokerLifecycle, Registration, State, registration_in
+from raftka.metadata.image import BrokerRegistration, MetadataImage, frozen
 from raftka.v1 import controller_pb2, controller_pb2_grpc, metadata_pb2
 
 E = controller_pb2.ErrorCode
@@ -45,6 +46,7 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
         self.epoch = 39
         self.release = False
         self.forget = False  # answer the next heartbeat BROKER_ID_NOT_REGISTERED
+        self.forget_always = False  # answer every heartbeat so
 
     async def BrokerRegistration(
         self, request: Any, context: Any
@@ -61,7 +63,7 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
 
     async def BrokerHeartbeat(self, request: Any, context: Any) -> controller_pb2.BrokerHeartbeatResponse:
         self.heartbeats.append(request)
-        if self.forget:
+        if self.forget or self.forget_always:
             self.forget = False
             status = controller_pb2.Status(error=E.BROKER_ID_NOT_REGISTERED, message="who?")
             return controller_pb2.BrokerHeartbeatResponse(status=status)
@@ -175,6 +177,44 @@ def test_a_lost_registration_is_made_again() -> None:
             await link.close()
 
     run(body)
+
+
+def test_an_unregistered_broker_waits_for_its_log_to_show_it_then_stops_and_never_registers_again() -> None:
+    """The controller answers BROKER_ID_NOT_REGISTERED: while the replayed metadata still
+    holds the registration the broker only heartbeats again; once it shows it removed
+    (UnregisterBroker), the lifecycle ends as UNREGISTERED, with no new registration."""
+
+    async def body() -> None:
+        controller = FakeController()
+        seen = [Registration.PRESENT]
+        async with serving(controller) as address:
+            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            broker = BrokerLifecycle(
+                101, [ENDPOINT], "", 50, link, lambda: 1000, registration=lambda epoch: seen[0]
+            )
+            task = asyncio.create_task(broker.run())
+            await until(lambda: broker.state is State.RUNNING, "running")
+            controller.forget_always = True  # the registration is gone: every heartbeat is refused
+            asked = len(controller.heartbeats)
+            await until(lambda: len(controller.heartbeats) >= asked + 3, "heartbeats while the log lags")
+            assert len(controller.registrations) == 1 and not task.done()
+            seen[0] = Registration.REMOVED  # the UnregisterBrokerRecord replayed
+            await asyncio.wait_for(task, WAIT_S)
+            assert broker.state is State.UNREGISTERED and broker.fenced
+            assert len(controller.registrations) == 1
+            await link.close()
+
+    run(body)
+
+
+def test_the_registration_in_the_replayed_metadata() -> None:
+    registered = MetadataImage(
+        offset=50, brokers=frozen({101: BrokerRegistration(101, "i", 40, (), "", False)})
+    )
+    assert registration_in(registered, 101, 40) is Registration.PRESENT
+    assert registration_in(registered, 101, 30) is Registration.UNKNOWN, "another incarnation's"
+    assert registration_in(registered, 101, 50) is Registration.UNKNOWN, "not replayed yet"
+    assert registration_in(MetadataImage(offset=50), 101, 40) is Registration.REMOVED
 
 
 def test_heartbeats_report_the_offline_partitions_and_a_change_goes_out_at_once() -> None:

@@ -116,9 +116,13 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
     def DescribeConfigs(self, request: Any, context: Any) -> controller_pb2.DescribeConfigsResponse:
         self._seen("DescribeConfigs", request)
         response = controller_pb2.DescribeConfigsResponse(status=controller_pb2.Status())
-        topic = response.topics.add(topic=request.topics[0])
-        topic.entries.add(name="cleanup.policy", value="delete", is_default=True)
-        topic.entries.add(name="retention.ms", value="1000", is_default=False)
+        for name in request.topics:
+            topic = response.topics.add(topic=name)
+            topic.entries.add(name="cleanup.policy", value="delete", is_default=True)
+            topic.entries.add(name="retention.ms", value="1000", is_default=False)
+        for name in request.brokers:
+            broker = response.brokers.add(broker=name)
+            broker.entries.add(name="leader.replication.throttled.rate", value="1000", is_default=False)
         return response
 
     def AlterConfigs(self, request: Any, context: Any) -> controller_pb2.AlterConfigsResponse:
@@ -132,7 +136,19 @@ class FakeController(controller_pb2_grpc.ControllerServicer):
                 )
             else:
                 response.topics.add(name=t.topic, topic_id=TOPIC_ID)
+        for b in request.brokers:
+            response.brokers.add(broker=b.broker)
         return response
+
+    def UnregisterBroker(self, request: Any, context: Any) -> controller_pb2.UnregisterBrokerResponse:
+        self._seen("UnregisterBroker", request)
+        status = controller_pb2.Status()
+        if request.broker_id != 102:
+            status = controller_pb2.Status(
+                error=E.BROKER_ID_NOT_REGISTERED,
+                message=f"broker_id: {request.broker_id} is not a registered broker",
+            )
+        return controller_pb2.UnregisterBrokerResponse(status=status)
 
     def DescribeCluster(self, request: Any, context: Any) -> controller_pb2.DescribeClusterResponse:
         self._seen("DescribeCluster", request)
@@ -423,6 +439,10 @@ def test_server_errors_are_one_line_with_their_code(
             "--delete: expected a config name, got 'a=b'",
         ),
         (
+            ("configs", "describe", "--broker", "b1"),
+            "--broker: expected a broker id, got 'b1'",
+        ),
+        (
             ("topics", "list", "--bootstrap-controller", "nohost"),
             "--bootstrap-controller: expected HOST:PORT with a port in 1-65535, got 'nohost'",
         ),
@@ -446,6 +466,7 @@ def test_malformed_syntax_is_caught_before_any_request(
         ("topics", "create", "t", "--replication-factor", "1"),
         ("offsets", "commit", "--group", "g", "--topic", "t", "--partition", "0"),
         ("configs", "describe"),
+        ("configs", "describe", "--topic", "t", "--broker", "1"),
         ("brokers", "list", "--output", "xml"),
     ],
 )
@@ -522,6 +543,23 @@ def test_configs_describe_and_alter(controller: FakeController, capsys: pytest.C
     ]
 
 
+def test_broker_configs_describe_and_alter_one_broker_or_the_defaults(
+    controller: FakeController, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_json(controller, capsys, "configs", "describe", "--broker", "101") == {
+        "broker": "101",
+        "configs": [{"name": "leader.replication.throttled.rate", "value": "1000", "is_default": False}],
+    }
+    assert list(controller.requests[-1][1].brokers) == ["101"]
+    rate = "follower.replication.throttled.rate"
+    view = cli_json(controller, capsys, "configs", "alter", "--broker-defaults", "--set", f"{rate}=5")
+    assert view == {"broker": "", "set": {rate: "5"}, "deleted": [], "validate_only": False}
+    [broker] = controller.requests[-1][1].brokers
+    assert (broker.broker, [(op.name, op.value) for op in broker.ops]) == ("", [(rate, "5")])
+    line = cli(controller, capsys, "configs", "alter", "--broker", "102", "--delete", rate)
+    assert line.strip() == f"Altered configs of broker 102: {rate} (default)."
+
+
 def test_elect_leaders_reports_each_partition_and_fails_if_one_could_not_move(
     controller: FakeController, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -567,6 +605,20 @@ def test_brokers_list(controller: FakeController, capsys: pytest.CaptureFixture[
     assert table[1].split() == ["101", "127.0.0.1:9101", "r1", "no", "12", "no"]
     assert table[2].split() == ["102", "127.0.0.1:9102", "-", "yes", "40", "no"]
     assert table[3] == "Active controller: 2"
+
+
+def test_brokers_unregister(controller: FakeController, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_json(controller, capsys, "brokers", "unregister", "102") == {
+        "broker": 102,
+        "unregistered": True,
+    }
+    assert controller.requests[-1] == (
+        "UnregisterBroker",
+        controller_pb2.UnregisterBrokerRequest(broker_id=102),
+    )
+    assert cli(controller, capsys, "brokers", "unregister", "102").strip() == "Unregistered broker 102."
+    problem = failure(capsys, "brokers", "unregister", "7", "--bootstrap-controller", controller.address)  # type: ignore[attr-defined]
+    assert problem == "BROKER_ID_NOT_REGISTERED: broker_id: 7 is not a registered broker"
 
 
 def test_offsets_commit_and_fetch(controller: FakeController, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,13 +4,16 @@ judge checked against each other and against the product: the config the entrypo
 loads with raftka's own parser; voters name the controllers' pods through their headless
 Service at the port they listen on; node ids from pod ordinals are the voters' ids; the PDB
 keeps a majority of the controller pods it selects; probes ask the gRPC port; every data
-volume is claimed and mounted where the image keeps its data. Compose likewise.
+volume is claimed and mounted where the image keeps its data. TLS: every Secret key a pod
+mounts is made by docs/deploy.md's commands (run as written), each pod's config names its
+own certificate in its role's Secret, and the readiness probe presents it. Compose likewise.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from raftka.cli.main import main
 from raftka.node.config import BROKER, CONTROLLER, NodeConfig, load_config, parse_voters
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -106,7 +110,8 @@ def test_each_statefulset_formats_claims_and_mounts_its_volume_and_probes_its_gr
         assert {"name": claim["metadata"]["name"], "mountPath": DATA_DIR} in container["volumeMounts"]
     ports = {p["name"]: p["containerPort"] for p in main["ports"]}
     assert ports["grpc"] == GRPC_PORT
-    assert main["readinessProbe"]["grpc"]["port"] == GRPC_PORT
+    assert main["readinessProbe"]["exec"]["command"] == ["raftka-node", "health"], "TLS: a grpc probe cannot"
+    assert main["readinessProbe"]["timeoutSeconds"] >= 3, "a Python process starts and asks within it"
     assert main["livenessProbe"]["tcpSocket"]["port"] == "grpc"
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == UID
@@ -170,6 +175,142 @@ def test_the_disruption_budget_selects_its_pods_and_keeps_a_majority(name: str) 
     )
     replicas = statefulset["spec"]["replicas"]
     assert replicas - budget["maxUnavailable"] > replicas // 2
+
+
+# TLS ----------------------------------------------------------------------------------------
+
+DEPLOY_DOC = DEPLOY.parent / "docs" / "deploy.md"
+STATEFULSETS = {"raftka-controller": (CONTROLLER, "controller"), "raftka-broker": (BROKER, "broker")}
+
+
+def documented_commands() -> list[list[str]]:
+    """The shell commands of docs/deploy.md's Kubernetes section, continuation lines joined."""
+    section = DEPLOY_DOC.read_text().split("## Kubernetes", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    return [shlex.split(line.split("#", 1)[0]) for line in lines if line.strip()]
+
+
+def documented_secrets(certs_made: Path) -> dict[str, dict[str, Path]]:
+    """Secret name -> key -> the file ``kubectl create secret generic ... --from-file`` reads,
+    as the documented commands make them (relative paths from where ``raftka certs init`` ran)."""
+    secrets: dict[str, dict[str, Path]] = {}
+    for argv in documented_commands():
+        if argv[:4] != ["kubectl", "create", "secret", "generic"]:
+            continue
+        keys = secrets.setdefault(argv[4], {})
+        for arg in argv[5:]:
+            assert arg.startswith("--from-file="), arg
+            source = arg.removeprefix("--from-file=")
+            key, _, path = source.rpartition("=") if "=" in source else (Path(source).name, "", source)
+            keys[key] = certs_made / path
+    return secrets
+
+
+def make_documented_certs(tmp_path: Path) -> Path:
+    """Run the documented ``raftka certs init DIR ...`` as written, DIR under ``tmp_path``
+    (where the documented commands then run from)."""
+    [argv] = [a for a in documented_commands() if a[:3] == ["raftka", "certs", "init"]]
+    directory = argv[3]
+    assert not Path(directory).is_absolute() and not directory.startswith("-"), argv
+    assert main([*argv[1:3], str(tmp_path / directory), *argv[4:]]) == 0
+    return tmp_path
+
+
+def secret_volumes(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v["secret"] for v in pod.get("volumes", []) if "secret" in v}
+
+
+def test_every_secret_key_a_manifest_mounts_is_made_by_the_documented_commands(tmp_path: Path) -> None:
+    secrets = documented_secrets(make_documented_certs(tmp_path))
+    mounted = [
+        (d["metadata"]["name"], secret)
+        for d in k8s_documents()
+        if d["kind"] == "StatefulSet"
+        for secret in secret_volumes(d["spec"]["template"]["spec"]).values()
+    ]
+    assert {secret["secretName"] for _, secret in mounted} == set(secrets), "every Secret made is used"
+    for statefulset, secret in mounted:
+        made = secrets[secret["secretName"]]
+        for item in secret["items"]:
+            assert item["key"] in made, f"{statefulset}: {secret['secretName']} has no key {item['key']}"
+            assert made[item["key"]].is_file(), f"raftka certs init wrote no {made[item['key']]}"
+        assert secret["defaultMode"] == 0o440, "keys readable by the raftka group only"
+
+
+@pytest.mark.parametrize("name", sorted(STATEFULSETS))
+def test_each_pod_mounts_its_roles_secret_and_its_config_names_its_own_certificate(
+    tmp_path: Path, name: str
+) -> None:
+    """For every ordinal: the entrypoint, given the pod's environment and the files of the
+    mounted Secret where the pod has them, writes a [tls] naming the CA and the pod's own
+    certificate and key, which raftka's parser loads; init and main container mount it."""
+    role, prefix = STATEFULSETS[name]
+    statefulset = k8s("StatefulSet", name)
+    pod = statefulset["spec"]["template"]["spec"]
+    [init], [main] = pod["initContainers"], pod["containers"]
+    env = env_of(main)
+    mount_path = env["RAFTKA_TLS_DIR"]
+    assert env["RAFTKA_SUPER_USERS"] == {"configMapKeyRef": {"name": "raftka", "key": "super-users"}}
+    [tls] = [v for v in secret_volumes(pod).values() if v["secretName"] == f"{name}-tls"]
+    [volume] = [v["name"] for v in pod["volumes"] if v.get("secret") is tls]
+    for container in (init, main):
+        assert {"name": volume, "mountPath": mount_path, "readOnly": True} in container["volumeMounts"]
+    secrets = documented_secrets(make_documented_certs(tmp_path / "made"))
+    mounted = tmp_path / "mounted"  # the volume as the pod sees it: the items' paths
+    mounted.mkdir()
+    for item in tls["items"]:
+        (mounted / item["path"]).write_bytes(secrets[tls["secretName"]][item["key"]].read_bytes())
+    super_users = k8s("ConfigMap", "raftka")["data"]["super-users"]
+    base = int(env["RAFTKA_NODE_ID_BASE"])
+    for ordinal in range(statefulset["spec"]["replicas"]):
+        config = written_config(
+            tmp_path, RAFTKA_ROLE=role, RAFTKA_NODE_ID_BASE=str(base), HOSTNAME=f"{name}-{ordinal}",
+            RAFTKA_HOST=f"{name}-{ordinal}.{name}", RAFTKA_TLS_DIR=str(mounted), RAFTKA_SUPER_USERS=super_users,
+        )  # fmt: skip
+        assert config.tls is not None, "every listener speaks TLS"
+        own = f"{prefix}-{base + ordinal}"
+        assert (config.tls.ca, config.tls.cert, config.tls.key) == (
+            mounted / "ca.crt",
+            mounted / f"{own}.crt",
+            mounted / f"{own}.key",
+        )
+        assert config.authorizer.super_users == tuple(super_users.split(";"))
+
+
+def test_the_health_probe_presents_the_nodes_own_certificate(tmp_path: Path) -> None:
+    """``raftka-node health`` (the readiness probe) asks the node's gRPC health over mutual
+    TLS with the node's files; without RAFTKA_TLS_DIR, plaintext as before."""
+    stub = tmp_path / "bin" / "raftka"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\necho "$@"\n')
+    stub.chmod(0o755)
+    path = f"{stub.parent}:{os.environ['PATH']}"
+    env = {"RAFTKA_ROLE": "broker", "RAFTKA_NODE_ID_BASE": "101", "HOSTNAME": "raftka-broker-2"}
+    host = "raftka-broker-2.raftka-broker"
+    done = entrypoint(
+        tmp_path, "health", PATH=path, RAFTKA_HOST=host, RAFTKA_TLS_DIR="/etc/raftka/tls", **env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        "health", f"{host}:{GRPC_PORT}", "--timeout", "3",
+        "--tls-ca", "/etc/raftka/tls/ca.crt",
+        "--tls-cert", "/etc/raftka/tls/broker-103.crt",
+        "--tls-key", "/etc/raftka/tls/broker-103.key",
+    ]  # fmt: skip
+    plain = entrypoint(tmp_path, "health", PATH=path, RAFTKA_HOST=host, **env)
+    assert plain.stdout.split() == ["health", f"{host}:{GRPC_PORT}", "--timeout", "3"]
+
+
+def test_the_entrypoint_refuses_a_tls_dir_without_the_nodes_certificate(tmp_path: Path) -> None:
+    done = entrypoint(
+        tmp_path, "config", RAFTKA_ROLE="broker", RAFTKA_NODE_ID="104", RAFTKA_HOST="b", RAFTKA_VOTERS=VOTERS,
+        RAFTKA_TLS_DIR=str(make_documented_certs(tmp_path) / "certs"),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"raftka-node: error: RAFTKA_TLS_DIR: {tmp_path}/certs/broker-104.crt"), (
+        done.stderr
+    )
 
 
 # Compose ------------------------------------------------------------------------------------

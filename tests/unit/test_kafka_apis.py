@@ -276,11 +276,12 @@ def test_describe_configs_shows_a_topics_settings_and_defaults_with_their_source
     request = DescribeConfigsRequest(
         resources=[R(resource_type=2, resource_name=TOPIC, configuration_keys=["retention.ms", "cleanup.policy"]),
                    R(resource_type=2, resource_name="nowhere", configuration_keys=None),
-                   R(resource_type=4, resource_name="101", configuration_keys=["kafka.num_partitions"])],
+                   R(resource_type=4, resource_name="101", configuration_keys=["kafka.num_partitions"]),
+                   R(resource_type=4, resource_name="101", configuration_keys=["leader.replication.throttled.rate"])],
         include_synonyms=True, include_documentation=True,
     )  # fmt: skip
     answer = call(served.bootstrap, request, 4, DescribeConfigsResponse)
-    topic, missing, broker = answer.results
+    topic, missing, broker, dynamic = answer.results
     assert topic.error_code == 0
     assert [(c.name, c.value, c.config_source, c.config_type) for c in topic.configs] == [
         ("cleanup.policy", "delete", 5, 7),
@@ -288,6 +289,9 @@ def test_describe_configs_shows_a_topics_settings_and_defaults_with_their_source
     ]
     assert missing.error_code == UNKNOWN_TOPIC_OR_PARTITION
     assert [(c.name, c.value, c.read_only) for c in broker.configs] == [("kafka.num_partitions", "1", True)]
+    assert [(c.name, c.value, c.read_only, c.config_source) for c in dynamic.configs] == [
+        ("leader.replication.throttled.rate", str(2**63 - 1), False, 5)  # alterable; the default
+    ]
 
 
 def test_a_metadata_answer_of_many_partitions_returns_to_the_loop_while_it_is_made() -> None:

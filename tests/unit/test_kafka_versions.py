@@ -61,13 +61,16 @@ from kafka.protocol.producer import (
 )
 
 from raftka.broker.kafka.protocol import REQUEST_PREFIX, KafkaDispatcher
+from raftka.broker.kafka.schemas import UnregisterBrokerRequest
 from raftka.records.codec import BatchBuilder, read_records
 from raftka.records.legacy import encode_message
 from tests.unit.kafka_wire import BrokerThread, RawConnection, broker_thread, call, request_frame
 from tests.unit.test_kafka_listener import TOPIC
 from tests.unit.test_records_legacy import NOW_MS, read_set
 
-KAFKA_3_9 = BROKER_API_VERSIONS[(3, 9)]  # api key -> (min, max) a Kafka 3.9 broker serves
+# api key -> (min, max) a Kafka 3.9 broker serves; kafka-python's table leaves out the KRaft-only
+# UnregisterBroker, which a 3.9 broker serves at v0 (its schema's listeners: broker, controller)
+KAFKA_3_9 = {**BROKER_API_VERSIONS[(3, 9)], UnregisterBrokerRequest.API_KEY: (0, 0)}
 PRODUCE_VERSIONS = range(KAFKA_3_9[ProduceRequest.API_KEY][0], ProduceRequest.max_version)
 FETCH_VERSIONS = range(0, KAFKA_3_9[FetchRequest.API_KEY][1] + 1)
 

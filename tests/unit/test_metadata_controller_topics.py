@@ -305,6 +305,68 @@ def test_configs_describe_and_incremental_alter() -> None:
     run(body)
 
 
+def test_broker_configs_per_broker_and_cluster_default_are_altered_incrementally() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        rate = "leader.replication.throttled.rate"
+        alter = pb.AlterConfigsRequest(
+            brokers=[
+                pb.AlterBrokerConfigs(broker="101", ops=[pb.AlterConfigOp(name=rate, value=" 1000 ")]),
+                pb.AlterBrokerConfigs(
+                    broker="", ops=[pb.AlterConfigOp(name="follower.replication.throttled.rate", value="5")]
+                ),
+            ]
+        )
+        response = await c.alter_configs(alter)
+        assert [(b.broker, b.error) for b in response.brokers] == [("101", E.NONE), ("", E.NONE)]
+        assert member.image.configs[(4, "101")] == {rate: "1000"}
+        assert member.image.configs[(4, "")] == {"follower.replication.throttled.rate": "5"}
+        before = log_end(member)
+        assert (await c.alter_configs(alter)).brokers[0].error == E.NONE
+        assert log_end(member) == before, "an alter that changes nothing writes nothing"
+        described = await c.describe_configs(pb.DescribeConfigsRequest(brokers=["101", "102"]))
+        entries = [{e.name: (e.value, e.is_default) for e in b.entries} for b in described.brokers]
+        assert entries[0][rate] == ("1000", False)
+        assert entries[1][rate] == (str(2**63 - 1), True)
+        for broker, op, code, says in (
+            (
+                "101",
+                pb.AlterConfigOp(name="retention.ms", value="1"),
+                E.INVALID_CONFIG,
+                "unknown broker config",
+            ),
+            ("101", pb.AlterConfigOp(name=rate, value="-1"), E.INVALID_CONFIG, "must be at least 0"),
+            (
+                "one",
+                pb.AlterConfigOp(name=rate, value="1"),
+                E.INVALID_REQUEST,
+                "broker: 'one' is not a broker id",
+            ),
+            (
+                "0101",  # one name per broker: 101 it is
+                pb.AlterConfigOp(name=rate, value="1"),
+                E.INVALID_REQUEST,
+                "broker: '0101' is not a broker id",
+            ),
+        ):
+            request = pb.AlterConfigsRequest(brokers=[pb.AlterBrokerConfigs(broker=broker, ops=[op])])
+            response = await refused_without_append(member, c.alter_configs(request))
+            assert response.brokers[0].error == code and says in response.brokers[0].message, response
+        delete = pb.AlterConfigsRequest(
+            brokers=[
+                pb.AlterBrokerConfigs(
+                    broker="101", ops=[pb.AlterConfigOp(name=rate, op=pb.ALTER_CONFIG_DELETE)]
+                )
+            ]
+        )
+        assert (await c.alter_configs(delete)).brokers[0].error == E.NONE
+        assert member.image.configs.get((4, "101"), {}) == {}
+        await quorum.close()
+
+    run(body)
+
+
 def commit_request(group: str, *entries: tuple[str, int, int, str]) -> pb.OffsetCommitRequest:
     request = pb.OffsetCommitRequest(group=group)
     for topic, partition, offset, metadata in entries:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from raftka.metadata.broker_configs import BROKER_CONFIGS, validate_broker_config
 from raftka.metadata.topic_configs import (
     TOPIC_CONFIGS,
     check_min_insync_replicas,
     describe_configs,
+    throttled_partitions,
     validate_config,
     validate_configs,
 )
@@ -31,6 +33,8 @@ DEFAULTS = {
     "retention.ms": "604800000",
     "segment.bytes": "1073741824",
     "unclean.leader.election.enable": "false",
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
 }
 
 
@@ -63,6 +67,11 @@ def test_the_schema_and_kafkas_defaults() -> None:
         ("cleanup.policy", "delete", "delete"),
         ("cleanup.policy", " delete ", "delete"),
         ("cleanup.policy", "delete,delete", "delete"),
+        ("leader.replication.throttled.replicas", "*", "*"),
+        ("leader.replication.throttled.replicas", " * ", "*"),
+        ("leader.replication.throttled.replicas", "", ""),
+        ("leader.replication.throttled.replicas", "0:1, 1:2 ,007:3", "0:1,1:2,7:3"),
+        ("follower.replication.throttled.replicas", "3:4", "3:4"),
     ],
 )
 def test_good_values_are_normalized(key: str, value: str, normalized: str) -> None:
@@ -97,6 +106,10 @@ def test_good_values_are_normalized(key: str, value: str, normalized: str) -> No
         ("cleanup.policy", "", "only supported policy is 'delete'"),
         ("cleanup.policy", "DELETE", "only supported policy is 'delete'"),
         ("cleanup.policy", "shred", "only supported policy is 'delete'"),
+        ("leader.replication.throttled.replicas", "0:1,*", "entry '*' is not partition:broker"),
+        ("leader.replication.throttled.replicas", "0-1", "entry '0-1' is not partition:broker"),
+        ("follower.replication.throttled.replicas", "0:1,,1:2", "entry '' is not partition:broker"),
+        ("follower.replication.throttled.replicas", "-1:2", "entry '-1:2' is not partition:broker"),
     ],
 )
 def test_bad_values_name_the_key(key: str, value: str, says: str) -> None:
@@ -152,3 +165,20 @@ def test_describe_shows_keys_this_version_does_not_know() -> None:
     described = describe_configs({"future.key": "x"})
     assert ("future.key", "x", False) in described
     assert len(described) == len(DEFAULTS) + 1
+
+
+def test_throttled_partitions_are_the_entries_naming_the_broker() -> None:
+    assert throttled_partitions("0:1,1:2,2:1", 1) == {0, 2}
+    assert throttled_partitions("0:1,1:2", 3) == frozenset()
+    assert throttled_partitions("", 1) == frozenset()
+    assert throttled_partitions("*", 1) is None  # every partition
+
+
+@pytest.mark.parametrize("key", ["leader.replication.throttled.rate", "follower.replication.throttled.rate"])
+def test_broker_rates_are_non_negative_longs_and_unknown_broker_keys_are_named(key: str) -> None:
+    assert BROKER_CONFIGS[key].default == INT64_MAX
+    assert validate_broker_config(key, " 1048576 ") == "1048576"
+    with pytest.raises(ValidationError, match=f"invalid value '-1' for config {key}: must be at least 0"):
+        validate_broker_config(key, "-1")
+    with pytest.raises(ValidationError, match="unknown broker config 'retention.ms'"):
+        validate_broker_config("retention.ms", "1")

@@ -20,6 +20,7 @@ from raftka.broker.metrics import BrokerCollector, BrokerTopicMetrics
 from raftka.broker.quota.manager import ClientQuotas
 from raftka.broker.quota.metrics import QuotaCollector
 from raftka.broker.replica.isr import IsrChanges
+from raftka.broker.replica.throttle import FOLLOWER, LEADER, ReplicationQuota
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.producer import AsyncProducer
 from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
@@ -230,15 +231,24 @@ def test_under_replicated_counts_only_partitions_led_here_with_a_short_isr() -> 
         SimpleNamespace(is_leader=False, isr=(2,), replicas=(1, 2), topic_id=b"t", partition=2),
         SimpleNamespace(is_leader=True, isr=(1, 2), replicas=(3, 1, 2), topic_id=b"t", partition=3),
     ]
+    leader_quota = ReplicationQuota(LEADER, 1, MetadataImage, lambda: 0)
+    follower_quota = ReplicationQuota(FOLLOWER, 1, MetadataImage, lambda: 0)
+    leader_quota.record(700)
+    follower_quota.record(300)
     replicas = SimpleNamespace(
         partitions=lambda: partitions,
         offline=lambda: {},
         metrics=BrokerTopicMetrics(),
         image=MetadataImage(topics_by_id=frozen({b"t": topic})),
+        leader_quota=leader_quota,
     )
     isr_changes = SimpleNamespace(shrinks=2, expands=1)
-    fetchers = SimpleNamespace(failed=lambda: {"t-3": "OSError(5, 'Input/output error')"})
+    fetchers = SimpleNamespace(
+        failed=lambda: {"t-3": "OSError(5, 'Input/output error')"}, quota=follower_quota
+    )
     values = samples(BrokerCollector(replicas, isr_changes, fetchers).collect())  # type: ignore[arg-type]
+    assert values["kafka_server_leaderreplication_byterate_total"] == 700
+    assert values["kafka_server_followerreplication_byterate_total"] == 300
     assert values["kafka_server_replicamanager_underreplicatedpartitions"] == 1
     assert values["kafka_server_replicamanager_reassigningpartitions"] == 1
     assert values["kafka_server_replicamanager_leadercount"] == 3
@@ -307,7 +317,7 @@ def test_a_real_broker_counts_what_producers_send_and_consumers_read(tmp_path: P
     async def scenario() -> None:
         async with broker_in_process(tmp_path, {"t": 3}) as broker:
             isr_changes = SimpleNamespace(shrinks=0, expands=0)
-            fetchers = SimpleNamespace(failed=dict)
+            fetchers = SimpleNamespace(failed=dict, quota=None)
             endpoint = MetricsEndpoint([BrokerCollector(broker.replicas, isr_changes, fetchers)])  # type: ignore[arg-type]
             await endpoint.start("127.0.0.1", 0)
             try:
@@ -480,9 +490,15 @@ def test_the_metrics_page_lists_exactly_the_metrics_the_nodes_export() -> None:
         EventQueueProbe(),  # type: ignore[arg-type]
     )
     broker = BrokerCollector(
-        SimpleNamespace(partitions=list, offline=dict, metrics=BrokerTopicMetrics(), image=MetadataImage()),  # type: ignore[arg-type]
+        SimpleNamespace(
+            partitions=list,
+            offline=dict,
+            metrics=BrokerTopicMetrics(),
+            image=MetadataImage(),
+            leader_quota=ReplicationQuota(LEADER, 1, MetadataImage),
+        ),  # type: ignore[arg-type]
         SimpleNamespace(shrinks=0, expands=0),  # type: ignore[arg-type]
-        SimpleNamespace(failed=dict),  # type: ignore[arg-type]
+        SimpleNamespace(failed=dict, quota=ReplicationQuota(FOLLOWER, 1, MetadataImage)),  # type: ignore[arg-type]
     )
     exported = {
         family.name + ("_total" if family.type == "counter" else "")

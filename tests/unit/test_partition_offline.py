@@ -87,6 +87,8 @@ class Counts:
 
 
 class NoFetchers:
+    quota = None
+
     def failed(self) -> dict:
         return {}
 

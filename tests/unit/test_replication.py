@@ -26,6 +26,8 @@ from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.replica.fetcher import FollowerFetch
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.broker.replica.partition import Partition
+from raftka.broker.replica.throttle import FOLLOWER, ReplicationQuota
+from raftka.metadata.image import BROKER as BROKER_RESOURCE
 from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
@@ -69,6 +71,7 @@ class Node:
         clock: Clock,
         incarnation: str = INCARNATION,
         high_watermarks: dict[str, int] | None = None,
+        config: BrokerConfig | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.broker_epoch = 1  # its lifecycle's: the offset of its registration, as the controller answered
@@ -77,9 +80,14 @@ class Node:
         self.on_disk_later: list[Callable[[], None]] = []
         self.logs = LogManager(root / f"broker-{broker_id}")
         self.logs.open_all()
-        config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
+        config = config or BrokerConfig(replica_lag_time_max_ms=LAG_MS)
         self.fetch = FollowerFetch(
-            broker_id, config, lambda: self.broker_epoch, self._truncated, clock=lambda: clock.ms / 1000
+            broker_id,
+            config,
+            lambda: self.broker_epoch,
+            self._truncated,
+            clock=lambda: clock.ms / 1000,
+            quota=ReplicationQuota(FOLLOWER, broker_id, lambda: self.replicas.image, clock),
         )
         self.roles = BrokerPartitions(broker_id, incarnation)
         self.replicas = ReplicaManager(
@@ -119,12 +127,20 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, root: Path, min_isr: int = 1, partitions: int = 1, **topic_configs: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        min_isr: int = 1,
+        partitions: int = 1,
+        broker_config: BrokerConfig | None = None,
+        **topic_configs: str,
+    ) -> None:
         self.root = root
         self.partition_count = partitions
         self.clock = Clock()
         self.topic_configs = topic_configs
-        self.nodes = {b: Node(b, root, self.clock) for b in (1, 2, 3)}
+        self.broker_configs: dict[str, dict[str, str]] = {}  # broker id or "" -> its dynamic configs
+        self.nodes = {b: Node(b, root, self.clock, config=broker_config) for b in (1, 2, 3)}
         self.incarnations = dict.fromkeys(self.nodes, INCARNATION)  # what the image registers
         self.state = PartitionState(
             replicas=(1, 2, 3), isr=(1, 2, 3), leader=1, leader_epoch=0, partition_epoch=0
@@ -164,7 +180,15 @@ class Cluster:
                 }
             ),
             topic_ids_by_name=frozen({TOPIC_NAME: TOPIC_ID}),
-            configs=frozen({(TOPIC, TOPIC_NAME): frozen(self.all_topic_configs())}),
+            configs=frozen(
+                {
+                    (TOPIC, TOPIC_NAME): frozen(self.all_topic_configs()),
+                    **{
+                        (BROKER_RESOURCE, name): frozen(values)
+                        for name, values in self.broker_configs.items()
+                    },
+                }
+            ),
         )
 
     def restart_wiped(self, broker_id: int, incarnation: str) -> Node:

@@ -338,10 +338,24 @@ class ConfigEntry(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., is_default: _Optional[bool] = ...) -> None: ...
 
 class DescribeConfigsRequest(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "brokers")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    brokers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., brokers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BrokerConfigs(_message.Message):
+    __slots__ = ("broker", "error", "message", "entries")
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    broker: str
+    error: ErrorCode
+    message: str
+    entries: _containers.RepeatedCompositeFieldContainer[ConfigEntry]
+    def __init__(self, broker: _Optional[str] = ..., error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ...) -> None: ...
 
 class TopicConfigs(_message.Message):
     __slots__ = ("topic", "error", "message", "entries")
@@ -356,12 +370,14 @@ class TopicConfigs(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ...) -> None: ...
 
 class DescribeConfigsResponse(_message.Message):
-    __slots__ = ("status", "topics")
+    __slots__ = ("status", "topics", "brokers")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfigs]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfigs, _Mapping]]] = ...) -> None: ...
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerConfigs]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfigs, _Mapping]]] = ..., brokers: _Optional[_Iterable[_Union[BrokerConfigs, _Mapping]]] = ...) -> None: ...
 
 class AlterConfigOp(_message.Message):
     __slots__ = ("name", "value", "op")
@@ -381,21 +397,55 @@ class AlterTopicConfigs(_message.Message):
     ops: _containers.RepeatedCompositeFieldContainer[AlterConfigOp]
     def __init__(self, topic: _Optional[str] = ..., ops: _Optional[_Iterable[_Union[AlterConfigOp, _Mapping]]] = ...) -> None: ...
 
+class AlterBrokerConfigs(_message.Message):
+    __slots__ = ("broker", "ops")
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    broker: str
+    ops: _containers.RepeatedCompositeFieldContainer[AlterConfigOp]
+    def __init__(self, broker: _Optional[str] = ..., ops: _Optional[_Iterable[_Union[AlterConfigOp, _Mapping]]] = ...) -> None: ...
+
 class AlterConfigsRequest(_message.Message):
-    __slots__ = ("topics", "validate_only")
+    __slots__ = ("topics", "validate_only", "brokers")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[AlterTopicConfigs]
     validate_only: bool
-    def __init__(self, topics: _Optional[_Iterable[_Union[AlterTopicConfigs, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+    brokers: _containers.RepeatedCompositeFieldContainer[AlterBrokerConfigs]
+    def __init__(self, topics: _Optional[_Iterable[_Union[AlterTopicConfigs, _Mapping]]] = ..., validate_only: _Optional[bool] = ..., brokers: _Optional[_Iterable[_Union[AlterBrokerConfigs, _Mapping]]] = ...) -> None: ...
+
+class BrokerConfigsResult(_message.Message):
+    __slots__ = ("broker", "error", "message")
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    broker: str
+    error: ErrorCode
+    message: str
+    def __init__(self, broker: _Optional[str] = ..., error: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class AlterConfigsResponse(_message.Message):
-    __slots__ = ("status", "topics")
+    __slots__ = ("status", "topics", "brokers")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     topics: _containers.RepeatedCompositeFieldContainer[TopicResult]
-    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ...) -> None: ...
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerConfigsResult]
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ..., brokers: _Optional[_Iterable[_Union[BrokerConfigsResult, _Mapping]]] = ...) -> None: ...
+
+class UnregisterBrokerRequest(_message.Message):
+    __slots__ = ("broker_id",)
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    def __init__(self, broker_id: _Optional[int] = ...) -> None: ...
+
+class UnregisterBrokerResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
 
 class BrokerRegistrationRequest(_message.Message):
     __slots__ = ("broker_id", "incarnation_id", "listeners", "rack", "previous_broker_epoch", "log_dir_id")

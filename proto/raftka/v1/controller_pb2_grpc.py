@@ -84,6 +84,11 @@ class ControllerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
+        self.UnregisterBroker = channel.unary_unary(
+                '/raftka.v1.Controller/UnregisterBroker',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.UnregisterBrokerResponse.FromString,
+                _registered_method=True)
         self.AlterPartition = channel.unary_unary(
                 '/raftka.v1.Controller/AlterPartition',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
@@ -229,6 +234,12 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DescribeCluster(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterBroker(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -388,6 +399,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeCluster,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DescribeClusterRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DescribeClusterResponse.SerializeToString,
+            ),
+            'UnregisterBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterBroker,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.UnregisterBrokerRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.UnregisterBrokerResponse.SerializeToString,
             ),
             'AlterPartition': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterPartition,
@@ -745,6 +761,33 @@ class Controller:
             '/raftka.v1.Controller/DescribeCluster',
             raftka_dot_v1_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/UnregisterBroker',
+            raftka_dot_v1_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.UnregisterBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,
