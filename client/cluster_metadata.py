@@ -107,6 +107,19 @@ class ClusterMetadata:
             raise KafkaError("UNKNOWN_TOPIC_OR_PARTITION", f"no topic {name!r}")
         return info
 
+    async def partition(self, tp: TopicPartition) -> PartitionLeader:
+        """The partition's leader, refreshing once if its topic or the partition itself is
+        not known (a topic that grew: a group may hand out a partition before this cache has
+        seen it); KafkaError if no broker knows it."""
+        info = await self.topic(tp.topic)
+        if tp.partition not in info.partitions:
+            await self.refresh(force=True)
+            info = await self.topic(tp.topic)
+        state = info.partitions.get(tp.partition)
+        if state is None:
+            raise KafkaError("UNKNOWN_TOPIC_OR_PARTITION", f"no partition {tp}")
+        return state
+
     async def _check_authorized(self, name: str) -> None:
         """A listing leaves out what this principal may not describe: asked by name, a
         broker says TOPIC_AUTHORIZATION_FAILED, raised here (not retried, as Kafka's
@@ -189,13 +202,9 @@ class ClusterMetadata:
         result: dict[TopicPartition, tuple[int, int]] = {}
         wanted = list(tps)
         for attempt in range(20):
-            for tp in wanted:
-                await self.topic(tp.topic)
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in wanted:
-                state = self.leader(tp)
-                if state is None:
-                    raise KafkaError("UNKNOWN_TOPIC_OR_PARTITION", f"no partition {tp}")
+                state = await self.partition(tp)
                 by_leader.setdefault(state.leader, []).append(tp)
             retry: list[TopicPartition] = []
             problem = ""

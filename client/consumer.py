@@ -252,9 +252,10 @@ class AsyncConsumer:
         if self._subscription:
             raise ConsumerError("ILLEGAL_STATE", "assign while subscribed: call unsubscribe first")
         for tp in partitions:
-            info = await self.metadata.topic(tp.topic)
-            if tp.partition not in info.partitions:
-                raise ConsumerError("UNKNOWN_TOPIC_OR_PARTITION", f"no partition {tp}")
+            try:
+                await self.metadata.partition(tp)
+            except KafkaError as e:
+                raise ConsumerError(e.code, e.message) from None
         self._set_assignment(partitions)
 
     def _set_assignment(self, partitions: Sequence[TopicPartition]) -> None:

@@ -16,7 +16,7 @@ from raftka.records.batch import HEADER_SIZE
 from raftka.records.codec import BatchBuilder
 from raftka.v1 import controller_pb2
 from tests.unit.compressed_batches import FRAMINGS, compressed_batch
-from tests.unit.fake_brokers import TOPIC, FakeCluster
+from tests.unit.fake_brokers import TOPIC, FakeCluster, FakeLog
 
 E = controller_pb2.ErrorCode
 P0 = TopicPartition(TOPIC, 0)
@@ -336,3 +336,24 @@ async def _poll_until(consumer: AsyncConsumer, count: int) -> list:
     while len(got) < count:
         got += await consumer.poll(1000)
     return got
+
+
+def test_a_partition_added_after_the_consumers_metadata_is_found_by_refreshing() -> None:
+    """A group can hand a member a partition its metadata has not seen yet (the topic grew);
+    the consumer refreshes and lists its offset rather than failing at once."""
+
+    async def scenario(cluster: FakeCluster) -> None:
+        consumer = AsyncConsumer(cluster.bootstrap, auto_offset_reset="earliest")
+        try:
+            await consumer.assign([P0])
+            assert await consumer.position(P0) == 0
+            cluster.leaders[2] = (cluster.broker_ids[1], 0)
+            cluster.logs[2] = FakeLog()
+            cluster.logs[2].append(bytes(_batch(b"a")))
+            grown = TopicPartition(TOPIC, 2)
+            await consumer.assign([P0, grown])
+            assert await consumer.position(grown) == 0
+        finally:
+            await consumer.close()
+
+    run(scenario)
