@@ -36,6 +36,7 @@ from raftka.broker.data_service import BrokerApi
 from raftka.broker.kafka.endpoints import kafka_endpoints
 from raftka.broker.kafka.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, kafka_error, kafka_message
 from raftka.broker.kafka.protocol import KafkaApi
+from raftka.broker.kafka.topic_ids import id_bytes
 from raftka.metadata import acls
 from raftka.metadata.broker_configs import BROKER_CONFIGS, CLUSTER_DEFAULT
 from raftka.metadata.image import NO_LEADER, MetadataImage, TopicImage
@@ -126,7 +127,7 @@ class ClusterApis:
         self, image: MetadataImage, asked: MetadataRequest.MetadataRequestTopic, endpoints: dict
     ) -> MR:
         if asked.name is None:  # v10+: by id
-            topic = image.topics_by_id.get(asked.topic_id.bytes)
+            topic = image.topics_by_id.get(id_bytes(asked.topic_id))
             if topic is None:
                 return MR(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=asked.topic_id, partitions=[])
             return self._topic(topic, endpoints)
@@ -269,7 +270,7 @@ class ClusterApis:
         asked: list[tuple[str | None, uuid.UUID]] = []
         if version >= 6:
             for t in request.topics:
-                known = image.topics_by_id.get(t.topic_id.bytes) if t.name is None else image.topic(t.name)
+                known = image.topics_by_id.get(id_bytes(t.topic_id)) if t.name is None else image.topic(t.name)
                 asked.append(
                     (
                         t.name if known is None else known.name,

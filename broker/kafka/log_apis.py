@@ -63,6 +63,7 @@ from raftka.broker.kafka.errors import (
 from raftka.broker.kafka.fetch_sessions import FetchSessions, refused
 from raftka.broker.kafka.protocol import KafkaApi
 from raftka.broker.kafka.throttling import Client, throttle
+from raftka.broker.kafka.topic_ids import id_bytes
 from raftka.broker.replica.manager import FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX, TIMEOUT_MS_MAX
 from raftka.broker.replica.partition import PartitionError
 from raftka.metadata import acls
@@ -214,7 +215,7 @@ class LogApis:
         for topic in plan.topics:
             name = topic.topic
             if by_id:
-                known = image.topics_by_id.get(topic.topic_id.bytes)
+                known = image.topics_by_id.get(id_bytes(topic.topic_id))
                 if known is None:
                     unknown_ids.append(_unknown_topic_id(topic))
                     continue

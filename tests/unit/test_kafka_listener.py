@@ -357,3 +357,53 @@ def test_aiokafka_produces_and_a_group_consumes_and_commits(served: BrokerThread
         assert sum(committed) == 30
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_requests_naming_topics_by_the_zero_id_are_answered_unknown_topic_id(served: BrokerThread) -> None:
+    """Kafka's "no id" (the zero UUID, which kafka-python decodes as None) in Fetch v13+,
+    Metadata v10+ and DeleteTopics v6+ is an unknown id: answered UNKNOWN_TOPIC_ID, and the
+    connection serves on (it was an AttributeError that closed the connection)."""
+    from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
+
+    F = FetchRequest.FetchTopic
+    fetch = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            F(
+                topic_id=None,
+                partitions=[F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1024)],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    by_id = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=None, topic_id=None)],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    delete = DeleteTopicsRequest(
+        topics=[DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=None)], timeout_ms=1000
+    )
+    UNKNOWN_TOPIC_ID = 100
+    with RawConnection(served.bootstrap) as connection:
+        connection.send(
+            request_frame(fetch, 13, 1)
+            + request_frame(by_id, 12, 2)
+            + request_frame(delete, 6, 3)
+            + request_frame(metadata_request(), 12, 4)
+        )
+        fetched = FetchResponse.decode(connection.read_frame(), version=13, header=True)
+        described = MetadataResponse.decode(connection.read_frame(), version=12, header=True)
+        deleted = DeleteTopicsResponse.decode(connection.read_frame(), version=6, header=True)
+        after = MetadataResponse.decode(connection.read_frame(), version=12, header=True)
+    assert fetched.responses[0].partitions[0].error_code == UNKNOWN_TOPIC_ID
+    assert described.topics[0].error_code == UNKNOWN_TOPIC_ID
+    assert deleted.responses[0].error_code == UNKNOWN_TOPIC_ID
+    assert after.topics[0].name == TOPIC and after.topics[0].error_code == 0
