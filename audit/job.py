@@ -45,7 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from raftka.audit import collector, incidents, report, tables
+from raftka.audit import collector, incident_job, report, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
 from raftka.audit.commits import PROGRESS_BUCKETS, SERIES_SCHEMA, combine, committed_over_time
 from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
@@ -219,7 +219,9 @@ def _run(
         table_seconds = {name: future.result() for name, future in writing.items()}
     timings.mark("tables")
 
-    incidents.write(incidents.find(incidents.read_inputs(tables_dir)), tables_dir / "incidents")
+    incident_job.write(spark, tables_dir)
+    timings.mark("incidents")
+
     collected = {  # read here, as summary.json and report.html are written here
         name: pq.read_table(tables_dir / name, columns=schema.names).to_pandas()
         for name, schema in report.TABLES_SHOWN.items()
