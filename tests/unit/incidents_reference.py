@@ -84,3 +84,28 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def _int(value: Any) -> int | None:
     return None if missing(value) else int(value)
+
+
+def assert_found_as_before(tables_dir: Path) -> list[dict[str, Any]]:
+    """The job's ``incidents`` table holds what ``find`` finds in the tables beside it, in
+    time order (incidents at one time and offset: the job sorts them by subject, the old
+    code left them as Spark had written the intervals). Returns the job's rows."""
+    found = pq.read_table(tables_dir / "incidents").to_pylist()
+    expected = find(read_inputs(tables_dir)).to_pylist()
+    assert [_order(i) for i in found] == sorted(_order(i) for i in found)
+    assert sorted(found, key=_by_subject) == sorted(expected, key=_by_subject)
+    return found
+
+
+def _order(incident: dict[str, Any]) -> tuple[Any, ...]:
+    start_ms, start_offset = incident["start_ms"], incident["start_offset"]
+    return (
+        start_ms is None,
+        start_ms or 0,
+        -1 if start_offset is None else start_offset,
+        KIND_ORDER[incident["kind"]],
+    )
+
+
+def _by_subject(incident: dict[str, Any]) -> tuple[Any, ...]:
+    return (*_order(incident), incident["subject"], incident["what"])
