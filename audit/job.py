@@ -17,8 +17,9 @@ part of the tables that are events filtered (``raftka.audit.event_tables``), fol
 offset commits per series (``raftka.audit.commits``) and counting its records per epoch and
 time bucket (``raftka.audit.counts``), joined in order on the driver; build the other
 tables with window functions (``raftka.audit.tables``) over what the pieces wrote and
-counted, and from them, on the driver, the incidents (``raftka.audit.incidents``). Exit
-status 1 when an error-level check fails.
+counted, and from them, in Spark tasks, the incidents (``raftka.audit.incident_job``) and
+what the summary and the report read, made small (``raftka.audit.report_data``): the
+driver holds no long table. Exit status 1 when an error-level check fails.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """``report.html``: one self-contained page (charts as inline PNGs, no network) for people.
 
 It opens with the verdict and the incidents in time order (controller epochs and how each
-ended, partitions offline or under min ISR, groups that rewound or stalled), each linking
+ended, partitions offline or under min ISR, groups that rewound or stalled; the most
+important ``INCIDENTS_SHOWN`` of a long history, saying how many there are), each linking
 to the rows behind it further down; then every check, the headline figures, six charts
 (controller leadership with failover gaps, broker fenced periods, partitions offline /
 under-replicated / under min ISR over time, elections and ISR churn per topic and per
 broker, metadata writes per record type, committed offsets per group) and the first
 rows of the violations and controller epochs. Times are seconds from the history's start.
+It draws what ``raftka.audit.report_data`` made small of the tables (``ReportData``).
 """
 
 from __future__ import annotations
