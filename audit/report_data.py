@@ -10,6 +10,7 @@ shows; the tables stay whole on disk.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from raftka.audit.incidents import (
 )
 from raftka.audit.report import CHURN_TOPICS, INCIDENTS_SHOWN, ROWS_SHOWN, SHOWN, TIME_CONDITIONS, ReportData
 
+SPARK_JOBS = 4  # at once: each is small, and alone it leaves the cores idle while it plans and starts
 PIXELS = 2_000  # columns across the history: twice a chart's width on the page
 # The first screen's incidents when there are more than it shows: partitions without a
 # leader first, then under min ISR, controllers, groups; the longest first.
@@ -52,7 +54,7 @@ def collect(
     )
     brokers, incidents = read("broker_timeline"), read("incidents")
     frames = {
-        "controller_epochs": read("controller_epochs").limit(ROWS_SHOWN),
+        "controller_epochs": epochs.orderBy("epoch", F.desc("committed")).limit(ROWS_SHOWN),  # as written
         "leadership": _to_pixels(
             epochs.filter(F.col("committed").eqNullSafe(True)), ["leader"], "start_ms", "tenure_ms", start_ms, pixel
         ),
@@ -72,14 +74,18 @@ def collect(
         "violations": read("violations").limit(ROWS_SHOWN),
         "incidents": _most_important(incidents),
     }  # fmt: skip
-    shown = {name: _pandas(frame, SHOWN[name]) for name, frame in frames.items()}
-    return ReportData(
-        shown,
-        series["write_rate"],
-        series["committed"],
-        incidents.count(),
-        headline(epochs, transitions, intervals, brokers),
-    )
+    with ThreadPoolExecutor(SPARK_JOBS, thread_name_prefix="audit-report-data") as pool:
+        figures = [pool.submit(count, table) for count, table in
+                   zip(FIGURES, (epochs, transitions, intervals, brokers), strict=True)]  # fmt: skip
+        total = pool.submit(incidents.count)
+        shown = {name: pool.submit(_pandas, frame, SHOWN[name]) for name, frame in frames.items()}
+        return ReportData(
+            {name: future.result() for name, future in shown.items()},
+            series["write_rate"],
+            series["committed"],
+            total.result(),
+            {k: v for part in figures for k, v in part.result().items()},
+        )
 
 
 def pixel_ms(start_ms: int | None, end_ms: int | None) -> int:
@@ -166,7 +172,13 @@ def _most_important(incidents: DataFrame) -> DataFrame:
 def headline(
     epochs: DataFrame, transitions: DataFrame, intervals: DataFrame, brokers: DataFrame
 ) -> dict[str, Any]:
-    """The summary's figures, counted by Spark over the whole tables."""
+    """The summary's figures, counted by Spark over the whole tables (``collect`` runs the
+    four counts at once)."""
+    tables = (epochs, transitions, intervals, brokers)
+    return {k: v for count, table in zip(FIGURES, tables, strict=True) for k, v in count(table).items()}
+
+
+def _epoch_figures(epochs: DataFrame) -> dict[str, Any]:
     committed = F.col("committed").eqNullSafe(True)
     e = epochs.agg(
         F.count_if(committed).alias("epochs"),
@@ -179,11 +191,23 @@ def headline(
     ).first()
     assert e is not None  # an aggregate without groups has one row
     lost = epochs.filter(~committed & ((F.col("epoch") < e["first"]) | (F.col("epoch") > e["last"])))
+    # epochs that never committed a leader: those skipped between committed epochs (which
+    # counts an uncommitted LeaderChange's too), and uncommitted ones outside them
     failed = (
         e["all_epochs"]
         if not e["epochs"]
         else int(e["skipped"] or 0) + lost.select("epoch").distinct().count()
     )
+    return {
+        "epochs": int(e["epochs"]),
+        "leader_changes": max(0, int(e["epochs"]) - 1),
+        "failed_elections": int(failed),
+        "leaderless_ms_max": _num(e["gap_max"]),
+        "leaderless_ms_median": _num(e["gap_median"]),
+    }
+
+
+def _transition_figures(transitions: DataFrame) -> dict[str, Any]:
     election = F.col("cause") == "election"
     t = transitions.agg(
         F.count_if(election).alias("partition_elections"),
@@ -191,32 +215,36 @@ def headline(
         F.count_if(F.col("isr_change") == "shrink").alias("isr_shrinks"),
         F.count_if(F.col("isr_change") == "expand").alias("isr_expands"),
     ).first()
+    assert t is not None
+    return {name: int(t[name]) for name in t.asDict()}
+
+
+def _interval_figures(intervals: DataFrame) -> dict[str, Any]:
     i = intervals.agg(
         *(F.sum(F.when(F.col("condition") == c, F.col("duration_ms"))).alias(c) for c in CONDITIONS)
     ).first()
+    assert i is not None
+    return {f"{c}_partition_ms": float(i[c] or 0) for c in CONDITIONS}
+
+
+def _broker_figures(brokers: DataFrame) -> dict[str, Any]:
     b = brokers.agg(
         F.count_if(F.col("restart")).alias("restarts"),
         F.count_if(F.col("started_by") == "FENCE").alias("fences"),
         F.count_if(F.col("flap")).alias("flaps"),
         F.median("register_to_unfence_ms").alias("to_unfence"),
     ).first()
-    assert t is not None and i is not None and b is not None
+    assert b is not None
     return {
-        "epochs": int(e["epochs"]),
-        "leader_changes": max(0, int(e["epochs"]) - 1),
-        "failed_elections": int(failed),
-        "leaderless_ms_max": _num(e["gap_max"]),
-        "leaderless_ms_median": _num(e["gap_median"]),
-        **{
-            name: int(t[name])
-            for name in ("partition_elections", "unclean_elections", "isr_shrinks", "isr_expands")
-        },
-        **{f"{c}_partition_ms": float(i[c] or 0) for c in CONDITIONS},
         "broker_restarts": int(b["restarts"]),
         "broker_fences": int(b["fences"]),
         "broker_flaps": int(b["flaps"]),
         "register_to_unfence_ms_median": _num(b["to_unfence"]),
     }
+
+
+# each counts its table's part of the headline, in the order the summary lists them
+FIGURES = (_epoch_figures, _transition_figures, _interval_figures, _broker_figures)
 
 
 def _num(value: Any) -> float | None:
