@@ -44,9 +44,10 @@ def write(spark: SparkSession, tables_dir: Path) -> None:
     found = find(spark, tables_dir)
     order = [F.col("start_ms").isNull(), "start_ms", F.coalesce("start_offset", F.lit(-1)), "kind_order",
              "tie_text", "tie_text_2", "tie_number", "tie_number_2"]  # fmt: skip
-    found.orderBy(*order).select(*INCIDENT_SCHEMA.names).write.mode("overwrite").parquet(
-        (tables_dir / "incidents").as_uri()
-    )
+    # one sorted file: a global sort would sample its input first, finding every incident twice
+    found.repartition(1).sortWithinPartitions(*order).select(*INCIDENT_SCHEMA.names).write.mode(
+        "overwrite"
+    ).parquet((tables_dir / "incidents").as_uri())
 
 
 def find(spark: SparkSession, tables_dir: Path) -> DataFrame:
