@@ -44,7 +44,7 @@ def test_a_clean_history_has_no_failed_elections(spark: Any) -> None:
     assert _failed(spark, [(7, False, None)]) == 1  # no committed epoch: each lost one
 
 
-@settings(max_examples=5, deadline=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+@settings(max_examples=3, deadline=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
 @given(
     spans=st.lists(
         st.tuples(
