@@ -38,7 +38,7 @@ INCIDENT_SCHEMA = pa.schema([
     ("what", pa.string()), ("why", pa.string()), ("ended", pa.string()),
     ("rows", pa.list_(pa.field("element", pa.string()))),
 ])  # fmt: skip
-# The columns read of each table (the job reads only the intervals and transitions named here)
+# The columns an incident reads of each table (``raftka.audit.incident_job`` joins them)
 INPUTS: dict[str, tuple[str, ...]] = {
     "controller_epochs": ("epoch", "leader", "committed", "start_offset", "end_offset", "start_ms", "end_ms",
                           "tenure_ms", "gap_before_ms", "failed_elections_before"),
