@@ -5,8 +5,9 @@ log tells), per stretch of time a partition was offline or under its min ISR (an
 change that began and ended it: a broker fenced, unregistered or restarting, or the
 leader shrinking the ISR), and per partition of a group whose committed offset went back
 or stalled. Each row carries the rows of the other tables behind it (``rows``), so the
-report can show them next to it. It is built on the driver from the tables the job wrote,
-in pandas: a history has few incidents, however long it is.
+report can show them next to it. Here each incident is made from its rows; Spark tasks find
+and join those rows in the tables the job wrote (``raftka.audit.incident_job``): a long
+history has incidents by the hundred thousand, which the driver never holds.
 
 What the log cannot tell: a fence is a fence (a lapsed session and a controlled shutdown
 both write one); a controller's end is read from the time between its last batch and the
@@ -15,16 +16,12 @@ next LeaderChange, measured against raft's default timings, not the ones the clu
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator, Mapping, Sequence
-from itertools import pairwise
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from raftka.raft.config import RaftConfig
 
@@ -41,7 +38,7 @@ INCIDENT_SCHEMA = pa.schema([
     ("what", pa.string()), ("why", pa.string()), ("ended", pa.string()),
     ("rows", pa.list_(pa.field("element", pa.string()))),
 ])  # fmt: skip
-# The columns read of each table (the job reads only the intervals and transitions named here)
+# The columns an incident reads of each table (``raftka.audit.incident_job`` joins them)
 INPUTS: dict[str, tuple[str, ...]] = {
     "controller_epochs": ("epoch", "leader", "committed", "start_offset", "end_offset", "start_ms", "end_ms",
                           "tenure_ms", "gap_before_ms", "failed_elections_before"),
@@ -53,73 +50,33 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "group_offsets": ("group", "topic", "partition", "commits", "first_offset", "last_offset", "first_ms",
                       "last_ms", "rewinds", "rewound_by", "stalled_commits", "status"),
 }  # fmt: skip
-_KIND_ORDER = {
+KIND_ORDER = {
     kind: i for i, kind in enumerate((CONTROLLER, OFFLINE, UNDER_MIN_ISR, GROUP_REWOUND, GROUP_STALLED))
 }
 _LEFT = ("FENCE", "UNREGISTER", "REREGISTER")  # a broker event that takes a broker out
 _CAME_BACK = ("UNFENCE", "REGISTER", "REREGISTER")
 
 
-def find(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
-    """Every incident in ``tables`` (the columns of ``INPUTS``), in time order."""
-    rows = [
-        *_controller(tables["controller_epochs"]),
-        *_partitions(
-            tables["partition_intervals"], tables["partition_transitions"], tables["broker_timeline"]
-        ),
-        *_groups(tables["group_offsets"]),
-    ]
-    rows.sort(key=lambda r: (r["start_ms"] is None, r["start_ms"] or 0,
-                             r["start_offset"] if r["start_offset"] is not None else -1, _KIND_ORDER[r["kind"]]))  # fmt: skip
-    return pa.Table.from_pylist(rows, schema=INCIDENT_SCHEMA)
+def controller_incident(this: dict[str, Any], after: dict[str, Any] | None) -> dict[str, Any]:
+    """A committed epoch, read with the next committed one (``None``: the last)."""
+    return _incident(
+        CONTROLLER, f"controller {_int(this['leader'])}", this["start_offset"], this["start_ms"],
+        _plus(this["start_ms"], this["tenure_ms"]), this["tenure_ms"], after is None,
+        what=f"node {_int(this['leader'])} led epoch {_int(this['epoch'])}",
+        why=_epoch_began(this), ended=_epoch_ended(after),
+        rows=[_line("controller_epochs", r, INPUTS["controller_epochs"]) for r in (this, after) if r],
+    )  # fmt: skip
 
 
-def read_inputs(tables_dir: Path) -> dict[str, pd.DataFrame]:
-    """The columns ``find`` reads of the tables the job wrote under ``tables_dir``; of the two
-    long ones (a million rows each in a long history) only the intervals it reports and the
-    transitions that began or ended one."""
-
-    def read(name: str, filters: Any = None) -> pd.DataFrame:
-        return pq.read_table(tables_dir / name, columns=list(INPUTS[name]), filters=filters).to_pandas()
-
-    intervals = read("partition_intervals", [("condition", "in", list(PARTITION_CONDITIONS))])
-    offsets = sorted(
-        {int(o) for o in (*intervals["start_offset"], *intervals["end_offset"]) if not missing(o)}
-    )
-    return {
-        "controller_epochs": read("controller_epochs"),
-        "partition_intervals": intervals,
-        "partition_transitions": read("partition_transitions", [("offset", "in", offsets or [-1])]),
-        "broker_timeline": read("broker_timeline"),
-        "group_offsets": read("group_offsets"),
-    }
-
-
-def write(incidents: pa.Table, folder: Path) -> None:
-    """As Parquet in ``folder``, as Spark writes the other tables (one file here: few rows)."""
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    pq.write_table(incidents, folder / "part-00000.parquet")
-
-
-def _controller(epochs: pd.DataFrame) -> Iterator[dict[str, Any]]:
-    committed = _records(epochs[epochs["committed"].eq(True)].sort_values("epoch"))
-    for this, after in pairwise([*committed, None]):  # the last epoch has none after it
-        yield _incident(
-            CONTROLLER, f"controller {_int(this['leader'])}", this["start_offset"], this["start_ms"],
-            _plus(this["start_ms"], this["tenure_ms"]), this["tenure_ms"], after is None,
-            what=f"node {_int(this['leader'])} led epoch {_int(this['epoch'])}",
-            why=_epoch_began(this), ended=_epoch_ended(after),
-            rows=[_line("controller_epochs", r, INPUTS["controller_epochs"]) for r in (this, after) if r],
-        )  # fmt: skip
-    for lost in _records(epochs[epochs["committed"].eq(False)].sort_values("epoch")):
-        yield _incident(
-            CONTROLLER, f"controller {_int(lost['leader'])}", lost["start_offset"], lost["start_ms"],
-            lost["start_ms"], 0, False, what=f"node {_int(lost['leader'])} won epoch {_int(lost['epoch'])}",
-            why="its LeaderChange reached too few voters to commit",
-            ended="replaced by a later leader: only an uncommitted tail holds this epoch",
-            rows=[_line("controller_epochs", lost, INPUTS["controller_epochs"])],
-        )  # fmt: skip
+def lost_epoch_incident(lost: dict[str, Any]) -> dict[str, Any]:
+    """An epoch whose LeaderChange never committed."""
+    return _incident(
+        CONTROLLER, f"controller {_int(lost['leader'])}", lost["start_offset"], lost["start_ms"],
+        lost["start_ms"], 0, False, what=f"node {_int(lost['leader'])} won epoch {_int(lost['epoch'])}",
+        why="its LeaderChange reached too few voters to commit",
+        ended="replaced by a later leader: only an uncommitted tail holds this epoch",
+        rows=[_line("controller_epochs", lost, INPUTS["controller_epochs"])],
+    )  # fmt: skip
 
 
 def _epoch_began(epoch: dict[str, Any]) -> str:
@@ -150,42 +107,40 @@ def _epoch_ended(after: dict[str, Any] | None) -> str:
             f"interval ({QUIET_LEADER_MS} ms): it crashed, was cut off (check-quorum resignation) or hung")  # fmt: skip
 
 
-def _partitions(
-    intervals: pd.DataFrame, transitions: pd.DataFrame, brokers: pd.DataFrame
-) -> Iterator[dict[str, Any]]:
-    at = {(t["topic_id"], _int(t["partition"]), _int(t["offset"])): t for t in _records(transitions)}
-    broker_events: dict[Any, list[dict[str, Any]]] = {}  # by time: a long history has many
-    for event in _records(brokers):
-        broker_events.setdefault(event["start_ms"], []).append(event)
-    chosen = intervals[intervals["condition"].isin(PARTITION_CONDITIONS)]
-    for span in _records(chosen.sort_values(["start_ms", "start_offset"])):
-        name = f"{span['topic']}-{_int(span['partition'])}"
-        key = (span["topic_id"], _int(span["partition"]))
-        began, ended = at.get((*key, _int(span["start_offset"]))), at.get((*key, _int(span["end_offset"])))
-        left = _broker_events(began, broker_events, _LEFT)
-        back = _broker_events(ended, broker_events, _CAME_BACK)
-        what = (f"{name} offline (no leader)" if span["condition"] == OFFLINE
-                else f"{name} under min ISR (min.insync.replicas {_int(span['min_isr'])})")  # fmt: skip
-        yield _incident(
-            span["condition"], name, span["start_offset"], span["start_ms"], span["end_ms"], span["duration_ms"],
-            bool(span["open"]), what=what, why=_why_began(began, left),
-            ended="still so at the history's end" if span["open"] else _why_ended(ended, back),
-            rows=[_line("partition_intervals", span, INPUTS["partition_intervals"]),
-                  *(_line("partition_transitions", t, INPUTS["partition_transitions"]) for t in (began, ended) if t),
-                  *(_line("broker_timeline", b, INPUTS["broker_timeline"]) for b in (*left, *back))],
-        )  # fmt: skip
+def partition_incident(
+    span: dict[str, Any],
+    began: dict[str, Any] | None,
+    ended: dict[str, Any] | None,
+    began_batch: Sequence[dict[str, Any]],
+    ended_batch: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """A stretch of time a partition was offline or under min ISR (``span``, a row of
+    ``partition_intervals``), with the transitions at its start and end offsets, if any, and
+    the broker events of their batches (``broker_timeline`` rows at their times)."""
+    name = f"{span['topic']}-{_int(span['partition'])}"
+    left = _broker_events(began, began_batch, _LEFT)
+    back = _broker_events(ended, ended_batch, _CAME_BACK)
+    what = (f"{name} offline (no leader)" if span["condition"] == OFFLINE
+            else f"{name} under min ISR (min.insync.replicas {_int(span['min_isr'])})")  # fmt: skip
+    return _incident(
+        span["condition"], name, span["start_offset"], span["start_ms"], span["end_ms"], span["duration_ms"],
+        bool(span["open"]), what=what, why=_why_began(began, left),
+        ended="still so at the history's end" if span["open"] else _why_ended(ended, back),
+        rows=[_line("partition_intervals", span, INPUTS["partition_intervals"]),
+              *(_line("partition_transitions", t, INPUTS["partition_transitions"]) for t in (began, ended) if t),
+              *(_line("broker_timeline", b, INPUTS["broker_timeline"]) for b in (*left, *back))],
+    )  # fmt: skip
 
 
 def _broker_events(
-    transition: dict[str, Any] | None, by_ms: Mapping[Any, list[dict[str, Any]]], causes: tuple[str, ...]
+    transition: dict[str, Any] | None, batch: Sequence[dict[str, Any]], causes: tuple[str, ...]
 ) -> list[dict[str, Any]]:
-    """The broker events of the transition's batch (records of a batch share its time) that
-    concern a broker it moved: the controller writes a fence and the partition changes it
-    forces in one batch."""
-    if transition is None:
+    """The broker events of the transition's batch (records of a batch share its time: the
+    events at its ``timestamp_ms``) that concern a broker it moved: the controller writes a
+    fence and the partition changes it forces in one batch."""
+    if transition is None or transition["timestamp_ms"] is None:
         return []
     moved = _moved(transition)
-    batch = by_ms.get(transition["timestamp_ms"], []) if transition["timestamp_ms"] is not None else []
     return [b for b in batch if b["started_by"] in causes and _int(b["broker"]) in moved]
 
 
@@ -236,24 +191,25 @@ def _leader(value: Any) -> str:
     return "none" if leader is None or leader < 0 else str(leader)
 
 
-def _groups(groups: pd.DataFrame) -> Iterator[dict[str, Any]]:
-    troubled = groups[groups["rewinds"].fillna(0).gt(0) | groups["status"].eq("STALLED")]
-    for g in _records(troubled):
-        name = f"group {g['group']} on {g['topic']}-{_int(g['partition'])}"
-        rewinds, stalled = _int(g["rewinds"]) or 0, _int(g["stalled_commits"]) or 0
-        kind = GROUP_STALLED if g["status"] == "STALLED" else GROUP_REWOUND
-        what = (f"{name}: its last commits did not move its offset" if kind == GROUP_STALLED
-                else f"{name}: committed offset rewound {rewinds} time{'s' if rewinds != 1 else ''} "
-                     f"(by {_int(g['rewound_by'])} offsets in all)")  # fmt: skip
-        duration = None if g["first_ms"] is None or g["last_ms"] is None else g["last_ms"] - g["first_ms"]
-        yield _incident(
-            kind, name, None, g["first_ms"], g["last_ms"], duration, g["status"] == "STALLED",
-            what=what,
-            why=(f"{_int(g['commits'])} commits between these times, {rewinds} lower than the one before, "
-                 f"{stalled} equal to it; the log keeps no consumer lag, so this is all it tells"),
-            ended="still stalled at its last commit" if kind == GROUP_STALLED else f"status {g['status']}",
-            rows=[_line("group_offsets", g, INPUTS["group_offsets"])],
-        )  # fmt: skip
+def group_incident(g: dict[str, Any]) -> dict[str, Any] | None:
+    """A row of ``group_offsets`` as an incident, if its offset rewound or stalled."""
+    if not ((_int(g["rewinds"]) or 0) > 0 or g["status"] == "STALLED"):
+        return None
+    name = f"group {g['group']} on {g['topic']}-{_int(g['partition'])}"
+    rewinds, stalled = _int(g["rewinds"]) or 0, _int(g["stalled_commits"]) or 0
+    kind = GROUP_STALLED if g["status"] == "STALLED" else GROUP_REWOUND
+    what = (f"{name}: its last commits did not move its offset" if kind == GROUP_STALLED
+            else f"{name}: committed offset rewound {rewinds} time{'s' if rewinds != 1 else ''} "
+                 f"(by {_int(g['rewound_by'])} offsets in all)")  # fmt: skip
+    duration = None if g["first_ms"] is None or g["last_ms"] is None else g["last_ms"] - g["first_ms"]
+    return _incident(
+        kind, name, None, g["first_ms"], g["last_ms"], duration, g["status"] == "STALLED",
+        what=what,
+        why=(f"{_int(g['commits'])} commits between these times, {rewinds} lower than the one before, "
+             f"{stalled} equal to it; the log keeps no consumer lag, so this is all it tells"),
+        ended="still stalled at its last commit" if kind == GROUP_STALLED else f"status {g['status']}",
+        rows=[_line("group_offsets", g, INPUTS["group_offsets"])],
+    )  # fmt: skip
 
 
 def _incident(kind: str, subject: str, start_offset: Any, start_ms: Any, end_ms: Any, duration_ms: Any,
@@ -281,11 +237,6 @@ def _text(value: Any) -> str:
 def _plus(a: Any, b: Any) -> int | None:
     """A sum of two values a table may not hold: None if either is missing."""
     return None if missing(a) or missing(b) else int(a) + int(b)
-
-
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as dicts with None where pandas holds NaN or NA."""
-    return [{k: None if missing(v) else v for k, v in row.items()} for row in frame.to_dict("records")]
 
 
 def missing(value: Any) -> bool:

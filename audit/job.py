@@ -17,8 +17,9 @@ part of the tables that are events filtered (``raftka.audit.event_tables``), fol
 offset commits per series (``raftka.audit.commits``) and counting its records per epoch and
 time bucket (``raftka.audit.counts``), joined in order on the driver; build the other
 tables with window functions (``raftka.audit.tables``) over what the pieces wrote and
-counted, and from them, on the driver, the incidents (``raftka.audit.incidents``). Exit
-status 1 when an error-level check fails.
+counted, and from them, in Spark tasks, the incidents (``raftka.audit.incident_job``) and
+what the summary and the report read, made small (``raftka.audit.report_data``): the
+driver holds no long table. Exit status 1 when an error-level check fails.
 """
 
 from __future__ import annotations
@@ -39,13 +40,12 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from raftka.audit import collector, incidents, report, tables
+from raftka.audit import collector, incident_job, report, report_data, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
 from raftka.audit.commits import PROGRESS_BUCKETS, SERIES_SCHEMA, combine, committed_over_time
 from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
@@ -98,7 +98,9 @@ class Timings:
         now, cpu = time.monotonic(), process_tree_cpu_s()
         self.steps[step] = round(now - self._start, 3)
         self.cpu[step] = round(cpu - self._cpu_start, 3)
-        self.peak_mib[step] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
+        self.peak_mib[step] = round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+        )  # KiB on Linux
         self._start, self._cpu_start = now, cpu
 
 
@@ -219,20 +221,21 @@ def _run(
         table_seconds = {name: future.result() for name, future in writing.items()}
     timings.mark("tables")
 
-    incidents.write(incidents.find(incidents.read_inputs(tables_dir)), tables_dir / "incidents")
-    collected = {  # read here, as summary.json and report.html are written here
-        name: pq.read_table(tables_dir / name, columns=schema.names).to_pandas()
-        for name, schema in report.TABLES_SHOWN.items()
-    }
+    incident_job.write(spark, tables_dir)
+    timings.mark("incidents")
+
     write_rate = _write_rate(counts, bounds[2], end_ms)
     committed = pd.DataFrame(
         committed_over_time(commits.progress), columns=["group", "bucket_ms", "committed"]
     )
+    data = report_data.collect(
+        spark, tables_dir, bounds[2], end_ms, write_rate=write_rate, committed=committed
+    )
     skipped = sum(d["skipped"] for d in done)
-    summary = make_summary(files, merged, bounds, violations, collected, skipped)
+    summary = make_summary(files, merged, bounds, violations, data.headline, skipped)
     shutil.rmtree(scratch)
     timings.mark("report_data")
-    report.write(out / "report.html", summary, collected, write_rate, committed)
+    report.write(out / "report.html", summary, data)
     timings.mark("report")
     summary["timings_s"] = timings.steps
     summary["cpu_s"] = timings.cpu
@@ -286,7 +289,7 @@ def make_summary(
     merged: Any,
     bounds: Any,
     violations: list[dict[str, Any]],
-    collected: dict[str, Any],
+    figures: dict[str, Any],
     skipped: int,
 ) -> dict[str, Any]:
     checks = check_results(violations)
@@ -318,63 +321,13 @@ def make_summary(
             "gaps": [list(g) for g in merged.gaps],
             "skipped_batches": skipped,
         },
-        "headline": headline(collected),
+        "headline": figures,
         "checks": checks,
         "violations": {
             s: sum(1 for v in violations if v["severity"] == s) for s in ("error", "warning", "info")
         },
         "tables": {name: f"tables/{name}" for name in TABLES},
     }
-
-
-def headline(collected: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """The summary's figures, from the tables the report reads (``report.TABLES_SHOWN``)."""
-    epochs = collected["controller_epochs"]
-    committed_epochs = epochs[epochs["committed"]]
-    gaps = committed_epochs["gap_before_ms"].dropna()
-    transitions = collected["partition_transitions"]
-    intervals = collected["partition_intervals"]
-    brokers = collected["broker_timeline"]
-    elections = transitions[transitions["cause"] == "election"]
-    return {
-        "epochs": int(len(committed_epochs)),
-        "leader_changes": int(max(0, len(committed_epochs) - 1)),
-        "failed_elections": failed_elections(epochs),
-        "leaderless_ms_max": _num(gaps.max()),
-        "leaderless_ms_median": _num(gaps.median()),
-        "partition_elections": int(len(elections)),
-        "unclean_elections": int((elections["clean"] == False).sum()),  # noqa: E712
-        "isr_shrinks": int((transitions["isr_change"] == "shrink").sum()),
-        "isr_expands": int((transitions["isr_change"] == "expand").sum()),
-        **{
-            f"{c}_partition_ms": _num(intervals.loc[intervals["condition"] == c, "duration_ms"].sum())
-            for c in tables.CONDITIONS
-        },
-        "broker_restarts": int(brokers["restart"].sum()),
-        "broker_fences": int((brokers["started_by"] == "FENCE").sum()),
-        "broker_flaps": int(brokers["flap"].sum()),
-        "register_to_unfence_ms_median": _num(brokers["register_to_unfence_ms"].dropna().median()),
-    }
-
-
-def failed_elections(epochs: pd.DataFrame) -> int:
-    """Epochs that never committed a leader: those skipped between committed epochs
-    (``failed_elections_before``, which counts an uncommitted LeaderChange's epoch too), and
-    uncommitted LeaderChanges before the first or after the last committed epoch."""
-    committed = epochs[epochs["committed"]]
-    skipped = int(committed["failed_elections_before"].fillna(0).sum())
-    if committed.empty:
-        return int(epochs["epoch"].nunique())
-    lost = epochs.loc[~epochs["committed"], "epoch"]
-    outside = lost[(lost < committed["epoch"].min()) | (lost > committed["epoch"].max())]
-    return skipped + int(outside.nunique())
-
-
-def _num(value: Any) -> float | None:
-    try:
-        return None if value != value else float(value)  # NaN
-    except TypeError:
-        return None
 
 
 # spark-submit entry point ---------------------------------------------------------------

@@ -1,12 +1,14 @@
 """``report.html``: one self-contained page (charts as inline PNGs, no network) for people.
 
 It opens with the verdict and the incidents in time order (controller epochs and how each
-ended, partitions offline or under min ISR, groups that rewound or stalled), each linking
+ended, partitions offline or under min ISR, groups that rewound or stalled; the most
+important ``INCIDENTS_SHOWN`` of a long history, saying how many there are), each linking
 to the rows behind it further down; then every check, the headline figures, six charts
 (controller leadership with failover gaps, broker fenced periods, partitions offline /
 under-replicated / under min ISR over time, elections and ISR churn per topic and per
 broker, metadata writes per record type, committed offsets per group) and the first
 rows of the violations and controller epochs. Times are seconds from the history's start.
+It draws what ``raftka.audit.report_data`` made small of the tables (``ReportData``).
 """
 
 from __future__ import annotations
@@ -28,32 +30,29 @@ import pyarrow as pa  # noqa: E402
 from raftka.audit.checks import VIOLATION_SCHEMA  # noqa: E402
 from raftka.audit.incidents import INCIDENT_SCHEMA, missing  # noqa: E402
 
-# The tables the summary and the page read, and of the two long ones only the columns they
-# count and chart (a 10-million-record history has about a million rows of each), with the
-# types the job writes them in (its Spark test holds them to it): any frame of these
-# columns, empty or odd, must make a page.
+# What the page reads (``raftka.audit.report_data`` makes it with Spark from the tables, and
+# nothing here grows with the history): the first rows of two tables, the per-broker table,
+# the most important incidents, and the charts' data merged to the pixel, in the types it
+# is made in (its Spark test holds them to it): any frames of these columns, empty or odd,
+# must make a page.
 _INTS = pa.list_(pa.field("element", pa.int32()))
-TABLES_SHOWN: dict[str, pa.Schema] = {
+_SPANS = [("start_ms", pa.int64()), ("duration_ms", pa.int64())]
+SHOWN: dict[str, pa.Schema] = {
     "controller_epochs": pa.schema([
         ("epoch", pa.int32()), ("leader", pa.int32()), ("voters", _INTS), ("start_offset", pa.int64()),
         ("end_offset", pa.int64()), ("start_ms", pa.int64()), ("end_ms", pa.int64()), ("tenure_ms", pa.int64()),
         ("gap_before_ms", pa.int64()), ("failed_elections_before", pa.int32()), ("records", pa.int64()),
         pa.field("committed", pa.bool_(), nullable=False),
     ]),
-    "partition_transitions": pa.schema([
-        ("topic", pa.string()), ("cause", pa.string()), ("clean", pa.bool_()), ("isr_change", pa.string()),
-    ]),
-    "partition_intervals": pa.schema([
-        pa.field("condition", pa.string(), nullable=False), ("start_ms", pa.int64()), ("end_ms", pa.int64()),
-        ("duration_ms", pa.int64()),
-    ]),
-    "broker_timeline": pa.schema([
-        ("broker", pa.int32()), ("broker_epoch", pa.int64()), ("incarnation", pa.string()),
-        pa.field("state", pa.string(), nullable=False), ("started_by", pa.string()), ("start_offset", pa.int64()),
-        ("start_ms", pa.int64()), pa.field("end_ms", pa.int64(), nullable=False), ("duration_ms", pa.int64()),
-        ("restart", pa.bool_()), ("register_to_unfence_ms", pa.int64()), ("partitions_led_when_fenced", pa.int32()),
-        ("flap", pa.bool_()),
-    ]),
+    "leadership": pa.schema([("leader", pa.int32()), *_SPANS]),  # committed epochs
+    "leaderless": pa.schema(_SPANS),  # the gaps before them
+    "broker_spans": pa.schema([("broker", pa.int32()), pa.field("state", pa.string(), nullable=False),
+                               pa.field("restart", pa.bool_(), nullable=False), *_SPANS]),
+    "partition_levels": pa.schema([pa.field("condition", pa.string(), nullable=False), ("bucket_ms", pa.int64()),
+                                   ("peak", pa.int64()), ("last", pa.int64())]),
+    "churn_by_topic": pa.schema([("topic", pa.string()),
+                                 *(pa.field(c, pa.int64(), nullable=False)
+                                   for c in ("elections", "isr_shrinks", "isr_expands"))]),
     "leadership_by_broker": pa.schema([
         ("broker", pa.int32()), ("partition_ms_led", pa.int64()),
         *(pa.field(c, pa.int64(), nullable=False)
@@ -62,25 +61,34 @@ TABLES_SHOWN: dict[str, pa.Schema] = {
     "violations": VIOLATION_SCHEMA,
     "incidents": INCIDENT_SCHEMA,
 }  # fmt: skip
-ROWS_SHOWN = 200
+ROWS_SHOWN = 200  # of the violations and the controller epochs
+INCIDENTS_SHOWN = 200
+CHURN_TOPICS = 15
 SERIES_POINTS_MARKED = 20  # a group with fewer points in the committed-offsets chart gets markers
 CHART_IDS = ("leadership", "fenced", "partition_states", "churn", "write_rate", "committed")
 # Labels are names from the history (a consumer group may be called "$\\x$"): text, never
 # mathtext, which would fail the whole report on a group name it cannot parse.
 _PLAIN_TEXT = {"text.parse_math": False}
 _CONDITION_COLORS = {"offline": "#c0392b", "under_min_isr": "#e67e22", "under_replicated": "#f1c40f"}
+TIME_CONDITIONS = tuple(_CONDITION_COLORS)
 
 
-def write(
-    path: Path,
-    summary: dict[str, Any],
-    tables: dict[str, pd.DataFrame],
-    write_rate: pd.DataFrame,
-    committed: pd.DataFrame,
-) -> None:
+class ReportData(NamedTuple):
+    """Everything the page shows: frames of ``SHOWN``, the write rate and committed offsets
+    per time bucket, how many incidents there are (the page shows ``INCIDENTS_SHOWN``), and
+    the headline figures."""
+
+    shown: dict[str, pd.DataFrame]
+    write_rate: pd.DataFrame
+    committed: pd.DataFrame
+    incidents_total: int
+    headline: dict[str, Any]
+
+
+def write(path: Path, summary: dict[str, Any], data: ReportData) -> None:
     start, end = summary["history"]["start_ms"] or 0, summary["history"]["end_ms"]
-    charts = charts_png(tables, write_rate, committed, start, end)
-    path.write_text(_page(summary, tables, charts), encoding="utf-8")
+    charts = charts_png(data, start, end)
+    path.write_text(_page(summary, data, charts), encoding="utf-8")
 
 
 class Chart(NamedTuple):
@@ -90,24 +98,19 @@ class Chart(NamedTuple):
     nothing: str | None
 
 
-def charts_png(
-    tables: dict[str, pd.DataFrame],
-    write_rate: pd.DataFrame,
-    committed: pd.DataFrame,
-    start_ms: int,
-    end_ms: int | None = None,
-) -> dict[str, Chart]:
+def charts_png(data: ReportData, start_ms: int, end_ms: int | None = None) -> dict[str, Chart]:
     """Every chart by id (``CHART_IDS``). A maker returns what was missing when it found
     nothing to draw: the page says so in words instead of showing an empty frame. The
     charts over time span the whole history (``end_ms``), so they line up and a broker
     fenced for a second at its registration is not drawn as fenced throughout."""
+    shown = data.shown
     makers: dict[str, Callable[[Any], str | None]] = {
-        "leadership": lambda ax: _leadership(ax, tables["controller_epochs"], start_ms),
-        "fenced": lambda ax: _fenced(ax, tables["broker_timeline"], start_ms),
-        "partition_states": lambda ax: _partition_states(ax, tables["partition_intervals"], start_ms),
-        "churn": lambda axes: _churn(axes, tables["partition_transitions"], tables["leadership_by_broker"]),
-        "write_rate": lambda ax: _write_rate(ax, write_rate, start_ms),
-        "committed": lambda ax: _committed(ax, committed, start_ms),
+        "leadership": lambda ax: _leadership(ax, shown["leadership"], shown["leaderless"], start_ms),
+        "fenced": lambda ax: _fenced(ax, shown["broker_spans"], start_ms),
+        "partition_states": lambda ax: _partition_states(ax, shown["partition_levels"], start_ms, end_ms),
+        "churn": lambda axes: _churn(axes, shown["churn_by_topic"], shown["leadership_by_broker"]),
+        "write_rate": lambda ax: _write_rate(ax, data.write_rate, start_ms),
+        "committed": lambda ax: _committed(ax, data.committed, start_ms),
     }
     charts = {}
     for chart_id in CHART_IDS:
@@ -163,34 +166,29 @@ def _empty_panel(ax: Any, what: str) -> None:
     ax.set_yticks([])
 
 
-def _leadership(ax: Any, epochs: pd.DataFrame, start_ms: int) -> str | None:
-    committed = _known(epochs[epochs["committed"].eq(True)], "leader", "start_ms")
-    if committed.empty:
+def _leadership(ax: Any, spans: pd.DataFrame, gaps: pd.DataFrame, start_ms: int) -> str | None:
+    spans = _known(spans, "leader", "start_ms")
+    if spans.empty:
         return _no("committed epoch with a leader")
-    committed = committed.sort_values("epoch")
-    leaders = sorted(committed["leader"].astype(int).unique())
+    leaders = sorted(spans["leader"].astype(int).unique())
     for y, leader in enumerate(leaders):
-        mine = committed[committed["leader"] == leader]
-        spans = [
-            (_seconds(r.start_ms, start_ms), max(_or(r.tenure_ms, 0), 1) / 1000.0) for r in mine.itertuples()
-        ]
-        ax.broken_barh(spans, (y - 0.35, 0.7), color="#2e86c1")
-    gaps = committed[committed["gap_before_ms"] > 0]  # NaN is not
+        ax.broken_barh(_bars(spans[spans["leader"] == leader], start_ms), (y - 0.35, 0.7), color="#2e86c1")
+    gaps = _known(gaps, "start_ms")
     # one collection of bands over the whole height, as axvspan draws each (10,000 spans: 0.1 s, not 7)
     ax.broken_barh(
-        [
-            (_seconds(r.start_ms - r.gap_before_ms, start_ms), r.gap_before_ms / 1000.0)
-            for r in gaps.itertuples()
-        ],
-        (0, 1),
-        transform=ax.get_xaxis_transform(),
-        color="#e74c3c",
-        alpha=0.35,
+        _bars(gaps, start_ms), (0, 1), transform=ax.get_xaxis_transform(), color="#e74c3c", alpha=0.35
     )
     ax.set_yticks(range(len(leaders)), [f"node {leader}" for leader in leaders])
     ax.set_xlabel("seconds since the history's start")
     ax.set_title("Controller leadership (blue: leading; red: leaderless gap before a new epoch)")
     return None
+
+
+def _bars(spans: pd.DataFrame, start_ms: int) -> list[tuple[float, float]]:
+    """Spans (``start_ms``, ``duration_ms``) as bars in seconds, each at least a millisecond wide."""
+    return [
+        (_seconds(r.start_ms, start_ms), max(_or(r.duration_ms, 0), 1) / 1000.0) for r in spans.itertuples()
+    ]
 
 
 def _or(value: Any, default: float) -> Any:
@@ -205,11 +203,7 @@ def _fenced(ax: Any, brokers: pd.DataFrame, start_ms: int) -> str | None:
     restarted = brokers["restart"].eq(True)  # null is not
     for y, broker in enumerate(ids):
         mine = brokers[(brokers["broker"] == broker) & (brokers["state"] == "FENCED")]
-        spans = [
-            (_seconds(r.start_ms, start_ms), max(_or(r.duration_ms, 0), 1) / 1000.0)
-            for r in mine.itertuples()
-        ]
-        ax.broken_barh(spans, (y - 0.35, 0.7), color="#c0392b")
+        ax.broken_barh(_bars(mine, start_ms), (y - 0.35, 0.7), color="#c0392b")
         restarts = brokers[(brokers["broker"] == broker) & restarted]
         ax.plot(_seconds(restarts["start_ms"], start_ms), [y] * len(restarts), "k|", markersize=14)
     ax.set_yticks(range(len(ids)), [f"broker {b}" for b in ids])
@@ -218,24 +212,21 @@ def _fenced(ax: Any, brokers: pd.DataFrame, start_ms: int) -> str | None:
     return None
 
 
-def _partition_states(ax: Any, intervals: pd.DataFrame, start_ms: int) -> str | None:
-    intervals = _known(intervals, "condition", "start_ms", "end_ms")
+def _partition_states(ax: Any, levels: pd.DataFrame, start_ms: int, end_ms: int | None) -> str | None:
+    """Each condition's count per pixel column: up to the most at once in it, then how many
+    at its end (a spike one column wide where partitions came and went within it)."""
+    levels = _known(levels, "condition", "bucket_ms", "peak", "last")
     shown = False
     for condition, color in _CONDITION_COLORS.items():
-        mine = intervals[intervals["condition"] == condition]
+        mine = levels[levels["condition"] == condition].sort_values("bucket_ms")
         if mine.empty:
             continue
-        steps = pd.concat([
-            pd.DataFrame({"t": [start_ms], "d": [0]}),
-            pd.DataFrame({"t": mine["start_ms"], "d": 1}), pd.DataFrame({"t": mine["end_ms"], "d": -1}),
-        ]).sort_values(["t", "d"])  # fmt: skip
-        ax.step(
-            _seconds(steps["t"], start_ms),
-            steps["d"].cumsum(),
-            where="post",
-            color=color,
-            label=condition.replace("_", " "),
-        )
+        times = [start_ms, *(t for t in mine["bucket_ms"] for _ in (0, 1))]
+        counts = [0, *(c for pair in zip(mine["peak"], mine["last"], strict=True) for c in pair)]
+        if end_ms is not None and end_ms > times[-1]:
+            times, counts = [*times, end_ms], [*counts, counts[-1]]
+        ax.step(_seconds(pd.Series(times), start_ms), counts, where="post", color=color,
+                label=condition.replace("_", " "))  # fmt: skip
         shown = True
     if not shown:
         return _no("offline, under-replicated or under-min-ISR partition")
@@ -251,16 +242,16 @@ CHURN_BY_TOPIC = "leader election or ISR change"
 CHURN_BY_BROKER = "election won, leadership lost or ISR removal"
 
 
-def _churn(axes: Any, transitions: pd.DataFrame, leadership: pd.DataFrame) -> str | None:
-    """Per topic and per broker; a history where no partition changed leader or ISR (topics
-    created, configs and commits: the common case) has nothing to count in either."""
+def _churn(axes: Any, by_topics: pd.DataFrame, leadership: pd.DataFrame) -> str | None:
+    """Per topic (the busiest ``CHURN_TOPICS``, counted by Spark) and per broker; a history
+    where no partition changed leader or ISR (topics created, configs and commits: the
+    common case) has nothing to count in either."""
     by_topic, by_broker = axes
-    transitions = _known(transitions, "topic")
-    counts = pd.DataFrame({
-        "elections": transitions[transitions["cause"] == "election"].groupby("topic").size(),
-        "ISR shrinks": transitions[transitions["isr_change"] == "shrink"].groupby("topic").size(),
-        "ISR expands": transitions[transitions["isr_change"] == "expand"].groupby("topic").size(),
-    }).fillna(0)  # fmt: skip
+    counts = (
+        _known(by_topics, "topic")
+        .set_index("topic")[["elections", "isr_shrinks", "isr_expands"]]
+        .rename(columns={"isr_shrinks": "ISR shrinks", "isr_expands": "ISR expands"})
+    )
     counts = counts[counts.sum(axis=1) > 0]
     brokers = _known(leadership, "broker").set_index("broker")[
         ["elections_won", "leaderships_lost", "isr_removals"]
@@ -271,9 +262,11 @@ def _churn(axes: Any, transitions: pd.DataFrame, leadership: pd.DataFrame) -> st
     if counts.empty:
         _empty_panel(by_topic, CHURN_BY_TOPIC)
     else:
-        counts = counts.loc[counts.sum(axis=1).sort_values(ascending=False).index[:15]]
+        counts = counts.loc[
+            counts.sum(axis=1).sort_values(ascending=False, kind="stable").index[:CHURN_TOPICS]
+        ]
         counts.plot.bar(ax=by_topic, rot=30)
-        by_topic.set_title("Elections and ISR churn per topic (top 15)")
+        by_topic.set_title(f"Elections and ISR churn per topic (top {CHURN_TOPICS})")
     if brokers.empty:
         _empty_panel(by_broker, CHURN_BY_BROKER)
     else:
@@ -343,7 +336,8 @@ _CAPTIONS = {
 }
 
 
-def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict[str, Chart]) -> str:
+def _page(summary: dict[str, Any], data: ReportData, charts: dict[str, Chart]) -> str:
+    tables = data.shown
     verdict = summary["status"]
     history = summary["history"]
     parts = [
@@ -356,7 +350,7 @@ def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict
         f"<p>Nodes {', '.join(summary['inputs']['nodes'])} ({len(summary['inputs']['files'])} files); offsets "
         f"{history['start_offset']} to {history['end_offset']} ({history['records']} records), "
         f"{_utc(history['start_ms'])} to {_utc(history['end_ms'])}; voters {history['voters']}.</p>",
-        *_incidents(tables["incidents"], history["start_ms"]),
+        *_incidents(tables["incidents"], data.incidents_total, history["start_ms"]),
         "<h2>Checks</h2>",
         _table(pd.DataFrame(summary["checks"])[["check", "passed", "error", "warning", "info", "what"]]),
         "<h2>Headline figures</h2>",
@@ -380,6 +374,7 @@ def _page(summary: dict[str, Any], tables: dict[str, pd.DataFrame], charts: dict
 
 INCIDENTS_ID = "incidents"
 NO_INCIDENTS = "No incidents in this history."
+INCIDENTS_TABLE = "tables/incidents/"  # beside report.html
 _INCIDENT_COLUMNS = ("time (UTC)", "since start", "what", "how long", "why", "ended", "rows")
 
 
@@ -389,14 +384,16 @@ def _incident_id(position: int) -> str:
     return f"incident-{position + 1}"
 
 
-def _incidents(incidents: pd.DataFrame, start_ms: int | None) -> list[str]:
-    """The first screen: what happened when, plainly, each row linking to the rows behind it."""
+def _incidents(incidents: pd.DataFrame, total: int, start_ms: int | None) -> list[str]:
+    """The first screen: what happened when, plainly, each row linking to the rows behind it;
+    of ``total``, the ``INCIDENTS_SHOWN`` most important (``incidents``, in time order)."""
     parts = [f"<h2 id='{INCIDENTS_ID}'>Incidents</h2>"]
+    incidents = incidents.head(INCIDENTS_SHOWN)
     if incidents.empty:
         return [*parts, f"<p class='nothing' data-section='{INCIDENTS_ID}'>{NO_INCIDENTS}</p>"]
     head = "".join(f"<th>{c}</th>" for c in _INCIDENT_COLUMNS)
     rows = []
-    for position, incident in enumerate(incidents.head(ROWS_SHOWN).itertuples(index=False)):
+    for position, incident in enumerate(incidents.itertuples(index=False)):
         since = (
             ""
             if start_ms is None or missing(incident.start_ms)
@@ -410,8 +407,12 @@ def _incidents(incidents: pd.DataFrame, start_ms: int | None) -> list[str]:
             + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in cells) + f"<td>{link}</td></tr>"
         )  # fmt: skip
     parts.append(f"<table class='incidents'><tr>{head}</tr>{''.join(rows)}</table>")
-    if len(incidents) > ROWS_SHOWN:
-        parts.append(f"<p>The first {ROWS_SHOWN} of {len(incidents)}: every one is in tables/incidents.</p>")
+    if total > len(incidents):
+        parts.append(
+            f"<p class='more'>The {len(incidents)} most important of {total:,} incidents (partitions offline "
+            "first, then under min ISR, controllers, groups; the longest first), in time order: every one is "
+            f"in <a href='{INCIDENTS_TABLE}'>{INCIDENTS_TABLE}</a> (Parquet).</p>"
+        )
     return parts
 
 
@@ -420,7 +421,7 @@ def _rows_behind(incidents: pd.DataFrame) -> list[str]:
     if incidents.empty:
         return []
     parts = ["<h2 id='incident-rows'>Rows behind each incident</h2>"]
-    for position, incident in enumerate(incidents.head(ROWS_SHOWN).itertuples(index=False)):
+    for position, incident in enumerate(incidents.head(INCIDENTS_SHOWN).itertuples(index=False)):
         lines = [] if missing(incident.rows) else [line for line in incident.rows if not missing(line)]
         items = (
             "".join(f"<li><code>{html.escape(str(line))}</code></li>" for line in lines) or "<li>none</li>"

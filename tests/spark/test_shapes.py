@@ -21,12 +21,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from raftka.audit.job import TABLES
-from raftka.audit.report import TABLES_SHOWN
+from raftka.audit.report import SHOWN
 from raftka.audit.synthetic import MIX, Shape, without, write_history
 from raftka.cli.main import main
 from raftka.raft.snapshot_schedule import SnapshotPolicy
 from raftka.raft.storage import layout
+from tests.unit import headline_reference
 from tests.unit.browser_support import render_errors
+from tests.unit.incidents_reference import assert_found_as_before
 from tests.unit.report_support import assert_every_chart_drawn_or_said_empty
 from tests.unit.storage_support import flip_byte
 
@@ -82,7 +84,8 @@ def _write(root: Path, history: History, seed: int) -> None:
 
 def _audit(root: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     """The CLI on ``root``; its exit status and summary.json, after checking every output:
-    each table (the ones the report reads in the types it declares), and a report whose
+    each table (the ones the report reads in the types it declares), the headline figures and the
+    incidents as the driver found them before from the tables read whole, and a report whose
     every chart is drawn or says there was nothing to draw, rendering in Chromium cleanly."""
     capsys.readouterr()  # what writing the history logged
     status = main(["audit", str(root), "--out", str(out), "--output", "json"])
@@ -92,11 +95,14 @@ def _audit(root: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[i
     assert sorted(p.name for p in (out / "tables").iterdir()) == sorted(TABLES)
     for name in TABLES:
         written = pq.read_table(out / "tables" / name).schema
-        if name in TABLES_SHOWN:
-            declared = TABLES_SHOWN[name]
+        if name in SHOWN:
+            declared = SHOWN[name]
             assert [(f.name, f.type) for f in written if f.name in declared.names] == list(
                 zip(declared.names, declared.types, strict=True)
             ), name
+    # what the driver found before Spark did, from the tables read whole
+    assert summary["headline"] == headline_reference.headline(headline_reference.read(out / "tables"))
+    assert_found_as_before(out / "tables")
     assert_every_chart_drawn_or_said_empty((out / "report.html").read_text(encoding="utf-8"))
     assert render_errors(out / "report.html", out) == []
     return status, summary

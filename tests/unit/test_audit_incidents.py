@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftka.audit import incidents
-from raftka.audit.incidents import INCIDENT_SCHEMA, INPUTS, PARTITION_CONDITIONS, QUIET_LEADER_MS, find
+from raftka.audit.incidents import INCIDENT_SCHEMA, INPUTS, PARTITION_CONDITIONS, QUIET_LEADER_MS
 from raftka.audit.schema import INT_LIST
+from tests.unit.incidents_reference import find
 
 T0 = 1_700_000_000_000
 TYPES = {"committed": pa.bool_(), "open": pa.bool_(), "clean": pa.bool_(), "isr_before": INT_LIST,

@@ -1,6 +1,6 @@
-"""The report and the summary make a page from any tables, without a JVM: frames of every
+"""The report and the summary make a page from any data, without a JVM: frames of every
 shape (empty, one row, all zeros, columns of nulls, one time bucket) built from the schemas
-the job writes its tables in (``report.TABLES_SHOWN``), read back the way the job reads
+the job makes the page's data in (``report.SHOWN``), read back the way the job reads
 them (Arrow to pandas). Every chart is drawn or says there was nothing to draw."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _values(field: pa.Field) -> st.SearchStrategy[Any]:
         value: st.SearchStrategy[Any] = st.sampled_from(WORDS[field.name]) | st.text(max_size=8)
     elif pa.types.is_boolean(kind):
         value = st.booleans()
-    elif field.name in ("start_ms", "end_ms"):
+    elif field.name in ("start_ms", "end_ms", "bucket_ms"):
         value = st.integers(START_MS - 1_000, START_MS + SPAN_MS)
     elif pa.types.is_integer(kind):
         value = st.integers(-2, 2) | st.integers(0, 2**31 - 1)
@@ -98,7 +98,7 @@ def _bucketed(draw: st.DrawFn, key: str, keys: st.SearchStrategy[str], value: st
     return frame
 
 
-TABLES = st.fixed_dictionaries({name: _frame(schema) for name, schema in report.TABLES_SHOWN.items()})
+TABLES = st.fixed_dictionaries({name: _frame(schema) for name, schema in report.SHOWN.items()})
 WRITE_RATE = _bucketed(
     "type", st.sampled_from(["OffsetCommitRecord", "NoOpRecord", "PartitionChangeRecord"]), "count"
 )
@@ -107,8 +107,8 @@ BOUNDS = st.none() | st.tuples(st.integers(0, 10**7), st.integers(START_MS, STAR
 
 
 def _page(out: Path, tables: dict[str, pd.DataFrame], rate: pd.DataFrame, committed: pd.DataFrame,
-          bounds: tuple[int, int] | None) -> str:  # fmt: skip
-    """The summary and the page, as the job makes them."""
+          bounds: tuple[int, int] | None, incidents_total: int | None = None) -> str:  # fmt: skip
+    """The summary and the page, as the job makes them (``incidents_total``: as many as shown)."""
     history = (
         (None, None, None, None, 0) if bounds is None else (0, bounds[0], START_MS, bounds[1], bounds[0] + 1)
     )
@@ -116,9 +116,11 @@ def _page(out: Path, tables: dict[str, pd.DataFrame], rate: pd.DataFrame, commit
         tables["violations"].astype(object).where(tables["violations"].notna(), None).to_dict("records")
     )
     merged = SimpleNamespace(voters=[1, 2, 3], gaps=[])
-    summary = make_summary([], merged, history, violations, tables, 0)
+    figures = {"epochs": len(tables["controller_epochs"]), "broker_restarts": None}
+    summary = make_summary([], merged, history, violations, figures, 0)
     json.dumps(summary, default=str)  # as summary.json is written
-    report.write(out / "report.html", summary, tables, rate, committed)
+    total = len(tables["incidents"]) if incidents_total is None else incidents_total
+    report.write(out / "report.html", summary, report.ReportData(tables, rate, committed, total, figures))
     return (out / "report.html").read_bytes().decode("utf-8")  # as written: read_text turns "\r" into "\n"
 
 
@@ -159,19 +161,17 @@ def _something_to_draw(
 ) -> set[str]:
     """The charts whose tables hold a row they can place: the page may say "nothing" only
     for the others."""
-    epochs, brokers = tables["controller_epochs"], tables["broker_timeline"]
-    intervals, transitions = tables["partition_intervals"], tables["partition_transitions"]
+    spans, brokers = tables["leadership"], tables["broker_spans"]
+    levels, topics = tables["partition_levels"], tables["churn_by_topic"]
     leadership = tables["leadership_by_broker"]
     counted = ["elections_won", "leaderships_lost", "isr_removals"]
-    churn = transitions["topic"].notna() & (
-        (transitions["cause"] == "election") | transitions["isr_change"].isin(["shrink", "expand"])
-    )
+    churn = topics["topic"].notna() & (topics[["elections", "isr_shrinks", "isr_expands"]].sum(axis=1) > 0)
     found = {
-        "leadership": (epochs["committed"] & epochs["leader"].notna() & epochs["start_ms"].notna()).any(),
+        "leadership": (spans["leader"].notna() & spans["start_ms"].notna()).any(),
         "fenced": (brokers["broker"].notna() & brokers["start_ms"].notna()).any(),
         "partition_states": (
-            intervals["condition"].isin(["offline", "under_replicated", "under_min_isr"])
-            & intervals["start_ms"].notna() & intervals["end_ms"].notna()
+            levels["condition"].isin(report.TIME_CONDITIONS) & levels["bucket_ms"].notna()
+            & levels["peak"].notna() & levels["last"].notna()
         ).any(),
         "churn": churn.any() or (leadership["broker"].notna() & (leadership[counted].sum(axis=1) > 0)).any(),
         "write_rate": not rate.empty,
@@ -183,7 +183,7 @@ def _something_to_draw(
 def _tables(**rows: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
     return {
         name: pa.Table.from_pylist(rows.get(name, []), schema=schema).to_pandas()
-        for name, schema in report.TABLES_SHOWN.items()
+        for name, schema in report.SHOWN.items()
     }
 
 
@@ -192,9 +192,10 @@ def _new_users_history() -> dict[str, pd.DataFrame]:
     changed its leader or ISR (the history that crashed the report's churn chart)."""
     return _tables(
         controller_epochs=[{"epoch": 1, "leader": 1, "start_ms": START_MS, "tenure_ms": 60_000, "committed": True}],
-        partition_transitions=[{"topic": f"t{t}", "cause": "create"} for t in range(3) for _ in range(4)],
-        broker_timeline=[
-            {"broker": b, "state": s, "start_ms": START_MS + i * 1_000, "end_ms": START_MS + 60_000, "restart": False}
+        leadership=[{"leader": 1, "start_ms": START_MS, "duration_ms": 60_000}],
+        broker_spans=[
+            {"broker": b, "state": s, "start_ms": START_MS + i * 1_000, "duration_ms": 60_000 - i * 1_000,
+             "restart": False}
             for b in (101, 102, 103) for i, s in enumerate(("FENCED", "UNFENCED"))
         ],
         leadership_by_broker=[
@@ -300,3 +301,23 @@ def test_a_group_named_like_mathtext_is_drawn_as_its_name(tmp_path: Path) -> Non
     committed = pd.DataFrame([(MATHTEXT, START_MS, 5)], columns=["group", "bucket_ms", "committed"])
     page = _page(tmp_path, _tables(), _rate([]), committed, (1, START_MS + 1_000))
     assert assert_every_chart_drawn_or_said_empty(page)["committed"] is not None
+
+
+def test_a_history_with_more_incidents_than_shown_says_how_many_and_where_they_all_are(
+    tmp_path: Path,
+) -> None:
+    incidents = [
+        {"kind": OFFLINE, "start_ms": START_MS + i, "duration_ms": 10, "open": False, "what": f"t-{i} offline",
+         "rows": []}
+        for i in range(3)
+    ]  # fmt: skip
+    tables = _tables(incidents=incidents)
+    page = _page(tmp_path, tables, _rate([]), pd.DataFrame(columns=["group", "bucket_ms", "committed"]),
+                 (10, START_MS + 200_000), incidents_total=123_456)  # fmt: skip
+    assert_incidents_listed_first_with_their_rows(page, tables["incidents"])
+    assert (
+        "The 3 most important of 123,456 incidents (partitions offline first, then under min ISR, controllers, "
+        "groups; the longest first), in time order: every one is in "
+        f"<a href='{report.INCIDENTS_TABLE}'>{report.INCIDENTS_TABLE}</a> (Parquet)."
+    ) in first_screen(page)
+    assert render_errors(tmp_path / "report.html", tmp_path) == []
