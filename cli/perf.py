@@ -30,6 +30,7 @@ from raftka.cli import (
     perf_kafka,
     perf_metadata,
     perf_quotas,
+    perf_reassign,
     perf_rebalance,
     perf_rpc,
     stability,
@@ -70,6 +71,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_quotas.register(kinds)
     perf_audit.register(kinds)
     perf_rebalance.register(kinds)
+    perf_reassign.register(kinds)
 
 
 def add_load_options(parser: argparse.ArgumentParser, unit: str) -> None:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import ssl
-import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ from typing import Any
 
 from kafka.protocol.admin import AlterClientQuotasRequest, AlterClientQuotasResponse
 
-from raftka.cli import output, perf_kafka
+from raftka.cli import kafka_request, output, perf_kafka
 from raftka.cli.data_args import positive
 from raftka.cli.errors import CliError
 from raftka.cli.latency import latency_summary
@@ -36,8 +34,6 @@ from raftka.cli.tls_args import client_tls
 DEFAULT_TOPIC = "raftka-perf-quotas"
 STEADY, GREEDY = "raftka-perf-steady", "raftka-perf-greedy"
 GREEDY_QUEUE_KBYTES = 16_384  # librdkafka's queue for the greedy producer: it waits, not hoards
-REQUEST_TIMEOUT_S = 10.0
-LENGTH = struct.Struct(">i")
 
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -206,7 +202,6 @@ class _Greedy:
 def alter_client_quota(bootstrap: str, tls: ssl.SSLContext | None, client_id: str, rate: int | None) -> None:
     """Set (or remove, None) ``producer_byte_rate`` of ``client_id`` with Kafka's
     AlterClientQuotas on the first bootstrap broker (confluent-kafka has no call for it)."""
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
     op = AlterClientQuotasRequest.EntryData.OpData
     entry = AlterClientQuotasRequest.EntryData(
         entity=[
@@ -215,28 +210,9 @@ def alter_client_quota(bootstrap: str, tls: ssl.SSLContext | None, client_id: st
         ops=[op(key="producer_byte_rate", value=float(rate or 0), remove=rate is None)],
     )
     request = AlterClientQuotasRequest(entries=[entry], validate_only=False)
-    request.API_VERSION = 0
-    request.with_header(correlation_id=1, client_id="raftka-perf-quotas")
-    try:
-        with socket.create_connection((host, int(port)), timeout=REQUEST_TIMEOUT_S) as raw:
-            sock = tls.wrap_socket(raw, server_hostname=host) if tls else raw
-            sock.sendall(bytes(request.encode(header=True, framed=True)))
-            (length,) = LENGTH.unpack(_read(sock, LENGTH.size))
-            answer = AlterClientQuotasResponse.decode(_read(sock, length), version=0, header=True)
-    except OSError as e:
-        raise CliError(f"AlterClientQuotas to {host}:{port} failed: {e}") from None
+    answer = kafka_request.call(bootstrap, tls, request, AlterClientQuotasResponse, 0, "raftka-perf-quotas")
     result = answer.entries[0]
     if result.error_code != 0:
         raise CliError(
             f"the broker refused the quota (Kafka error {result.error_code}): {result.error_message}"
         )
-
-
-def _read(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise OSError("the broker closed the connection")
-        data += chunk
-    return data
