@@ -266,6 +266,7 @@ class RaftNode:
         assert self._loop is not None
         if self._stopped.is_set():
             return
+        snapshot = self.core.snapshot_with_voters(snapshot)  # raft's voter set travels with it
 
         def saved(done: concurrent.futures.Future[None]) -> None:
             if done.exception() is not None:

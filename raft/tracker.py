@@ -1,7 +1,10 @@
 """The leader's view of every replica: what it holds, when it last fetched.
 
 Voters' durable positions decide the high watermark; observers are tracked only so
-``DescribeQuorum`` can show them, and are never counted.
+``DescribeQuorum`` can show them (and the leader can tell whether one is caught up
+enough to be added as a voter), and are never counted. The voters are the set in effect
+(KIP-853): when it changes, progress moves between the two. A leader that is removing
+itself keeps leading without counting itself.
 """
 
 from __future__ import annotations
@@ -28,19 +31,39 @@ class Progress:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     fetched_this_epoch: bool = False
+    directory_id: str = ""  # the storage it last fetched with
 
 
 class Tracker:
     def __init__(self, leader_id: int, voters: frozenset[int], now_ms: int) -> None:
         self.leader_id = leader_id
-        self.voters = {v: Progress(v) for v in sorted(voters)}
+        self.leader = Progress(leader_id, last_fetch_ms=now_ms, last_caught_up_ms=now_ms)
+        self.voters: dict[int, Progress] = {}
         self.observers: dict[int, Progress] = {}
-        me = self.voters[leader_id]
-        me.last_fetch_ms = me.last_caught_up_ms = now_ms
+        self.set_voters(voters)
 
-    def record_fetch(self, node_id: int, end_offset: int, leader_end: int, now_ms: int) -> Progress:
-        progress = self.voters.get(node_id)
+    def set_voters(self, voters: frozenset[int]) -> None:
+        """The voter set in effect changed: progress moves between voters and observers."""
+        everyone = {**self.observers, **self.voters, self.leader_id: self.leader}
+        self.voters = {v: everyone.get(v) or Progress(v) for v in sorted(voters)}
+        self.observers = {n: p for n, p in everyone.items() if n not in voters and n != self.leader_id}
+
+    def record_fetch(
+        self,
+        node_id: int,
+        end_offset: int,
+        leader_end: int,
+        now_ms: int,
+        *,
+        directory_id: str = "",
+        as_voter: bool = True,
+    ) -> Progress:
+        """``as_voter`` False: a fetch under a voter's id from other storage (a replaced disk),
+        tracked as an observer's (the voter's position is not its to give)."""
+        progress = self.voters.get(node_id) if as_voter else None
         if progress is None:
+            if not as_voter and node_id in self.voters:
+                return Progress(node_id, end_offset, now_ms)  # shown nowhere: the id is taken
             progress = self.observers.get(node_id)
             if progress is None:
                 if len(self.observers) >= OBSERVERS_MAX:
@@ -50,6 +73,7 @@ class Tracker:
         progress.end_offset = end_offset
         progress.last_fetch_ms = now_ms
         progress.fetched_this_epoch = True
+        progress.directory_id = directory_id
         if end_offset >= leader_end:
             progress.last_caught_up_ms = now_ms
         return progress
@@ -62,7 +86,7 @@ class Tracker:
             progress.fetched_this_epoch = True
 
     def record_leader_end(self, end_offset: int, now_ms: int) -> None:
-        me = self.voters[self.leader_id]
+        me = self.leader
         me.end_offset = end_offset
         me.last_fetch_ms = me.last_caught_up_ms = now_ms
 

@@ -24,61 +24,61 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14raftka/v1/raft.proto\x12\traftka.v1\"|\n\x0bRecordBatch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12\"\n\x04kind\x18\x04 \x01(\x0e\x32\x14.raftka.v1.BatchKind\x12\x0f\n\x07records\x18\x05 \x03(\x0c\"/\n\x0eOffsetAndEpoch\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\"\x8e\x01\n\x0bVoteRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63\x61ndidate_epoch\x18\x02 \x01(\x05\x12\x14\n\x0c\x63\x61ndidate_id\x18\x03 \x01(\x05\x12\x12\n\nlast_epoch\x18\x04 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x05 \x01(\x03\x12\x10\n\x08pre_vote\x18\x06 \x01(\x08\"}\n\x0cVoteResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cvote_granted\x18\x04 \x01(\x08\x12\x10\n\x08pre_vote\x18\x05 \x01(\x08\"O\n\x17\x42\x65ginQuorumEpochRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\"a\n\x18\x42\x65ginQuorumEpochResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\"k\n\x15\x45ndQuorumEpochRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x1c\n\x14preferred_successors\x18\x04 \x03(\x05\"_\n\x16\x45ndQuorumEpochResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\"\x8c\x01\n\x0c\x46\x65tchRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x04 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x05 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\x05\"\x8f\x02\n\rFetchResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\x12\'\n\x07\x62\x61tches\x18\x06 \x03(\x0b\x32\x16.raftka.v1.RecordBatch\x12,\n\tdiverging\x18\x07 \x01(\x0b\x32\x19.raftka.v1.OffsetAndEpoch\x12.\n\x0bsnapshot_id\x18\x08 \x01(\x0b\x32\x19.raftka.v1.OffsetAndEpoch\"\xa2\x01\n\x14\x46\x65tchSnapshotRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x05\x12.\n\x0bsnapshot_id\x18\x04 \x01(\x0b\x32\x19.raftka.v1.OffsetAndEpoch\x12\x10\n\x08position\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x05\"\xbd\x01\n\x15\x46\x65tchSnapshotResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12.\n\x0bsnapshot_id\x18\x04 \x01(\x0b\x32\x19.raftka.v1.OffsetAndEpoch\x12\x0c\n\x04size\x18\x05 \x01(\x03\x12\x10\n\x08position\x18\x06 \x01(\x03\x12\r\n\x05\x63hunk\x18\x07 \x01(\x0c\"\x17\n\x15\x44\x65scribeQuorumRequest\"\x94\x01\n\x12ReplicaDescription\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x1f\n\x17last_fetch_timestamp_ms\x18\x03 \x01(\x03\x12#\n\x1blast_caught_up_timestamp_ms\x18\x04 \x01(\x03\x12\x0f\n\x07\x61\x64\x64ress\x18\x05 \x01(\t\"\xaa\x02\n\x16\x44\x65scribeQuorumResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\x05\x12\x11\n\tleader_id\x18\x04 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12-\n\x06voters\x18\x07 \x03(\x0b\x32\x1d.raftka.v1.ReplicaDescription\x12\x30\n\tobservers\x18\x08 \x03(\x0b\x32\x1d.raftka.v1.ReplicaDescription\x12\x0c\n\x04role\x18\t \x01(\t\x12\x16\n\x0eleader_address\x18\n \x01(\t\"\xb6\x02\n\x0bRaftRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x03\x12&\n\x04vote\x18\x02 \x01(\x0b\x32\x16.raftka.v1.VoteRequestH\x00\x12@\n\x12\x62\x65gin_quorum_epoch\x18\x03 \x01(\x0b\x32\".raftka.v1.BeginQuorumEpochRequestH\x00\x12<\n\x10\x65nd_quorum_epoch\x18\x04 \x01(\x0b\x32 .raftka.v1.EndQuorumEpochRequestH\x00\x12(\n\x05\x66\x65tch\x18\x05 \x01(\x0b\x32\x17.raftka.v1.FetchRequestH\x00\x12\x39\n\x0e\x66\x65tch_snapshot\x18\x06 \x01(\x0b\x32\x1f.raftka.v1.FetchSnapshotRequestH\x00\x42\t\n\x07request\"\xbd\x02\n\x0cRaftResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x03\x12\'\n\x04vote\x18\x02 \x01(\x0b\x32\x17.raftka.v1.VoteResponseH\x00\x12\x41\n\x12\x62\x65gin_quorum_epoch\x18\x03 \x01(\x0b\x32#.raftka.v1.BeginQuorumEpochResponseH\x00\x12=\n\x10\x65nd_quorum_epoch\x18\x04 \x01(\x0b\x32!.raftka.v1.EndQuorumEpochResponseH\x00\x12)\n\x05\x66\x65tch\x18\x05 \x01(\x0b\x32\x18.raftka.v1.FetchResponseH\x00\x12:\n\x0e\x66\x65tch_snapshot\x18\x06 \x01(\x0b\x32 .raftka.v1.FetchSnapshotResponseH\x00\x42\n\n\x08response\"\'\n\x14JournalAppendRequest\x12\x0f\n\x07\x65ntries\x18\x01 \x03(\x0c\"\x86\x01\n\x15JournalAppendResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x16\n\x0eleader_address\x18\x03 \x01(\t\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x05\"=\n\x12JournalReadRequest\x12\x12\n\nfrom_index\x18\x01 \x01(\x03\x12\x13\n\x0bmax_entries\x18\x02 \x01(\x05\"l\n\x13JournalReadResponse\x12\x16\n\x0e\x61pplied_offset\x18\x01 \x01(\x03\x12\x13\n\x0b\x65ntry_count\x18\x02 \x01(\x03\x12\x0f\n\x07\x65ntries\x18\x03 \x03(\x0c\x12\x17\n\x0floaded_snapshot\x18\x04 \x01(\x08*\xc8\x01\n\tRaftError\x12\x13\n\x0fRAFT_ERROR_NONE\x10\x00\x12\"\n\x1eRAFT_ERROR_FENCED_LEADER_EPOCH\x10\x01\x12\x19\n\x15RAFT_ERROR_NOT_LEADER\x10\x02\x12&\n\"RAFT_ERROR_INCONSISTENT_CLUSTER_ID\x10\x03\x12\x1f\n\x1bRAFT_ERROR_UNKNOWN_SNAPSHOT\x10\x04\x12\x1e\n\x1aRAFT_ERROR_INVALID_REQUEST\x10\x05*S\n\tBatchKind\x12\x13\n\x0f\x42\x41TCH_KIND_DATA\x10\x00\x12\x1c\n\x18\x42\x41TCH_KIND_LEADER_CHANGE\x10\x01\x12\x13\n\x0f\x42\x41TCH_KIND_NOOP\x10\x02\x32\x9e\x01\n\x04Raft\x12?\n\x08\x45xchange\x12\x16.raftka.v1.RaftRequest\x1a\x17.raftka.v1.RaftResponse(\x01\x30\x01\x12U\n\x0e\x44\x65scribeQuorum\x12 .raftka.v1.DescribeQuorumRequest\x1a!.raftka.v1.DescribeQuorumResponse2\x9d\x01\n\x07Journal\x12K\n\x06\x41ppend\x12\x1f.raftka.v1.JournalAppendRequest\x1a .raftka.v1.JournalAppendResponse\x12\x45\n\x04Read\x12\x1d.raftka.v1.JournalReadRequest\x1a\x1e.raftka.v1.JournalReadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14raftka/v1/raft.proto\x12\traftka.v1\"|\n\x0bRecordBatch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12\"\n\x04kind\x18\x04 \x01(\x0e\x32\x14.raftka.v1.BatchKind\x12\x0f\n\x07records\x18\x05 \x03(\x0c\"/\n\x0eOffsetAndEpoch\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\"\xca\x01\n\x0bVoteRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63\x61ndidate_epoch\x18\x02 \x01(\x05\x12\x14\n\x0c\x63\x61ndidate_id\x18\x03 \x01(\x05\x12\x12\n\nlast_epoch\x18\x04 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x05 \x01(\x03\x12\x10\n\x08pre_vote\x18\x06 \x01(\x08\x12\x1e\n\x16\x63\x61ndidate_directory_id\x18\x07 \x01(\t\x12\x1a\n\x12voter_directory_id\x18\x08 \x01(\t\"}\n\x0cVoteResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cvote_granted\x18\x04 \x01(\x08\x12\x10\n\x08pre_vote\x18\x05 \x01(\x08\"O\n\x17\x42\x65ginQuorumEpochRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\"a\n\x18\x42\x65ginQuorumEpochResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\"k\n\x15\x45ndQuorumEpochRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x1c\n\x14preferred_successors\x18\x04 \x03(\x05\"_\n\x16\x45ndQuorumEpochResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\"\xaa\x01\n\x0c\x46\x65tchRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x04 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x05 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\x05\x12\x1c\n\x14replica_directory_id\x18\x07 \x01(\t\"\x8f\x02\n\rFetchResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\x12\'\n\x07\x62\x61tches\x18\x06 \x03(\x0b\x32\x16.raftka.v1.RecordBatch\x12,\n\tdiverging\x18\x07 \x01(\x0b\x32\x19.raftka.v1.OffsetAndEpoch\x12.\n\x0bsnapshot_id\x18\x08 \x01(\x0b\x32\x19.raftka.v1.OffsetAndEpoch\"\xa2\x01\n\x14\x46\x65tchSnapshotRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x05\x12.\n\x0bsnapshot_id\x18\x04 \x01(\x0b\x32\x19.raftka.v1.OffsetAndEpoch\x12\x10\n\x08position\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x05\"\xcd\x01\n\x15\x46\x65tchSnapshotResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12.\n\x0bsnapshot_id\x18\x04 \x01(\x0b\x32\x19.raftka.v1.OffsetAndEpoch\x12\x0c\n\x04size\x18\x05 \x01(\x03\x12\x10\n\x08position\x18\x06 \x01(\x03\x12\r\n\x05\x63hunk\x18\x07 \x01(\x0c\x12\x0e\n\x06voters\x18\x08 \x01(\x0c\"\x17\n\x15\x44\x65scribeQuorumRequest\"\x94\x01\n\x12ReplicaDescription\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x1f\n\x17last_fetch_timestamp_ms\x18\x03 \x01(\x03\x12#\n\x1blast_caught_up_timestamp_ms\x18\x04 \x01(\x03\x12\x0f\n\x07\x61\x64\x64ress\x18\x05 \x01(\t\"\xaa\x02\n\x16\x44\x65scribeQuorumResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\x05\x12\x11\n\tleader_id\x18\x04 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12-\n\x06voters\x18\x07 \x03(\x0b\x32\x1d.raftka.v1.ReplicaDescription\x12\x30\n\tobservers\x18\x08 \x03(\x0b\x32\x1d.raftka.v1.ReplicaDescription\x12\x0c\n\x04role\x18\t \x01(\t\x12\x16\n\x0eleader_address\x18\n \x01(\t\"\xb6\x02\n\x0bRaftRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x03\x12&\n\x04vote\x18\x02 \x01(\x0b\x32\x16.raftka.v1.VoteRequestH\x00\x12@\n\x12\x62\x65gin_quorum_epoch\x18\x03 \x01(\x0b\x32\".raftka.v1.BeginQuorumEpochRequestH\x00\x12<\n\x10\x65nd_quorum_epoch\x18\x04 \x01(\x0b\x32 .raftka.v1.EndQuorumEpochRequestH\x00\x12(\n\x05\x66\x65tch\x18\x05 \x01(\x0b\x32\x17.raftka.v1.FetchRequestH\x00\x12\x39\n\x0e\x66\x65tch_snapshot\x18\x06 \x01(\x0b\x32\x1f.raftka.v1.FetchSnapshotRequestH\x00\x42\t\n\x07request\"\xbd\x02\n\x0cRaftResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x03\x12\'\n\x04vote\x18\x02 \x01(\x0b\x32\x17.raftka.v1.VoteResponseH\x00\x12\x41\n\x12\x62\x65gin_quorum_epoch\x18\x03 \x01(\x0b\x32#.raftka.v1.BeginQuorumEpochResponseH\x00\x12=\n\x10\x65nd_quorum_epoch\x18\x04 \x01(\x0b\x32!.raftka.v1.EndQuorumEpochResponseH\x00\x12)\n\x05\x66\x65tch\x18\x05 \x01(\x0b\x32\x18.raftka.v1.FetchResponseH\x00\x12:\n\x0e\x66\x65tch_snapshot\x18\x06 \x01(\x0b\x32 .raftka.v1.FetchSnapshotResponseH\x00\x42\n\n\x08response\"\'\n\x14JournalAppendRequest\x12\x0f\n\x07\x65ntries\x18\x01 \x03(\x0c\"\x86\x01\n\x15JournalAppendResponse\x12#\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x14.raftka.v1.RaftError\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x16\n\x0eleader_address\x18\x03 \x01(\t\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\r\n\x05\x65poch\x18\x05 \x01(\x05\"=\n\x12JournalReadRequest\x12\x12\n\nfrom_index\x18\x01 \x01(\x03\x12\x13\n\x0bmax_entries\x18\x02 \x01(\x05\"l\n\x13JournalReadResponse\x12\x16\n\x0e\x61pplied_offset\x18\x01 \x01(\x03\x12\x13\n\x0b\x65ntry_count\x18\x02 \x01(\x03\x12\x0f\n\x07\x65ntries\x18\x03 \x03(\x0c\x12\x17\n\x0floaded_snapshot\x18\x04 \x01(\x08*\xc8\x01\n\tRaftError\x12\x13\n\x0fRAFT_ERROR_NONE\x10\x00\x12\"\n\x1eRAFT_ERROR_FENCED_LEADER_EPOCH\x10\x01\x12\x19\n\x15RAFT_ERROR_NOT_LEADER\x10\x02\x12&\n\"RAFT_ERROR_INCONSISTENT_CLUSTER_ID\x10\x03\x12\x1f\n\x1bRAFT_ERROR_UNKNOWN_SNAPSHOT\x10\x04\x12\x1e\n\x1aRAFT_ERROR_INVALID_REQUEST\x10\x05*S\n\tBatchKind\x12\x13\n\x0f\x42\x41TCH_KIND_DATA\x10\x00\x12\x1c\n\x18\x42\x41TCH_KIND_LEADER_CHANGE\x10\x01\x12\x13\n\x0f\x42\x41TCH_KIND_NOOP\x10\x02\x32\x9e\x01\n\x04Raft\x12?\n\x08\x45xchange\x12\x16.raftka.v1.RaftRequest\x1a\x17.raftka.v1.RaftResponse(\x01\x30\x01\x12U\n\x0e\x44\x65scribeQuorum\x12 .raftka.v1.DescribeQuorumRequest\x1a!.raftka.v1.DescribeQuorumResponse2\x9d\x01\n\x07Journal\x12K\n\x06\x41ppend\x12\x1f.raftka.v1.JournalAppendRequest\x1a .raftka.v1.JournalAppendResponse\x12\x45\n\x04Read\x12\x1d.raftka.v1.JournalReadRequest\x1a\x1e.raftka.v1.JournalReadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftka.v1.raft_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RAFTERROR']._serialized_start=3104
-  _globals['_RAFTERROR']._serialized_end=3304
-  _globals['_BATCHKIND']._serialized_start=3306
-  _globals['_BATCHKIND']._serialized_end=3389
+  _globals['_RAFTERROR']._serialized_start=3210
+  _globals['_RAFTERROR']._serialized_end=3410
+  _globals['_BATCHKIND']._serialized_start=3412
+  _globals['_BATCHKIND']._serialized_end=3495
   _globals['_RECORDBATCH']._serialized_start=35
   _globals['_RECORDBATCH']._serialized_end=159
   _globals['_OFFSETANDEPOCH']._serialized_start=161
   _globals['_OFFSETANDEPOCH']._serialized_end=208
   _globals['_VOTEREQUEST']._serialized_start=211
-  _globals['_VOTEREQUEST']._serialized_end=353
-  _globals['_VOTERESPONSE']._serialized_start=355
-  _globals['_VOTERESPONSE']._serialized_end=480
-  _globals['_BEGINQUORUMEPOCHREQUEST']._serialized_start=482
-  _globals['_BEGINQUORUMEPOCHREQUEST']._serialized_end=561
-  _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_start=563
-  _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_end=660
-  _globals['_ENDQUORUMEPOCHREQUEST']._serialized_start=662
-  _globals['_ENDQUORUMEPOCHREQUEST']._serialized_end=769
-  _globals['_ENDQUORUMEPOCHRESPONSE']._serialized_start=771
-  _globals['_ENDQUORUMEPOCHRESPONSE']._serialized_end=866
-  _globals['_FETCHREQUEST']._serialized_start=869
-  _globals['_FETCHREQUEST']._serialized_end=1009
-  _globals['_FETCHRESPONSE']._serialized_start=1012
-  _globals['_FETCHRESPONSE']._serialized_end=1283
-  _globals['_FETCHSNAPSHOTREQUEST']._serialized_start=1286
-  _globals['_FETCHSNAPSHOTREQUEST']._serialized_end=1448
-  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_start=1451
-  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_end=1640
-  _globals['_DESCRIBEQUORUMREQUEST']._serialized_start=1642
-  _globals['_DESCRIBEQUORUMREQUEST']._serialized_end=1665
-  _globals['_REPLICADESCRIPTION']._serialized_start=1668
-  _globals['_REPLICADESCRIPTION']._serialized_end=1816
-  _globals['_DESCRIBEQUORUMRESPONSE']._serialized_start=1819
-  _globals['_DESCRIBEQUORUMRESPONSE']._serialized_end=2117
-  _globals['_RAFTREQUEST']._serialized_start=2120
-  _globals['_RAFTREQUEST']._serialized_end=2430
-  _globals['_RAFTRESPONSE']._serialized_start=2433
-  _globals['_RAFTRESPONSE']._serialized_end=2750
-  _globals['_JOURNALAPPENDREQUEST']._serialized_start=2752
-  _globals['_JOURNALAPPENDREQUEST']._serialized_end=2791
-  _globals['_JOURNALAPPENDRESPONSE']._serialized_start=2794
-  _globals['_JOURNALAPPENDRESPONSE']._serialized_end=2928
-  _globals['_JOURNALREADREQUEST']._serialized_start=2930
-  _globals['_JOURNALREADREQUEST']._serialized_end=2991
-  _globals['_JOURNALREADRESPONSE']._serialized_start=2993
-  _globals['_JOURNALREADRESPONSE']._serialized_end=3101
-  _globals['_RAFT']._serialized_start=3392
-  _globals['_RAFT']._serialized_end=3550
-  _globals['_JOURNAL']._serialized_start=3553
-  _globals['_JOURNAL']._serialized_end=3710
+  _globals['_VOTEREQUEST']._serialized_end=413
+  _globals['_VOTERESPONSE']._serialized_start=415
+  _globals['_VOTERESPONSE']._serialized_end=540
+  _globals['_BEGINQUORUMEPOCHREQUEST']._serialized_start=542
+  _globals['_BEGINQUORUMEPOCHREQUEST']._serialized_end=621
+  _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_start=623
+  _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_end=720
+  _globals['_ENDQUORUMEPOCHREQUEST']._serialized_start=722
+  _globals['_ENDQUORUMEPOCHREQUEST']._serialized_end=829
+  _globals['_ENDQUORUMEPOCHRESPONSE']._serialized_start=831
+  _globals['_ENDQUORUMEPOCHRESPONSE']._serialized_end=926
+  _globals['_FETCHREQUEST']._serialized_start=929
+  _globals['_FETCHREQUEST']._serialized_end=1099
+  _globals['_FETCHRESPONSE']._serialized_start=1102
+  _globals['_FETCHRESPONSE']._serialized_end=1373
+  _globals['_FETCHSNAPSHOTREQUEST']._serialized_start=1376
+  _globals['_FETCHSNAPSHOTREQUEST']._serialized_end=1538
+  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_start=1541
+  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_end=1746
+  _globals['_DESCRIBEQUORUMREQUEST']._serialized_start=1748
+  _globals['_DESCRIBEQUORUMREQUEST']._serialized_end=1771
+  _globals['_REPLICADESCRIPTION']._serialized_start=1774
+  _globals['_REPLICADESCRIPTION']._serialized_end=1922
+  _globals['_DESCRIBEQUORUMRESPONSE']._serialized_start=1925
+  _globals['_DESCRIBEQUORUMRESPONSE']._serialized_end=2223
+  _globals['_RAFTREQUEST']._serialized_start=2226
+  _globals['_RAFTREQUEST']._serialized_end=2536
+  _globals['_RAFTRESPONSE']._serialized_start=2539
+  _globals['_RAFTRESPONSE']._serialized_end=2856
+  _globals['_JOURNALAPPENDREQUEST']._serialized_start=2858
+  _globals['_JOURNALAPPENDREQUEST']._serialized_end=2897
+  _globals['_JOURNALAPPENDRESPONSE']._serialized_start=2900
+  _globals['_JOURNALAPPENDRESPONSE']._serialized_end=3034
+  _globals['_JOURNALREADREQUEST']._serialized_start=3036
+  _globals['_JOURNALREADREQUEST']._serialized_end=3097
+  _globals['_JOURNALREADRESPONSE']._serialized_start=3099
+  _globals['_JOURNALREADRESPONSE']._serialized_end=3207
+  _globals['_RAFT']._serialized_start=3498
+  _globals['_RAFT']._serialized_end=3656
+  _globals['_JOURNAL']._serialized_start=3659
+  _globals['_JOURNAL']._serialized_end=3816
 # @@protoc_insertion_point(module_scope)

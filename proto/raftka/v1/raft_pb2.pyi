@@ -54,20 +54,24 @@ class OffsetAndEpoch(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class VoteRequest(_message.Message):
-    __slots__ = ("cluster_id", "candidate_epoch", "candidate_id", "last_epoch", "log_end_offset", "pre_vote")
+    __slots__ = ("cluster_id", "candidate_epoch", "candidate_id", "last_epoch", "log_end_offset", "pre_vote", "candidate_directory_id", "voter_directory_id")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_EPOCH_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PRE_VOTE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
+    VOTER_DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     candidate_epoch: int
     candidate_id: int
     last_epoch: int
     log_end_offset: int
     pre_vote: bool
-    def __init__(self, cluster_id: _Optional[str] = ..., candidate_epoch: _Optional[int] = ..., candidate_id: _Optional[int] = ..., last_epoch: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., pre_vote: _Optional[bool] = ...) -> None: ...
+    candidate_directory_id: str
+    voter_directory_id: str
+    def __init__(self, cluster_id: _Optional[str] = ..., candidate_epoch: _Optional[int] = ..., candidate_id: _Optional[int] = ..., last_epoch: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., candidate_directory_id: _Optional[str] = ..., voter_directory_id: _Optional[str] = ...) -> None: ...
 
 class VoteResponse(_message.Message):
     __slots__ = ("error", "epoch", "leader_id", "vote_granted", "pre_vote")
@@ -126,20 +130,22 @@ class EndQuorumEpochResponse(_message.Message):
     def __init__(self, error: _Optional[_Union[RaftError, str]] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("cluster_id", "replica_id", "epoch", "fetch_offset", "last_fetched_epoch", "max_wait_ms")
+    __slots__ = ("cluster_id", "replica_id", "epoch", "fetch_offset", "last_fetched_epoch", "max_wait_ms", "replica_directory_id")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     replica_id: int
     epoch: int
     fetch_offset: int
     last_fetched_epoch: int
     max_wait_ms: int
-    def __init__(self, cluster_id: _Optional[str] = ..., replica_id: _Optional[int] = ..., epoch: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
+    replica_directory_id: str
+    def __init__(self, cluster_id: _Optional[str] = ..., replica_id: _Optional[int] = ..., epoch: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., replica_directory_id: _Optional[str] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("error", "epoch", "leader_id", "high_watermark", "log_start_offset", "batches", "diverging", "snapshot_id")
@@ -178,7 +184,7 @@ class FetchSnapshotRequest(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., replica_id: _Optional[int] = ..., epoch: _Optional[int] = ..., snapshot_id: _Optional[_Union[OffsetAndEpoch, _Mapping]] = ..., position: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class FetchSnapshotResponse(_message.Message):
-    __slots__ = ("error", "epoch", "leader_id", "snapshot_id", "size", "position", "chunk")
+    __slots__ = ("error", "epoch", "leader_id", "snapshot_id", "size", "position", "chunk", "voters")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +192,7 @@ class FetchSnapshotResponse(_message.Message):
     SIZE_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
     error: RaftError
     epoch: int
     leader_id: int
@@ -193,7 +200,8 @@ class FetchSnapshotResponse(_message.Message):
     size: int
     position: int
     chunk: bytes
-    def __init__(self, error: _Optional[_Union[RaftError, str]] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., snapshot_id: _Optional[_Union[OffsetAndEpoch, _Mapping]] = ..., size: _Optional[int] = ..., position: _Optional[int] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+    voters: bytes
+    def __init__(self, error: _Optional[_Union[RaftError, str]] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., snapshot_id: _Optional[_Union[OffsetAndEpoch, _Mapping]] = ..., size: _Optional[int] = ..., position: _Optional[int] = ..., chunk: _Optional[bytes] = ..., voters: _Optional[bytes] = ...) -> None: ...
 
 class DescribeQuorumRequest(_message.Message):
     __slots__ = ()
