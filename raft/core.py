@@ -195,7 +195,8 @@ class RaftCore:
         self._next_rpc_id = 0
         self._fetch_rpc_id = -1
         # a voter with new or wiped storage must not vote until it is safe (see module doc)
-        recovering = self.is_voter and len(voters) > 1 and state.recovering
+        # (not in a dynamic quorum: there a replaced disk has a new directory id, so it is no voter)
+        recovering = self.is_voter and not self.voter_set.dynamic and len(voters) > 1 and state.recovering
         self._recovery: Recovery | None = Recovery() if recovering else None
 
         # the role, with state of its own (raftka.raft.role_state), and what we know of this
@@ -205,7 +206,7 @@ class RaftCore:
             self._state = ResignedState()  # leadership is never resumed after a restart
             self.leader_id = node_id
             self._election_deadline = now_ms + self._election_timeout()
-        elif state.leader_id >= 0:
+        elif state.leader_id >= 0 and state.leader_id != node_id:  # (ours: we led, then were removed)
             self._state = FollowerState(last_fetch_ok_ms=now_ms)
             self.leader_id = state.leader_id
         else:
@@ -699,7 +700,7 @@ class RaftCore:
         req: VoteRequest = env.msg  # type: ignore[assignment]
         log_ok = (req.last_epoch, req.log_end_offset) >= (self.log.last_epoch, self.log.end_offset)
         may_vote = (
-            self.is_voter
+            self._votes_for(req)
             and self._may_elect(req)
             and req.voter_directory_id in (NO_DIRECTORY, self.directory_id)
             and self._recovery is None
@@ -739,6 +740,15 @@ class RaftCore:
             self._election_won()
         elif state.votes.lost():
             self._election_lost()
+
+    def _votes_for(self, req: VoteRequest) -> bool:
+        """A voter votes; so does a replica the candidate names as its voter (this very
+        storage) though our own log says otherwise: a leader that removed us may have lost
+        its leadership before the change committed, and the candidate, whose log lacks the
+        change, cannot be elected without us (Raft answers votes whatever its configuration)."""
+        if self.is_voter:
+            return True
+        return self.voter_set.dynamic and req.voter_directory_id == self.directory_id != NO_DIRECTORY
 
     def _may_elect(self, req: VoteRequest) -> bool:
         """A static quorum elects only its voters. A dynamic one may elect a candidate our

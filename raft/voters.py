@@ -97,6 +97,9 @@ class VoterSet:
     def __len__(self) -> int:
         return len(self._voters)
 
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._voters
+
     def __repr__(self) -> str:
         return "VoterSet(" + ", ".join(_describe(v) for v in self._voters.values()) + ")"
 
