@@ -247,6 +247,8 @@ MUTANTS: dict[str, Callable[[], Options]] = {
     "grant-every-vote": lambda: Options(factory=MUTANT_CORES["grant-every-vote"], send_checks=False),
     "log-blind": lambda: Options(factory=MUTANT_CORES["log-blind"], send_checks=False),
     "ack-before-fsync": lambda: Options(ack_before_fsync=True, send_checks=False),
+    # KIP-853: the high watermark counted on the voter set before its latest change
+    "old-voter-set-majority": lambda: Options(factory=MUTANT_CORES["old-voter-set-majority"], send_checks=False),
 }
 
 
