@@ -493,7 +493,9 @@ class RaftCore:
         current = self.voter_set
         voter = current.get(node_id)
         if voter is None or voter.directory_id != directory_id:
-            raise VoterChangeError(ChangeRefusal.VOTER_NOT_FOUND, f"node {node_id} directory {directory_id!r}")
+            raise VoterChangeError(
+                ChangeRefusal.VOTER_NOT_FOUND, f"node {node_id} directory {directory_id!r}"
+            )
         if len(current) == 1:
             raise VoterChangeError(ChangeRefusal.LAST_VOTER, f"node {node_id}")
         return self._change_voters(current.without(node_id))

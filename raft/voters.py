@@ -86,7 +86,9 @@ class VoterSet:
     def difference_size(self, other: VoterSet) -> int:
         """How many voters (by node id and directory id) one set has that the other lacks."""
         mine, theirs = set(self._voters.values()), set(other._voters.values())
-        return len({(v.node_id, v.directory_id) for v in mine} ^ {(v.node_id, v.directory_id) for v in theirs})
+        return len(
+            {(v.node_id, v.directory_id) for v in mine} ^ {(v.node_id, v.directory_id) for v in theirs}
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, VoterSet) and self._voters == other._voters
@@ -198,8 +200,12 @@ class VoterHistory:
 class ChangeRefusal(enum.Enum):
     """Why a leader refuses a voter change (the RPCs map these to Kafka's error codes)."""
 
-    STATIC_QUORUM = "the voter set is static (kraft.version 0): format with --standalone or --initial-controllers"
-    CHANGE_IN_PROGRESS = "a voter change is not yet committed, or this leader has committed nothing in its epoch"
+    STATIC_QUORUM = (
+        "the voter set is static (kraft.version 0): format with --standalone or --initial-controllers"
+    )
+    CHANGE_IN_PROGRESS = (
+        "a voter change is not yet committed, or this leader has committed nothing in its epoch"
+    )
     DUPLICATE_VOTER = "the node is already a voter"
     VOTER_NOT_FOUND = "no such voter (node id and directory id)"
     NOT_CAUGHT_UP = "the node is not a caught-up observer fetching with that directory id"

@@ -37,10 +37,16 @@ def default_factory() -> CoreFactory:
 
 
 def calm_cluster(
-    seed: int, observers: int = 2, snapshot_every: int = 0, factory: CoreFactory | None = None
+    seed: int,
+    observers: int = 2,
+    snapshot_every: int = 0,
+    factory: CoreFactory | None = None,
+    dynamic: bool = False,
 ) -> Cluster:
     """A cluster with no faults of its own, for scripted scenarios (they inject their own)."""
-    profile = FaultProfile.calm(safety_ms=0, observers=observers, snapshot_every=snapshot_every)
+    profile = FaultProfile.calm(
+        safety_ms=0, observers=observers, snapshot_every=snapshot_every, dynamic=dynamic
+    )
     return Cluster(seed, profile, random.Random(seed), factory)
 
 
@@ -121,7 +127,11 @@ class Cluster:
     def dead_voters(self) -> list[int]:
         """Voters in the committed voter set whose node has since got a new disk (directory id)."""
         voters = self.invariants.committed_voters()
-        return [v.node_id for v in voters.voters() if not voters.includes(v.node_id, self.nodes[v.node_id].directory_id)]
+        return [
+            v.node_id
+            for v in voters.voters()
+            if not voters.includes(v.node_id, self.nodes[v.node_id].directory_id)
+        ]
 
     def status(self) -> str:
         parts = []
@@ -133,7 +143,8 @@ class Cluster:
                 continue
             voters = getattr(core, "voter_set", None) if self.profile.dynamic else None
             parts.append(
-                (f"voters={voters} " if voters is not None else "") + f"n{nid}: {role_of(core)} e={core.epoch} leader={core.leader_id} hw={core.high_watermark} "
+                (f"voters={voters} " if voters is not None else "")
+                + f"n{nid}: {role_of(core)} e={core.epoch} leader={core.leader_id} hw={core.high_watermark} "
                 f"leo={core.log_end_offset} start={core.log_start_offset} applied={node.sm.state.next_offset} "
                 f"durable={node.disk.oracle.end_offset}"
             )

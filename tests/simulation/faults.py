@@ -88,9 +88,12 @@ class FaultProfile:
         )
 
     @staticmethod
-    def calm(safety_ms: int, observers: int = 2, snapshot_every: int = 10) -> FaultProfile:
+    def calm(
+        safety_ms: int, observers: int = 2, snapshot_every: int = 10, dynamic: bool = False
+    ) -> FaultProfile:
         """No faults at all: for scripted scenarios that inject their own."""
         return FaultProfile(
+            dynamic=dynamic,
             network=NetworkParams(1, 5, 0.0, 0, 0.0, 0.0, 0.9),
             disk=DiskParams(1, 3, 0.0, 0, 0.3, 10),
             observers=observers,

@@ -111,7 +111,9 @@ class Invariants:
         life = self._life[nid]
         if role not in ROLES:
             self.fail(node, f"unknown role {role!r}")
-        removing_itself = role == "leader" and node.dynamic and life.epoch == epoch  # leads on until committed
+        removing_itself = (
+            role == "leader" and node.dynamic and life.epoch == epoch
+        )  # leads on until committed
         if not node.is_voter and role in VOTER_ONLY_ROLES and not removing_itself:
             self.fail(node, f"observer in role {role}")
         if epoch < life.epoch:
