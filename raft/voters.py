@@ -19,12 +19,14 @@ from __future__ import annotations
 import bisect
 import enum
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from raftka.raft.tracker import majority
 
-NO_DIRECTORY = ""  # a static voter: identified by its node id alone
+NO_DIRECTORY = ""
+_DIRECTORY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a static voter: identified by its node id alone
 KRAFT_VERSION_STATIC = 0  # the voter set is the configured one
 KRAFT_VERSION_DYNAMIC = 1  # the voter set lives in the log
 
@@ -146,6 +148,23 @@ class VoterSet:
 
 def _describe(voter: Voter) -> str:
     return f"{voter.node_id}" + (f"@{voter.directory_id[:8]}" if voter.directory_id else "")
+
+
+def parse_initial_controllers(text: str) -> VoterSet:
+    """Kafka 3.9's ``--initial-controllers``: ``id@host:port:directory_id,...``."""
+    voters = []
+    for i, entry in enumerate(t.strip() for t in text.split(",")):
+        node, at, rest = entry.partition("@")
+        address, colon, directory_id = rest.rpartition(":")
+        if not (at and colon and node.isdigit() and address and directory_id):
+            raise ValueError(f"entry {i + 1} {entry!r} is not ID@HOST:PORT:DIRECTORY_ID")
+        if not _DIRECTORY_ID_RE.fullmatch(directory_id):
+            raise ValueError(f"entry {i + 1}: directory id {directory_id!r} is not 1-64 of A-Z a-z 0-9 _ -")
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"entry {i + 1} {entry!r}: {address!r} is not HOST:PORT")
+        voters.append(Voter(int(node), directory_id, (address,)))
+    return VoterSet(voters)
 
 
 def encode_kraft_version(version: int) -> bytes:

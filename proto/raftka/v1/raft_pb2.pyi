@@ -21,6 +21,7 @@ class BatchKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BATCH_KIND_DATA: _ClassVar[BatchKind]
     BATCH_KIND_LEADER_CHANGE: _ClassVar[BatchKind]
     BATCH_KIND_NOOP: _ClassVar[BatchKind]
+    BATCH_KIND_VOTERS: _ClassVar[BatchKind]
 RAFT_ERROR_NONE: RaftError
 RAFT_ERROR_FENCED_LEADER_EPOCH: RaftError
 RAFT_ERROR_NOT_LEADER: RaftError
@@ -30,6 +31,7 @@ RAFT_ERROR_INVALID_REQUEST: RaftError
 BATCH_KIND_DATA: BatchKind
 BATCH_KIND_LEADER_CHANGE: BatchKind
 BATCH_KIND_NOOP: BatchKind
+BATCH_KIND_VOTERS: BatchKind
 
 class RecordBatch(_message.Message):
     __slots__ = ("base_offset", "epoch", "timestamp_ms", "kind", "records")
@@ -208,21 +210,23 @@ class DescribeQuorumRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReplicaDescription(_message.Message):
-    __slots__ = ("node_id", "log_end_offset", "last_fetch_timestamp_ms", "last_caught_up_timestamp_ms", "address")
+    __slots__ = ("node_id", "log_end_offset", "last_fetch_timestamp_ms", "last_caught_up_timestamp_ms", "address", "directory_id")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_FETCH_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_CAUGHT_UP_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     log_end_offset: int
     last_fetch_timestamp_ms: int
     last_caught_up_timestamp_ms: int
     address: str
-    def __init__(self, node_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., last_fetch_timestamp_ms: _Optional[int] = ..., last_caught_up_timestamp_ms: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+    directory_id: str
+    def __init__(self, node_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., last_fetch_timestamp_ms: _Optional[int] = ..., last_caught_up_timestamp_ms: _Optional[int] = ..., address: _Optional[str] = ..., directory_id: _Optional[str] = ...) -> None: ...
 
 class DescribeQuorumResponse(_message.Message):
-    __slots__ = ("error", "cluster_id", "node_id", "leader_id", "leader_epoch", "high_watermark", "voters", "observers", "role", "leader_address")
+    __slots__ = ("error", "cluster_id", "node_id", "leader_id", "leader_epoch", "high_watermark", "voters", "observers", "role", "leader_address", "directory_id")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -233,6 +237,7 @@ class DescribeQuorumResponse(_message.Message):
     OBSERVERS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
     error: RaftError
     cluster_id: str
     node_id: int
@@ -243,7 +248,8 @@ class DescribeQuorumResponse(_message.Message):
     observers: _containers.RepeatedCompositeFieldContainer[ReplicaDescription]
     role: str
     leader_address: str
-    def __init__(self, error: _Optional[_Union[RaftError, str]] = ..., cluster_id: _Optional[str] = ..., node_id: _Optional[int] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., high_watermark: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[ReplicaDescription, _Mapping]]] = ..., observers: _Optional[_Iterable[_Union[ReplicaDescription, _Mapping]]] = ..., role: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
+    directory_id: str
+    def __init__(self, error: _Optional[_Union[RaftError, str]] = ..., cluster_id: _Optional[str] = ..., node_id: _Optional[int] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., high_watermark: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[ReplicaDescription, _Mapping]]] = ..., observers: _Optional[_Iterable[_Union[ReplicaDescription, _Mapping]]] = ..., role: _Optional[str] = ..., leader_address: _Optional[str] = ..., directory_id: _Optional[str] = ...) -> None: ...
 
 class RaftRequest(_message.Message):
     __slots__ = ("call_id", "vote", "begin_quorum_epoch", "end_quorum_epoch", "fetch", "fetch_snapshot")
@@ -276,6 +282,56 @@ class RaftResponse(_message.Message):
     fetch: FetchResponse
     fetch_snapshot: FetchSnapshotResponse
     def __init__(self, call_id: _Optional[int] = ..., vote: _Optional[_Union[VoteResponse, _Mapping]] = ..., begin_quorum_epoch: _Optional[_Union[BeginQuorumEpochResponse, _Mapping]] = ..., end_quorum_epoch: _Optional[_Union[EndQuorumEpochResponse, _Mapping]] = ..., fetch: _Optional[_Union[FetchResponse, _Mapping]] = ..., fetch_snapshot: _Optional[_Union[FetchSnapshotResponse, _Mapping]] = ...) -> None: ...
+
+class AddRaftVoterRequest(_message.Message):
+    __slots__ = ("cluster_id", "voter_id", "voter_directory_id", "endpoints")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    VOTER_ID_FIELD_NUMBER: _ClassVar[int]
+    VOTER_DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    voter_id: int
+    voter_directory_id: str
+    endpoints: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cluster_id: _Optional[str] = ..., voter_id: _Optional[int] = ..., voter_directory_id: _Optional[str] = ..., endpoints: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RemoveRaftVoterRequest(_message.Message):
+    __slots__ = ("cluster_id", "voter_id", "voter_directory_id")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    VOTER_ID_FIELD_NUMBER: _ClassVar[int]
+    VOTER_DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    voter_id: int
+    voter_directory_id: str
+    def __init__(self, cluster_id: _Optional[str] = ..., voter_id: _Optional[int] = ..., voter_directory_id: _Optional[str] = ...) -> None: ...
+
+class UpdateRaftVoterRequest(_message.Message):
+    __slots__ = ("cluster_id", "voter_id", "voter_directory_id", "endpoints")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    VOTER_ID_FIELD_NUMBER: _ClassVar[int]
+    VOTER_DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    voter_id: int
+    voter_directory_id: str
+    endpoints: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cluster_id: _Optional[str] = ..., voter_id: _Optional[int] = ..., voter_directory_id: _Optional[str] = ..., endpoints: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RaftVoterChangeResponse(_message.Message):
+    __slots__ = ("error", "refusal", "message", "leader_id", "leader_address", "offset")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    error: RaftError
+    refusal: str
+    message: str
+    leader_id: int
+    leader_address: str
+    offset: int
+    def __init__(self, error: _Optional[_Union[RaftError, str]] = ..., refusal: _Optional[str] = ..., message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_address: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class JournalAppendRequest(_message.Message):
     __slots__ = ("entries",)
