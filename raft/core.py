@@ -659,6 +659,11 @@ class RaftCore:
         self._append(
             BatchKind.LEADER_CHANGE, (control.encode_leader_change(self.node_id, self.voters, self.epoch),)
         )
+        history = self._voter_history
+        if self.voter_set.dynamic and history.latest_offset() < 0 and history.base is self._bootstrap_voters:
+            # the formatted bootstrap set goes into the log, so replicas formatted without
+            # one (observers, controllers to be added) learn it (Kafka does the same)
+            self._change_voters(self._bootstrap_voters)
         for voter in sorted(self.voters - {self.node_id}):
             self._send(voter, self._begin_quorum_epoch(), durable=True)
 
@@ -761,20 +766,21 @@ class RaftCore:
         """A voter votes; so does a replica the candidate names as its voter (this very
         storage) though our own log says otherwise: a leader that removed us may have lost
         its leadership before the change committed, and the candidate, whose log lacks the
-        change, cannot be elected without us (Raft answers votes whatever its configuration)."""
+        change, cannot be elected without us (Raft answers votes whatever its configuration);
+        or it has just added us and our log (maybe still empty) does not say so yet."""
         if self.is_voter:
             return True
-        return self.voter_set.dynamic and req.voter_directory_id == self.directory_id != NO_DIRECTORY
+        return req.voter_directory_id == self.directory_id != NO_DIRECTORY
 
     def _may_elect(self, req: VoteRequest) -> bool:
-        """A static quorum elects only its voters. A dynamic one may elect a candidate our
-        log does not yet name (it was just added): the candidate counts only votes of its
-        own voter set, and our log check keeps a stale one out (KIP-853)."""
-        voters = self.voter_set
-        if voters.dynamic:
-            known = voters.get(req.candidate_id)
-            return known is None or known.directory_id == req.candidate_directory_id
-        return req.candidate_id in voters.ids
+        """A static quorum's candidate must be one of its voters. A dynamic quorum's (it
+        names its storage) may be one our log does not name yet (just added): the candidate
+        counts only votes of its own voter set, and our log check keeps a stale one out
+        (KIP-853); but never another storage under a voter's id (a replaced disk)."""
+        known = self.voter_set.get(req.candidate_id)
+        if not req.candidate_directory_id:
+            return known is not None
+        return known is None or known.directory_id in (NO_DIRECTORY, req.candidate_directory_id)
 
     def _has_live_leader(self) -> bool:
         state = self._state

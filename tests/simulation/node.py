@@ -201,7 +201,7 @@ class SimNode:
         extra = {"directory_id": self.directory_id} if self.dynamic else {}
         self.core = self.factory(
             self.node_id,
-            self.voters,  # type: ignore[arg-type]
+            self._formatted_voters(),  # type: ignore[arg-type]
             self.cluster_id,
             self.config,
             loaded,
@@ -211,6 +211,16 @@ class SimNode:
         )
         self.checker.on_start(self)
         self._event("start", f"inc={self.incarnation} snap={loaded.snapshot.id if loaded.snapshot else None}")
+
+    def _formatted_voters(self) -> frozenset[int] | VoterSet:
+        """What this disk was formatted with: a dynamic quorum's initial voters hold its
+        bootstrap set; any other node (an observer, a replaced disk) only the configured
+        ids, and learns the voter set from the log."""
+        if isinstance(self.voters, VoterSet) and not (
+            self.node_id in self.voters and self.disk_generation == 0
+        ):
+            return self.voters.ids
+        return self.voters
 
     def crash(self) -> None:
         """Power off: in-flight fsyncs and volatile state are lost."""
