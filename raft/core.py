@@ -845,7 +845,8 @@ class RaftCore:
         leader = self._leader()
         validation = self.log.validate_fetch(req.fetch_offset, req.last_fetched_epoch)
         if not validation.valid:
-            leader.tracker.record_contact(req.replica_id, self._now)
+            if self._fetches_as_voter(req):  # (another storage under a voter's id is not it)
+                leader.tracker.record_contact(req.replica_id, self._now)
             self._reply(
                 env,
                 FetchResponse(

@@ -43,10 +43,18 @@ class Tracker:
         self.set_voters(voters)
 
     def set_voters(self, voters: frozenset[int]) -> None:
-        """The voter set in effect changed: progress moves between voters and observers."""
-        everyone = {**self.observers, **self.voters, self.leader_id: self.leader}
-        self.voters = {v: everyone.get(v) or Progress(v) for v in sorted(voters)}
-        self.observers = {n: p for n, p in everyone.items() if n not in voters and n != self.leader_id}
+        """The voter set in effect changed: progress moves between voters and observers. A
+        removed voter whose id another storage fetches under (a replaced disk) leaves its
+        place to that one."""
+        old_voters, old_observers = self.voters, self.observers
+        mine = {self.leader_id: self.leader}
+        self.voters = {
+            v: mine.get(v) or old_voters.get(v) or old_observers.get(v) or Progress(v) for v in sorted(voters)
+        }
+        self.observers = {n: p for n, p in old_observers.items() if n not in voters}
+        for n, p in old_voters.items():
+            if n not in voters and n != self.leader_id:
+                self.observers.setdefault(n, p)
 
     def record_fetch(
         self,
@@ -62,8 +70,6 @@ class Tracker:
         tracked as an observer's (the voter's position is not its to give)."""
         progress = self.voters.get(node_id) if as_voter else None
         if progress is None:
-            if not as_voter and node_id in self.voters:
-                return Progress(node_id, end_offset, now_ms)  # shown nowhere: the id is taken
             progress = self.observers.get(node_id)
             if progress is None:
                 if len(self.observers) >= OBSERVERS_MAX:

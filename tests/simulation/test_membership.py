@@ -145,6 +145,10 @@ def test_a_replaced_disk_is_a_new_replica_added_again(seed: int) -> None:
         assert node.directory_id == f"dir-{victim}-1"
         assert role_of(core(cluster, victim)) == "observer", "a new disk is never the voter it replaced"
         assert not core(cluster, victim).is_voter
+        description = core(cluster, leader(cluster)).describe()
+        assert (victim, node.directory_id) in {(o.node_id, o.directory_id) for o in description.observers}
+        old = next(v for v in description.voters if v.node_id == victim)
+        assert old.directory_id != node.directory_id, "the new disk's fetches never count as the old voter's"
         fresh = Voter(victim, node.directory_id)
         assert (
             refusal(change(cluster, lambda c, now: c.add_voter(fresh, now))) is ChangeRefusal.DUPLICATE_VOTER
