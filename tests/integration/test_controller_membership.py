@@ -55,8 +55,11 @@ def test_controllers_added_removed_and_replaced_under_load_stay_linearizable(tmp
         cluster.down()
         cluster.configure("controller", "metadata", **KEEP_EVERY_RECORD)
         format_dynamic(cluster)
+        # the fourth controller runs from the start, an observer until it is added: the
+        # clients know every controller's address (the active one may be any of them)
+        new_address = add_controller_node(cluster, NEW_CONTROLLER_ID)
         cluster.up()
-        steps = MembershipSteps(cluster)
+        steps = MembershipSteps(cluster, new_address)
         run = asyncio.run(asyncio.wait_for(scenario(cluster, steps.next), 900))
         final = voters(cluster)
         cluster.down()
@@ -76,8 +79,9 @@ def test_controllers_added_removed_and_replaced_under_load_stay_linearizable(tmp
 
 
 class MembershipSteps:
-    def __init__(self, cluster: MetadataCluster) -> None:
+    def __init__(self, cluster: MetadataCluster, new_address: str) -> None:
         self.cluster = cluster
+        self.new_address = new_address
         self.done: list[str] = []
         self.removed = -1
         self.replaced = -1
@@ -90,14 +94,14 @@ class MembershipSteps:
         await wait_progress(run, PROGRESS_OPS)
 
     def add(self) -> None:
-        """A new controller, formatted without voters, joins as an observer; then it is added."""
-        address = add_controller_node(self.cluster, NEW_CONTROLLER_ID)
+        """A new controller, formatted without voters, fetches as an observer; then it is added."""
+        assert NEW_CONTROLLER_ID not in {v for v, _ in voters(self.cluster)}
         wait_until(
             lambda: NEW_CONTROLLER_ID in observers(self.cluster),
             timeout_s=CHANGE_TIMEOUT_S,
             what="the new controller to fetch as an observer",
         )
-        quorum(self.cluster, "add-controller", "--controller", address)
+        quorum(self.cluster, "add-controller", "--controller", self.new_address)
         wait_voters(self.cluster, lambda ids: NEW_CONTROLLER_ID in ids)
         self.done.append("add")
 
@@ -180,7 +184,8 @@ def format_dynamic(cluster: MetadataCluster) -> None:
 
 
 def add_controller_node(cluster: MetadataCluster, node_id: int) -> str:
-    """Write, format and start one more controller, listed in cluster.json; its address."""
+    """Write and format one more controller, listed in cluster.json (``cluster up`` starts
+    it); its address."""
     template = cluster.nodes("controller")[0]
     (port,) = free_ports(1)
     node_dir = cluster.dir.absolute() / f"node-{node_id}"
@@ -207,7 +212,6 @@ def add_controller_node(cluster: MetadataCluster, node_id: int) -> str:
         )
     )
     local.save(state)
-    cluster.up()
     return config.listener
 
 
