@@ -155,14 +155,15 @@ def parse_initial_controllers(text: str) -> VoterSet:
     voters = []
     for i, entry in enumerate(t.strip() for t in text.split(",")):
         node, at, rest = entry.partition("@")
-        address, colon, directory_id = rest.rpartition(":")
-        if not (at and colon and node.isdigit() and address and directory_id):
+        parts = rest.split(":")
+        if not (at and node.isdigit() and len(parts) == 3 and all(parts)):
             raise ValueError(f"entry {i + 1} {entry!r} is not ID@HOST:PORT:DIRECTORY_ID")
+        host, port, directory_id = parts
+        if not port.isdigit():
+            raise ValueError(f"entry {i + 1} {entry!r}: {host}:{port} is not HOST:PORT")
         if not _DIRECTORY_ID_RE.fullmatch(directory_id):
             raise ValueError(f"entry {i + 1}: directory id {directory_id!r} is not 1-64 of A-Z a-z 0-9 _ -")
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"entry {i + 1} {entry!r}: {address!r} is not HOST:PORT")
+        address = f"{host}:{port}"
         voters.append(Voter(int(node), directory_id, (address,)))
     return VoterSet(voters)
 
