@@ -394,8 +394,8 @@ def _listener(value: Any, node_id: int, roles: tuple[str, ...], voters: tuple[Vo
     if CONTROLLER in roles and not mine and value is _DERIVED:
         ids = ", ".join(str(v.node_id) for v in voters)
         raise ConfigError(
-            f"listener: node_id {node_id} is not one of {VOTERS_KEY} ({ids}); a controller that joins "
-            "a dynamic quorum later (raftka quorum add-controller) names its own listener"
+            f"node_id: {node_id} is not one of {VOTERS_KEY} ({ids}); a controller that joins a "
+            "dynamic quorum later (raftka quorum add-controller) names its own listener"
         )
     if CONTROLLER not in roles and mine:
         raise ConfigError(
