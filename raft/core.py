@@ -202,7 +202,7 @@ class RaftCore:
         # the role, with state of its own (raftka.raft.role_state), and what we know of this
         # epoch's leader whatever our role
         self._state: RoleState
-        if state.leader_id == node_id and self._campaigns:
+        if state.leader_id == node_id and self.may_campaign:
             self._state = ResignedState()  # leadership is never resumed after a restart
             self.leader_id = node_id
             self._election_deadline = now_ms + self._election_timeout()
@@ -211,7 +211,7 @@ class RaftCore:
             self.leader_id = state.leader_id
         else:
             self._state = UnattachedState()
-            self._election_deadline = now_ms + self._election_timeout() if self._campaigns else NEVER
+            self._election_deadline = now_ms + self._election_timeout() if self.may_campaign else NEVER
         self._leadership = EpochLeadership(leader=self.leader_id)
         if self._recovery is not None:
             self._ask_peers_for_epochs()
@@ -237,7 +237,7 @@ class RaftCore:
         return self._voter_history.latest().includes(self.node_id, self.directory_id)
 
     @property
-    def _campaigns(self) -> bool:
+    def may_campaign(self) -> bool:
         """A voter, or one that an uncommitted VotersRecord removes: it may still be needed to
         elect a leader until that record commits, so it may still campaign (Ongaro's
         dissertation, 4.2.2), though it counts no vote of its own."""
@@ -246,10 +246,6 @@ class RaftCore:
         history = self._voter_history
         latest = history.latest_offset()
         return latest >= self._hw and history.at(latest).includes(self.node_id, self.directory_id)
-
-    def voters_at(self, offset: int) -> VoterSet:
-        """The voter set of a log that ends at ``offset`` (at or above the log start)."""
-        return self._voter_history.at(offset)
 
     def snapshot_with_voters(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` (of the layer above, at a committed offset) with raft's voter set at it."""
@@ -265,7 +261,7 @@ class RaftCore:
     @property
     def role_name(self) -> str:
         # a leader removing itself leads, without counting itself, until the change commits
-        return self.role.value if self._campaigns or self.role is Role.LEADER else "observer"
+        return self.role.value if self.may_campaign or self.role is Role.LEADER else "observer"
 
     @property
     def high_watermark(self) -> int:
@@ -384,7 +380,7 @@ class RaftCore:
         elif (fetching := self._fetching_state()) is not None:
             self._poll_follower(fetching)
         role = self.role  # as the polls above may have left it
-        if role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self._campaigns:
+        if role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self.may_campaign:
             if now_ms >= self._election_deadline:
                 self._become_prospective()
         elif role in (Role.PROSPECTIVE, Role.CANDIDATE) and now_ms >= self._election_deadline:
@@ -455,7 +451,7 @@ class RaftCore:
     def _step_down(self) -> None:
         """Leave leadership of this epoch; a leader no longer in the voter set (it removed
         itself) waits as an observer instead of resigned."""
-        if self._campaigns:
+        if self.may_campaign:
             self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
             self._election_deadline = self._now + self._election_timeout()
         else:
@@ -548,9 +544,9 @@ class RaftCore:
     def _voters_changed(self, was_voter: bool) -> None:
         """A fetched, truncated or installed log changed the voter set: a node just made a
         voter starts its election timer (it may have to campaign); one just removed waits."""
-        if self._campaigns and not was_voter and self.role is Role.UNATTACHED:
+        if self.may_campaign and not was_voter and self.role is Role.UNATTACHED:
             self._election_deadline = self._now + self._election_timeout()
-        elif was_voter and not self._campaigns:
+        elif was_voter and not self.may_campaign:
             self._election_deadline = NEVER
 
     def ready(self) -> Ready:
@@ -580,7 +576,7 @@ class RaftCore:
             self.epoch,
             state.role,
             epoch,
-            is_voter=self._campaigns,
+            is_voter=self.may_campaign,
             epoch_leader=self._leadership.leader,
             new_leader=leader_id,
         )
@@ -615,7 +611,7 @@ class RaftCore:
     def _become_unattached(self, epoch: int, election_delay_ms: int | None = None) -> None:
         self._transition(self._unattached_state(), epoch)
         delay = self._election_timeout() if election_delay_ms is None else election_delay_ms
-        self._election_deadline = self._now + delay if self._campaigns else NEVER
+        self._election_deadline = self._now + delay if self.may_campaign else NEVER
 
     def _become_follower(self, epoch: int, leader_id: int) -> None:
         assert leader_id != self.node_id
@@ -745,7 +741,7 @@ class RaftCore:
             self.voted_id = req.candidate_id
             self._persist_state()
             # (a replica voting though its log says it is no voter never campaigns)
-            self._election_deadline = self._now + self._election_timeout() if self._campaigns else NEVER
+            self._election_deadline = self._now + self._election_timeout() if self.may_campaign else NEVER
         self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=False), durable=True)
 
     def _on_vote_response(self, env: Envelope) -> None:
@@ -814,7 +810,7 @@ class RaftCore:
             successors = [s for s in req.preferred_successors if s in self.voters]
             position = successors.index(self.node_id) if self.node_id in successors else len(successors)
             delay = position * self.cfg.election_timeout_ms
-            if position > 0 or not self._campaigns:
+            if position > 0 or not self.may_campaign:
                 delay += self._election_timeout()
             self._become_unattached(self.epoch, delay)
         self._reply(env, self._end_quorum_epoch_response(Error.NONE))
@@ -1107,7 +1103,7 @@ class RaftCore:
         batches = resp.batches
         if batches and batches[0].base_offset != self.log.end_offset:
             return  # an answer to a fetch we have moved past
-        was_voter = self._campaigns
+        was_voter = self.may_campaign
         for batch in batches:
             if (
                 batch.base_offset != self.log.end_offset
@@ -1135,7 +1131,7 @@ class RaftCore:
         if target < self._hw:
             self.fatal_error = f"leader asked to truncate to {target}, below the committed offset {self._hw}"
             return
-        was_voter = self._campaigns
+        was_voter = self.may_campaign
         self.log.truncate_to(target)
         self._voter_history.truncate_to(target)
         self._voters_changed(was_voter)
@@ -1175,7 +1171,7 @@ class RaftCore:
         last = self.log.batch_at(snapshot.id.offset - 1)
         if last is not None and last.next_offset == snapshot.id.offset and last.epoch == snapshot.id.epoch:
             return  # our log already holds all it covers (log matching): nothing to replace
-        was_voter = self._campaigns
+        was_voter = self.may_campaign
         self.log.install(snapshot)
         self._voter_history.install(self._snapshot_voters(snapshot))
         self._voters_changed(was_voter)
@@ -1195,7 +1191,7 @@ class RaftCore:
         self._election_deadline = NEVER
 
     def _on_leader_lost(self) -> None:
-        if not self._campaigns:
+        if not self.may_campaign:
             self._become_unattached(self.epoch)
             return
         state = self._follower()
@@ -1217,7 +1213,7 @@ class RaftCore:
     def _fetching_state(self) -> FetchingState | None:
         """The state of a role that fetches: a follower, or an observer looking for a leader."""
         state = self._state
-        if isinstance(state, FollowerState) or (isinstance(state, UnattachedState) and not self._campaigns):
+        if isinstance(state, FollowerState) or (isinstance(state, UnattachedState) and not self.may_campaign):
             return state
         return None
 

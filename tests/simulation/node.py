@@ -173,7 +173,7 @@ class SimNode:
         if core is not None:
             # a voter, or one an uncommitted change removes: it may still campaign (raft core)
             self._is_voter = bool(
-                getattr(core, "_campaigns", getattr(core, "is_voter", self.node_id in self.voters))
+                getattr(core, "may_campaign", getattr(core, "is_voter", self.node_id in self.voters))
             )
             self.was_voter = self.was_voter or self._is_voter
         return self._is_voter
