@@ -1323,7 +1323,9 @@ class RaftCore:
         elif (
             epoch == self.epoch
             and knows_leader
-            and leader_id != self._leadership.lost  # peers may not have noticed yet; our election decides
+            # peers may not have noticed yet; our election decides (a replica removed since
+            # holds none: it follows the leader it lost)
+            and (leader_id != self._leadership.lost or not self.may_campaign)
             and self.leader_id == NO_LEADER
             and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
         ):

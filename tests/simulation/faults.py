@@ -200,7 +200,10 @@ class Nemesis:
         (three or more, none dead already)."""
         voters = self.cluster.invariants.committed_voters()
         latest = self.cluster.voter_set()
-        if latest is None or latest != voters or len(voters) < 3 or self.cluster.dead_voters():
+        if latest is None or len(voters) < 3 or self.cluster.dead_voters():
+            return False
+        views = {getattr(self.cluster.nodes[n].core, "voter_set", None) for n in self.cluster.up_ids()}
+        if views != {voters}:  # a change in flight anywhere: a lost disk now could leave no majority
             return False
         nid = self.rng.choice(sorted(voters.ids))
         self.cluster.wipe(nid)
@@ -210,8 +213,8 @@ class Nemesis:
     def _add_voter(self) -> bool:
         """Ask the leader to add a live node that is no voter (an observer, a wiped voter)."""
         leader, voters = self.cluster.leader_id(), self.cluster.voter_set()
-        if leader is None or voters is None:
-            return False
+        if leader is None or voters is None or self.cluster.nodes[leader].paused:
+            return False  # (a paused leader would take the change later, past the checks here)
         candidates = [n for n in self.cluster.up_ids() if n not in voters.ids]
         if not candidates:
             return False
@@ -224,10 +227,12 @@ class Nemesis:
     def _remove_voter(self) -> bool:
         """Ask the leader to remove a voter: a dead one first, else any, the leader included."""
         leader, voters = self.cluster.leader_id(), self.cluster.voter_set()
-        if leader is None or voters is None:
-            return False
-        dead = [v for v in self.cluster.dead_voters() if v in voters.ids]
-        nid = self.rng.choice(dead or sorted(voters.ids))
+        if leader is None or voters is None or self.cluster.nodes[leader].paused:
+            return False  # (a paused leader would take the change later, past the checks here)
+        dead = self.cluster.dead_voters()
+        if dead and not set(dead) & voters.ids:
+            return False  # removing a live voter while a dead one counts could leave no majority
+        nid = self.rng.choice([v for v in dead if v in voters.ids] or sorted(voters.ids))
         target = voters.get(nid)
         assert target is not None
         result = self.cluster.nodes[leader].change_voters(
