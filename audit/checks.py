@@ -34,7 +34,11 @@ CHECKS = (
     Check("epochs_monotonic", "each node's epochs never decrease along its log"),
     Check(
         "epoch_starts_with_leader_change",
-        "every epoch starts with a LeaderChange naming a voter as leader and the node's first voter set",
+        "every epoch starts with a LeaderChange naming a voter as leader and the voter set in effect",
+    ),
+    Check(
+        "voter_changes_one_at_a_time",
+        "the voter set changes only through VotersRecords (KIP-853), each by at most one member",
     ),
     Check(
         "records_replay",

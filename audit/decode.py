@@ -26,14 +26,17 @@ from raftka.metadata.snapshot import SnapshotContents, SnapshotError, read_snaps
 from raftka.raft.batch import BatchKind, SnapshotId
 from raftka.raft.control import decode_control
 from raftka.raft.storage import batch_codec, layout, snapshot_file
+from raftka.raft.voters import VoterSet
 from raftka.v1 import metadata_pb2
 
 DAMAGED = "DAMAGED"
 UNREADABLE = "UNREADABLE"
 LEADER_CHANGE = "LEADER_CHANGE"
 NO_OP = "NO_OP"
+VOTERS = "VOTERS"  # KIP-853: a VotersRecord; its batch opens with a KRAFT_VERSION record
+KRAFT_VERSION = "KRAFT_VERSION"
 SNAPSHOT_KIND = "SNAPSHOT"
-CONTROL_TYPES = {BatchKind.LEADER_CHANGE: LEADER_CHANGE, BatchKind.NOOP: NO_OP}
+CONTROL_TYPES = {BatchKind.LEADER_CHANGE: LEADER_CHANGE, BatchKind.NOOP: NO_OP, BatchKind.VOTERS: VOTERS}
 _CONFIG_TOPIC = metadata_pb2.CONFIG_RESOURCE_TOPIC
 
 # The typed columns of one record: (topic_id, topic, partition, broker, broker_epoch,
@@ -75,11 +78,18 @@ def decode_segment_bytes(
         head = (*prefix, frame.position, batch.kind.name, batch.base_offset)
         count, crc, epoch, timestamp = len(batch.records), frame.header.crc, batch.epoch, batch.timestamp_ms
         control = CONTROL_TYPES.get(batch.kind)
+        # every row of a voter change carries its voter set: the walk sees batch heads only
+        batch_voters = _voter_ids(batch.records[-1]) if control == VOTERS else None
         for index, raw in enumerate(batch.records[:1] if heads_only else batch.records):
             batch_fields = (*head, index, count, crc, batch.base_offset + index, epoch, timestamp)
             if control:
-                yield _control_row(
+                row = _control_row(
                     Row._make((*batch_fields, None, *_NONE, None, None, None, None, raw)), control, raw
+                )
+                yield (
+                    row._replace(voters=batch_voters)
+                    if batch_voters is not None and row.type != DAMAGED
+                    else row
                 )
             else:
                 yield _record_row(batch_fields, raw, with_json)
@@ -146,6 +156,15 @@ def control_columns(
         return DAMAGED, None, None, None, f"unreadable {control_type} control record"
     if control_type == NO_OP:
         return NO_OP, None, None, None, None
+    if control_type == VOTERS:
+        kind = {"KRaftVersion": KRAFT_VERSION, "Voters": VOTERS}.get(value.get("type", ""))
+        if kind is None:
+            return DAMAGED, None, None, None, f"a {value.get('type')!r} record in a VOTERS batch"
+        ids = _voter_ids(raw) if kind == VOTERS else None
+        if kind == VOTERS and ids is None:
+            return DAMAGED, None, None, None, "VotersRecord without voters"
+        data = json.dumps({k: v for k, v in value.items() if k != "type"}, separators=(",", ":"))
+        return kind, None, ids, data, None
     leader, voters = value.get("leader_id"), value.get("voters")
     if (
         not isinstance(leader, int)
@@ -155,6 +174,13 @@ def control_columns(
         return DAMAGED, None, None, None, "LEADER_CHANGE record without leader_id and voters"
     data = json.dumps({k: v for k, v in value.items() if k != "type"}, separators=(",", ":"))
     return LEADER_CHANGE, leader, voters, data, None
+
+
+def _voter_ids(raw: bytes) -> list[int] | None:
+    try:
+        return sorted(VoterSet.decode(raw).ids)
+    except ValueError:
+        return None
 
 
 def _record_row(batch_fields: tuple[Any, ...], raw: bytes, with_json: bool) -> Row:

@@ -44,7 +44,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("replicas", INT_LIST, "replicas, when the record sets them"),
     ("group", pa.string(), "consumer group"),
     ("committed_offset", pa.int64(), "the offset an OffsetCommitRecord commits"),
-    ("voters", INT_LIST, "the voter set a LEADER_CHANGE names"),
+    ("voters", INT_LIST, "the voter set a LEADER_CHANGE or a VOTERS batch names"),
     ("json", pa.string(), "the whole record as JSON (option recordJson)"),
     ("error", pa.string(), "what is wrong with a DAMAGED row; why an UNREADABLE file could not be read"),
     ("torn_tail", pa.bool_(), "a DAMAGED row that is a torn last write, not damage"),

@@ -21,6 +21,7 @@ from raftka.audit.checks import ERROR, INFO, violation
 from raftka.audit.decode import DAMAGED, LEADER_CHANGE, SNAPSHOT_KIND, UNREADABLE, decode_file
 from raftka.audit.files import SNAPSHOT, AuditInputError, LogFile
 from raftka.audit.schema import Row
+from raftka.raft.batch import BatchKind
 
 
 @dataclass
@@ -88,7 +89,11 @@ class _Walker:
         self._epochs = array("q")  # and their epochs
         self._next: int | None = None  # the effective log's end
         self._file_seq = -1
-        self._voters: list[int] | None = None  # the first LeaderChange's: raftka's voter set is static
+        # the voter set in effect along the effective log: (offset, ids) of its changes, the
+        # first LeaderChange's or a VotersRecord's (KIP-853); unknown after a snapshot until
+        # the next one names it
+        self._voter_offsets = array("q")
+        self._voter_sets: list[list[int] | None] = []
 
     def see(self, head: Row) -> None:
         assert head.type != UNREADABLE, "check_readable before the walk: an unreadable file is not damage"
@@ -117,6 +122,7 @@ class _Walker:
         offset = head.offset
         if self._next is None or offset > self._next:
             self._truncate(offset)
+            self._note_voters(offset, None)
             self._offsets.append(offset)  # the snapshot stands for the log below it: its epoch is
             self._epochs.append(head.epoch)  # the epoch the next batch continues or opens
             self._next = offset
@@ -142,6 +148,8 @@ class _Walker:
         )
         if starts_epoch:
             self._check_leader_change(head)
+        if head.kind == BatchKind.VOTERS.name:
+            self._check_voter_change(head)
         self._offsets.append(base)
         self._epochs.append(epoch)
         self._next = base + head.batch_records
@@ -156,25 +164,49 @@ class _Walker:
             return
         declared = json.loads(head.json).get("epoch") if head.json else None
         voters = sorted(head.voters or ())
-        if self._voters is None:
-            self._voters = voters
+        current = self._current_voters()
+        if current is None:
+            self._note_voters(head.batch_offset, voters)
+            current = voters
         if head.leader not in voters:
-            message = f"epoch {head.epoch}: LeaderChange names leader {head.leader}, not one of the voters {voters}"
-            self._report("epoch_starts_with_leader_change", ERROR, message, head)
-        elif voters != self._voters:
             message = (
-                f"epoch {head.epoch}: LeaderChange names voters {voters}, but the node's first epoch had "
-                f"{self._voters} (the voter set is static: controller.quorum.voters)"
+                f"epoch {head.epoch}: LeaderChange names leader {head.leader}, not one of the voters {voters}"
+            )
+            self._report("epoch_starts_with_leader_change", ERROR, message, head)
+        elif voters != current:
+            message = (
+                f"epoch {head.epoch}: LeaderChange names voters {voters}, but the voter set in effect is "
+                f"{current} (it changes only through a VotersRecord)"
             )
             self._report("epoch_starts_with_leader_change", ERROR, message, head)
         elif declared is not None and declared != head.epoch:
             message = f"a LeaderChange for epoch {declared} opens epoch {head.epoch}"
             self._report("epoch_starts_with_leader_change", ERROR, message, head)
 
+    def _check_voter_change(self, head: Row) -> None:
+        if head.type == DAMAGED or head.voters is None:
+            return  # reported as damage
+        voters = sorted(head.voters)
+        current = self._current_voters()
+        if current is not None and len(set(voters) ^ set(current)) > 1:
+            message = f"a VotersRecord changes the voter set from {current} to {voters}: more than one member"
+            self._report("voter_changes_one_at_a_time", ERROR, message, head)
+        self._note_voters(head.batch_offset, voters)
+
+    def _current_voters(self) -> list[int] | None:
+        return self._voter_sets[-1] if self._voter_sets else None
+
+    def _note_voters(self, offset: int, voters: list[int] | None) -> None:
+        self._voter_offsets.append(offset)
+        self._voter_sets.append(voters)
+
     def _truncate(self, offset: int) -> None:
         keep = bisect.bisect_left(self._offsets, offset)
         del self._offsets[keep:]
         del self._epochs[keep:]
+        keep = bisect.bisect_left(self._voter_offsets, offset)  # an undone change undoes its set
+        del self._voter_offsets[keep:]
+        del self._voter_sets[keep:]
 
     def _report(self, check: str, severity: str, message: str, head: Row) -> None:
         self.result.violations.append(

@@ -14,6 +14,7 @@ from typing import Any
 from raftka.cli import local, output
 from raftka.cli.errors import CliError
 from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
+from raftka.cli.quorum_voters import register_voter_changes
 from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.node.config import ConfigError, parse_host_port
 
@@ -38,6 +39,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     output.add_output_option(describe)
     add_tls_options(describe)
     describe.set_defaults(func=run_describe)
+    register_voter_changes(actions)
 
 
 def run_describe(args: argparse.Namespace) -> int:
@@ -129,6 +131,7 @@ def replication_view(resp: DescribeQuorumResponse) -> list[dict[str, Any]]:
             "last_fetch_timestamp": r.last_fetch_timestamp_ms,
             "last_caught_up_timestamp": r.last_caught_up_timestamp_ms,
             "status": status,
+            "directory_id": r.directory_id,
         }
         for r, status in replicas
     ]

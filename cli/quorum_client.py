@@ -41,6 +41,10 @@ class QuorumClient:
     def close(self) -> None:
         self._stubs.close()
 
+    def stub(self, address: str) -> raft_pb2_grpc.RaftStub:
+        """The Raft service at ``address`` (voter changes: raftka.cli.quorum_voters)."""
+        return self._stubs[address]
+
     def describe(self, address: str, timeout_s: float | None = None) -> DescribeQuorumResponse:
         """Ask one node; raise QuorumError if it cannot be reached in time."""
         try:

@@ -13,6 +13,7 @@ from raftka.cli import output
 from raftka.cli.errors import CliError
 from raftka.node.config import load_config
 from raftka.raft.storage import meta
+from raftka.raft.voters import Voter, VoterSet, parse_initial_controllers
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,6 +34,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="this node starts a brand-new cluster and may vote at once; never for a node that lost "
         "its disk (without it, the node catches up from the others before it votes)",
     )
+    bootstrap = fmt.add_mutually_exclusive_group()
+    bootstrap.add_argument(
+        "--standalone",
+        action="store_true",
+        help="a dynamic quorum (KIP-853) of this one controller; add others with "
+        "`raftka quorum add-controller`",
+    )
+    bootstrap.add_argument(
+        "--initial-controllers",
+        metavar="ID@HOST:PORT:DIRECTORY_ID,...",
+        help="a dynamic quorum's first voters (the same list on each of them); this node's "
+        "directory id is its entry's",
+    )
     output.add_output_option(fmt)
     fmt.set_defaults(func=run_format)
 
@@ -47,6 +61,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run_format(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    bootstrap = _bootstrap_voters(args, config.node_id, config.listener)
     try:
         written = meta.format_storage(
             config.data_dir,
@@ -54,6 +69,7 @@ def run_format(args: argparse.Namespace) -> int:
             config.node_id,
             ignore_formatted=args.ignore_formatted,
             initial_cluster=args.initial_cluster,
+            bootstrap_voters=bootstrap,
         )
     except ValueError as e:  # a malformed cluster id
         raise CliError(f"--cluster-id: {e}") from None
@@ -61,6 +77,7 @@ def run_format(args: argparse.Namespace) -> int:
         "data_dir": str(config.data_dir),
         "cluster_id": args.cluster_id,
         "node_id": config.node_id,
+        "directory_id": meta.read_meta(config.data_dir).directory_id,
         "formatted": written,
     }
     if args.output == "json":
@@ -72,6 +89,20 @@ def run_format(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bootstrap_voters(args: argparse.Namespace, node_id: int, listener: str) -> VoterSet | None:
+    if args.standalone:
+        return VoterSet([Voter(node_id, meta.new_directory_id(), (listener,))])
+    if args.initial_controllers is None:
+        return None
+    try:
+        voters = parse_initial_controllers(args.initial_controllers)
+    except ValueError as e:
+        raise CliError(f"--initial-controllers: {e}") from None
+    if node_id not in voters:
+        raise CliError(f"--initial-controllers: this node ({node_id}) is not in the list")
+    return voters
+
+
 def run_info(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     props = meta.read_meta(config.data_dir)
@@ -79,6 +110,7 @@ def run_info(args: argparse.Namespace) -> int:
         "data_dir": str(config.data_dir),
         "cluster_id": props.cluster_id,
         "node_id": props.node_id,
+        "directory_id": props.directory_id,
         "version": props.version,
     }
     if args.output == "json":
@@ -90,6 +122,7 @@ def run_info(args: argparse.Namespace) -> int:
                     ("DataDir", result["data_dir"]),
                     ("ClusterId", props.cluster_id),
                     ("NodeId", props.node_id),
+                    ("DirectoryId", props.directory_id or "-"),
                     ("Version", props.version),
                 ]
             )

@@ -26,7 +26,12 @@ from raftka.raft.storage import snapshot_file
 from raftka.raft.storage.dump import iter_dump
 
 DAMAGED = "DAMAGED"
-_CONTROL_TYPES = {BatchKind.LEADER_CHANGE.name: "LEADER_CHANGE", BatchKind.NOOP.name: "NO_OP"}
+_CONTROL_TYPES = {
+    BatchKind.LEADER_CHANGE.name: "LEADER_CHANGE",
+    BatchKind.NOOP.name: "NO_OP",
+    BatchKind.VOTERS.name: "VOTERS",  # KIP-853: its KRaftVersionRecord, then its VotersRecord
+}
+_VOTERS_RECORDS = {"KRaftVersion": "KRAFT_VERSION", "Voters": "VOTERS"}
 
 
 def iter_metadata_dump(path: Path) -> Iterator[dict[str, Any]]:
@@ -59,7 +64,12 @@ def _batch_lines(entry: dict[str, Any]) -> Iterator[dict[str, Any]]:
         if control.get("type") == "Unknown":
             yield line | {"type": DAMAGED, "error": f"unreadable {control_type} control record"}
         else:
-            yield line | {"type": control_type, "data": {k: v for k, v in control.items() if k != "type"}}
+            kind = (
+                _VOTERS_RECORDS.get(control["type"], control_type)
+                if control_type == "VOTERS"
+                else control_type
+            )
+            yield line | {"type": kind, "data": {k: v for k, v in control.items() if k != "type"}}
 
 
 def _snapshot_lines(entry: dict[str, Any]) -> Iterator[dict[str, Any]]:

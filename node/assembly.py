@@ -12,14 +12,15 @@ import asyncio
 import random
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from raftka.node.config import NodeConfig
 from raftka.node.descriptors import grpc_connections_max
+from raftka.node.voter_changes import change_voters
 from raftka.raft.core import RaftCore
 from raftka.raft.driver import RaftNode, StateMachine, monotonic_ms
 from raftka.raft.storage.file import FileStorage
-from raftka.raft.storage.meta import check_meta
+from raftka.raft.storage.meta import check_meta, read_bootstrap_voters
 from raftka.raft.transport.grpc_transport import AddServicer, GrpcTransport
 from raftka.security.grpc_gate import Policy, PrincipalGate
 from raftka.security.quorum_gate import quorum_gate
@@ -45,6 +46,8 @@ async def open_node(
     of their callers' certificates (``raftka.security.quorum_gate``).
     """
     meta = check_meta(config.data_dir, config.node_id)
+    # a dynamic quorum's first voters, from format (KIP-853); else the configured static set
+    bootstrap = read_bootstrap_voters(config.data_dir)
     storage = FileStorage(
         config.data_dir,
         segment_bytes=config.log.segment_bytes,
@@ -55,22 +58,35 @@ async def open_node(
     now = monotonic_ms()
     core = RaftCore(
         config.node_id,
-        config.voter_ids,
+        bootstrap if bootstrap is not None else config.voter_ids,
         meta.cluster_id,
         config.raft,
         loaded,
         random.Random(),
         now,
         wall_offset_ms=time.time_ns() // 1_000_000 - now,
+        directory_id=meta.directory_id,
     )
     addresses = config.voter_addresses
+
+    def address_of(node_id: int) -> str:
+        """A voter's raft address: the log's record of it (KIP-853), else the configured one."""
+        voter = node.core.voter_set.get(node_id)
+        if voter is not None and voter.endpoints:
+            return voter.endpoints[0]
+        return addresses.get(node_id, "")
+
+    for voter in core.voter_set.voters():  # the log's voters may be others than the configured
+        if voter.endpoints:
+            addresses.setdefault(voter.node_id, voter.endpoints[0])
     node: RaftNode
     transport = GrpcTransport(
         config.node_id,
         config.listener,
         addresses,
         meta.cluster_id,
-        describe=lambda: describe_quorum(node, meta.cluster_id, addresses),
+        describe=lambda: describe_quorum(node, meta.cluster_id, address_of),
+        voter_changes=lambda request: change_voters(node, meta.cluster_id, address_of, request),
         servicers=servicers,
         server_credentials=config.tls.server_credentials if config.tls else None,
         channel_credentials=config.tls.channel_credentials if config.tls else None,
@@ -101,7 +117,7 @@ async def serve_until_signalled(node: RaftNode) -> None:
 
 
 def describe_quorum(
-    node: RaftNode, cluster_id: str, addresses: dict[int, str]
+    node: RaftNode, cluster_id: str, address_of: Callable[[int], str]
 ) -> raft_pb2.DescribeQuorumResponse:
     """The leader's view of every replica, timestamps turned from core time to wall time."""
     core = node.core
@@ -111,7 +127,8 @@ def describe_quorum(
         leader_id=core.leader_id,
         leader_epoch=core.epoch,
         role=core.role_name,
-        leader_address=addresses.get(core.leader_id, ""),
+        leader_address=address_of(core.leader_id),
+        directory_id=core.directory_id,
         high_watermark=core.high_watermark,
     )
     if not core.is_leader:
@@ -133,6 +150,7 @@ def describe_quorum(
                 log_end_offset=replica.log_end_offset,
                 last_fetch_timestamp_ms=wall(replica.last_fetch_ms),
                 last_caught_up_timestamp_ms=wall(replica.last_caught_up_ms),
-                address=addresses.get(replica.node_id, ""),
+                address=address_of(replica.node_id),
+                directory_id=replica.directory_id,
             )
     return response

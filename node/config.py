@@ -387,12 +387,16 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
 
 
 def _listener(value: Any, node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...]) -> str:
-    """A controller is one of the voters and listens at its voter address by default; a
-    broker observes the quorum, so it is not a voter and must name its own listener."""
+    """A controller listed in the voters listens at its voter address by default; one not
+    listed joins a dynamic quorum (KIP-853) as an observer until it is added, and names its
+    own listener, as a broker (an observer of the quorum, never a voter) does."""
     mine = [v for v in voters if v.node_id == node_id]
-    if CONTROLLER in roles and not mine:
+    if CONTROLLER in roles and not mine and value is _DERIVED:
         ids = ", ".join(str(v.node_id) for v in voters)
-        raise ConfigError(f"node_id: {node_id} is not one of {VOTERS_KEY} ({ids})")
+        raise ConfigError(
+            f"node_id: {node_id} is not one of {VOTERS_KEY} ({ids}); a controller that joins a "
+            "dynamic quorum later (raftka quorum add-controller) names its own listener"
+        )
     if CONTROLLER not in roles and mine:
         raise ConfigError(
             f"process_roles: a broker observes the quorum, so node_id {node_id} must not be a voter"

@@ -18,6 +18,7 @@ class BatchKind(enum.IntEnum):
     DATA = 0
     LEADER_CHANGE = 1  # first batch of every epoch; record 0 is the encoded LeaderChange
     NOOP = 2  # appended by an idle leader so the high watermark keeps moving
+    VOTERS = 3  # a voter set change (KIP-853): a KRaftVersionRecord, then the VotersRecord
 
 
 @dataclass(frozen=True, slots=True)

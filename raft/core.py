@@ -29,6 +29,7 @@ it may have voted, and acknowledged data, before it lost its disk.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -74,6 +75,16 @@ from raftka.raft.role_state import (
 from raftka.raft.roles import Role, check_transition
 from raftka.raft.storage.base import LoadedState
 from raftka.raft.tracker import Tracker
+from raftka.raft.voters import (
+    KRAFT_VERSION_DYNAMIC,
+    NO_DIRECTORY,
+    ChangeRefusal,
+    Voter,
+    VoterChangeError,
+    VoterHistory,
+    VoterSet,
+    encode_kraft_version,
+)
 
 
 class NotLeaderError(Exception):
@@ -89,6 +100,7 @@ class ReplicaState:
     log_end_offset: int  # -1 when never fetched
     last_fetch_ms: int  # core clock (monotonic ms); -1 when never
     last_caught_up_ms: int  # core clock; -1 when never
+    directory_id: str = ""  # the storage it fetched with (a voter's: its own, KIP-853)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +113,7 @@ class QuorumDescription:
 
 
 NEVER = 1 << 62
+VOTER_CATCH_UP_LAG_MAX = 1000  # records an observer may trail the high watermark and still be added
 SUPERSEDED_SNAPSHOTS_MAX = 3  # bound: older snapshots kept servable for downloads under way
 PARKED_PER_OBSERVER_MAX = 4  # bound: fetches parked at once under one observer id
 
@@ -109,18 +122,23 @@ class RaftCore:
     def __init__(
         self,
         node_id: int,
-        voters: frozenset[int],
+        voters: frozenset[int] | VoterSet,
         cluster_id: str,
         config: RaftConfig,
         loaded: LoadedState,
         rng: random.Random,
         now_ms: int,
         wall_offset_ms: int = 0,
+        *,
+        directory_id: str = NO_DIRECTORY,
     ) -> None:
+        """``voters``: the configured static set (node ids), or the bootstrap VoterSet a
+        dynamic quorum was formatted with; the log's VotersRecords override either."""
         assert voters, "the voter set is never empty"
         self.node_id = node_id
-        self.voters = voters
-        self.is_voter = node_id in voters
+        self.directory_id = directory_id
+        bootstrap = voters if isinstance(voters, VoterSet) else VoterSet.static(voters)
+        self._bootstrap_voters = bootstrap
         self.cluster_id = cluster_id
         self.cfg = config
         self.rng = rng
@@ -139,6 +157,9 @@ class RaftCore:
         self.last_election_ms = 0
 
         self.log = RaftLog(loaded.snapshot, loaded.batches)
+        self._voter_history = VoterHistory(self._snapshot_voters(loaded.snapshot))
+        for batch in self.log.batches_between(self.log.start_offset, self.log.end_offset):
+            self._note_voters(batch)
         state = loaded.quorum_state
         self.epoch = state.epoch
         self.voted_id = state.voted_id
@@ -174,22 +195,23 @@ class RaftCore:
         self._next_rpc_id = 0
         self._fetch_rpc_id = -1
         # a voter with new or wiped storage must not vote until it is safe (see module doc)
-        recovering = self.is_voter and len(voters) > 1 and state.recovering
+        # (not in a dynamic quorum: there a replaced disk has a new directory id, so it is no voter)
+        recovering = self.is_voter and not self.voter_set.dynamic and len(voters) > 1 and state.recovering
         self._recovery: Recovery | None = Recovery() if recovering else None
 
         # the role, with state of its own (raftka.raft.role_state), and what we know of this
         # epoch's leader whatever our role
         self._state: RoleState
-        if state.leader_id == node_id and self.is_voter:
+        if state.leader_id == node_id and self.may_campaign:
             self._state = ResignedState()  # leadership is never resumed after a restart
             self.leader_id = node_id
             self._election_deadline = now_ms + self._election_timeout()
-        elif state.leader_id >= 0:
+        elif state.leader_id >= 0 and state.leader_id != node_id:  # (ours: we led, then were removed)
             self._state = FollowerState(last_fetch_ok_ms=now_ms)
             self.leader_id = state.leader_id
         else:
             self._state = UnattachedState()
-            self._election_deadline = now_ms + self._election_timeout() if self.is_voter else NEVER
+            self._election_deadline = now_ms + self._election_timeout() if self.may_campaign else NEVER
         self._leadership = EpochLeadership(leader=self.leader_id)
         if self._recovery is not None:
             self._ask_peers_for_epochs()
@@ -202,13 +224,44 @@ class RaftCore:
         return self._state.role
 
     @property
+    def voter_set(self) -> VoterSet:
+        """The voter set in effect: the latest VotersRecord in the log, committed or not."""
+        return self._voter_history.latest()
+
+    @property
+    def voters(self) -> frozenset[int]:
+        return self._voter_history.latest().ids
+
+    @property
+    def is_voter(self) -> bool:
+        return self._voter_history.latest().includes(self.node_id, self.directory_id)
+
+    @property
+    def may_campaign(self) -> bool:
+        """A voter, or one that an uncommitted VotersRecord removes: it may still be needed to
+        elect a leader until that record commits, so it may still campaign (Ongaro's
+        dissertation, 4.2.2), though it counts no vote of its own."""
+        if self.is_voter:
+            return True
+        history = self._voter_history
+        latest = history.latest_offset()
+        return latest >= self._hw and history.at(latest).includes(self.node_id, self.directory_id)
+
+    def snapshot_with_voters(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` (of the layer above, at a committed offset) with raft's voter set at it."""
+        voters = self._voter_history.at(snapshot.id.offset)
+        encoded = voters.encode() if voters.dynamic else b""
+        return Snapshot(snapshot.id, snapshot.data, encoded)
+
+    @property
     def election_deadline_ms(self) -> int:
         """When this node campaigns (or gives up its campaign) unless it hears a leader."""
         return self._election_deadline
 
     @property
     def role_name(self) -> str:
-        return self.role.value if self.is_voter else "observer"
+        # a leader removing itself leads, without counting itself, until the change commits
+        return self.role.value if self.may_campaign or self.role is Role.LEADER else "observer"
 
     @property
     def high_watermark(self) -> int:
@@ -261,6 +314,7 @@ class RaftCore:
                     log_end_offset=p.end_offset,
                     last_fetch_ms=p.last_fetch_ms,
                     last_caught_up_ms=p.last_caught_up_ms,
+                    directory_id=p.directory_id,
                 )
                 for _, p in sorted(progress.items())
             )
@@ -335,7 +389,7 @@ class RaftCore:
         elif (fetching := self._fetching_state()) is not None:
             self._poll_follower(fetching)
         role = self.role  # as the polls above may have left it
-        if role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self.is_voter:
+        if role in (Role.UNATTACHED, Role.RESIGNED, Role.FOLLOWER) and self.may_campaign:
             if now_ms >= self._election_deadline:
                 self._become_prospective()
         elif role in (Role.PROSPECTIVE, Role.CANDIDATE) and now_ms >= self._election_deadline:
@@ -385,6 +439,7 @@ class RaftCore:
                 oldest = min(self._superseded, key=lambda s: self._superseded[s][1])
                 del self._superseded[oldest]
         self.log.compact(snapshot)
+        self._voter_history.compact(sid.offset)
 
     def resign(self, now_ms: int) -> None:
         """Graceful shutdown of a leader: hand over to the most caught-up voters."""
@@ -392,8 +447,7 @@ class RaftCore:
         if not isinstance(self._state, LeaderState):
             return
         successors = self._state.tracker.successors()
-        self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
-        self._election_deadline = now_ms + self._election_timeout()
+        self._step_down()
         req = EndQuorumEpochRequest(
             cluster_id=self.cluster_id,
             epoch=self.epoch,
@@ -402,6 +456,107 @@ class RaftCore:
         )
         for voter in successors:
             self._send(voter, req)
+
+    def _step_down(self) -> None:
+        """Leave leadership of this epoch; a leader no longer in the voter set (it removed
+        itself) waits as an observer instead of resigned."""
+        if self.may_campaign:
+            self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
+            self._election_deadline = self._now + self._election_timeout()
+        else:
+            self._become_unattached(self.epoch)
+
+    # ==================================================================================
+    # voter changes (KIP-853)
+    # ==================================================================================
+    def add_voter(self, voter: Voter, now_ms: int) -> OffsetAndEpoch:
+        """Append a VotersRecord adding ``voter``, a caught-up observer fetching with its
+        directory id. Raises NotLeaderError or VoterChangeError."""
+        self._now = now_ms
+        leader = self._voter_change_leader()
+        current = self.voter_set
+        if not voter.directory_id:
+            raise VoterChangeError(ChangeRefusal.INVALID_REQUEST, f"node {voter.node_id}")
+        if voter.node_id in current.ids:
+            raise VoterChangeError(ChangeRefusal.DUPLICATE_VOTER, f"node {voter.node_id}")
+        progress = leader.tracker.observers.get(voter.node_id)
+        caught_up = (
+            progress is not None
+            and progress.directory_id == voter.directory_id
+            and now_ms - progress.last_fetch_ms <= self.cfg.fetch_timeout_ms
+            and progress.end_offset >= self._hw - VOTER_CATCH_UP_LAG_MAX
+        )
+        if not caught_up:
+            raise VoterChangeError(ChangeRefusal.NOT_CAUGHT_UP, f"node {voter.node_id}")
+        return self._change_voters(current.with_voter(voter))
+
+    def remove_voter(self, node_id: int, directory_id: str, now_ms: int) -> OffsetAndEpoch:
+        """Append a VotersRecord without the voter (``node_id``, ``directory_id``); the leader
+        may remove itself: it then leads, not counting itself, until the record commits."""
+        self._now = now_ms
+        self._voter_change_leader()
+        current = self.voter_set
+        voter = current.get(node_id)
+        if voter is None or voter.directory_id != directory_id:
+            raise VoterChangeError(
+                ChangeRefusal.VOTER_NOT_FOUND, f"node {node_id} directory {directory_id!r}"
+            )
+        if len(current) == 1:
+            raise VoterChangeError(ChangeRefusal.LAST_VOTER, f"node {node_id}")
+        return self._change_voters(current.without(node_id))
+
+    def update_voter(self, voter: Voter, now_ms: int) -> OffsetAndEpoch:
+        """Append a VotersRecord with a voter's new endpoints (same node and directory id)."""
+        self._now = now_ms
+        self._voter_change_leader()
+        current = self.voter_set
+        known = current.get(voter.node_id)
+        if known is None or known.directory_id != voter.directory_id:
+            raise VoterChangeError(
+                ChangeRefusal.VOTER_NOT_FOUND, f"node {voter.node_id} directory {voter.directory_id!r}"
+            )
+        return self._change_voters(current.without(voter.node_id).with_voter(voter))
+
+    def _voter_change_leader(self) -> LeaderState:
+        """One change at a time (Raft's single-server rule), and only once this leader has
+        committed in its own epoch (the fix in Ongaro's dissertation, as Kafka does): a
+        change appended before then could overlap one a previous leader left uncommitted."""
+        if not isinstance(self._state, LeaderState):
+            raise NotLeaderError(self.leader_id, self.epoch)
+        if not self.voter_set.dynamic:
+            raise VoterChangeError(ChangeRefusal.STATIC_QUORUM)
+        if self._voter_history.latest_offset() >= self._hw or self.exposed_high_watermark() < 0:
+            raise VoterChangeError(ChangeRefusal.CHANGE_IN_PROGRESS)
+        return self._state
+
+    def _change_voters(self, voters: VoterSet) -> OffsetAndEpoch:
+        batch = self._append(BatchKind.VOTERS, (encode_kraft_version(KRAFT_VERSION_DYNAMIC), voters.encode()))
+        self._leader().tracker.set_voters(self.voters)
+        return OffsetAndEpoch(offset=batch.base_offset, epoch=batch.epoch)
+
+    def _note_voters(self, batch: Batch) -> None:
+        """A batch entered the log: a VotersRecord takes effect at once, committed or not."""
+        if batch.kind is not BatchKind.VOTERS:
+            return
+        try:
+            voters = VoterSet.decode(batch.records[-1])
+        except ValueError as exc:
+            self.fatal_error = f"batch at {batch.base_offset}: {exc}"
+            return
+        self._voter_history.append(batch.base_offset, voters)
+
+    def _snapshot_voters(self, snapshot: Snapshot | None) -> VoterSet:
+        if snapshot is None or not snapshot.voters:
+            return self._bootstrap_voters
+        return VoterSet.decode(snapshot.voters)
+
+    def _voters_changed(self, was_voter: bool) -> None:
+        """A fetched, truncated or installed log changed the voter set: a node just made a
+        voter starts its election timer (it may have to campaign); one just removed waits."""
+        if self.may_campaign and not was_voter and self.role is Role.UNATTACHED:
+            self._election_deadline = self._now + self._election_timeout()
+        elif was_voter and not self.may_campaign:
+            self._election_deadline = NEVER
 
     def ready(self) -> Ready:
         self._issue_write()
@@ -430,7 +585,7 @@ class RaftCore:
             self.epoch,
             state.role,
             epoch,
-            is_voter=self.is_voter,
+            is_voter=self.may_campaign,
             epoch_leader=self._leadership.leader,
             new_leader=leader_id,
         )
@@ -465,7 +620,7 @@ class RaftCore:
     def _become_unattached(self, epoch: int, election_delay_ms: int | None = None) -> None:
         self._transition(self._unattached_state(), epoch)
         delay = self._election_timeout() if election_delay_ms is None else election_delay_ms
-        self._election_deadline = self._now + delay if self.is_voter else NEVER
+        self._election_deadline = self._now + delay if self.may_campaign else NEVER
 
     def _become_follower(self, epoch: int, leader_id: int) -> None:
         assert leader_id != self.node_id
@@ -490,10 +645,11 @@ class RaftCore:
         self._campaign(pre_vote=False)
 
     def _new_votes(self) -> Votes:
-        return Votes(voter_count=len(self.voters), granted={self.node_id})
+        return Votes(voter_count=len(self.voters), granted={self.node_id} if self.is_voter else set())
 
     def _become_leader(self) -> None:
         tracker = Tracker(leader_id=self.node_id, voters=self.voters, now_ms=self._now)
+        tracker.leader.directory_id = self.directory_id
         tracker.record_leader_end(self._durable_end, self._now)
         state = LeaderState(
             tracker=tracker,
@@ -511,6 +667,11 @@ class RaftCore:
         # Not held for the write: the epoch and our vote are on disk since we campaigned,
         # and the LeaderChange batch counts toward the high watermark only once durable.
         # The followers fetch it while we write it.
+        history = self._voter_history
+        if self.voter_set.dynamic and history.latest_offset() < 0 and history.base is self._bootstrap_voters:
+            # the formatted bootstrap set goes into the log, so replicas formatted without
+            # one (observers, controllers to be added) learn it (Kafka does the same)
+            self._change_voters(self._bootstrap_voters)
         for voter in sorted(self.voters - {self.node_id}):
             self._send(voter, self._begin_quorum_epoch())
 
@@ -529,16 +690,20 @@ class RaftCore:
             self._election_won()
             return
         epoch = self.epoch + 1 if pre_vote else self.epoch
-        request = VoteRequest(
-            cluster_id=self.cluster_id,
-            candidate_epoch=epoch,
-            candidate_id=self.node_id,
-            last_epoch=self.log.last_epoch,
-            log_end_offset=self.log.end_offset,
-            pre_vote=pre_vote,
-        )
-        for voter in sorted(self.voters - {self.node_id}):
-            self._send(voter, request, durable=not pre_vote)
+        for voter in self.voter_set.voters():
+            if voter.node_id == self.node_id:
+                continue
+            request = VoteRequest(
+                cluster_id=self.cluster_id,
+                candidate_epoch=epoch,
+                candidate_id=self.node_id,
+                last_epoch=self.log.last_epoch,
+                log_end_offset=self.log.end_offset,
+                pre_vote=pre_vote,
+                candidate_directory_id=self.directory_id,
+                voter_directory_id=voter.directory_id,
+            )
+            self._send(voter.node_id, request, durable=not pre_vote)
 
     def _election_won(self) -> None:
         if self.role is Role.PROSPECTIVE:
@@ -562,7 +727,13 @@ class RaftCore:
     def _on_vote_request(self, env: Envelope) -> None:
         req: VoteRequest = env.msg  # type: ignore[assignment]
         log_ok = (req.last_epoch, req.log_end_offset) >= (self.log.last_epoch, self.log.end_offset)
-        may_vote = self.is_voter and req.candidate_id in self.voters and self._recovery is None and log_ok
+        may_vote = (
+            self._votes_for(req)
+            and self._may_elect(req)
+            and req.voter_directory_id in (NO_DIRECTORY, self.directory_id)
+            and self._recovery is None
+            and log_ok
+        )
         if req.pre_vote:
             granted = may_vote and req.candidate_epoch > self.epoch and not self._has_live_leader()
             self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=True))
@@ -585,7 +756,8 @@ class RaftCore:
                 self._transition(self._unattached_state(), self.epoch)
             self.voted_id = req.candidate_id
             self._persist_state()
-            self._election_deadline = self._now + self._election_timeout()
+            # (a replica voting though its log says it is no voter never campaigns)
+            self._election_deadline = self._now + self._election_timeout() if self.may_campaign else NEVER
         self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=False), durable=True)
 
     def _on_vote_response(self, env: Envelope) -> None:
@@ -601,6 +773,26 @@ class RaftCore:
             self._election_won()
         elif state.votes.lost():
             self._election_lost()
+
+    def _votes_for(self, req: VoteRequest) -> bool:
+        """A voter votes; so does a replica the candidate names as its voter (this very
+        storage) though our own log says otherwise: a leader that removed us may have lost
+        its leadership before the change committed, and the candidate, whose log lacks the
+        change, cannot be elected without us (Raft answers votes whatever its configuration);
+        or it has just added us and our log (maybe still empty) does not say so yet."""
+        if self.is_voter:
+            return True
+        return req.voter_directory_id == self.directory_id != NO_DIRECTORY
+
+    def _may_elect(self, req: VoteRequest) -> bool:
+        """A static quorum's candidate must be one of its voters. A dynamic quorum's (it
+        names its storage) may be one our log does not name yet (just added): the candidate
+        counts only votes of its own voter set, and our log check keeps a stale one out
+        (KIP-853); but never another storage under a voter's id (a replaced disk)."""
+        known = self.voter_set.get(req.candidate_id)
+        if not req.candidate_directory_id:
+            return known is not None
+        return known is None or known.directory_id in (NO_DIRECTORY, req.candidate_directory_id)
 
     def _has_live_leader(self) -> bool:
         state = self._state
@@ -634,7 +826,7 @@ class RaftCore:
             successors = [s for s in req.preferred_successors if s in self.voters]
             position = successors.index(self.node_id) if self.node_id in successors else len(successors)
             delay = position * self.cfg.election_timeout_ms
-            if position > 0 or not self.is_voter:
+            if position > 0 or not self.may_campaign:
                 delay += self._election_timeout()
             self._become_unattached(self.epoch, delay)
         self._reply(env, self._end_quorum_epoch_response(Error.NONE))
@@ -665,7 +857,8 @@ class RaftCore:
         leader = self._leader()
         validation = self.log.validate_fetch(req.fetch_offset, req.last_fetched_epoch)
         if not validation.valid:
-            leader.tracker.record_contact(req.replica_id, self._now)
+            if self._fetches_as_voter(req):  # (another storage under a voter's id is not it)
+                leader.tracker.record_contact(req.replica_id, self._now)
             self._reply(
                 env,
                 FetchResponse(
@@ -682,8 +875,16 @@ class RaftCore:
         if req.fetch_offset > self.log.end_offset:
             self._reply(env, self._fetch_error(Error.INVALID_REQUEST))
             return
-        leader.tracker.record_fetch(req.replica_id, req.fetch_offset, self.log.end_offset, self._now)
-        if req.replica_id in self.voters:
+        as_voter = self._fetches_as_voter(req)
+        leader.tracker.record_fetch(
+            req.replica_id,
+            req.fetch_offset,
+            self.log.end_offset,
+            self._now,
+            directory_id=req.replica_directory_id,
+            as_voter=as_voter,
+        )
+        if as_voter:
             for previous in leader.parked.pop(req.replica_id, ()):
                 self._answer_fetch(previous.envelope)
         elif leader.parked.get(req.replica_id):
@@ -692,18 +893,22 @@ class RaftCore:
         # Advance the high watermark before parking: the fetch that moved it stays parked,
         # ready for the next append, instead of coming back at once just to carry the news.
         self._leader_progress()
-        if req.max_wait_ms == 0 or req.fetch_offset < self._readable_end(req.replica_id):
+        if req.max_wait_ms == 0 or req.fetch_offset < self._readable_end(req):
             self._answer_fetch(env)
         else:
             self._park(leader, env, req.replica_id, min(req.max_wait_ms, self.cfg.fetch_max_wait_ms))
 
-    def _readable_end(self, replica_id: int) -> int:
+    def _fetches_as_voter(self, req: FetchRequest) -> bool:
+        """A fetch is a voter's only from its own storage (a replaced disk is a new replica)."""
+        return self.voter_set.includes(req.replica_id, req.replica_directory_id)
+
+    def _readable_end(self, req: FetchRequest) -> int:
         """Where a replica's fetch may read up to. Voters take every record: their
         acknowledgements move the high watermark. Observers take committed records only:
         uncommitted ones are of no use to them, and each commit then costs one answer per
         observer rather than one for the records and another for the news that they
         committed."""
-        if replica_id in self.voters:
+        if self._fetches_as_voter(req):
             return self.log.end_offset
         return max(self.exposed_high_watermark(), self.log.start_offset)
 
@@ -719,7 +924,7 @@ class RaftCore:
             req.fetch_offset,
             self.cfg.fetch_max_bytes,
             self.cfg.fetch_max_batches,
-            end=self._readable_end(req.replica_id),
+            end=self._readable_end(req),
         )
         response = FetchResponse(
             error=Error.NONE,
@@ -756,8 +961,9 @@ class RaftCore:
     def _on_fetch_snapshot_request(self, env: Envelope) -> None:
         req: FetchSnapshotRequest = env.msg  # type: ignore[assignment]
 
-        def answer(error: Error, size: int = 0, chunk: bytes = b"") -> None:
-            self._reply(env, self._fetch_snapshot_response(req, error, size=size, chunk=chunk))
+        def answer(error: Error, size: int = 0, chunk: bytes = b"", voters: bytes = b"") -> None:
+            response = self._fetch_snapshot_response(req, error, size=size, chunk=chunk)
+            self._reply(env, dataclasses.replace(response, voters=voters))
 
         if (snapshot := self._servable_snapshot(req.snapshot_id)) is None:
             answer(Error.UNKNOWN_SNAPSHOT)
@@ -767,7 +973,7 @@ class RaftCore:
             self._leader().tracker.record_contact(req.replica_id, self._now)
             data = snapshot.data
             size = min(req.max_bytes, self.cfg.snapshot_chunk_bytes)
-            answer(Error.NONE, len(data), data[req.position : req.position + size])
+            answer(Error.NONE, len(data), data[req.position : req.position + size], snapshot.voters)
 
     def _servable_snapshot(self, snapshot_id: OffsetAndEpoch) -> Snapshot | None:
         if self.log.snapshot is not None and self.log.snapshot.id == snapshot_id:
@@ -796,8 +1002,10 @@ class RaftCore:
         now = self._now
         leader.tracker.record_leader_end(self._durable_end, now)
         if now >= self._check_quorum_deadline(leader):
-            self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
-            self._election_deadline = now + self._election_timeout()
+            self._step_down()
+            return
+        if not self.is_voter and self._voter_history.latest_offset() < self._hw:
+            self.resign(now)  # our own removal committed: hand over to the remaining voters
             return
         if now - leader.last_append_ms >= self.cfg.idle_noop_interval_ms:
             self._append(BatchKind.NOOP, (control.NOOP_RECORD,))
@@ -819,6 +1027,7 @@ class RaftCore:
             records=records,
         )
         self.log.append(batch)
+        self._note_voters(batch)
         self._pending_appends.append(batch)
         leader.last_append_ms = self._now
         if leader.parked:
@@ -840,7 +1049,11 @@ class RaftCore:
         if state.fetch_sent_ms is not None or self._now < state.fetch_retry_ms or self._has_unflushed():
             return
         if isinstance(state, UnattachedState):  # an observer asks a voter who leads
-            state.bootstrap_target = self.rng.choice(sorted(self.voters))
+            others = sorted(self.voters - {self.node_id})  # ours may be a replaced disk's old self
+            if not others:
+                state.fetch_retry_ms = self._now + self.cfg.election_timeout_ms
+                return
+            state.bootstrap_target = self.rng.choice(others)
             target = state.bootstrap_target
         else:
             target = self.leader_id
@@ -865,6 +1078,7 @@ class RaftCore:
                 fetch_offset=self.log.end_offset,
                 last_fetched_epoch=self.log.last_epoch,
                 max_wait_ms=self.cfg.fetch_max_wait_ms,
+                replica_directory_id=self.directory_id,
             )
         self._outbox.append(Envelope(src=self.node_id, dst=target, msg=request, rpc_id=self._fetch_rpc_id))
 
@@ -905,14 +1119,19 @@ class RaftCore:
         batches = resp.batches
         if batches and batches[0].base_offset != self.log.end_offset:
             return  # an answer to a fetch we have moved past
+        was_voter = self.may_campaign
         for batch in batches:
             if (
                 batch.base_offset != self.log.end_offset
                 or not self.log.last_epoch <= batch.epoch <= self.epoch
             ):
-                return  # not a continuation of our log: a confused or hostile peer
+                break  # not a continuation of our log: a confused or hostile peer
             self.log.append(batch)
+            self._note_voters(batch)
             self._pending_appends.append(batch)
+        self._voters_changed(was_voter)
+        if batches and self.log.end_offset != batches[-1].next_offset:
+            return
         if resp.high_watermark >= 0:
             self._advance_hw(min(resp.high_watermark, self.log.end_offset))
             if self._recovery is not None and self.log.end_offset >= resp.high_watermark:
@@ -928,7 +1147,10 @@ class RaftCore:
         if target < self._hw:
             self.fatal_error = f"leader asked to truncate to {target}, below the committed offset {self._hw}"
             return
+        was_voter = self.may_campaign
         self.log.truncate_to(target)
+        self._voter_history.truncate_to(target)
+        self._voters_changed(was_voter)
         self._pending_appends = [b for b in self._pending_appends if b.base_offset < target]
         self._pending_truncate = (
             target if self._pending_truncate is None else min(self._pending_truncate, target)
@@ -956,7 +1178,8 @@ class RaftCore:
         if len(download.data) >= resp.size:
             state.download = None  # complete, or longer than announced: start over
             if len(download.data) == resp.size:
-                self._install_snapshot(Snapshot(id=download.snapshot_id, data=bytes(download.data)))
+                snapshot = Snapshot(id=download.snapshot_id, data=bytes(download.data), voters=resp.voters)
+                self._install_snapshot(snapshot)
 
     def _install_snapshot(self, snapshot: Snapshot) -> None:
         if snapshot.id.offset < self._hw:
@@ -964,7 +1187,10 @@ class RaftCore:
         last = self.log.batch_at(snapshot.id.offset - 1)
         if last is not None and last.next_offset == snapshot.id.offset and last.epoch == snapshot.id.epoch:
             return  # our log already holds all it covers (log matching): nothing to replace
+        was_voter = self.may_campaign
         self.log.install(snapshot)
+        self._voter_history.install(self._snapshot_voters(snapshot))
+        self._voters_changed(was_voter)
         self._pending_install = snapshot
         self._pending_truncate = None
         self._pending_appends = []
@@ -982,7 +1208,7 @@ class RaftCore:
 
     def _on_leader_lost(self, election_delay_ms: int | None = None) -> None:
         """A voter campaigns after ``election_delay_ms`` (default: a random election timeout)."""
-        if not self.is_voter:
+        if not self.may_campaign:
             self._become_unattached(self.epoch)
             return
         state = self._follower()
@@ -1005,7 +1231,7 @@ class RaftCore:
     def _fetching_state(self) -> FetchingState | None:
         """The state of a role that fetches: a follower, or an observer looking for a leader."""
         state = self._state
-        if isinstance(state, FollowerState) or (isinstance(state, UnattachedState) and not self.is_voter):
+        if isinstance(state, FollowerState) or (isinstance(state, UnattachedState) and not self.may_campaign):
             return state
         return None
 
@@ -1074,7 +1300,9 @@ class RaftCore:
             fields = (req.fetch_offset, req.last_fetched_epoch, req.max_wait_ms, req.replica_id)
             return min(fields) < 0 or req.replica_id == self.node_id
         if isinstance(req, BeginQuorumEpochRequest | EndQuorumEpochRequest):
-            return req.leader_id == self.node_id or req.leader_id not in self.voters
+            # a leader our log does not name yet may have been added (KIP-853)
+            static_stranger = not self.voter_set.dynamic and req.leader_id not in self.voters
+            return req.leader_id == self.node_id or static_stranger
         return False
 
     def _enter_newer_epoch(self, req: Request) -> None:
@@ -1113,7 +1341,9 @@ class RaftCore:
         elif (
             epoch == self.epoch
             and knows_leader
-            and leader_id != self._leadership.lost  # peers may not have noticed yet; our election decides
+            # peers may not have noticed yet; our election decides (a replica removed since
+            # holds none: it follows the leader it lost)
+            and (leader_id != self._leadership.lost or not self.may_campaign)
             and self.leader_id == NO_LEADER
             and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
         ):

@@ -58,7 +58,7 @@ from typing import Protocol
 
 import structlog
 
-from raftka.raft.batch import Batch
+from raftka.raft.batch import Batch, OffsetAndEpoch
 from raftka.raft.config import RaftConfig
 from raftka.raft.core import NotLeaderError, QuorumDescription, RaftCore
 from raftka.raft.effects import Ready, Snapshot, Write
@@ -67,6 +67,7 @@ from raftka.raft.metrics import RaftMetrics, now_s
 from raftka.raft.roles import Role
 from raftka.raft.storage.base import Storage
 from raftka.raft.transport.base import Transport
+from raftka.raft.voters import VoterSet
 
 log = structlog.get_logger("raftka.raft.driver")
 
@@ -138,6 +139,7 @@ class RaftNode:
         self._writing = False
         # base offset -> (epoch, future, when proposed: for the commit latency metric)
         self._pending: dict[int, tuple[int, asyncio.Future[int], float]] = {}
+        self._voters_seen: VoterSet | None = None  # the voter set whose addresses the transport knows
         # Committed, not yet applied, in log order; _committed_end: the offset after them.
         self._to_apply: collections.deque[Batch | Snapshot] = collections.deque()
         self._backlog_records = 0
@@ -253,6 +255,19 @@ class RaftNode:
         self._schedule_flush()
         return future
 
+    async def change_voters(self, change: Callable[[RaftCore, int], OffsetAndEpoch]) -> int:
+        """Run a voter change on the leader's core (``RaftCore.add_voter``, ``remove_voter``,
+        ``update_voter``) and wait until its VotersRecord commits; returns its last offset.
+        Raises NotLeaderError or VoterChangeError at once, NotLeaderError if leadership is
+        lost before the record commits."""
+        if self._stopped.is_set():
+            raise NotLeaderError(self.core.leader_id, self.core.epoch)
+        position = change(self.core, self._clock())
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pending[position.offset] = (position.epoch, future, now_s())
+        self._schedule_flush()
+        return await future
+
     def resign(self) -> None:
         """Give up leadership now (EndQuorumEpoch to the most caught-up voters), e.g. when
         the layer above can no longer vouch for what it has proposed."""
@@ -266,6 +281,7 @@ class RaftNode:
         assert self._loop is not None
         if self._stopped.is_set():
             return
+        snapshot = self.core.snapshot_with_voters(snapshot)  # raft's voter set travels with it
 
         def saved(done: concurrent.futures.Future[None]) -> None:
             if done.exception() is not None:
@@ -340,6 +356,7 @@ class RaftNode:
             self._fail(core.fatal_error)
             return
         self._notice_role_change()
+        self._learn_voter_addresses()
         self._publish_leadership()
         self._publish_caught_up()
         if len(core.foreign_peers) != self._foreign_peers_seen:
@@ -409,6 +426,16 @@ class RaftNode:
         if not core.is_leader and self._pending:
             # Batches already committed are answered when their slice is applied.
             self._fail_pending(NotLeaderError(core.leader_id, core.epoch), from_offset=self._committed_end)
+
+    def _learn_voter_addresses(self) -> None:
+        """Voters the log added (KIP-853) are reached at the endpoints their record names."""
+        voters = self.core.voter_set
+        if voters is self._voters_seen:
+            return
+        self._voters_seen = voters
+        for voter in voters.voters():
+            if voter.endpoints:
+                self._transport.add_peer(voter.node_id, voter.endpoints[0])
 
     def _publish_leadership(self) -> None:
         core = self.core

@@ -33,6 +33,9 @@ class QuorumStateData:
 class Snapshot:
     id: SnapshotId
     data: bytes = field(repr=False)
+    # The VotersRecord in effect at ``id.offset`` (raftka.raft.voters), b"" for the
+    # configured static set: raft's own header, which the layer above never reads.
+    voters: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True, slots=True)

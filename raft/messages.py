@@ -33,6 +33,8 @@ class VoteRequest:
     last_epoch: int
     log_end_offset: int
     pre_vote: bool
+    candidate_directory_id: str = ""  # KIP-853: the candidate's storage, "" in a static quorum
+    voter_directory_id: str = ""  # the storage the candidate believes the receiver votes with
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,7 @@ class FetchRequest:
     fetch_offset: int  # also the fetcher's durable log end: the leader's acknowledgement
     last_fetched_epoch: int
     max_wait_ms: int
+    replica_directory_id: str = ""  # KIP-853: a voter counts only with its own storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,7 @@ class FetchSnapshotResponse:
     size: int
     position: int
     chunk: bytes = field(default=b"", repr=False)
+    voters: bytes = field(default=b"", repr=False)  # the snapshot's voter set (Snapshot.voters)
 
 
 Request = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest | FetchSnapshotRequest

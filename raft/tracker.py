@@ -1,7 +1,10 @@
 """The leader's view of every replica: what it holds, when it last fetched.
 
 Voters' durable positions decide the high watermark; observers are tracked only so
-``DescribeQuorum`` can show them, and are never counted.
+``DescribeQuorum`` can show them (and the leader can tell whether one is caught up
+enough to be added as a voter), and are never counted. The voters are the set in effect
+(KIP-853): when it changes, progress moves between the two. A leader that is removing
+itself keeps leading without counting itself.
 """
 
 from __future__ import annotations
@@ -28,18 +31,44 @@ class Progress:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     fetched_this_epoch: bool = False
+    directory_id: str = ""  # the storage it last fetched with
 
 
 class Tracker:
     def __init__(self, leader_id: int, voters: frozenset[int], now_ms: int) -> None:
         self.leader_id = leader_id
-        self.voters = {v: Progress(v) for v in sorted(voters)}
+        self.leader = Progress(leader_id, last_fetch_ms=now_ms, last_caught_up_ms=now_ms)
+        self.voters: dict[int, Progress] = {}
         self.observers: dict[int, Progress] = {}
-        me = self.voters[leader_id]
-        me.last_fetch_ms = me.last_caught_up_ms = now_ms
+        self.set_voters(voters)
 
-    def record_fetch(self, node_id: int, end_offset: int, leader_end: int, now_ms: int) -> Progress:
-        progress = self.voters.get(node_id)
+    def set_voters(self, voters: frozenset[int]) -> None:
+        """The voter set in effect changed: progress moves between voters and observers. A
+        removed voter whose id another storage fetches under (a replaced disk) leaves its
+        place to that one."""
+        old_voters, old_observers = self.voters, self.observers
+        mine = {self.leader_id: self.leader}
+        self.voters = {
+            v: mine.get(v) or old_voters.get(v) or old_observers.get(v) or Progress(v) for v in sorted(voters)
+        }
+        self.observers = {n: p for n, p in old_observers.items() if n not in voters}
+        for n, p in old_voters.items():
+            if n not in voters and n != self.leader_id:
+                self.observers.setdefault(n, p)
+
+    def record_fetch(
+        self,
+        node_id: int,
+        end_offset: int,
+        leader_end: int,
+        now_ms: int,
+        *,
+        directory_id: str = "",
+        as_voter: bool = True,
+    ) -> Progress:
+        """``as_voter`` False: a fetch under a voter's id from other storage (a replaced disk),
+        tracked as an observer's (the voter's position is not its to give)."""
+        progress = self.voters.get(node_id) if as_voter else None
         if progress is None:
             progress = self.observers.get(node_id)
             if progress is None:
@@ -50,6 +79,7 @@ class Tracker:
         progress.end_offset = end_offset
         progress.last_fetch_ms = now_ms
         progress.fetched_this_epoch = True
+        progress.directory_id = directory_id
         if end_offset >= leader_end:
             progress.last_caught_up_ms = now_ms
         return progress
@@ -62,7 +92,7 @@ class Tracker:
             progress.fetched_this_epoch = True
 
     def record_leader_end(self, end_offset: int, now_ms: int) -> None:
-        me = self.voters[self.leader_id]
+        me = self.leader
         me.end_offset = end_offset
         me.last_fetch_ms = me.last_caught_up_ms = now_ms
 

@@ -5,6 +5,11 @@ length u64 (bytes 18-25), CRC-32C of the data u32 (bytes 26-29). A snapshot is w
 ``<name>.part`` and renamed only once it is fsynced, so a complete name always holds a
 complete file: one that fails these checks was damaged afterwards, never torn by a crash.
 The header lets a reader refuse it, or one whose header disagrees with its name.
+
+Version 2 (a snapshot of a quorum whose voter set lives in the log, KIP-853) puts the
+voter set in effect at the snapshot (a VotersRecord, ``raftka.raft.voters``) after the
+header: its length u32, then its bytes, then the data; the CRC covers both. A static
+quorum's snapshots stay version 1.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from raftka.raft.storage import fsio, layout
 from raftka.raft.storage.base import StorageError
 
 _HEADER = struct.Struct(">4sHqiQI")
+_VOTERS_LENGTH = struct.Struct(">I")
 _MAGIC = b"RKSN"
 _VERSION = 1
+_VERSION_WITH_VOTERS = 2
 
 
 class SnapshotFileError(StorageError):
@@ -30,26 +37,42 @@ class SnapshotFileError(StorageError):
 
 def encode_snapshot(snapshot: Snapshot) -> bytes:
     sid = snapshot.id
+    if not snapshot.voters:
+        header = _HEADER.pack(
+            _MAGIC, _VERSION, sid.offset, sid.epoch, len(snapshot.data), crc32c.crc32c(snapshot.data)
+        )
+        return header + snapshot.data
+    body = _VOTERS_LENGTH.pack(len(snapshot.voters)) + snapshot.voters + snapshot.data
     header = _HEADER.pack(
-        _MAGIC, _VERSION, sid.offset, sid.epoch, len(snapshot.data), crc32c.crc32c(snapshot.data)
+        _MAGIC, _VERSION_WITH_VOTERS, sid.offset, sid.epoch, len(snapshot.data), crc32c.crc32c(body)
     )
-    return header + snapshot.data
+    return header + body
 
 
 def decode_snapshot(raw: bytes) -> Snapshot:
     if len(raw) < _HEADER.size:
         raise SnapshotFileError(f"{len(raw)} bytes is too short for the {_HEADER.size}-byte snapshot header")
     magic, version, offset, epoch, length, crc = _HEADER.unpack_from(raw)
-    if magic != _MAGIC or version != _VERSION:
+    if magic != _MAGIC or version not in (_VERSION, _VERSION_WITH_VOTERS):
         raise SnapshotFileError(
-            f"bytes 0-5 hold magic {magic!r} version {version}, not those of a version {_VERSION} snapshot"
+            f"bytes 0-5 hold magic {magic!r} version {version}, not those of a version "
+            f"{_VERSION} or {_VERSION_WITH_VOTERS} snapshot"
         )
-    if length != len(raw) - _HEADER.size:
+    body = raw[_HEADER.size :]
+    voters = b""
+    start = 0
+    if version == _VERSION_WITH_VOTERS:
+        if len(body) < _VOTERS_LENGTH.size:
+            raise SnapshotFileError(f"version 2 snapshot of {len(raw)} bytes has no voter set length")
+        (voters_length,) = _VOTERS_LENGTH.unpack_from(body)
+        start = _VOTERS_LENGTH.size + voters_length
+        voters = body[_VOTERS_LENGTH.size : start]
+    if length != len(body) - start:
         raise SnapshotFileError(
-            f"the header (bytes 18-25) says {length} data bytes, the file holds {len(raw) - _HEADER.size}"
+            f"the header (bytes 18-25) says {length} data bytes, the file holds {len(body) - start}"
         )
-    data = raw[_HEADER.size :]
-    actual = crc32c.crc32c(data)
+    data = body[start:]
+    actual = crc32c.crc32c(body)
     if actual != crc:
         raise SnapshotFileError(
             f"the CRC-32C of the data (byte {_HEADER.size} to the end) is {actual:08x}, "
@@ -57,7 +80,7 @@ def decode_snapshot(raw: bytes) -> Snapshot:
         )
     if offset < 0 or epoch < 0:
         raise SnapshotFileError(f"negative offset {offset} or epoch {epoch}")
-    return Snapshot(SnapshotId(offset, epoch), data)
+    return Snapshot(SnapshotId(offset, epoch), data, voters)
 
 
 def read_snapshot(path: Path) -> Snapshot:

@@ -38,4 +38,9 @@ class Transport(Protocol):
         """Send without waiting: a request starts a call; a response completes call ``rpc_id``."""
         ...
 
+    def add_peer(self, peer_id: int, address: str) -> None:
+        """Reach ``peer_id`` at ``address`` (host:port) from now on: a voter the log added
+        (KIP-853). A peer already known keeps its address."""
+        ...
+
     async def close(self) -> None: ...

@@ -71,6 +71,8 @@ def _encode_vote_request(m: VoteRequest) -> raft_pb2.VoteRequest:
         last_epoch=m.last_epoch,
         log_end_offset=m.log_end_offset,
         pre_vote=m.pre_vote,
+        candidate_directory_id=m.candidate_directory_id,
+        voter_directory_id=m.voter_directory_id,
     )
 
 
@@ -109,6 +111,7 @@ def _encode_fetch_request(m: FetchRequest) -> raft_pb2.FetchRequest:
         fetch_offset=m.fetch_offset,
         last_fetched_epoch=m.last_fetched_epoch,
         max_wait_ms=m.max_wait_ms,
+        replica_directory_id=m.replica_directory_id,
     )
 
 
@@ -159,6 +162,7 @@ def _encode_fetch_snapshot_response(m: FetchSnapshotResponse) -> raft_pb2.FetchS
         size=m.size,
         position=m.position,
         chunk=m.chunk,
+        voters=m.voters,
     )
     _encode_offset_and_epoch(pb.snapshot_id, m.snapshot_id)
     return pb
@@ -241,6 +245,8 @@ def _decode_vote_request(pb: raft_pb2.VoteRequest) -> VoteRequest:
         last_epoch=_at_least("last_epoch", pb.last_epoch, 0),
         log_end_offset=_at_least("log_end_offset", pb.log_end_offset, 0),
         pre_vote=pb.pre_vote,
+        candidate_directory_id=pb.candidate_directory_id,
+        voter_directory_id=pb.voter_directory_id,
     )
 
 
@@ -302,6 +308,7 @@ def _decode_fetch_request(pb: raft_pb2.FetchRequest) -> FetchRequest:
         fetch_offset=_at_least("fetch_offset", pb.fetch_offset, 0),
         last_fetched_epoch=_at_least("last_fetched_epoch", pb.last_fetched_epoch, 0),
         max_wait_ms=_at_least("max_wait_ms", pb.max_wait_ms, 0),
+        replica_directory_id=pb.replica_directory_id,
     )
 
 
@@ -377,6 +384,7 @@ def _decode_fetch_snapshot_response(pb: raft_pb2.FetchSnapshotResponse) -> Fetch
         size=size,
         position=position,
         chunk=pb.chunk,
+        voters=pb.voters,
     )
 
 

@@ -84,9 +84,11 @@ from raftka.raft.transport import codec
 from raftka.raft.transport.base import Inbox
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
-__all__ = ["AddServicer", "DescribeCallback", "GrpcTransport"]
+__all__ = ["AddServicer", "DescribeCallback", "GrpcTransport", "VoterChangeCallback"]
 
 DescribeCallback = Callable[[], raft_pb2.DescribeQuorumResponse]
+# An AddRaftVoter, RemoveRaftVoter or UpdateRaftVoter request -> the answer once decided.
+VoterChangeCallback = Callable[[PbMessage], Awaitable[raft_pb2.RaftVoterChangeResponse]]
 AddServicer = Callable[[grpc.aio.Server], None]
 # Why the caller of a stream may not send this request (rpc field, sender id), or None.
 ExchangeCheck = Callable[[str, int], str | None]
@@ -191,6 +193,7 @@ class GrpcTransport:
         cluster_id: str,
         *,
         describe: DescribeCallback | None = None,
+        voter_changes: VoterChangeCallback | None = None,
         servicers: Sequence[AddServicer] = (),
         request_timeout_ms: int = 2000,
         fetch_timeout_margin_ms: int = 1000,
@@ -225,11 +228,13 @@ class GrpcTransport:
         self._listen = listen
         self._peers = {peer_id: _Peer(address, channel_credentials) for peer_id, address in peers.items()}
         self._server_credentials = server_credentials
+        self._channel_credentials = channel_credentials
         self._exchange_gate = exchange_gate
         self._interceptors = tuple(interceptors)
         self._connections_max = connections_max
         self._cluster_id = cluster_id
         self._describe = describe
+        self._voter_changes = voter_changes
         self._servicers = tuple(servicers)
         self._request_timeout_s = request_timeout_ms / 1000
         self._fetch_timeout_margin_s = fetch_timeout_margin_ms / 1000
@@ -262,7 +267,9 @@ class GrpcTransport:
         server = grpc.aio.server(
             options=server_options(self._connections_max), interceptors=[self._budgets, *self._interceptors]
         )
-        raft_pb2_grpc.add_RaftServicer_to_server(_RaftServicer(self._exchange, self._describe), server)
+        raft_pb2_grpc.add_RaftServicer_to_server(
+            _RaftServicer(self._exchange, self._describe, self._voter_changes), server
+        )
         for add in self._servicers:
             add(server)
         try:
@@ -275,6 +282,11 @@ class GrpcTransport:
         await server.start()
         self._server = server
         self._log.info("raft transport listening", listen=self._listen, port=self._port)
+
+    def add_peer(self, peer_id: int, address: str) -> None:
+        if peer_id != self._node_id and peer_id not in self._peers and not self._closed:
+            self._peers[peer_id] = _Peer(address, self._channel_credentials)
+            self._log.info("raft peer added", peer_id=peer_id, address=address)
 
     def send(self, envelope: Envelope) -> None:
         if self._closed:
@@ -765,9 +777,39 @@ _Exchange = Callable[[grpc.aio.ServicerContext], Awaitable[None]]
 class _RaftServicer(raft_pb2_grpc.RaftServicer):
     """Routes the Raft service to the transport; the generated base class names the methods."""
 
-    def __init__(self, exchange: _Exchange, describe: DescribeCallback | None) -> None:
+    def __init__(
+        self,
+        exchange: _Exchange,
+        describe: DescribeCallback | None,
+        voter_changes: VoterChangeCallback | None,
+    ) -> None:
         self._exchange = exchange
         self._describe = describe
+        self._voter_changes = voter_changes
+
+    async def _change_voters(
+        self, request: PbMessage, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.RaftVoterChangeResponse:
+        if self._voter_changes is None:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, "this node does not change its quorum's voters"
+            )
+        return await self._voter_changes(request)  # type: ignore[misc]
+
+    async def AddRaftVoter(
+        self, request: raft_pb2.AddRaftVoterRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.RaftVoterChangeResponse:
+        return await self._change_voters(request, context)
+
+    async def RemoveRaftVoter(
+        self, request: raft_pb2.RemoveRaftVoterRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.RaftVoterChangeResponse:
+        return await self._change_voters(request, context)
+
+    async def UpdateRaftVoter(
+        self, request: raft_pb2.UpdateRaftVoterRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.RaftVoterChangeResponse:
+        return await self._change_voters(request, context)
 
     async def Exchange(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         await self._exchange(context)  # it reads the requests with context.read()

@@ -93,6 +93,9 @@ class MemoryTransport:
         self._inbox = inbox
         self._network._register(self)
 
+    def add_peer(self, peer_id: int, address: str) -> None:
+        """Every node on the network is reachable by its id: nothing to learn."""
+
     def send(self, envelope: Envelope) -> None:
         if not self.is_open:
             return

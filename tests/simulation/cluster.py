@@ -1,5 +1,8 @@
 """A whole simulated cluster: voters 1-3, observers 4-5, one scheduler, network and seed.
 
+A dynamic seed (KIP-853) starts from the same three voters, formatted with directory ids,
+and its nemesis adds and removes voters (observers 4-5 included) as it goes.
+
 The scripting surface (crash, restart, wipe, partition, heal, resign, run_until) is what
 the nemesis, the runner and the fixed-scenario tests use.
 """
@@ -12,6 +15,7 @@ from typing import TextIO
 
 from raftka.raft.config import RaftConfig
 from raftka.raft.messages import Envelope
+from raftka.raft.voters import Voter, VoterSet
 from tests.simulation.client import Client
 from tests.simulation.faults import FaultProfile, Nemesis
 from tests.simulation.invariants import Invariants
@@ -33,10 +37,16 @@ def default_factory() -> CoreFactory:
 
 
 def calm_cluster(
-    seed: int, observers: int = 2, snapshot_every: int = 0, factory: CoreFactory | None = None
+    seed: int,
+    observers: int = 2,
+    snapshot_every: int = 0,
+    factory: CoreFactory | None = None,
+    dynamic: bool = False,
 ) -> Cluster:
     """A cluster with no faults of its own, for scripted scenarios (they inject their own)."""
-    profile = FaultProfile.calm(safety_ms=0, observers=observers, snapshot_every=snapshot_every)
+    profile = FaultProfile.calm(
+        safety_ms=0, observers=observers, snapshot_every=snapshot_every, dynamic=dynamic
+    )
     return Cluster(seed, profile, random.Random(seed), factory)
 
 
@@ -59,15 +69,18 @@ class Cluster:
         self.trace = Trace(trace_lines, echo)
         self.network = Network(self.scheduler, rng, profile.network)
         self.network.on_drop = self._on_drop
-        self.voters = VOTERS
+        self.voters = VOTERS  # the initial voters; a dynamic seed's change (voter_set())
+        self.bootstrap: frozenset[int] | VoterSet = (
+            VoterSet(Voter(n, f"dir-{n}-0") for n in sorted(VOTERS)) if profile.dynamic else VOTERS
+        )
         node_ids = sorted(VOTERS) + list(OBSERVERS[: profile.observers])
-        self.invariants = Invariants(VOTERS, node_ids)
+        self.invariants = Invariants(self.bootstrap, node_ids)
         factory = factory or default_factory()
         self.nodes: dict[int, SimNode] = {}
         for nid in node_ids:
             node = SimNode(
                 nid,
-                VOTERS,
+                self.bootstrap,
                 CLUSTER_ID,
                 self.config,
                 factory,
@@ -104,6 +117,22 @@ class Cluster:
                 best = (core.epoch, nid)
         return None if best is None else best[1]
 
+    def voter_set(self) -> VoterSet | None:
+        """The voter set in effect at the live leader (None without one, or in a static seed)."""
+        leader = self.leader_id()
+        if leader is None or not self.profile.dynamic:
+            return None
+        return self.nodes[leader].core.voter_set  # type: ignore[union-attr]
+
+    def dead_voters(self) -> list[int]:
+        """Voters in the committed voter set whose node has since got a new disk (directory id)."""
+        voters = self.invariants.committed_voters()
+        return [
+            v.node_id
+            for v in voters.voters()
+            if not voters.includes(v.node_id, self.nodes[v.node_id].directory_id)
+        ]
+
     def status(self) -> str:
         parts = []
         for nid in sorted(self.nodes):
@@ -112,8 +141,10 @@ class Cluster:
             if core is None:
                 parts.append(f"n{nid}: down (durable end {node.disk.oracle.end_offset})")
                 continue
+            voters = getattr(core, "voter_set", None) if self.profile.dynamic else None
             parts.append(
-                f"n{nid}: {role_of(core)} e={core.epoch} leader={core.leader_id} hw={core.high_watermark} "
+                (f"voters={voters} " if voters is not None else "")
+                + f"n{nid}: {role_of(core)} e={core.epoch} leader={core.leader_id} hw={core.high_watermark} "
                 f"leo={core.log_end_offset} start={core.log_start_offset} applied={node.sm.state.next_offset} "
                 f"durable={node.disk.oracle.end_offset}"
             )

@@ -29,6 +29,7 @@ ACTIONS = (
     "slow_link",
     "pause",
 )
+VOTER_CHANGES = ("add_voter", "remove_voter")  # a dynamic seed's (KIP-853)
 
 
 @dataclass(slots=True)
@@ -43,6 +44,7 @@ class FaultProfile:
     weights: dict[str, int] = field(default_factory=dict)
     downtime_max_ms: int = 2000
     link_skew_max_ms: int = 0  # each link gets its own extra latency up to this
+    dynamic: bool = False  # the voter set lives in the log and the nemesis changes it
 
     @staticmethod
     def sample(rng: random.Random, safety_ms: int) -> FaultProfile:
@@ -68,10 +70,13 @@ class FaultProfile:
         weights = {a: (rng.choice((1, 2, 4)) if rng.random() < 0.6 else 0) for a in ACTIONS}
         if weights["crash"] and not weights["restart"]:
             weights["restart"] = weights["crash"]
+        dynamic = rng.random() < 0.5
+        if dynamic:
+            weights.update({a: rng.choice((1, 2, 4)) for a in VOTER_CHANGES})
         return FaultProfile(
             network=network,
             disk=disk,
-            observers=rng.choice((0, 1, 2, 2)),
+            observers=2 if dynamic else rng.choice((0, 1, 2, 2)),
             snapshot_every=rng.choice((0, 3, 10, 40)),
             client_interval_ms=rng.choice((3, 10, 30, 100)),
             safety_ms=safety_ms,
@@ -79,12 +84,16 @@ class FaultProfile:
             weights=weights,
             downtime_max_ms=rng.choice((50, 500, 3000)),
             link_skew_max_ms=rng.choice((0, 0, 5, 20)),
+            dynamic=dynamic,
         )
 
     @staticmethod
-    def calm(safety_ms: int, observers: int = 2, snapshot_every: int = 10) -> FaultProfile:
+    def calm(
+        safety_ms: int, observers: int = 2, snapshot_every: int = 10, dynamic: bool = False
+    ) -> FaultProfile:
         """No faults at all: for scripted scenarios that inject their own."""
         return FaultProfile(
+            dynamic=dynamic,
             network=NetworkParams(1, 5, 0.0, 0, 0.0, 0.0, 0.9),
             disk=DiskParams(1, 3, 0.0, 0, 0.3, 10),
             observers=observers,
@@ -97,6 +106,7 @@ class FaultProfile:
 
     def describe(self) -> str:
         on = ",".join(f"{a}x{w}" for a, w in sorted(self.weights.items()) if w) or "none"
+        on += "; dynamic voter set" if self.dynamic else ""
         n, d = self.network, self.disk
         return (
             f"net delay {n.delay_min_ms}-{n.delay_max_ms}ms (+link skew {self.link_skew_max_ms}) spike "
@@ -117,7 +127,7 @@ class Nemesis:
         self.rng = rng
         self.active = False
         self.counts: dict[str, int] = {}
-        actions = [a for a in ACTIONS if profile.weights.get(a)]
+        actions = [a for a in ACTIONS + VOTER_CHANGES if profile.weights.get(a)]
         self._actions = actions
         self._weights = [profile.weights[a] for a in actions]
 
@@ -172,6 +182,8 @@ class Nemesis:
         return True
 
     def _wipe(self) -> bool:
+        if self.profile.dynamic:
+            return self._wipe_dynamic()
         voters = [self.cluster.nodes[v] for v in sorted(self.cluster.voters)]
         if self.cluster.invariants.unrecovered_wipes() or any(v.recovering() for v in voters):
             # one lost disk at a time, and only once every voter votes: a second voter that
@@ -181,6 +193,53 @@ class Nemesis:
         self.cluster.wipe(nid)
         self.cluster.scheduler.after(self.rng.randint(0, 200), self._restart_one, nid)
         return True
+
+    def _wipe_dynamic(self) -> bool:
+        """A voter's disk replaced: it comes back with a new directory id, an observer that
+        must be added again. Only while the voters could still commit without it and remove it
+        (three or more, none dead already)."""
+        voters = self.cluster.invariants.committed_voters()
+        latest = self.cluster.voter_set()
+        if latest is None or len(voters) < 3 or self.cluster.dead_voters():
+            return False
+        views = {getattr(self.cluster.nodes[n].core, "voter_set", None) for n in self.cluster.up_ids()}
+        if views != {voters}:  # a change in flight anywhere: a lost disk now could leave no majority
+            return False
+        nid = self.rng.choice(sorted(voters.ids))
+        self.cluster.wipe(nid)
+        self.cluster.scheduler.after(self.rng.randint(0, 200), self._restart_one, nid)
+        return True
+
+    def _add_voter(self) -> bool:
+        """Ask the leader to add a live node that is no voter (an observer, a wiped voter)."""
+        leader, voters = self.cluster.leader_id(), self.cluster.voter_set()
+        if leader is None or voters is None or self.cluster.nodes[leader].paused:
+            return False  # (a paused leader would take the change later, past the checks here)
+        candidates = [n for n in self.cluster.up_ids() if n not in voters.ids]
+        if not candidates:
+            return False
+        node = self.cluster.nodes[self.rng.choice(candidates)]
+        voter = node.voter()
+        result = self.cluster.nodes[leader].change_voters(lambda core, now: core.add_voter(voter, now))
+        self.cluster.note("add-voter", f"{voter} -> {result}")
+        return not isinstance(result, Exception)
+
+    def _remove_voter(self) -> bool:
+        """Ask the leader to remove a voter: a dead one first, else any, the leader included."""
+        leader, voters = self.cluster.leader_id(), self.cluster.voter_set()
+        if leader is None or voters is None or self.cluster.nodes[leader].paused:
+            return False  # (a paused leader would take the change later, past the checks here)
+        dead = self.cluster.dead_voters()
+        if dead and not set(dead) & voters.ids:
+            return False  # removing a live voter while a dead one counts could leave no majority
+        nid = self.rng.choice([v for v in dead if v in voters.ids] or sorted(voters.ids))
+        target = voters.get(nid)
+        assert target is not None
+        result = self.cluster.nodes[leader].change_voters(
+            lambda core, now: core.remove_voter(target.node_id, target.directory_id, now)
+        )
+        self.cluster.note("remove-voter", f"{target} -> {result}")
+        return not isinstance(result, Exception)
 
     def _partition(self) -> bool:
         ids = sorted(self.cluster.nodes)

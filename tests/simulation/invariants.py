@@ -12,7 +12,11 @@
 - a position propose() returned that commits holds the records proposed there;
 - persist before acknowledge, seen from outside: a granted vote, a voter's fetch
   position and a BeginQuorumEpoch are backed by what the sender's disk holds;
-- observers never campaign, never vote and never lead.
+- observers never campaign, never vote and never lead;
+- the voter set (KIP-853) changes only through VotersRecords, by one member at a time:
+  each committed one differs from the committed set before it by at most one voter, and
+  "a majority" above is one of the voter set the committed log had at that offset, each
+  voter counted only with the storage (directory id) it was added with.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING
 from raftka.raft.batch import Batch, BatchKind
 from raftka.raft.effects import Snapshot
 from raftka.raft.messages import BeginQuorumEpochRequest, Envelope, FetchRequest, VoteRequest, VoteResponse
+from raftka.raft.voters import VoterSet
 from tests.simulation.disk import HELD_IN_SNAPSHOT, CrashOutcome
 from tests.simulation.node import exposed_hw, role_of
 from tests.simulation.statemachine import GENESIS, SmState, chain
@@ -55,9 +60,10 @@ class _DiskHistory:
 
 
 class Invariants:
-    def __init__(self, voters: frozenset[int], node_ids: list[int]) -> None:
-        self.voters = voters
-        self.majority = len(voters) // 2 + 1
+    def __init__(self, voters: frozenset[int] | VoterSet, node_ids: list[int]) -> None:
+        self.bootstrap = voters if isinstance(voters, VoterSet) else VoterSet.static(voters)
+        # the committed VotersRecords: (offset of the batch, the set it names), ascending
+        self.voter_changes: list[tuple[int, VoterSet]] = []
         self.send_checks = True  # off: only the deep invariants judge (mutant self-tests)
         self.leaders: dict[int, int] = {}  # epoch -> leader id
         self._life = {n: _Lifetime() for n in node_ids}
@@ -72,6 +78,9 @@ class Invariants:
         self.claims: dict[tuple[int, int], tuple[bytes, ...]] = {}
         self.max_hw = 0
         self.max_hw_epoch: int | None = None
+        # the voter set in effect at the leader that exposed max_hw (its latest, maybe uncommitted:
+        # a removal commits on a majority of the new set, which need not be one of the old)
+        self.max_hw_voters: VoterSet | None = None
         self.newest_leader_epoch = -1
         self.newest_leader_hw = -1
         # wiped voter -> its durable log end when the disk was lost. The leader may still count
@@ -99,11 +108,14 @@ class Invariants:
         fatal = getattr(core, "fatal_error", None)
         if fatal:
             self.fail(node, f"the core stopped itself: {fatal}")
+        life = self._life[nid]
         if role not in ROLES:
             self.fail(node, f"unknown role {role!r}")
-        if not node.is_voter and role in VOTER_ONLY_ROLES:
+        removing_itself = (
+            role == "leader" and node.dynamic and life.epoch == epoch
+        )  # leads on until committed
+        if not node.is_voter and role in VOTER_ONLY_ROLES and not removing_itself:
             self.fail(node, f"observer in role {role}")
-        life = self._life[nid]
         if epoch < life.epoch:
             self.fail(node, f"epoch went back from {life.epoch} to {epoch}")
         life.epoch = epoch
@@ -129,6 +141,7 @@ class Invariants:
             if hw > self.max_hw:
                 self.max_hw = hw
                 self.max_hw_epoch = None
+                self.max_hw_voters = getattr(core, "voter_set", None) if role == "leader" else None
                 if role == "leader":
                     e = node.disk.oracle.epoch_at(hw - 1)
                     self.max_hw_epoch = e if e is not None and e >= 0 else None
@@ -150,17 +163,51 @@ class Invariants:
             return
         offset = self.max_hw - 1
         epoch = self.epochs[offset] if offset < len(self.epochs) else self.max_hw_epoch
+        voters = self.voters_at(self.max_hw)
+
+        def holds(nid: int) -> bool:  # a voter holds data only on the storage it was added with
+            return voters.includes(nid, self.nodes[nid].directory_id) and self._holds(nid, offset, epoch)
+
         for nid in sorted(self.recovering):
-            if self.max_hw > self.recovering[nid] or self._holds(nid, offset, epoch):
+            if self.max_hw > self.recovering[nid] or holds(nid):
                 del self.recovering[nid]
-        holders = [v for v in sorted(self.voters) if self._holds(v, offset, epoch)]
-        required = self.majority - len(self.recovering)
+        holders = [v for v in sorted(voters.ids) if holds(v)]
+        required = voters.majority() - len(self.recovering)
+        leader_set = self.max_hw_voters
+        if leader_set is not None and leader_set != voters:
+            by_leader = [v for v in sorted(leader_set.ids) if leader_set.includes(v, self.nodes[v].directory_id)
+                         and self._holds(v, offset, epoch)]  # fmt: skip
+            if len(by_leader) >= leader_set.majority() - len(self.recovering):
+                return
         if len(holders) < required:
             self.fail(
                 None,
                 f"offset {offset} (epoch {epoch}) is below the high watermark {self.max_hw} but only "
                 f"voters {holders} hold it durably (need {required})",
             )
+
+    def voters_at(self, offset: int) -> VoterSet:
+        """The voter set of the committed log up to ``offset`` (exclusive)."""
+        current = self.bootstrap
+        for at, voters in self.voter_changes:
+            if at >= offset:
+                break
+            current = voters
+        return current
+
+    def committed_voters(self) -> VoterSet:
+        return self.voter_changes[-1][1] if self.voter_changes else self.bootstrap
+
+    def _committed_voter_change(self, node: SimNode, batch: Batch) -> None:
+        voters = VoterSet.decode(batch.records[-1])
+        before = self.committed_voters()
+        changed = voters.difference_size(before)
+        if changed > 1:
+            self.fail(
+                node,
+                f"the voter set changed by {changed} members at offset {batch.base_offset}: {before} -> {voters}",
+            )
+        self.voter_changes.append((batch.base_offset, voters))
 
     def _holds(self, nid: int, offset: int, epoch: int | None) -> bool:
         if epoch is None and offset < len(self.epochs):
@@ -177,7 +224,9 @@ class Invariants:
         msg = env.msg
         durable = node.disk.oracle
         if isinstance(msg, VoteResponse) and msg.vote_granted:
-            if not node.is_voter:
+            # (in a dynamic quorum, a candidate may name as its voter a node whose log does
+            # not say so yet; the durable-vote check below still holds it to one vote an epoch)
+            if not node.was_voter and not node.dynamic:
                 self.fail(node, f"observer granted a vote to n{env.dst}")
             qs = durable.quorum_state
             if not msg.pre_vote and not (
@@ -212,7 +261,7 @@ class Invariants:
             self.fail(node, f"durable epoch went back from {history.epoch} to {qs.epoch}")
         history.epoch = qs.epoch
         if qs.voted_id >= 0:
-            if not node.is_voter:
+            if not node.was_voter and not node.dynamic:
                 self.fail(node, f"observer recorded a vote for n{qs.voted_id}")
             before = history.votes.setdefault(qs.epoch, qs.voted_id)
             if before != qs.voted_id:
@@ -229,7 +278,8 @@ class Invariants:
         """``node``'s disk is about to be lost (it is down; the oracle still holds its contents)."""
         self._disk[node.node_id] = _DiskHistory()
         if node.is_voter:
-            self.wiped[node.node_id] = (self.max_hw, self.max_epoch)
+            if not node.dynamic:  # a dynamic quorum's wiped voter is a new replica, never this voter
+                self.wiped[node.node_id] = (self.max_hw, self.max_epoch)
             self.recovering[node.node_id] = node.disk.oracle.end_offset
 
     def unrecovered_wipes(self) -> list[int]:
@@ -307,6 +357,8 @@ class Invariants:
             )
         if batch.base_offset == start and batch.epoch > last_epoch and batch.kind != BatchKind.LEADER_CHANGE:
             self.fail(node, f"epoch {batch.epoch} starts its committed log with a {batch.kind.name} batch")
+        if batch.kind == BatchKind.VOTERS and batch.base_offset >= start:
+            self._committed_voter_change(node, batch)
         prev = self.boundaries[start]
         digest, count = prev.digest, prev.count
         for record in batch.records[start - batch.base_offset :]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from raftka.raft.batch import OffsetAndEpoch
 from raftka.raft.core import RaftCore
 from raftka.raft.effects import Ready
 from raftka.raft.messages import Envelope, Error, VoteRequest, VoteResponse
@@ -41,4 +42,20 @@ class LogBlindCore(RaftCore):
         super().step(envelope, now_ms)
 
 
-MUTANT_CORES = {"grant-every-vote": GrantEveryVoteCore, "log-blind": LogBlindCore}
+class OldVoterSetMajorityCore(RaftCore):
+    """Counts the high watermark on the voter set from before its latest change (KIP-853):
+    a leader that keeps its tracker's voters when it appends a VotersRecord."""
+
+    def _change_voters(self, voters):  # type: ignore[no-untyped-def]
+        tracker = self._leader().tracker
+        kept = frozenset(tracker.voters)
+        result: OffsetAndEpoch = super()._change_voters(voters)
+        tracker.set_voters(kept)
+        return result
+
+
+MUTANT_CORES = {
+    "grant-every-vote": GrantEveryVoteCore,
+    "log-blind": LogBlindCore,
+    "old-voter-set-majority": OldVoterSetMajorityCore,
+}

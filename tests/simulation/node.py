@@ -26,6 +26,7 @@ from raftka.raft.messages import (
     VoteResponse,
 )
 from raftka.raft.storage.base import LoadedState
+from raftka.raft.voters import Voter, VoterSet
 from tests.simulation.disk import CrashOutcome, SimDisk
 from tests.simulation.network import REQUEST_TYPES, Network
 from tests.simulation.scheduler import Handle, Scheduler
@@ -118,7 +119,7 @@ class SimNode:
     def __init__(
         self,
         node_id: int,
-        voters: frozenset[int],
+        voters: frozenset[int] | VoterSet,
         cluster_id: str,
         config: RaftConfig,
         factory: CoreFactory,
@@ -131,8 +132,11 @@ class SimNode:
         trace: Trace,
     ) -> None:
         self.node_id = node_id
-        self.voters = voters
-        self.is_voter = node_id in voters
+        self.voters = voters  # the static set, or a dynamic quorum's bootstrap set (KIP-853)
+        self.dynamic = isinstance(voters, VoterSet)
+        self.disk_generation = 0  # bumped by every wipe: a new disk has a new directory id
+        self.was_voter = node_id in voters  # since the disk was new: may hold a vote
+        self._is_voter = self.was_voter  # as last seen (the core's word while it runs)
         self.cluster_id = cluster_id
         self.config = config
         self.factory = factory
@@ -159,6 +163,21 @@ class SimNode:
         self._next_rpc = 0
         self._rpcs: dict[int, _Rpc] = {}
 
+    @property
+    def directory_id(self) -> str:
+        return f"dir-{self.node_id}-{self.disk_generation}" if self.dynamic else ""
+
+    @property
+    def is_voter(self) -> bool:
+        core = self.core
+        if core is not None:
+            # a voter, or one an uncommitted change removes: it may still campaign (raft core)
+            self._is_voter = bool(
+                getattr(core, "may_campaign", getattr(core, "is_voter", self.node_id in self.voters))
+            )
+            self.was_voter = self.was_voter or self._is_voter
+        return self._is_voter
+
     def recovering(self) -> bool:
         """The node withholds its vote: its storage started new or wiped and it has not yet
         heard every voter and caught up. Read from the durable quorum state (the core persists
@@ -179,11 +198,29 @@ class SimNode:
         if loaded.snapshot is not None:
             self.checker.on_restore(self, loaded.snapshot)
         self.sm.reset(loaded.snapshot)
+        extra = {"directory_id": self.directory_id} if self.dynamic else {}
         self.core = self.factory(
-            self.node_id, self.voters, self.cluster_id, self.config, loaded, core_rng, self.scheduler.now_ms
+            self.node_id,
+            self._formatted_voters(),  # type: ignore[arg-type]
+            self.cluster_id,
+            self.config,
+            loaded,
+            core_rng,
+            self.scheduler.now_ms,
+            **extra,
         )
         self.checker.on_start(self)
         self._event("start", f"inc={self.incarnation} snap={loaded.snapshot.id if loaded.snapshot else None}")
+
+    def _formatted_voters(self) -> frozenset[int] | VoterSet:
+        """What this disk was formatted with: a dynamic quorum's initial voters hold its
+        bootstrap set; any other node (an observer, a replaced disk) only the configured
+        ids, and learns the voter set from the log."""
+        if isinstance(self.voters, VoterSet) and not (
+            self.node_id in self.voters and self.disk_generation == 0
+        ):
+            return self.voters.ids
+        return self.voters
 
     def crash(self) -> None:
         """Power off: in-flight fsyncs and volatile state are lost."""
@@ -214,6 +251,8 @@ class SimNode:
         self.crash()
         self.checker.on_wipe(self)
         self.disk.wipe()
+        self.disk_generation += 1
+        self.was_voter = self._is_voter = False if self.dynamic else self.node_id in self.voters
         self.trace.add((self.scheduler.now_ms, self.node_id, "WIPE", "disk replaced", "", 0, 0, 0))
 
     def pause(self) -> None:
@@ -267,6 +306,25 @@ class SimNode:
         if isinstance(result[0], NotLeaderError):
             raise result[0]
         return result[0]
+
+    def change_voters(self, change: Callable[[Any, int], object]) -> object:
+        """Run ``change(core, now)`` (add_voter, remove_voter) as an event; returns what it
+        returned or the exception it raised (NotLeaderError, VoterChangeError)."""
+        core = self.core
+        assert core is not None
+        result: list[object] = []
+
+        def act(now: int) -> None:
+            try:
+                result.append(change(core, now))
+            except Exception as e:  # noqa: BLE001  (refusals are the caller's to judge)
+                result.append(e)
+
+        self._event("voters", "change", act)
+        return result[0] if result else None
+
+    def voter(self) -> Voter:
+        return Voter(self.node_id, self.directory_id)
 
     def resign(self) -> None:
         core = self.core
@@ -364,6 +422,8 @@ class SimNode:
             self.checker.on_committed(self, batch)
             due = self.sm.apply(batch) or due
         if due is not None:  # only the newest of the snapshots this burst made due
+            stamp = getattr(core, "snapshot_with_voters", None)
+            due = stamp(due) if stamp is not None else due
             self._enqueue_disk_op(due, self.rng.randint(1, self.disk_params.snapshot_save_max_ms))
 
     def _submit(self, core: Core, write: Write, now: int) -> None:

@@ -102,7 +102,8 @@ def _run_phases(cluster: Cluster, rng: random.Random, options: Options) -> None:
     cluster.network.params = cluster.network.params.quiet()
     down = cluster.down_ids()
     down_voters = [n for n in down if n in cluster.voters]
-    if options.leave_voter_down and down_voters and rng.random() < 0.3:
+    # (not in a dynamic seed: its voter set may be down to one or two by now)
+    if options.leave_voter_down and down_voters and rng.random() < 0.3 and not cluster.profile.dynamic:
         kept_down = rng.choice(down_voters)
         # a voter that lost (or never had) its disk waits to hear every other voter before
         # it votes again: only leave a voter down when no other voter is in that state

@@ -41,9 +41,11 @@ def test_seeds() -> None:
 
 # scenarios ------------------------------------------------------------------------------------
 @contextmanager
-def scenario(seed: int, observers: int = 2, snapshot_every: int = 0) -> Iterator[Cluster]:
+def scenario(
+    seed: int, observers: int = 2, snapshot_every: int = 0, dynamic: bool = False
+) -> Iterator[Cluster]:
     """A calm cluster with a leader and committed data; on failure, its trace is shown."""
-    cluster = calm_cluster(seed, observers, snapshot_every)
+    cluster = calm_cluster(seed, observers, snapshot_every, dynamic=dynamic)
     try:
         cluster.start_all()
         cluster.client.start()
@@ -247,6 +249,10 @@ MUTANTS: dict[str, Callable[[], Options]] = {
     "grant-every-vote": lambda: Options(factory=MUTANT_CORES["grant-every-vote"], send_checks=False),
     "log-blind": lambda: Options(factory=MUTANT_CORES["log-blind"], send_checks=False),
     "ack-before-fsync": lambda: Options(ack_before_fsync=True, send_checks=False),
+    # KIP-853: the high watermark counted on the voter set before its latest change
+    "old-voter-set-majority": lambda: Options(
+        factory=MUTANT_CORES["old-voter-set-majority"], send_checks=False
+    ),
 }
 
 

@@ -16,6 +16,7 @@ from raftka.raft.batch import Batch, BatchKind
 from raftka.raft.control import NOOP_RECORD, encode_leader_change
 from raftka.raft.effects import Write
 from raftka.raft.storage.file import FileStorage
+from raftka.raft.storage.meta import read_bootstrap_voters, read_meta
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -116,7 +117,9 @@ def test_random_uuid_looks_like_kafkas(capsys: pytest.CaptureFixture[str]) -> No
 def test_format_then_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = str(write_config(tmp_path, node_id=1))
     assert main(["storage", "format", "--config", config, "--cluster-id", "c1", "--output", "json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {
+    formatted = json.loads(capsys.readouterr().out)
+    assert len(formatted.pop("directory_id")) == 22  # KIP-858: random per format
+    assert formatted == {
         "data_dir": str(tmp_path / "data"),
         "cluster_id": "c1",
         "node_id": 1,
@@ -126,6 +129,50 @@ def test_format_then_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "already formatted" in capsys.readouterr().out
     assert main(["storage", "info", "--config", config, "--output", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["cluster_id"] == "c1"
+
+
+def test_format_a_dynamic_quorum(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """KIP-853: --standalone and --initial-controllers write the bootstrap voter set."""
+    alone, three = tmp_path / "alone", tmp_path / "three"
+    alone.mkdir()
+    three.mkdir()
+    config = str(write_config(alone, node_id=1))
+    assert main(["storage", "format", "--config", config, "--cluster-id", "c1", "--standalone"]) == 0
+    voters = read_bootstrap_voters(alone / "data")
+    assert voters is not None and voters.ids == {1}
+    assert voters.get(1).directory_id == read_meta(alone / "data").directory_id  # type: ignore[union-attr]
+    config = str(write_config(three, node_id=2))
+    initial = "1@h1:9093:AAAAAAAAAAAAAAAAAAAAAA,2@h2:9093:BBBBBBBBBBBBBBBBBBBBBB"
+    assert (
+        main(
+            ["storage", "format", "--config", config, "--cluster-id", "c1", "--initial-controllers", initial]
+        )
+        == 0
+    )
+    assert read_meta(three / "data").directory_id == "BBBBBBBBBBBBBBBBBBBBBB"
+    assert read_bootstrap_voters(three / "data").get(1).endpoints == ("h1:9093",)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("initial", "problem"),
+    [
+        ("1@h1:9093", "entry 1 '1@h1:9093' is not ID@HOST:PORT:DIRECTORY_ID"),
+        ("1@h1:9093:D1,1@h2:9093:D2", "node id 1 appears twice"),
+        ("1@h1:x:D1", "is not HOST:PORT"),
+        ("2@h2:9093:D2", "this node (1) is not in the list"),
+    ],
+)
+def test_bad_initial_controllers_name_the_flag_and_write_nothing(
+    tmp_path: Path, initial: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(write_config(tmp_path, node_id=1))
+    with pytest.raises(SystemExit):
+        main(
+            ["storage", "format", "--config", config, "--cluster-id", "c1", "--initial-controllers", initial]
+        )
+    err = capsys.readouterr().err
+    assert "--initial-controllers" in err and problem in err
+    assert not (tmp_path / "data").exists()
 
 
 def test_reformatting_for_another_cluster_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

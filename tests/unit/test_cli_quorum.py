@@ -89,6 +89,7 @@ def test_replication_view_puts_the_leader_first() -> None:
         "last_fetch_timestamp",
         "last_caught_up_timestamp",
         "status",
+        "directory_id",  # KIP-853, as Kafka 3.9's --replication shows it
     }
 
 

@@ -230,6 +230,17 @@ def test_controller_metadata_and_broker_keys_have_defaults() -> None:
     assert (config.broker.rack, config.broker.heartbeat_interval_ms) == ("", 2000)
 
 
+def test_a_controller_outside_the_voters_names_its_own_listener() -> None:
+    """KIP-853: a controller to be added later starts as an observer of the quorum."""
+    config = parse(minimal(node_id=4, listener="127.0.0.1:19094"))
+    assert config.process_roles == ("controller",) and config.node_id not in config.voter_ids
+    assert config.listener == "127.0.0.1:19094"
+    with pytest.raises(
+        ConfigError, match="node_id: 4 is not one of controller.quorum.voters .* own listener"
+    ):
+        parse(minimal(node_id=4))
+
+
 def test_broker_is_an_observer_with_its_own_listener(tmp_path: Path) -> None:
     config = parse(broker(broker={"rack": "r1", "heartbeat_interval_ms": 500}))
     assert config.process_roles == ("broker",) and config.node_id not in config.voter_ids

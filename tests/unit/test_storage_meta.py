@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from raftka.raft.storage import layout
 from raftka.raft.storage.base import NotFormattedError, StorageError
 from raftka.raft.storage.file import FileStorage
 from raftka.raft.storage.meta import (
@@ -14,9 +15,12 @@ from raftka.raft.storage.meta import (
     check_meta,
     format_storage,
     new_cluster_id,
+    read_bootstrap_voters,
     read_meta,
     validate_cluster_id,
 )
+from raftka.raft.storage.quorum_file import QuorumStateFile
+from raftka.raft.voters import Voter, VoterSet
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qk"
 
@@ -25,12 +29,37 @@ def test_format_writes_kafka_style_properties(tmp_path: Path) -> None:
     data_dir = tmp_path / "node-1"
     assert format_storage(data_dir, CLUSTER, 1) is True
     lines = (data_dir / "meta.properties").read_text().splitlines()
+    directory_id = read_meta(data_dir).directory_id
+    assert len(directory_id) == 22  # a random Uuid, as Kafka writes directory.id (KIP-858)
     assert [line for line in lines if not line.startswith("#")] == [
         "version=1",
         f"cluster.id={CLUSTER}",
         "node.id=1",
+        f"directory.id={directory_id}",
     ]
-    assert read_meta(data_dir) == MetaProperties(CLUSTER, 1)
+    assert read_meta(data_dir) == MetaProperties(CLUSTER, 1, directory_id=directory_id)
+
+
+def test_every_format_gives_the_directory_a_new_id(tmp_path: Path) -> None:
+    """A replaced disk, formatted again, is a new replica (KIP-853)."""
+    format_storage(tmp_path / "a", CLUSTER, 1)
+    format_storage(tmp_path / "b", CLUSTER, 1)
+    assert read_meta(tmp_path / "a").directory_id != read_meta(tmp_path / "b").directory_id
+
+
+def test_a_directory_formatted_before_directory_ids_still_reads(tmp_path: Path) -> None:
+    (tmp_path / "meta.properties").write_text(f"version=1\ncluster.id={CLUSTER}\nnode.id=1\n")
+    assert read_meta(tmp_path) == MetaProperties(CLUSTER, 1)
+
+
+def test_bootstrap_voters_give_the_node_its_directory_id_and_may_vote_at_once(tmp_path: Path) -> None:
+    voters = VoterSet([Voter(1, "AAAAAAAAAAAAAAAAAAAAAA", ("h1:9091",)), Voter(2, "BBBBBBBBBBBBBBBBBBBBBB")])
+    assert format_storage(tmp_path, CLUSTER, 2, bootstrap_voters=voters) is True
+    assert read_meta(tmp_path).directory_id == "BBBBBBBBBBBBBBBBBBBBBB"
+    assert read_bootstrap_voters(tmp_path) == voters
+    state = QuorumStateFile(layout.log_dir(tmp_path) / layout.QUORUM_STATE_FILE)
+    assert state.load().recovering is False
+    state.close()
 
 
 def test_formatting_again_with_the_same_values_is_a_no_op(tmp_path: Path) -> None:

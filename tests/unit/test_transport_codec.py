@@ -38,6 +38,7 @@ node_ids = st.integers(0, INT32_MAX)
 leader_ids = st.integers(NO_LEADER, INT32_MAX)
 errors = st.sampled_from(Error)
 cluster_ids = st.text(max_size=40)
+directory_ids = st.text(max_size=22)  # KIP-853
 positions = st.builds(OffsetAndEpoch, offsets, epochs)
 
 
@@ -72,12 +73,29 @@ def fetch_snapshot_responses(draw: st.DrawFn) -> FetchSnapshotResponse:
     position = draw(st.integers(0, 2**40))
     size = position + len(chunk) + draw(st.integers(0, 2**40))
     return FetchSnapshotResponse(
-        draw(errors), draw(epochs), draw(leader_ids), draw(positions), size, position, chunk
+        draw(errors),
+        draw(epochs),
+        draw(leader_ids),
+        draw(positions),
+        size,
+        position,
+        chunk,
+        draw(st.binary(max_size=40)),
     )
 
 
 messages = st.one_of(
-    st.builds(VoteRequest, cluster_ids, epochs, node_ids, epochs, offsets, st.booleans()),
+    st.builds(
+        VoteRequest,
+        cluster_ids,
+        epochs,
+        node_ids,
+        epochs,
+        offsets,
+        st.booleans(),
+        directory_ids,
+        directory_ids,
+    ),
     st.builds(VoteResponse, errors, epochs, leader_ids, st.booleans(), st.booleans()),
     st.builds(BeginQuorumEpochRequest, cluster_ids, epochs, node_ids),
     st.builds(BeginQuorumEpochResponse, errors, epochs, leader_ids),
@@ -85,7 +103,9 @@ messages = st.one_of(
         EndQuorumEpochRequest, cluster_ids, epochs, node_ids, st.lists(node_ids, max_size=5).map(tuple)
     ),
     st.builds(EndQuorumEpochResponse, errors, epochs, leader_ids),
-    st.builds(FetchRequest, cluster_ids, node_ids, epochs, offsets, epochs, st.integers(0, INT32_MAX)),
+    st.builds(
+        FetchRequest, cluster_ids, node_ids, epochs, offsets, epochs, st.integers(0, INT32_MAX), directory_ids
+    ),
     fetch_responses(),
     st.builds(
         FetchSnapshotRequest, cluster_ids, node_ids, epochs, positions, offsets, st.integers(1, INT32_MAX)

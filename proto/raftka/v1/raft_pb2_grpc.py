@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class RaftStub:
-    """Raft: node to node, plus DescribeQuorum for operators.
+    """Raft: node to node, plus DescribeQuorum and voter changes for operators.
     """
 
     def __init__(self, channel):
@@ -45,10 +45,25 @@ class RaftStub:
                 request_serializer=raftka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.AddRaftVoter = channel.unary_unary(
+                '/raftka.v1.Raft/AddRaftVoter',
+                request_serializer=raftka_dot_v1_dot_raft__pb2.AddRaftVoterRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_raft__pb2.RaftVoterChangeResponse.FromString,
+                _registered_method=True)
+        self.RemoveRaftVoter = channel.unary_unary(
+                '/raftka.v1.Raft/RemoveRaftVoter',
+                request_serializer=raftka_dot_v1_dot_raft__pb2.RemoveRaftVoterRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_raft__pb2.RaftVoterChangeResponse.FromString,
+                _registered_method=True)
+        self.UpdateRaftVoter = channel.unary_unary(
+                '/raftka.v1.Raft/UpdateRaftVoter',
+                request_serializer=raftka_dot_v1_dot_raft__pb2.UpdateRaftVoterRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_raft__pb2.RaftVoterChangeResponse.FromString,
+                _registered_method=True)
 
 
 class RaftServicer:
-    """Raft: node to node, plus DescribeQuorum for operators.
+    """Raft: node to node, plus DescribeQuorum and voter changes for operators.
     """
 
     def Exchange(self, request_iterator, context):
@@ -66,6 +81,24 @@ class RaftServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RaftServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +112,21 @@ def add_RaftServicer_to_server(servicer, server):
                     request_deserializer=raftka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.SerializeToString,
             ),
+            'AddRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddRaftVoter,
+                    request_deserializer=raftka_dot_v1_dot_raft__pb2.AddRaftVoterRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_raft__pb2.RaftVoterChangeResponse.SerializeToString,
+            ),
+            'RemoveRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveRaftVoter,
+                    request_deserializer=raftka_dot_v1_dot_raft__pb2.RemoveRaftVoterRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_raft__pb2.RaftVoterChangeResponse.SerializeToString,
+            ),
+            'UpdateRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateRaftVoter,
+                    request_deserializer=raftka_dot_v1_dot_raft__pb2.UpdateRaftVoterRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_raft__pb2.RaftVoterChangeResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'raftka.v1.Raft', rpc_method_handlers)
@@ -88,7 +136,7 @@ def add_RaftServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Raft:
-    """Raft: node to node, plus DescribeQuorum for operators.
+    """Raft: node to node, plus DescribeQuorum and voter changes for operators.
     """
 
     @staticmethod
@@ -135,6 +183,87 @@ class Raft:
             '/raftka.v1.Raft/DescribeQuorum',
             raftka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
             raftka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Raft/AddRaftVoter',
+            raftka_dot_v1_dot_raft__pb2.AddRaftVoterRequest.SerializeToString,
+            raftka_dot_v1_dot_raft__pb2.RaftVoterChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Raft/RemoveRaftVoter',
+            raftka_dot_v1_dot_raft__pb2.RemoveRaftVoterRequest.SerializeToString,
+            raftka_dot_v1_dot_raft__pb2.RaftVoterChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Raft/UpdateRaftVoter',
+            raftka_dot_v1_dot_raft__pb2.UpdateRaftVoterRequest.SerializeToString,
+            raftka_dot_v1_dot_raft__pb2.RaftVoterChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,

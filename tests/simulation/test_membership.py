@@ -1,0 +1,163 @@
+"""Scripted voter changes (KIP-853) in the deterministic simulation: each scenario drives
+one change through the real core and checks what every node ends up with, under the
+same invariants as the random seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftka.raft.core import NotLeaderError, RaftCore
+from raftka.raft.voters import ChangeRefusal, Voter, VoterChangeError, VoterSet
+from tests.simulation.cluster import Cluster
+from tests.simulation.node import role_of
+from tests.simulation.test_simulation import leader, scenario, settle
+
+
+def change(cluster: Cluster, what: object) -> object:
+    """Run ``what(core, now)`` on the leader; returns its result or the refusal raised."""
+    return cluster.nodes[leader(cluster)].change_voters(what)  # type: ignore[arg-type]
+
+
+def core(cluster: Cluster, nid: int) -> RaftCore:
+    node_core = cluster.nodes[nid].core
+    assert isinstance(node_core, RaftCore)
+    return node_core
+
+
+def voter_ids(cluster: Cluster, nid: int) -> set[int]:
+    return set(core(cluster, nid).voter_set.ids)
+
+
+def add(cluster: Cluster, nid: int) -> object:
+    voter = cluster.nodes[nid].voter()
+    return change(cluster, lambda c, now: c.add_voter(voter, now))
+
+
+def remove(cluster: Cluster, nid: int, directory_id: str | None = None) -> object:
+    directory = directory_id if directory_id is not None else f"dir-{nid}-0"
+    return change(cluster, lambda c, now: c.remove_voter(nid, directory, now))
+
+
+def refusal(result: object) -> ChangeRefusal | None:
+    return result.refusal if isinstance(result, VoterChangeError) else None
+
+
+def everyone_sees(cluster: Cluster, ids: set[int], timeout_ms: int = 5_000) -> bool:
+    return cluster.run_until(lambda: all(voter_ids(cluster, n) == ids for n in cluster.up_ids()), timeout_ms)
+
+
+def test_a_static_quorum_refuses_changes() -> None:
+    with scenario(1) as cluster:
+        assert refusal(add(cluster, 4)) is ChangeRefusal.STATIC_QUORUM
+        assert voter_ids(cluster, 4) == {1, 2, 3}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_an_observer_is_added_once_caught_up_one_change_at_a_time(seed: int) -> None:
+    with scenario(seed, dynamic=True) as cluster:
+        cluster.crash(5)
+        cluster.run_for(cluster.config.fetch_timeout_ms + 100)
+        assert refusal(add(cluster, 5)) is ChangeRefusal.NOT_CAUGHT_UP  # no longer fetching
+        assert refusal(add(cluster, 1 if leader(cluster) != 1 else 2)) is ChangeRefusal.DUPLICATE_VOTER
+        first = add(cluster, 4)
+        assert not isinstance(first, Exception), first
+        assert refusal(add(cluster, 4)) in (ChangeRefusal.CHANGE_IN_PROGRESS, ChangeRefusal.DUPLICATE_VOTER)
+        cluster.restart(5)
+        assert refusal(remove(cluster, 1)) is ChangeRefusal.CHANGE_IN_PROGRESS  # the add is uncommitted
+        assert everyone_sees(cluster, {1, 2, 3, 4})
+        settle(cluster)
+        assert cluster.run_until(lambda: not isinstance(add(cluster, 5), Exception), 5_000)
+        assert everyone_sees(cluster, {1, 2, 3, 4, 5})
+        # five voters now: two of the first three down, and the quorum still commits
+        lead = leader(cluster)
+        for nid in sorted({1, 2, 3} - {lead})[:2]:
+            cluster.crash(nid)
+        settle(cluster)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_leader_removes_itself_then_hands_over(seed: int) -> None:
+    with scenario(seed, dynamic=True) as cluster:
+        old = leader(cluster)
+        epoch = core(cluster, old).epoch
+        result = remove(cluster, old)
+        assert not isinstance(result, Exception), result
+        assert role_of(core(cluster, old)) == "leader"  # it leads on until the removal commits
+        rest = {1, 2, 3} - {old}
+        assert everyone_sees(cluster, rest)
+        assert cluster.run_until(lambda: cluster.leader_id() in rest, 5_000), "no successor"
+        assert core(cluster, leader(cluster)).epoch > epoch
+        assert role_of(core(cluster, old)) == "observer"
+        settle(cluster)
+        # it is an observer now: the two others alone carry the quorum
+        cluster.crash(old)
+        settle(cluster)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_an_uncommitted_change_is_undone_by_truncation(seed: int) -> None:
+    with scenario(seed, dynamic=True) as cluster:
+        old = leader(cluster)
+        others = sorted({1, 2, 3} - {old})
+        cluster.partition([old, 4, 5], others)
+        result = add(cluster, 4)  # 4 fetches from the cut-off leader: caught up there
+        assert not isinstance(result, (VoterChangeError, NotLeaderError)), result
+        assert voter_ids(cluster, old) == {1, 2, 3, 4}  # in effect at once, uncommitted
+        assert cluster.run_until(lambda: cluster.leader_id() in others, 5_000), "the majority elects"
+        cluster.heal()
+        settle(cluster)
+        assert everyone_sees(cluster, {1, 2, 3}), "the deposed leader's change was truncated away"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_snapshots_carry_the_voter_set(seed: int) -> None:
+    with scenario(seed, snapshot_every=10, dynamic=True) as cluster:
+        assert cluster.run_until(lambda: not isinstance(add(cluster, 4), Exception), 5_000)
+        assert everyone_sees(cluster, {1, 2, 3, 4})
+        follower = min({1, 2, 3} - {leader(cluster)})
+        cluster.crash(follower)
+        target = cluster.invariants.committed_records + 200
+        assert cluster.run_until(lambda: cluster.invariants.committed_records >= target, 10_000)
+        lead = core(cluster, leader(cluster))
+        change_offset = cluster.invariants.voter_changes[-1][0]
+        assert lead.log_start_offset > change_offset, "the VotersRecord was compacted away"
+        snapshot = cluster.nodes[leader(cluster)].disk.oracle.snapshot
+        assert snapshot is not None and VoterSet.decode(snapshot.voters).ids == {1, 2, 3, 4}
+        cluster.restart(follower)  # installs the leader's snapshot
+        settle(cluster)
+        assert voter_ids(cluster, follower) == {1, 2, 3, 4}
+        for nid in sorted(cluster.nodes):  # and every node restarts from its own snapshot
+            cluster.crash(nid)
+        for nid in sorted(cluster.nodes):
+            cluster.restart(nid)
+        settle(cluster)
+        assert everyone_sees(cluster, {1, 2, 3, 4})
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_replaced_disk_is_a_new_replica_added_again(seed: int) -> None:
+    with scenario(seed, dynamic=True) as cluster:
+        victim = min({1, 2, 3} - {leader(cluster)})
+        cluster.wipe(victim)
+        cluster.restart(victim)
+        settle(cluster)
+        node = cluster.nodes[victim]
+        assert node.directory_id == f"dir-{victim}-1"
+        assert role_of(core(cluster, victim)) == "observer", "a new disk is never the voter it replaced"
+        assert not core(cluster, victim).is_voter
+        description = core(cluster, leader(cluster)).describe()
+        assert (victim, node.directory_id) in {(o.node_id, o.directory_id) for o in description.observers}
+        old = next(v for v in description.voters if v.node_id == victim)
+        assert old.directory_id != node.directory_id, "the new disk's fetches never count as the old voter's"
+        fresh = Voter(victim, node.directory_id)
+        assert (
+            refusal(change(cluster, lambda c, now: c.add_voter(fresh, now))) is ChangeRefusal.DUPLICATE_VOTER
+        )
+        assert refusal(remove(cluster, victim, node.directory_id)) is ChangeRefusal.VOTER_NOT_FOUND
+        assert not isinstance(remove(cluster, victim), Exception)  # the old storage's entry
+        settle(cluster)
+        assert cluster.run_until(lambda: not isinstance(add(cluster, victim), Exception), 5_000)
+        assert everyone_sees(cluster, {1, 2, 3})
+        assert core(cluster, victim).voter_set.get(victim) == fresh
+        assert cluster.run_until(lambda: core(cluster, victim).is_voter, 5_000)
+        settle(cluster)
