@@ -32,6 +32,7 @@ from raftka.cli import (
     perf_quotas,
     perf_rebalance,
     perf_rpc,
+    perf_transactions,
     stability,
 )
 from raftka.cli.cluster import LOOPBACK, free_ports
@@ -70,6 +71,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_quotas.register(kinds)
     perf_audit.register(kinds)
     perf_rebalance.register(kinds)
+    perf_transactions.register(kinds)
 
 
 def add_load_options(parser: argparse.ArgumentParser, unit: str) -> None:
