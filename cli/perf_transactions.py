@@ -86,13 +86,18 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     ck = perf_kafka._confluent_kafka()
     bootstrap = perf_kafka.kafka_bootstrap(args)
-    partitions = perf_kafka.ensure_topic(bootstrap, args)
-    if partitions < args.partitions:
-        raise CliError(
-            f"--topic: {args.topic!r} has {partitions} partitions, fewer than --partitions {args.partitions}"
-        )
-    starts = _end_offsets(ck, bootstrap, args, partitions)
-    produced = _produce(ck, bootstrap, args)
+    producer = _producer(ck, bootstrap, args)  # before the topic: a property it refuses is reported at once
+    try:
+        partitions = perf_kafka.ensure_topic(bootstrap, args)
+        if partitions < args.partitions:
+            raise CliError(
+                f"--topic: {args.topic!r} has {partitions} partitions, fewer than --partitions {args.partitions}"
+            )
+        starts = _end_offsets(ck, bootstrap, args, partitions)
+    except BaseException:
+        perf_kafka._close(producer)
+        raise
+    produced = _produce(ck, producer, args)
     expected = {
         "read_uncommitted": (produced["committed"] + produced["aborted"]) * _per_transaction(args),
         "read_committed": produced["committed"] * _per_transaction(args),
@@ -119,14 +124,18 @@ def _per_transaction(args: argparse.Namespace) -> int:
     return args.records_per_partition * args.partitions
 
 
-def _produce(ck: Any, bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
+def _producer(ck: Any, bootstrap: str, args: argparse.Namespace) -> Any:
     config = {
         "bootstrap.servers": bootstrap,
         "transactional.id": f"raftka-perf-transactions-{os.getpid()}",
         **perf_kafka.ssl_properties(args),
         **perf_kafka.client_properties(args.config),
     }
-    producer = perf_kafka._client(ck.Producer, config)
+    return perf_kafka._client(ck.Producer, config)
+
+
+def _produce(ck: Any, producer: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Run the transactions; the producer is closed afterwards."""
     value = os.urandom(args.record_size)
     latencies_ms: list[float] = []
     committed = aborted = 0

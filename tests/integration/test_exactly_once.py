@@ -208,6 +208,7 @@ class Processor:
         consumer.assign([TopicPartition(SOURCE, p) for p in range(PARTITIONS)])
 
 
+@pytest.mark.timeout(600)  # five kills, each waited out and restarted, on a loaded machine
 def test_consume_transform_produce_is_exactly_once_through_leader_coordinator_and_controller_kills(
     cluster: MetadataCluster,
 ) -> None:
