@@ -28,6 +28,7 @@ from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.transactions import (
     Record,
     committed_offsets,
+    end_offsets,
     keys,
     read_back,
     run_kafkajs,
@@ -166,9 +167,12 @@ def test_confluent_kafka_commits_and_aborts_and_read_committed_sees_each_committ
         "read_uncommitted reads aborted records too"
     )
     assert in_partition_order(everything, first + aborted + last)
-    # the markers take offsets: each partition's committed records skip at least the
-    # aborted transaction's records and its marker
-    assert all(r.offset > 0 for r in read if r.key in last)
+    # Kafka's layout of each partition: 4 committed records and the commit marker (0-4),
+    # 3 aborted records and the abort marker (5-8), 2 committed and their marker (9-11)
+    for topic, partition in every_partition(*topics):
+        offsets = [r.offset for r in read if (r.topic, r.partition) == (topic, partition)]
+        assert offsets == [0, 1, 2, 3, 9, 10], (topic, partition, offsets)
+    assert set(end_offsets(bootstrap, every_partition(*topics)).values()) == {12}
 
     assert committed_offsets(bootstrap, group, every_partition(source)) == {
         (source, p): 5 + p for p in range(PARTITIONS)
@@ -259,6 +263,7 @@ def test_perf_transactions_runs_and_reports_both_isolation_levels(cluster: Metad
     report = json.loads(out)
     per = report["records_per_partition"] * report["partitions"]
     assert (report["committed"], report["aborted"]) == (4, 2)
-    assert report["read_committed"]["records"] == 4 * per
-    assert report["read_uncommitted"]["records"] == 6 * per
+    assert report["warmup_transactions"] == 1  # committed too, before the clock starts
+    assert report["read_committed"]["records"] == 5 * per
+    assert report["read_uncommitted"]["records"] == 7 * per
     assert report["transactions_per_s"] > 0 and report["read_committed_cost_ratio"] is not None
