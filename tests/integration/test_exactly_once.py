@@ -86,10 +86,13 @@ class Feeder:
             self.sent += 1
             self._producer.poll(0)
 
-    def stop(self) -> int:
-        """Stop writing; every record acknowledged. Returns how many were written."""
+    def close(self) -> None:
         self._stop.set()
         self._thread.join(10)
+
+    def stop(self) -> int:
+        """Stop writing; every record acknowledged. Returns how many were written."""
+        self.close()
         assert self._producer.flush(RECOVERY_TIMEOUT_S) == 0, "input records left undelivered"
         assert not self.failures, self.failures[:5]
         return self.sent
@@ -223,13 +226,13 @@ def test_consume_transform_produce_is_exactly_once_through_leader_coordinator_an
         processor = Processor(bootstrap)
         try:
             victims: list[tuple[str, Callable[[], int]]] = [
-                ("the leader of an output partition", lambda: output_leader(admin)),
+                ("the leader of output partition 0", lambda: output_leader(admin, 0)),
                 (
                     "the transaction coordinator",
                     lambda: transaction_coordinator(any_broker(cluster), TRANSACTIONAL_ID),
                 ),
                 ("the active controller", lambda: active_controller(cluster)),
-                ("the leader of an output partition", lambda: output_leader(admin)),
+                ("the leader of output partition 1", lambda: output_leader(admin, 1)),
                 (
                     "the transaction coordinator",
                     lambda: transaction_coordinator(any_broker(cluster), TRANSACTIONAL_ID),
@@ -254,6 +257,7 @@ def test_consume_transform_produce_is_exactly_once_through_leader_coordinator_an
                 detail=lambda: (committed_offsets(bootstrap, GROUP, ends), ends),
             )
         finally:
+            feeder.close()
             processor.stop()
         print(f"{processor.commits} transactions committed, {processor.aborts} aborted, "
               f"{processor.new_producers} producers")  # fmt: skip
@@ -275,10 +279,10 @@ def committed_past(processor: Processor, count: int, what: str) -> None:
                what=what, detail=lambda: f"{processor.commits} commits, {processor.aborts} aborts")  # fmt: skip
 
 
-def output_leader(admin: Admin) -> int:
-    """The broker leading partition 0 of the output topic."""
+def output_leader(admin: Admin, partition: int) -> int:
+    """The broker leading ``partition`` of the output topic."""
     [topic] = admin.describe_topics([SINK])
-    return next(p.leader for p in topic.partitions if p.partition == 0)
+    return next(p.leader for p in topic.partitions if p.partition == partition)
 
 
 def any_broker(cluster: MetadataCluster) -> str:
