@@ -60,10 +60,17 @@ class BatchBuilder:
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = -1,
         base_sequence: int = -1,
+        transactional: bool = False,
         implementation: Implementation = FAST,
     ) -> None:
         self._builder = implementation.builder(
-            MAGIC, int(compression), 0, producer_id, producer_epoch, base_sequence, batch_size
+            MAGIC,
+            int(compression),
+            int(transactional),
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            batch_size,
         )
         self.record_count = 0
         self.size_in_bytes = self._builder.size  # the batch's size if built now (before compression)

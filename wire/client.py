@@ -44,6 +44,7 @@ from raftka.wire.frames import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     SYNC_GROUP,
+    WRITE_TXN_MARKERS,
     ApiSpec,
     FrameDecoder,
     FrameError,
@@ -316,6 +317,11 @@ class BrokerClient:
         self, request: controller_pb2.DeleteGroupsRequest, *, timeout: float
     ) -> controller_pb2.DeleteGroupsResponse:
         return await self._call(DELETE_GROUPS, request, timeout)
+
+    async def WriteTxnMarkers(
+        self, request: broker_pb2.WriteTxnMarkersRequest, *, timeout: float
+    ) -> broker_pb2.WriteTxnMarkersResponse:
+        return await self._call(WRITE_TXN_MARKERS, request, timeout)
 
     def close(self) -> None:
         if self._connection is not None:

@@ -81,6 +81,9 @@ SASL_HANDSHAKE = ApiSpec(
 SASL_AUTHENTICATE = ApiSpec(
     19, "SaslAuthenticate", broker_pb2.SaslAuthenticateRequest, broker_pb2.SaslAuthenticateResponse
 )
+WRITE_TXN_MARKERS = ApiSpec(  # Kafka's key; only brokers call it (transaction coordinators)
+    27, "WriteTxnMarkers", broker_pb2.WriteTxnMarkersRequest, broker_pb2.WriteTxnMarkersResponse
+)
 APIS: dict[int, ApiSpec] = {
     spec.key: spec
     for spec in (
@@ -101,6 +104,7 @@ APIS: dict[int, ApiSpec] = {
         DELETE_GROUPS,
         SASL_HANDSHAKE,
         SASL_AUTHENTICATE,
+        WRITE_TXN_MARKERS,
     )
 }
 
