@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from raftka.client.consumer import AsyncConsumer
+from raftka.client.types import TopicPartition
 from raftka.records.codec import BatchBuilder
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient
@@ -114,5 +116,54 @@ def test_markers_end_transactions_and_read_committed_stops_at_the_last_stable_of
                 assert (await client.ListOffsets(listed, timeout=10)).topics[0].partitions[0].offset == 6
             finally:
                 client.close()
+
+    run(scenario())
+
+
+async def interleaved_transactions(client: BrokerClient) -> None:
+    """Producer 1 aborts a0 a1 a2, producer 2 commits c0 c1, p0 p1 are no transaction's;
+    offsets: a0 a1 @0-1, c0 @2, p0 @3, a2 @4, c1 @5, abort @6, commit @7, p1 @8."""
+    await produce(client, txn_batch(1, 0, b"a0", b"a1"))
+    await produce(client, txn_batch(2, 0, b"c0"))
+    await produce(client, txn_batch(9, 0, b"p0", transactional=False), "")
+    await produce(client, txn_batch(1, 2, b"a2"))
+    await produce(client, txn_batch(2, 1, b"c1"))
+    assert await write_marker(client, 1, committed=False) == E.NONE
+    assert await write_marker(client, 2, committed=True) == E.NONE
+    await produce(client, txn_batch(9, 1, b"p1", transactional=False), "")
+
+
+async def consumed(broker: InProcessBroker, isolation_level: str, count: int) -> tuple[list[bytes], int]:
+    """The values a consumer of the partition polls until it has ``count``, and its position
+    once it has polled once more."""
+    consumer = AsyncConsumer(
+        broker.address, auto_offset_reset="earliest", isolation_level=isolation_level, fetch_max_wait_ms=50
+    )
+    tp = TopicPartition(TOPIC, 0)
+    try:
+        await consumer.assign([tp])
+        values: list[bytes] = []
+        for _ in range(200):
+            values += [r.value for r in await consumer.poll(100)]
+            if len(values) >= count and await consumer.position(tp) == log_end(broker):
+                break
+        return values, await consumer.position(tp)
+    finally:
+        await consumer.close()
+
+
+def test_the_consumer_drops_aborted_records_read_committed_and_never_returns_markers(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path, {TOPIC: 1}) as broker:
+            client = BrokerClient(broker.address)
+            try:
+                await interleaved_transactions(client)
+            finally:
+                client.close()
+            assert log_end(broker) == 9
+            committed, position = await consumed(broker, "read_committed", 4)
+            assert (committed, position) == ([b"c0", b"p0", b"c1", b"p1"], 9)
+            everything, position = await consumed(broker, "read_uncommitted", 7)
+            assert (everything, position) == ([b"a0", b"a1", b"c0", b"p0", b"a2", b"c1", b"p1"], 9)
 
     run(scenario())
