@@ -33,7 +33,9 @@ def run(tmp_path: Path, scenario: Callable[[InProcessBroker, BrokerClient], Awai
     asyncio.run(main())
 
 
-async def init(client: BrokerClient, tid: str = TID, timeout_ms: int = 60_000, pid: int = -1, epoch: int = -1):
+async def init(
+    client: BrokerClient, tid: str = TID, timeout_ms: int = 60_000, pid: int = -1, epoch: int = -1
+):
     return await client.InitProducerId(
         Pb.InitProducerIdRequest(
             transactional_id=tid, transaction_timeout_ms=timeout_ms, producer_id=pid, producer_epoch=epoch
@@ -42,7 +44,9 @@ async def init(client: BrokerClient, tid: str = TID, timeout_ms: int = 60_000, p
     )
 
 
-async def add(client: BrokerClient, pid: int, epoch: int, *partitions: int, topic: str = TOPIC, tid: str = TID):
+async def add(
+    client: BrokerClient, pid: int, epoch: int, *partitions: int, topic: str = TOPIC, tid: str = TID
+):
     answer = await client.AddPartitionsToTxn(
         Pb.AddPartitionsToTxnRequest(
             transactional_id=tid,
@@ -70,7 +74,9 @@ async def settled(broker: InProcessBroker, tid: str, wanted: int) -> None:
         if record is not None and record.state == wanted:
             return
         await asyncio.sleep(0.01)
-    raise AssertionError(f"{tid} never reached {State.Name(wanted)}: {broker.controller.image.transactions.get(tid)}")
+    raise AssertionError(
+        f"{tid} never reached {State.Name(wanted)}: {broker.controller.image.transactions.get(tid)}"
+    )
 
 
 def test_a_committed_transaction_writes_a_commit_marker_to_every_partition(tmp_path: Path) -> None:
