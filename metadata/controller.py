@@ -66,6 +66,7 @@ from raftka.metadata import (
     quota_ops,
     scram_ops,
     topic_ops,
+    txn_ops,
 )
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import MetadataImage
@@ -558,6 +559,25 @@ class QuorumController:
     ) -> controller_pb2.DeleteGroupsResponse:
         return await self._write(
             controller_pb2.DeleteGroupsResponse, lambda image: group_ops.delete(image, request), request
+        )
+
+    # transactions (written by their coordinators) --------------------------------------
+    async def write_transaction(
+        self, request: controller_pb2.WriteTransactionRequest
+    ) -> controller_pb2.WriteTransactionResponse:
+        return await self._write(
+            controller_pb2.WriteTransactionResponse,
+            lambda image: txn_ops.write(image, request, self._wall_clock()),
+            request,
+        )
+
+    async def txn_offset_commit(
+        self, request: controller_pb2.TxnOffsetCommitRequest
+    ) -> controller_pb2.OffsetCommitResponse:
+        return await self._write(
+            controller_pb2.OffsetCommitResponse,
+            lambda image: txn_ops.commit_offsets(image, request, self._wall_clock()),
+            request,
         )
 
     # ACLs ------------------------------------------------------------------------------

@@ -103,6 +103,9 @@ class BrokerConfig:
         86_400_000  # an idempotent producer silent this long is forgotten per partition
     )
     producer_id_expiration_check_interval_ms: int = 600_000  # how often partitions forget expired producers
+    transaction_max_timeout_ms: int = 900_000  # Kafka's transaction.max.timeout.ms: a longer one is refused
+    # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often timed-out ones are aborted
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     quota_window_num: int = 11  # Kafka's quota.window.num: client quota rates span this many windows
     quota_window_size_seconds: int = 1  # Kafka's quota.window.size.seconds
     data_sasl_mechanisms: str = ""  # SASL on the data listener, as kafka.sasl_mechanisms; needs [tls]

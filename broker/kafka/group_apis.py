@@ -44,7 +44,7 @@ from raftka.v1 import broker_pb2, controller_pb2
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
 C = controller_pb2
-GROUP_KEY = 0  # FindCoordinator key_type: a group (1, a transactional id, raftka does not have)
+KEY_TYPES = (0, 1)  # FindCoordinator's key_type: a group, a transactional id
 MEMBER_ID_REQUIRED_FROM = 4  # JoinGroup versions that answer a new member MEMBER_ID_REQUIRED
 CLASSIC = "classic"  # ListGroups v5's group type
 OR_TOPIC = OffsetFetchResponse.OffsetFetchResponseTopic
@@ -88,11 +88,13 @@ class GroupApis:
         )
 
     async def _coordinator(self, key: str, key_type: int) -> FindCoordinatorResponse.Coordinator:
-        if key_type != GROUP_KEY:
+        if key_type not in KEY_TYPES:
             return _coordinator_error(
-                key, INVALID_REQUEST, f"key_type: {key_type} is not 0 (raftka has no transactions)"
+                key,
+                INVALID_REQUEST,
+                f"key_type: {key_type} is neither 0 (a group) nor 1 (a transactional id)",
             )
-        answer = await self._api.find_coordinator(Pb.FindCoordinatorRequest(group_id=key))
+        answer = await self._api.find_coordinator(Pb.FindCoordinatorRequest(group_id=key, key_type=key_type))
         if answer.status.error != E.NONE:
             return _coordinator_error(key, kafka_error(answer.status.error), answer.status.message)
         endpoint = kafka_endpoints(self._api.image).get(answer.node_id)

@@ -12,6 +12,7 @@ from raftka.broker.kafka.marker_apis import MarkerApis
 from raftka.broker.kafka.protocol import KafkaDispatcher
 from raftka.broker.kafka.quota_apis import QuotaApis
 from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
+from raftka.broker.kafka.txn_apis import TxnApis
 from raftka.node.config import NodeConfig
 from raftka.security.sasl import parse_mechanisms
 from raftka.wire.guard import DEFAULT_LIMITS, ConnectionLimits
@@ -32,6 +33,7 @@ def kafka_listener(
         *QuotaApis(api).apis(),
         *AclApis(api).apis(),
         *SaslApis(api, logins).apis(),
+        *TxnApis(api).apis(),
     ]
     login = None if logins is None else logins.new
     return Listener(KafkaDispatcher(apis, api.quotas), name=name, login=login, limits=limits)

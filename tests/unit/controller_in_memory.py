@@ -1,6 +1,6 @@
 """The active controller as the broker's controller link sees it, in memory: the group,
-offset and producer-id requests a broker forwards are planned by the controller's own handlers
-(``raftka.metadata.group_ops``, ``offset_ops``, ``broker_ops``, ``topic_ops``, ``scram_ops``) on an image and replayed into it, and every new
+offset, transaction and producer-id requests a broker forwards are planned by the controller's own handlers
+(``raftka.metadata.group_ops``, ``offset_ops``, ``txn_ops``, ``broker_ops``, ``topic_ops``, ``scram_ops``) on an image and replayed into it, and every new
 image goes to the listeners a broker would feed (its group coordinator)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops, group_ops, offset_ops, quota_ops, scram_ops, topic_ops
+from raftka.metadata import broker_ops, group_ops, offset_ops, quota_ops, scram_ops, topic_ops, txn_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
 from raftka.rpc.stubs import ControllerRpc
@@ -26,6 +26,7 @@ class ControllerInMemory:
         self.image = image
         self.listeners: list[Callable[[MetadataImage], None]] = []
         self.rebalance_commit_s = 0.0  # how long a rebalance takes to commit: a slow quorum's, if set
+        self.wall_clock_ms = NOW_MS  # the controller's wall clock, as transactions' stamps read it
 
     async def call(self, rpc: ControllerRpc, request: Any) -> Any:
         return await rpc(self)(request, timeout=1.0)
@@ -43,6 +44,12 @@ class ControllerInMemory:
         if self.rebalance_commit_s:
             await asyncio.sleep(self.rebalance_commit_s)
         return self._commit(group_ops.record_rebalance(self.image, request, NOW_MS))
+
+    async def WriteTransaction(self, request: Any, timeout: float) -> Any:
+        return self._commit(txn_ops.write(self.image, request, self.wall_clock_ms))
+
+    async def TxnOffsetCommit(self, request: Any, timeout: float) -> Any:
+        return self._commit(txn_ops.commit_offsets(self.image, request, self.wall_clock_ms))
 
     async def CreateTopics(self, request: Any, timeout: float) -> Any:
         limits = topic_ops.Limits(max_partitions=1_000, records_max=4_096)

@@ -150,6 +150,50 @@ def remove_group_offsets(group: str) -> Record:
     return Record(remove_group_offsets=pb.RemoveGroupOffsetsRecord(group=group))
 
 
+def transaction(
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    state: int = pb.TXN_EMPTY,
+    partitions: Sequence[tuple[str, int]] = (),
+    groups: Sequence[str] = (),
+) -> Record:
+    record = pb.TransactionRecord(
+        transactional_id=transactional_id,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        last_producer_id=-1,
+        last_producer_epoch=-1,
+        state=state,
+        timeout_ms=60_000,
+        groups=groups,
+        start_time_ms=-1,
+    )
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    for topic, ids in sorted(by_topic.items()):
+        record.topics.add(name=topic, partitions=ids)
+    return Record(transaction=record)
+
+
+def txn_offset_commit(
+    transactional_id: str, producer_id: int, epoch: int, group: str, tid: bytes, partition_id: int, offset: int
+) -> Record:
+    return Record(
+        txn_offset_commit=pb.TxnOffsetCommitRecord(
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            group=group,
+            topic_id=tid,
+            partition=partition_id,
+            offset=offset,
+            commit_timestamp_ms=1,
+        )
+    )
+
+
 def group_rebalance(
     group: str,
     generation: int,
