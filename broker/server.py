@@ -193,7 +193,10 @@ class DataPlane:
         )
         self.producer_ids = ProducerIdManager(link, config.node_id, broker_epoch)
         self.marker_leaders = DataListenerLeaders(
-            lambda: self.replicas.image, config.tls.client_ssl if config.tls else None
+            lambda: self.replicas.image,
+            config.tls.client_ssl if config.tls else None,
+            config.node_id,
+            broker_epoch,
         )
         self.transactions = TransactionCoordinator(
             config.node_id,

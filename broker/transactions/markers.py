@@ -110,10 +110,20 @@ class MarkerWriter:
 
 
 class DataListenerLeaders:
-    """``LeaderCall`` over the brokers' data listeners: one connection per leader."""
+    """``LeaderCall`` over the brokers' data listeners: one connection per leader. Each
+    request names this broker and its current broker epoch: a leader writes markers only
+    for a registered broker (as it serves a follower's fetch)."""
 
-    def __init__(self, image: Callable[[], MetadataImage], tls: ssl.SSLContext | None) -> None:
+    def __init__(
+        self,
+        image: Callable[[], MetadataImage],
+        tls: ssl.SSLContext | None,
+        broker_id: int,
+        broker_epoch: Callable[[], int],
+    ) -> None:
         self._image = image
+        self._broker_id = broker_id
+        self._broker_epoch = broker_epoch
         self._clients = BrokerClients(lambda address: BrokerClient(address, tls=tls))
 
     async def __call__(
@@ -124,6 +134,7 @@ class DataListenerLeaders:
         if endpoint is None:
             raise LeaderUnreachable(f"broker {broker_id} has no data listener")
         client = self._clients.get(f"{endpoint.host}:{endpoint.port}")
+        request.broker_id, request.broker_epoch = self._broker_id, self._broker_epoch()
         try:
             return await client.WriteTxnMarkers(request, timeout=MARKER_REQUEST_TIMEOUT_S)
         except WireError as e:
