@@ -7,9 +7,10 @@ Two figures, one run:
   to back, each writing ``--records-per-partition`` records of ``--record-size`` bytes to
   every one of ``--partitions`` partitions (10 by default: the topic is created with
   that many, as ``perf kafka`` creates its topic) and committing; every
-  ``--abort-every``-th is aborted instead, so the log holds aborted transactions for the
-  second figure. Each transaction's time from begin to the end of its commit (or abort)
-  is its latency; one committed transaction first is a warm-up, outside the counts.
+  ``--abort-every``-th is aborted instead (its records flushed first: librdkafka's abort
+  drops what it has not sent), so the logs hold aborted transactions for the second
+  figure. Each transaction's time from begin to the end of its commit (or abort) is its
+  latency; one committed transaction first is a warm-up, outside the counts.
 - The cost of ``read_committed``: the run's records read back from where it began, in
   turns, with ``isolation.level`` read_uncommitted and read_committed (``--reads`` each,
   alternating, so neither always reads a colder cache), each by a fresh consumer that
@@ -181,7 +182,9 @@ def _transaction(producer: Any, args: argparse.Namespace, value: bytes, *, abort
                     break
                 except BufferError:  # librdkafka's queue is full: let deliveries drain it
                     producer.poll(0.01)
-    if abort:
+    if abort:  # its records in the logs first (librdkafka's abort drops what it has not sent)
+        if producer.flush(TRANSACTION_TIMEOUT_S) > 0:
+            raise CliError(f"a transaction's records were not sent within {TRANSACTION_TIMEOUT_S:g} s")
         producer.abort_transaction(TRANSACTION_TIMEOUT_S)
     else:
         producer.commit_transaction(TRANSACTION_TIMEOUT_S)
