@@ -10,7 +10,11 @@ to the replica manager; InitProducerId hands out an id from this broker's block
 does (``raftka.broker.transactions``), which answers the other transaction APIs too; the
 group APIs, OffsetCommit and TxnOffsetCommit go to the group coordinator
 (``raftka.broker.groups``); OffsetFetch is forwarded to the active controller (a linearizable
-read of the quorum), so clients need only brokers.
+read of the quorum), so clients need only brokers. WriteTxnMarkers (a transaction
+coordinator's commit or abort markers, ``ReplicaManager.write_txn_markers``) is only a
+broker's to call: the request names the calling broker and its broker epoch, checked as a
+follower's fetch is (``raftka.broker.replica.follower_check``), and with ACLs it needs
+CLUSTER_ACTION.
 
 On the data listener a consumer's fetches and every produce count against the client
 quotas of the connection's user (raftka's protocol has no client id: it is ``""``), as on
@@ -21,9 +25,11 @@ fetches are replication, which client quotas do not bound (Kafka's rule).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import grpc
+import structlog
 
 from raftka.broker.authorization import Guards, RequestAuthorizer
 from raftka.broker.controller_link import ControllerLink, LinkError
@@ -32,11 +38,15 @@ from raftka.broker.metrics import timed_fetch, timed_produce
 from raftka.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from raftka.broker.quota.manager import ClientQuotas, QuotaWindows
 from raftka.broker.quota.throttle import client_user, throttle
+from raftka.broker.replica.follower_check import ROUTINE_REFUSALS, broker_refusal
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.broker.transactions.coordinator import TransactionCoordinator
 from raftka.metadata import acls
 from raftka.metadata.image import NO_LEADER, MetadataImage
+from raftka.node.logs import RateLimitedLog
 from raftka.rpc.stubs import ControllerRpc
+from raftka.security.grpc_gate import Denial
+from raftka.security.principal import current_principal
 from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 from raftka.wire import frames
 from raftka.wire.frames import DATA_LISTENER
@@ -47,6 +57,8 @@ Pb = broker_pb2
 TOPICS_PER_METADATA_MAX = 1_000
 TRANSACTIONAL_ID_KEY = 1  # FindCoordinator's key_type of a transactional id (0: a group)
 DATA_CLIENT_ID = ""  # the data protocol names no client id
+REFUSAL_LOG_INTERVAL_S = 10.0
+log = structlog.get_logger("raftka.broker.data_service")
 
 
 class BrokerApi:
@@ -105,6 +117,7 @@ class BrokerApi:
         self.describe_groups = guard.describe_groups(groups.describe)
         self.list_groups = guard.list_groups(groups.list_groups)
         self.delete_groups = guard.delete_groups(groups.delete)
+        self._marker_refusals = RateLimitedLog(log, REFUSAL_LOG_INTERVAL_S)
 
     def wire_handlers(self) -> dict[int, Handler]:
         return {
@@ -129,6 +142,7 @@ class BrokerApi:
             frames.END_TXN.key: self.end_txn,
             frames.DESCRIBE_TRANSACTIONS.key: self.describe_transactions,
             frames.LIST_TRANSACTIONS.key: self.list_transactions,
+            frames.WRITE_TXN_MARKERS.key: self.write_txn_markers,
         }
 
     async def find_coordinator(self, request: Pb.FindCoordinatorRequest) -> Pb.FindCoordinatorResponse:
@@ -142,6 +156,32 @@ class BrokerApi:
             )
             return response
         return await self._find_group_coordinator(request)
+
+    async def write_txn_markers(self, request: Pb.WriteTxnMarkersRequest) -> Pb.WriteTxnMarkersResponse:
+        """A broker's markers, written (see the module docstring); anyone else's refused whole."""
+        principal = current_principal.get()
+        denial = broker_refusal(
+            self.image, request.broker_id, request.broker_epoch, principal, "WriteTxnMarkers", "broker"
+        )
+        if denial is None and not self.authorizer.allows(
+            self.authorizer.caller(), acls.CLUSTER_ACTION, acls.CLUSTER, acls.CLUSTER_NAME
+        ):
+            denial = Denial(
+                E.CLUSTER_AUTHORIZATION_FAILED, "WriteTxnMarkers needs CLUSTER_ACTION on the cluster"
+            )
+        if denial is None:
+            return await self.replicas.write_txn_markers(request)
+        self._marker_refusals.log(
+            logging.INFO if denial.code in ROUTINE_REFUSALS else logging.WARNING,
+            "WriteTxnMarkers refused",
+            broker_id=request.broker_id,
+            principal=None if principal is None else principal.name,
+            error=E.Name(denial.code),
+            detail=denial.message,
+        )
+        response = Pb.WriteTxnMarkersResponse()
+        response.status.error, response.status.message = denial.code, denial.message
+        return response
 
     async def _produce_over_the_wire(self, request: Pb.ProduceRequest) -> Pb.ProduceResponse | None:
         response = await self.produce(request)
@@ -285,6 +325,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: Pb.ListGroupsRequest, context: grpc.aio.ServicerContext
     ) -> Pb.ListGroupsResponse:
         return await self._api.list_groups(request)
+
+    async def WriteTxnMarkers(
+        self, request: Pb.WriteTxnMarkersRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.WriteTxnMarkersResponse:
+        return await self._api.write_txn_markers(request)
 
     async def DeleteGroups(
         self, request: controller_pb2.DeleteGroupsRequest, context: grpc.aio.ServicerContext

@@ -200,7 +200,7 @@ class DataPlane:
             broker_epoch,
             link,
             self.producer_ids,
-            MarkerWriter(self.marker_leaders, lambda: self.replicas.image),
+            MarkerWriter(self.marker_leaders, lambda: self.replicas.image, config.node_id, broker_epoch),
             max_timeout_ms=broker.transaction_max_timeout_ms,
             abort_check_interval_s=broker.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000,
         )

@@ -47,6 +47,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     consume.add_argument("--timeout-ms", type=positive, metavar="T", help="stop after T ms without a record")
     consume.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
     consume.add_argument("--print-headers", action="store_true", help="print the headers first")
+    consume.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed: only committed transactions' records, below the last stable offset "
+        "(default read_uncommitted, as Kafka's console consumer)",
+    )
     add_broker_options(consume)
     consume.set_defaults(func=run_consume)
 
@@ -59,6 +66,7 @@ def run_consume(args: argparse.Namespace) -> int:
         group_id=args.group,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
         enable_auto_commit=False,  # it commits what it printed, after printing it
+        isolation_level=args.isolation_level,
         tls=client_tls(args),
         sasl=client_sasl(args),
     )

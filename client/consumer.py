@@ -15,6 +15,14 @@ naming the partition and offset until the application seeks past them. A leader 
 (NOT_LEADER_OR_FOLLOWER, a fenced or unknown leader epoch) sends the loop to the
 metadata again. A seek drops what was prefetched for that partition.
 
+Transactions: with ``isolation_level="read_committed"`` the consumer reads only below
+each partition's last stable offset and drops the records of aborted transactions, using
+the aborted list each fetch answer carries, exactly as Kafka's consumer does
+(``raftka.records.read_committed``); ``"read_uncommitted"``, the default as in Kafka's
+Java consumer (librdkafka's is read_committed), reads up to the high watermark and
+returns aborted records too. Control records (transaction markers) are never returned,
+in either mode; a position moves past them.
+
 A leader change can cut records the consumer fetched (an unclean election). Each fetch
 says which leader epoch the consumer last read, so the leader answers with the diverging
 epoch instead of serving on past the cut (Kafka's KIP-320, checked in the fetch itself,
@@ -67,6 +75,7 @@ from raftka.client.loop_thread import LoopThread
 from raftka.client.types import ConsumerRecord, TopicPartition
 from raftka.records.batch import iter_batches
 from raftka.records.codec import RecordError, data_batches
+from raftka.records.read_committed import AbortedBatches
 from raftka.security.sasl import SaslCredentials
 from raftka.security.tls import TlsFiles
 from raftka.v1 import broker_pb2, controller_pb2
@@ -75,6 +84,7 @@ from raftka.wire.client import BrokerClient, WireError
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("raftka.client.consumer")
 RESETS = ("earliest", "latest", "none")
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 ERROR_BACKOFF_S = 0.1
 
 
@@ -104,7 +114,12 @@ class AsyncConsumer:
         metadata_max_age_ms: int = 300_000,
         tls: TlsFiles | None = None,
         sasl: SaslCredentials | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(
+                f"isolation_level: {isolation_level!r} is not one of {', '.join(ISOLATION_LEVELS)}"
+            )
         if auto_offset_reset not in RESETS:
             raise ValueError(f"auto_offset_reset: {auto_offset_reset!r} is not one of {', '.join(RESETS)}")
         if group_id is not None and not group_id:
@@ -114,6 +129,7 @@ class AsyncConsumer:
                 f"uncompressed_batch_bytes_max: must be 1 or more, got {uncompressed_batch_bytes_max}"
             )
         self.group_id = group_id
+        self._isolation_level = ISOLATION_LEVELS[isolation_level]
         self._reset = auto_offset_reset
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._fetch_min_bytes = fetch_min_bytes
@@ -344,7 +360,8 @@ class AsyncConsumer:
             if problem is not None:
                 self._corrupt(chunk.tp, problem)
                 break
-            if taken < wanted:
+            if taken < wanted:  # all taken: past its markers and dropped batches too
+                self._position[chunk.tp] = max(self._position.get(chunk.tp, chunk.end), chunk.end)
                 self._buffer.popleft()
                 self._buffered_bytes -= chunk.size
         self._room.set()
@@ -417,6 +434,7 @@ class AsyncConsumer:
             max_wait_ms=self._fetch_max_wait_ms,
             min_bytes=self._fetch_min_bytes,
             max_bytes=self._fetch_max_bytes,
+            isolation_level=self._isolation_level,
         )
         sent: dict[TopicPartition, int] = {}
         topics: dict[str, broker_pb2.FetchTopic] = {}
@@ -453,7 +471,7 @@ class AsyncConsumer:
                 if result.error == E.NONE and result.HasField("diverging_epoch"):
                     self._diverged(tp, result.diverging_epoch)
                 elif result.error == E.NONE:
-                    self._take(tp, sent[tp], result.records)
+                    self._take(tp, sent[tp], result)
                 elif result.error == E.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(tp, result.message)
                 elif result.error in RETRIABLE:
@@ -465,15 +483,19 @@ class AsyncConsumer:
             await asyncio.sleep(ERROR_BACKOFF_S)
             await self._refresh()
 
-    def _take(self, tp: TopicPartition, fetch_offset: int, payload: bytes) -> None:
+    def _take(self, tp: TopicPartition, fetch_offset: int, result: broker_pb2.FetchPartitionResult) -> None:
+        payload = result.records
         if not payload:
             return
         next_offset, epoch = fetch_offset, None
         for _, header in iter_batches(payload):
             next_offset, epoch = header.next_offset, header.partition_leader_epoch
         if next_offset > fetch_offset:
-            records = _records(tp, payload, fetch_offset, self._uncompressed_batch_bytes_max)
-            self._buffer.append(_Chunk(tp, records, len(payload)))
+            aborted = None
+            if self._isolation_level == ISOLATION_LEVELS["read_committed"]:
+                aborted = AbortedBatches((t.producer_id, t.first_offset) for t in result.aborted_transactions)
+            records = _records(tp, payload, fetch_offset, self._uncompressed_batch_bytes_max, aborted)
+            self._buffer.append(_Chunk(tp, records, len(payload), next_offset))
             self._buffered_bytes += len(payload)
             self._fetch_position[tp] = next_offset
             self._fetch_epoch[tp] = epoch
@@ -679,17 +701,24 @@ class _Chunk:
     tp: TopicPartition
     records: Iterator[ConsumerRecord]  # decoded as poll takes them
     size: int  # bytes fetched: what the prefetch bound counts
+    end: int  # the offset after its last batch
 
 
 def _records(
-    tp: TopicPartition, payload: bytes, fetch_offset: int, uncompressed_batch_bytes_max: int
+    tp: TopicPartition,
+    payload: bytes,
+    fetch_offset: int,
+    uncompressed_batch_bytes_max: int,
+    aborted: AbortedBatches | None = None,
 ) -> Iterator[ConsumerRecord]:
     """The records of a fetched payload from ``fetch_offset`` on (a batch may begin before
-    it), each built once, straight from the codec's record; a compressed batch that would
-    decompress past ``uncompressed_batch_bytes_max`` is a RecordError, spending no more."""
+    it), each built once, straight from the codec's record, without ``aborted``'s batches
+    (read_committed); a compressed batch that would decompress past
+    ``uncompressed_batch_bytes_max`` is a RecordError, spending no more."""
     topic, partition = tp
     make = tuple.__new__  # what ConsumerRecord(...) calls, without its Python-level __new__
-    for batch in data_batches(payload, uncompressed_batch_bytes_max):
+    drops = None if aborted is None else aborted.drops
+    for batch in data_batches(payload, uncompressed_batch_bytes_max, drops=drops):
         for record in batch:
             offset = record.offset
             if offset >= fetch_offset:

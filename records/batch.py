@@ -117,6 +117,10 @@ class BatchHeader:
         return bool(self.attributes & CONTROL_MASK)
 
     @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
     def has_producer_id(self) -> bool:
         """Written by an idempotent producer: the batch carries its id, epoch and sequence."""
         return self.producer_id != NO_PRODUCER_ID
@@ -218,3 +222,10 @@ def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: i
     crc = crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + header.size])
     _CRC.pack_into(buf, pos + _CRC_AT, crc)
     return replace(header, attributes=attributes, max_timestamp=now_ms, crc=crc)
+
+
+def set_attributes(buf: bytearray, pos: int, attributes: int) -> None:
+    """Give the batch at ``pos`` other attributes (CRC-covered, so the CRC is written again)."""
+    _ATTRIBUTES.pack_into(buf, pos + CRC_START, attributes)
+    header = read_header(buf, pos)
+    _CRC.pack_into(buf, pos + _CRC_AT, crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + header.size]))

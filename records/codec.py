@@ -8,14 +8,14 @@ tested here against the same vectors (``IMPLEMENTATIONS``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record import default_records
 
-from raftka.records.batch import MAGIC, NO_PRODUCER_ID, Compression, iter_batches
+from raftka.records.batch import MAGIC, NO_PRODUCER_ID, BatchHeader, Compression, iter_batches
 from raftka.records.decompression import DecompressionError, plain_batch
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -60,10 +60,17 @@ class BatchBuilder:
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = -1,
         base_sequence: int = -1,
+        transactional: bool = False,
         implementation: Implementation = FAST,
     ) -> None:
         self._builder = implementation.builder(
-            MAGIC, int(compression), 0, producer_id, producer_epoch, base_sequence, batch_size
+            MAGIC,
+            int(compression),
+            int(transactional),
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            batch_size,
         )
         self.record_count = 0
         self.size_in_bytes = self._builder.size  # the batch's size if built now (before compression)
@@ -100,8 +107,10 @@ def data_batches(
     uncompressed_batch_bytes_max: int,
     *,
     implementation: Implementation = FAST,
+    drops: Callable[[BatchHeader, memoryview], bool] | None = None,
 ) -> Iterator[Iterable[Any]]:
-    """Each data batch of ``buf`` (control batches skipped) as an iterable of the codec's
+    """Each data batch of ``buf`` (control batches skipped, and those ``drops`` says, given
+    every batch's header and bytes in order: a read_committed consumer's aborted ones) as an iterable of the codec's
     own record objects (``offset``, ``timestamp``, ``key``, ``value``, ``headers`` as a
     list), decoded as they are iterated: a consumer builds its records straight from them.
     A compressed batch is decompressed within ``uncompressed_batch_bytes_max``
@@ -110,6 +119,8 @@ def data_batches(
     view = memoryview(buf)
     try:
         for pos, header in iter_batches(view):
+            if drops is not None and drops(header, view[pos : pos + header.size]):
+                continue
             if header.is_control:
                 continue
             try:

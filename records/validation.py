@@ -9,7 +9,8 @@ varint or a count that lies is caught), offset deltas 0..n-1, and
 CreateTime timestamps within the topic's bounds of the broker's clock, and an idempotent
 producer's fields (id, epoch 0 or more, sequence 0 or more) whose batch comes alone, as
 Kafka requires of a produce request since version 3, so a retried batch is one
-duplicate or none. One bad batch refuses the whole partition's payload. With ``LogAppendTime`` the batch is stamped here
+duplicate or none. A transactional batch needs a producer id; control batches (markers)
+are the leader's own, never a client's (Kafka's rule). One bad batch refuses the whole partition's payload. With ``LogAppendTime`` the batch is stamped here
 (which changes CRC-covered bytes, so the CRC is recomputed, as Kafka does).
 """
 
@@ -117,8 +118,10 @@ def _check_records(
     def invalid(why: str) -> BatchValidationError:
         return BatchValidationError(E.INVALID_RECORD, f"batch {index}: {why}")
 
-    if header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
-        raise invalid("control and transactional batches are not accepted (no transactions)")
+    if header.attributes & CONTROL_MASK:
+        raise invalid("control batches are the partition leader's to write, not a client's")
+    if header.attributes & TRANSACTIONAL_MASK and not header.has_producer_id:
+        raise invalid("a transactional batch needs its producer's id")
     if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
         raise invalid(f"{header.record_count} records with lastOffsetDelta {header.last_offset_delta}")
     if header.producer_id < NO_PRODUCER_ID:

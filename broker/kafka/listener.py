@@ -8,6 +8,7 @@ from raftka.broker.kafka.acl_apis import AclApis
 from raftka.broker.kafka.cluster_apis import ClusterApis
 from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
+from raftka.broker.kafka.marker_apis import MarkerApis
 from raftka.broker.kafka.protocol import KafkaDispatcher
 from raftka.broker.kafka.quota_apis import QuotaApis
 from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
@@ -27,6 +28,7 @@ def kafka_listener(
     apis = [
         *ClusterApis(api, config).apis(),
         *LogApis(api).apis(),
+        *MarkerApis(api).apis(),
         *GroupApis(api).apis(),
         *QuotaApis(api).apis(),
         *AclApis(api).apis(),

@@ -5,11 +5,11 @@ producer ids).
 Kafka's requests are translated to raftka's (``broker.proto``) and the answers back;
 record batches pass through untouched, but for the message sets of Produce v0-2 and
 Fetch v0-3, converted as a Kafka 3.x broker converts them (``raftka.records.legacy``).
-What raftka does not have is answered as Kafka answers a broker without it: no
-transactions, so the last stable offset is the high watermark and no aborted
-transactions are listed (``read_committed`` consumers read exactly what
-``read_uncommitted`` ones do, and that is correct). Fetches keep incremental sessions
-(KIP-227, ``raftka.broker.kafka.fetch_sessions``).
+A Produce's transactional id goes with it (KIP-890's verification of a transactional
+batch). A Fetch (v4 on) and a ListOffsets (v2 on) carry the isolation level: a
+``read_committed`` fetch reads below the last stable offset and lists the aborted
+transactions its records overlap; every fetch answer carries the last stable offset.
+Fetches keep incremental sessions (KIP-227, ``raftka.broker.kafka.fetch_sessions``).
 
 A fetch (version 12 on) whose LastFetchedEpoch is not on the leader's log up to its fetch
 offset, which is how a consumer learns that a leader change cut records it read, is
@@ -139,12 +139,8 @@ class LogApis:
                 ours_topic.partitions.add(partition=data.index, records=records)
         if unconverted and request.acks == 0:
             raise CloseConnection(f"acks=0 produce refused: {unconverted[0][2]}")
-        if request.transactional_id is not None:
-            answer = Pb.ProduceResponse()
-            answer.status.error = E.INVALID_REQUEST
-            answer.status.message = "transactional_id: raftka does not support transactions"
-        else:
-            answer = await self._api.produce(ours)
+        ours.transactional_id = request.transactional_id or ""
+        answer = await self._api.produce(ours)
         sent = sum(len(p.records) for t in ours.topics for p in t.partitions)
         throttle_ms = throttle(self._api.quotas.produce, Client(request), sent)
         answer = wire_produce_answer(ours, answer)
@@ -214,6 +210,7 @@ class LogApis:
             max_wait_ms=min(request.max_wait_ms, FETCH_WAIT_MS_MAX),
             min_bytes=min(request.min_bytes, FETCH_BYTES_MAX),
             max_bytes=int(min(request.max_bytes, FETCH_BYTES_MAX, quota_bytes)),
+            isolation_level=request.isolation_level,
         )
         unknown_ids: list[FetchResponse.FetchableTopicResponse] = []
         for topic in plan.topics:
@@ -266,9 +263,12 @@ class LogApis:
                     partition_index=result.partition,
                     error_code=0,
                     high_watermark=result.high_watermark,
-                    last_stable_offset=result.high_watermark,
+                    last_stable_offset=result.last_stable_offset,
                     log_start_offset=result.log_start_offset,
-                    aborted_transactions=[],
+                    aborted_transactions=[
+                        FR.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+                        for t in result.aborted_transactions
+                    ],
                     preferred_read_replica=-1,
                     records=result.records,
                 )
@@ -301,7 +301,7 @@ class LogApis:
     # offsets ----------------------------------------------------------------------------
 
     async def list_offsets(self, request: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
-        ours = Pb.ListOffsetsRequest()
+        ours = Pb.ListOffsetsRequest(isolation_level=request.isolation_level or 0)
         for topic in request.topics:
             ours_topic = ours.topics.add(name=topic.name)
             for data in topic.partitions:

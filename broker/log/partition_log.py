@@ -30,6 +30,14 @@ opening, or truncating the tail, loads the newest snapshot at or below the end a
 replays the batch headers after it (``producer_snapshots``). Retention keeps the state
 (producers are forgotten by expiry, as in Kafka 3.x) and deletes the snapshots of the
 segments it deletes.
+
+Transactions: the producers' state knows each open transaction (its first offset), which
+with the high watermark gives the last stable offset (``last_stable_offset``). A leader
+writes a marker (``append_marker``) to end one; an ABORT marker's transaction goes into
+the aborted-transaction index of the segment the marker is in (``transaction_index``),
+which a read_committed fetch asks (``aborted_transactions``). Recovery after a crash
+replays the scanned segments' batches from a snapshot at or below the first of them, so
+their indexes are written again from the markers they hold.
 """
 
 from __future__ import annotations
@@ -47,16 +55,26 @@ from raftka.broker.log import checkpoint, producer_snapshots
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.epoch_cache import FILE_NAME as EPOCHS_FILE
 from raftka.broker.log.epoch_cache import LeaderEpochCache
+from raftka.broker.log.ongoing_transactions import CompletedTxn
 from raftka.broker.log.producer_state import ProducerState
 from raftka.broker.log.segment import LogSegment
+from raftka.broker.log.transaction_index import SUFFIX as TXN_INDEX_SUFFIX
+from raftka.broker.log.transaction_index import AbortedTxn
 from raftka.raft.storage.fsio import fsync_dir
-from raftka.records.batch import BatchFramingError, BatchHeader, assign, crc_matches, iter_batches
-from raftka.records.codec import read_records
+from raftka.records.batch import (
+    BatchFramingError,
+    BatchHeader,
+    assign,
+    crc_matches,
+    iter_batches,
+    parse_header,
+)
+from raftka.records.codec import RecordError, read_records
+from raftka.records.control import Marker, marker_batch, read_marker
 
 log = structlog.get_logger("raftka.broker.log")
 LOG_START_FILE = "log-start-offset"
 METADATA_FILE = "partition.metadata"
-_SUFFIXES = (".log", ".index", ".timeindex")
 
 
 class LogAppendError(ValueError):
@@ -165,8 +183,11 @@ class PartitionLog:
             if segment.load(trust_indexes=clean_shutdown or wholly_flushed) and scanned_from is None:
                 scanned_from = base
             self.segments.append(segment)
-        for base in {int(p.stem) for p in self.directory.glob("*.index")} - set(bases):
-            for suffix in (".index", ".timeindex"):
+        indexed = {
+            int(p.stem) for suffix in (".index", TXN_INDEX_SUFFIX) for p in self.directory.glob(f"*{suffix}")
+        }
+        for base in indexed - set(bases):
+            for suffix in (".index", ".timeindex", TXN_INDEX_SUFFIX):
                 (self.directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
         self._drop_segments_past_a_gap()
         if not self.segments:
@@ -181,7 +202,7 @@ class PartitionLog:
         self.recovery_point = (
             self.log_end_offset if clean_shutdown else min(recovery_point, self.log_end_offset)
         )
-        self._load_producers()
+        self._load_producers(rebuild_txn_indexes_from=scanned_from)
 
     def _drop_segments_past_a_gap(self) -> None:
         """A segment cut short by recovery ends the log: later segments cannot follow it."""
@@ -246,6 +267,25 @@ class PartitionLog:
         self.epochs.assign(leader_epoch, first)
         return self._append(payload, headers, now_ms)
 
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        coordinator_epoch: int,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> AppendInfo:
+        """Write a transaction marker for the producer as leader (``ProducerStateError`` if
+        it may not be written: an older producer or coordinator epoch)."""
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        payload = marker_batch(producer_id, producer_epoch, committed, coordinator_epoch, now_ms)
+        header = parse_header(payload)
+        offset = self.log_end_offset
+        assign(payload, 0, offset, leader_epoch)
+        self.epochs.assign(leader_epoch, offset)
+        return self._append(payload, [(0, _rebased(header, offset, leader_epoch))], now_ms)
+
     def append_as_follower(self, payload: bytes) -> AppendInfo | None:
         """Batches as the leader wrote them; nothing is written unless all are whole,
         pass their CRC and continue this log."""
@@ -274,8 +314,9 @@ class PartitionLog:
     ) -> AppendInfo:
         self._maybe_roll(len(payload), now_ms)
         self.active.append(payload, headers)
-        for _, header in headers:
-            self.producers.apply(header)
+        for position, header in headers:
+            marker = _marker(payload[position : position + header.size]) if header.is_control else None
+            self._ended(self.producers.apply(header, marker))
         records = sum(h.record_count for _, h in headers)
         self._unflushed_records += records
         if self.first_unflushed_ms is None:
@@ -340,6 +381,29 @@ class PartitionLog:
             if found is not None:
                 return ReadResult(segment.read(found, max_bytes, max_offset, min_one_batch))
         return ReadResult(b"")
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Below it no transaction is open, and nothing above ``high_watermark``."""
+        return self.producers.transactions.last_stable_offset(high_watermark)
+
+    def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, upper), from the indexes of the
+        segments from ``start`` on (Kafka's ``collectAbortedTxns``): a transaction ending at
+        or after ``start`` has its marker there."""
+        found: list[AbortedTxn] = []
+        if upper <= start:
+            return found
+        for segment in self._segments_from(start):
+            entries, complete = segment.txn_index.collect(start, upper)
+            found += entries
+            if complete:
+                break
+        return found
+
+    def _ended(self, completed: CompletedTxn | None) -> None:
+        """A marker ended a transaction: an aborted one goes into the active segment's index."""
+        if completed is not None and completed.aborted:
+            self.active.txn_index.append(_aborted(completed))
 
     def _segments_from(self, offset: int) -> list[LogSegment]:
         for i in range(len(self.segments) - 1, -1, -1):
@@ -515,11 +579,14 @@ class PartitionLog:
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         return self.producers.expire(now_ms, expiration_ms)
 
-    def _load_producers(self) -> None:
+    def _load_producers(self, rebuild_txn_indexes_from: int | None = None) -> None:
         """The producers' state at the log end: the newest readable snapshot within the
         segments (none: empty, from the first segment), then the batches after it. Only
         the snapshots at segment bases, and the newest, are kept (Kafka's stray
-        snapshots are removed the same way)."""
+        snapshots are removed the same way). With ``rebuild_txn_indexes_from`` (a segment
+        base: recovery scanned the segments from there), the snapshot is one at or below
+        it, and those segments' aborted-transaction indexes are written again from the
+        markers replayed."""
         first, end = self.segments[0].base_offset, self.log_end_offset
         bases = {segment.base_offset for segment in self.segments}
         found = producer_snapshots.offsets(self.directory)
@@ -528,7 +595,10 @@ class PartitionLog:
         for offset in set(found) - set(kept):
             producer_snapshots.delete(self.directory, offset)
         self.producers, start = ProducerState(), first
+        bound = end if rebuild_txn_indexes_from is None else rebuild_txn_indexes_from
         for offset in reversed(kept):
+            if offset > bound:
+                continue
             try:
                 self.producers, start = producer_snapshots.read(self.directory, offset), offset
                 break
@@ -540,9 +610,35 @@ class PartitionLog:
                     reason=str(e),
                 )
                 producer_snapshots.delete(self.directory, offset)
+        rebuilt = rebuild_txn_indexes_from if rebuild_txn_indexes_from is not None else end + 1
+        for segment in self.segments:
+            if segment.base_offset >= rebuilt:
+                segment.txn_index.reset()
         for segment in self._segments_from(start):
             for header in segment.headers_from(max(start, segment.base_offset)):
-                self.producers.apply(header)
+                marker = None
+                if header.is_control:
+                    at = segment.find(header.base_offset)
+                    marker = None if at is None else _marker(segment.read_batch(at))
+                completed = self.producers.apply(header, marker)
+                if segment.base_offset >= rebuilt and completed is not None and completed.aborted:
+                    segment.txn_index.append(_aborted(completed))
+
+
+def _aborted(completed: CompletedTxn) -> AbortedTxn:
+    return AbortedTxn(
+        completed.producer_id, completed.first_offset, completed.last_offset, completed.last_stable_offset
+    )
+
+
+def _marker(batch: bytes | bytearray) -> Marker | None:
+    """The marker a control batch holds; None for another control record, or one that does
+    not decode (a follower keeps what its leader wrote; the state then ends no transaction)."""
+    try:
+        return read_marker(bytes(batch))
+    except RecordError as e:
+        log.warning("a control batch that does not decode", reason=str(e))
+        return None
 
 
 def _open_directory(directory: Path) -> int:

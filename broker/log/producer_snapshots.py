@@ -8,9 +8,14 @@ nothing). A snapshot is deleted with the segment it starts, and every one past t
 end when the log is cut shorter. The file::
 
     version u16 | crc32c u32 of the rest | producers u32 |
-    per producer: producer id i64 | epoch i16 | batches u8 |
+    per producer: producer id i64 | epoch i16 | coordinator epoch i32 |
+                  open transaction's first offset i64 (-1: none) | last timestamp i64 |
+                  batches u8 |
                   per batch: first sequence i32 | last sequence i32 | first offset i64 |
                              last offset i64 | max timestamp i64
+
+Version 2 added the transaction fields (so a restart knows the open transactions);
+version 1, without them, is still read.
 
 It is written whole to a temporary name and renamed into place; the caller fsyncs it
 (with the rolled segment, off the event loop). One that was torn by a crash fails its
@@ -28,9 +33,9 @@ import crc32c
 from raftka.broker.log.producer_state import BATCHES_KEPT, BatchMetadata, ProducerEntry, ProducerState
 
 SUFFIX = ".snapshot"
-VERSION = 1
+VERSION = 2
 _HEADER = struct.Struct(">HII")  # version, crc, producer count
-_PRODUCER = struct.Struct(">qhB")
+_PRODUCER = {1: struct.Struct(">qhB"), 2: struct.Struct(">qhiqqB")}
 _BATCH = struct.Struct(">iiqqq")
 
 
@@ -54,7 +59,14 @@ def offsets(directory: Path) -> list[int]:
 def encode(state: ProducerState) -> bytes:
     body = bytearray()
     for producer_id, entry in state.producers.items():
-        body += _PRODUCER.pack(producer_id, entry.epoch, len(entry.batches))
+        body += _PRODUCER[VERSION].pack(
+            producer_id,
+            entry.epoch,
+            entry.coordinator_epoch,
+            entry.txn_first_offset,
+            entry.last_timestamp,
+            len(entry.batches),
+        )
         for b in entry.batches:
             body += _BATCH.pack(b.first_sequence, b.last_sequence, b.first_offset, b.last_offset, b.timestamp)
     count = struct.pack(">I", len(state.producers))
@@ -66,22 +78,28 @@ def decode(data: bytes) -> ProducerState:
     if len(data) < _HEADER.size:
         raise SnapshotError(f"{len(data)} bytes: shorter than the header")
     version, crc, count = _HEADER.unpack_from(data)
-    if version != VERSION:
-        raise SnapshotError(f"version {version}, only {VERSION} is read")
+    if version not in _PRODUCER:
+        raise SnapshotError(f"version {version}, only {sorted(_PRODUCER)} are read")
+    producer = _PRODUCER[version]
     if crc32c.crc32c(data[_HEADER.size - 4 :]) != crc:
         raise SnapshotError("CRC-32C mismatch")
     producers: dict[int, ProducerEntry] = {}
     position = _HEADER.size
     try:
         for _ in range(count):
-            producer_id, epoch, batches = _PRODUCER.unpack_from(data, position)
-            position += _PRODUCER.size
-            if not 0 < batches <= BATCHES_KEPT:
+            fields = producer.unpack_from(data, position)
+            position += producer.size
+            producer_id, epoch, batches = fields[0], fields[1], fields[-1]
+            if not 0 <= batches <= BATCHES_KEPT or (batches == 0 and version == 1):
                 raise SnapshotError(f"producer {producer_id} with {batches} batches")
             entry = ProducerEntry(epoch)
             for _ in range(batches):
                 entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, position)))
                 position += _BATCH.size
+            if version == 1:
+                entry.last_timestamp = entry.last.timestamp
+            else:
+                entry.coordinator_epoch, entry.txn_first_offset, entry.last_timestamp = fields[2:5]
             producers[producer_id] = entry
     except struct.error as e:
         raise SnapshotError(f"cut short: {e}") from None

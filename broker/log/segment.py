@@ -1,4 +1,5 @@
-"""One segment of a partition log: ``<20-digit base offset>.log`` with its two indexes.
+"""One segment of a partition log: ``<20-digit base offset>.log`` with its two indexes and
+its aborted transactions (``transaction_index``).
 
 Batches are stored exactly as they arrived (offsets already assigned), appended with one
 write per append. Reads never decode records: the sparse offset index gives a position
@@ -21,6 +22,8 @@ from pathlib import Path
 import structlog
 
 from raftka.broker.log.index import IndexError_, OffsetIndex, TimeIndex
+from raftka.broker.log.transaction_index import SUFFIX as TXN_INDEX_SUFFIX
+from raftka.broker.log.transaction_index import TransactionIndex
 from raftka.records.batch import (
     HEADER_SIZE,
     MAGIC,
@@ -57,6 +60,7 @@ class LogSegment:
         self.size = os.fstat(self._fd).st_size
         self.offset_index = OffsetIndex(directory / file_name(base_offset, ".index"))
         self.time_index = TimeIndex(directory / file_name(base_offset, ".timeindex"))
+        self.txn_index = TransactionIndex(directory / file_name(base_offset, TXN_INDEX_SUFFIX))
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset  # one past the last record
         self.max_timestamp = -1
@@ -296,6 +300,7 @@ class LogSegment:
         self.size = at.position
         self.offset_index.truncate_after(at.header.base_offset - self.base_offset)
         self.time_index.truncate_to_offset(at.header.base_offset - self.base_offset)
+        self.txn_index.truncate_to(at.header.base_offset)
         self.recover_end()
 
     def recover_end(self) -> None:
@@ -306,19 +311,26 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def duplicate_fds(self) -> list[int]:
-        """Descriptors of the log and both indexes that stay valid after ``close``."""
-        return [os.dup(self._fd), self.offset_index.duplicate_fd(), self.time_index.duplicate_fd()]
+        """Descriptors of the log and its indexes that stay valid after ``close``."""
+        return [
+            os.dup(self._fd),
+            self.offset_index.duplicate_fd(),
+            self.time_index.duplicate_fd(),
+            *self.txn_index.duplicate_fds(),
+        ]
 
     def close(self) -> None:
         os.close(self._fd)
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
         self.close()
-        for path in (self.path, self.offset_index.path, self.time_index.path):
+        for path in (self.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
 
 

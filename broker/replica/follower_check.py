@@ -44,15 +44,31 @@ def follower_refusal(
     image: MetadataImage, replica_id: int, replica_epoch: int, principal: Principal | None
 ) -> Denial | None:
     """Why this fetch may not count as broker ``replica_id``'s, or None if it may."""
+    return broker_refusal(
+        image, replica_id, replica_epoch, principal, f"Fetch with replica_id {replica_id}", "replica"
+    )
+
+
+def broker_refusal(
+    image: MetadataImage,
+    broker_id: int,
+    broker_epoch: int,
+    principal: Principal | None,
+    what: str,
+    field_prefix: str,
+) -> Denial | None:
+    """Why a request claiming to be broker ``broker_id``'s at ``broker_epoch`` may not be
+    taken as such (the rules above; a transaction marker's caller is checked the same
+    way), or None; ``field_prefix`` names the request's fields (``<prefix>_id``, ``_epoch``)."""
     if principal is not None:
-        denial = broker_problem(f"Fetch with replica_id {replica_id}", principal, replica_id)
+        denial = broker_problem(what, principal, broker_id)
         if denial is not None:
             return denial
     try:
-        broker = registered(image, replica_id, replica_epoch)
+        broker = registered(image, broker_id, broker_epoch)
     except ValidationError as e:
-        field = "replica_epoch" if e.code == E.STALE_BROKER_EPOCH else "replica_id"
+        field = f"{field_prefix}_epoch" if e.code == E.STALE_BROKER_EPOCH else f"{field_prefix}_id"
         return Denial(e.code, f"{field}: {e.message}")
     if broker.fenced:
-        return Denial(E.INELIGIBLE_REPLICA, f"replica_id: broker {replica_id} is fenced")
+        return Denial(E.INELIGIBLE_REPLICA, f"{field_prefix}_id: broker {broker_id} is fenced")
     return None

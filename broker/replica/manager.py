@@ -21,6 +21,13 @@ offline). The heartbeat reports offline partitions (``on_offline_changed``,
 ``raftka.broker.offline_report``), so the controller moves their leadership and ISR
 membership to healthy replicas meanwhile.
 
+Transactions (the partition's side): a producer's transactional batch that would open a
+transaction in a partition is first verified with its coordinator (KIP-890,
+``raftka.broker.transaction_verifier``); ``write_txn_markers`` writes the coordinator's
+commit or abort markers and answers once the ISR holds them (acks=all). A consumer's
+read_committed fetch reads below the last stable offset and gets the aborted
+transactions its records overlap; ListOffsets' latest is then the last stable offset.
+
 Bounds: acks=all bytes waiting for the ISR (``produce_waiting_bytes_max``) and parked
 fetches (``fetch_parked_max``); a request over the first is refused, a fetch over the
 second is answered at once with what there is.
@@ -31,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -39,16 +46,19 @@ import structlog
 
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.manager import LogManager
+from raftka.broker.log.partition_log import AppendInfo
 from raftka.broker.log.producer_state import ProducerStateError
 from raftka.broker.metrics import BrokerTopicMetrics
 from raftka.broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
 from raftka.broker.replica.follower_check import ROUTINE_REFUSALS, follower_refusal
 from raftka.broker.replica.partition import Partition, PartitionError
 from raftka.broker.replica.waiters import OffsetWaiters, Wakeups
+from raftka.broker.transaction_verifier import AcceptAll, TransactionVerifier
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.topic_configs import TOPIC_CONFIGS
 from raftka.node.config import BrokerConfig
 from raftka.node.logs import RateLimitedLog
+from raftka.records.batch import HEADER_SIZE, BatchFramingError, BatchHeader, read_header
 from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
 from raftka.security.principal import current_principal
 from raftka.v1 import broker_pb2, controller_pb2
@@ -67,6 +77,9 @@ LIST_LATEST = -1
 LIST_MAX_TIMESTAMP = -3  # the record with the largest timestamp (ListOffsets v7, KIP-734)
 LIST_EARLIEST_LOCAL = -4  # v8, tiered storage: raftka's whole log is local
 LIST_LATEST_TIERED = -5  # v9, tiered storage: nothing is tiered, so none (-1), as Kafka answers
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+MARKER_TIMEOUT_MS = 30_000  # how long a marker waits for the ISR (Kafka's request.timeout.ms)
 REFUSAL_LOG_INTERVAL_S = 10.0  # a refused follower fetch is logged at most this often
 Key = tuple[str, int]
 _Change = TypeVar("_Change", PartitionRole, StoppedPartition)
@@ -102,8 +115,10 @@ class ReplicaManager:
         high_watermarks: Mapping[str, int],
         clock_ms: Callable[[], int] = _monotonic_ms,
         on_offline_changed: Callable[[], None] = lambda: None,
+        verifier: TransactionVerifier | None = None,
     ) -> None:
         self.local_id = local_id
+        self.verifier: TransactionVerifier = verifier or AcceptAll()
         self.config = config
         self._clock_ms = clock_ms
         self._serving = False  # roles have started (``RoleChanges.started``)
@@ -310,6 +325,7 @@ class ReplicaManager:
             response.status.error = E.REQUEST_TIMED_OUT
             response.status.message = "too many bytes wait for in-sync replicas on this broker; retry"
             return response
+        guards, refused = await self._verify_transactions(request)
         now = _now_ms()
         waits: list[tuple[Pb.ProducePartitionResult, asyncio.Future[int]]] = []
         for topic in request.topics:
@@ -318,8 +334,13 @@ class ReplicaManager:
                 result = topic_result.partitions.add(
                     partition=data.partition, base_offset=-1, log_append_time_ms=-1
                 )
+                key = (topic.name, data.partition)
                 try:
-                    partition, required = self._append(topic.name, data, request.acks, now, result)
+                    if key in refused:
+                        raise refused[key]
+                    partition, required = self._append(
+                        topic.name, data, request, now, result, guards.get(key)
+                    )
                 except PartitionError as e:
                     _set_error(result, e)
                     continue
@@ -333,40 +354,189 @@ class ReplicaManager:
                 self._bytes_waiting -= size
         return response
 
+    async def _verify_transactions(
+        self, request: Pb.ProduceRequest
+    ) -> tuple[dict[Key, object], dict[Key, PartitionError]]:
+        """Ask the verifier about each transactional batch that would open a transaction
+        here (``raftka.broker.transaction_verifier``): the guards of those it verified, and
+        the refusals."""
+        asked: list[tuple[Key, object, Awaitable[int]]] = []
+        for topic in request.topics:
+            for data in topic.partitions:
+                header = _transactional_header(data.records)
+                partition = self._partitions.get((topic.name, data.partition))
+                if (
+                    header is None
+                    or not request.transactional_id
+                    or partition is None
+                    or not partition.is_leader
+                ):
+                    continue  # the append answers what is wrong, if anything
+                producers = partition.log.producers
+                if producers.has_ongoing_transaction(header.producer_id, header.producer_epoch):
+                    continue
+                key = (topic.name, data.partition)
+                verdict = self.verifier.verify(
+                    request.transactional_id,
+                    header.producer_id,
+                    header.producer_epoch,
+                    topic.name,
+                    data.partition,
+                )
+                asked.append((key, producers.start_verification(header.producer_id), verdict))
+        codes = await asyncio.gather(*(verdict for _, _, verdict in asked))
+        guards: dict[Key, object] = {}
+        refused: dict[Key, PartitionError] = {}
+        for (key, guard, _), code in zip(asked, codes, strict=True):
+            if code == E.NONE:
+                guards[key] = guard
+            else:
+                refused[key] = PartitionError(
+                    code,
+                    f"{key[0]}-{key[1]}: the transaction coordinator did not verify this partition "
+                    f"in transaction {request.transactional_id!r}: {E.Name(code)}",
+                )
+        return guards, refused
+
     def _append(
-        self, topic: str, data: Pb.ProducePartition, acks: int, now_ms: int, result: Pb.ProducePartitionResult
+        self,
+        topic: str,
+        data: Pb.ProducePartition,
+        request: Pb.ProduceRequest,
+        now_ms: int,
+        result: Pb.ProducePartitionResult,
+        guard: object | None,
     ) -> tuple[Partition, int]:
         partition = self._leader_partition(topic, data.partition, _leader_epoch(data))
         try:
             validated = validate_batches(data.records, self._limits(topic), now_ms)
         except BatchValidationError as e:
             raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
-        if acks == -1:
-            min_isr = int(self._topic_value(topic, "min.insync.replicas"))
-            if len(partition.isr) < min_isr:
-                raise PartitionError(
-                    E.NOT_ENOUGH_REPLICAS,
-                    f"{partition.name}: ISR {list(partition.isr)} is below min.insync.replicas {min_isr}",
-                )
+        header = validated.batches[0][1]
+        if header.is_transactional:
+            self._check_transactional(partition, header, request.transactional_id, guard)
+        if request.acks == -1:
+            self._check_min_isr(partition)
         try:
-            info = partition.log.append_as_leader(
-                validated.payload, validated.batches, partition.leader_epoch, now_ms
+            info = self._written(
+                partition,
+                lambda: partition.log.append_as_leader(
+                    validated.payload, validated.batches, partition.leader_epoch, now_ms
+                ),
             )
-        except ProducerStateError as e:
-            raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
-        except OSError as e:  # the disk under this log failed: it alone goes offline
-            self._take_offline(
-                (topic, data.partition), OfflinePartition(partition.topic_id, "append", repr(e))
-            )
-            raise PartitionError(
-                E.KAFKA_STORAGE_ERROR, f"{partition.name}: its log failed on broker {self.local_id}: {e!r}"
-            ) from None
+        finally:
+            if guard is not None and partition.log.producers.verifying.get(header.producer_id) is guard:
+                del partition.log.producers.verifying[header.producer_id]
         result.base_offset = info.first_offset
         if not info.duplicate:
             self.metrics.appended(len(validated.payload), info.record_count)
         result.log_start_offset = partition.log.log_start_offset
         if validated.log_append_time_ms >= 0:
             result.log_append_time_ms = info.max_timestamp if info.duplicate else validated.log_append_time_ms
+        self._appended.wake(partition)
+        self._advance_high_watermark(partition)
+        return partition, info.last_offset + 1
+
+    @staticmethod
+    def _check_transactional(
+        partition: Partition, header: BatchHeader, transactional_id: str, guard: object | None
+    ) -> None:
+        """A transactional batch needs its transactional id, and one that opens a transaction
+        here a verification no marker voided since (Kafka's ``batchMissingRequiredVerification``)."""
+        if not transactional_id:
+            raise PartitionError(
+                E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                f"{partition.name}: transactional_id: a transactional batch needs its producer's transactional id",
+            )
+        producers = partition.log.producers
+        if producers.has_ongoing_transaction(header.producer_id, header.producer_epoch):
+            return
+        if guard is None or producers.verifying.get(header.producer_id) is not guard:
+            raise PartitionError(
+                E.INVALID_TXN_STATE,
+                f"{partition.name}: producer {header.producer_id}'s batch is not part of an ongoing "
+                "transaction here (a marker ended it while its verification was in flight)",
+            )
+
+    def _check_min_isr(self, partition: Partition) -> None:
+        min_isr = int(self._topic_value(partition.topic, "min.insync.replicas"))
+        if len(partition.isr) < min_isr:
+            raise PartitionError(
+                E.NOT_ENOUGH_REPLICAS,
+                f"{partition.name}: ISR {list(partition.isr)} is below min.insync.replicas {min_isr}",
+            )
+
+    def _written(self, partition: Partition, append: Callable[[], AppendInfo]) -> AppendInfo:
+        """``append`` to the leader's log: a refused producer batch is the partition's error,
+        and a failed disk takes the partition offline on this broker."""
+        try:
+            return append()
+        except ProducerStateError as e:
+            raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
+        except OSError as e:  # the disk under this log failed: it alone goes offline
+            self._take_offline(
+                (partition.topic, partition.partition),
+                OfflinePartition(partition.topic_id, "append", repr(e)),
+            )
+            raise PartitionError(
+                E.KAFKA_STORAGE_ERROR, f"{partition.name}: its log failed on broker {self.local_id}: {e!r}"
+            ) from None
+
+    # transaction markers -----------------------------------------------------------------
+
+    async def write_txn_markers(self, request: Pb.WriteTxnMarkersRequest) -> Pb.WriteTxnMarkersResponse:
+        """Write each marker to each partition it names (this broker must lead them); every
+        partition is answered once the ISR holds its marker (acks=all), or with its error.
+        The caller is checked before (only brokers may ask: ``BrokerApi``)."""
+        response = Pb.WriteTxnMarkersResponse()
+        count = sum(len(t.partitions) for m in request.markers for t in m.topics)
+        if count > PARTITIONS_PER_REQUEST_MAX:
+            response.status.error = E.INVALID_REQUEST
+            response.status.message = (
+                f"markers: {count} partitions, at most {PARTITIONS_PER_REQUEST_MAX} per request"
+            )
+            return response
+        now = _now_ms()
+        waits: list[tuple[Pb.TxnMarkerPartitionResult, asyncio.Future[int]]] = []
+        for marker in request.markers:
+            marker_result = response.markers.add(producer_id=marker.producer_id)
+            for topic in marker.topics:
+                topic_result = marker_result.topics.add(name=topic.name)
+                for partition_id in topic.partitions:
+                    result = topic_result.partitions.add(partition=partition_id)
+                    try:
+                        partition, required = self._append_marker(topic.name, partition_id, marker, now)
+                    except PartitionError as e:
+                        result.error, result.message = e.code, e.message
+                        continue
+                    if partition.high_watermark < required:
+                        waits.append((result, self._acks.wait_for(partition, required)))
+        if waits:
+            await self._await_acks(waits, MARKER_TIMEOUT_MS)
+        return response
+
+    def _append_marker(
+        self, topic: str, partition_id: int, marker: Pb.TxnMarker, now_ms: int
+    ) -> tuple[Partition, int]:
+        if marker.producer_id < 0 or not 0 <= marker.producer_epoch < 1 << 15:
+            raise PartitionError(
+                E.INVALID_REQUEST,
+                f"producer_id {marker.producer_id}, producer_epoch {marker.producer_epoch}: "
+                "a producer id and an epoch in 0..32767",
+            )
+        partition = self._leader_partition(topic, partition_id, -1)
+        self._check_min_isr(partition)
+        info = self._written(
+            partition,
+            lambda: partition.log.append_marker(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.committed,
+                marker.coordinator_epoch,
+                partition.leader_epoch,
+                now_ms,
+            ),
+        )
         self._appended.wake(partition)
         self._advance_high_watermark(partition)
         return partition, info.last_offset + 1
@@ -382,7 +552,9 @@ class ReplicaManager:
         )
 
     async def _await_acks(
-        self, waits: list[tuple[Pb.ProducePartitionResult, asyncio.Future[int]]], timeout_ms: int
+        self,
+        waits: list[tuple[Pb.ProducePartitionResult | Pb.TxnMarkerPartitionResult, asyncio.Future[int]]],
+        timeout_ms: int,
     ) -> None:
         futures = [future for _, future in waits]
         try:
@@ -501,7 +673,7 @@ class ReplicaManager:
             topic_result = response.topics.add(name=topic.name, topic_id=topic.topic_id)
             for data in topic.partitions:
                 result = topic_result.partitions.add(
-                    partition=data.partition, high_watermark=-1, log_start_offset=-1
+                    partition=data.partition, high_watermark=-1, log_start_offset=-1, last_stable_offset=-1
                 )
                 try:
                     partition = self._fetch_partition(topic, data, request, arrived, now, result)
@@ -516,13 +688,25 @@ class ReplicaManager:
                 max_bytes = min(data.partition_max_bytes, budget)
                 if max_bytes <= 0 and size > 0:
                     continue
+                committed = request.isolation_level == READ_COMMITTED and request.replica_id < 0
+                if request.replica_id >= 0:
+                    max_offset = None
+                else:
+                    max_offset = result.last_stable_offset if committed else partition.high_watermark
                 read = partition.log.read(
                     data.fetch_offset,
                     max(max_bytes, 1),
-                    max_offset=None if request.replica_id >= 0 else partition.high_watermark,
+                    max_offset=max_offset,
                     min_one_batch=size == 0 and first_batch_whole,
                 )
                 result.records = read.records
+                if committed and read.records:
+                    for aborted in partition.log.aborted_transactions(
+                        data.fetch_offset, _end_of(read.records)
+                    ):
+                        result.aborted_transactions.add(
+                            producer_id=aborted.producer_id, first_offset=aborted.first_offset
+                        )
                 size += len(read.records)
                 budget -= len(read.records)
         if room is not None:
@@ -546,6 +730,7 @@ class ReplicaManager:
         result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
         log_start, log_end = partition.log.log_start_offset, partition.log.log_end_offset
         result.high_watermark = partition.high_watermark
+        result.last_stable_offset = partition.last_stable_offset
         result.log_start_offset, result.log_end_offset = log_start, log_end
         follower = request.replica_id
         if follower >= 0 and (follower not in partition.replicas or follower == self.local_id):
@@ -576,6 +761,7 @@ class ReplicaManager:
         if follower >= 0 and arrived:
             self._follower_fetched(partition, follower, request.replica_epoch, data.fetch_offset, now_ms)
             result.high_watermark = partition.high_watermark
+            result.last_stable_offset = partition.last_stable_offset
         return partition
 
     def _follower_fetched(
@@ -595,6 +781,10 @@ class ReplicaManager:
 
     def list_offsets(self, request: Pb.ListOffsetsRequest) -> Pb.ListOffsetsResponse:
         response = Pb.ListOffsetsResponse()
+        if request.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            response.status.error = E.INVALID_REQUEST
+            response.status.message = f"isolation_level: {request.isolation_level} is not 0 (read_uncommitted) or 1 (read_committed)"
+            return response
         count = sum(len(t.partitions) for t in request.topics)
         if count > PARTITIONS_PER_REQUEST_MAX:
             response.status.error = E.INVALID_REQUEST
@@ -607,13 +797,17 @@ class ReplicaManager:
             for data in topic.partitions:
                 result = topic_result.partitions.add(partition=data.partition, timestamp=-1, offset=-1)
                 try:
-                    self._list_offset(topic.name, data, result)
+                    self._list_offset(topic.name, data, result, request.isolation_level)
                 except PartitionError as e:
                     _set_error(result, e)
         return response
 
     def _list_offset(
-        self, topic: str, data: Pb.ListOffsetsPartition, result: Pb.ListOffsetsPartitionResult
+        self,
+        topic: str,
+        data: Pb.ListOffsetsPartition,
+        result: Pb.ListOffsetsPartitionResult,
+        isolation_level: int,
     ) -> None:
         partition = self._leader_partition(topic, data.partition, _leader_epoch(data))
         result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
@@ -621,7 +815,8 @@ class ReplicaManager:
             result.offset = partition.log.log_start_offset
         elif data.timestamp == LIST_LATEST:
             partition.check_high_watermark_caught_up()
-            result.offset = partition.high_watermark
+            committed = isolation_level == READ_COMMITTED
+            result.offset = partition.last_stable_offset if committed else partition.high_watermark
         elif data.timestamp == LIST_LATEST_TIERED:
             pass  # offset -1: nothing is in remote storage
         elif data.timestamp == LIST_MAX_TIMESTAMP:
@@ -705,7 +900,29 @@ def _produce_problem(request: Pb.ProduceRequest) -> str:
     return _partition_count_problem(request.topics)
 
 
+def _transactional_header(records: bytes) -> BatchHeader | None:
+    """The first batch's header if it is a producer's transactional batch (validated later)."""
+    if len(records) < HEADER_SIZE:
+        return None
+    try:
+        header = read_header(records)
+    except BatchFramingError:
+        return None
+    return header if header.is_transactional and header.has_producer_id and not header.is_control else None
+
+
+def _end_of(records: bytes) -> int:
+    """The offset after the last of ``records`` (whole batches, as a log read returns them)."""
+    position, header = 0, read_header(records)
+    while position + header.size < len(records):
+        position += header.size
+        header = read_header(records, position)
+    return header.next_offset
+
+
 def _fetch_problem(request: Pb.FetchRequest) -> str:
+    if request.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+        return f"isolation_level: {request.isolation_level} is not 0 (read_uncommitted) or 1 (read_committed)"
     if request.replica_id < -1:
         return f"replica_id: {request.replica_id} is not -1 (a consumer) or a broker id"
     if not 0 <= request.max_wait_ms <= FETCH_WAIT_MS_MAX:

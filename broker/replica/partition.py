@@ -204,6 +204,11 @@ class Partition:
         self.high_watermark = new
         return True
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it no transaction is open and every record is committed (leader and followers alike)."""
+        return self.log.last_stable_offset(self.high_watermark)
+
     def follow_high_watermark(self, leader_high_watermark: int) -> None:
         """A follower's high watermark: the leader's, as far as this log reaches; never back."""
         self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))

@@ -41,10 +41,19 @@ class LeaderUnreachable(Exception):
 
 
 class MarkerWriter:
-    def __init__(self, call: LeaderCall, image: Callable[[], MetadataImage]) -> None:
-        """``call(broker_id, request)``: that broker's answer, or ``LeaderUnreachable``."""
+    def __init__(
+        self,
+        call: LeaderCall,
+        image: Callable[[], MetadataImage],
+        broker_id: int,
+        broker_epoch: Callable[[], int],
+    ) -> None:
+        """``call(broker_id, request)``: that broker's answer, or ``LeaderUnreachable``;
+        ``broker_id`` at ``broker_epoch()``: this broker, whom the leaders check."""
         self._call = call
         self._image = image
+        self._broker_id = broker_id
+        self._broker_epoch = broker_epoch
 
     async def write(self, prepared: TransactionRecord, still_mine: Callable[[], bool]) -> bool:
         """True once every partition of ``prepared`` has its marker; False if this broker
@@ -94,7 +103,12 @@ class MarkerWriter:
         for topic, ids in by_topic.items():
             marker.topics.add(name=topic, partitions=ids)
         try:
-            answer = await self._call(leader, broker_pb2.WriteTxnMarkersRequest(markers=[marker]))
+            answer = await self._call(
+                leader,
+                broker_pb2.WriteTxnMarkersRequest(
+                    markers=[marker], broker_id=self._broker_id, broker_epoch=self._broker_epoch()
+                ),
+            )
         except LeaderUnreachable as e:
             log.debug("markers not written", leader=leader, error=str(e))
             return set(), False

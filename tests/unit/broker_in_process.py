@@ -162,7 +162,7 @@ async def broker_in_process(
         lambda: 1,
         controller,  # type: ignore[arg-type]
         producer_ids,
-        MarkerWriter(markers, lambda: controller.image),
+        MarkerWriter(markers, lambda: controller.image, BROKER, lambda: 1),
         wall_clock_ms=lambda: controller.wall_clock_ms,
     )
     controller.listeners.append(transactions.update)

@@ -38,8 +38,10 @@ def append(log: PartitionLog, payload: bytes, epoch: int = 0) -> AppendInfo:
     return log.append_as_leader(validated.payload, validated.batches, epoch, NOW)
 
 
-def open_log(path: Path, clean: bool = True, **config: int) -> PartitionLog:
-    return PartitionLog.open(path, TOPIC_ID, LogConfig(**config), clean_shutdown=clean, recovery_point=0)
+def open_log(path: Path, clean: bool = True, recovery_point: int = 0, **config: int) -> PartitionLog:
+    return PartitionLog.open(
+        path, TOPIC_ID, LogConfig(**config), clean_shutdown=clean, recovery_point=recovery_point
+    )
 
 
 def state_of(log: PartitionLog) -> dict[int, tuple[int, list[BatchMetadata]]]:
@@ -159,7 +161,9 @@ def test_a_roll_snapshots_the_state_and_an_unclean_restart_replays_only_what_fol
     bases = [s.base_offset for s in log.segments]
     assert len(bases) > 3 and producer_snapshots.offsets(tmp_path) == bases[1:]
     before = state_of(log)
-    again = open_log(tmp_path, clean=False, segment_bytes=400)  # a crash: no close, no snapshot at the end
+    # a crash: no close, no snapshot at the end; the rolled segments were flushed
+    again = open_log(tmp_path, clean=False, recovery_point=log.recovery_point, segment_bytes=400)
+    assert log.recovery_point == bases[-1]
     assert state_of(again) == before
     assert replayed == list(range(bases[-1], 20)), "from the newest snapshot on"
     retry = append(again, payloads[-1])
@@ -177,7 +181,7 @@ def test_unreadable_snapshots_are_deleted_and_an_older_one_used(tmp_path: Path) 
     data = bytearray(path.read_bytes())
     data[-30] ^= 0x01  # a flipped bit in a batch's offsets
     path.write_bytes(bytes(data))
-    again = open_log(tmp_path, clean=False, segment_bytes=400)
+    again = open_log(tmp_path, clean=False, recovery_point=log.recovery_point, segment_bytes=400)
     assert producer_snapshots.offsets(tmp_path) == older
     assert state_of(again) == before
     assert append(again, payloads[-2]).duplicate

@@ -354,10 +354,14 @@ class TxnMarker(_message.Message):
     def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., committed: _Optional[bool] = ..., coordinator_epoch: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TxnMarkerTopic, _Mapping]]] = ...) -> None: ...
 
 class WriteTxnMarkersRequest(_message.Message):
-    __slots__ = ("markers",)
+    __slots__ = ("markers", "broker_id", "broker_epoch")
     MARKERS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     markers: _containers.RepeatedCompositeFieldContainer[TxnMarker]
-    def __init__(self, markers: _Optional[_Iterable[_Union[TxnMarker, _Mapping]]] = ...) -> None: ...
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, markers: _Optional[_Iterable[_Union[TxnMarker, _Mapping]]] = ..., broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
 
 class TxnMarkerPartitionResult(_message.Message):
     __slots__ = ("partition", "error", "message")
