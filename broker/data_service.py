@@ -100,7 +100,10 @@ class BrokerApi:
             acls.DESCRIBE, Pb.FindCoordinatorResponse, groups.find_coordinator
         )
         self._find_transaction_coordinator = guard.transactional_id(
-            acls.DESCRIBE, Pb.FindCoordinatorResponse, lambda r: transactions.find_coordinator(r.group_id)
+            acls.DESCRIBE,
+            Pb.FindCoordinatorResponse,
+            lambda r: transactions.find_coordinator(r.group_id),
+            field="group_id",
         )
         self.add_partitions_to_txn = guard.add_partitions_to_txn(transactions.add_partitions)
         self.add_offsets_to_txn = guard.transactional_id(
