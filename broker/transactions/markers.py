@@ -15,17 +15,16 @@ coordinator is a zombie.
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import Awaitable, Callable
 
 import structlog
 
+from raftka.broker.transactions.peers import PeerBrokers
 from raftka.metadata import transactions
 from raftka.metadata.image import NO_LEADER, MetadataImage
 from raftka.metadata.transactions import State, TransactionRecord
 from raftka.v1 import broker_pb2, controller_pb2
-from raftka.wire.client import BrokerClient, BrokerClients, WireError
-from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.client import WireError
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("raftka.broker.transactions")
@@ -124,24 +123,18 @@ class MarkerWriter:
 
 
 class DataListenerLeaders:
-    """``LeaderCall`` over the brokers' data listeners: one connection per leader."""
+    """``LeaderCall`` over the brokers' data listeners."""
 
-    def __init__(self, image: Callable[[], MetadataImage], tls: ssl.SSLContext | None) -> None:
-        self._image = image
-        self._clients = BrokerClients(lambda address: BrokerClient(address, tls=tls))
+    def __init__(self, peers: PeerBrokers) -> None:
+        self._peers = peers
 
     async def __call__(
         self, broker_id: int, request: broker_pb2.WriteTxnMarkersRequest
     ) -> broker_pb2.WriteTxnMarkersResponse:
-        broker = self._image().brokers.get(broker_id)
-        endpoint = None if broker is None else broker.endpoint(DATA_LISTENER)
-        if endpoint is None:
+        client = self._peers.client(broker_id)
+        if client is None:
             raise LeaderUnreachable(f"broker {broker_id} has no data listener")
-        client = self._clients.get(f"{endpoint.host}:{endpoint.port}")
         try:
             return await client.WriteTxnMarkers(request, timeout=MARKER_REQUEST_TIMEOUT_S)
         except WireError as e:
             raise LeaderUnreachable(str(e)) from e
-
-    def close(self) -> None:
-        self._clients.close()
