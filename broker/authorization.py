@@ -224,14 +224,19 @@ class Guards:
     # transactions -----------------------------------------------------------------------
 
     def transactional_id(
-        self, operation: str, response_type: type[R], handler: Handler[R], group_read: bool = False
+        self,
+        operation: str,
+        response_type: type[R],
+        handler: Handler[R],
+        field: str = "transactional_id",
+        group_read: bool = False,
     ) -> Handler[R]:
         """A request about one transactional id (AddOffsetsToTxn, EndTxn, FindCoordinator of
         an id): ``operation`` on it, and READ on its ``group_id`` if ``group_read``."""
 
         async def guarded(request: Any) -> R:
             caller = self.auth.caller()
-            tid = getattr(request, "transactional_id", None) or request.group_id
+            tid = getattr(request, field)
             refused = None
             if not self.auth.allows(caller, operation, acls.TRANSACTIONAL_ID, tid):
                 refused = refusal(caller, operation, acls.TRANSACTIONAL_ID, tid)  # type: ignore[arg-type]
@@ -475,7 +480,7 @@ class Guards:
                 return response
             named = {t.topic for t in request.topics}
             allowed = self.auth.allowed_names(caller, acls.DESCRIBE, acls.TOPIC, named)
-            asked = C.OffsetFetchRequest(group=request.group)
+            asked = C.OffsetFetchRequest(group=request.group, require_stable=request.require_stable)
             asked.topics.extend(t for t in request.topics if t.topic in allowed)
             answer = await handler(asked) if asked.topics or not named else C.OffsetFetchResponse()
             if answer.status.error != E.NONE:

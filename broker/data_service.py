@@ -100,7 +100,10 @@ class BrokerApi:
             acls.DESCRIBE, Pb.FindCoordinatorResponse, groups.find_coordinator
         )
         self._find_transaction_coordinator = guard.transactional_id(
-            acls.DESCRIBE, Pb.FindCoordinatorResponse, lambda r: transactions.find_coordinator(r.group_id)
+            acls.DESCRIBE,
+            Pb.FindCoordinatorResponse,
+            lambda r: transactions.find_coordinator(r.group_id),
+            field="group_id",
         )
         self.add_partitions_to_txn = guard.add_partitions_to_txn(transactions.add_partitions)
         self.add_offsets_to_txn = guard.transactional_id(
@@ -136,14 +139,26 @@ class BrokerApi:
             frames.DESCRIBE_GROUPS.key: self.describe_groups,
             frames.LIST_GROUPS.key: self.list_groups,
             frames.DELETE_GROUPS.key: self.delete_groups,
-            frames.WRITE_TXN_MARKERS.key: self.write_txn_markers,
             frames.ADD_PARTITIONS_TO_TXN.key: self.add_partitions_to_txn,
             frames.ADD_OFFSETS_TO_TXN.key: self.add_offsets_to_txn,
             frames.TXN_OFFSET_COMMIT.key: self.txn_offset_commit,
             frames.END_TXN.key: self.end_txn,
             frames.DESCRIBE_TRANSACTIONS.key: self.describe_transactions,
             frames.LIST_TRANSACTIONS.key: self.list_transactions,
+            frames.WRITE_TXN_MARKERS.key: self.write_txn_markers,
         }
+
+    async def find_coordinator(self, request: Pb.FindCoordinatorRequest) -> Pb.FindCoordinatorResponse:
+        if request.key_type == TRANSACTIONAL_ID_KEY:
+            return await self._find_transaction_coordinator(request)
+        if request.key_type != 0:
+            response = Pb.FindCoordinatorResponse()
+            response.status.error = E.INVALID_REQUEST
+            response.status.message = (
+                f"key_type: {request.key_type} is neither 0 (a group) nor 1 (a transactional id)"
+            )
+            return response
+        return await self._find_group_coordinator(request)
 
     async def write_txn_markers(self, request: Pb.WriteTxnMarkersRequest) -> Pb.WriteTxnMarkersResponse:
         """A broker's markers, written (see the module docstring); anyone else's refused whole."""
@@ -170,18 +185,6 @@ class BrokerApi:
         response = Pb.WriteTxnMarkersResponse()
         response.status.error, response.status.message = denial.code, denial.message
         return response
-
-    async def find_coordinator(self, request: Pb.FindCoordinatorRequest) -> Pb.FindCoordinatorResponse:
-        if request.key_type == TRANSACTIONAL_ID_KEY:
-            return await self._find_transaction_coordinator(request)
-        if request.key_type != 0:
-            response = Pb.FindCoordinatorResponse()
-            response.status.error = E.INVALID_REQUEST
-            response.status.message = (
-                f"key_type: {request.key_type} is neither 0 (a group) nor 1 (a transactional id)"
-            )
-            return response
-        return await self._find_group_coordinator(request)
 
     async def _produce_over_the_wire(self, request: Pb.ProduceRequest) -> Pb.ProduceResponse | None:
         response = await self.produce(request)

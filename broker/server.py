@@ -51,6 +51,8 @@ from raftka.broker.replica.manager import ReplicaManager
 from raftka.broker.sasl_logins import data_listener
 from raftka.broker.transactions.coordinator import TransactionCoordinator
 from raftka.broker.transactions.markers import DataListenerLeaders, MarkerWriter
+from raftka.broker.transactions.peers import PeerBrokers
+from raftka.broker.transactions.verifier import CoordinatorVerifier
 from raftka.metadata.acls import Authorizer
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.state_machine import MetadataStateMachine
@@ -192,20 +194,20 @@ class DataPlane:
             on_offline_changed=on_offline_changed,
         )
         self.producer_ids = ProducerIdManager(link, config.node_id, broker_epoch)
-        self.marker_leaders = DataListenerLeaders(
-            lambda: self.replicas.image,
-            config.tls.client_ssl if config.tls else None,
-            config.node_id,
-            broker_epoch,
-        )
+        self.peers = PeerBrokers(lambda: self.replicas.image, config.tls.client_ssl if config.tls else None)
         self.transactions = TransactionCoordinator(
             config.node_id,
             broker_epoch,
             link,
             self.producer_ids,
-            MarkerWriter(self.marker_leaders, lambda: self.replicas.image),
+            MarkerWriter(
+                DataListenerLeaders(self.peers), lambda: self.replicas.image, config.node_id, broker_epoch
+            ),
             max_timeout_ms=broker.transaction_max_timeout_ms,
             abort_check_interval_s=broker.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000,
+        )
+        self.replicas.verifier = CoordinatorVerifier(
+            self.transactions, lambda: self.replicas.image, self.peers
         )
         self._producer_id_expiration_ms = config.broker.producer_id_expiration_ms
         self._tasks = [
@@ -267,7 +269,7 @@ class DataPlane:
             await listener.close()
         await self.groups.close()
         await self.transactions.close()
-        self.marker_leaders.close()
+        self.peers.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -34,8 +34,9 @@ _ALLOWED_FROM: dict[int, frozenset[int | None]] = {
     State.TXN_ONGOING: frozenset(
         {State.TXN_EMPTY, State.TXN_ONGOING, State.TXN_COMPLETE_COMMIT, State.TXN_COMPLETE_ABORT}
     ),
-    State.TXN_PREPARE_COMMIT: frozenset({State.TXN_ONGOING}),
-    State.TXN_PREPARE_ABORT: frozenset({State.TXN_ONGOING}),
+    # a prepared state restated: a new coordinator takes it over under a higher coordinator epoch
+    State.TXN_PREPARE_COMMIT: frozenset({State.TXN_ONGOING, State.TXN_PREPARE_COMMIT}),
+    State.TXN_PREPARE_ABORT: frozenset({State.TXN_ONGOING, State.TXN_PREPARE_ABORT}),
     State.TXN_COMPLETE_COMMIT: frozenset({State.TXN_PREPARE_COMMIT}),
     State.TXN_COMPLETE_ABORT: frozenset({State.TXN_PREPARE_ABORT}),
 }
@@ -55,7 +56,7 @@ def transition_problem(previous: TransactionRecord | None, new: TransactionRecor
     """Why ``new`` may not follow ``previous``, or None if it may.
 
     Besides the state table: a new epoch (InitProducerId: to EMPTY) is above the last one
-    of the same producer id, or comes with a new id; the fence of an open transaction (to
+    of the same producer id, or comes with a new id; the fence of an ongoing transaction (to
     PREPARE_ABORT) may bump the epoch; every other transition keeps the id and the epoch.
     """
     before = None if previous is None else previous.state
@@ -71,7 +72,11 @@ def transition_problem(previous: TransactionRecord | None, new: TransactionRecor
         return None
     if not same_id:
         return f"producer_id: {new.producer_id} is not the recorded {previous.producer_id}"
-    if new.state == State.TXN_PREPARE_ABORT and new.producer_epoch > previous.producer_epoch:
+    if (
+        new.state == State.TXN_PREPARE_ABORT
+        and previous.state == State.TXN_ONGOING
+        and new.producer_epoch > previous.producer_epoch
+    ):
         return None  # fenced: an InitProducerId or the timeout aborts with a new epoch
     if new.producer_epoch != previous.producer_epoch:
         return f"producer_epoch: {new.producer_epoch} is not the recorded {previous.producer_epoch}"

@@ -84,24 +84,25 @@ SASL_AUTHENTICATE = ApiSpec(
 WRITE_TXN_MARKERS = ApiSpec(  # Kafka's key; only brokers call it (transaction coordinators)
     27, "WriteTxnMarkers", broker_pb2.WriteTxnMarkersRequest, broker_pb2.WriteTxnMarkersResponse
 )
+# the coordinator's transaction APIs, under Kafka's keys too
 ADD_PARTITIONS_TO_TXN = ApiSpec(
-    30, "AddPartitionsToTxn", broker_pb2.AddPartitionsToTxnRequest, broker_pb2.AddPartitionsToTxnResponse
+    24, "AddPartitionsToTxn", broker_pb2.AddPartitionsToTxnRequest, broker_pb2.AddPartitionsToTxnResponse
 )
 ADD_OFFSETS_TO_TXN = ApiSpec(
-    31, "AddOffsetsToTxn", broker_pb2.AddOffsetsToTxnRequest, broker_pb2.AddOffsetsToTxnResponse
+    25, "AddOffsetsToTxn", broker_pb2.AddOffsetsToTxnRequest, broker_pb2.AddOffsetsToTxnResponse
 )
+END_TXN = ApiSpec(26, "EndTxn", broker_pb2.EndTxnRequest, broker_pb2.EndTxnResponse)
 TXN_OFFSET_COMMIT = ApiSpec(
-    32, "TxnOffsetCommit", controller_pb2.TxnOffsetCommitRequest, controller_pb2.OffsetCommitResponse
+    28, "TxnOffsetCommit", controller_pb2.TxnOffsetCommitRequest, controller_pb2.OffsetCommitResponse
 )
-END_TXN = ApiSpec(33, "EndTxn", broker_pb2.EndTxnRequest, broker_pb2.EndTxnResponse)
 DESCRIBE_TRANSACTIONS = ApiSpec(
-    34,
+    65,
     "DescribeTransactions",
     broker_pb2.DescribeTransactionsRequest,
     broker_pb2.DescribeTransactionsResponse,
 )
 LIST_TRANSACTIONS = ApiSpec(
-    35, "ListTransactions", broker_pb2.ListTransactionsRequest, broker_pb2.ListTransactionsResponse
+    66, "ListTransactions", broker_pb2.ListTransactionsRequest, broker_pb2.ListTransactionsResponse
 )
 APIS: dict[int, ApiSpec] = {
     spec.key: spec

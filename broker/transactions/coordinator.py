@@ -44,6 +44,7 @@ log = structlog.get_logger("raftka.broker.transactions")
 CONTROLLER_WRITE_TIMEOUT_S = 5.0
 WRITE_RETRY_BACKOFF_S = 0.05
 COMPLETION_RETRY_BACKOFF_S = 0.5
+COMPLETION_RETRY_BACKOFF_MAX_S = 5.0
 ABORT_CHECK_INTERVAL_S = 10.0  # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
 TRANSACTION_MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
 # the controller's answers that mean this broker is not (or no longer) the id's coordinator
@@ -379,24 +380,43 @@ class TransactionCoordinator:
         )
 
     async def _complete(self, prepared: TransactionRecord) -> None:
-        """Markers to every partition, then COMPLETE_* recorded; given up when the id moves."""
+        """Markers to every partition, then COMPLETE_* recorded; given up when the id moves.
+
+        A transaction another coordinator (or incarnation) prepared is restated first, so
+        its markers carry a coordinator epoch above every one its predecessor sent: a
+        partition then refuses the predecessor's late markers, which could otherwise end
+        the producer's next transaction there (Kafka's coordinator epoch fencing)."""
         tid = prepared.transactional_id
+        if (prepared.coordinator, prepared.coordinator_broker_epoch) != (
+            self.broker_id,
+            self._broker_epoch(),
+        ):
+            restated = await self._persist(prepared)
+            if restated is None:
+                return
+            prepared = restated
         if not await self._markers.write(prepared, lambda: self._owns(tid)):
             return
+        if await self._persist(state.completed(prepared)) is not None:
+            log.debug("transaction completed", txn=tid, committed=prepared.state == State.TXN_PREPARE_COMMIT)
+
+    async def _persist(self, record: TransactionRecord) -> TransactionRecord | None:
+        """``record`` written, tried again while this broker coordinates the id and no
+        controller takes it; None once another coordinator has it or has moved it on."""
+        tid = record.transactional_id
+        backoff_s = COMPLETION_RETRY_BACKOFF_S
         while self._owns(tid):
-            record, error, message = await self._decided(state.Transition(state.completed(prepared)))
-            if record is not None:
-                log.debug("transaction completed", txn=tid, state=State.Name(record.state))
-                return
-            if error in _NOT_COORDINATOR or error == E.INVALID_TXN_STATE:
-                return  # another coordinator finished it, or will
+            recorded, error, message = await self._decided(state.Transition(record))
+            if recorded is not None:
+                return recorded
+            if error in _NOT_COORDINATOR or error == E.CONCURRENT_TRANSACTIONS:
+                return None  # another coordinator has it, or the quorum holds a newer state
             log.warning(
-                "transaction completion not recorded, trying again",
-                txn=tid,
-                error=E.Name(error),
-                detail=message,
+                "transaction state not written, trying again", txn=tid, error=E.Name(error), detail=message
             )
-            await asyncio.sleep(COMPLETION_RETRY_BACKOFF_S)
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, COMPLETION_RETRY_BACKOFF_MAX_S)
+        return None
 
     async def _decided(self, decision: state.Decision) -> tuple[TransactionRecord | None, int, str]:
         """(the record now in force, error, message) for what ``state`` decided."""

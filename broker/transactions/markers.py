@@ -15,17 +15,16 @@ coordinator is a zombie.
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import Awaitable, Callable
 
 import structlog
 
+from raftka.broker.transactions.peers import PeerBrokers
 from raftka.metadata import transactions
 from raftka.metadata.image import NO_LEADER, MetadataImage
 from raftka.metadata.transactions import State, TransactionRecord
 from raftka.v1 import broker_pb2, controller_pb2
-from raftka.wire.client import BrokerClient, BrokerClients, WireError
-from raftka.wire.frames import DATA_LISTENER
+from raftka.wire.client import WireError
 
 E = controller_pb2.ErrorCode
 log = structlog.get_logger("raftka.broker.transactions")
@@ -41,10 +40,19 @@ class LeaderUnreachable(Exception):
 
 
 class MarkerWriter:
-    def __init__(self, call: LeaderCall, image: Callable[[], MetadataImage]) -> None:
-        """``call(broker_id, request)``: that broker's answer, or ``LeaderUnreachable``."""
+    def __init__(
+        self,
+        call: LeaderCall,
+        image: Callable[[], MetadataImage],
+        broker_id: int,
+        broker_epoch: Callable[[], int],
+    ) -> None:
+        """``call(broker_id, request)``: that broker's answer, or ``LeaderUnreachable``;
+        ``broker_id`` at ``broker_epoch()``: this broker, whom the leaders check."""
         self._call = call
         self._image = image
+        self._broker_id = broker_id
+        self._broker_epoch = broker_epoch
 
     async def write(self, prepared: TransactionRecord, still_mine: Callable[[], bool]) -> bool:
         """True once every partition of ``prepared`` has its marker; False if this broker
@@ -94,7 +102,12 @@ class MarkerWriter:
         for topic, ids in by_topic.items():
             marker.topics.add(name=topic, partitions=ids)
         try:
-            answer = await self._call(leader, broker_pb2.WriteTxnMarkersRequest(markers=[marker]))
+            answer = await self._call(
+                leader,
+                broker_pb2.WriteTxnMarkersRequest(
+                    markers=[marker], broker_id=self._broker_id, broker_epoch=self._broker_epoch()
+                ),
+            )
         except LeaderUnreachable as e:
             log.debug("markers not written", leader=leader, error=str(e))
             return set(), False
@@ -110,35 +123,18 @@ class MarkerWriter:
 
 
 class DataListenerLeaders:
-    """``LeaderCall`` over the brokers' data listeners: one connection per leader. Each
-    request names this broker and its current broker epoch: a leader writes markers only
-    for a registered broker (as it serves a follower's fetch)."""
+    """``LeaderCall`` over the brokers' data listeners."""
 
-    def __init__(
-        self,
-        image: Callable[[], MetadataImage],
-        tls: ssl.SSLContext | None,
-        broker_id: int,
-        broker_epoch: Callable[[], int],
-    ) -> None:
-        self._image = image
-        self._broker_id = broker_id
-        self._broker_epoch = broker_epoch
-        self._clients = BrokerClients(lambda address: BrokerClient(address, tls=tls))
+    def __init__(self, peers: PeerBrokers) -> None:
+        self._peers = peers
 
     async def __call__(
         self, broker_id: int, request: broker_pb2.WriteTxnMarkersRequest
     ) -> broker_pb2.WriteTxnMarkersResponse:
-        broker = self._image().brokers.get(broker_id)
-        endpoint = None if broker is None else broker.endpoint(DATA_LISTENER)
-        if endpoint is None:
+        client = self._peers.client(broker_id)
+        if client is None:
             raise LeaderUnreachable(f"broker {broker_id} has no data listener")
-        client = self._clients.get(f"{endpoint.host}:{endpoint.port}")
-        request.broker_id, request.broker_epoch = self._broker_id, self._broker_epoch()
         try:
             return await client.WriteTxnMarkers(request, timeout=MARKER_REQUEST_TIMEOUT_S)
         except WireError as e:
             raise LeaderUnreachable(str(e)) from e
-
-    def close(self) -> None:
-        self._clients.close()

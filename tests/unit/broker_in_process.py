@@ -24,6 +24,8 @@ from raftka.broker.replica.manager import ReplicaManager
 from raftka.broker.sasl_logins import data_listener
 from raftka.broker.transactions.coordinator import TransactionCoordinator
 from raftka.broker.transactions.markers import MarkerWriter
+from raftka.broker.transactions.peers import PeerBrokers
+from raftka.broker.transactions.verifier import CoordinatorVerifier
 from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
@@ -140,7 +142,11 @@ async def broker_in_process(
     broker_config: BrokerConfig = DEFAULT_BROKER_CONFIG,
     tls: TlsFiles | None = None,
     followers: tuple[int, ...] = (),
+    transactions_for_real: bool = False,
 ) -> AsyncIterator[InProcessBroker]:
+    """``transactions_for_real``: the coordinator's markers go to this broker's own
+    WriteTxnMarkers, and its partitions verify transactional batches with the coordinator
+    (KIP-890); else markers go to ``MarkerLeaders`` and every batch is taken."""
     logs = LogManager(tmp_path)
     logs.open_all()
     replicas = ReplicaManager(
@@ -162,11 +168,20 @@ async def broker_in_process(
         lambda: 1,
         controller,  # type: ignore[arg-type]
         producer_ids,
-        MarkerWriter(markers, lambda: controller.image),
+        MarkerWriter(
+            (lambda _, request: api.write_txn_markers(request)) if transactions_for_real else markers,
+            lambda: controller.image,
+            BROKER,
+            lambda: 1,
+        ),
         wall_clock_ms=lambda: controller.wall_clock_ms,
     )
     controller.listeners.append(transactions.update)
     api = BrokerApi(replicas, groups, controller, "c", lambda: 1, producer_ids, transactions)  # type: ignore[arg-type]
+    if transactions_for_real:
+        replicas.verifier = CoordinatorVerifier(
+            transactions, lambda: controller.image, PeerBrokers(lambda: controller.image, None)
+        )
     config = NodeConfig(
         BROKER,
         tmp_path,
