@@ -5,7 +5,9 @@ AddPartitionsToTxnManager does, with AddPartitionsToTxn verify-only: this broker
 coordinator directly, another broker's over its data listener.
 
 A partition not in the producer's ongoing transaction is INVALID_TXN_STATE and a fenced
-epoch PRODUCER_FENCED, so nothing is appended. While no coordinator can answer (none
+epoch INVALID_PRODUCER_EPOCH (the coordinator says PRODUCER_FENCED; Kafka's
+AddPartitionsToTxnManager answers a Produce so, which clients abort on before the
+coordinator tells them they are fenced), so nothing is appended. While no coordinator can answer (none
 reachable, the id moving, a transaction completing) the batch is answered
 NOT_ENOUGH_REPLICAS, as Kafka's ReplicaManager answers it: every producer retries that
 on Produce, while it would give up on coordinator errors it does not expect there.
@@ -61,4 +63,6 @@ class CoordinatorVerifier:
         code = answer.status.error or next(
             (p.error for t in answer.topics for p in t.partitions), E.UNKNOWN_SERVER_ERROR
         )
+        if code == E.PRODUCER_FENCED:
+            return E.INVALID_PRODUCER_EPOCH
         return E.NOT_ENOUGH_REPLICAS if code in _RETRIABLE else code

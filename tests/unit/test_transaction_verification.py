@@ -57,3 +57,27 @@ def test_a_batch_for_a_partition_outside_the_ongoing_transaction_is_refused(tmp_
                 client.close()
 
     asyncio.run(main())
+
+
+def test_a_fenced_epochs_batch_is_refused_as_kafka_answers_a_produce_invalid_producer_epoch(
+    tmp_path: Path,
+) -> None:
+    """The coordinator says PRODUCER_FENCED to the verification; the produce is answered
+    INVALID_PRODUCER_EPOCH, as Kafka's AddPartitionsToTxnManager maps it: clients abort on
+    that and learn they are fenced from the coordinator (librdkafka takes PRODUCER_FENCED
+    from a Produce as abortable too, Java's producer as fatal at once)."""
+
+    async def main() -> None:
+        async with broker_in_process(tmp_path, {TOPIC: 1}, transactions_for_real=True) as broker:
+            client = BrokerClient(broker.address)
+            try:
+                old = await init(client)
+                new = await init(client)
+                assert (new.producer_id, new.producer_epoch) == (old.producer_id, old.producer_epoch + 1)
+                zombie = txn_batch(old.producer_id, 0, b"zombie", epoch=old.producer_epoch)
+                assert await produce(client, zombie) == E.INVALID_PRODUCER_EPOCH
+                assert broker.replicas.get(TOPIC, 0).log.log_end_offset == 0
+            finally:
+                client.close()
+
+    asyncio.run(main())
