@@ -9,7 +9,9 @@ the metadata quorum), each restarted once the processor has committed past its d
 The processor does what librdkafka's documentation asks of an application: a retriable
 commit is retried, an abortable error aborts and rewinds the consumer to the group's
 committed offsets, a fatal one (fenced) starts a new producer with the same
-``transactional.id`` and rewinds too. Afterwards, read_committed: the output holds each
+``transactional.id`` and rewinds too. It also gives up every 7th transaction itself once
+its copies are in the output's logs, so aborted records are surely there to hide (the
+faults may cause none: librdkafka retries through most). Afterwards, read_committed: the output holds each
 input record exactly once (none lost, none duplicated; a record of an aborted attempt
 shown would be a duplicate), and the group's committed offsets are the input's ends.
 """
@@ -41,6 +43,7 @@ PARTITIONS = 3
 SOURCE, SINK, GROUP, TRANSACTIONAL_ID = "eos-input", "eos-output", "eos-processor", "eos-processor"
 INPUT_RATE = 50  # records/s written while the faults happen
 BATCH = 50  # records per transaction at most
+GIVE_UP_EVERY = 7  # the processor aborts every 7th transaction itself, its copies written
 PROGRESS = 3  # transactions the processor commits with a node down, and again once it is back
 RECOVERY_TIMEOUT_S = 90.0
 TIMEOUT_S = 30.0
@@ -105,7 +108,7 @@ class Processor:
     def __init__(self, bootstrap: str) -> None:
         self._bootstrap = bootstrap
         self._stop = threading.Event()
-        self.commits = self.aborts = self.new_producers = 0
+        self.attempts = self.commits = self.aborts = self.new_producers = 0
         self._failed: KafkaError | None = None  # why the last transaction failed
         self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -168,11 +171,17 @@ class Processor:
 
     def _transaction(self, producer: Producer, consumer: Consumer, messages: list) -> bool:
         """One transaction: the batch copied, the positions after it committed with it.
-        False if it failed and was not committed (the caller recovers)."""
+        False if it failed and was not committed (the caller recovers). Every
+        ``GIVE_UP_EVERY``-th fails on purpose once its copies are in the output's logs, as
+        an application's own error would: aborted records read_committed must not show."""
+        self.attempts += 1
         try:
             producer.begin_transaction()
             for m in messages:
                 producer.produce(SINK, key=m.key(), value=m.value(), partition=m.partition())
+            if self.attempts % GIVE_UP_EVERY == 0:
+                assert producer.flush(TIMEOUT_S) == 0, "copies left unsent"
+                raise KafkaException(KafkaError(KafkaError._APPLICATION, "given up", txn_requires_abort=True))
             positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
             self._retrying(
                 lambda: producer.send_offsets_to_transaction(
@@ -269,6 +278,9 @@ def test_consume_transform_produce_is_exactly_once_through_leader_coordinator_an
         assert len(set(copied)) == written, "a record was copied twice"
         assert set(copied) == {f"id-{i}".encode() for i in range(written)}
         assert all(r.value == r.key for r in output)
+        written_twice = read_back(bootstrap, [(SINK, p) for p in range(PARTITIONS)], "read_uncommitted",
+                                  lambda rs: len(rs) >= written)  # fmt: skip
+        assert processor.aborts > 0 and len(written_twice) > written, "aborted copies are in the logs"
     finally:
         admin.close()
 
