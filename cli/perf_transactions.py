@@ -1,16 +1,18 @@
 """``raftka perf transactions``: what Kafka's transactions cost, through Kafka's protocol
-with librdkafka (confluent-kafka), on any Kafka-compatible broker.
+with librdkafka (confluent-kafka) on any Kafka-compatible broker, and through raftka's
+own producer on the local cluster.
 
 Two figures, one run:
 
-- Transactions/s: one transactional producer runs ``--transactions`` transactions back
-  to back, each writing ``--records-per-partition`` records of ``--record-size`` bytes to
-  every one of ``--partitions`` partitions (10 by default: the topic is created with
-  that many, as ``perf kafka`` creates its topic) and committing; every
-  ``--abort-every``-th is aborted instead (its records flushed first: librdkafka's abort
-  drops what it has not sent), so the logs hold aborted transactions for the second
-  figure. Each transaction's time from begin to the end of its commit (or abort) is its
-  latency; one committed transaction first is a warm-up, outside the counts.
+- Transactions/s: each transactional producer of ``--clients`` (librdkafka's through the
+  Kafka listeners, raftka's own through its data listeners), one after the other, runs
+  ``--transactions`` transactions back to back, each writing ``--records-per-partition``
+  records of ``--record-size`` bytes to every one of ``--partitions`` partitions (10 by
+  default: the topic is created with that many, as ``perf kafka`` creates its topic) and
+  committing; every ``--abort-every``-th is aborted instead (its records flushed first:
+  librdkafka's abort drops what it has not sent), so the logs hold aborted transactions
+  for the second figure. Each transaction's time from begin to the end of its commit (or
+  abort) is its latency; one committed transaction first is a warm-up, outside the counts.
 - The cost of ``read_committed``: the run's records read back from where it began, in
   turns, with ``isolation.level`` read_uncommitted and read_committed (``--reads`` each,
   alternating, so neither always reads a colder cache), each by a fresh consumer that
@@ -30,16 +32,18 @@ import time
 from typing import Any
 
 from raftka.cli import output, perf_kafka
-from raftka.cli.data_args import positive
+from raftka.cli.data_args import broker_addresses, positive
 from raftka.cli.errors import CliError
 from raftka.cli.latency import latency_summary
 from raftka.cli.perf_data import CpuMeter
+from raftka.cli.tls_args import client_tls
 
 DEFAULT_TOPIC = "raftka-perf-transactions"
 TRANSACTION_TIMEOUT_S = 60.0  # one commit or abort; the run fails rather than waits forever
 READ_TIMEOUT_S = 120.0
 CONSUME_BATCH_MAX = 10_000
 WARM_UP = 1  # transactions committed before the clock starts
+CLIENTS = ("confluent-kafka", "raftka")
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
@@ -61,6 +65,12 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="abort every N-th transaction instead of committing it; 0: abort none (default 10)",
     )
     parser.add_argument("--reads", type=positive, default=3, help="reads per isolation level (default 3)")
+    parser.add_argument(
+        "--clients",
+        help=f"producers to run, one after the other, comma separated, of {', '.join(CLIENTS)} "
+        "(default: both on the local cluster; confluent-kafka with --bootstrap-server, as raftka's "
+        "producer speaks raftka's data protocol)",
+    )
     perf_kafka.topic_options(parser)
     parser.set_defaults(func=run, topic=DEFAULT_TOPIC, partitions=10)
 
@@ -77,6 +87,23 @@ def check_args(args: argparse.Namespace) -> None:
             f"--min-insync-replicas: at most --replication-factor ({args.replication_factor}), "
             f"got {args.min_insync_replicas}"
         )
+    clients(args)
+
+
+def clients(args: argparse.Namespace) -> list[str]:
+    """``--clients`` checked, or its default for where the command points."""
+    if args.clients is None:
+        return list(CLIENTS) if args.bootstrap_server is None else ["confluent-kafka"]
+    chosen = [c.strip() for c in args.clients.split(",")]
+    unknown = [c for c in chosen if c not in CLIENTS]
+    if unknown or not chosen or len(set(chosen)) != len(chosen):
+        raise CliError(f"--clients: expected some of {', '.join(CLIENTS)}, each once, got {args.clients!r}")
+    if "raftka" in chosen and args.bootstrap_server is not None:
+        raise CliError(
+            "--clients: raftka's producer speaks raftka's data protocol, which --bootstrap-server "
+            "(Kafka listeners) does not name; run it on the local cluster"
+        )
+    return chosen
 
 
 def aborts(transaction: int, abort_every: int) -> bool:
@@ -88,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     ck = perf_kafka._confluent_kafka()
     bootstrap = perf_kafka.kafka_bootstrap(args)
-    producer = _producer(ck, bootstrap, args)  # before the topic: a property it refuses is reported at once
+    # before the topic: a property librdkafka refuses is reported at once
+    producers = [_producer(ck, bootstrap, args, name) for name in clients(args)]
     try:
         partitions = perf_kafka.ensure_topic(bootstrap, args)
         if partitions < args.partitions:
@@ -97,25 +125,36 @@ def run(args: argparse.Namespace) -> int:
             )
         starts = _end_offsets(ck, bootstrap, args, partitions)
     except BaseException:
-        perf_kafka._close(producer)
+        for producer in producers:
+            producer.close()
         raise
-    produced = _produce(ck, producer, args)
+    produced = {producer.name: _produce(producer, args) for producer in producers}
+    committed = sum(WARM_UP + p["committed"] for p in produced.values())
+    aborted = sum(p["aborted"] for p in produced.values())
     expected = {
-        "read_uncommitted": (WARM_UP + produced["committed"] + produced["aborted"]) * _per_transaction(args),
-        "read_committed": (WARM_UP + produced["committed"]) * _per_transaction(args),
+        "read_uncommitted": (committed + aborted) * _per_transaction(args),
+        "read_committed": committed * _per_transaction(args),
     }
     reads: dict[str, list[dict[str, Any]]] = {level: [] for level in ISOLATION_LEVELS}
     for _ in range(args.reads):
         for level in ISOLATION_LEVELS:
             reads[level].append(_read(ck, bootstrap, args, starts, level, expected[level]))
-    result = {"topic": args.topic, "partitions": args.partitions, **produced}
+    result: dict[str, Any] = {
+        "topic": args.topic,
+        "partitions": args.partitions,
+        "transactions": args.transactions,
+        "records_per_partition": args.records_per_partition,
+        "record_size": args.record_size,
+        "warmup_transactions": WARM_UP,  # per producer: committed, outside the counts; the reads cover them
+        "producers": produced,
+    }
     result.update({level: _medians(reads[level]) for level in ISOLATION_LEVELS})
-    committed, uncommitted = result["read_committed"], result["read_uncommitted"]
+    read_committed, read_uncommitted = result["read_committed"], result["read_uncommitted"]
     result["read_committed_throughput_ratio"] = _ratio(
-        committed["records_per_s"], uncommitted["records_per_s"]
+        read_committed["records_per_s"], read_uncommitted["records_per_s"]
     )
     result["read_committed_cost_ratio"] = _ratio(
-        committed["broker_cpu_us_per_record"], uncommitted["broker_cpu_us_per_record"]
+        read_committed["broker_cpu_us_per_record"], read_uncommitted["broker_cpu_us_per_record"]
     )
     _print(result, args.output)
     complete = all(r["records"] == expected[level] for level in ISOLATION_LEVELS for r in reads[level])
@@ -126,24 +165,101 @@ def _per_transaction(args: argparse.Namespace) -> int:
     return args.records_per_partition * args.partitions
 
 
-def _producer(ck: Any, bootstrap: str, args: argparse.Namespace) -> Any:
-    config = {
-        "bootstrap.servers": bootstrap,
-        "transactional.id": f"raftka-perf-transactions-{os.getpid()}",
-        **perf_kafka.ssl_properties(args),
-        **perf_kafka.client_properties(args.config),
-    }
-    return perf_kafka._client(ck.Producer, config)
+class _Librdkafka:
+    """confluent-kafka's transactional producer through the Kafka listeners."""
+
+    name = "confluent-kafka"
+
+    def __init__(self, ck: Any, bootstrap: str, args: argparse.Namespace) -> None:
+        config = {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"raftka-perf-transactions-{os.getpid()}-{self.name}",
+            **perf_kafka.ssl_properties(args),
+            **perf_kafka.client_properties(args.config),
+        }
+        self._producer = perf_kafka._client(ck.Producer, config)
+        self._topic = args.topic
+        self.errors: tuple[type[BaseException], ...] = (ck.KafkaException,)
+
+    def init(self) -> None:
+        self._producer.init_transactions(TRANSACTION_TIMEOUT_S)
+
+    def begin(self) -> None:
+        self._producer.begin_transaction()
+
+    def send(self, value: bytes, partition: int) -> None:
+        while True:
+            try:
+                self._producer.produce(self._topic, value, partition=partition)
+                return
+            except BufferError:  # librdkafka's queue is full: let deliveries drain it
+                self._producer.poll(0.01)
+
+    def flush(self) -> bool:
+        return self._producer.flush(TRANSACTION_TIMEOUT_S) == 0
+
+    def commit(self) -> None:
+        self._producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+
+    def abort(self) -> None:
+        self._producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+
+    def close(self) -> None:
+        perf_kafka._close(self._producer)
 
 
-def _produce(ck: Any, producer: Any, args: argparse.Namespace) -> dict[str, Any]:
+class _Raftka:
+    """raftka's transactional producer (the same API) through the data listeners."""
+
+    name = "raftka"
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from raftka.client.errors import KafkaError
+        from raftka.client.producer import Producer
+
+        self._producer = Producer(
+            broker_addresses(args),
+            transactional_id=f"raftka-perf-transactions-{os.getpid()}-{self.name}",
+            tls=client_tls(args),
+        )
+        self._topic = args.topic
+        self.errors = (KafkaError,)
+
+    def init(self) -> None:
+        self._producer.init_transactions()
+
+    def begin(self) -> None:
+        self._producer.begin_transaction()
+
+    def send(self, value: bytes, partition: int) -> None:
+        self._producer.send(self._topic, value, partition=partition)  # a failure fails the commit
+
+    def flush(self) -> bool:
+        self._producer.flush()
+        return True
+
+    def commit(self) -> None:
+        self._producer.commit_transaction()
+
+    def abort(self) -> None:
+        self._producer.abort_transaction()
+
+    def close(self) -> None:
+        self._producer.close()
+
+
+def _producer(ck: Any, bootstrap: str, args: argparse.Namespace, name: str) -> _Librdkafka | _Raftka:
+    return _Librdkafka(ck, bootstrap, args) if name == _Librdkafka.name else _Raftka(args)
+
+
+def _produce(producer: _Librdkafka | _Raftka, args: argparse.Namespace) -> dict[str, Any]:
     """Run the transactions; the producer is closed afterwards."""
     value = os.urandom(args.record_size)
     latencies_ms: list[float] = []
     committed = aborted = 0
     clock = time.perf_counter
     try:
-        producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        producer.init()
         _transaction(producer, args, value, abort=False)  # warm-up: connections, metadata, coordinator
         start = clock()
         for n in range(1, args.transactions + 1):
@@ -154,15 +270,11 @@ def _produce(ck: Any, producer: Any, args: argparse.Namespace) -> dict[str, Any]
             aborted += abort
             committed += not abort
         elapsed_s = clock() - start
-    except ck.KafkaException as e:
-        raise CliError(f"a transaction failed: {perf_kafka._describe(e.args[0])}") from None
+    except producer.errors as e:
+        raise CliError(f"a transaction of {producer.name}'s producer failed: {e}") from None
     finally:
-        perf_kafka._close(producer)
+        producer.close()
     return {
-        "transactions": args.transactions,
-        "records_per_partition": args.records_per_partition,
-        "record_size": args.record_size,
-        "warmup_transactions": WARM_UP,  # committed, outside the counts; the reads cover it
         "committed": committed,
         "aborted": aborted,
         "seconds": round(elapsed_s, 3),
@@ -172,22 +284,19 @@ def _produce(ck: Any, producer: Any, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
-def _transaction(producer: Any, args: argparse.Namespace, value: bytes, *, abort: bool) -> None:
-    producer.begin_transaction()
+def _transaction(
+    producer: _Librdkafka | _Raftka, args: argparse.Namespace, value: bytes, *, abort: bool
+) -> None:
+    producer.begin()
     for partition in range(args.partitions):
         for _ in range(args.records_per_partition):
-            while True:
-                try:
-                    producer.produce(args.topic, value, partition=partition)
-                    break
-                except BufferError:  # librdkafka's queue is full: let deliveries drain it
-                    producer.poll(0.01)
+            producer.send(value, partition)
     if abort:  # its records in the logs first (librdkafka's abort drops what it has not sent)
-        if producer.flush(TRANSACTION_TIMEOUT_S) > 0:
+        if not producer.flush():
             raise CliError(f"a transaction's records were not sent within {TRANSACTION_TIMEOUT_S:g} s")
-        producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+        producer.abort()
     else:
-        producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+        producer.commit()
 
 
 def _consumer(ck: Any, bootstrap: str, args: argparse.Namespace, isolation: str) -> Any:
@@ -275,6 +384,11 @@ def _print(result: dict[str, Any], output_format: str) -> None:
         return
     scalars = [(k.replace("_", " "), v) for k, v in result.items() if not isinstance(v, dict)]
     print(output.fields(scalars))
+    producers = [
+        [name, p["committed"], p["aborted"], p["transactions_per_s"], p["p50_ms"], p["p99_ms"]]
+        for name, p in result["producers"].items()
+    ]
+    print(output.table(["PRODUCER", "COMMITTED", "ABORTED", "TRANSACTIONS/S", "P50 MS", "P99 MS"], producers))
     rows = [
         [level, r["records"], r["records_per_s"], r["broker_cpu_us_per_record"]]
         for level, r in ((lvl, result[lvl]) for lvl in ISOLATION_LEVELS)

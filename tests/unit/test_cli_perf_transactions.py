@@ -30,6 +30,13 @@ RUN = ["perf", "transactions", "--bootstrap-server", "127.0.0.1:1", "--transacti
         (["--config", "linger.ms"], 1, "--config: expected KEY=VALUE, got 'linger.ms'"),
         (["--bootstrap-server", "nohost"], 1, "--bootstrap-server"),
         (
+            ["--clients", "kafkajs"],
+            1,
+            "--clients: expected some of confluent-kafka, raftka, each once, got 'kafkajs'",
+        ),
+        (["--clients", "raftka,raftka"], 1, "--clients: expected some of confluent-kafka, raftka, each once"),
+        (["--clients", "raftka"], 1, "--clients: raftka's producer speaks raftka's data protocol"),
+        (
             ["--config", "no.such.property=1"],
             1,
             "librdkafka refused the producer's configuration (--config?): No such configuration property",
