@@ -103,7 +103,8 @@ class TransactionCoordinator:
         return transactions.transaction_coordinator(self._image, transactional_id) == self.broker_id
 
     def _current(self, transactional_id: str) -> TransactionRecord | None:
-        return self._written.get(transactional_id) or self._image.transactions.get(transactional_id)
+        written = self._written.get(transactional_id)
+        return written if written is not None else self._image.transactions.get(transactional_id)
 
     def _not_here(self, transactional_id: str) -> tuple[int, str] | None:
         problem = transactions.transactional_id_problem(transactional_id)
