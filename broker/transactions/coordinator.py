@@ -177,7 +177,7 @@ class TransactionCoordinator:
                 response.status.error, response.status.message = error, message
             elif record is not None:
                 response.producer_id, response.producer_epoch = record.producer_id, record.producer_epoch
-                log.info(
+                log.debug(  # a client asks as often as it likes: not at INFO
                     "producer initialized",
                     txn=tid,
                     producer_id=record.producer_id,
