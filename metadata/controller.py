@@ -108,6 +108,7 @@ class QuorumController:
         session_timeout_ms: int,
         max_partitions_per_topic: int,
         offsets_retention_ms: int,
+        transactional_id_expiration_ms: int = 604_800_000,
         leader_rebalance_interval_ms: int = 0,
         disconnect_fence_ms: int = 0,
         clock: Callable[[], int] = monotonic_ms,
@@ -123,6 +124,7 @@ class QuorumController:
         self._limits = topic_ops.Limits(max_partitions_per_topic, self._records_max)
         self._sessions = BrokerSessions(session_timeout_ms, disconnect_fence_ms)
         self._offsets_retention_ms = offsets_retention_ms
+        self._transactional_id_expiration_ms = transactional_id_expiration_ms
         self._next_offset_expiry_ms = 0  # monotonic: the first tick as active controller looks
         self._leader_rebalance_interval_ms = leader_rebalance_interval_ms  # 0: off
         self._next_leader_rebalance_ms = clock() + leader_rebalance_interval_ms
@@ -644,7 +646,8 @@ class QuorumController:
     # sessions --------------------------------------------------------------------------
     async def tick(self) -> None:
         """Fence brokers whose session has expired; now and then, expire the offsets of
-        idle groups and give partitions back to their preferred leaders."""
+        idle groups and idle transactional ids, and give partitions back to their
+        preferred leaders."""
         if not self.is_active:
             return
         for broker_id in self._sessions.expired(self._clock()):
@@ -655,6 +658,7 @@ class QuorumController:
         if self._clock() >= self._next_offset_expiry_ms:
             self._next_offset_expiry_ms = self._clock() + OFFSET_EXPIRY_INTERVAL_MS
             await self._write(controller_pb2.OffsetCommitResponse, self._expire_offsets)
+            await self._write(controller_pb2.WriteTransactionResponse, self._expire_transactional_ids)
         if self._leader_rebalance_interval_ms and self._clock() >= self._next_leader_rebalance_ms:
             self._next_leader_rebalance_ms = self._clock() + self._leader_rebalance_interval_ms
             await self._write(controller_pb2.ElectLeadersResponse, self._rebalance_leaders)
@@ -716,6 +720,14 @@ class QuorumController:
             return Plan(response, broker_ops.fence(image, broker, self._records_max, self._offline.may_lead))
 
         return plan
+
+    def _expire_transactional_ids(self, image: MetadataImage) -> Plan:
+        made = txn_ops.expire(
+            image, self._wall_clock(), self._transactional_id_expiration_ms, self._records_max
+        )
+        if made.records:
+            self._log.info("transactional ids expired", ids=len(made.records))
+        return made
 
     def _expire_offsets(self, image: MetadataImage) -> Plan:
         made = offset_ops.expire(image, self._wall_clock(), self._offsets_retention_ms, self._records_max)

@@ -422,6 +422,13 @@ class MetadataDelta:
         if r.state not in transactions.OPEN:
             self._txn_offsets.drop(r.transactional_id)
 
+    def _remove_transaction(self, r: metadata_pb2.RemoveTransactionRecord) -> None:
+        txn = self._transactions.view.get(r.transactional_id)
+        if txn is None or txn.state in transactions.OPEN:
+            why = "no such id" if txn is None else "its transaction is open"
+            raise ReplayError(f"RemoveTransactionRecord {r.transactional_id!r}: {why}")
+        del self._transactions.edit()[r.transactional_id]
+
     def _txn_offset_commit(self, r: metadata_pb2.TxnOffsetCommitRecord) -> None:
         kind = "TxnOffsetCommitRecord"
         txn = self._transactions.view.get(r.transactional_id)
@@ -499,5 +506,6 @@ _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "remove_user_scram_credential": MetadataDelta._remove_user_scram_credential,
     "transaction": MetadataDelta._transaction,
     "txn_offset_commit": MetadataDelta._txn_offset_commit,
+    "remove_transaction": MetadataDelta._remove_transaction,
 }
 assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

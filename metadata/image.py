@@ -125,7 +125,9 @@ class MetadataImage:
     # transactional id -> its state (raftka.metadata.transactions); a record the delta copied, never changed
     transactions: Mapping[str, metadata_pb2.TransactionRecord] = field(default_factory=frozen)
     # transactional id -> (group, topic id, partition) -> an offset its open transaction commits
-    txn_offsets: Mapping[str, Mapping[tuple[str, bytes, int], CommittedOffset]] = field(default_factory=frozen)
+    txn_offsets: Mapping[str, Mapping[tuple[str, bytes, int], CommittedOffset]] = field(
+        default_factory=frozen
+    )
 
     def topic(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids_by_name.get(name)

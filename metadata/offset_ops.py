@@ -110,7 +110,11 @@ def fetch(
                 topic=names[topic_id], partition=partition, offset=offset.offset, metadata=offset.metadata
             )
             if (topic_id, partition) in unstable:
-                entry.offset, entry.metadata, entry.error = NOTHING_COMMITTED, "", ErrorCode.UNSTABLE_OFFSET_COMMIT
+                entry.offset, entry.metadata, entry.error = (
+                    NOTHING_COMMITTED,
+                    "",
+                    ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                )
         return response
     for wanted in request.topics:
         topic = image.topic(wanted.topic)
@@ -130,7 +134,9 @@ def fetch(
                 continue
             if (topic.topic_id, partition) in unstable:
                 entry.error = ErrorCode.UNSTABLE_OFFSET_COMMIT
-                entry.message = f"an open transaction commits {wanted.topic}-{partition} for {request.group!r}"
+                entry.message = (
+                    f"an open transaction commits {wanted.topic}-{partition} for {request.group!r}"
+                )
                 continue
             offset = committed.get((topic.topic_id, partition))
             if offset is not None:

@@ -324,6 +324,12 @@ def _check_txn_offset_commit(r: metadata_pb2.TxnOffsetCommitRecord) -> None:
         raise RecordError(f"{kind}: partition {r.partition}, offset {r.offset}: negative")
 
 
+def _check_remove_transaction(r: metadata_pb2.RemoveTransactionRecord) -> None:
+    problem = transactions.transactional_id_problem(r.transactional_id)
+    if problem is not None:
+        raise RecordError(f"RemoveTransactionRecord.{problem}")
+
+
 def _no_fields(_: Message) -> None:
     pass
 
@@ -353,5 +359,6 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     ),
     "transaction": _check_transaction,
     "txn_offset_commit": _check_txn_offset_commit,
+    "remove_transaction": _check_remove_transaction,
 }
 assert set(_CHECKS) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

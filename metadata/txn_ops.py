@@ -116,6 +116,23 @@ def _pending_offsets(
     ]
 
 
+def expire(image: MetadataImage, now_wall_ms: int, expiration_ms: int, records_max: int) -> Plan:
+    """Forget the ids with no open transaction whose last change is ``expiration_ms`` old
+    (Kafka's transactional.id.expiration.ms), so ids used once do not grow the image for
+    ever; at most ``records_max`` per call, by name. The answer is for no one."""
+    cutoff_ms = now_wall_ms - expiration_ms
+    idle = sorted(
+        tid
+        for tid, txn in image.transactions.items()
+        if txn.state not in transactions.OPEN and txn.last_update_time_ms <= cutoff_ms
+    )
+    records = [
+        MetadataRecord(remove_transaction=metadata_pb2.RemoveTransactionRecord(transactional_id=tid))
+        for tid in idle[:records_max]
+    ]
+    return Plan(controller_pb2.WriteTransactionResponse(), records)
+
+
 def commit_offsets(
     image: MetadataImage, request: controller_pb2.TxnOffsetCommitRequest, now_wall_ms: int
 ) -> Plan:

@@ -224,6 +224,7 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
             partitions = sum(len(t.partitions) for t in request.offsets.topics)
             yield "offsets.topics[].partitions", partitions, records_max, per_batch
         case Pb.WriteTransactionRequest():
+            yield "transaction.topics", len(request.transaction.topics), TOPICS_PER_REQUEST_MAX, ""
             partitions = sum(len(t.partitions) for t in request.transaction.topics)
             yield "transaction.topics[].partitions", partitions, PARTITIONS_PER_TRANSACTION_MAX, ""
             yield "transaction.groups", len(request.transaction.groups), GROUPS_PER_REQUEST_MAX, ""

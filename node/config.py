@@ -71,6 +71,9 @@ class ControllerConfig:
     # a broker whose connections to the active controller all closed is fenced this long after,
     # unless it reconnects or heartbeats first; 0: only the session timeout fences
     disconnect_fence_ms: int = 500
+    transactional_id_expiration_ms: int = (
+        604_800_000  # an id idle this long (no open transaction) is forgotten
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +227,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "controller.offsets_retention_minutes": (int, ControllerConfig().offsets_retention_minutes),
     "controller.leader_rebalance_interval_ms": (int, ControllerConfig().leader_rebalance_interval_ms),
     "controller.disconnect_fence_ms": (int, ControllerConfig().disconnect_fence_ms),
+    "controller.transactional_id_expiration_ms": (int, ControllerConfig().transactional_id_expiration_ms),
     **_declare("metadata", MetadataConfig),
     **_declare("broker", BrokerConfig),
     **_declare("kafka", KafkaConfig),
@@ -242,6 +246,7 @@ _POSITIVE = (
     "controller.session_timeout_ms",
     "controller.max_partitions_per_topic",
     "controller.offsets_retention_minutes",
+    "controller.transactional_id_expiration_ms",
     "metadata.snapshot_interval_records",
     "metadata.snapshot_interval_bytes",
     *(
@@ -378,6 +383,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
             values["controller.offsets_retention_minutes"],
             values["controller.leader_rebalance_interval_ms"],
             values["controller.disconnect_fence_ms"],
+            values["controller.transactional_id_expiration_ms"],
         ),
         metadata=MetadataConfig(**_table(values, "metadata", MetadataConfig)),
         broker=BrokerConfig(**_table(values, "broker", BrokerConfig)),
@@ -556,6 +562,7 @@ def render_toml(config: NodeConfig) -> str:
         "controller.offsets_retention_minutes": config.controller.offsets_retention_minutes,
         "controller.leader_rebalance_interval_ms": config.controller.leader_rebalance_interval_ms,
         "controller.disconnect_fence_ms": config.controller.disconnect_fence_ms,
+        "controller.transactional_id_expiration_ms": config.controller.transactional_id_expiration_ms,
         **_render("metadata", config.metadata),
         **_render("broker", config.broker),
         **_render("kafka", config.kafka),

@@ -103,7 +103,8 @@ class TransactionCoordinator:
         return transactions.transaction_coordinator(self._image, transactional_id) == self.broker_id
 
     def _current(self, transactional_id: str) -> TransactionRecord | None:
-        return self._written.get(transactional_id) or self._image.transactions.get(transactional_id)
+        written = self._written.get(transactional_id)
+        return written if written is not None else self._image.transactions.get(transactional_id)
 
     def _not_here(self, transactional_id: str) -> tuple[int, str] | None:
         problem = transactions.transactional_id_problem(transactional_id)
@@ -176,7 +177,7 @@ class TransactionCoordinator:
                 response.status.error, response.status.message = error, message
             elif record is not None:
                 response.producer_id, response.producer_epoch = record.producer_id, record.producer_epoch
-                log.info(
+                log.debug(  # a client asks as often as it likes: not at INFO
                     "producer initialized",
                     txn=tid,
                     producer_id=record.producer_id,

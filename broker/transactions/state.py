@@ -140,7 +140,7 @@ def fenced(current: TransactionRecord) -> TransactionRecord:
     refused at every partition and the old producer itself is told PRODUCER_FENCED."""
     record = _copy(current)
     record.state = State.TXN_PREPARE_ABORT
-    record.last_producer_epoch = current.producer_epoch
+    record.last_producer_epoch = NO_PRODUCER  # as Kafka's: naming the old epoch is no retry, it is fenced
     record.producer_epoch = min(current.producer_epoch + 1, PRODUCER_EPOCH_MAX + 1)
     return record
 

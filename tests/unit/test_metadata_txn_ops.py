@@ -19,6 +19,7 @@ from raftka.metadata.image import MetadataImage
 from raftka.metadata.snapshot import decode_image, encode_image
 from raftka.metadata.transactions import State, TransactionRecord
 from raftka.v1 import controller_pb2 as pb
+from raftka.v1 import metadata_pb2
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import replay
 
@@ -260,3 +261,26 @@ def test_random_requests_keep_the_transaction_invariants(ops: list[tuple[str, in
             handed_out.append(given)
             producers.append(given)
     assert completions <= len([op for op, _, _ in ops if op == "complete"])
+
+
+def test_ids_idle_past_the_expiration_are_forgotten_and_open_ones_kept() -> None:
+    busy = next(t for t in (f"busy-{i}" for i in range(100)) if coordinator_for(t, BROKERS) == 1)
+    image = cluster()
+    for record in (
+        txn(State.TXN_EMPTY),
+        m.transaction(busy, 6, 0).transaction,
+        m.transaction(busy, 6, 0, State.TXN_ONGOING, [("orders", 0)]).transaction,
+    ):
+        plan, image = write(image, record)
+        assert plan.response.status.error == E.NONE
+    assert txn_ops.expire(image, NOW_MS + 999, 1_000, 100).records == []  # not idle long enough
+    expired = txn_ops.expire(image, NOW_MS + 1_000, 1_000, 100)
+    assert [r.remove_transaction.transactional_id for r in expired.records] == [TID]  # the other is open
+    after = replay(image, *expired.records)
+    assert set(after.transactions) == {busy}
+    with pytest.raises(ReplayError, match="its transaction is open"):
+        replay(
+            after, m.Record(remove_transaction=metadata_pb2.RemoveTransactionRecord(transactional_id=busy))
+        )
+    plan, _ = write(after, m.transaction(TID, 77, 0).transaction)  # forgotten: it starts anew
+    assert plan.response.status.error == E.NONE

@@ -157,6 +157,7 @@ def test_a_transaction_open_longer_than_its_timeout_is_aborted_under_a_new_epoch
         markers = [m for _, r in broker.markers.requests for m in r.markers]
         assert {(m.committed, m.producer_epoch) for m in markers} == {(False, 1)}
         assert await end(client, pid, 0, committed=True) == E.PRODUCER_FENCED
+        assert (await init(client, pid=pid, epoch=0)).status.error == E.PRODUCER_FENCED  # no way back in
 
     run(tmp_path, scenario)
 
