@@ -19,7 +19,9 @@ shown would be a duplicate), and the group's committed offsets are the input's e
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -109,6 +111,7 @@ class Processor:
         self._bootstrap = bootstrap
         self._stop = threading.Event()
         self.attempts = self.commits = self.aborts = self.new_producers = 0
+        self.errors: collections.deque[str] = collections.deque(maxlen=8)  # the last ones, for failures
         self._failed: KafkaError | None = None  # why the last transaction failed
         self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -120,7 +123,7 @@ class Processor:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(TIMEOUT_S)
+        self._thread.join(RECOVERY_TIMEOUT_S)  # a librdkafka call in flight ends within its timeout
         assert not self._thread.is_alive(), "the processor did not stop"
         self.check()
 
@@ -142,8 +145,9 @@ class Processor:
                 messages = [m for m in consumer.consume(BATCH, 0.2) if m.error() is None]
                 if messages and not self._transaction(producer, consumer, messages):
                     producer = self._recover(producer, consumer)
-        except BaseException as e:  # raised in the test by check()
-            self.failure = e
+        except BaseException as e:  # raised in the test by check(); once stopping, a call cut short
+            if not self._stop.is_set():
+                self.failure = e
         finally:
             consumer.close()
 
@@ -166,6 +170,7 @@ class Processor:
                 call()
                 return
             except KafkaException as e:
+                self.errors.append(f"{time.strftime('%H:%M:%S')} {e.args[0]}")
                 if not e.args[0].retriable() or self._stop.is_set():
                     raise
 
@@ -191,6 +196,7 @@ class Processor:
             self._retrying(lambda: producer.commit_transaction(TIMEOUT_S))
         except KafkaException as e:
             self._failed = e.args[0]
+            self.errors.append(f"{time.strftime('%H:%M:%S')} {e.args[0]}")
             return False
         self.commits += 1
         return True
@@ -288,7 +294,8 @@ def test_consume_transform_produce_is_exactly_once_through_leader_coordinator_an
 def committed_past(processor: Processor, count: int, what: str) -> None:
     target = processor.commits + count
     wait_until(lambda: processor.check() or processor.commits >= target, timeout_s=RECOVERY_TIMEOUT_S,
-               what=what, detail=lambda: f"{processor.commits} commits, {processor.aborts} aborts")  # fmt: skip
+               what=what, detail=lambda: f"{processor.commits} commits, {processor.aborts} aborts, "
+               f"{processor.new_producers} producers, last errors {list(processor.errors)}")  # fmt: skip
 
 
 def output_leader(admin: Admin, partition: int) -> int:
