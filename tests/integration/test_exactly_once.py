@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -117,6 +119,11 @@ class Processor:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def where(self) -> str:
+        """The processor thread's stack now: which call it waits in, for failures."""
+        frame = sys._current_frames().get(self._thread.ident or 0)
+        return "".join(traceback.format_stack(frame)[-4:]) if frame is not None else "not running"
+
     def check(self) -> None:
         if self.failure is not None:
             raise AssertionError("the processor stopped") from self.failure
@@ -124,7 +131,7 @@ class Processor:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(RECOVERY_TIMEOUT_S)  # a librdkafka call in flight ends within its timeout
-        assert not self._thread.is_alive(), "the processor did not stop"
+        assert not self._thread.is_alive(), f"the processor did not stop; it waits in:\n{self.where()}"
         self.check()
 
     def _run(self) -> None:
@@ -295,7 +302,8 @@ def committed_past(processor: Processor, count: int, what: str) -> None:
     target = processor.commits + count
     wait_until(lambda: processor.check() or processor.commits >= target, timeout_s=RECOVERY_TIMEOUT_S,
                what=what, detail=lambda: f"{processor.commits} commits, {processor.aborts} aborts, "
-               f"{processor.new_producers} producers, last errors {list(processor.errors)}")  # fmt: skip
+               f"{processor.new_producers} producers, last errors {list(processor.errors)}, "
+               f"waiting in:\n{processor.where()}")  # fmt: skip
 
 
 def output_leader(admin: Admin, partition: int) -> int:
