@@ -15,6 +15,9 @@ transaction, ``INVALID_PRODUCER_EPOCH``/``PRODUCER_FENCED`` for a fenced epoch,
 ``COORDINATOR_NOT_AVAILABLE``/``NOT_COORDINATOR``/``CONCURRENT_TRANSACTIONS`` to retry).
 The coordinator's implementation asks it with AddPartitionsToTxn, verify-only (Kafka's
 ``AddPartitionsToTxnManager``). ``AcceptAll`` is the default until one is plugged in.
+As Kafka, ``COORDINATOR_NOT_AVAILABLE``, ``NOT_COORDINATOR`` and
+``CONCURRENT_TRANSACTIONS`` (and a ``verify`` that raises: it should not) are answered
+``NOT_ENOUGH_REPLICAS``, which every producer retries without a metadata refresh.
 
 A marker written for the producer while its verification is in flight voids it (the
 replica manager's guard, Kafka's ``VerificationGuard``): the batch is then refused with

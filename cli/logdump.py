@@ -86,6 +86,14 @@ def format_entry(entry: dict[str, Any]) -> str:
 def format_partition_entry(entry: dict[str, Any]) -> str:
     if entry["type"] == "damaged":
         return f"position: {entry['position']} isvalid: false error: {entry['error']}"
+    if entry["type"] == "aborted_transactions":
+        line = f"aborted transactions: {len(entry['aborted'])}"
+        for a in entry["aborted"]:
+            line += (
+                f"\n| producerId: {a['producer_id']} firstOffset: {a['first_offset']} "
+                f"lastOffset: {a['last_offset']} lastStableOffset: {a['last_stable_offset']}"
+            )
+        return line
     if entry["type"] == "producer_snapshot":
         line = f"producer snapshot offset: {entry['offset']} producers: {len(entry['producers'])}"
         for p in entry["producers"]:
@@ -102,8 +110,15 @@ def format_partition_entry(entry: dict[str, Any]) -> str:
         f"producerEpoch: {entry['producer_epoch']} "
         f"partitionLeaderEpoch: {entry['partition_leader_epoch']} position: {entry['position']} "
         f"{entry['timestamp_type']}: {entry['max_timestamp']} size: {entry['size_bytes']} "
+        f"isTransactional: {str(entry['is_transactional']).lower()} "
+        f"isControl: {str(entry['is_control']).lower()} "
         f"compresscodec: {entry['compression']} isvalid: {str(entry['crc_valid']).lower()}"
     )
+    marker = entry.get("end_txn_marker")
+    if isinstance(marker, dict):
+        line += f" endTxnMarker: {marker['type']} coordinatorEpoch: {marker['coordinator_epoch']}"
+    elif marker is not None:
+        line += f" {marker}"
     records = entry.get("records")
     if isinstance(records, str):
         return f"{line}\n| {records}"

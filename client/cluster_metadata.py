@@ -180,11 +180,12 @@ class ClusterMetadata:
     # offsets ----------------------------------------------------------------------------
 
     async def list_offsets(
-        self, tps: Sequence[TopicPartition], timestamp: int
+        self, tps: Sequence[TopicPartition], timestamp: int, isolation_level: int = 0
     ) -> dict[TopicPartition, tuple[int, int]]:
         """(offset, timestamp) per partition from its leader: -2 earliest, -1 latest (the
-        high watermark), else the first record at or after ``timestamp`` ms (offset -1:
-        none). Leaders that moved are found again; KafkaError after a few attempts."""
+        high watermark; with ``isolation_level`` 1, read_committed, the last stable offset),
+        else the first record at or after ``timestamp`` ms (offset -1: none). Leaders that
+        moved are found again; KafkaError after a few attempts."""
         result: dict[TopicPartition, tuple[int, int]] = {}
         wanted = list(tps)
         for attempt in range(20):
@@ -204,7 +205,7 @@ class ClusterMetadata:
                     retry += group
                     problem = f"no leader for {group[0]}"
                     continue
-                request = broker_pb2.ListOffsetsRequest()
+                request = broker_pb2.ListOffsetsRequest(isolation_level=isolation_level)
                 for tp in group:
                     request.topics.add(name=tp.topic).partitions.add(
                         partition=tp.partition, timestamp=timestamp

@@ -21,7 +21,8 @@ the aborted list each fetch answer carries, exactly as Kafka's consumer does
 (``raftka.records.read_committed``); ``"read_uncommitted"``, the default as in Kafka's
 Java consumer (librdkafka's is read_committed), reads up to the high watermark and
 returns aborted records too. Control records (transaction markers) are never returned,
-in either mode; a position moves past them.
+in either mode; a position moves past them. ``end_offsets`` and a reset or seek to the
+end are at the consumer's isolation level too (read_committed: the last stable offset).
 
 A leader change can cut records the consumer fetched (an unclean election). Each fetch
 says which leader epoch the consumer last read, so the leader answers with the diverging
@@ -298,7 +299,8 @@ class AsyncConsumer:
         await self._seek_to(partitions or self._assigned, LIST_LATEST)
 
     async def _seek_to(self, partitions: Sequence[TopicPartition], timestamp: int) -> None:
-        for tp, (offset, _) in (await self.metadata.list_offsets(list(partitions), timestamp)).items():
+        found = await self.metadata.list_offsets(list(partitions), timestamp, self._isolation_level)
+        for tp, (offset, _) in found.items():
             self.seek(tp, offset)
 
     async def position(self, tp: TopicPartition) -> int:
@@ -307,10 +309,10 @@ class AsyncConsumer:
         return self._position[tp]
 
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        return {
-            tp: offset
-            for tp, (offset, _) in (await self.metadata.list_offsets(list(partitions), LIST_LATEST)).items()
-        }
+        """The latest offsets: the high watermarks, or read_committed the last stable offsets
+        (as Kafka's consumer answers ``endOffsets``)."""
+        found = await self.metadata.list_offsets(list(partitions), LIST_LATEST, self._isolation_level)
+        return {tp: offset for tp, (offset, _) in found.items()}
 
     async def _resolve_positions(self) -> None:
         missing = [tp for tp in self._assigned if tp not in self._position]

@@ -1,11 +1,14 @@
 """Partition segments as they are on disk, batch by batch, for ``raftka log dump``.
 
 Walks every ``.log`` of a partition folder (or one file) with the same frame checks the
-broker's recovery runs: each batch is reported with its CRC verdict and its producer id,
-epoch and sequence, and a region that is not a whole batch ends the file's dump with a
+broker's recovery runs: each batch is reported with its CRC verdict, its producer id,
+epoch and sequence, whether it is transactional or a control batch (a transaction
+marker: COMMIT or ABORT and its coordinator epoch, as Kafka's DumpLogSegments shows
+``endTxnMarker``), and a region that is not a whole batch ends the file's dump with a
 ``damaged`` entry naming the problem. Then every producer state snapshot
-(``<offset>.snapshot``, or one such file): its producers with their last batches, or a
-``damaged`` entry if it does not read back.
+(``<offset>.snapshot``, or one such file): its producers with their last batches and open
+transaction, or a ``damaged`` entry if it does not read back; and every aborted-transaction
+index (``<offset>.txnindex``).
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ from typing import Any
 
 from raftka.broker.log import producer_snapshots
 from raftka.broker.log.partition_log import METADATA_FILE
+from raftka.broker.log.transaction_index import SUFFIX as TXN_INDEX_SUFFIX
+from raftka.broker.log.transaction_index import TransactionIndex
 from raftka.records.batch import HEADER_SIZE, BatchFramingError, crc_matches, parse_header, read_header
 from raftka.records.codec import Compression, RecordError, iter_batch_records
+from raftka.records.control import read_marker
 
 
 def is_partition_path(path: Path) -> bool:
@@ -28,9 +34,36 @@ def is_partition_path(path: Path) -> bool:
 
 def iter_partition_dump(path: Path, print_data: bool = False) -> Iterator[dict[str, Any]]:
     suffix = producer_snapshots.SUFFIX
-    files = sorted(path.glob("*.log")) + sorted(path.glob(f"*{suffix}")) if path.is_dir() else [path]
+    files = (
+        [
+            *sorted(path.glob("*.log")),
+            *sorted(path.glob(f"*{suffix}")),
+            *sorted(path.glob(f"*{TXN_INDEX_SUFFIX}")),
+        ]
+        if path.is_dir()
+        else [path]
+    )
     for file in files:
-        yield from (_dump_snapshot(file) if file.name.endswith(suffix) else _dump_file(file, print_data))
+        if file.name.endswith(suffix):
+            yield from _dump_snapshot(file)
+        elif file.name.endswith(TXN_INDEX_SUFFIX):
+            yield _dump_txn_index(file)
+        else:
+            yield from _dump_file(file, print_data)
+
+
+def _dump_txn_index(file: Path) -> dict[str, Any]:
+    entries = TransactionIndex(file).entries
+    aborted = [
+        {
+            "producer_id": e.producer_id,
+            "first_offset": e.first_offset,
+            "last_offset": e.last_offset,
+            "last_stable_offset": e.last_stable_offset,
+        }
+        for e in entries
+    ]
+    return {"file": str(file), "type": "aborted_transactions", "aborted": aborted}
 
 
 def _dump_snapshot(file: Path) -> Iterator[dict[str, Any]]:
@@ -43,6 +76,8 @@ def _dump_snapshot(file: Path) -> Iterator[dict[str, Any]]:
         {
             "producer_id": producer_id,
             "producer_epoch": entry.epoch,
+            "coordinator_epoch": entry.coordinator_epoch,
+            "current_txn_first_offset": entry.txn_first_offset,
             "batches": [
                 {
                     "first_sequence": b.first_sequence,
@@ -85,11 +120,25 @@ def _dump_file(file: Path, print_data: bool) -> Iterator[dict[str, Any]]:
                 "producer_id": header.producer_id,
                 "producer_epoch": header.producer_epoch,
                 "base_sequence": header.base_sequence,
+                "is_transactional": header.is_transactional,
+                "is_control": header.is_control,
             }
+            if header.is_control:
+                entry["end_txn_marker"] = _marker(data)
             if print_data:
                 entry["records"] = _records(data)
             yield entry
             position += header.size
+
+
+def _marker(data: bytes) -> dict[str, Any] | str | None:
+    try:
+        marker = read_marker(data)
+    except RecordError as e:
+        return f"the control record does not decode: {e}"
+    if marker is None:
+        return None
+    return {"type": "COMMIT" if marker.committed else "ABORT", "coordinator_epoch": marker.coordinator_epoch}
 
 
 def _records(data: bytes) -> list[dict[str, Any]] | str:

@@ -10,6 +10,7 @@ see the transaction open again, and the last stable offset must never go back.
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 
 
@@ -24,29 +25,36 @@ class CompletedTxn:
 
 class OngoingTransactions:
     def __init__(self) -> None:
-        self.ongoing: dict[int, int] = {}  # producer id -> first offset, in the order they began
-        self.unreplicated: list[CompletedTxn] = []  # in marker order
+        # producer id -> first offset, in the order they began: by first offset, as batches are
+        # appended in offset order (``begin`` must be called so), so the first is the smallest
+        self.ongoing: dict[int, int] = {}
+        self.unreplicated: collections.deque[CompletedTxn] = collections.deque()  # in marker order
 
     def begin(self, producer_id: int, first_offset: int) -> None:
         self.ongoing[producer_id] = first_offset
 
-    def end(self, producer_id: int, marker_offset: int, aborted: bool) -> CompletedTxn:
-        """The producer's transaction, ended by its marker at ``marker_offset``; one with no
-        open transaction here spans the marker alone."""
-        first = self.ongoing.pop(producer_id, marker_offset)
-        others = min(self.ongoing.values(), default=marker_offset + 1)
+    def end(self, producer_id: int, marker_offset: int, aborted: bool) -> CompletedTxn | None:
+        """The producer's transaction, ended by its marker at ``marker_offset``; None if it
+        had none open here (the marker ends nothing, as Kafka's ``appendEndTxnMarker``)."""
+        first = self.ongoing.pop(producer_id, None)
+        if first is None:
+            return None
+        others = next(iter(self.ongoing.values()), marker_offset + 1)
         completed = CompletedTxn(producer_id, first, marker_offset, aborted, others)
         self.unreplicated.append(completed)
         return completed
 
+    def high_watermark_moved(self, high_watermark: int) -> None:
+        """Forget the ended transactions whose markers are now below ``high_watermark``."""
+        while self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
+            self.unreplicated.popleft()
+
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of an open transaction, or of an ended one whose marker is not
         below ``high_watermark``; None if there is none."""
-        while self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
-            self.unreplicated.pop(0)
-        firsts = [*self.ongoing.values(), *(t.first_offset for t in self.unreplicated)]
-        return min(firsts, default=None)
-
-    def last_stable_offset(self, high_watermark: int) -> int:
-        first = self.first_unstable_offset(high_watermark)
-        return high_watermark if first is None else min(first, high_watermark)
+        self.high_watermark_moved(high_watermark)
+        first = next(iter(self.ongoing.values()), None)
+        for ended in self.unreplicated:  # few: only those with markers above the high watermark
+            if first is None or ended.first_offset < first:
+                first = ended.first_offset
+        return first

@@ -383,8 +383,13 @@ class PartitionLog:
         return ReadResult(b"")
 
     def last_stable_offset(self, high_watermark: int) -> int:
-        """Below it no transaction is open, and nothing above ``high_watermark``."""
-        return self.producers.transactions.last_stable_offset(high_watermark)
+        """Below it no transaction is open, and nothing above ``high_watermark``; never below
+        the log start (retention may delete an open transaction's first records, as Kafka's
+        ``updateFirstUnstableOffset`` clamps it)."""
+        first = self.producers.transactions.first_unstable_offset(high_watermark)
+        if first is None:
+            return high_watermark
+        return min(max(first, self.log_start_offset), high_watermark)
 
     def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [start, upper), from the indexes of the

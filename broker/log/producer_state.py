@@ -28,9 +28,11 @@ producer's non-transactional batch is ``INVALID_TXN_STATE`` (Kafka's rule). A ma
 checked as Kafka's ``appendEndTxnMarker``: an epoch older than the producer's is
 ``INVALID_PRODUCER_EPOCH``, a coordinator epoch older than the last marker's
 ``TRANSACTION_COORDINATOR_FENCED``; a marker for a producer with no open transaction
-here is written all the same, its transaction spanning the marker alone (the
-coordinator may send a marker again after a failover). Markers carry no sequence and
-never count as the producer's batches.
+here is written all the same (the coordinator sends a marker again after a failover, or
+to a partition the producer never wrote) and ends nothing: no index entry, the last
+stable offset unmoved (Kafka's ``appendEndTxnMarker``). Markers carry no sequence and
+never count as the producer's batches; a producer known here only from markers starts
+its sequence at 0, as Kafka's ``checkSequence`` asks.
 
 Every replica applies the batches it appends (a follower without checks), so a follower
 that becomes leader knows every producer its leader knew. The state is a function of
@@ -122,9 +124,11 @@ class ProducerState:
     def __init__(self, producers: dict[int, ProducerEntry] | None = None) -> None:
         self.producers: dict[int, ProducerEntry] = producers if producers is not None else {}
         self.transactions = OngoingTransactions()
-        for producer_id, entry in self.producers.items():
-            if entry.txn_first_offset != NO_TXN:
-                self.transactions.begin(producer_id, entry.txn_first_offset)
+        open_ones = [
+            (e.txn_first_offset, pid) for pid, e in self.producers.items() if e.txn_first_offset != NO_TXN
+        ]
+        for first_offset, producer_id in sorted(open_ones):
+            self.transactions.begin(producer_id, first_offset)
         # KIP-890: producer id -> the guard of its verification in flight (the leader's, in memory)
         self.verifying: dict[int, object] = {}
 
@@ -138,6 +142,11 @@ class ProducerState:
         guard = self.verifying[producer_id] = object()
         return guard
 
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        """Forget ``guard``, unless a newer verification of the producer replaced it."""
+        if self.verifying.get(producer_id) is guard:
+            del self.verifying[producer_id]
+
     def check(self, header: BatchHeader) -> BatchMetadata | None:
         """The batch a client's ``header`` repeats, None if it is new and may be written;
         ProducerStateError if it may not."""
@@ -150,26 +159,25 @@ class ProducerState:
             return duplicate
         who = f"producer {header.producer_id}"
         self._check_epoch(header.producer_id, entry, epoch)
-        if entry.txn_first_offset != NO_TXN and not header.is_transactional:
-            raise ProducerStateError(
-                E.INVALID_TXN_STATE,
-                f"{who}: a non-transactional batch while its transaction from offset "
-                f"{entry.txn_first_offset} is open",
-            )
-        if not entry.batches:  # known from markers alone: taken at any sequence, as a new one
-            return None
         if epoch > entry.epoch:
             if first != 0:
                 raise ProducerStateError(
                     E.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     f"{who}: new epoch {epoch} must start at sequence 0, not {first}",
                 )
-            return None
-        expected = next_sequence(entry.last.last_sequence, 1)
-        if first != expected:
+        else:
+            last = entry.last.last_sequence if entry.batches else -1  # -1: known from markers alone
+            expected = next_sequence(last, 1)
+            if first != expected:
+                raise ProducerStateError(
+                    E.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"{who}, epoch {epoch}: sequence {first} does not follow {last} (expected {expected})",
+                )
+        if entry.txn_first_offset != NO_TXN and not header.is_transactional:  # after the sequence, as Kafka
             raise ProducerStateError(
-                E.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"{who}, epoch {epoch}: sequence {first} does not follow {entry.last.last_sequence} (expected {expected})",
+                E.INVALID_TXN_STATE,
+                f"{who}: a non-transactional batch while its transaction from offset "
+                f"{entry.txn_first_offset} is open",
             )
         return None
 

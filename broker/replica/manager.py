@@ -47,7 +47,7 @@ import structlog
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.manager import LogManager
 from raftka.broker.log.partition_log import AppendInfo
-from raftka.broker.log.producer_state import ProducerStateError
+from raftka.broker.log.producer_state import ProducerState, ProducerStateError
 from raftka.broker.metrics import BrokerTopicMetrics
 from raftka.broker.partitions import PartitionRole, Role, RoleChanges, StoppedPartition
 from raftka.broker.replica.follower_check import ROUTINE_REFUSALS, follower_refusal
@@ -81,6 +81,11 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 MARKER_TIMEOUT_MS = 30_000  # how long a marker waits for the ISR (Kafka's request.timeout.ms)
 REFUSAL_LOG_INTERVAL_S = 10.0  # a refused follower fetch is logged at most this often
+# A verification the coordinator could not answer now: the produce is answered
+# NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh (Kafka's rule).
+_VERIFICATION_RETRIABLE = frozenset(
+    {E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR, E.CONCURRENT_TRANSACTIONS}
+)
 Key = tuple[str, int]
 _Change = TypeVar("_Change", PartitionRole, StoppedPartition)
 
@@ -360,17 +365,14 @@ class ReplicaManager:
         """Ask the verifier about each transactional batch that would open a transaction
         here (``raftka.broker.transaction_verifier``): the guards of those it verified, and
         the refusals."""
-        asked: list[tuple[Key, object, Awaitable[int]]] = []
+        asked: list[tuple[Key, ProducerState, int, object, Awaitable[int]]] = []
+        if not request.transactional_id:  # no transactional batch may be written: the append says so
+            return {}, {}
         for topic in request.topics:
             for data in topic.partitions:
                 header = _transactional_header(data.records)
                 partition = self._partitions.get((topic.name, data.partition))
-                if (
-                    header is None
-                    or not request.transactional_id
-                    or partition is None
-                    or not partition.is_leader
-                ):
+                if header is None or partition is None or not partition.is_leader:
                     continue  # the append answers what is wrong, if anything
                 producers = partition.log.producers
                 if producers.has_ongoing_transaction(header.producer_id, header.producer_epoch):
@@ -383,19 +385,26 @@ class ReplicaManager:
                     topic.name,
                     data.partition,
                 )
-                asked.append((key, producers.start_verification(header.producer_id), verdict))
-        codes = await asyncio.gather(*(verdict for _, _, verdict in asked))
+                guard = producers.start_verification(header.producer_id)
+                asked.append((key, producers, header.producer_id, guard, verdict))
+        verdicts = await asyncio.gather(*(asking[-1] for asking in asked), return_exceptions=True)
         guards: dict[Key, object] = {}
         refused: dict[Key, PartitionError] = {}
-        for (key, guard, _), code in zip(asked, codes, strict=True):
-            if code == E.NONE:
+        for (key, producers, producer_id, guard, _), verdict in zip(asked, verdicts, strict=True):
+            if verdict == E.NONE:
                 guards[key] = guard
+                continue
+            producers.end_verification(producer_id, guard)
+            if isinstance(verdict, BaseException):
+                self._refusals.log(logging.WARNING, "transaction verification failed", error=repr(verdict))
+                code, why = E.NOT_ENOUGH_REPLICAS, f"unable to verify it: {verdict!r}; retry"
+            elif verdict in _VERIFICATION_RETRIABLE:
+                code, why = E.NOT_ENOUGH_REPLICAS, f"unable to verify it now ({E.Name(verdict)}); retry"
             else:
-                refused[key] = PartitionError(
-                    code,
-                    f"{key[0]}-{key[1]}: the transaction coordinator did not verify this partition "
-                    f"in transaction {request.transactional_id!r}: {E.Name(code)}",
-                )
+                code, why = verdict, f"the coordinator refused it: {E.Name(verdict)}"
+            refused[key] = PartitionError(
+                code, f"{key[0]}-{key[1]} in transaction {request.transactional_id!r}: {why}"
+            )
         return guards, refused
 
     def _append(
@@ -425,8 +434,8 @@ class ReplicaManager:
                 ),
             )
         finally:
-            if guard is not None and partition.log.producers.verifying.get(header.producer_id) is guard:
-                del partition.log.producers.verifying[header.producer_id]
+            if guard is not None:
+                partition.log.producers.end_verification(header.producer_id, guard)
         result.base_offset = info.first_offset
         if not info.duplicate:
             self.metrics.appended(len(validated.payload), info.record_count)

@@ -202,6 +202,7 @@ class Partition:
         if new <= self.high_watermark:
             return False
         self.high_watermark = new
+        self.log.producers.transactions.high_watermark_moved(new)
         return True
 
     @property
@@ -212,6 +213,7 @@ class Partition:
     def follow_high_watermark(self, leader_high_watermark: int) -> None:
         """A follower's high watermark: the leader's, as far as this log reaches; never back."""
         self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
+        self.log.producers.transactions.high_watermark_moved(self.high_watermark)
 
     # ISR changes ------------------------------------------------------------------------
 

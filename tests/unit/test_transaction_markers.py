@@ -11,6 +11,7 @@ from pathlib import Path
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.types import TopicPartition
 from raftka.records.codec import BatchBuilder
+from raftka.records.control import marker_batch
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.client import BrokerClient
 from tests.unit.broker_in_process import BROKER, InProcessBroker, broker_in_process
@@ -165,5 +166,130 @@ def test_the_consumer_drops_aborted_records_read_committed_and_never_returns_mar
             assert (committed, position) == ([b"c0", b"p0", b"c1", b"p1"], 9)
             everything, position = await consumed(broker, "read_uncommitted", 7)
             assert (everything, position) == ([b"a0", b"a1", b"c0", b"p0", b"a2", b"c1", b"p1"], 9)
+            client = BrokerClient(broker.address)
+            try:
+                await produce(client, txn_batch(3, 0, b"open"))  # @9, never ended
+            finally:
+                client.close()
+            for level, end in (("read_committed", 9), ("read_uncommitted", 10)):
+                consumer = AsyncConsumer(broker.address, isolation_level=level)
+                try:
+                    tp = TopicPartition(TOPIC, 0)
+                    assert await consumer.end_offsets([tp]) == {tp: end}
+                    await consumer.assign([tp])  # auto_offset_reset latest
+                    assert await consumer.position(tp) == end
+                finally:
+                    await consumer.close()
+
+    run(scenario())
+
+
+class Verifier:
+    """A coordinator's answers, recorded; ``held`` keeps each verification in flight until set."""
+
+    def __init__(self, code: int | Exception = E.NONE) -> None:
+        self.code = code
+        self.asked: list[tuple[str, int, int, str, int]] = []
+        self.held: asyncio.Event | None = None
+        self.arrived = asyncio.Event()
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
+    ) -> int:
+        self.asked.append((transactional_id, producer_id, producer_epoch, topic, partition))
+        self.arrived.set()
+        if self.held is not None:
+            await self.held.wait()
+        if isinstance(self.code, Exception):
+            raise self.code
+        return self.code
+
+
+def test_a_batch_opening_a_transaction_is_verified_first_and_a_refusal_writes_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path, {TOPIC: 1}) as broker:
+            verifier = broker.replicas.verifier = Verifier(E.INVALID_TXN_STATE)
+            client = BrokerClient(broker.address)
+            try:
+                refused = await produce(client, txn_batch(1, 0, b"late"))
+                assert refused.error == E.INVALID_TXN_STATE and "refused it" in refused.message
+                assert log_end(broker) == 0 and verifier.asked == [(TXN_ID, 1, 0, TOPIC, 0)]
+                verifier.code = E.COORDINATOR_NOT_AVAILABLE  # Kafka: retriable for any producer
+                retry = await produce(client, txn_batch(1, 0, b"late"))
+                assert retry.error == E.NOT_ENOUGH_REPLICAS and "COORDINATOR_NOT_AVAILABLE" in retry.message
+                verifier.code = RuntimeError("the coordinator's link failed")
+                retry = await produce(client, txn_batch(1, 0, b"late"))
+                assert retry.error == E.NOT_ENOUGH_REPLICAS and "link failed" in retry.message
+                assert log_end(broker) == 0 and broker.replicas.get(TOPIC, 0).log.producers.verifying == {}
+                verifier.asked.clear()
+                verifier.code = E.NONE
+                assert (await produce(client, txn_batch(1, 0, b"a"))).base_offset == 0
+                assert (await produce(client, txn_batch(1, 1, b"b"))).base_offset == 1
+                assert len(verifier.asked) == 1, (
+                    "a batch continuing its open transaction is not verified again"
+                )
+                assert await write_marker(client, 1, committed=True) == E.NONE
+                assert (await produce(client, txn_batch(1, 2, b"next"))).base_offset == 3
+                assert len(verifier.asked) == 2, "the next transaction is verified again"
+            finally:
+                client.close()
+
+    run(scenario())
+
+
+def test_a_marker_written_while_a_verification_is_in_flight_voids_it(tmp_path: Path) -> None:
+    """KIP-890's guard: the coordinator ended the transaction (its marker is here) while the
+    producer's late batch was being verified: the batch must not open a new transaction."""
+
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path, {TOPIC: 1}) as broker:
+            verifier = broker.replicas.verifier = Verifier()
+            verifier.held = asyncio.Event()
+            client, coordinator = BrokerClient(broker.address), BrokerClient(broker.address)
+            try:
+                late = asyncio.create_task(produce(client, txn_batch(1, 0, b"late")))
+                await asyncio.wait_for(verifier.arrived.wait(), 30)
+                assert await write_marker(coordinator, 1, committed=False) == E.NONE
+                verifier.held.set()
+                answer = await late
+                assert (
+                    answer.error == E.INVALID_TXN_STATE
+                    and "not part of an ongoing transaction" in answer.message
+                )
+                assert log_end(broker) == 1, "the marker alone"
+                assert broker.replicas.get(TOPIC, 0).last_stable_offset == 1
+            finally:
+                client.close()
+                coordinator.close()
+
+    run(scenario())
+
+
+def test_a_clients_control_batch_and_an_unknown_isolation_level_are_refused_naming_them(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with broker_in_process(tmp_path, {TOPIC: 1}) as broker:
+            client = BrokerClient(broker.address)
+            try:
+                forged = await produce(client, bytes(marker_batch(1, 0, False, 0, 1_700_000_000_000)))
+                assert forged.error == E.INVALID_RECORD and "control batches" in forged.message
+                assert log_end(broker) == 0
+                request = Pb.FetchRequest(replica_id=-1, max_bytes=1 << 20, isolation_level=2)
+                request.topics.add(name=TOPIC).partitions.add(partition=0, partition_max_bytes=1 << 20)
+                answer = await client.Fetch(request, timeout=10)
+                assert (
+                    answer.status.error == E.INVALID_REQUEST and "isolation_level: 2" in answer.status.message
+                )
+                listed = Pb.ListOffsetsRequest(isolation_level=-1)
+                listed.topics.add(name=TOPIC).partitions.add(partition=0, timestamp=-1)
+                answer = await client.ListOffsets(listed, timeout=10)
+                assert (
+                    answer.status.error == E.INVALID_REQUEST
+                    and "isolation_level: -1" in answer.status.message
+                )
+                assert (await produce(client, txn_batch(1, 0, b"after"))).base_offset == 0, "it serves on"
+            finally:
+                client.close()
 
     run(scenario())

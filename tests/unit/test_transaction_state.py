@@ -17,6 +17,7 @@ from raftka.broker.log import producer_snapshots
 from raftka.broker.log.partition_log import AppendInfo, PartitionLog
 from raftka.broker.log.producer_state import ProducerStateError
 from raftka.broker.log.transaction_index import AbortedTxn
+from raftka.cli.main import main
 from raftka.records.codec import BatchBuilder, read_records
 from raftka.v1 import controller_pb2
 from tests.unit.test_partition_log import NOW
@@ -94,13 +95,24 @@ def test_markers_from_an_older_producer_or_coordinator_epoch_are_fenced_and_writ
     )
 
 
-def test_a_marker_for_no_open_transaction_is_written_and_spans_itself(tmp_path: Path) -> None:
+def test_a_marker_for_no_open_transaction_is_written_and_ends_nothing(tmp_path: Path) -> None:
     """As Kafka's appendEndTxnMarker: the coordinator may send a marker again (after its
-    failover) or for a partition the producer never wrote."""
+    failover) or for a partition the producer never wrote; it is written, indexes nothing
+    and holds no last stable offset, and the producer then starts its sequence at 0."""
     log = open_log(tmp_path)
-    assert marker(log, 4, committed=False).first_offset == 0
-    assert aborted(log) == [AbortedTxn(4, 0, 0, 1)]
-    assert list(read_records(log.read(0, 1 << 20).records)) == [], "a marker is no data record"
+    append(log, batch(5, 0, b"open"))
+    assert marker(log, 4, committed=False).first_offset == 1
+    assert aborted(log) == [] and open_transactions(log) == {5: 0}
+    marker(log, 5, committed=False)
+    assert marker(log, 5, committed=False).first_offset == 3, "a retried marker"
+    assert aborted(log) == [AbortedTxn(5, 0, 2, 3)] and log.last_stable_offset(4) == 4
+    with pytest.raises(ProducerStateError) as gap:
+        append(log, batch(4, 7, b"x"))
+    assert gap.value.code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert append(log, batch(4, 0, b"x")).first_offset == 4
+    assert [r.value for r in read_records(log.read(0, 1 << 20).records)] == [b"open", b"x"], (
+        "markers are no data"
+    )
 
 
 # kept equal to the log ---------------------------------------------------------------------
@@ -115,8 +127,8 @@ class Model:
     aborted: list[AbortedTxn] = field(default_factory=list)
 
     def marker(self, producer_id: int, offset: int, committed: bool) -> None:
-        first = self.open.pop(producer_id, offset)
-        if not committed:
+        first = self.open.pop(producer_id, None)
+        if first is not None and not committed:
             self.aborted.append(
                 AbortedTxn(producer_id, first, offset, min(self.open.values(), default=offset + 1))
             )
@@ -182,6 +194,18 @@ def test_any_interleaving_keeps_the_last_stable_offset_and_the_aborted_index_equ
         log.close()
 
 
+def test_a_restart_keeps_the_earliest_open_transaction_whichever_producer_wrote_last(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, batch(1, 0, b"first"))  # 1 opens at 0
+    append(log, batch(2, 0, b"second"))  # 2 opens at 1
+    append(log, batch(1, 1, b"again"))  # 1 wrote last
+    log.close()
+    again = open_log(tmp_path)
+    assert again.last_stable_offset(3) == 0
+    marker(again, 1, committed=True)
+    assert again.last_stable_offset(4) == 1
+
+
 def test_an_unclean_restart_rebuilds_open_transactions_and_the_index_of_every_scanned_segment(
     tmp_path: Path,
 ) -> None:
@@ -220,13 +244,36 @@ def test_truncation_reopens_a_transaction_whose_marker_it_cut_and_drops_its_inde
     assert aborted(reopened) == [] and open_transactions(reopened) == {1: 0, 2: 1}
 
 
-def test_retention_deletes_a_segments_aborted_index_with_it(tmp_path: Path) -> None:
+def test_retention_deletes_a_segments_aborted_index_with_it_and_the_lso_stays_at_the_log_start(
+    tmp_path: Path,
+) -> None:
     log = open_log(tmp_path, segment_bytes=300, retention_bytes=0)
     append(log, batch(1, 0, b"x" * 100))
     marker(log, 1, committed=False)
+    append(log, batch(2, 0, b"open"))  # never ended: a hanging transaction
     first_index = log.segments[0].txn_index.path
-    assert first_index.exists()
+    assert first_index.exists() and log.last_stable_offset(log.log_end_offset) == 2
     while len(log.segments) < 3:
         append(log, batch(-1, -1, b"y" * 100, transactional=False, epoch=-1))
     assert log.delete_old_segments(NOW, log.log_end_offset) >= 1
     assert not first_index.exists() and aborted(log) == []
+    assert log.log_start_offset > 2 and log.last_stable_offset(log.log_end_offset) == log.log_start_offset
+
+
+def test_log_dump_shows_markers_open_transactions_and_the_aborted_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, batch(42, 0, b"a"))
+    marker(log, 42, committed=False, coordinator_epoch=3)
+    append(log, batch(43, 0, b"b"))
+    log.close()
+    assert main(["log", "dump", str(tmp_path / "t-0")]) == 0
+    text = capsys.readouterr().out
+    assert "isTransactional: true isControl: false" in text
+    assert (
+        "isTransactional: true isControl: true" in text and "endTxnMarker: ABORT coordinatorEpoch: 3" in text
+    )
+    assert "| producerId: 42 firstOffset: 0 lastOffset: 1 lastStableOffset: 2" in text
+    assert main(["log", "dump", str(tmp_path / "t-0"), "--output", "json"]) == 0
+    assert '"current_txn_first_offset": 2' in capsys.readouterr().out
