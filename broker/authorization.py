@@ -11,16 +11,22 @@ service and the Kafka listener), so each check is made once, here, before any wo
 | Produce | WRITE on each topic |
 | Fetch (a consumer's) | READ on each topic (a follower's: ``replica.follower_check``) |
 | ListOffsets | DESCRIBE on each topic |
-| InitProducerId | IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679) |
-| FindCoordinator, DescribeGroups | DESCRIBE on the group |
+| InitProducerId | IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679); with a transactional id, WRITE on it |
+| FindCoordinator, DescribeGroups | DESCRIBE on the group (FindCoordinator of a transactional id: DESCRIBE on it) |
+| AddPartitionsToTxn | WRITE on the transactional id and on each topic; verify_only: a broker (CLUSTER_ACTION) |
+| AddOffsetsToTxn | WRITE on the transactional id, READ on the group |
+| TxnOffsetCommit | WRITE on the transactional id, then as OffsetCommit |
+| EndTxn | WRITE on the transactional id |
+| DescribeTransactions | DESCRIBE on each transactional id |
+| ListTransactions | lists only the transactional ids it may DESCRIBE |
 | JoinGroup, SyncGroup, Heartbeat, LeaveGroup | READ on the group |
 | ListGroups | DESCRIBE on the cluster, or it lists only the groups it may DESCRIBE |
 | DeleteGroups | DELETE on each group |
 | OffsetCommit | READ on the group and on each topic |
 | OffsetFetch | DESCRIBE on the group and on each topic named; a listing lists only those |
 
-A refused topic or group is answered TOPIC_AUTHORIZATION_FAILED or
-GROUP_AUTHORIZATION_FAILED for it alone (whether or not it exists, so a refusal never
+A refused topic, group or transactional id is answered TOPIC_AUTHORIZATION_FAILED,
+GROUP_AUTHORIZATION_FAILED or TRANSACTIONAL_ID_AUTHORIZATION_FAILED for it alone (whether or not it exists, so a refusal never
 tells what exists), the cluster CLUSTER_AUTHORIZATION_FAILED; the rest of the request is
 served as if the refused part had not been asked, so nothing of it is written.
 
@@ -54,6 +60,7 @@ CODES = {
     acls.TOPIC: E.TOPIC_AUTHORIZATION_FAILED,
     acls.GROUP: E.GROUP_AUTHORIZATION_FAILED,
     acls.CLUSTER: E.CLUSTER_AUTHORIZATION_FAILED,
+    acls.TRANSACTIONAL_ID: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
 log = structlog.get_logger("raftka.broker.authorization")
 R = TypeVar("R")
@@ -117,7 +124,11 @@ class RequestAuthorizer:
 
 def refusal(caller: Caller, operation: str, resource_type: str, name: str) -> tuple[int, str]:
     """The error and message of a refusal, naming who was refused what."""
-    what = "the cluster" if resource_type == acls.CLUSTER else f"{resource_type.lower()} {name!r}"
+    what = (
+        "the cluster"
+        if resource_type == acls.CLUSTER
+        else f"{resource_type.lower().replace('_', ' ')} {name!r}"
+    )
     return CODES[resource_type], f"{caller.principal} may not {operation} {what}"
 
 
@@ -187,16 +198,156 @@ class Guards:
     ) -> Handler[Pb.InitProducerIdResponse]:
         async def guarded(request: Pb.InitProducerIdRequest) -> Pb.InitProducerIdResponse:
             caller = self.auth.caller()
-            if request.transactional_id or (
-                self.auth.allows(caller, acls.IDEMPOTENT_WRITE, acls.CLUSTER, acls.CLUSTER_NAME)
-                or self.auth.allows_on_any(caller, acls.WRITE, acls.TOPIC)
-            ):
-                return await handler(request)  # (a transactional id is refused there: no transactions)
-            assert caller is not None
             response = Pb.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+            tid = request.transactional_id
+            if tid:
+                if self.auth.allows(caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid):
+                    return await handler(request)
+                assert caller is not None
+                response.status.error, response.status.message = refusal(
+                    caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid
+                )
+                return response
+            if self.auth.allows(
+                caller, acls.IDEMPOTENT_WRITE, acls.CLUSTER, acls.CLUSTER_NAME
+            ) or self.auth.allows_on_any(caller, acls.WRITE, acls.TOPIC):
+                return await handler(request)
+            assert caller is not None
             response.status.error = E.CLUSTER_AUTHORIZATION_FAILED
             response.status.message = (
                 f"{caller.principal} may not IDEMPOTENT_WRITE the cluster nor WRITE any topic"
+            )
+            return response
+
+        return guarded
+
+    # transactions -----------------------------------------------------------------------
+
+    def transactional_id(
+        self,
+        operation: str,
+        response_type: type[R],
+        handler: Handler[R],
+        field: str = "transactional_id",
+        group_read: bool = False,
+    ) -> Handler[R]:
+        """A request about one transactional id (AddOffsetsToTxn, EndTxn, FindCoordinator of
+        an id): ``operation`` on it, and READ on its ``group_id`` if ``group_read``."""
+
+        async def guarded(request: Any) -> R:
+            caller = self.auth.caller()
+            tid = getattr(request, field)
+            refused = None
+            if not self.auth.allows(caller, operation, acls.TRANSACTIONAL_ID, tid):
+                refused = refusal(caller, operation, acls.TRANSACTIONAL_ID, tid)  # type: ignore[arg-type]
+            elif group_read and not self.auth.allows(caller, acls.READ, acls.GROUP, request.group_id):
+                refused = refusal(caller, acls.READ, acls.GROUP, request.group_id)  # type: ignore[arg-type]
+            if refused is None:
+                return await handler(request)
+            response = response_type()
+            response.status.error, response.status.message = refused
+            return response
+
+        return guarded
+
+    def add_partitions_to_txn(
+        self, handler: Handler[Pb.AddPartitionsToTxnResponse]
+    ) -> Handler[Pb.AddPartitionsToTxnResponse]:
+        """As Kafka: every partition refused if the id is; else the refused topics'
+        partitions refused and the others not attempted."""
+
+        async def guarded(request: Pb.AddPartitionsToTxnRequest) -> Pb.AddPartitionsToTxnResponse:
+            caller = self.auth.caller()
+            if caller is None:
+                return await handler(request)
+            if request.verify_only:
+                refused = None if caller.broker else refusal(caller, acls.CLUSTER_ACTION, acls.CLUSTER, "")
+            elif not self.auth.allows(caller, acls.WRITE, acls.TRANSACTIONAL_ID, request.transactional_id):
+                refused = refusal(caller, acls.WRITE, acls.TRANSACTIONAL_ID, request.transactional_id)
+            else:
+                allowed = self.auth.allowed_names(
+                    caller, acls.WRITE, acls.TOPIC, (t.name for t in request.topics)
+                )
+                if all(t.name in allowed for t in request.topics):
+                    return await handler(request)
+                response = Pb.AddPartitionsToTxnResponse()
+                for topic in request.topics:
+                    error, message = (
+                        (E.OPERATION_NOT_ATTEMPTED, "another topic of the request was refused")
+                        if topic.name in allowed
+                        else refusal(caller, acls.WRITE, acls.TOPIC, topic.name)
+                    )
+                    result = response.topics.add(name=topic.name)
+                    for p in topic.partitions:
+                        result.partitions.add(partition=p, error=error, message=message)
+                return response
+            if refused is None:
+                return await handler(request)
+            response = Pb.AddPartitionsToTxnResponse()
+            response.status.error, response.status.message = refused
+            for topic in request.topics:
+                result = response.topics.add(name=topic.name)
+                for p in topic.partitions:
+                    result.partitions.add(partition=p, error=refused[0], message=refused[1])
+            return response
+
+        return guarded
+
+    def txn_offset_commit(self, handler: Handler[C.OffsetCommitResponse]) -> Handler[C.OffsetCommitResponse]:
+        """WRITE on the transactional id, then the checks of an OffsetCommit of its offsets."""
+
+        async def guarded(request: C.TxnOffsetCommitRequest) -> C.OffsetCommitResponse:
+            caller = self.auth.caller()
+            if caller is None:
+                return await handler(request)
+            if not self.auth.allows(caller, acls.WRITE, acls.TRANSACTIONAL_ID, request.transactional_id):
+                response = C.OffsetCommitResponse()
+                response.status.error, response.status.message = refusal(
+                    caller, acls.WRITE, acls.TRANSACTIONAL_ID, request.transactional_id
+                )
+                return response
+            return await self.offset_commit(lambda offsets: handler(_with_offsets(request, offsets)))(
+                request.offsets
+            )
+
+        return guarded
+
+    def describe_transactions(
+        self, handler: Handler[Pb.DescribeTransactionsResponse]
+    ) -> Handler[Pb.DescribeTransactionsResponse]:
+        async def guarded(request: Pb.DescribeTransactionsRequest) -> Pb.DescribeTransactionsResponse:
+            caller = self.auth.caller()
+            ids = request.transactional_ids
+            allowed = self.auth.allowed_names(caller, acls.DESCRIBE, acls.TRANSACTIONAL_ID, ids)
+            answer = await handler(
+                Pb.DescribeTransactionsRequest(transactional_ids=[t for t in ids if t in allowed])
+            )
+            if caller is None or allowed >= set(ids):
+                return answer
+            described = {d.transactional_id: d for d in answer.transactions}
+            response = Pb.DescribeTransactionsResponse()
+            for tid in ids:
+                if tid in described:
+                    response.transactions.append(described[tid])
+                else:
+                    error, message = refusal(caller, acls.DESCRIBE, acls.TRANSACTIONAL_ID, tid)
+                    response.transactions.add(transactional_id=tid, error=error, message=message)
+            return response
+
+        return guarded
+
+    def list_transactions(
+        self, handler: Handler[Pb.ListTransactionsResponse]
+    ) -> Handler[Pb.ListTransactionsResponse]:
+        async def guarded(request: Pb.ListTransactionsRequest) -> Pb.ListTransactionsResponse:
+            response = await handler(request)
+            caller = self.auth.caller()
+            listed = list(response.transactions)
+            del response.transactions[:]
+            response.transactions.extend(
+                t
+                for t in listed
+                if self.auth.allows(caller, acls.DESCRIBE, acls.TRANSACTIONAL_ID, t.transactional_id)
             )
             return response
 
@@ -329,7 +480,7 @@ class Guards:
                 return response
             named = {t.topic for t in request.topics}
             allowed = self.auth.allowed_names(caller, acls.DESCRIBE, acls.TOPIC, named)
-            asked = C.OffsetFetchRequest(group=request.group)
+            asked = C.OffsetFetchRequest(group=request.group, require_stable=request.require_stable)
             asked.topics.extend(t for t in request.topics if t.topic in allowed)
             answer = await handler(asked) if asked.topics or not named else C.OffsetFetchResponse()
             if answer.status.error != E.NONE:
@@ -353,3 +504,13 @@ class Guards:
             return answer
 
         return guarded
+
+
+def _with_offsets(
+    request: C.TxnOffsetCommitRequest, offsets: C.OffsetCommitRequest
+) -> C.TxnOffsetCommitRequest:
+    """``request`` with only the offsets the caller may commit."""
+    allowed = C.TxnOffsetCommitRequest()
+    allowed.CopyFrom(request)
+    allowed.offsets.CopyFrom(offsets)
+    return allowed

@@ -6,7 +6,9 @@ and over gRPC as the ``Broker`` service, for tools.
 Metadata is answered from the broker's own image (as a Kafka broker answers from its
 metadata cache), naming each broker's data listener; Produce, Fetch and ListOffsets go
 to the replica manager; InitProducerId hands out an id from this broker's block
-(``raftka.broker.producer_ids``); the group APIs and OffsetCommit go to the group coordinator
+(``raftka.broker.producer_ids``), or, with a transactional id, the transaction coordinator
+does (``raftka.broker.transactions``), which answers the other transaction APIs too; the
+group APIs, OffsetCommit and TxnOffsetCommit go to the group coordinator
 (``raftka.broker.groups``); OffsetFetch is forwarded to the active controller (a linearizable
 read of the quorum), so clients need only brokers. WriteTxnMarkers (a transaction
 coordinator's commit or abort markers, ``ReplicaManager.write_txn_markers``) is only a
@@ -38,6 +40,7 @@ from raftka.broker.quota.manager import ClientQuotas, QuotaWindows
 from raftka.broker.quota.throttle import client_user, throttle
 from raftka.broker.replica.follower_check import ROUTINE_REFUSALS, broker_refusal
 from raftka.broker.replica.manager import ReplicaManager
+from raftka.broker.transactions.coordinator import TransactionCoordinator
 from raftka.metadata import acls
 from raftka.metadata.image import NO_LEADER, MetadataImage
 from raftka.node.logs import RateLimitedLog
@@ -52,6 +55,7 @@ from raftka.wire.server import CloseConnection, Handler
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
 TOPICS_PER_METADATA_MAX = 1_000
+TRANSACTIONAL_ID_KEY = 1  # FindCoordinator's key_type of a transactional id (0: a group)
 DATA_CLIENT_ID = ""  # the data protocol names no client id
 REFUSAL_LOG_INTERVAL_S = 10.0
 log = structlog.get_logger("raftka.broker.data_service")
@@ -66,6 +70,7 @@ class BrokerApi:
         cluster_id: str,
         controller_id: Callable[[], int],
         producer_ids: ProducerIdManager,
+        transactions: TransactionCoordinator,
         authorizer: RequestAuthorizer | None = None,
     ) -> None:
         self.replicas = replicas
@@ -78,6 +83,7 @@ class BrokerApi:
         self.cluster_id = cluster_id
         self._link = link
         self._producer_ids = producer_ids
+        self.transactions = transactions
         self._controller_id = controller_id
         self.produce = guard.by_topic(
             acls.WRITE, Pb.ProduceResponse, timed_produce(replicas.produce, replicas.metrics)
@@ -90,9 +96,23 @@ class BrokerApi:
         self.init_producer_id = guard.init_producer_id(self._init_producer_id)
         self.offset_commit = guard.offset_commit(groups.commit)
         self.offset_fetch = guard.offset_fetch(self._offset_fetch)
-        self.find_coordinator = guard.one_group(
+        self._find_group_coordinator = guard.one_group(
             acls.DESCRIBE, Pb.FindCoordinatorResponse, groups.find_coordinator
         )
+        self._find_transaction_coordinator = guard.transactional_id(
+            acls.DESCRIBE,
+            Pb.FindCoordinatorResponse,
+            lambda r: transactions.find_coordinator(r.group_id),
+            field="group_id",
+        )
+        self.add_partitions_to_txn = guard.add_partitions_to_txn(transactions.add_partitions)
+        self.add_offsets_to_txn = guard.transactional_id(
+            acls.WRITE, Pb.AddOffsetsToTxnResponse, transactions.add_offsets, group_read=True
+        )
+        self.txn_offset_commit = guard.txn_offset_commit(groups.txn_commit)
+        self.end_txn = guard.transactional_id(acls.WRITE, Pb.EndTxnResponse, transactions.end_txn)
+        self.describe_transactions = guard.describe_transactions(transactions.describe)
+        self.list_transactions = guard.list_transactions(transactions.list_transactions)
         self.join_group = guard.one_group(acls.READ, Pb.JoinGroupResponse, groups.join)
         self.sync_group = guard.one_group(acls.READ, Pb.SyncGroupResponse, groups.sync)
         self.heartbeat = guard.one_group(acls.READ, Pb.HeartbeatResponse, groups.heartbeat)
@@ -119,8 +139,26 @@ class BrokerApi:
             frames.DESCRIBE_GROUPS.key: self.describe_groups,
             frames.LIST_GROUPS.key: self.list_groups,
             frames.DELETE_GROUPS.key: self.delete_groups,
+            frames.ADD_PARTITIONS_TO_TXN.key: self.add_partitions_to_txn,
+            frames.ADD_OFFSETS_TO_TXN.key: self.add_offsets_to_txn,
+            frames.TXN_OFFSET_COMMIT.key: self.txn_offset_commit,
+            frames.END_TXN.key: self.end_txn,
+            frames.DESCRIBE_TRANSACTIONS.key: self.describe_transactions,
+            frames.LIST_TRANSACTIONS.key: self.list_transactions,
             frames.WRITE_TXN_MARKERS.key: self.write_txn_markers,
         }
+
+    async def find_coordinator(self, request: Pb.FindCoordinatorRequest) -> Pb.FindCoordinatorResponse:
+        if request.key_type == TRANSACTIONAL_ID_KEY:
+            return await self._find_transaction_coordinator(request)
+        if request.key_type != 0:
+            response = Pb.FindCoordinatorResponse()
+            response.status.error = E.INVALID_REQUEST
+            response.status.message = (
+                f"key_type: {request.key_type} is neither 0 (a group) nor 1 (a transactional id)"
+            )
+            return response
+        return await self._find_group_coordinator(request)
 
     async def write_txn_markers(self, request: Pb.WriteTxnMarkersRequest) -> Pb.WriteTxnMarkersResponse:
         """A broker's markers, written (see the module docstring); anyone else's refused whole."""
@@ -180,8 +218,11 @@ class BrokerApi:
         return self.replicas.list_offsets(request)
 
     async def _init_producer_id(self, request: Pb.InitProducerIdRequest) -> Pb.InitProducerIdResponse:
-        """A new producer id with epoch 0 (Kafka's answer to an idempotent producer, which
-        bumps its epoch itself afterwards)."""
+        """With a transactional id, the transaction coordinator's answer; without, a new
+        producer id with epoch 0 (Kafka's answer to an idempotent producer, which bumps its
+        epoch itself afterwards)."""
+        if request.transactional_id:
+            return await self.transactions.init_producer_id(request)
         response = Pb.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
         problem = _init_producer_id_problem(request)
         if problem:
@@ -298,10 +339,36 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> controller_pb2.DeleteGroupsResponse:
         return await self._api.delete_groups(request)
 
+    async def AddPartitionsToTxn(
+        self, request: Pb.AddPartitionsToTxnRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.AddPartitionsToTxnResponse:
+        return await self._api.add_partitions_to_txn(request)
+
+    async def AddOffsetsToTxn(
+        self, request: Pb.AddOffsetsToTxnRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.AddOffsetsToTxnResponse:
+        return await self._api.add_offsets_to_txn(request)
+
+    async def TxnOffsetCommit(
+        self, request: controller_pb2.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> controller_pb2.OffsetCommitResponse:
+        return await self._api.txn_offset_commit(request)
+
+    async def EndTxn(self, request: Pb.EndTxnRequest, context: grpc.aio.ServicerContext) -> Pb.EndTxnResponse:
+        return await self._api.end_txn(request)
+
+    async def DescribeTransactions(
+        self, request: Pb.DescribeTransactionsRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.DescribeTransactionsResponse:
+        return await self._api.describe_transactions(request)
+
+    async def ListTransactions(
+        self, request: Pb.ListTransactionsRequest, context: grpc.aio.ServicerContext
+    ) -> Pb.ListTransactionsResponse:
+        return await self._api.list_transactions(request)
+
 
 def _init_producer_id_problem(request: Pb.InitProducerIdRequest) -> str:
-    if request.transactional_id:
-        return "transactional_id: raftka has no transactions; an idempotent producer sends none"
     if (request.producer_id == -1) != (request.producer_epoch == -1):
         return (
             f"producer_id {request.producer_id} and producer_epoch {request.producer_epoch}: "

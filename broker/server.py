@@ -50,6 +50,10 @@ from raftka.broker.replica.isr import IsrChanges
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.broker.replica.throttle import FOLLOWER, ReplicationQuota
 from raftka.broker.sasl_logins import data_listener
+from raftka.broker.transactions.coordinator import TransactionCoordinator
+from raftka.broker.transactions.markers import DataListenerLeaders, MarkerWriter
+from raftka.broker.transactions.peers import PeerBrokers
+from raftka.broker.transactions.verifier import CoordinatorVerifier
 from raftka.metadata.acls import Authorizer
 from raftka.metadata.image import MetadataImage
 from raftka.metadata.state_machine import MetadataStateMachine
@@ -192,10 +196,26 @@ class DataPlane:
             on_offline_changed=on_offline_changed,
         )
         self.producer_ids = ProducerIdManager(link, config.node_id, broker_epoch)
+        self.peers = PeerBrokers(lambda: self.replicas.image, config.tls.client_ssl if config.tls else None)
+        self.transactions = TransactionCoordinator(
+            config.node_id,
+            broker_epoch,
+            link,
+            self.producer_ids,
+            MarkerWriter(
+                DataListenerLeaders(self.peers), lambda: self.replicas.image, config.node_id, broker_epoch
+            ),
+            max_timeout_ms=broker.transaction_max_timeout_ms,
+            abort_check_interval_s=broker.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000,
+        )
+        self.replicas.verifier = CoordinatorVerifier(
+            self.transactions, lambda: self.replicas.image, self.peers
+        )
         self._producer_id_expiration_ms = config.broker.producer_id_expiration_ms
         self._tasks = [
             asyncio.create_task(self.isr_changes.run(), name="isr-changes"),
             asyncio.create_task(self.groups.run(), name="group-coordinator"),
+            asyncio.create_task(self.transactions.run(), name="transaction-coordinator"),
             _every(broker.replica_lag_time_max_ms / 2, self.replicas.shrink_isrs, "isr-expiration"),
             _every(broker.replica_high_watermark_checkpoint_interval_ms, self._checkpoint, "hw-checkpoint"),
             _every(broker.log_retention_check_interval_ms, self._apply_retention, "log-retention"),
@@ -250,6 +270,8 @@ class DataPlane:
         for listener in self.listeners:
             await listener.close()
         await self.groups.close()
+        await self.transactions.close()
+        self.peers.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -301,6 +323,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         log_role_changes(roles_log, changes)
         data.replicas.apply(image, changes)
         data.groups.update(image)
+        data.transactions.update(image)
 
     state_machine.add_listener(adopt)
     api: BrokerApi
@@ -320,6 +343,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         node.cluster_id,
         lambda: node.leadership.leader_id,
         data.producer_ids,
+        data.transactions,
         RequestAuthorizer(
             Authorizer(
                 config.authorizer.super_users,

@@ -96,6 +96,13 @@ def _resource_options(parser: argparse.ArgumentParser) -> None:
         "--group", action="append", default=[], metavar="NAME", help="a group (* for all); may repeat"
     )
     parser.add_argument(
+        "--transactional-id",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a transactional id (* for all); may repeat",
+    )
+    parser.add_argument(
         "--cluster", action="store_true", help="the cluster (elect leaders, manage ACLs, idempotent writes)"
     )
     parser.add_argument(
@@ -115,6 +122,7 @@ def _operation(text: str) -> str:
 
 def _resources(args: argparse.Namespace) -> list[tuple[str, str]]:
     named = [("TOPIC", t) for t in args.topic] + [("GROUP", g) for g in args.group]
+    named += [("TRANSACTIONAL_ID", t) for t in args.transactional_id]
     return named + ([("CLUSTER", CLUSTER_NAME)] if args.cluster else [])
 
 
@@ -143,7 +151,7 @@ def run_add(args: argparse.Namespace) -> int:
     if not args.operation:
         raise CliError("--operation: name at least one operation")
     if not resources:
-        raise CliError("--topic, --group or --cluster: name at least one resource")
+        raise CliError("--topic, --group, --transactional-id or --cluster: name at least one resource")
     acls = [
         AclBinding(principal, operation, kind, name, _pattern(args) or "LITERAL", permission, host)
         for (principal, permission, host), operation, (kind, name) in itertools.product(

@@ -34,6 +34,7 @@ from raftka.cli import (
     server,
     storage_cmd,
     topics,
+    transactions,
     users,
 )
 from raftka.cli.errors import EXIT_FAILURE, CliError
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         produce,
         consume,
         groups,
+        transactions,
         offsets,
         metadata_cmd,
         logdump,

@@ -33,6 +33,7 @@ from raftka.cli import (
     perf_reassign,
     perf_rebalance,
     perf_rpc,
+    perf_transactions,
     stability,
 )
 from raftka.cli.cluster import LOOPBACK, free_ports
@@ -72,6 +73,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_audit.register(kinds)
     perf_rebalance.register(kinds)
     perf_reassign.register(kinds)
+    perf_transactions.register(kinds)
 
 
 def add_load_options(parser: argparse.ArgumentParser, unit: str) -> None:

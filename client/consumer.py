@@ -73,7 +73,7 @@ from raftka.client.errors import (
 )
 from raftka.client.group import GroupMember
 from raftka.client.loop_thread import LoopThread
-from raftka.client.types import ConsumerRecord, TopicPartition
+from raftka.client.types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from raftka.records.batch import iter_batches
 from raftka.records.codec import RecordError, data_batches
 from raftka.records.read_committed import AbortedBatches
@@ -274,6 +274,15 @@ class AsyncConsumer:
 
     def assignment(self) -> list[TopicPartition]:
         return list(self._assigned)
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """The group as a transactional producer commits this consumer's offsets in it
+        (``send_offsets_to_transaction``): its current generation and member id."""
+        if self._group is None or self.group_id is None:
+            raise ConsumerError("INVALID_GROUP_ID", "consumer_group_metadata needs a group_id")
+        return ConsumerGroupMetadata(
+            self.group_id, self._group.generation, self._group.member_id, self._group.group_instance_id
+        )
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         if tp not in self._assigned:
@@ -766,6 +775,9 @@ class Consumer:
 
     def assignment(self) -> list[TopicPartition]:
         return self._consumer.assignment()
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        return self._consumer.consumer_group_metadata()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._thread.loop.call_soon_threadsafe(self._consumer.seek, tp, offset)

@@ -364,15 +364,17 @@ async def find_coordinator(
     backoff_s: float,
     *,
     give_up_after_s: float | None = None,
+    key_type: int = 0,
 ) -> BrokerClient:
     """The group's coordinator, asked of brokers until one answers (a consumer keeps
-    trying, as Kafka's does; a tool gives up after ``give_up_after_s``)."""
+    trying, as Kafka's does; a tool gives up after ``give_up_after_s``); with
+    ``key_type`` 1, ``group_id`` is a transactional id and this its coordinator."""
     deadline = None if give_up_after_s is None else time.monotonic() + give_up_after_s
     problem = ""
     while deadline is None or time.monotonic() < deadline:
         try:
             found = await metadata.any_broker().FindCoordinator(
-                broker_pb2.FindCoordinatorRequest(group_id=group_id), timeout=timeout_s
+                broker_pb2.FindCoordinatorRequest(group_id=group_id, key_type=key_type), timeout=timeout_s
             )
         except WireError as e:
             problem = str(e)

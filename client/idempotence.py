@@ -75,10 +75,13 @@ class PartitionSequences:
 
 
 class Idempotence:
-    def __init__(self) -> None:
+    def __init__(self, bumps_epoch: bool = True) -> None:
+        """``bumps_epoch`` False: a transactional producer's, whose epochs only its
+        coordinator gives (after an abort); it never renumbers under an epoch of its own."""
         self.producer = NO_PRODUCER
         self._partitions: dict[TopicPartition, PartitionSequences] = {}
         self._bump_wanted = False
+        self._bumps_epoch = bumps_epoch
 
     @property
     def has_producer_id(self) -> bool:
@@ -191,6 +194,11 @@ class Idempotence:
                 p.renumber_after = []
                 self._bump_wanted = True
             p.unresolved = None  # a partition of an older epoch starts at 0 under the new one anyway
+        if not self._bumps_epoch:
+            self._bump_wanted = False
+            for p in self._partitions.values():
+                p.renumber_after = p.unresolved = None
+            return
         if self._bump_wanted and self.has_producer_id:
             self._bump_wanted = False
             producer_id, epoch = self.producer

@@ -27,6 +27,13 @@ as sent once written to the socket, and a broker that refused it closes the conn
 which the next send to it reports (then the leaders are looked up again).
 ``acknowledged_records`` and ``failed_records`` count outcomes.
 
+Transactions (``transactional_id``, Kafka's API: ``init_transactions``,
+``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
+``abort_transaction``; ``raftka.client.transactions``) need idempotence: the
+transactional id's coordinator gives the producer id and its epochs, a partition's
+batches wait until the partition is added to the transaction, and a batch refused for
+good fails the transaction's waiting batches and leaves abort as the only way on.
+
 ``AsyncProducer`` is the asyncio producer; ``Producer`` runs one on a private thread.
 """
 
@@ -49,7 +56,8 @@ from raftka.client.errors import KafkaError, ProducerError
 from raftka.client.idempotence import NO_PRODUCER, Idempotence
 from raftka.client.loop_thread import LoopThread
 from raftka.client.partitioner import StickyPartitioner, default_partition
-from raftka.client.types import RecordMetadata, TopicPartition
+from raftka.client.transactions import TransactionManager
+from raftka.client.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 from raftka.records.batch import NO_SEQUENCE, set_producer_state
 from raftka.records.codec import BatchBuilder, Compression
 from raftka.security.sasl import SaslCredentials
@@ -150,12 +158,16 @@ class AsyncProducer:
         max_block_ms: int = 60_000,
         max_request_size: int = 1 << 20,
         enable_idempotence: bool | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
         tls: TlsFiles | None = None,
         sasl: SaslCredentials | None = None,
     ) -> None:
         acks = -1 if acks == "all" else int(acks)
         if acks not in ACKS:
             raise ValueError(f"acks: {acks} is not one of all (-1), 0 or 1")
+        if transactional_id is not None and (enable_idempotence is False or acks != -1):
+            raise ValueError("transactional_id: needs idempotence and acks=all (-1)")
         if enable_idempotence is None:  # Kafka 3.x: on, unless a setting it needs was set otherwise
             enable_idempotence = acks == -1
         elif enable_idempotence and acks != -1:
@@ -181,7 +193,19 @@ class AsyncProducer:
             bootstrap_servers, request_timeout_s=request_timeout_ms / 1000, tls=tls, sasl=sasl
         )
         self._partitioner = StickyPartitioner()
-        self._idempotence = Idempotence() if enable_idempotence else None
+        self._idempotence = Idempotence(bumps_epoch=transactional_id is None) if enable_idempotence else None
+        self._txn = (
+            None
+            if transactional_id is None
+            else TransactionManager(
+                transactional_id,
+                transaction_timeout_ms,
+                self.metadata,
+                request_timeout_ms / 1000,
+                retry_backoff_ms / 1000,
+                self._wake_sender,
+            )
+        )
         self._in_flight_max = IN_FLIGHT_PER_PARTITION_MAX if enable_idempotence else 1
         self._batches: dict[
             TopicPartition, collections.deque[_Batch]
@@ -215,6 +239,45 @@ class AsyncProducer:
     def producer_id_and_epoch(self) -> tuple[int, int]:
         """(-1, -1) without idempotence or before InitProducerId has answered."""
         return NO_PRODUCER if self._idempotence is None else self._idempotence.producer
+
+    # transactions (confluent-kafka's shapes) ---------------------------------------------------
+
+    async def init_transactions(self) -> None:
+        """The producer id and epoch of the transactional id: an earlier producer with it
+        is fenced and its open transaction aborted."""
+        assert self._idempotence is not None
+        self._idempotence.set_producer(*await self._transactions().init())
+        self._wake.set()
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin()
+
+    async def send_offsets_to_transaction(
+        self, offsets: dict[TopicPartition, int], group_metadata: ConsumerGroupMetadata
+    ) -> None:
+        """Commit ``offsets`` (each partition's next offset to consume) for the group with
+        the transaction: the group sees them only if it commits."""
+        await self._transactions().send_offsets(offsets.items(), group_metadata)
+
+    async def commit_transaction(self) -> None:
+        """Flush, then commit; a record refused meanwhile refuses the commit (abort then)."""
+        await self._transactions().end(True, self.flush)
+
+    async def abort_transaction(self) -> None:
+        """Flush (what was sent is aborted with the rest), then abort."""
+        txn = self._transactions()
+        await txn.end(False, self.flush)
+        assert self._idempotence is not None
+        if txn.producer != self._idempotence.producer:  # re-initialized after a refused batch
+            self._idempotence.set_producer(*txn.producer)
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise ProducerError("INVALID_TXN_STATE", "transactions need a transactional_id")
+        return self._txn
+
+    def _wake_sender(self) -> None:
+        self._wake.set()
 
     async def wait_ready(self, topic: str) -> None:
         """Until ``topic`` is known and every partition has a leader (bounded by
@@ -253,6 +316,8 @@ class AsyncProducer:
             raise ProducerError("PRODUCER_CLOSED", "send after close")
         if self._fatal is not None:
             raise self._fatal
+        if self._txn is not None:
+            self._txn.check_send()
         size = (
             RECORD_OVERHEAD_BYTES
             + (len(value) if value is not None else 0)
@@ -359,7 +424,7 @@ class AsyncProducer:
             return queue[-1]
         batch = _Batch(
             tp,
-            BatchBuilder(self._compression, self._batch_size),
+            BatchBuilder(self._compression, self._batch_size, transactional=self._txn is not None),
             time.monotonic(),
             self._loop.create_future(),
         )
@@ -394,7 +459,12 @@ class AsyncProducer:
         idempotence = self._idempotence
         if idempotence is not None:
             idempotence.maintain(lambda tp: self._in_flight.get(tp, 0))
-            if not idempotence.has_producer_id and self._init_task is None and self._fatal is None:
+            if (
+                not idempotence.has_producer_id
+                and self._init_task is None
+                and self._fatal is None
+                and self._txn is None  # a transactional producer's id comes from init_transactions
+            ):
                 self._init_task = self._track(self._init_producer_id())
         next_s: float | None = None
 
@@ -408,10 +478,11 @@ class AsyncProducer:
             while queue and self._in_flight.get(tp, 0) + taken < self._in_flight_max:
                 batch = queue[0]
                 expires_in = batch.created + self._delivery_timeout_s - now
-                if expires_in < 0 or self._fatal is not None:
+                failure = self._fatal or (self._txn.failure if self._txn is not None else None)
+                if expires_in < 0 or failure is not None:
                     queue.popleft()
                     why = f"{tp}: not acknowledged within delivery_timeout_ms ({batch.last_error or 'no answer'})"
-                    self._give_up(batch, self._fatal or ProducerError("REQUEST_TIMED_OUT", why))
+                    self._give_up(batch, failure or ProducerError("REQUEST_TIMED_OUT", why))
                     continue
                 full = batch.closed or len(queue) > 1 or self._flushing
                 if not full and self._in_flight.get(tp, 0) + taken:
@@ -422,6 +493,9 @@ class AsyncProducer:
                     break
                 if idempotence is not None and not idempotence.may_send(batch):
                     again_in(expires_in)  # woken sooner by the answers it waits for
+                    break
+                if self._txn is not None and not self._txn.may_send(tp):
+                    again_in(expires_in)  # woken once the partition is added to the transaction
                     break
                 state = self.metadata.leader(tp)
                 if state is None or state.leader < 0 or self.metadata.broker(state.leader) is None:
@@ -469,7 +543,11 @@ class AsyncProducer:
         return task
 
     async def _produce(self, leader: int, batches: list[_Batch]) -> None:
-        request = broker_pb2.ProduceRequest(acks=self.acks, timeout_ms=self._request_timeout_ms)
+        request = broker_pb2.ProduceRequest(
+            acks=self.acks,
+            timeout_ms=self._request_timeout_ms,
+            transactional_id="" if self._txn is None else self._txn.transactional_id,
+        )
         topics: dict[str, broker_pb2.ProduceTopic] = {}
         for batch in batches:
             topic = topics.get(batch.tp.topic)
@@ -597,6 +675,8 @@ class AsyncProducer:
         """Refused for good by the broker: not written."""
         if self._idempotence is not None:
             self._idempotence.failed(batch)
+        if self._txn is not None:
+            self._txn.abortable(error)
         self._release(batch)
         self._fail(batch, error)
 
@@ -604,6 +684,8 @@ class AsyncProducer:
         """Never acknowledged in time: it may or may not have been written."""
         if self._idempotence is not None and batch.sequence != NO_SEQUENCE:
             self._idempotence.gave_up(batch)
+        if self._txn is not None:
+            self._txn.abortable(error)
         self._release(batch)
         self._fail(batch, error)
 
@@ -698,6 +780,31 @@ class Producer:
 
         self._thread.run(flush())
 
+    def init_transactions(self) -> None:
+        self._thread.run(self._producer.init_transactions())
+
+    def begin_transaction(self) -> None:
+        self._thread.run(_call(self._producer.begin_transaction))
+
+    def send_offsets_to_transaction(
+        self, offsets: dict[TopicPartition, int], group_metadata: ConsumerGroupMetadata
+    ) -> None:
+        self._thread.run(self._producer.send_offsets_to_transaction(offsets, group_metadata))
+
+    def commit_transaction(self) -> None:
+        async def commit() -> None:
+            await self._handed_over()
+            await self._producer.commit_transaction()
+
+        self._thread.run(commit())
+
+    def abort_transaction(self) -> None:
+        async def abort() -> None:
+            await self._handed_over()
+            await self._producer.abort_transaction()
+
+        self._thread.run(abort())
+
     def close(self, timeout_s: float | None = None) -> None:
         if self._thread.closed:
             return
@@ -708,6 +815,11 @@ class Producer:
 
         self._thread.run(close())
         self._thread.stop()
+
+
+async def _call(function: Callable[[], None]) -> None:
+    """``function`` on the producer's loop (its state is the loop's alone)."""
+    function()
 
 
 async def _make(bootstrap_servers: str | Sequence[str], options: dict) -> AsyncProducer:

@@ -244,6 +244,18 @@ class ConsumerRecord(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """What a transaction needs of a consumer's group to commit its offsets
+    (``Consumer.consumer_group_metadata``, confluent-kafka's shape): generation -1 and no
+    member for a consumer outside the group's membership."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 # consumer groups (raftka.client.group_admin) -----------------------------------------------------
 
 

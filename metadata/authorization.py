@@ -46,6 +46,8 @@ BROKER_METHODS = frozenset(
         "AllocateProducerIds",
         "CommitGroupOffsets",
         "RecordGroupRebalance",
+        "WriteTransaction",
+        "TxnOffsetCommit",
     }
 )
 _CODES = {acls.TOPIC: E.TOPIC_AUTHORIZATION_FAILED, acls.GROUP: E.GROUP_AUTHORIZATION_FAILED}

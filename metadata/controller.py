@@ -67,6 +67,7 @@ from raftka.metadata import (
     reassign_ops,
     scram_ops,
     topic_ops,
+    txn_ops,
 )
 from raftka.metadata.delta import MetadataDelta, ReplayError
 from raftka.metadata.image import MetadataImage
@@ -108,6 +109,7 @@ class QuorumController:
         session_timeout_ms: int,
         max_partitions_per_topic: int,
         offsets_retention_ms: int,
+        transactional_id_expiration_ms: int = 604_800_000,
         leader_rebalance_interval_ms: int = 0,
         disconnect_fence_ms: int = 0,
         clock: Callable[[], int] = monotonic_ms,
@@ -123,6 +125,7 @@ class QuorumController:
         self._limits = topic_ops.Limits(max_partitions_per_topic, self._records_max)
         self._sessions = BrokerSessions(session_timeout_ms, disconnect_fence_ms)
         self._offsets_retention_ms = offsets_retention_ms
+        self._transactional_id_expiration_ms = transactional_id_expiration_ms
         self._next_offset_expiry_ms = 0  # monotonic: the first tick as active controller looks
         self._leader_rebalance_interval_ms = leader_rebalance_interval_ms  # 0: off
         self._next_leader_rebalance_ms = clock() + leader_rebalance_interval_ms
@@ -613,6 +616,25 @@ class QuorumController:
             controller_pb2.DeleteGroupsResponse, lambda image: group_ops.delete(image, request), request
         )
 
+    # transactions (written by their coordinators) --------------------------------------
+    async def write_transaction(
+        self, request: controller_pb2.WriteTransactionRequest
+    ) -> controller_pb2.WriteTransactionResponse:
+        return await self._write(
+            controller_pb2.WriteTransactionResponse,
+            lambda image: txn_ops.write(image, request, self._wall_clock()),
+            request,
+        )
+
+    async def txn_offset_commit(
+        self, request: controller_pb2.TxnOffsetCommitRequest
+    ) -> controller_pb2.OffsetCommitResponse:
+        return await self._write(
+            controller_pb2.OffsetCommitResponse,
+            lambda image: txn_ops.commit_offsets(image, request, self._wall_clock()),
+            request,
+        )
+
     # ACLs ------------------------------------------------------------------------------
 
     async def create_acls(
@@ -677,7 +699,8 @@ class QuorumController:
     # sessions --------------------------------------------------------------------------
     async def tick(self) -> None:
         """Fence brokers whose session has expired; now and then, expire the offsets of
-        idle groups and give partitions back to their preferred leaders."""
+        idle groups and idle transactional ids, and give partitions back to their
+        preferred leaders."""
         if not self.is_active:
             return
         for broker_id in self._sessions.expired(self._clock()):
@@ -688,6 +711,7 @@ class QuorumController:
         if self._clock() >= self._next_offset_expiry_ms:
             self._next_offset_expiry_ms = self._clock() + OFFSET_EXPIRY_INTERVAL_MS
             await self._write(controller_pb2.OffsetCommitResponse, self._expire_offsets)
+            await self._write(controller_pb2.WriteTransactionResponse, self._expire_transactional_ids)
         if self._leader_rebalance_interval_ms and self._clock() >= self._next_leader_rebalance_ms:
             self._next_leader_rebalance_ms = self._clock() + self._leader_rebalance_interval_ms
             await self._write(controller_pb2.ElectLeadersResponse, self._rebalance_leaders)
@@ -749,6 +773,14 @@ class QuorumController:
             return Plan(response, broker_ops.fence(image, broker, self._records_max, self._offline.may_lead))
 
         return plan
+
+    def _expire_transactional_ids(self, image: MetadataImage) -> Plan:
+        made = txn_ops.expire(
+            image, self._wall_clock(), self._transactional_id_expiration_ms, self._records_max
+        )
+        if made.records:
+            self._log.info("transactional ids expired", ids=len(made.records))
+        return made
 
     def _expire_offsets(self, image: MetadataImage) -> Plan:
         made = offset_ops.expire(image, self._wall_clock(), self._offsets_retention_ms, self._records_max)

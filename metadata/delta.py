@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from raftka.metadata import acls, quotas
+from raftka.metadata import acls, quotas, transactions
 from raftka.metadata.acls import Acl
 from raftka.metadata.image import (
     LEADER_UNCHANGED,
@@ -147,6 +147,8 @@ class MetadataDelta:
         self._acls: _Cow[str, Acl] = _Cow(image.acls)
         self._client_quotas: _Nested[QuotaEntity, str, float] = _Nested(image.client_quotas)
         self._scram: _Cow[tuple[str, str], ScramCredential] = _Cow(image.scram_credentials)
+        self._transactions: _Cow[str, metadata_pb2.TransactionRecord] = _Cow(image.transactions)
+        self._txn_offsets: _Nested[str, tuple[str, bytes, int], CommittedOffset] = _Nested(image.txn_offsets)
         self._applied = False
 
     def replay(self, record: MetadataRecord) -> None:
@@ -179,6 +181,8 @@ class MetadataDelta:
             acls=self._acls.result(),
             client_quotas=self._client_quotas.result(),
             scram_credentials=self._scram.result(),
+            transactions=self._transactions.result(),
+            txn_offsets=self._txn_offsets.result(),
         )
 
     # brokers ----------------------------------------------------------------------------
@@ -349,6 +353,12 @@ class MetadataDelta:
                 committed = self._offsets.edit(group)
                 for key in gone:
                     del committed[key]
+        for transactional_id in self._txn_offsets.outer_keys():
+            pending = [key for key in self._txn_offsets.get(transactional_id) if key[1] == topic_id]
+            if pending:
+                held = self._txn_offsets.edit(transactional_id)
+                for key in pending:
+                    del held[key]
 
     # configs, features, producer ids, offsets -------------------------------------------
 
@@ -419,6 +429,44 @@ class MetadataDelta:
             r.timestamp_ms,
         )
 
+    # transactions ------------------------------------------------------------------------
+
+    def _transaction(self, r: metadata_pb2.TransactionRecord) -> None:
+        """The id's new state; a transaction that ends takes its pending offsets with it
+        (a commit wrote them as OffsetCommitRecords first, in the same batch)."""
+        previous = self._transactions.view.get(r.transactional_id)
+        problem = None if self._snapshot else transactions.transition_problem(previous, r)
+        if problem is not None:
+            raise ReplayError(f"TransactionRecord {r.transactional_id!r}: {problem}")
+        record = metadata_pb2.TransactionRecord()
+        record.CopyFrom(r)
+        self._transactions.edit()[r.transactional_id] = record
+        if r.state not in transactions.OPEN:
+            self._txn_offsets.drop(r.transactional_id)
+
+    def _remove_transaction(self, r: metadata_pb2.RemoveTransactionRecord) -> None:
+        txn = self._transactions.view.get(r.transactional_id)
+        if txn is None or txn.state in transactions.OPEN:
+            why = "no such id" if txn is None else "its transaction is open"
+            raise ReplayError(f"RemoveTransactionRecord {r.transactional_id!r}: {why}")
+        del self._transactions.edit()[r.transactional_id]
+
+    def _txn_offset_commit(self, r: metadata_pb2.TxnOffsetCommitRecord) -> None:
+        kind = "TxnOffsetCommitRecord"
+        txn = self._transactions.view.get(r.transactional_id)
+        if txn is None or txn.state != transactions.State.TXN_ONGOING:
+            raise ReplayError(f"{kind}: transactional id {r.transactional_id!r} has no ongoing transaction")
+        if (txn.producer_id, txn.producer_epoch) != (r.producer_id, r.producer_epoch):
+            raise ReplayError(
+                f"{kind}: producer {r.producer_id} epoch {r.producer_epoch} is not the transaction's "
+                f"({txn.producer_id} epoch {txn.producer_epoch})"
+            )
+        if r.partition not in self._topic_partitions(kind, r.topic_id):
+            raise ReplayError(f"{kind}: topic {topic_id_str(r.topic_id)} has no partition {r.partition}")
+        self._txn_offsets.edit(r.transactional_id)[(r.group, r.topic_id, r.partition)] = CommittedOffset(
+            r.offset, r.metadata, r.commit_timestamp_ms
+        )
+
     # ACLs ------------------------------------------------------------------------------
 
     def _access_control_entry(self, r: metadata_pb2.AccessControlEntryRecord) -> None:
@@ -478,5 +526,8 @@ _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "client_quota": MetadataDelta._client_quota,
     "user_scram_credential": MetadataDelta._user_scram_credential,
     "remove_user_scram_credential": MetadataDelta._remove_user_scram_credential,
+    "transaction": MetadataDelta._transaction,
+    "txn_offset_commit": MetadataDelta._txn_offset_commit,
+    "remove_transaction": MetadataDelta._remove_transaction,
 }
 assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

@@ -71,7 +71,7 @@ def commit_batch(
         try:
             validate_group_id(commit.group)
             check_coordinator(image, commit.group, request.broker_id)
-            _check_generation(image, commit)
+            check_generation(image, commit)
         except ValidationError as e:
             response.groups.append(refuse_with(controller_pb2.OffsetCommitResponse(), e).response)
             continue
@@ -81,7 +81,7 @@ def commit_batch(
     return Plan(response, records)
 
 
-def _check_generation(image: MetadataImage, commit: controller_pb2.OffsetCommitRequest) -> None:
+def check_generation(image: MetadataImage, commit: controller_pb2.OffsetCommitRequest) -> None:
     """ValidationError if a member's commit comes from a generation older than the recorded one."""
     recorded = image.groups.get(commit.group)
     if recorded is None or not commit.HasField("generation_id") or commit.generation_id < 0:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 from raftka.metadata.acls import Acl
 from raftka.metadata.quotas import QuotaEntity
 from raftka.security.scram import ScramCredential
+from raftka.v1 import metadata_pb2
 
 NO_LEADER = -1
 LEADER_UNCHANGED = -2  # PartitionChangeRecord.leader: leave the leader as it is
@@ -130,6 +131,12 @@ class MetadataImage:
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=frozen)
     # (user, mechanism) -> its SCRAM credential (raftka.security.scram)
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = field(default_factory=frozen)
+    # transactional id -> its state (raftka.metadata.transactions); a record the delta copied, never changed
+    transactions: Mapping[str, metadata_pb2.TransactionRecord] = field(default_factory=frozen)
+    # transactional id -> (group, topic id, partition) -> an offset its open transaction commits
+    txn_offsets: Mapping[str, Mapping[tuple[str, bytes, int], CommittedOffset]] = field(
+        default_factory=frozen
+    )
 
     def topic(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids_by_name.get(name)

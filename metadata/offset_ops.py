@@ -100,14 +100,21 @@ def fetch(
     except ValidationError as e:
         return refuse_with(response, e).response
     committed = image.offsets.get(request.group, {})
+    unstable = _held_by_transactions(image, request.group) if request.require_stable else set()
     if not request.topics:
         names = {topic_id: topic.name for topic_id, topic in image.topics_by_id.items()}
         for (topic_id, partition), offset in sorted(
             committed.items(), key=lambda kv: (names[kv[0][0]], kv[0][1])
         ):
-            response.offsets.add(
+            entry = response.offsets.add(
                 topic=names[topic_id], partition=partition, offset=offset.offset, metadata=offset.metadata
             )
+            if (topic_id, partition) in unstable:
+                entry.offset, entry.metadata, entry.error = (
+                    NOTHING_COMMITTED,
+                    "",
+                    ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                )
         return response
     for wanted in request.topics:
         topic = image.topic(wanted.topic)
@@ -125,7 +132,24 @@ def fetch(
                 entry.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 entry.message = f"no partition {wanted.topic}-{partition}"
                 continue
+            if (topic.topic_id, partition) in unstable:
+                entry.error = ErrorCode.UNSTABLE_OFFSET_COMMIT
+                entry.message = (
+                    f"an open transaction commits {wanted.topic}-{partition} for {request.group!r}"
+                )
+                continue
             offset = committed.get((topic.topic_id, partition))
             if offset is not None:
                 entry.offset, entry.metadata = offset.offset, offset.metadata
     return response
+
+
+def _held_by_transactions(image: MetadataImage, group: str) -> set[tuple[bytes, int]]:
+    """The group's partitions an open transaction holds an offset for (Kafka's
+    require_stable answers those UNSTABLE_OFFSET_COMMIT until the transaction ends)."""
+    return {
+        (topic_id, partition)
+        for pending in image.txn_offsets.values()
+        for (held_group, topic_id, partition) in pending
+        if held_group == group
+    }

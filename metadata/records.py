@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from raftka.metadata import acls, quotas
+from raftka.metadata import acls, quotas, transactions
 from raftka.metadata.image import LEADER_UNCHANGED, NO_LEADER
 from raftka.security import scram
 from raftka.v1 import metadata_pb2
@@ -307,6 +307,37 @@ def _check_user_scram_credential(r: metadata_pb2.UserScramCredentialRecord) -> N
         )
 
 
+def _check_transaction(r: metadata_pb2.TransactionRecord) -> None:
+    kind = "TransactionRecord"
+    problem = transactions.transactional_id_problem(r.transactional_id)
+    if problem is not None:
+        raise RecordError(f"{kind}.{problem}")
+    if r.producer_id < 0 or not 0 <= r.producer_epoch <= transactions.PRODUCER_EPOCH_MAX + 1:
+        raise RecordError(f"{kind}: producer {r.producer_id} epoch {r.producer_epoch} out of range")
+    if r.timeout_ms <= 0:
+        raise RecordError(f"{kind}.timeout_ms: {r.timeout_ms} is not positive")
+    if any(not t.name or any(p < 0 for p in t.partitions) for t in r.topics):
+        raise RecordError(f"{kind}.topics: a topic without a name or a negative partition")
+
+
+def _check_txn_offset_commit(r: metadata_pb2.TxnOffsetCommitRecord) -> None:
+    kind = "TxnOffsetCommitRecord"
+    problem = transactions.transactional_id_problem(r.transactional_id)
+    if problem is not None:
+        raise RecordError(f"{kind}.{problem}")
+    if not r.group:
+        raise RecordError(f"{kind}.group: empty")
+    _topic_id(kind, r.topic_id)
+    if r.partition < 0 or r.offset < 0:
+        raise RecordError(f"{kind}: partition {r.partition}, offset {r.offset}: negative")
+
+
+def _check_remove_transaction(r: metadata_pb2.RemoveTransactionRecord) -> None:
+    problem = transactions.transactional_id_problem(r.transactional_id)
+    if problem is not None:
+        raise RecordError(f"RemoveTransactionRecord.{problem}")
+
+
 def _no_fields(_: Message) -> None:
     pass
 
@@ -334,5 +365,8 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "remove_user_scram_credential": lambda r: _check_scram_user(
         "RemoveUserScramCredentialRecord", r.name, r.mechanism
     ),
+    "transaction": _check_transaction,
+    "txn_offset_commit": _check_txn_offset_commit,
+    "remove_transaction": _check_remove_transaction,
 }
 assert set(_CHECKS) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

@@ -79,6 +79,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
         session_timeout_ms=config.controller.session_timeout_ms,
         max_partitions_per_topic=config.controller.max_partitions_per_topic,
         offsets_retention_ms=config.controller.offsets_retention_minutes * 60_000,
+        transactional_id_expiration_ms=config.controller.transactional_id_expiration_ms,
         leader_rebalance_interval_ms=config.controller.leader_rebalance_interval_ms,
         disconnect_fence_ms=config.controller.disconnect_fence_ms,
     )

@@ -142,6 +142,16 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     async def DeleteGroups(self, request: Pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext) -> Any:
         return await self._call(self._c.delete_groups, request, Pb.DeleteGroupsResponse)
 
+    async def WriteTransaction(
+        self, request: Pb.WriteTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.write_transaction, request, Pb.WriteTransactionResponse)
+
+    async def TxnOffsetCommit(
+        self, request: Pb.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._call(self._c.txn_offset_commit, request, Pb.OffsetCommitResponse)
+
     async def CreateAcls(self, request: Pb.CreateAclsRequest, context: grpc.aio.ServicerContext) -> Any:
         return await self._call(self._c.create_acls, request, Pb.CreateAclsResponse)
 

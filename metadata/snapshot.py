@@ -16,7 +16,7 @@ Layout, big-endian::
 
 Records come in a fixed order (features, brokers, producer ids, topics by name with
 their configs and partitions, other configs, offsets, groups' last rebalances, ACLs,
-client quotas, SCRAM credentials), so every replica writes the same bytes for the same
+client quotas, SCRAM credentials, transactions and their pending offsets), so every replica writes the same bytes for the same
 image. A partition costs about 45 bytes.
 Brokers come before the partitions that name them; a partition may still name a broker
 that has unregistered, which no record restates, so the delta replaying a snapshot
@@ -183,6 +183,24 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
             yield MetadataRecord(client_quota=quotas.record(entity, key, value))
     for (name, mechanism), c in sorted(image.scram_credentials.items()):
         yield MetadataRecord(user_scram_credential=scram_record(name, mechanism, c))
+    for _, txn in sorted(image.transactions.items()):
+        yield MetadataRecord(transaction=txn)
+    for transactional_id, pending in sorted(image.txn_offsets.items()):
+        txn = image.transactions[transactional_id]
+        for (group, topic_id, partition), c in sorted(pending.items()):
+            yield MetadataRecord(
+                txn_offset_commit=metadata_pb2.TxnOffsetCommitRecord(
+                    transactional_id=transactional_id,
+                    producer_id=txn.producer_id,
+                    producer_epoch=txn.producer_epoch,
+                    group=group,
+                    topic_id=topic_id,
+                    partition=partition,
+                    offset=c.offset,
+                    metadata=c.metadata,
+                    commit_timestamp_ms=c.commit_timestamp_ms,
+                )
+            )
 
 
 def scram_record(name: str, mechanism: str, c: ScramCredential) -> metadata_pb2.UserScramCredentialRecord:

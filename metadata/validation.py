@@ -48,6 +48,7 @@ GROUPS_PER_REQUEST_MAX = 1_000
 # partitions their assignments name in total.
 GROUP_MEMBERS_MAX = 1_000
 GROUP_ASSIGNED_PARTITIONS_MAX = 100_000
+PARTITIONS_PER_TRANSACTION_MAX = 10_000  # one TransactionRecord restates them all on each transition
 # Partitions one broker heartbeat reports offline (its log failed there): the controller
 # reads the whole list at every heartbeat (~2 s per broker), ~1 ms at the bound; a broker
 # with more lists the first this many (``raftka.metadata.offline_replicas``).
@@ -229,6 +230,15 @@ def _bounded_lists(request: Any, records_max: int) -> Iterator[tuple[str, int, i
             yield "topics", len(request.topics), TOPICS_PER_REQUEST_MAX, ""
             partitions = sum(len(t.partitions) for t in request.topics)
             yield "topics[].partitions", partitions, OFFSET_FETCH_PARTITIONS_MAX, ""
+        case Pb.TxnOffsetCommitRequest():
+            yield "offsets.topics", len(request.offsets.topics), TOPICS_PER_REQUEST_MAX, ""
+            partitions = sum(len(t.partitions) for t in request.offsets.topics)
+            yield "offsets.topics[].partitions", partitions, records_max, per_batch
+        case Pb.WriteTransactionRequest():
+            yield "transaction.topics", len(request.transaction.topics), TOPICS_PER_REQUEST_MAX, ""
+            partitions = sum(len(t.partitions) for t in request.transaction.topics)
+            yield "transaction.topics[].partitions", partitions, PARTITIONS_PER_TRANSACTION_MAX, ""
+            yield "transaction.groups", len(request.transaction.groups), GROUPS_PER_REQUEST_MAX, ""
         case Pb.DeleteGroupsRequest():
             yield "groups", len(request.groups), GROUPS_PER_REQUEST_MAX, ""
         case Pb.CommitGroupOffsetsRequest():

@@ -71,6 +71,9 @@ class ControllerConfig:
     # a broker whose connections to the active controller all closed is fenced this long after,
     # unless it reconnects or heartbeats first; 0: only the session timeout fences
     disconnect_fence_ms: int = 500
+    transactional_id_expiration_ms: int = (
+        604_800_000  # an id idle this long (no open transaction) is forgotten
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,9 @@ class BrokerConfig:
         86_400_000  # an idempotent producer silent this long is forgotten per partition
     )
     producer_id_expiration_check_interval_ms: int = 600_000  # how often partitions forget expired producers
+    transaction_max_timeout_ms: int = 900_000  # Kafka's transaction.max.timeout.ms: a longer one is refused
+    # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often timed-out ones are aborted
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     quota_window_num: int = 11  # Kafka's quota.window.num: client quota rates span this many windows
     quota_window_size_seconds: int = 1  # Kafka's quota.window.size.seconds
     data_sasl_mechanisms: str = ""  # SASL on the data listener, as kafka.sasl_mechanisms; needs [tls]
@@ -221,6 +227,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "controller.offsets_retention_minutes": (int, ControllerConfig().offsets_retention_minutes),
     "controller.leader_rebalance_interval_ms": (int, ControllerConfig().leader_rebalance_interval_ms),
     "controller.disconnect_fence_ms": (int, ControllerConfig().disconnect_fence_ms),
+    "controller.transactional_id_expiration_ms": (int, ControllerConfig().transactional_id_expiration_ms),
     **_declare("metadata", MetadataConfig),
     **_declare("broker", BrokerConfig),
     **_declare("kafka", KafkaConfig),
@@ -239,6 +246,7 @@ _POSITIVE = (
     "controller.session_timeout_ms",
     "controller.max_partitions_per_topic",
     "controller.offsets_retention_minutes",
+    "controller.transactional_id_expiration_ms",
     "metadata.snapshot_interval_records",
     "metadata.snapshot_interval_bytes",
     *(
@@ -375,6 +383,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
             values["controller.offsets_retention_minutes"],
             values["controller.leader_rebalance_interval_ms"],
             values["controller.disconnect_fence_ms"],
+            values["controller.transactional_id_expiration_ms"],
         ),
         metadata=MetadataConfig(**_table(values, "metadata", MetadataConfig)),
         broker=BrokerConfig(**_table(values, "broker", BrokerConfig)),
@@ -557,6 +566,7 @@ def render_toml(config: NodeConfig) -> str:
         "controller.offsets_retention_minutes": config.controller.offsets_retention_minutes,
         "controller.leader_rebalance_interval_ms": config.controller.leader_rebalance_interval_ms,
         "controller.disconnect_fence_ms": config.controller.disconnect_fence_ms,
+        "controller.transactional_id_expiration_ms": config.controller.transactional_id_expiration_ms,
         **_render("metadata", config.metadata),
         **_render("broker", config.broker),
         **_render("kafka", config.kafka),

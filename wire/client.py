@@ -25,8 +25,12 @@ from raftka.security import scram
 from raftka.security.sasl import PLAIN, SaslCredentials, server_nonce
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.frames import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
@@ -35,6 +39,7 @@ from raftka.wire.frames import (
     LEAVE_GROUP,
     LIST_GROUPS,
     LIST_OFFSETS,
+    LIST_TRANSACTIONS,
     METADATA,
     OFFSET_COMMIT,
     OFFSET_FETCH,
@@ -44,6 +49,7 @@ from raftka.wire.frames import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
     WRITE_TXN_MARKERS,
     ApiSpec,
     FrameDecoder,
@@ -322,6 +328,34 @@ class BrokerClient:
         self, request: broker_pb2.WriteTxnMarkersRequest, *, timeout: float
     ) -> broker_pb2.WriteTxnMarkersResponse:
         return await self._call(WRITE_TXN_MARKERS, request, timeout)
+
+    async def AddPartitionsToTxn(
+        self, request: broker_pb2.AddPartitionsToTxnRequest, *, timeout: float
+    ) -> broker_pb2.AddPartitionsToTxnResponse:
+        return await self._call(ADD_PARTITIONS_TO_TXN, request, timeout)
+
+    async def AddOffsetsToTxn(
+        self, request: broker_pb2.AddOffsetsToTxnRequest, *, timeout: float
+    ) -> broker_pb2.AddOffsetsToTxnResponse:
+        return await self._call(ADD_OFFSETS_TO_TXN, request, timeout)
+
+    async def TxnOffsetCommit(
+        self, request: controller_pb2.TxnOffsetCommitRequest, *, timeout: float
+    ) -> controller_pb2.OffsetCommitResponse:
+        return await self._call(TXN_OFFSET_COMMIT, request, timeout)
+
+    async def EndTxn(self, request: broker_pb2.EndTxnRequest, *, timeout: float) -> broker_pb2.EndTxnResponse:
+        return await self._call(END_TXN, request, timeout)
+
+    async def DescribeTransactions(
+        self, request: broker_pb2.DescribeTransactionsRequest, *, timeout: float
+    ) -> broker_pb2.DescribeTransactionsResponse:
+        return await self._call(DESCRIBE_TRANSACTIONS, request, timeout)
+
+    async def ListTransactions(
+        self, request: broker_pb2.ListTransactionsRequest, *, timeout: float
+    ) -> broker_pb2.ListTransactionsResponse:
+        return await self._call(LIST_TRANSACTIONS, request, timeout)
 
     def close(self) -> None:
         if self._connection is not None:

@@ -84,6 +84,26 @@ SASL_AUTHENTICATE = ApiSpec(
 WRITE_TXN_MARKERS = ApiSpec(  # Kafka's key; only brokers call it (transaction coordinators)
     27, "WriteTxnMarkers", broker_pb2.WriteTxnMarkersRequest, broker_pb2.WriteTxnMarkersResponse
 )
+# the coordinator's transaction APIs, under Kafka's keys too
+ADD_PARTITIONS_TO_TXN = ApiSpec(
+    24, "AddPartitionsToTxn", broker_pb2.AddPartitionsToTxnRequest, broker_pb2.AddPartitionsToTxnResponse
+)
+ADD_OFFSETS_TO_TXN = ApiSpec(
+    25, "AddOffsetsToTxn", broker_pb2.AddOffsetsToTxnRequest, broker_pb2.AddOffsetsToTxnResponse
+)
+END_TXN = ApiSpec(26, "EndTxn", broker_pb2.EndTxnRequest, broker_pb2.EndTxnResponse)
+TXN_OFFSET_COMMIT = ApiSpec(
+    28, "TxnOffsetCommit", controller_pb2.TxnOffsetCommitRequest, controller_pb2.OffsetCommitResponse
+)
+DESCRIBE_TRANSACTIONS = ApiSpec(
+    65,
+    "DescribeTransactions",
+    broker_pb2.DescribeTransactionsRequest,
+    broker_pb2.DescribeTransactionsResponse,
+)
+LIST_TRANSACTIONS = ApiSpec(
+    66, "ListTransactions", broker_pb2.ListTransactionsRequest, broker_pb2.ListTransactionsResponse
+)
 APIS: dict[int, ApiSpec] = {
     spec.key: spec
     for spec in (
@@ -105,6 +125,12 @@ APIS: dict[int, ApiSpec] = {
         SASL_HANDSHAKE,
         SASL_AUTHENTICATE,
         WRITE_TXN_MARKERS,
+        ADD_PARTITIONS_TO_TXN,
+        ADD_OFFSETS_TO_TXN,
+        TXN_OFFSET_COMMIT,
+        END_TXN,
+        DESCRIBE_TRANSACTIONS,
+        LIST_TRANSACTIONS,
     )
 }
 

@@ -297,6 +297,33 @@ class GroupCoordinator:
             return answer
         return await self._commits.submit(request)
 
+    async def txn_commit(
+        self, request: controller_pb2.TxnOffsetCommitRequest
+    ) -> controller_pb2.OffsetCommitResponse:
+        """Kafka's TxnOffsetCommit: the member checked as Kafka checks it (only when the
+        request names one: a producer outside the group may commit for it), then the
+        offsets held in the producer's transaction through the quorum, which checks the
+        transaction (``raftka.metadata.txn_ops``) and this broker as the group's coordinator."""
+        offsets = request.offsets
+        problem = self._not_here(offsets.group)
+        generation = offsets.generation_id if offsets.HasField("generation_id") else -1
+        instance = offsets.group_instance_id if offsets.HasField("group_instance_id") else ""
+        if problem is None and (generation >= 0 or offsets.member_id or instance):
+            group = self._groups.get(offsets.group)
+            if group is None or group.state is State.DEAD:
+                problem = E.UNKNOWN_MEMBER_ID, f"no member {offsets.member_id!r} here: join again"
+            else:
+                problem = group.commit_problem(generation, offsets.member_id, instance)
+        if problem is not None:
+            return with_status(controller_pb2.OffsetCommitResponse(), *problem)
+        offsets.coordinator_id, offsets.coordinator_epoch = self.broker_id, self._broker_epoch()
+        try:
+            answer = await self._write(lambda stub: stub.TxnOffsetCommit, request)
+        except LinkError as e:
+            return with_status(controller_pb2.OffsetCommitResponse(), E.COORDINATOR_NOT_AVAILABLE, str(e))
+        answer.status.error = _for_members(answer.status.error)
+        return answer
+
     # running -------------------------------------------------------------------------------
 
     async def run(self) -> None:

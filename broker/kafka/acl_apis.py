@@ -31,7 +31,7 @@ from raftka.v1 import controller_pb2
 E = controller_pb2.ErrorCode
 C = controller_pb2
 ANY = 1  # every Kafka ACL enum: ANY in a filter
-RESOURCE_TYPES = {2: acls.TOPIC, 3: acls.GROUP, 4: acls.CLUSTER}
+RESOURCE_TYPES = {2: acls.TOPIC, 3: acls.GROUP, 4: acls.CLUSTER, 5: acls.TRANSACTIONAL_ID}
 PATTERN_TYPES = {3: acls.LITERAL, 4: acls.PREFIXED}
 MATCH = 2
 OPERATIONS = {

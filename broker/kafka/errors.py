@@ -17,6 +17,8 @@ INVALID_REQUEST = 42
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 UNKNOWN_TOPIC_ID = 100
+PRODUCER_FENCED_FROM = 2  # the first version of the transaction APIs that knows PRODUCER_FENCED
+INIT_PRODUCER_ID_FENCED_FROM = 4  # InitProducerId's
 
 KAFKA_ERRORS: dict[int, int] = {
     E.NONE: 0,
@@ -88,12 +90,21 @@ KAFKA_ERRORS: dict[int, int] = {
     E.TRANSACTION_ABORTABLE: 120,
     E.NO_REASSIGNMENT_IN_PROGRESS: 85,
     E.NEW_LEADER_ELECTED: 108,
+    E.OPERATION_NOT_ATTEMPTED: 55,
 }
 
 
 def kafka_error(code: int) -> int:
     """Kafka's number for raftka's ``code``."""
     return KAFKA_ERRORS.get(code, UNKNOWN_SERVER_ERROR)
+
+
+def fenced_error(code: int, version: int, since: int = PRODUCER_FENCED_FROM) -> int:
+    """Kafka's number for ``code``; PRODUCER_FENCED as INVALID_PRODUCER_EPOCH to versions
+    before ``since``, which do not know it (Kafka's KafkaApis answers them so)."""
+    if code == E.PRODUCER_FENCED and version < since:
+        code = E.INVALID_PRODUCER_EPOCH
+    return kafka_error(code)
 
 
 def kafka_message(code: int, message: str) -> str | None:

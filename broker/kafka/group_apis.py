@@ -44,8 +44,9 @@ from raftka.v1 import broker_pb2, controller_pb2
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
 C = controller_pb2
-GROUP_KEY = 0  # FindCoordinator key_type: a group (1, a transactional id, raftka does not have)
+KEY_TYPES = (0, 1)  # FindCoordinator's key_type: a group, a transactional id
 MEMBER_ID_REQUIRED_FROM = 4  # JoinGroup versions that answer a new member MEMBER_ID_REQUIRED
+REQUIRE_STABLE_FROM = 7  # OffsetFetch versions with require_stable (KIP-447)
 CLASSIC = "classic"  # ListGroups v5's group type
 OR_TOPIC = OffsetFetchResponse.OffsetFetchResponseTopic
 OR_GROUP = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -88,11 +89,13 @@ class GroupApis:
         )
 
     async def _coordinator(self, key: str, key_type: int) -> FindCoordinatorResponse.Coordinator:
-        if key_type != GROUP_KEY:
+        if key_type not in KEY_TYPES:
             return _coordinator_error(
-                key, INVALID_REQUEST, f"key_type: {key_type} is not 0 (raftka has no transactions)"
+                key,
+                INVALID_REQUEST,
+                f"key_type: {key_type} is neither 0 (a group) nor 1 (a transactional id)",
             )
-        answer = await self._api.find_coordinator(Pb.FindCoordinatorRequest(group_id=key))
+        answer = await self._api.find_coordinator(Pb.FindCoordinatorRequest(group_id=key, key_type=key_type))
         if answer.status.error != E.NONE:
             return _coordinator_error(key, kafka_error(answer.status.error), answer.status.message)
         endpoint = kafka_endpoints(self._api.image).get(answer.node_id)
@@ -310,24 +313,33 @@ class GroupApis:
     async def offset_fetch(self, request: OffsetFetchRequest, version: int) -> OffsetFetchResponse:
         if version < 8:
             code, topics = await self._group_offsets(
-                request.group_id, request.topics, OR_TOPIC, OR_TOPIC.OffsetFetchResponsePartition
+                request.group_id,
+                request.topics,
+                OR_TOPIC,
+                OR_TOPIC.OffsetFetchResponsePartition,
+                version >= REQUIRE_STABLE_FROM and request.require_stable,
             )
             return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=code)
         groups = []
         for group in request.groups:
             code, topics = await self._group_offsets(
-                group.group_id, group.topics, OR_GROUP_TOPIC, OR_GROUP_TOPIC.OffsetFetchResponsePartitions
+                group.group_id,
+                group.topics,
+                OR_GROUP_TOPIC,
+                OR_GROUP_TOPIC.OffsetFetchResponsePartitions,
+                request.require_stable,
             )
             groups.append(OR_GROUP(group_id=group.group_id, topics=topics, error_code=code))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
 
     async def _group_offsets(
-        self, group_id: str, asked: list | None, topic_type: type, partition_type: type
+        self, group_id: str, asked: list | None, topic_type: type, partition_type: type, require_stable: bool
     ) -> tuple[int, list]:
-        """(the group's error, its committed offsets by topic) for the topics asked (None: all)."""
+        """(the group's error, its committed offsets by topic) for the topics asked (None: all);
+        ``require_stable``: UNSTABLE_OFFSET_COMMIT for those an open transaction commits."""
         if asked is not None and not asked:
             return 0, []
-        ours = C.OffsetFetchRequest(group=group_id)
+        ours = C.OffsetFetchRequest(group=group_id, require_stable=require_stable)
         for topic in asked or []:
             ours.topics.add(topic=topic.name, partitions=topic.partition_indexes)
         answer = await self._api.offset_fetch(ours)

@@ -15,6 +15,7 @@ from raftka.broker.kafka.protocol import KafkaDispatcher
 from raftka.broker.kafka.quota_apis import QuotaApis
 from raftka.broker.kafka.reassign_apis import ReassignApis
 from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
+from raftka.broker.kafka.txn_apis import TxnApis
 from raftka.node.config import NodeConfig
 from raftka.security.sasl import parse_mechanisms
 from raftka.wire.guard import DEFAULT_LIMITS, ConnectionLimits
@@ -38,6 +39,7 @@ def kafka_listener(
         *ReassignApis(api).apis(),
         *BrokerApis(api).apis(),
         *SaslApis(api, logins).apis(),
+        *TxnApis(api).apis(),
     ]
     login = None if logins is None else logins.new
     return Listener(KafkaDispatcher(apis, api.quotas), name=name, login=login, limits=limits)

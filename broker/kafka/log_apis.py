@@ -56,7 +56,9 @@ from kafka.protocol.producer import (
 from raftka.broker.data_service import BrokerApi, wire_produce_answer
 from raftka.broker.kafka.endpoints import kafka_endpoints
 from raftka.broker.kafka.errors import (
+    INIT_PRODUCER_ID_FENCED_FROM,
     UNKNOWN_TOPIC_ID,
+    fenced_error,
     kafka_error,
     kafka_message,
 )
@@ -108,7 +110,7 @@ class LogApis:
 
     async def init_producer_id(self, request: InitProducerIdRequest, version: int) -> InitProducerIdResponse:
         """An idempotent producer's id (a new one each time, as Kafka gives a producer
-        without a transactional id)."""
+        without a transactional id), or a transactional id's next epoch (its coordinator's)."""
         ours = Pb.InitProducerIdRequest(
             transactional_id=request.transactional_id or "",
             transaction_timeout_ms=request.transaction_timeout_ms,
@@ -118,7 +120,7 @@ class LogApis:
         answer = await self._api.init_producer_id(ours)
         return InitProducerIdResponse(
             throttle_time_ms=0,
-            error_code=kafka_error(answer.status.error),
+            error_code=fenced_error(answer.status.error, version, INIT_PRODUCER_ID_FENCED_FROM),
             producer_id=answer.producer_id,
             producer_epoch=answer.producer_epoch,
         )

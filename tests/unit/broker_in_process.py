@@ -1,5 +1,5 @@
 """One real broker in this process for client tests: its replica manager and partition
-logs on disk, its group coordinator, served over the data protocol and Kafka's on
+logs on disk, its group and transaction coordinators (markers to ``MarkerLeaders``), served over the data protocol and Kafka's on
 loopback ports (with TLS if given); the controller is ``ControllerInMemory`` and the test
 sets the topics' partitions, which the broker leads, with ``followers`` (registered at
 broker epoch 1, never fetching unless the test fetches as them) in every ISR."""
@@ -22,6 +22,10 @@ from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.broker.sasl_logins import data_listener
+from raftka.broker.transactions.coordinator import TransactionCoordinator
+from raftka.broker.transactions.markers import MarkerWriter
+from raftka.broker.transactions.peers import PeerBrokers
+from raftka.broker.transactions.verifier import CoordinatorVerifier
 from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
@@ -33,6 +37,7 @@ from raftka.metadata.image import (
 )
 from raftka.node.config import BrokerConfig, KafkaConfig, NodeConfig
 from raftka.security.tls import TlsFiles
+from raftka.v1 import broker_pb2
 from raftka.wire.frames import DATA_LISTENER
 from tests.unit.controller_in_memory import ControllerInMemory
 
@@ -43,6 +48,28 @@ ONE_BROKER_KAFKA = KafkaConfig(auto_create_topics_enable=False, default_replicat
 DEFAULT_BROKER_CONFIG = BrokerConfig()
 
 
+class MarkerLeaders:
+    """The partition leaders a transaction coordinator writes markers to, faked: every
+    request is kept, and every partition answered ``answer`` (NONE unless a test says)."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[int, broker_pb2.WriteTxnMarkersRequest]] = []
+        self.answer = 0
+
+    async def __call__(
+        self, broker_id: int, request: broker_pb2.WriteTxnMarkersRequest
+    ) -> broker_pb2.WriteTxnMarkersResponse:
+        self.requests.append((broker_id, request))
+        response = broker_pb2.WriteTxnMarkersResponse()
+        for marker in request.markers:
+            result = response.markers.add(producer_id=marker.producer_id)
+            for topic in marker.topics:
+                answered = result.topics.add(name=topic.name)
+                for p in topic.partitions:
+                    answered.partitions.add(partition=p, error=self.answer)
+        return response
+
+
 class InProcessBroker:
     def __init__(
         self,
@@ -51,8 +78,10 @@ class InProcessBroker:
         port: int,
         kafka_port: int,
         followers: tuple[int, ...],
+        markers: MarkerLeaders,
     ) -> None:
         self.api = api
+        self.markers = markers
         self.replicas = api.replicas
         self.controller = controller
         self.followers = followers
@@ -91,6 +120,8 @@ class InProcessBroker:
             groups=self.controller.image.groups,
             client_quotas=self.controller.image.client_quotas,
             scram_credentials=self.controller.image.scram_credentials,
+            transactions=self.controller.image.transactions,
+            txn_offsets=self.controller.image.txn_offsets,
         )
         self.replicas.apply(image, self._partitions.update(image))
         self.controller.set_image(image)
@@ -111,7 +142,11 @@ async def broker_in_process(
     broker_config: BrokerConfig = DEFAULT_BROKER_CONFIG,
     tls: TlsFiles | None = None,
     followers: tuple[int, ...] = (),
+    transactions_for_real: bool = False,
 ) -> AsyncIterator[InProcessBroker]:
+    """``transactions_for_real``: the coordinator's markers go to this broker's own
+    WriteTxnMarkers, and its partitions verify transactional batches with the coordinator
+    (KIP-890); else markers go to ``MarkerLeaders`` and every batch is taken."""
     logs = LogManager(tmp_path)
     logs.open_all()
     replicas = ReplicaManager(
@@ -127,7 +162,26 @@ async def broker_in_process(
     groups = GroupCoordinator(BROKER, lambda: 1, GROUP_LIMITS, controller, 4096)  # type: ignore[arg-type]
     controller.listeners.append(groups.update)
     producer_ids = ProducerIdManager(controller, BROKER, lambda: 1)  # type: ignore[arg-type]
-    api = BrokerApi(replicas, groups, controller, "c", lambda: 1, producer_ids)  # type: ignore[arg-type]
+    markers = MarkerLeaders()
+    transactions = TransactionCoordinator(
+        BROKER,
+        lambda: 1,
+        controller,  # type: ignore[arg-type]
+        producer_ids,
+        MarkerWriter(
+            (lambda _, request: api.write_txn_markers(request)) if transactions_for_real else markers,
+            lambda: controller.image,
+            BROKER,
+            lambda: 1,
+        ),
+        wall_clock_ms=lambda: controller.wall_clock_ms,
+    )
+    controller.listeners.append(transactions.update)
+    api = BrokerApi(replicas, groups, controller, "c", lambda: 1, producer_ids, transactions)  # type: ignore[arg-type]
+    if transactions_for_real:
+        replicas.verifier = CoordinatorVerifier(
+            transactions, lambda: controller.image, PeerBrokers(lambda: controller.image, None)
+        )
     config = NodeConfig(
         BROKER,
         tmp_path,
@@ -142,14 +196,17 @@ async def broker_in_process(
     kafka = kafka_listener(api, config)
     kafka_port = await kafka.start("127.0.0.1", 0, tls.listener_ssl(kafka.login is not None) if tls else None)
     coordinating = asyncio.create_task(groups.run())
-    broker = InProcessBroker(api, controller, port, kafka_port, followers)
+    completing = asyncio.create_task(transactions.run())
+    broker = InProcessBroker(api, controller, port, kafka_port, followers, markers)
     controller.listeners.append(broker.adopt)  # quotas altered through it reach the broker
     broker.set_topics(topics, configs)
     try:
         yield broker
     finally:
         coordinating.cancel()
+        completing.cancel()
         await groups.close()
+        await transactions.close()
         await kafka.close()
         await server.close()
         logs.close()

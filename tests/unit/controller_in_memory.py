@@ -1,6 +1,6 @@
 """The active controller as the broker's controller link sees it, in memory: the group,
-offset and producer-id requests a broker forwards are planned by the controller's own handlers
-(``raftka.metadata.group_ops``, ``offset_ops``, ``broker_ops``, ``topic_ops``, ``scram_ops``,
+offset, transaction and producer-id requests a broker forwards are planned by the controller's own handlers
+(``raftka.metadata.group_ops``, ``offset_ops``, ``txn_ops``, ``broker_ops``, ``topic_ops``, ``scram_ops``,
 ``reassign_ops``) on an image and replayed into it, and every new
 image goes to the listeners a broker would feed (its group coordinator)."""
 
@@ -20,6 +20,7 @@ from raftka.metadata import (
     reassign_ops,
     scram_ops,
     topic_ops,
+    txn_ops,
 )
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
@@ -36,6 +37,7 @@ class ControllerInMemory:
         self.image = image
         self.listeners: list[Callable[[MetadataImage], None]] = []
         self.rebalance_commit_s = 0.0  # how long a rebalance takes to commit: a slow quorum's, if set
+        self.wall_clock_ms = NOW_MS  # the controller's wall clock, as transactions' stamps read it
 
     async def call(self, rpc: ControllerRpc, request: Any) -> Any:
         return await rpc(self)(request, timeout=1.0)
@@ -53,6 +55,12 @@ class ControllerInMemory:
         if self.rebalance_commit_s:
             await asyncio.sleep(self.rebalance_commit_s)
         return self._commit(group_ops.record_rebalance(self.image, request, NOW_MS))
+
+    async def WriteTransaction(self, request: Any, timeout: float) -> Any:
+        return self._commit(txn_ops.write(self.image, request, self.wall_clock_ms))
+
+    async def TxnOffsetCommit(self, request: Any, timeout: float) -> Any:
+        return self._commit(txn_ops.commit_offsets(self.image, request, self.wall_clock_ms))
 
     async def CreateTopics(self, request: Any, timeout: float) -> Any:
         limits = topic_ops.Limits(max_partitions=1_000, records_max=4_096)

@@ -10,6 +10,7 @@ from raftka.metadata.acls import Acl
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import BROKER, LEADER_UNCHANGED, NO_LEADER, TOPIC, MetadataImage
 from raftka.metadata.snapshot import scram_record
+from raftka.metadata.transactions import OPEN
 from raftka.security import scram
 from raftka.v1 import metadata_pb2 as pb
 
@@ -150,6 +151,56 @@ def remove_group_offsets(group: str) -> Record:
     return Record(remove_group_offsets=pb.RemoveGroupOffsetsRecord(group=group))
 
 
+def transaction(
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    state: int = pb.TXN_EMPTY,
+    partitions: Sequence[tuple[str, int]] = (),
+    groups: Sequence[str] = (),
+) -> Record:
+    record = pb.TransactionRecord(
+        transactional_id=transactional_id,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        last_producer_id=-1,
+        last_producer_epoch=-1,
+        state=state,
+        timeout_ms=60_000,
+        groups=groups,
+        start_time_ms=-1,
+    )
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    for topic, ids in sorted(by_topic.items()):
+        record.topics.add(name=topic, partitions=ids)
+    return Record(transaction=record)
+
+
+def txn_offset_commit(
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    group: str,
+    tid: bytes,
+    partition_id: int,
+    offset: int,
+) -> Record:
+    return Record(
+        txn_offset_commit=pb.TxnOffsetCommitRecord(
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            group=group,
+            topic_id=tid,
+            partition=partition_id,
+            offset=offset,
+            commit_timestamp_ms=1,
+        )
+    )
+
+
 def group_rebalance(
     group: str,
     generation: int,
@@ -235,7 +286,8 @@ def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
     options += ["partition"] if topics and brokers else []
     options += ["change", "change", "commit", "commit"] if with_partitions else []
     options += ["remove_group_offsets"] if image.offsets or image.groups else []
-    options += ["group_rebalance"]
+    options += ["group_rebalance", "transaction"]
+    options += ["remove_transaction"] if any(t.state not in OPEN for t in image.transactions.values()) else []
     kind = _pick(draw, options)
     if kind == "register":
         broker_id = _pick(draw, BROKER_IDS)
@@ -302,9 +354,39 @@ def valid_record(draw: st.DrawFn, image: MetadataImage) -> Record:
         generation = (previous.generation_id if previous else 0) + draw(st.integers(1, 3))
         members = draw(st.lists(st.sampled_from(["m1", "m2", "m3"]), unique=True, max_size=3))
         return group_rebalance(group, generation, members, assignment=[("t", [0, 1])] if members else [])
+    if kind == "transaction":
+        return _next_transaction(draw, image)
+    if kind == "remove_transaction":
+        idle = sorted(t for t, txn in image.transactions.items() if txn.state not in OPEN)
+        return Record(remove_transaction=pb.RemoveTransactionRecord(transactional_id=_pick(draw, idle)))
     tid = _pick(draw, with_partitions)
     partition_id = _pick(draw, sorted(topics[tid].partitions))
     return commit(_pick(draw, GROUPS), tid, partition_id, draw(st.integers(0, 10**6)), "m", ts=7)
+
+
+def _next_transaction(draw: st.DrawFn, image: MetadataImage) -> Record:
+    """A transition of one of two transactional ids that the state table allows."""
+    transactional_id = _pick(draw, ["tx-a", "tx-b"])
+    previous = image.transactions.get(transactional_id)
+    if previous is None:
+        return transaction(transactional_id, draw(st.integers(0, 9)), 0)
+    epoch, names = previous.producer_epoch, sorted(image.topic_ids_by_name)
+    if previous.state == pb.TXN_ONGOING:
+        state = _pick(draw, [pb.TXN_PREPARE_COMMIT, pb.TXN_PREPARE_ABORT])
+        partitions = [(t.name, p) for t in previous.topics for p in t.partitions]
+        return transaction(
+            transactional_id, previous.producer_id, epoch, state, partitions, list(previous.groups)
+        )
+    if previous.state in (pb.TXN_PREPARE_COMMIT, pb.TXN_PREPARE_ABORT):
+        done = pb.TXN_COMPLETE_COMMIT if previous.state == pb.TXN_PREPARE_COMMIT else pb.TXN_COMPLETE_ABORT
+        partitions = [(t.name, p) for t in previous.topics for p in t.partitions]
+        return transaction(
+            transactional_id, previous.producer_id, epoch, done, partitions, list(previous.groups)
+        )
+    if draw(_BOOLS):
+        return transaction(transactional_id, previous.producer_id, epoch + 1)
+    partitions = [(_pick(draw, names), 0)] if names else []
+    return transaction(transactional_id, previous.producer_id, epoch, pb.TXN_ONGOING, partitions, ["g1"])
 
 
 @st.composite

@@ -190,3 +190,85 @@ def test_a_brokers_certificate_holds_cluster_action_and_nothing_else() -> None:
         )
 
     assert asyncio.run(body()) == (True, False)
+
+
+# transactions ---------------------------------------------------------------------------------
+
+
+def test_transactional_requests_need_write_on_the_transactional_id() -> None:
+    handler = Recorder(lambda r: Pb.InitProducerIdResponse(producer_id=1))
+    request = Pb.InitProducerIdRequest(transactional_id="app", producer_id=-1, producer_epoch=-1)
+    for granted, expected in (
+        (
+            (grant(acls.IDEMPOTENT_WRITE, acls.CLUSTER, acls.CLUSTER_NAME),),
+            E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ),
+        ((grant(acls.DESCRIBE, acls.TRANSACTIONAL_ID, "app"),), E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        ((grant(acls.WRITE, acls.TRANSACTIONAL_ID, "ap", acls.PREFIXED),), E.NONE),
+    ):
+        assert as_(ALICE, guards(*granted).init_producer_id(handler)(request)).status.error == expected
+    end = guards(grant(acls.WRITE, acls.TRANSACTIONAL_ID, "app")).transactional_id(
+        acls.WRITE, Pb.EndTxnResponse, Recorder(lambda r: Pb.EndTxnResponse())
+    )
+    assert as_(ALICE, end(Pb.EndTxnRequest(transactional_id="app"))).status.error == E.NONE
+    refused = as_(ALICE, end(Pb.EndTxnRequest(transactional_id="other")))
+    assert refused.status.error == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and "transactional id 'other'" in (
+        refused.status.message
+    )
+    offsets = guards(grant(acls.WRITE, acls.TRANSACTIONAL_ID, "app")).transactional_id(
+        acls.WRITE,
+        Pb.AddOffsetsToTxnResponse,
+        Recorder(lambda r: Pb.AddOffsetsToTxnResponse()),
+        group_read=True,
+    )
+    answer = as_(ALICE, offsets(Pb.AddOffsetsToTxnRequest(transactional_id="app", group_id="g")))
+    assert answer.status.error == E.GROUP_AUTHORIZATION_FAILED
+    assert len(handler.seen) == 1
+
+
+def test_add_partitions_refuses_unwritable_topics_and_attempts_none_of_the_others() -> None:
+    handler = Recorder(lambda r: Pb.AddPartitionsToTxnResponse())
+    add = guards(
+        grant(acls.WRITE, acls.TRANSACTIONAL_ID, "app"), grant(acls.WRITE, acls.TOPIC, "orders")
+    ).add_partitions_to_txn(handler)
+    request = Pb.AddPartitionsToTxnRequest(
+        transactional_id="app",
+        topics=[Pb.TxnTopic(name="orders", partitions=[0]), Pb.TxnTopic(name="secret", partitions=[1])],
+    )
+    answer = as_(ALICE, add(request))
+    assert {(t.name, p.error) for t in answer.topics for p in t.partitions} == {
+        ("orders", E.OPERATION_NOT_ATTEMPTED),
+        ("secret", E.TOPIC_AUTHORIZATION_FAILED),
+    }
+    verify = Pb.AddPartitionsToTxnRequest(transactional_id="app", topics=request.topics[:1], verify_only=True)
+    refused = as_(ALICE, add(verify))  # only a broker may ask to verify
+    assert refused.topics[0].partitions[0].error == E.CLUSTER_AUTHORIZATION_FAILED
+    as_(BROKER_101, add(verify))
+    assert [r.verify_only for r in handler.seen] == [True]
+
+
+def test_transactions_are_described_and_listed_only_where_describable() -> None:
+    def described(request: Pb.DescribeTransactionsRequest) -> Pb.DescribeTransactionsResponse:
+        return Pb.DescribeTransactionsResponse(
+            transactions=[
+                Pb.TransactionDescription(transactional_id=t, state="Ongoing")
+                for t in request.transactional_ids
+            ]
+        )
+
+    allowed = guards(grant(acls.DESCRIBE, acls.TRANSACTIONAL_ID, "app"))
+    answer = as_(
+        ALICE,
+        allowed.describe_transactions(Recorder(described))(
+            Pb.DescribeTransactionsRequest(transactional_ids=["app", "other"])
+        ),
+    )
+    assert [(d.transactional_id, d.error) for d in answer.transactions] == [
+        ("app", E.NONE),
+        ("other", E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+    ]
+    listing = Pb.ListTransactionsResponse(
+        transactions=[Pb.TransactionListing(transactional_id=t) for t in ("app", "other")]
+    )
+    listed = as_(ALICE, allowed.list_transactions(Recorder(lambda r: listing))(Pb.ListTransactionsRequest()))
+    assert [t.transactional_id for t in listed.transactions] == ["app"]

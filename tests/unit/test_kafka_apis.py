@@ -154,7 +154,16 @@ def test_find_coordinator_answers_one_key_before_version_4_and_a_batch_after(ser
         4,
         FindCoordinatorResponse,
     )
-    assert transactional.coordinators[0].error_code == INVALID_REQUEST
+    assert [(c.key, c.node_id, c.port, c.error_code) for c in transactional.coordinators] == [
+        ("tx", 101, port, 0)
+    ]
+    unknown_kind = call(
+        served.bootstrap,
+        FindCoordinatorRequest(key_type=2, coordinator_keys=["x"]),
+        4,
+        FindCoordinatorResponse,
+    )
+    assert unknown_kind.coordinators[0].error_code == INVALID_REQUEST
 
 
 def test_offsets_committed_from_outside_the_group_are_fetched_one_group_or_several(

@@ -28,6 +28,11 @@ EVERY_TYPE = {
     "NO_OP_RECORD": m.no_op(),
     "OFFSET_COMMIT_RECORD": m.commit("g", TID, 3, 42, "meta", ts=1_700_000_000_000),
     "REMOVE_GROUP_OFFSETS_RECORD": m.remove_group_offsets("g"),
+    "TRANSACTION_RECORD": m.transaction("tx", 5, 1, pb.TXN_ONGOING, [("orders", 3)], ["g"]),
+    "TXN_OFFSET_COMMIT_RECORD": m.txn_offset_commit("tx", 5, 1, "g", TID, 3, 42),
+    "REMOVE_TRANSACTION_RECORD": pb.MetadataRecord(
+        remove_transaction=pb.RemoveTransactionRecord(transactional_id="tx")
+    ),
     "GROUP_REBALANCE_RECORD": m.group_rebalance("g", 3, ["m1", "m2"], assignment=[("orders", [0, 1])]),
     "ACCESS_CONTROL_ENTRY_RECORD": m.acl("User:CN=alice,OU=client,O=raftka", "CREATE", "TOPIC", "orders"),
     "REMOVE_ACCESS_CONTROL_ENTRY_RECORD": m.remove_acl("0123456789abcdef0123456789abcdef"),

@@ -94,13 +94,11 @@ def test_init_producer_id_over_the_data_protocol(tmp_path: Path) -> None:
             answers = [await client.InitProducerId(request, timeout=5) for _ in range(12)]
             assert [(a.status.error, a.producer_epoch) for a in answers] == [(E.NONE, 0)] * 12
             assert [a.producer_id for a in answers] == list(range(12))
+            untimed = broker_pb2.InitProducerIdRequest(transactional_id="tx", producer_id=-1, producer_epoch=-1)
+            answer = await client.InitProducerId(untimed, timeout=5)
+            assert answer.status.error == E.INVALID_TRANSACTION_TIMEOUT
+            assert "transaction_timeout_ms" in answer.status.message
             for bad, field in (
-                (
-                    broker_pb2.InitProducerIdRequest(
-                        transactional_id="tx", producer_id=-1, producer_epoch=-1
-                    ),
-                    "transactional_id",
-                ),
                 (broker_pb2.InitProducerIdRequest(producer_id=4, producer_epoch=-1), "producer_epoch"),
                 (broker_pb2.InitProducerIdRequest(producer_id=-7, producer_epoch=-7), "producer_id"),
             ):

@@ -115,6 +115,36 @@ class BrokerStub:
                 request_serializer=raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/raftka.broker.v1.Broker/AddPartitionsToTxn',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/raftka.broker.v1.Broker/AddOffsetsToTxn',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/raftka.broker.v1.Broker/TxnOffsetCommit',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/raftka.broker.v1.Broker/EndTxn',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransactions = channel.unary_unary(
+                '/raftka.broker.v1.Broker/DescribeTransactions',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.DescribeTransactionsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.DescribeTransactionsResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/raftka.broker.v1.Broker/ListTransactions',
+                request_serializer=raftka_dot_v1_dot_broker__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_broker__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -218,6 +248,42 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddPartitionsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -300,6 +366,36 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.WriteTxnMarkers,
                     request_deserializer=raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.EndTxnRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'DescribeTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransactions,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.DescribeTransactionsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.DescribeTransactionsResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=raftka_dot_v1_dot_broker__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_broker__pb2.ListTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -734,6 +830,168 @@ class Broker:
             '/raftka.broker.v1.Broker/WriteTxnMarkers',
             raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
             raftka_dot_v1_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/AddPartitionsToTxn',
+            raftka_dot_v1_dot_broker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/AddOffsetsToTxn',
+            raftka_dot_v1_dot_broker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/TxnOffsetCommit',
+            raftka_dot_v1_dot_controller__pb2.TxnOffsetCommitRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/EndTxn',
+            raftka_dot_v1_dot_broker__pb2.EndTxnRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/DescribeTransactions',
+            raftka_dot_v1_dot_broker__pb2.DescribeTransactionsRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.DescribeTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.broker.v1.Broker/ListTransactions',
+            raftka_dot_v1_dot_broker__pb2.ListTransactionsRequest.SerializeToString,
+            raftka_dot_v1_dot_broker__pb2.ListTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

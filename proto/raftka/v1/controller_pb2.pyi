@@ -67,6 +67,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNACCEPTABLE_CREDENTIAL: _ClassVar[ErrorCode]
     DUPLICATE_RESOURCE: _ClassVar[ErrorCode]
     SASL_AUTHENTICATION_FAILED: _ClassVar[ErrorCode]
+    OPERATION_NOT_ATTEMPTED: _ClassVar[ErrorCode]
     INVALID_TXN_STATE: _ClassVar[ErrorCode]
     INVALID_PRODUCER_ID_MAPPING: _ClassVar[ErrorCode]
     INVALID_TRANSACTION_TIMEOUT: _ClassVar[ErrorCode]
@@ -141,6 +142,7 @@ UNSUPPORTED_SASL_MECHANISM: ErrorCode
 UNACCEPTABLE_CREDENTIAL: ErrorCode
 DUPLICATE_RESOURCE: ErrorCode
 SASL_AUTHENTICATION_FAILED: ErrorCode
+OPERATION_NOT_ATTEMPTED: ErrorCode
 INVALID_TXN_STATE: ErrorCode
 INVALID_PRODUCER_ID_MAPPING: ErrorCode
 INVALID_TRANSACTION_TIMEOUT: ErrorCode
@@ -759,6 +761,36 @@ class RecordGroupRebalanceResponse(_message.Message):
     recorded_generation_id: int
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., recorded_generation_id: _Optional[int] = ...) -> None: ...
 
+class WriteTransactionRequest(_message.Message):
+    __slots__ = ("transaction", "broker_id", "broker_epoch")
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    transaction: _metadata_pb2.TransactionRecord
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, transaction: _Optional[_Union[_metadata_pb2.TransactionRecord, _Mapping]] = ..., broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
+
+class WriteTransactionResponse(_message.Message):
+    __slots__ = ("status", "transaction")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    transaction: _metadata_pb2.TransactionRecord
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., transaction: _Optional[_Union[_metadata_pb2.TransactionRecord, _Mapping]] = ...) -> None: ...
+
+class TxnOffsetCommitRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "offsets")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    offsets: OffsetCommitRequest
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., offsets: _Optional[_Union[OffsetCommitRequest, _Mapping]] = ...) -> None: ...
+
 class DeleteGroupsRequest(_message.Message):
     __slots__ = ("groups",)
     GROUPS_FIELD_NUMBER: _ClassVar[int]
@@ -840,12 +872,14 @@ class OffsetCommitResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionResult, _Mapping]]] = ...) -> None: ...
 
 class OffsetFetchRequest(_message.Message):
-    __slots__ = ("group", "topics")
+    __slots__ = ("group", "topics", "require_stable")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_STABLE_FIELD_NUMBER: _ClassVar[int]
     group: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
-    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+    require_stable: bool
+    def __init__(self, group: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., require_stable: _Optional[bool] = ...) -> None: ...
 
 class FetchedOffset(_message.Message):
     __slots__ = ("topic", "partition", "offset", "metadata", "error", "message")

@@ -139,6 +139,16 @@ class ControllerStub:
                 request_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.WriteTransaction = channel.unary_unary(
+                '/raftka.v1.Controller/WriteTransaction',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.WriteTransactionRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.WriteTransactionResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/raftka.v1.Controller/TxnOffsetCommit',
+                request_serializer=raftka_dot_v1_dot_controller__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=raftka_dot_v1_dot_controller__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
         self.CreateAcls = channel.unary_unary(
                 '/raftka.v1.Controller/CreateAcls',
                 request_serializer=raftka_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
@@ -305,6 +315,18 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateAcls(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -454,6 +476,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'WriteTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTransaction,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.WriteTransactionRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.WriteTransactionResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=raftka_dot_v1_dot_controller__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=raftka_dot_v1_dot_controller__pb2.OffsetCommitResponse.SerializeToString,
             ),
             'CreateAcls': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateAcls,
@@ -1058,6 +1090,60 @@ class Controller:
             '/raftka.v1.Controller/DeleteGroups',
             raftka_dot_v1_dot_controller__pb2.DeleteGroupsRequest.SerializeToString,
             raftka_dot_v1_dot_controller__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/WriteTransaction',
+            raftka_dot_v1_dot_controller__pb2.WriteTransactionRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.WriteTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftka.v1.Controller/TxnOffsetCommit',
+            raftka_dot_v1_dot_controller__pb2.TxnOffsetCommitRequest.SerializeToString,
+            raftka_dot_v1_dot_controller__pb2.OffsetCommitResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,9 +12,26 @@ class ConfigResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONFIG_RESOURCE_UNKNOWN: _ClassVar[ConfigResourceType]
     CONFIG_RESOURCE_BROKER: _ClassVar[ConfigResourceType]
     CONFIG_RESOURCE_TOPIC: _ClassVar[ConfigResourceType]
+
+class TransactionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TXN_EMPTY: _ClassVar[TransactionState]
+    TXN_ONGOING: _ClassVar[TransactionState]
+    TXN_PREPARE_COMMIT: _ClassVar[TransactionState]
+    TXN_PREPARE_ABORT: _ClassVar[TransactionState]
+    TXN_COMPLETE_COMMIT: _ClassVar[TransactionState]
+    TXN_COMPLETE_ABORT: _ClassVar[TransactionState]
+    TXN_DEAD: _ClassVar[TransactionState]
 CONFIG_RESOURCE_UNKNOWN: ConfigResourceType
 CONFIG_RESOURCE_BROKER: ConfigResourceType
 CONFIG_RESOURCE_TOPIC: ConfigResourceType
+TXN_EMPTY: TransactionState
+TXN_ONGOING: TransactionState
+TXN_PREPARE_COMMIT: TransactionState
+TXN_PREPARE_ABORT: TransactionState
+TXN_COMPLETE_COMMIT: TransactionState
+TXN_COMPLETE_ABORT: TransactionState
+TXN_DEAD: TransactionState
 
 class BrokerEndpoint(_message.Message):
     __slots__ = ("name", "host", "port")
@@ -216,6 +233,74 @@ class GroupAssignedTopic(_message.Message):
     partitions: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class TransactionTopic(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TransactionRecord(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "last_producer_id", "last_producer_epoch", "state", "timeout_ms", "topics", "groups", "start_time_ms", "last_update_time_ms", "coordinator", "coordinator_broker_epoch", "coordinator_epoch")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_UPDATE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    last_producer_id: int
+    last_producer_epoch: int
+    state: TransactionState
+    timeout_ms: int
+    topics: _containers.RepeatedCompositeFieldContainer[TransactionTopic]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    start_time_ms: int
+    last_update_time_ms: int
+    coordinator: int
+    coordinator_broker_epoch: int
+    coordinator_epoch: int
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., last_producer_id: _Optional[int] = ..., last_producer_epoch: _Optional[int] = ..., state: _Optional[_Union[TransactionState, str]] = ..., timeout_ms: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TransactionTopic, _Mapping]]] = ..., groups: _Optional[_Iterable[str]] = ..., start_time_ms: _Optional[int] = ..., last_update_time_ms: _Optional[int] = ..., coordinator: _Optional[int] = ..., coordinator_broker_epoch: _Optional[int] = ..., coordinator_epoch: _Optional[int] = ...) -> None: ...
+
+class TxnOffsetCommitRecord(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "group", "topic_id", "partition", "offset", "metadata", "commit_timestamp_ms")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group: str
+    topic_id: bytes
+    partition: int
+    offset: int
+    metadata: str
+    commit_timestamp_ms: int
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., group: _Optional[str] = ..., topic_id: _Optional[bytes] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., metadata: _Optional[str] = ..., commit_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class RemoveTransactionRecord(_message.Message):
+    __slots__ = ("transactional_id",)
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    def __init__(self, transactional_id: _Optional[str] = ...) -> None: ...
+
 class GroupRebalanceRecord(_message.Message):
     __slots__ = ("group", "generation_id", "protocol_type", "protocol_name", "leader", "members", "coordinator", "timestamp_ms")
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -307,7 +392,7 @@ class RemoveUserScramCredentialRecord(_message.Message):
     def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[str] = ...) -> None: ...
 
 class MetadataRecord(_message.Message):
-    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "producer_ids", "no_op", "offset_commit", "remove_group_offsets", "group_rebalance", "access_control_entry", "remove_access_control_entry", "client_quota", "user_scram_credential", "remove_user_scram_credential")
+    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "producer_ids", "no_op", "offset_commit", "remove_group_offsets", "group_rebalance", "access_control_entry", "remove_access_control_entry", "client_quota", "user_scram_credential", "remove_user_scram_credential", "transaction", "txn_offset_commit", "remove_transaction")
     REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     UNREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     FENCE_BROKER_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +413,9 @@ class MetadataRecord(_message.Message):
     CLIENT_QUOTA_FIELD_NUMBER: _ClassVar[int]
     USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    TXN_OFFSET_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     register_broker: RegisterBrokerRecord
     unregister_broker: UnregisterBrokerRecord
     fence_broker: FenceBrokerRecord
@@ -348,4 +436,7 @@ class MetadataRecord(_message.Message):
     client_quota: ClientQuotaRecord
     user_scram_credential: UserScramCredentialRecord
     remove_user_scram_credential: RemoveUserScramCredentialRecord
-    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., feature_level: _Optional[_Union[FeatureLevelRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., offset_commit: _Optional[_Union[OffsetCommitRecord, _Mapping]] = ..., remove_group_offsets: _Optional[_Union[RemoveGroupOffsetsRecord, _Mapping]] = ..., group_rebalance: _Optional[_Union[GroupRebalanceRecord, _Mapping]] = ..., access_control_entry: _Optional[_Union[AccessControlEntryRecord, _Mapping]] = ..., remove_access_control_entry: _Optional[_Union[RemoveAccessControlEntryRecord, _Mapping]] = ..., client_quota: _Optional[_Union[ClientQuotaRecord, _Mapping]] = ..., user_scram_credential: _Optional[_Union[UserScramCredentialRecord, _Mapping]] = ..., remove_user_scram_credential: _Optional[_Union[RemoveUserScramCredentialRecord, _Mapping]] = ...) -> None: ...
+    transaction: TransactionRecord
+    txn_offset_commit: TxnOffsetCommitRecord
+    remove_transaction: RemoveTransactionRecord
+    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., feature_level: _Optional[_Union[FeatureLevelRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., offset_commit: _Optional[_Union[OffsetCommitRecord, _Mapping]] = ..., remove_group_offsets: _Optional[_Union[RemoveGroupOffsetsRecord, _Mapping]] = ..., group_rebalance: _Optional[_Union[GroupRebalanceRecord, _Mapping]] = ..., access_control_entry: _Optional[_Union[AccessControlEntryRecord, _Mapping]] = ..., remove_access_control_entry: _Optional[_Union[RemoveAccessControlEntryRecord, _Mapping]] = ..., client_quota: _Optional[_Union[ClientQuotaRecord, _Mapping]] = ..., user_scram_credential: _Optional[_Union[UserScramCredentialRecord, _Mapping]] = ..., remove_user_scram_credential: _Optional[_Union[RemoveUserScramCredentialRecord, _Mapping]] = ..., transaction: _Optional[_Union[TransactionRecord, _Mapping]] = ..., txn_offset_commit: _Optional[_Union[TxnOffsetCommitRecord, _Mapping]] = ..., remove_transaction: _Optional[_Union[RemoveTransactionRecord, _Mapping]] = ...) -> None: ...
