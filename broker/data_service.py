@@ -244,7 +244,7 @@ class BrokerApi:
     ) -> controller_pb2.OffsetFetchResponse:
         return await self.forward(lambda stub: stub.OffsetFetch, request, controller_pb2.OffsetFetchResponse)
 
-    async def forward(self, rpc: ControllerRpc, request, response_type):  # noqa: ANN001: a controller request
+    async def forward(self, rpc: ControllerRpc, request, response_type):  # noqa: ANN001 - a controller request
         """The active controller's answer to ``request``, or REQUEST_TIMED_OUT if none answers."""
         try:
             return await self._link.call(rpc, request)

@@ -63,7 +63,7 @@ class SaslLogins:
             login.principal = certificate
         return login
 
-    def _credential(self, user: str, mechanism: str):  # noqa: ANN202: scram.Lookup
+    def _credential(self, user: str, mechanism: str):  # noqa: ANN202 - scram.Lookup
         return self._api.image.scram_credentials.get((user, mechanism))
 
     def choose(self, login: SaslLogin, mechanism: str) -> bool:

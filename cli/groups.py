@@ -264,7 +264,7 @@ def _parse_time(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _run(args: argparse.Namespace, work):  # noqa: ANN001, ANN202: an async function of a GroupAdmin
+def _run(args: argparse.Namespace, work):  # noqa: ANN001, ANN202 - an async function of a GroupAdmin
     async def main() -> Any:
         admin = GroupAdmin(broker_addresses(args), tls=client_tls(args), sasl=client_sasl(args))
         try:

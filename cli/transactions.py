@@ -96,7 +96,7 @@ def run_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace, work):  # noqa: ANN001, ANN202: an async function of a TransactionAdmin
+def _run(args: argparse.Namespace, work):  # noqa: ANN001, ANN202 - an async function of a TransactionAdmin
     async def main() -> Any:
         admin = TransactionAdmin(broker_addresses(args), tls=client_tls(args), sasl=client_sasl(args))
         try:

@@ -690,7 +690,7 @@ def _metadata_bytes(protocols: Iterable[tuple[str, bytes]]) -> int:
     return sum(len(name.encode()) + len(metadata) for name, metadata in protocols)
 
 
-def with_status(response, code: int, message: str):  # noqa: ANN001, ANN202: any response with a status
+def with_status(response, code: int, message: str):  # noqa: ANN001, ANN202 - any response with a status
     response.status.error = code
     response.status.message = message
     return response

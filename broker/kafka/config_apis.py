@@ -44,7 +44,7 @@ class ConfigApis:
             )
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
 
-    async def _alter(self, i: int, resource, validate_only: bool) -> tuple[int, str | None]:  # noqa: ANN001: a request resource
+    async def _alter(self, i: int, resource, validate_only: bool) -> tuple[int, str | None]:  # noqa: ANN001 - a request resource
         ours = C.AlterConfigsRequest(validate_only=validate_only)
         if resource.resource_type == TOPIC_RESOURCE:
             entry = ours.topics.add(topic=resource.resource_name)

@@ -191,7 +191,7 @@ class FollowerFetch:
                     self._apply_partition(partition, result)
                 except LogAppendError as e:
                     self._append_failed(partition, str(e))
-                except Exception as e:  # noqa: BLE001: its log is in an unknown state; the others are not
+                except Exception as e:  # noqa: BLE001 - its log is in an unknown state; the others are not
                     self._fail(partition, e)
         if self._truncated:
             held = set(self._truncated)
@@ -294,7 +294,7 @@ class FollowerFetch:
         else:
             self._delay([partition])
 
-    def _delay(self, partitions, delay_s: float = ERROR_BACKOFF_S) -> None:  # noqa: ANN001: any iterable of partitions
+    def _delay(self, partitions, delay_s: float = ERROR_BACKOFF_S) -> None:  # noqa: ANN001 - any iterable of partitions
         not_before = self._clock() + delay_s
         for partition in partitions:
             if partition in self.partitions:

@@ -902,7 +902,7 @@ _ACK_MESSAGES = {
 }
 
 
-def _leader_epoch(data) -> int:  # noqa: ANN001: a Produce/Fetch/ListOffsets partition
+def _leader_epoch(data) -> int:  # noqa: ANN001 - a Produce/Fetch/ListOffsets partition
     """The leader epoch the client knows, -1 when it sent none (not checked)."""
     return data.current_leader_epoch if data.HasField("current_leader_epoch") else -1
 
@@ -917,7 +917,7 @@ def _last_fetched_epoch(data: Pb.FetchPartition, replica_id: int) -> int:
     return -1
 
 
-def _set_error(result, error: PartitionError) -> None:  # noqa: ANN001: any per-partition result
+def _set_error(result, error: PartitionError) -> None:  # noqa: ANN001 - any per-partition result
     result.error = error.code
     result.message = error.message
     if hasattr(result, "leader_id"):
@@ -970,7 +970,7 @@ def _fetch_problem(request: Pb.FetchRequest) -> str:
     return _partition_count_problem(request.topics)
 
 
-def _partition_count_problem(topics) -> str:  # noqa: ANN001: repeated Produce/FetchTopic
+def _partition_count_problem(topics) -> str:  # noqa: ANN001 - repeated Produce/FetchTopic
     count = sum(len(t.partitions) for t in topics)
     if count > PARTITIONS_PER_REQUEST_MAX:
         return f"topics: {count} partitions, at most {PARTITIONS_PER_REQUEST_MAX} per request"

@@ -263,7 +263,7 @@ class _FakeBroker:
                 result.offset = 0 if data.timestamp == -2 else self.cluster.logs[data.partition].end
         return response
 
-    def _refused(self, partition: int, result) -> bool:  # noqa: ANN001: any per-partition result
+    def _refused(self, partition: int, result) -> bool:  # noqa: ANN001 - any per-partition result
         leader, epoch = self.cluster.leaders[partition]
         if leader == self.broker_id:
             return False

@@ -263,7 +263,7 @@ def test_a_fetch_whose_last_epoch_is_not_on_the_leaders_log_gets_the_diverging_e
     }
 
 
-def _diverging(partition) -> tuple[int, int] | None:  # noqa: ANN001: a FetchResponse partition
+def _diverging(partition) -> tuple[int, int] | None:  # noqa: ANN001 - a FetchResponse partition
     """(epoch, end offset) of DivergingEpoch, None when the answer has none (Kafka's default -1s)."""
     found = partition.diverging_epoch
     if found is None or (found.epoch, found.end_offset) == (-1, -1):

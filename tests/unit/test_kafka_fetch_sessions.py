@@ -47,7 +47,7 @@ def fetch(session_id: int, epoch: int, wanted: dict[tuple[str, int], int], forgo
     )  # fmt: skip
 
 
-def asked(plan) -> dict[tuple[str, int], int]:  # noqa: ANN001: a Plan
+def asked(plan) -> dict[tuple[str, int], int]:  # noqa: ANN001 - a Plan
     return {(t.topic, p.partition): p.fetch_offset for t in plan.topics for p in t.partitions}
 
 
@@ -188,7 +188,7 @@ def test_kafka_python_reads_every_record_of_a_wide_topic_through_one_session(
     epochs: list[int] = []
     dispatch = KafkaDispatcher.dispatch
 
-    def recording(self: KafkaDispatcher, frame: memoryview):  # noqa: ANN202: as dispatch
+    def recording(self: KafkaDispatcher, frame: memoryview):  # noqa: ANN202 - as dispatch
         key, version, _ = REQUEST_PREFIX.unpack_from(frame)
         if key == FetchRequest.API_KEY:
             epochs.append(FetchRequest.decode(bytes(frame), version=version, header=True).session_epoch)

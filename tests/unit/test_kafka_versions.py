@@ -373,7 +373,7 @@ def test_kafka_python_as_an_old_client_produces_compressed_records_and_a_group_r
     asked: set[tuple[int, int]] = set()  # (api key, version) of every request the listener reads
     dispatch = KafkaDispatcher.dispatch
 
-    def recording(self: KafkaDispatcher, frame: memoryview):  # noqa: ANN202: as dispatch
+    def recording(self: KafkaDispatcher, frame: memoryview):  # noqa: ANN202 - as dispatch
         asked.add(REQUEST_PREFIX.unpack_from(frame)[:2])
         return dispatch(self, frame)
 

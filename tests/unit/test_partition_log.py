@@ -407,7 +407,7 @@ def test_removing_a_partition_renames_it_away_at_once_and_deletes_it_in_the_back
     deleted_on: list[str] = []
     real_rmtree = shutil.rmtree
 
-    def rmtree(path, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003: shutil.rmtree's
+    def rmtree(path, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003 - shutil.rmtree's
         deleted_on.append(threading.current_thread().name)
         real_rmtree(path, *args, **kwargs)
 
