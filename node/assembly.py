@@ -90,7 +90,7 @@ async def open_node(
         servicers=servicers,
         server_credentials=config.tls.server_credentials if config.tls else None,
         channel_credentials=config.tls.channel_credentials if config.tls else None,
-        exchange_gate=quorum_gate(config.voter_ids) if config.tls else None,
+        exchange_gate=quorum_gate(lambda: node.core.voters | set(config.voter_ids)) if config.tls else None,
         interceptors=[PrincipalGate(policy)] if config.tls else [],
         connections_max=grpc_connections_max(),
     )

@@ -4,7 +4,9 @@ Only controller certificates take part in elections and replication as voters, e
 only as itself: controller 1's certificate cannot send a Vote as node 2. Brokers follow
 the metadata log as observers, so a broker's certificate may Fetch (and FetchSnapshot),
 as its own id, which must not be a voter's (a broker posing as a voter would count
-towards the high watermark). Client certificates cannot open a stream at all.
+towards the high watermark). Client certificates cannot open a stream at all. The voters
+are asked for on every check: with a voter set in the log (KIP-853), they change while the
+node runs, and a broker must not fetch as a controller added since it connected.
 """
 
 from __future__ import annotations
@@ -19,9 +21,8 @@ OBSERVER_RPCS = frozenset({"fetch", "fetch_snapshot"})
 Check = Callable[[str, int], str | None]  # (rpc field, sender id) -> why refused, or None
 
 
-def quorum_gate(voter_ids: Collection[int]) -> Callable[[grpc.aio.ServicerContext], Check]:
+def quorum_gate(voter_ids: Callable[[], Collection[int]]) -> Callable[[grpc.aio.ServicerContext], Check]:
     """The transport's ``exchange_gate``; PermissionError refuses a stream outright."""
-    voters = frozenset(voter_ids)
 
     def gate(context: grpc.aio.ServicerContext) -> Check:
         caller = from_grpc(context)
@@ -36,7 +37,7 @@ def quorum_gate(voter_ids: Collection[int]) -> Callable[[grpc.aio.ServicerContex
             def observer(rpc: str, sender: int) -> str | None:
                 if rpc not in OBSERVER_RPCS:
                     return f"{rpc}: only controllers vote and lead, and {caller} is a broker's certificate"
-                if sender != caller.node_id or sender in voters:
+                if sender != caller.node_id or sender in voter_ids():
                     return f"{caller} may fetch only as observer {caller.node_id}, not as node {sender}"
                 return None
 
