@@ -51,7 +51,7 @@ from typing import Any
 
 import structlog
 
-from raftka.client.cluster_metadata import RETRIABLE, ClusterMetadata
+from raftka.client.cluster_metadata import RETRIABLE, ClusterMetadata, TopicInfo
 from raftka.client.errors import KafkaError, ProducerError
 from raftka.client.idempotence import NO_PRODUCER, Idempotence
 from raftka.client.loop_thread import LoopThread
@@ -284,19 +284,27 @@ class AsyncProducer:
         ``max_block_ms``): a topic created a moment ago may not have reached the brokers'
         metadata yet, which is not an error until the time is up."""
         deadline = time.monotonic() + self.max_block_s
+        info = await self._topic(topic, deadline)
+        while len(info.available()) != len(info.partitions):
+            if time.monotonic() > deadline:
+                raise ProducerError("LEADER_NOT_AVAILABLE", f"{topic} has partitions without a leader")
+            await asyncio.sleep(self._retry_backoff_s)
+            await self.metadata.refresh(force=True)
+            info = await self._topic(topic, deadline)
+
+    async def _topic(self, topic: str, deadline: float) -> TopicInfo:
+        """The topic's metadata, waiting until ``deadline`` for one the brokers do not know
+        yet (created a moment ago), as Kafka's producer waits up to max.block.ms in send."""
         while True:
+            known = self.metadata.topics.get(topic)
+            if known is not None:
+                return known
             try:
-                info = await self.metadata.topic(topic)
+                return await self.metadata.topic(topic)  # refreshes once when unknown
             except KafkaError as e:
                 if e.code != "UNKNOWN_TOPIC_OR_PARTITION" or time.monotonic() > deadline:
                     raise
-            else:
-                if len(info.available()) == len(info.partitions):
-                    return
-                if time.monotonic() > deadline:
-                    raise ProducerError("LEADER_NOT_AVAILABLE", f"{topic} has partitions without a leader")
             await asyncio.sleep(self._retry_backoff_s)
-            await self.metadata.refresh(force=True)
 
     async def send(
         self,
@@ -333,7 +341,7 @@ class AsyncProducer:
                 "RECORD_TOO_LARGE",
                 f"a record of {size} bytes is over max_request_size {self._max_request_size}",
             )
-        info = self.metadata.topics.get(topic) or await self.metadata.topic(topic)
+        info = await self._topic(topic, time.monotonic() + self.max_block_s)
         count = len(info.partitions)
         if partition is None:
             partition = (

@@ -92,6 +92,7 @@ def test_live_nodes_export_every_documented_metric_and_the_values_move(cluster: 
             and not n.startswith("kafka_server_replicamanager")
             and not n.startswith("kafka_server_replicafetchermanager")
             and not n.startswith("kafka_server_quota")
+            and not n.startswith(("kafka_server_leaderreplication", "kafka_server_followerreplication"))
             and not n.startswith("kafka_network")
             and not n.startswith("raftka_listener")
         }

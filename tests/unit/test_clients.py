@@ -335,3 +335,25 @@ def test_wait_ready_gives_up_on_an_unknown_topic_after_max_block_ms(tmp_path: Pa
                 await producer.close()
 
     asyncio.run(main())
+
+
+def test_send_waits_for_a_topic_the_brokers_do_not_know_yet(tmp_path: Path) -> None:
+    """As Kafka's producer waits up to max.block.ms in send for a topic's metadata: a
+    record for a topic created a moment ago is sent once the brokers know it, not refused
+    with UNKNOWN_TOPIC_OR_PARTITION at once."""
+
+    async def main() -> None:
+        async with broker_in_process(tmp_path, {TOPIC_NAME: PARTITIONS}) as broker:
+            producer = AsyncProducer(broker.address, max_block_ms=30_000, retry_backoff_ms=10)
+            try:
+                sending = asyncio.create_task(producer.send("later", b"v", partition=1))
+                while producer.metadata._refreshed_at == 0:
+                    await asyncio.sleep(0.01)  # until the producer has asked and not found it
+                assert not sending.done()
+                broker.set_topics({TOPIC_NAME: PARTITIONS, "later": 2})
+                delivered = await (await sending)
+                assert (delivered.topic, delivered.partition, delivered.offset) == ("later", 1, 0)
+            finally:
+                await producer.close()
+
+    asyncio.run(main())
