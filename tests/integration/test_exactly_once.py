@@ -9,12 +9,13 @@ the metadata quorum), each restarted once the processor has committed past its d
 The processor does what librdkafka's documentation asks of an application: a retriable
 commit is retried, an abortable error aborts and rewinds the consumer to the group's
 committed offsets, a fatal one (fenced) starts a new producer with the same
-``transactional.id`` and rewinds too, and so does a producer wedged in
-``send_offsets_to_transaction`` by librdkafka's bug (``transactions.send_offsets``). It also gives up every 7th transaction itself once
-its copies are in the output's logs, so aborted records are surely there to hide (the
-faults may cause none: librdkafka retries through most). Afterwards, read_committed: the output holds each
-input record exactly once (none lost, none duplicated; a record of an aborted attempt
-shown would be a duplicate), and the group's committed offsets are the input's ends.
+``transactional.id`` and rewinds too, as does a producer wedged in
+``send_offsets_to_transaction`` by librdkafka's bug (``transactions.send_offsets``).
+It also gives up every 7th transaction itself once its copies are in the output's logs,
+so aborted records are surely there to hide (the faults may cause none: librdkafka
+retries through most). Afterwards, read_committed: the output holds each input record
+exactly once (none lost, none duplicated; a record of an aborted attempt shown would be
+a duplicate), and the group's committed offsets are the input's ends.
 """
 
 from __future__ import annotations
