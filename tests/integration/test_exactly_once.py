@@ -9,11 +9,13 @@ the metadata quorum), each restarted once the processor has committed past its d
 The processor does what librdkafka's documentation asks of an application: a retriable
 commit is retried, an abortable error aborts and rewinds the consumer to the group's
 committed offsets, a fatal one (fenced) starts a new producer with the same
-``transactional.id`` and rewinds too. It also gives up every 7th transaction itself once
-its copies are in the output's logs, so aborted records are surely there to hide (the
-faults may cause none: librdkafka retries through most). Afterwards, read_committed: the output holds each
-input record exactly once (none lost, none duplicated; a record of an aborted attempt
-shown would be a duplicate), and the group's committed offsets are the input's ends.
+``transactional.id`` and rewinds too, as does a producer wedged in
+``send_offsets_to_transaction`` by librdkafka's bug (``transactions.send_offsets``).
+It also gives up every 7th transaction itself once its copies are in the output's logs,
+so aborted records are surely there to hide (the faults may cause none: librdkafka
+retries through most). Afterwards, read_committed: the output holds each input record
+exactly once (none lost, none duplicated; a record of an aborted attempt shown would be
+a duplicate), and the group's committed offsets are the input's ends.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from raftka.client.types import NewTopic
 from tests.integration.metadata_cluster import Controllers, MetadataCluster
 from tests.integration.polling import wait_until
 from tests.integration.transactions import (
+    Wedged,
     committed_offsets,
     end_offsets,
     read_back,
+    send_offsets,
     transaction_coordinator,
 )
 
@@ -114,7 +118,7 @@ class Processor:
         self._stop = threading.Event()
         self.attempts = self.commits = self.aborts = self.new_producers = 0
         self.errors: collections.deque[str] = collections.deque(maxlen=8)  # the last ones, for failures
-        self._failed: KafkaError | None = None  # why the last transaction failed
+        self._failed: KafkaError | None = None  # why the last transaction failed; None: wedged
         self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -195,25 +199,25 @@ class Processor:
                 assert producer.flush(TIMEOUT_S) == 0, "copies left unsent"
                 raise KafkaException(KafkaError(KafkaError._APPLICATION, "given up", txn_requires_abort=True))
             positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
-            self._retrying(
-                lambda: producer.send_offsets_to_transaction(
-                    positions, consumer.consumer_group_metadata(), TIMEOUT_S
-                )
-            )
+            metadata = consumer.consumer_group_metadata()
+            self._retrying(lambda: send_offsets(producer, positions, metadata, TIMEOUT_S))
             self._retrying(lambda: producer.commit_transaction(TIMEOUT_S))
         except KafkaException as e:
             self._failed = e.args[0]
             self.errors.append(f"{time.strftime('%H:%M:%S')} {e.args[0]}")
             return False
+        except Wedged as e:
+            self._failed = None  # the producer is stuck in a call: it cannot abort
+            self.errors.append(f"{time.strftime('%H:%M:%S')} {e}")
+            return False
         self.commits += 1
         return True
 
     def _recover(self, producer: Producer, consumer: Consumer) -> Producer:
-        """Abort what the failed transaction wrote (or, fenced or fatal, start a new
-        producer: its InitProducerId aborts it), and read again from the commits."""
+        """Abort what the failed transaction wrote (or, fenced, fatal or wedged in a call,
+        start a new producer: its InitProducerId aborts it), and read again from the commits."""
         error = self._failed
-        assert error is not None
-        if not error.fatal():
+        if error is not None and not error.fatal():
             try:
                 self._retrying(lambda: producer.abort_transaction(TIMEOUT_S))
                 self.aborts += 1
@@ -221,7 +225,7 @@ class Processor:
                 if not e.args[0].fatal():
                     raise
                 error = e.args[0]
-        if error.fatal():
+        if error is None or error.fatal():
             producer = self._producer()
         self._rewind(consumer)
         return producer

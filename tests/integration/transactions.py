@@ -1,5 +1,6 @@
 """What the transaction tests share: reading a topic back as Kafka's clients see it with
-either isolation level, finding a transactional id's coordinator, and KafkaJS.
+either isolation level, finding a transactional id's coordinator, sending a transaction's
+offsets with librdkafka without hanging on its bug (``send_offsets``), and KafkaJS.
 
 ``read_back`` reads with confluent-kafka (librdkafka), whose read_committed consumer
 stops at the last stable offset and drops aborted records and control batches itself
@@ -19,12 +20,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from confluent_kafka import Producer, TopicPartition
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from tests.integration.polling import wait_until
@@ -36,6 +39,9 @@ TRANSACTION_KEY = 1  # FindCoordinator key_type: a transactional id
 KAFKAJS_VERSION = "2.2.4"
 NPM_TIMEOUT_S = 300
 KAFKAJS_SCRIPT = Path(__file__).with_name("kafkajs_transactions.js")
+# how long past its own timeout a librdkafka call may run before it counts as wedged: a
+# request in flight when the timeout passes still ends within its own request timeout
+WEDGED_AFTER_S = 15.0
 
 
 class Record(NamedTuple):
@@ -143,6 +149,41 @@ def transaction_coordinator(kafka_address: str, transactional_id: str) -> int:
         what=f"a coordinator for transactional id {transactional_id!r}",
         detail=lambda: seen,
     )
+
+
+class Wedged(Exception):
+    """A librdkafka call still running well past its own timeout: it may never return."""
+
+
+def send_offsets(
+    producer: Producer, offsets: list[TopicPartition], group_metadata: object, timeout_s: float
+) -> None:
+    """``producer.send_offsets_to_transaction``, or Wedged once it has run ``WEDGED_AFTER_S``
+    past ``timeout_s``; the call is left running on a daemon thread (it holds the producer).
+
+    librdkafka 2.16 can wait forever here (confluentinc/librdkafka#5511, its timeout
+    unchecked: #5456): when the group coordinator it has cached was dropped from the
+    metadata (a killed broker, once fenced), TxnOffsetCommit waits for that broker's
+    connection to come up, which never does, and nothing asks FindCoordinator again until
+    some other broker's connection changes state. The application's way out is a new
+    producer with the same ``transactional.id``: its InitProducerId fences the wedged one
+    and aborts its transaction."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, name="send-offsets", daemon=True)
+    thread.start()
+    thread.join(timeout_s + WEDGED_AFTER_S)
+    if not outcome:
+        raise Wedged(f"send_offsets_to_transaction still running {timeout_s + WEDGED_AFTER_S:g} s after its call")
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 # KafkaJS -------------------------------------------------------------------------------
