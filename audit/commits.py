@@ -2,15 +2,16 @@
 the replay already reads them.
 
 Each replay piece sees its offset commits in log order, a chunk at a time: it folds each
-chunk's into one ``Series`` per (group, topic_id, partition) and hands the folds back; the
-driver joins them in order (pieces and their chunks are consecutive ranges of the
-history), which gives exactly what a window over all commits ordered by offset gives,
-without Spark shuffling and sorting every commit of the history.
+chunk's into one ``Series`` per (group, topic_id, partition) and writes the folds as Parquet
+(``fold_table``); Spark tasks join each series' folds in order (``join_folds``: pieces and
+their chunks are consecutive ranges of the history), which gives exactly what a window over
+all commits ordered by offset gives, without Spark shuffling and sorting every commit of the
+history, and without the driver holding a series (``raftka.audit.commit_job``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raftka.audit.counts import bucket_ms
+from raftka.audit.schema import to_batch
 
 STALL_COMMITS = 3  # a partition whose last this many commits did not move is stalled (Burrow)
 COMMIT = "OFFSET_COMMIT_RECORD"
@@ -30,6 +32,15 @@ SERIES_SCHEMA = pa.schema([
 ])  # fmt: skip
 
 SERIES_KEY = ["group", "topic_id", "partition"]
+FOLD_ORDER = ["piece", "chunk"]  # a series' folds join in this order
+# One row per series of a chunk: the key, where the chunk is in the history, ``Series.__slots__``.
+FOLD_SCHEMA = pa.schema([
+    *(SERIES_SCHEMA.field(name) for name in SERIES_KEY), ("piece", pa.int32()), ("chunk", pa.int32()),
+    ("commits", pa.int64()), ("first", pa.int64()), ("first_ms", pa.int64()), ("last", pa.int64()),
+    ("last_ms", pa.int64()), ("min_ms", pa.int64()), ("max_ms", pa.int64()), ("rewinds", pa.int64()),
+    ("rewound_by", pa.int64()), ("stalled", pa.int64()), ("max_gap", pa.int64()), ("gap_sum", pa.int64()),
+    ("tail", pa.list_(pa.int64())),
+])  # fmt: skip
 PROGRESS_BUCKETS = 200  # the consumer-progress chart's buckets across the history
 Key = tuple[Any, Any, Any]  # group, topic_id, partition
 # (bucket start ms, group, what the group's commits in it moved its partitions' offsets by)
@@ -44,9 +55,48 @@ class Folded(NamedTuple):
     progress: Progress
 
 
-class Combined(NamedTuple):
-    rows: list[tuple[Any, ...]]  # one per series, SERIES_SCHEMA
-    progress: Progress  # at the width ``combine`` was given
+def fold_table(series: dict[Key, Series], piece: int, chunk: int) -> pa.Table:
+    """A chunk's series (``FOLD_SCHEMA``), chunk ``chunk`` of piece ``piece``."""
+    rows = [
+        (*key, piece, chunk, *(getattr(part, name) for name in Series.__slots__))
+        for key, part in series.items()
+    ]
+    return pa.Table.from_batches([to_batch(rows, FOLD_SCHEMA)])
+
+
+def join_folds(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One row per series (``SERIES_SCHEMA``) from folds (``FOLD_SCHEMA``) sorted by
+    ``SERIES_KEY`` then ``FOLD_ORDER``: each series' folds joined in history order, as a run
+    of consecutive rows that may cross batches."""
+    key: Key | None = None
+    whole: Series | None = None
+    slots = len(SERIES_KEY) + len(FOLD_ORDER)
+    for batch in batches:
+        rows = []
+        for values in zip(*(batch.column(name).to_pylist() for name in FOLD_SCHEMA.names), strict=True):
+            here, part = values[: len(SERIES_KEY)], Series(values[slots:])
+            if whole is not None and here == key:
+                whole.then(part)
+                continue
+            if whole is not None:
+                rows.append(whole.row(key))  # type: ignore[arg-type]
+            key, whole = here, part
+        if rows:
+            yield to_batch(rows, SERIES_SCHEMA)
+    if whole is not None:
+        yield to_batch([whole.row(key)], SERIES_SCHEMA)  # type: ignore[arg-type]
+
+
+def progress_at(parts: Iterable[Progress], width: int) -> Progress:
+    """The groups' progress at ``width`` (a multiple of every part's bucket width) from the
+    chunks' progress and the moves that take back where series stood
+    (``raftka.audit.commit_job``), summed per bucket and group."""
+    moved: dict[tuple[int, str], int] = {}
+    for part in parts:
+        for bucket, group, by in part:
+            key = (bucket // width * width, group)
+            moved[key] = moved.get(key, 0) + by
+    return [(bucket, group, by) for (bucket, group), by in moved.items()]
 
 
 class Series:
@@ -180,8 +230,8 @@ def fold(canonical: pa.RecordBatch, skipped: set[int]) -> Folded:
 
 def _progress(groups: pa.ChunkedArray, lengths: np.ndarray, ms: np.ndarray, moved: np.ndarray) -> Progress:
     """Per group and time bucket, what its commits moved its partitions' committed offsets
-    by (a series' first commit in the piece counts from zero: ``combine`` takes back where
-    the series stood). Its running sum is the sum of the group's committed offsets."""
+    by (a series' first commit in the piece counts from zero: ``raftka.audit.commit_job``
+    takes back where the series stood). Its running sum is the sum of the group's committed offsets."""
     width = bucket_ms(int(ms.min()), int(ms.max()), PROGRESS_BUCKETS)
     rows = pa.table({
         "bucket_ms": ms // width * width, "group": groups.take(np.repeat(np.arange(len(lengths)), lengths)),
@@ -191,31 +241,9 @@ def _progress(groups: pa.ChunkedArray, lengths: np.ndarray, ms: np.ndarray, move
     return list(zip(*(summed[name].to_pylist() for name in ("bucket_ms", "group", "moved_sum")), strict=True))
 
 
-def combine(pieces: Iterable[Folded], width: int) -> Combined:
-    """One row per series (``SERIES_SCHEMA``) from the pieces' folds, given in piece order,
-    and the groups' progress at ``width`` (a multiple of every piece's bucket width)."""
-    whole: dict[Key, Series] = {}
-    moved: dict[tuple[int, str], int] = {}
-    for piece in pieces:
-        for bucket, group, by in piece.progress:
-            key = (bucket // width * width, group)
-            moved[key] = moved.get(key, 0) + by
-        for key, part in piece.series.items():
-            found = whole.get(key)
-            if found is None:
-                whole[key] = part
-                continue
-            if found.last:  # the piece counted this series from zero: from where it stood instead
-                at = (part.first_ms // width * width, key[0])
-                moved[at] = moved.get(at, 0) - found.last
-            found.then(part)
-    progress = [(bucket, group, by) for (bucket, group), by in moved.items()]
-    return Combined([series.row(key) for key, series in whole.items()], progress)
-
-
 def committed_over_time(progress: Progress) -> list[tuple[str, int, int]]:
     """(group, bucket start ms, sum of the group's committed offsets at the bucket's end), in
-    bucket order per group: the running sums of the progress ``combine`` made."""
+    bucket order per group: the running sums of ``progress_at``'s."""
     out = []
     running: dict[str, int] = {}
     for bucket, group, by in sorted(progress, key=lambda p: (p[1], p[0])):

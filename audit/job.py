@@ -14,8 +14,9 @@ history in order (``raftka.audit.replay``) in
 pieces cut at snapshots, which Spark tasks run in parallel straight from the files
 (``raftka.audit.pieces``), each a chunk of records at a time writing its events and its
 part of the tables that are events filtered (``raftka.audit.event_tables``), folding its
-offset commits per series (``raftka.audit.commits``) and counting its records per epoch and
-time bucket (``raftka.audit.counts``), joined in order on the driver; build the other
+offset commits per series (``raftka.audit.commits``, joined per series by Spark tasks:
+``raftka.audit.commit_job``) and counting its records per epoch and time bucket
+(``raftka.audit.counts``), joined in order on the driver; build the other
 tables with window functions (``raftka.audit.tables``) over what the pieces wrote and
 counted, and from them, in Spark tasks, the incidents (``raftka.audit.incident_job``) and
 what the summary and the report read, made small (``raftka.audit.report_data``): the
@@ -45,15 +46,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from raftka.audit import collector, incident_job, report, report_data, tables
+from raftka.audit import collector, commit_job, incident_job, report, report_data, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
-from raftka.audit.commits import PROGRESS_BUCKETS, SERIES_SCHEMA, combine, committed_over_time
+from raftka.audit.commits import PROGRESS_BUCKETS, committed_over_time, progress_at
 from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
 from raftka.audit.event_tables import EVENT_TABLES
 from raftka.audit.files import AuditInputError, LogFile, discover, file_size, local_path
 from raftka.audit.node_walk import merge_walked, node_groups, walk_files
 from raftka.audit.out import claim
-from raftka.audit.pieces import EVENTS, plan, run_piece
+from raftka.audit.pieces import EVENTS, FOLDS, plan, run_piece
 from raftka.audit.replay import EVENT_SCHEMA
 from raftka.audit.schema import to_batch
 
@@ -209,12 +210,7 @@ def _run(
         writing = {
             name: pool.submit(_write_table, frame, tables_dir / name) for name, frame in frames.items()
         }
-        # the driver joins the pieces' commit series while Spark writes the tables above
-        commits = combine(
-            (chunk for d in in_order for chunk in d.pop("folded")),
-            bucket_ms(bounds[2], end_ms, PROGRESS_BUCKETS),
-        )
-        series = _frame(spark, commits.rows, SERIES_SCHEMA)
+        series = commit_job.series(spark, scratch / FOLDS)
         more = {"group_offsets": tables.group_offsets(series, events, frames["topic_lifecycle"]),
                 "group_rebalances": tables.group_rebalances(events)}  # fmt: skip
         writing |= {name: pool.submit(_write_table, frame, tables_dir / name) for name, frame in more.items()}
@@ -225,8 +221,11 @@ def _run(
     timings.mark("incidents")
 
     write_rate = _write_rate(counts, bounds[2], end_ms)
+    width = bucket_ms(bounds[2], end_ms, PROGRESS_BUCKETS)
+    progress = [part for d in in_order for part in d.pop("progress")]
+    progress.append(commit_job.takebacks(spark, scratch / FOLDS, width))
     committed = pd.DataFrame(
-        committed_over_time(commits.progress), columns=["group", "bucket_ms", "committed"]
+        committed_over_time(progress_at(progress, width)), columns=["group", "bucket_ms", "committed"]
     )
     data = report_data.collect(
         spark, tables_dir, bounds[2], end_ms, write_rate=write_rate, committed=committed

@@ -12,10 +12,11 @@ from the start (``raftka.audit.replay``). Where there is no snapshot, there is n
 ``raftka.audit.decode`` (the controllers' own code) and replays it through ``MetadataDelta``: no
 record crosses into the JVM, which costs more than decoding it. It holds ``CHUNK_RECORDS`` of
 its records at a time, so its memory does not grow with the piece: for each chunk it writes
-the events (``EVENT_SCHEMA``) as Parquet for the tables, and its part of the tables that are
-its events filtered (``raftka.audit.event_tables``); what the tables need of its records
-(offset commits, counts) it folds itself and hands back, chunk by chunk, in order. Chunks are
-finer cuts of the history, joined on the driver as the pieces are.
+the events (``EVENT_SCHEMA``) as Parquet for the tables, its part of the tables that are
+its events filtered (``raftka.audit.event_tables``) and its offset commits folded per series
+(``raftka.audit.commits``), which Spark joins (``raftka.audit.commit_job``); what else the
+tables need of its records (counts, the groups' progress) it hands back, chunk by chunk, in
+order. Chunks are finer cuts of the history, joined as the pieces are.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raftka.audit import collector
-from raftka.audit.commits import Folded, fold
+from raftka.audit.commits import Progress, fold, fold_table
 from raftka.audit.counts import count
 from raftka.audit.decode import (
     CONTROL_TYPES,
@@ -54,6 +55,7 @@ CANONICAL_COLUMNS = ("offset", "batch_offset", "epoch", "timestamp_ms", "type", 
                      "partition", "group", "committed_offset")  # fmt: skip
 CANONICAL_SCHEMA = pa.schema([ROW_SCHEMA.field(name) for name in CANONICAL_COLUMNS])
 EVENTS = "events"
+FOLDS = "commit_folds"  # a Parquet file of offset-commit folds per chunk (``FOLD_SCHEMA``)
 # Records of a piece at most, where snapshots allow: a task's share of the work, and what its
 # retry costs, stay small on a long history.
 PIECE_RECORDS_MAX = 2_000_000
@@ -124,9 +126,9 @@ def _nearest(offsets: Sequence[int], target: int) -> int:
 
 
 def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
-    """Replay ``piece`` into ``folder``/events (and the event tables), a file per chunk; what it
-    did, with each chunk's offset commits folded (``raftka.audit.commits``) and its records
-    counted (``raftka.audit.counts``), in chunk order."""
+    """Replay ``piece`` into ``folder``/events (and the event tables and the offset commits
+    folded, ``raftka.audit.commits``), a file per chunk; what it did, with each chunk's groups'
+    progress and its records counted (``raftka.audit.counts``), in chunk order."""
     started = time.monotonic()
     with collector.paused():
         # its millions of objects are freed on return, before the collector is on again:
@@ -162,7 +164,7 @@ def _chunk(batches: Iterator[Batch], canonical: list[tuple[Any, ...]]) -> Iterat
 
 def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
     done: dict[str, Any] = {"piece": piece.index, "records": 0, "events": 0, "skipped": 0}
-    folded: list[Folded] = []
+    progress: list[Progress] = []
     counts: list[dict[str, Any]] = []
     for chunk, (events, rows) in enumerate(replay_piece(piece)):
         name = f"piece-{piece.index:05d}-{chunk:05d}.parquet"
@@ -173,9 +175,11 @@ def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
         done["records"] += rows.num_rows
         done["events"] += events.num_rows
         done["skipped"] += len(skipped)
-        folded.append(fold(rows, set(skipped)))
+        folded = fold(rows, set(skipped))
+        write_whole(fold_table(folded.series, piece.index, chunk), Path(folder) / FOLDS, name)
+        progress.append(folded.progress)
         counts.append(count(rows))
-    return done | {"folded": folded, "counts": counts}
+    return done | {"progress": progress, "counts": counts}
 
 
 def _batches(piece: Piece, canonical: list[tuple[Any, ...]]) -> Iterator[Batch]:

@@ -1,19 +1,33 @@
 """Offset-commit series folded per piece and joined in piece order: any cut of the history
 gives what the window over every commit in offset order gives, and each group's committed
-offsets over time as summed from every commit so far (both written out plainly here)."""
+offsets over time as summed from every commit so far (both written out plainly here), joined
+as Spark's tasks join the folds the pieces wrote (``join_folds``) and as the driver did
+(``commits_reference``, the oracle of ``tests/spark/test_commit_job.py``)."""
 
 from __future__ import annotations
 
 import pickle
 from typing import Any
 
+import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftka.audit.commits import COMMIT, PROGRESS_BUCKETS, STALL_COMMITS, combine, committed_over_time, fold
+from raftka.audit.commits import (
+    COMMIT,
+    FOLD_ORDER,
+    PROGRESS_BUCKETS,
+    SERIES_KEY,
+    STALL_COMMITS,
+    committed_over_time,
+    fold,
+    fold_table,
+    join_folds,
+)
 from raftka.audit.counts import bucket_ms
 from raftka.audit.pieces import CANONICAL_SCHEMA
 from raftka.audit.schema import to_batch
+from tests.unit.commits_reference import combine
 
 KEYS = [("g1", "t1", 0), ("g1", "t1", 1), ("g2", "t1", 0)]
 
@@ -60,15 +74,27 @@ commit = st.tuples(st.integers(0, len(KEYS) - 1), st.integers(0, 10_000), st.non
     cuts=st.lists(st.integers(0, 60), max_size=5),
     skipped=st.sets(st.integers(0, 60), max_size=5),
     other_every=st.integers(2, 7),
+    batch_rows=st.integers(1, 4),
 )
 def test_any_cut_into_pieces_gives_the_window_over_all_commits(
-    commits: list[tuple[int, int, int | None]], cuts: list[int], skipped: set[int], other_every: int
-) -> None:
+    commits: list[tuple[int, int, int | None]], cuts: list[int], skipped: set[int], other_every: int,
+    batch_rows: int,
+) -> None:  # fmt: skip
     rows = _canonical(commits, other_every)
     bounds = [0, *sorted(cuts), len(rows)]
     pieces = [
         fold(to_batch(rows[a:b], CANONICAL_SCHEMA), skipped) for a, b in zip(bounds, bounds[1:], strict=False)
     ]
+    sorted_folds = pa.concat_tables(
+        [fold_table(piece.series, 0, chunk) for chunk, piece in enumerate(pieces)]
+    ).sort_by([(name, "ascending") for name in (*SERIES_KEY, *FOLD_ORDER)])
+    joined = [
+        tuple(row.values())
+        for batch in join_folds(sorted_folds.to_batches(max_chunksize=batch_rows))
+        for row in batch.to_pylist()
+    ]
+    assert {row[:3]: row for row in joined} == _window(rows, skipped)
+    assert len(joined) == len(_window(rows, skipped))  # one row per series, however the batches cut them
     combined = {row[:3]: row for row in combine(pieces, 1000).rows}
     assert combined == _window(rows, skipped)
 

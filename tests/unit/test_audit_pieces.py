@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftka.audit import pieces as pieces_module
-from raftka.audit.commits import PROGRESS_BUCKETS, combine, committed_over_time
+from raftka.audit.commits import PROGRESS_BUCKETS, committed_over_time
 from raftka.audit.counts import Counts, bucket_ms
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import CONFIG_COLUMNS, EVENT_TABLES, TRANSITION_COLUMNS
 from raftka.audit.files import SEGMENT, SNAPSHOT, AuditInputError, discover
-from raftka.audit.pieces import CANONICAL_COLUMNS, EVENTS, Piece, plan, replay_piece, run_piece
+from raftka.audit.pieces import CANONICAL_COLUMNS, EVENTS, FOLDS, Piece, plan, replay_piece, run_piece
 from raftka.audit.plain import PlainAudit, audit_paths, in_chosen
 from raftka.audit.replay import BASE, CONFIG, TRANSITION
 from raftka.audit.synthetic import Shape, write_history
@@ -29,6 +29,7 @@ from raftka.raft.batch import Batch, BatchKind
 from raftka.raft.snapshot_schedule import SnapshotPolicy
 from tests.unit import metadata_support as m
 from tests.unit.audit_incident import Incident, build_incident
+from tests.unit.commits_reference import combine, unfold
 from tests.unit.storage_support import flip_byte, memory_folder
 
 SMALL = Shape(brokers=3, topics=3, partitions=2, groups=2, commit_partitions_max=4)
@@ -164,7 +165,10 @@ def _outcome(piece: Piece, out: Path) -> dict[str, Any]:
     done = run_piece(piece, str(out))
     counts = Counts().add(done["counts"])
     _, _, start_ms, end_ms, _ = counts.bounds()
-    commits = combine(done["folded"], bucket_ms(start_ms, end_ms, PROGRESS_BUCKETS))
+    files = sorted((out / FOLDS).glob(f"piece-{piece.index:05d}-*.parquet"))
+    assert len(files) == len(done["progress"])  # a fold per chunk
+    folded = [unfold(pq.read_table(path), progress) for path, progress in zip(files, done["progress"], strict=True)]
+    commits = combine(folded, bucket_ms(start_ms, end_ms, PROGRESS_BUCKETS))
     return {
         "files": {folder: _read(out / folder, piece) for folder in (EVENTS, *EVENT_TABLES)},
         "done": {k: done[k] for k in ("records", "events", "skipped")},
