@@ -10,7 +10,7 @@ ROUNDS ?= 20
 TEST_WORKERS ?= 2
 BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test lint sim sim-data bench bench-kafka proto kcat chromium docker-test spark-cluster-test chaos-net
+.PHONY: venv cluster down test test-long lint sim sim-data bench bench-kafka proto kcat chromium docker-test spark-cluster-test chaos-net
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -94,6 +94,12 @@ bench-kafka: $(BENCH_STAMP)
 # Not part of `make test` (minutes on two cores): the audit on a Spark standalone master and two
 # workers started from the pyspark installation, with the CLI and spark-submit, a worker killed
 # mid-job; every run must equal the embedded local[2] audit. Needs Java 17, as the audit does.
+# Not part of `make test` (which must stay under 15 minutes on two cores): the scenarios of a
+# minute or more each: controllers added, removed and replaced under the linearizability
+# checker's load, and a real cluster's history (leaders and a broker lost) audited on Spark.
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -m long tests/integration
+
 spark-cluster-test: $(STAMP)
 	$(BIN)/python -m pytest -m spark_cluster tests/spark/test_standalone.py
 

@@ -21,7 +21,7 @@ from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
 from tests.integration.polling import wait_until
 from tests.spark.conftest import require_spark
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long
 SESSION_TIMEOUT_MS = 2_000  # a killed broker is fenced quickly
 HEARTBEAT_MS = 300
 ROUNDS = 5

@@ -42,7 +42,7 @@ from tests.integration.test_metadata_controller_failover import (
 from tests.linearizability.checker import check
 from tests.linearizability.models import OffsetModel, TopicModel
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long
 
 NEW_CONTROLLER_ID = 10
 CHANGE_TIMEOUT_S = 60.0
