@@ -16,7 +16,9 @@ descriptor it may use would still hold them, and no client could reach them; con
 come and go (idle ones are closed, and give way to new ones).
 
 A listener takes up to ``LISTEN_BACKLOG`` connections in one go before it judges any
-(asyncio's accept loop), so half the reserve is more than that.
+(asyncio's accept loop), and on a loaded machine a second go can come before the first
+is judged (seen at a limit of 128: the accept failed with "Too many open files"), so the
+backlog is at most a quarter of the smallest reserve: even three goes fit in half of it.
 
 Counting open descriptors reads ``/proc/self/fd`` (about 0.4 ms at 1,000), so a count
 is reused for ``RECOUNT_INTERVAL_S``; a caller holding a fresh descriptor passes its
@@ -37,8 +39,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 log = structlog.get_logger("raftka.node.descriptors")
 
-LISTEN_BACKLOG = 50  # Kafka's socket.listen.backlog.size; asyncio accepts up to this many at once
-RESERVE_MIN = 128  # its half is more than one burst of accepts, before any of them is judged
+LISTEN_BACKLOG = 32  # asyncio accepts up to this many at once; Kafka's socket.listen.backlog.size is 50
+RESERVE_MIN = 128  # its half holds the accepts of two or three bursts (LISTEN_BACKLOG), before any is judged
 RESERVE_SHARE = 8  # a limit's eighth is kept back, at least RESERVE_MIN
 RECOUNT_INTERVAL_S = 0.1
 GRPC_CONNECTIONS_MIN = 64
