@@ -94,9 +94,10 @@ bench-kafka: $(BENCH_STAMP)
 # Not part of `make test` (minutes on two cores): the audit on a Spark standalone master and two
 # workers started from the pyspark installation, with the CLI and spark-submit, a worker killed
 # mid-job; every run must equal the embedded local[2] audit. Needs Java 17, as the audit does.
-# Not part of `make test` (which must stay under 15 minutes on two cores): the scenarios of a
-# minute or more each: controllers added, removed and replaced under the linearizability
-# checker's load, and a real cluster's history (leaders and a broker lost) audited on Spark.
+# Not part of `make test` (which must stay under 15 minutes on two cores): the scenarios under
+# the linearizability checker's load (the active controller SIGKILLed and cut off; controllers
+# added, removed and replaced) and a real cluster's history (leaders and a broker lost)
+# audited on Spark, a minute or more each.
 test-long: $(STAMP)
 	$(BIN)/python -m pytest -m long tests/integration
 

@@ -47,7 +47,7 @@ from tests.linearizability.models import (
     TopicModel,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long
 
 E = controller_pb2.ErrorCode
 CLIENTS = 8
