@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.missing_tool import missing
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,10 +46,7 @@ STEP_TIMEOUT_S = 60
 
 def require_build() -> None:
     if importlib.util.find_spec("build") is None:
-        problem = "the wheel test needs `build`: pip install -e '.[dev]' (make test does)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
+        missing("the wheel test needs `build`: pip install -e '.[dev]' (make test does)")
 
 
 def run(argv: list[str | Path], cwd: Path, stdin: str | None = None) -> str:
@@ -111,7 +110,9 @@ def test_the_wheel_installs_alone_and_runs_a_cluster_outside_the_checkout(tmp_pa
         f"missing from the wheel: {sorted(expected_modules() - modules)}; "
         f"not in the checkout: {sorted(modules - expected_modules())}"
     )
-    schemas = {f"raftka/broker/kafka/schemas/{p.name}" for p in (REPO / "broker/kafka/schemas").glob("*.json")}
+    schemas = {
+        f"raftka/broker/kafka/schemas/{p.name}" for p in (REPO / "broker/kafka/schemas").glob("*.json")
+    }
     assert schemas and schemas <= set(names), "the Kafka schemas kafka-python lacks ship as package data"
     entry_points = zipfile.ZipFile(wheel).read(f"{DIST_INFO}/entry_points.txt").decode()
     assert "raftka = raftka.cli.main:main" in entry_points

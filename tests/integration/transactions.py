@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import pytest
 from confluent_kafka import Producer, TopicPartition
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from tests.integration.polling import wait_until
+from tests.missing_tool import missing
 from tests.unit.kafka_wire import call
 
 READ_TIMEOUT_S = 90.0
@@ -181,18 +181,14 @@ def send_offsets(
     thread.start()
     thread.join(timeout_s + WEDGED_AFTER_S)
     if not outcome:
-        raise Wedged(f"send_offsets_to_transaction still running {timeout_s + WEDGED_AFTER_S:g} s after its call")
+        raise Wedged(
+            f"send_offsets_to_transaction still running {timeout_s + WEDGED_AFTER_S:g} s after its call"
+        )
     if outcome[0] is not None:
         raise outcome[0]
 
 
 # KafkaJS -------------------------------------------------------------------------------
-
-
-def _missing(problem: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(problem)
-    pytest.skip(problem)
 
 
 def kafkajs() -> Path:
@@ -204,7 +200,7 @@ def kafkajs() -> Path:
         return modules
     npm = shutil.which("npm")
     if shutil.which("node") is None or npm is None:
-        _missing("node and npm are not installed: install Node.js 14 or later (apt-get install nodejs npm)")
+        missing("node and npm are not installed: install Node.js 14 or later (apt-get install nodejs npm)")
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="kafkajs-", dir=cache))
     try:
@@ -225,7 +221,7 @@ def kafkajs() -> Path:
             check=False,
         )
         if done.returncode != 0:
-            _missing(f"npm could not install kafkajs@{KAFKAJS_VERSION}: {done.stderr.strip()[-500:]}")
+            missing(f"npm could not install kafkajs@{KAFKAJS_VERSION}: {done.stderr.strip()[-500:]}")
         try:
             staging.rename(modules.parent)
         except OSError:  # another run installed it meanwhile
