@@ -80,6 +80,7 @@ async def open_node(
         if voter.endpoints:
             addresses.setdefault(voter.node_id, voter.endpoints[0])
     node: RaftNode
+    configured_voters = frozenset(config.voter_ids)
     transport = GrpcTransport(
         config.node_id,
         config.listener,
@@ -90,7 +91,7 @@ async def open_node(
         servicers=servicers,
         server_credentials=config.tls.server_credentials if config.tls else None,
         channel_credentials=config.tls.channel_credentials if config.tls else None,
-        exchange_gate=quorum_gate(lambda: node.core.voters | set(config.voter_ids)) if config.tls else None,
+        exchange_gate=quorum_gate(lambda n: n in configured_voters or n in node.core.voters) if config.tls else None,
         interceptors=[PrincipalGate(policy)] if config.tls else [],
         connections_max=grpc_connections_max(),
     )

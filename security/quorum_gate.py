@@ -11,7 +11,7 @@ node runs, and a broker must not fetch as a controller added since it connected.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 import grpc
 
@@ -21,7 +21,7 @@ OBSERVER_RPCS = frozenset({"fetch", "fetch_snapshot"})
 Check = Callable[[str, int], str | None]  # (rpc field, sender id) -> why refused, or None
 
 
-def quorum_gate(voter_ids: Callable[[], Collection[int]]) -> Callable[[grpc.aio.ServicerContext], Check]:
+def quorum_gate(is_voter: Callable[[int], bool]) -> Callable[[grpc.aio.ServicerContext], Check]:
     """The transport's ``exchange_gate``; PermissionError refuses a stream outright."""
 
     def gate(context: grpc.aio.ServicerContext) -> Check:
@@ -37,7 +37,7 @@ def quorum_gate(voter_ids: Callable[[], Collection[int]]) -> Callable[[grpc.aio.
             def observer(rpc: str, sender: int) -> str | None:
                 if rpc not in OBSERVER_RPCS:
                     return f"{rpc}: only controllers vote and lead, and {caller} is a broker's certificate"
-                if sender != caller.node_id or sender in voter_ids():
+                if sender != caller.node_id or is_voter(sender):
                     return f"{caller} may fetch only as observer {caller.node_id}, not as node {sender}"
                 return None
 
