@@ -41,6 +41,7 @@ def register(
     next_offset: int,
     *,
     has_live_session: bool,
+    may_lead: elections.MayLead = elections.anyone,
 ) -> Plan:
     """``next_offset``: where the batch will start, so the epoch (the registration's own
     offset) is known now; the registration is the batch's last record.
@@ -69,7 +70,9 @@ def register(
     records = []
     restart = restart_kind(existing, request)
     if request.broker_id in image.brokers:  # a new incarnation replaces the old, which leaves its ISRs
-        records += elections.remove_broker(image, request.broker_id, unclean=restart is Restart.REPLACED)
+        records += elections.remove_broker(
+            image, request.broker_id, unclean=restart is Restart.REPLACED, may_lead=may_lead
+        )
     response.broker_epoch = next_offset + len(records)
     registration = metadata_pb2.RegisterBrokerRecord(
         broker_id=request.broker_id,
@@ -168,7 +171,9 @@ def registered(image: MetadataImage, broker_id: int, broker_epoch: int) -> Broke
     return broker
 
 
-def unregister(image: MetadataImage, broker_id: int, records_max: int) -> Plan:
+def unregister(
+    image: MetadataImage, broker_id: int, records_max: int, may_lead: elections.MayLead = elections.anyone
+) -> Plan:
     """One step of Kafka's UnregisterBroker (``handleBrokerUnregistered``): the broker leaves
     at most ``records_max`` ISRs and ELRs, the partitions it led electing from what remains
     (or going offline); once it is in none, the UnregisterBrokerRecord. As Kafka, a live
@@ -181,7 +186,7 @@ def unregister(image: MetadataImage, broker_id: int, records_max: int) -> Plan:
         return refuse(
             response, ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker_id: {broker_id} is not a registered broker"
         )
-    changes = elections.remove_broker(image, broker_id, limit=records_max, unclean=True)
+    changes = elections.remove_broker(image, broker_id, limit=records_max, unclean=True, may_lead=may_lead)
     if changes:
         return Plan(response, changes)
     record = metadata_pb2.UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=broker.epoch)
@@ -234,7 +239,7 @@ def heartbeat(
     response.is_caught_up = caught_up
     records: list[MetadataRecord] = []
     report = frozenset() if offline is None else offline_replicas.reported(image, request)
-    may_lead = elections.anyone if offline is None else offline.may_lead
+    may_lead = elections.staying(shutting_down, elections.anyone if offline is None else offline.may_lead)
     if request.want_shut_down or request.want_fence or broker.broker_id in shutting_down:
         if not broker.fenced:
             records = fence(image, broker, records_max, may_lead)
@@ -244,14 +249,20 @@ def heartbeat(
         unfence = metadata_pb2.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch)
         wiped = offline_replicas.hosted(image, broker.broker_id, request.wiped_replicas)
         lacking = report | wiped
-        holds = lambda _, topic_id, partition: (topic_id, partition) not in lacking  # noqa: E731
-        forgotten = elections.remove_broker(image, broker.broker_id, unclean=True, among=sorted(wiped))
+        holds = lambda broker_id, topic_id, partition: (  # noqa: E731
+            broker_id not in shutting_down and (topic_id, partition) not in lacking
+        )
+        forgotten = elections.remove_broker(
+            image, broker.broker_id, unclean=True, among=sorted(wiped), may_lead=may_lead
+        )
         restored = elections.restore_broker(image, broker.broker_id, may_lead=holds)
         records = [*forgotten, MetadataRecord(unfence_broker=unfence), *restored]
         response.is_fenced = False
     elif broker.fenced and caught_up:  # more wiped than one heartbeat lists: these first
         wiped = offline_replicas.hosted(image, broker.broker_id, request.wiped_replicas)
-        records = elections.remove_broker(image, broker.broker_id, unclean=True, among=sorted(wiped))
+        records = elections.remove_broker(
+            image, broker.broker_id, unclean=True, among=sorted(wiped), may_lead=may_lead
+        )
         response.is_fenced = True
     else:
         response.is_fenced = broker.fenced

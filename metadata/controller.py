@@ -61,6 +61,7 @@ from raftka.metadata import (
     acl_ops,
     broker_ops,
     config_ops,
+    elections,
     group_ops,
     offset_ops,
     quota_ops,
@@ -131,6 +132,8 @@ class QuorumController:
         self._next_leader_rebalance_ms = clock() + leader_rebalance_interval_ms
         self._shutting_down: set[int] = set()  # brokers in controlled shutdown
         self._offline = OfflineReplicas()  # what each broker last reported offline
+        # who may be elected: not a broker in controlled shutdown, nor one reporting the partition offline
+        self._may_lead = elections.staying(self._shutting_down, self._offline.may_lead)
         self._leadership = node.leadership
         self._active_epoch: int | None = None
         self._image: MetadataImage | None = None  # committed + this controller's pending batches
@@ -404,7 +407,9 @@ class QuorumController:
     ) -> controller_pb2.BrokerRegistrationResponse:
         def plan(image: MetadataImage) -> Plan:
             live = self._sessions.is_live(request.broker_id, self._clock())
-            return broker_ops.register(image, request, self._node.log_end_offset, has_live_session=live)
+            return broker_ops.register(
+                image, request, self._node.log_end_offset, has_live_session=live, may_lead=self._may_lead
+            )
 
         def planned(made: Plan) -> None:
             if not made.failed:
@@ -457,7 +462,7 @@ class QuorumController:
             while True:
                 response = await self._write(
                     controller_pb2.UnregisterBrokerResponse,
-                    lambda image: broker_ops.unregister(image, broker_id, self._records_max),
+                    lambda image: broker_ops.unregister(image, broker_id, self._records_max, self._may_lead),
                     request,
                     planned,
                 )
@@ -542,7 +547,7 @@ class QuorumController:
     ) -> controller_pb2.ElectLeadersResponse:
         return await self._write(
             controller_pb2.ElectLeadersResponse,
-            lambda image: broker_ops.elect_leaders(image, request, self._offline.may_lead),
+            lambda image: broker_ops.elect_leaders(image, request, self._may_lead),
             request,
         )
 
@@ -734,7 +739,7 @@ class QuorumController:
     def _rebalance_leaders(self, image: MetadataImage) -> Plan:
         """Kafka's auto leader rebalance: every partition whose preferred replica is back
         in its ISR and unfenced is led by it again (at most one batch per check)."""
-        plan = broker_ops.elect_leaders(image, controller_pb2.ElectLeadersRequest(), self._offline.may_lead)
+        plan = broker_ops.elect_leaders(image, controller_pb2.ElectLeadersRequest(), self._may_lead)
         if plan.records:
             self._log.info("rebalancing leaders to preferred replicas", partitions=len(plan.records))
         return Plan(plan.response, plan.records[: self._records_max])
@@ -770,7 +775,7 @@ class QuorumController:
             broker = image.brokers.get(broker_id)
             if broker is None or broker.fenced or self._sessions.is_live(broker_id, self._clock()):
                 return Plan(response)
-            return Plan(response, broker_ops.fence(image, broker, self._records_max, self._offline.may_lead))
+            return Plan(response, broker_ops.fence(image, broker, self._records_max, self._may_lead))
 
         return plan
 

@@ -26,7 +26,7 @@ not one reporting that partition offline).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from raftka.metadata import eligible_leaders
 from raftka.metadata.image import NO_LEADER, MetadataImage, PartitionState
@@ -37,6 +37,17 @@ MayLead = Callable[[int, bytes, int], bool]  # (broker, topic id, partition) -> 
 
 def anyone(broker_id: int, topic_id: bytes, partition: int) -> bool:
     return True
+
+
+def staying(shutting_down: Collection[int], may_lead: MayLead = anyone) -> MayLead:
+    """``may_lead``, and not a broker in controlled shutdown: as Kafka's
+    ``isAcceptableLeader`` (active: unfenced and not shutting down). Brokers stopped
+    together would otherwise elect one another in turn, each step of one's fencing
+    handing its partitions to another that is leaving too. ``shutting_down`` is read at
+    each call: the controller's own set, which changes as brokers leave."""
+    return lambda broker_id, topic_id, partition: (
+        broker_id not in shutting_down and may_lead(broker_id, topic_id, partition)
+    )
 
 
 def partitions(

@@ -29,6 +29,7 @@ import grpc
 from raftka.broker.server import PARTITIONS_DIR
 from raftka.cli import local
 from raftka.node.config import load_config, render_toml
+from raftka.records.batch import iter_batches
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 from tests.integration.polling import wait_until
 
@@ -106,10 +107,11 @@ class MetadataCluster:
 
     def compare_replicas(
         self, topic: str, broker_ids: Sequence[int] | None = None
-    ) -> tuple[int, dict[str, list[int]]]:
+    ) -> tuple[int, dict[str, dict[int, str]]]:
         """How many partitions of ``topic`` have a log on every broker (of ``broker_ids``,
-        if given), and those whose replicas disagree (neither log a prefix of the other),
-        with each replica's size; the nodes must be stopped."""
+        if given), and those whose replicas disagree (neither log a prefix of the other):
+        for each, every broker's log size and its batches from the first that differs
+        (``_describe_from``), the detail a failure needs; the nodes must be stopped."""
         brokers = [b for b in self.nodes("broker") if broker_ids is None or b.id in broker_ids]
         folders = [{p.name for p in _partitions(b) if _of(p.name, topic)} for b in brokers]
         everywhere = sorted(set.intersection(*folders))
@@ -118,7 +120,10 @@ class MetadataCluster:
             logs = [_log_bytes(Path(b.data_dir) / PARTITIONS_DIR / folder) for b in brokers]
             shortest = min(len(log) for log in logs)
             if len({hashlib.sha256(log[:shortest]).digest() for log in logs}) > 1:
-                divergent[folder] = [len(log) for log in logs]
+                first = next(i for i in range(shortest) if len({log[i] for log in logs}) > 1)
+                divergent[folder] = {
+                    b.id: _describe_from(log, first) for b, log in zip(brokers, logs, strict=True)
+                }
         return len(everywhere), divergent
 
     def log_text(self, node_id: int) -> str:
@@ -126,6 +131,30 @@ class MetadataCluster:
             return Path(self.node(node_id).log).read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return ""
+
+    def log_lines(self, *needles: str, limit: int = 120) -> str:
+        """The last ``limit`` lines, of every node's log, that contain one of ``needles``,
+        each after its node id: what a failed check of the replicas needs (truncations,
+        fencing, ISR changes), in each node's order."""
+        found = [
+            f"{n.id}: {line}"
+            for n in self.nodes()
+            for line in self.log_text(n.id).splitlines()
+            if any(needle in line for needle in needles)
+        ]
+        return "\n".join(found[-limit:])
+
+    def replica_events(self) -> str:
+        """Every node's lines about replicas leaving, joining or cutting their logs."""
+        return self.log_lines(
+            "truncat",
+            "log starts anew",
+            "shrinking isr",
+            "expanding isr",
+            "fencing",
+            "controlled shutdown",
+            "broker state changed",
+        )
 
     def log_tails(self, lines: int = 40) -> str:
         """Every node's last lines: the detail a failed wait prints."""
@@ -148,6 +177,18 @@ def _partitions(broker: local.NodeRecord) -> list[Path]:
 def _of(folder: str, topic: str) -> bool:
     name, _, partition = folder.rpartition("-")
     return name == topic and partition.isdigit()
+
+
+def _describe_from(log: bytes, position: int, batches: int = 4) -> str:
+    """The log's size and its batches (offsets, leader epoch, producer and sequence) from
+    the one holding byte ``position``."""
+    shown = [
+        f"[{h.base_offset}-{h.last_offset} epoch {h.partition_leader_epoch} "
+        f"pid {h.producer_id}/{h.producer_epoch} seq {h.base_sequence}]"
+        for pos, h in iter_batches(log)
+        if pos + h.size > position
+    ][:batches]
+    return f"{len(log)} bytes; from byte {position}: {' '.join(shown)}"
 
 
 def _log_bytes(folder: Path) -> bytes:

@@ -107,7 +107,9 @@ def test_acknowledged_records_survive_five_leader_failures(
     assert done.returncode == 0
     cluster.down()
     compared, divergent = cluster.compare_replicas(summary["topic"])
-    assert compared == PARTITIONS and divergent == {}, "every partition's replicas agree on disk"
+    assert compared == PARTITIONS and divergent == {}, (
+        f"replicas disagree on disk: {divergent}\n{cluster.replica_events()}"
+    )
 
 
 def _batch(

@@ -75,7 +75,9 @@ def test_acknowledged_records_survive_a_leader_cut_off(cluster: NetnsCluster, fa
     assert done.returncode == 0
     cluster.down()
     compared, divergent = cluster.compare_replicas(summary["topic"])
-    assert compared == PARTITIONS and divergent == {}
+    assert compared == PARTITIONS and divergent == {}, (
+        f"replicas disagree on disk: {divergent}\n{cluster.replica_events()}"
+    )
 
 
 def test_a_delayed_broker_answers_no_sooner_than_twice_the_delay_and_at_once_after_the_heal(

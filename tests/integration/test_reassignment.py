@@ -190,7 +190,9 @@ def test_a_partition_moves_onto_a_new_broker_under_load_then_a_broker_is_drained
     )
     cluster.down()
     compared, divergent = cluster.compare_replicas("moving", after_drain.replicas)
-    assert compared == 1 and divergent == {}, "the partition's replicas agree on disk"
+    assert compared == 1 and divergent == {}, (
+        f"replicas disagree on disk: {divergent}\n{cluster.replica_events()}"
+    )
 
 
 def test_a_reassignment_survives_the_controller_and_its_new_broker_dying(cluster: MetadataCluster) -> None:

@@ -3,6 +3,8 @@ elections and producer ids, against a one-voter quorum with a manual session clo
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from raftka.cli.topics import describe_view, format_describe
@@ -271,6 +273,35 @@ def test_controlled_shutdown_moves_leadership_then_fences() -> None:
         assert [b.broker_id for b in cluster.brokers if b.in_controlled_shutdown] == [102]
         again = await refused_without_append(member, heartbeat(c, 102, epochs[102]))
         assert again.should_shut_down and again.is_fenced, "a broker in shutdown is not unfenced again"
+        await quorum.close()
+
+    run(body)
+
+
+@pytest.mark.parametrize("min_isr", ["1", "2"])
+def test_brokers_shutting_down_together_never_take_leadership_from_each_other(min_isr: str) -> None:
+    """``raftka cluster down`` stops every broker at once. A broker in controlled shutdown
+    may not be elected (Kafka's ``isAcceptableLeader``: unfenced and not shutting down):
+    when it could, each one's fencing step elected another that was leaving too, and the
+    next step of that one's fencing elected the first again, thousands of leader changes
+    until the processes gave up, and a former leader stopped before it truncated."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs = await live_brokers(c)
+        await create(c, "t", 6, 3, **{"min.insync.replicas": min_isr})
+        before = log_end(member)
+        answers = await asyncio.gather(
+            *(heartbeat(c, b, epochs[b], want_shut_down=True) for b in sorted(epochs))
+        )
+        assert all(a.should_shut_down and a.is_fenced for a in answers), answers
+        image = member.image
+        assert all(image.brokers[b].fenced for b in epochs)
+        # each broker leaves each of the 6 partitions once, then is fenced
+        assert log_end(member) - before <= 6 * len(epochs) + len(epochs)
+        for state in partitions_of(image, "t").values():
+            assert state.leader == -1 and state.isr == () or set(state.isr) == {state.leader}, state
         await quorum.close()
 
     run(body)
