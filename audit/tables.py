@@ -219,7 +219,9 @@ def topic_lifecycle(events: DataFrame, end_ms: int) -> DataFrame:
 def group_offsets(series: DataFrame, events: DataFrame, topics: DataFrame) -> DataFrame:
     """Burrow's evaluation without lag, per group and partition: commits, rewinds (an offset
     lower than the one before), stalls (commits that did not move it), gaps between commits;
-    ``series`` holds them, folded by the replay (``raftka.audit.commits``)."""
+    ``series`` holds them, folded by the replay (``raftka.audit.commits``). Ordered by
+    group, topic name and partition, then by when each series began: a name reused for a
+    new topic (a new topic id) gives one key several series, and the order stays total."""
     expired = (
         events.filter(F.col("event") == GROUP)
         .groupBy(F.col("resource").alias("group"))
@@ -237,7 +239,7 @@ def group_offsets(series: DataFrame, events: DataFrame, topics: DataFrame) -> Da
         .join(expired, "group", "left")
         .withColumn("status", status)
         .drop("recent_moves")
-        .orderBy("group", "topic", "partition")
+        .orderBy("group", "topic", "partition", "first_ms", "topic_id")
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from raftka.audit.commits import SERIES_SCHEMA
 from raftka.audit.replay import EVENT_NAMES, EVENT_SCHEMA, STATE, TRANSITION
 from raftka.audit.schema import to_batch
 
@@ -57,3 +58,26 @@ def test_leadership_shares_go_to_the_brokers_a_sample_names(spark: Any) -> None:
     rows = [tuple(r) for r in leadership_by_broker(_events(spark, samples), END_MS).collect()]
     # broker: partition-ms led, elections won, unclean ones, leaderships lost, ISR removals
     assert rows == [(1, 30, 0, 0, 1, 1), (2, 20, 1, 1, 1, 0)]
+
+
+def test_series_of_a_reused_topic_name_are_in_the_order_they_began(spark: Any) -> None:
+    """A topic deleted and created again under its name is a new topic id: one group,
+    name and partition then has a series per id, listed oldest first whatever the order
+    Spark's shuffle hands them over in (the ids sort the other way on purpose)."""
+    from raftka.audit.tables import group_offsets
+
+    began = {"id-c": 300, "id-b": 200, "id-a": 100}  # the newest id sorts first
+    rows = [
+        {"group": "g", "topic_id": topic_id, "partition": 0, "commits": 1, "first_offset": 5, "last_offset": 5,
+         "first_ms": first_ms, "last_ms": first_ms, "rewinds": 0, "rewound_by": 0, "stalled_commits": 0,
+         "max_gap_ms": 0, "mean_gap_ms": 0.0, "recent_moves": 1}
+        for topic_id, first_ms in began.items()
+    ]  # fmt: skip
+    series = spark.createDataFrame(pa.Table.from_pylist(rows, SERIES_SCHEMA)).repartition(3)
+    topics = spark.createDataFrame([(topic_id, "t") for topic_id in began], "topic_id string, topic string")
+    table = group_offsets(series, _events(spark, []), topics)
+    assert [(r["topic"], r["topic_id"], r["first_ms"]) for r in table.collect()] == [
+        ("t", "id-a", 100),
+        ("t", "id-b", 200),
+        ("t", "id-c", 300),
+    ]
