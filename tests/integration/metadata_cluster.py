@@ -105,6 +105,45 @@ class MetadataCluster:
         os.kill(node.pid, signal.SIGKILL)
         wait_until(lambda: not local.is_alive(node), timeout_s=10, what=f"node {node_id} to exit")
 
+    def wait_for_replicas_to_agree(
+        self, topic: str, broker_ids: Sequence[int] | None = None, timeout_s: float = 60.0
+    ) -> None:
+        """Poll the running brokers' disks until every partition of ``topic`` holds the same
+        bytes on each (of ``broker_ids``). Right after a fault they may not yet: a leader
+        fenced as the fault heals (its connections dropped) keeps the tail it had not
+        replicated, which only its next fetch from the new leader truncates, as in Kafka,
+        where replicas agree only within the ISR and up to the high watermark. With no
+        load left, they must converge; one that never does is the failure."""
+        wait_until(
+            lambda: self._replicas_identical(topic, broker_ids),
+            timeout_s=timeout_s,
+            what=f"every replica of {topic} to hold the same bytes",
+            detail=lambda: f"{self._replica_sizes(topic, broker_ids)}\n{self.replica_events()}",
+        )
+
+    def _replica_logs(self, topic: str, broker_ids: Sequence[int] | None) -> dict[str, list[bytes]]:
+        brokers = [b for b in self.nodes("broker") if broker_ids is None or b.id in broker_ids]
+        folders = set.union(*({p.name for p in _partitions(b) if _of(p.name, topic)} for b in brokers))
+        return {
+            folder: [_log_bytes(Path(b.data_dir) / PARTITIONS_DIR / folder) for b in brokers]
+            for folder in sorted(folders)
+        }
+
+    def _replicas_identical(self, topic: str, broker_ids: Sequence[int] | None) -> bool:
+        try:  # segments are written with os.write, unbuffered: the disk is what each replica holds
+            logs = self._replica_logs(topic, broker_ids)
+        except FileNotFoundError:  # a segment rolled or deleted while read: look again
+            return False
+        return bool(logs) and all(len(set(replicas)) == 1 for replicas in logs.values())
+
+    def _replica_sizes(self, topic: str, broker_ids: Sequence[int] | None) -> dict[str, list[int]]:
+        try:
+            return {
+                f: [len(log) for log in logs] for f, logs in self._replica_logs(topic, broker_ids).items()
+            }
+        except FileNotFoundError:
+            return {}
+
     def compare_replicas(
         self, topic: str, broker_ids: Sequence[int] | None = None
     ) -> tuple[int, dict[str, dict[int, str]]]:
