@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from raftka.metadata import eligible_leaders
+from raftka.metadata import elections, eligible_leaders
 from raftka.metadata.broker_configs import BROKER_CONFIGS, check_broker_name, validate_broker_config
 from raftka.metadata.image import BROKER, TOPIC, MetadataImage
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
@@ -59,7 +59,13 @@ def describe(
     return response
 
 
-def alter(image: MetadataImage, request: controller_pb2.AlterConfigsRequest) -> Plan:
+def alter(
+    image: MetadataImage,
+    request: controller_pb2.AlterConfigsRequest,
+    may_lead: elections.MayLead = elections.anyone,
+) -> Plan:
+    """``may_lead``: who an offline partition the new configs let elect may choose
+    (the controller's: not a broker in controlled shutdown or reporting it offline)."""
     response = controller_pb2.AlterConfigsResponse()
     repeated = duplicates(t.topic for t in request.topics)
     records: list[MetadataRecord] = []
@@ -70,7 +76,7 @@ def alter(image: MetadataImage, request: controller_pb2.AlterConfigsRequest) -> 
                 raise ValidationError(
                     ErrorCode.INVALID_REQUEST, f"topic {alteration.topic!r} appears more than once"
                 )
-            changes = _changes(image, alteration)
+            changes = _changes(image, alteration, may_lead)
         except ValidationError as e:
             result.error, result.message = e.code, e.message
             continue
@@ -96,7 +102,9 @@ def alter(image: MetadataImage, request: controller_pb2.AlterConfigsRequest) -> 
     return Plan(response, records)
 
 
-def _changes(image: MetadataImage, alteration: controller_pb2.AlterTopicConfigs) -> list[MetadataRecord]:
+def _changes(
+    image: MetadataImage, alteration: controller_pb2.AlterTopicConfigs, may_lead: elections.MayLead
+) -> list[MetadataRecord]:
     name = alteration.topic
     topic = image.topic(name)
     if topic is None:
@@ -107,7 +115,9 @@ def _changes(image: MetadataImage, alteration: controller_pb2.AlterTopicConfigs)
     check_min_insync_replicas(after, replication_factor)
     records = _config_records(TOPIC, name, current, after)
     if eligible_leaders.policy(after) != eligible_leaders.policy(current):
-        records += eligible_leaders.after_config_change(image, topic, eligible_leaders.policy(after))
+        records += eligible_leaders.after_config_change(
+            image, topic, eligible_leaders.policy(after), may_lead
+        )
     return records
 
 

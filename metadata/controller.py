@@ -398,7 +398,9 @@ class QuorumController:
         self, request: controller_pb2.AlterConfigsRequest
     ) -> controller_pb2.AlterConfigsResponse:
         return await self._write(
-            controller_pb2.AlterConfigsResponse, lambda image: config_ops.alter(image, request), request
+            controller_pb2.AlterConfigsResponse,
+            lambda image: config_ops.alter(image, request, self._may_lead),
+            request,
         )
 
     # brokers ---------------------------------------------------------------------------

@@ -78,12 +78,18 @@ def topic_policy(image: MetadataImage, topic: str) -> Policy:
     return policy(image.configs.get((TOPIC, topic), {}))
 
 
-def after_config_change(image: MetadataImage, topic: TopicImage, new: Policy) -> list[MetadataRecord]:
+def after_config_change(
+    image: MetadataImage,
+    topic: TopicImage,
+    new: Policy,
+    may_lead: Callable[[int, bytes, int], bool],
+) -> list[MetadataRecord]:
     """The changes a new policy brings to ``topic``'s partitions: a partition whose ISR now
     has min.insync.replicas members lets its high watermark move again, so its ELR may miss
     what commits next and is emptied, as KIP-966 does (raised, the minimum applies to later
-    changes); an offline partition elects if the policy now lets it. Partitions with a
-    leader keep it."""
+    changes); an offline partition elects if the policy now lets it, a live broker that
+    ``may_lead`` there (``raftka.metadata.elections.MayLead``). Partitions with a leader
+    keep it."""
     live, crashed = live_broker_ids(image), crashed_broker_ids(image)
     records = []
     for partition_id, state in sorted(topic.partitions.items()):
@@ -96,7 +102,11 @@ def after_config_change(image: MetadataImage, topic: TopicImage, new: Policy) ->
             state,
             isr=state.isr,
             policy=new,
-            acceptable=(lambda b, leader=state.leader: b == leader) if online else live.__contains__,
+            acceptable=(
+                (lambda b, leader=state.leader: b == leader)
+                if online
+                else (lambda b, p=partition_id: b in live and may_lead(b, topic.topic_id, p))
+            ),
             crashed=crashed,
         )
         if record is not None:

@@ -488,6 +488,41 @@ def test_unclean_leader_election_enable_brings_back_a_partition_whose_eligible_r
     run(body)
 
 
+def test_unclean_leader_election_enable_passes_over_a_broker_that_reports_the_partition_offline() -> None:
+    """The operator's unclean election chooses among brokers that may lead there: the last
+    known ELR member it would take first, reporting the partition's log offline (a failed
+    disk), is passed over for the next, as every other election of the controller does."""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await partition_with_min_isr_2(c)
+        for broker_id in (x, y, leader):
+            await heartbeat(c, broker_id, epochs[broker_id], want_fence=True)
+        restarted = {b: await restart(c, b, f"{b}-unclean", None, new_disk(b)) for b in (leader, y)}
+        offline = state_of(member)
+        first, second = (b for b in offline.replicas if b in offline.last_known_elr or b in restarted)
+        assert offline.leader == -1 and first in offline.last_known_elr, offline
+        tid = member.image.topic_ids_by_name["t"]
+        reported = await c.broker_heartbeat(
+            pb.BrokerHeartbeatRequest(
+                broker_id=first,
+                broker_epoch=restarted[first],
+                current_metadata_offset=restarted[first],
+                offline_replicas=[pb.OfflineTopicReplicas(topic_id=tid, partitions=[0])],
+            )
+        )
+        assert reported.status.error == E.NONE, reported.status
+
+        await set_config(c, "unclean.leader.election.enable", "true")
+        online = state_of(member)
+        assert online.leader not in (-1, first), online
+        assert online.isr == (online.leader,)
+        await quorum.close()
+
+    run(body)
+
+
 def test_an_elr_outside_the_replicas_or_overlapping_the_isr_is_refused_by_check_and_replay() -> None:
     tid = m.topic_id(1)
     image = m.replay(EMPTY, *(m.register(b, b, fenced=False) for b in (1, 2, 3)), m.topic("t", tid))
