@@ -350,7 +350,9 @@ class QuorumController:
     ) -> controller_pb2.CreateTopicsResponse:
         return await self._write(
             controller_pb2.CreateTopicsResponse,
-            lambda image: topic_ops.create_topics(image, request, self._limits, _topic_id),
+            lambda image: topic_ops.create_topics(
+                image, request, self._limits, _topic_id, self._shutting_down
+            ),
             request,
         )
 
@@ -368,7 +370,7 @@ class QuorumController:
     ) -> controller_pb2.CreatePartitionsResponse:
         return await self._write(
             controller_pb2.CreatePartitionsResponse,
-            lambda image: topic_ops.create_partitions(image, request, self._limits),
+            lambda image: topic_ops.create_partitions(image, request, self._limits, self._shutting_down),
             request,
         )
 

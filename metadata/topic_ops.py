@@ -8,7 +8,7 @@ others go ahead (Kafka's per-topic results).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from raftka.metadata.image import TOPIC, BrokerRegistration, MetadataImage
 from raftka.metadata.placement import place_new_partitions, place_replicas, topic_seed
@@ -40,10 +40,13 @@ def create_topics(
     request: controller_pb2.CreateTopicsRequest,
     limits: Limits,
     new_topic_id: Callable[[], bytes],
+    shutting_down: Collection[int] = (),
 ) -> Plan:
+    """``shutting_down``: brokers in controlled shutdown, given no replica (Kafka's usable
+    brokers): they are about to leave every ISR and could never lead."""
     response = controller_pb2.CreateTopicsResponse()
     repeated = duplicates(t.name for t in request.topics)
-    live = image.unfenced_brokers()
+    live = _usable(image, shutting_down)
     normalized = {name.replace(".", "_"): name for name in image.topic_ids_by_name}
     records: list[MetadataRecord] = []
     for topic in request.topics:
@@ -62,6 +65,10 @@ def create_topics(
             result.topic_id = new[0].topic.topic_id
             records.extend(new)
     return Plan(response, records)
+
+
+def _usable(image: MetadataImage, shutting_down: Collection[int]) -> list[BrokerRegistration]:
+    return [b for b in image.unfenced_brokers() if b.broker_id not in shutting_down]
 
 
 def _new_topic(
@@ -155,10 +162,12 @@ def create_partitions(
     image: MetadataImage,
     request: controller_pb2.CreatePartitionsRequest,
     limits: Limits,
+    shutting_down: Collection[int] = (),
 ) -> Plan:
+    """``shutting_down``: as for ``create_topics``."""
     response = controller_pb2.CreatePartitionsResponse()
     repeated = duplicates(t.name for t in request.topics)
-    live = image.unfenced_brokers()
+    live = _usable(image, shutting_down)
     records: list[MetadataRecord] = []
     for increase in request.topics:
         result = response.topics.add(name=increase.name)

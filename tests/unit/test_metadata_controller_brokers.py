@@ -9,7 +9,7 @@ import pytest
 
 from raftka.cli.topics import describe_view, format_describe
 from raftka.client.types import PartitionInfo, TopicDescription
-from raftka.metadata import broker_ops, elections
+from raftka.metadata import broker_ops, elections, topic_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import EMPTY, MetadataImage
 from raftka.metadata.records import topic_id_str
@@ -305,6 +305,33 @@ def test_brokers_shutting_down_together_never_take_leadership_from_each_other(mi
         await quorum.close()
 
     run(body)
+
+
+def test_a_broker_in_controlled_shutdown_is_given_no_replica_of_a_new_topic_or_partition() -> None:
+    """Kafka's usable brokers: one leaving would be handed replicas, and leaderships, that
+    it gives up at once (a new partition's first replica leads)."""
+    from tests.unit import metadata_support as m
+
+    image = m.replay(EMPTY, *(m.register(b, b, fenced=False) for b in (101, 102, 103)))
+    limits = topic_ops.Limits(max_partitions=1_000, records_max=4_096)
+    create = pb.CreateTopicsRequest(
+        topics=[pb.CreatableTopic(name="t", num_partitions=6, replication_factor=2)]
+    )
+    plan = topic_ops.create_topics(image, create, limits, lambda: b"\x01" * 16, shutting_down={102})
+    assert plan.response.topics[0].error == E.NONE, plan.response
+    placed = [r.partition.replicas for r in plan.records if r.HasField("partition")]
+    assert len(placed) == 6 and all(102 not in replicas for replicas in placed), placed
+    image = m.replay(image, *plan.records)
+
+    grow = pb.CreatePartitionsRequest(topics=[pb.PartitionsIncrease(name="t", count=9)])
+    grown = topic_ops.create_partitions(image, grow, limits, shutting_down={101})
+    added = [set(r.partition.replicas) for r in grown.records]
+    assert added == [{102, 103}] * 3, grown.records
+    too_wide = pb.CreateTopicsRequest(
+        topics=[pb.CreatableTopic(name="u", num_partitions=1, replication_factor=3)]
+    )
+    refused = topic_ops.create_topics(image, too_wide, limits, lambda: b"\x02" * 16, shutting_down={102})
+    assert refused.response.topics[0].error == E.INVALID_REPLICATION_FACTOR and not refused.records
 
 
 def test_new_incarnation_replaces_the_old_and_leaves_its_isrs() -> None:
