@@ -1,11 +1,14 @@
 """The canonical records counted by the replay pieces: per epoch, and per time bucket and type.
 
-A piece counts its own records with Arrow (``count``), a chunk at a time; the driver adds
-the chunks' counts (``Counts.add``). That gives the history's bounds, the epochs' offsets
-and times for ``raftka.audit.tables.controller_epochs`` and the report's write rate without
-Spark scanning every record again. A chunk buckets time at the width ``bucket_ms`` picks
-for its own span: every width divides the wider ones, and the whole history's span picks
-one at least as wide, so the driver re-buckets the chunks' counts exactly.
+A piece counts its own records with Arrow (``count``), a chunk at a time. Each chunk's
+counts per epoch and its LeaderChange records go to Parquet (``epoch_table``,
+``opened_table``) for Spark to add up (``raftka.audit.tables.per_epoch``): a history with
+a hundred thousand epochs would otherwise hold them all on the driver. What the driver
+adds (``Counts.add``) is small whatever the history: its bounds, and the write rate per
+time bucket and type, which gives the report's write-rate chart without Spark scanning
+every record again. A chunk buckets time at the width ``bucket_ms`` picks for its own
+span: every width divides the wider ones, and the whole history's span picks one at
+least as wide, so the driver re-buckets the chunks' counts exactly.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raftka.audit.decode import LEADER_CHANGE
+from raftka.audit.schema import to_batch
 
 WIDTHS_MS = (1_000, 5_000, 10_000, 60_000, 300_000, 900_000, 3_600_000, 21_600_000, 86_400_000, 604_800_000)
 RATE_BUCKETS = 120  # the write-rate chart's buckets across the history
@@ -59,45 +63,56 @@ def count(canonical: pa.RecordBatch) -> dict[str, Any]:
         "opened": list(zip(*(opened[name].to_pylist() for name in opened.column_names), strict=True)),
         "rate": list(zip(rate["bucket_ms"].to_pylist(), rate["type"].to_pylist(), rate["type_count"].to_pylist(),
                          strict=True)),
+        "bounds": _bounds(table),
     }  # fmt: skip
+
+
+def _bounds(table: pa.Table) -> tuple[int, int, int, int, int] | None:
+    """First and last offset, first and last time, records (None: no records)."""
+    if not table.num_rows:
+        return None
+    offsets, times = pc.min_max(table["offset"]), pc.min_max(table["timestamp_ms"])
+    return (offsets["min"].as_py(), offsets["max"].as_py(), times["min"].as_py(), times["max"].as_py(),
+            table.num_rows)  # fmt: skip
+
+
+def epoch_table(counted: dict[str, Any]) -> pa.Table:
+    """A chunk's counts per epoch (``EPOCH_SCHEMA``), for Parquet."""
+    return pa.Table.from_batches([to_batch(counted["epochs"], EPOCH_SCHEMA)])
+
+
+def opened_table(counted: dict[str, Any]) -> pa.Table:
+    """A chunk's LeaderChange records (``OPENED_SCHEMA``), for Parquet."""
+    return pa.Table.from_batches([to_batch(counted["opened"], OPENED_SCHEMA)])
 
 
 @dataclass
 class Counts:
-    """The pieces' counts added up."""
+    """The chunks' bounds and write rates added up (their epochs are Spark's to add)."""
 
-    epochs: dict[int, list[int]] = field(
-        default_factory=dict
-    )  # epoch: start, end offsets, first, last ms, records
-    opened: list[tuple[Any, ...]] = field(
-        default_factory=list
-    )  # LeaderChange records: epoch, leader, voters, ms
+    first_offset: int | None = None
+    last_offset: int | None = None
+    first_ms: int | None = None
+    last_ms: int | None = None
+    records: int = 0
     rate: dict[tuple[int, str], int] = field(default_factory=dict)  # (bucket start, type): records
 
-    def add(self, pieces: Iterable[dict[str, Any]]) -> Counts:
-        for piece in pieces:
-            for epoch, start, end, first_ms, last_ms, records in piece["epochs"]:
-                found = self.epochs.get(epoch)
-                if found is None:
-                    self.epochs[epoch] = [start, end, first_ms, last_ms, records]
-                else:
-                    found[:] = [min(found[0], start), max(found[1], end), min(found[2], first_ms),
-                                max(found[3], last_ms), found[4] + records]  # fmt: skip
-            self.opened += piece["opened"]
-            for bucket, type_name, records in piece["rate"]:
+    def add(self, chunks: Iterable[dict[str, Any]]) -> Counts:
+        for chunk in chunks:
+            if chunk["bounds"] is not None:
+                first, last, first_ms, last_ms, records = chunk["bounds"]
+                self.first_offset = first if self.first_offset is None else min(self.first_offset, first)
+                self.last_offset = last if self.last_offset is None else max(self.last_offset, last)
+                self.first_ms = first_ms if self.first_ms is None else min(self.first_ms, first_ms)
+                self.last_ms = last_ms if self.last_ms is None else max(self.last_ms, last_ms)
+                self.records += records
+            for bucket, type_name, records in chunk["rate"]:
                 self.rate[(bucket, type_name)] = self.rate.get((bucket, type_name), 0) + records
         return self
 
-    def epoch_rows(self) -> list[tuple[Any, ...]]:
-        return [(epoch, *values) for epoch, values in self.epochs.items()]
-
     def bounds(self) -> tuple[int | None, int | None, int | None, int | None, int]:
         """First and last offset, first and last time, records: of the whole history."""
-        values = list(self.epochs.values())
-        if not values:
-            return None, None, None, None, 0
-        return (min(v[0] for v in values), max(v[1] for v in values), min(v[2] for v in values),
-                max(v[3] for v in values), sum(v[4] for v in values))  # fmt: skip
+        return self.first_offset, self.last_offset, self.first_ms, self.last_ms, self.records
 
     def rate_by(self, width: int) -> list[tuple[int, str, int]]:
         """(bucket start, type, records) at ``width``, a multiple of every piece's width."""

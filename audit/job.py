@@ -54,7 +54,7 @@ from raftka.audit.event_tables import EVENT_TABLES
 from raftka.audit.files import AuditInputError, LogFile, discover, file_size, local_path
 from raftka.audit.node_walk import merge_walked, node_groups, walk_files
 from raftka.audit.out import claim
-from raftka.audit.pieces import EVENTS, FOLDS, plan, run_piece
+from raftka.audit.pieces import EPOCH_COUNTS, EVENTS, FOLDS, OPENED, plan, run_piece
 from raftka.audit.replay import EVENT_SCHEMA
 from raftka.audit.schema import to_batch
 
@@ -178,7 +178,7 @@ def _run(
         .map(partial(run_piece, folder=str(scratch)))
         .collect()
     )
-    events = spark.read.schema(from_arrow_schema(EVENT_SCHEMA)).parquet((scratch / EVENTS).as_uri())
+    events = _read(spark, scratch / EVENTS, EVENT_SCHEMA)
     timings.mark("replay")
 
     in_order = sorted(done, key=lambda d: d["piece"])  # each piece's chunks are in order already
@@ -194,8 +194,8 @@ def _run(
         "partition_intervals": tables.partition_intervals(events, end_ms),
         "leadership_by_broker": tables.leadership_by_broker(events, end_ms),
         "controller_epochs": tables.controller_epochs(
-            _frame(spark, counts.epoch_rows(), EPOCH_SCHEMA), _frame(spark, counts.opened, OPENED_SCHEMA),
-            uncommitted, end_ms,
+            tables.per_epoch(_read(spark, scratch / EPOCH_COUNTS, EPOCH_SCHEMA)),
+            _read(spark, scratch / OPENED, OPENED_SCHEMA), uncommitted, end_ms,
         ),
         "broker_timeline": tables.broker_timeline(events, end_ms),
         "topic_lifecycle": tables.topic_lifecycle(events, end_ms),
@@ -257,6 +257,11 @@ def _write_table(frame: DataFrame, folder: Path) -> float:
     started = time.monotonic()
     frame.write.mode("overwrite").parquet(folder.as_uri())
     return round(time.monotonic() - started, 3)
+
+
+def _read(spark: SparkSession, folder: Path, schema: pa.Schema) -> DataFrame:
+    """What the replay's tasks wrote under ``folder`` (every piece writes a file per chunk)."""
+    return spark.read.schema(from_arrow_schema(schema)).parquet(folder.as_uri())
 
 
 def _frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: pa.Schema) -> DataFrame:

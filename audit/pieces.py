@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from raftka.audit import collector
 from raftka.audit.commits import Progress, fold, fold_table
-from raftka.audit.counts import count
+from raftka.audit.counts import count, epoch_table, opened_table
 from raftka.audit.decode import (
     CONTROL_TYPES,
     SNAPSHOT_KIND,
@@ -56,6 +56,8 @@ CANONICAL_COLUMNS = ("offset", "batch_offset", "epoch", "timestamp_ms", "type", 
 CANONICAL_SCHEMA = pa.schema([ROW_SCHEMA.field(name) for name in CANONICAL_COLUMNS])
 EVENTS = "events"
 FOLDS = "commit_folds"  # a Parquet file of offset-commit folds per chunk (``FOLD_SCHEMA``)
+EPOCH_COUNTS = "epoch_counts"  # per chunk: its records counted per epoch (``counts.EPOCH_SCHEMA``)
+OPENED = "opened_epochs"  # per chunk: its LeaderChange records (``counts.OPENED_SCHEMA``)
 # Records of a piece at most, where snapshots allow: a task's share of the work, and what its
 # retry costs, stay small on a long history.
 PIECE_RECORDS_MAX = 2_000_000
@@ -178,7 +180,10 @@ def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
         folded = fold(rows, set(skipped))
         write_whole(fold_table(folded.series, piece.index, chunk), Path(folder) / FOLDS, name)
         progress.append(folded.progress)
-        counts.append(count(rows))
+        counted = count(rows)
+        write_whole(epoch_table(counted), Path(folder) / EPOCH_COUNTS, name)
+        write_whole(opened_table(counted), Path(folder) / OPENED, name)
+        counts.append({"rate": counted["rate"], "bounds": counted["bounds"]})  # the driver's share
     return done | {"progress": progress, "counts": counts}
 
 

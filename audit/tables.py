@@ -23,6 +23,18 @@ def _duration(start: str, end: Column) -> Column:
     return end - F.col(start)
 
 
+def per_epoch(chunks: DataFrame) -> DataFrame:
+    """The replay chunks' counts per epoch (``raftka.audit.counts.EPOCH_SCHEMA``) added up:
+    an epoch's first and last offset and time, and its records, whichever chunks it spans."""
+    return chunks.groupBy("epoch").agg(
+        F.min("start_offset").alias("start_offset"),
+        F.max("end_offset").alias("end_offset"),
+        F.min("first_ms").alias("first_ms"),
+        F.max("last_ms").alias("last_ms"),
+        F.sum("records").alias("records"),
+    )
+
+
 def controller_epochs(
     per_epoch: DataFrame, opened: DataFrame, uncommitted: DataFrame, end_ms: int
 ) -> DataFrame:

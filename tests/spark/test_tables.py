@@ -81,3 +81,19 @@ def test_series_of_a_reused_topic_name_are_in_the_order_they_began(spark: Any) -
         ("t", "id-b", 200),
         ("t", "id-c", 300),
     ]
+
+
+def test_per_epoch_adds_up_the_chunks_an_epoch_spans(spark: Any) -> None:
+    """An epoch cut across chunks (and pieces) is one row: its first offset and time from
+    the earliest, its last from the latest, its records summed."""
+    from raftka.audit.counts import EPOCH_SCHEMA
+    from raftka.audit.tables import per_epoch
+
+    chunks = [  # epoch, start offset, end offset, first ms, last ms, records
+        (1, 0, 9, 100, 190, 10), (2, 10, 49, 200, 490, 40),
+        (2, 50, 79, 500, 790, 30), (3, 80, 80, 800, 800, 1), (3, 81, 99, 810, 990, 19),
+    ]  # fmt: skip
+    frame = spark.createDataFrame(pa.Table.from_pylist([dict(zip(EPOCH_SCHEMA.names, c, strict=True)) for c in chunks],
+                                                       EPOCH_SCHEMA)).repartition(3)  # fmt: skip
+    rows = sorted(tuple(r) for r in per_epoch(frame).select(*EPOCH_SCHEMA.names).collect())
+    assert rows == [(1, 0, 9, 100, 190, 10), (2, 10, 79, 200, 790, 70), (3, 80, 99, 800, 990, 20)]

@@ -1,5 +1,7 @@
-"""The pieces' record counts added up: any cut of the history gives the bounds, epochs and
-write rate of the whole, at any bucket width the whole history can pick."""
+"""The pieces' record counts added up: any cut of the history gives the bounds and write
+rate of the whole, at any bucket width the whole history can pick; each chunk's epochs and
+LeaderChange records go to Parquet as they were counted (Spark adds them up:
+``tests/spark/test_tables.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftka.audit.counts import WIDTHS_MS, Counts, bucket_ms, count
+from raftka.audit.counts import WIDTHS_MS, Counts, bucket_ms, count, epoch_table, opened_table
 from raftka.audit.decode import LEADER_CHANGE
 from raftka.audit.pieces import CANONICAL_SCHEMA
 from raftka.audit.schema import to_batch
@@ -37,16 +39,13 @@ def test_any_cut_adds_up_to_the_whole(records: list[tuple[int, int, str]], cuts:
         return
     offsets, times = [r[0] for r in rows], [r[3] for r in rows]
     assert counts.bounds() == (min(offsets), max(offsets), min(times), max(times), len(rows))
-    for epoch, start, end, first_ms, last_ms, records_in in counts.epoch_rows():
-        mine = [r for r in rows if r[2] == epoch]
-        assert (start, end, first_ms, last_ms, records_in) == (
-            mine[0][0],
-            mine[-1][0],
-            min(r[3] for r in mine),
-            max(r[3] for r in mine),
-            len(mine),
-        )
-    assert sorted(counts.opened) == sorted((r[2], 1, [1, 2], r[3]) for r in rows if r[4] == LEADER_CHANGE)
+    opened = [
+        row for a, b in zip(bounds, bounds[1:], strict=False)
+        for row in opened_table(count(to_batch(rows[a:b], CANONICAL_SCHEMA))).to_pylist()
+    ]  # fmt: skip
+    assert sorted(tuple(r.values()) for r in opened) == sorted(
+        (r[2], 1, [1, 2], r[3]) for r in rows if r[4] == LEADER_CHANGE
+    )
     width = bucket_ms(min(times), max(times))
     expected: dict[tuple[int, str], int] = {}
     for r in rows:
@@ -56,3 +55,18 @@ def test_any_cut_adds_up_to_the_whole(records: list[tuple[int, int, str]], cuts:
 
 def test_every_width_divides_the_wider_ones() -> None:
     assert all(wide % narrow == 0 for narrow, wide in zip(WIDTHS_MS, WIDTHS_MS[1:], strict=False))
+
+
+@settings(deadline=None)
+@given(records=st.lists(record, max_size=40))
+def test_a_chunks_epoch_table_holds_each_epochs_offsets_times_and_records(
+    records: list[tuple[int, int, str]],
+) -> None:
+    rows = _rows(records)
+    table = epoch_table(count(to_batch(rows, CANONICAL_SCHEMA)))
+    assert sorted(r["epoch"] for r in table.to_pylist()) == sorted({r[2] for r in rows})
+    for found in table.to_pylist():
+        mine = [r for r in rows if r[2] == found["epoch"]]
+        assert tuple(found.values())[1:] == (
+            mine[0][0], mine[-1][0], min(r[3] for r in mine), max(r[3] for r in mine), len(mine)
+        )  # fmt: skip

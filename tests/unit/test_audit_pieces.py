@@ -19,7 +19,17 @@ from raftka.audit.counts import Counts, bucket_ms
 from raftka.audit.decode import SNAPSHOT_KIND
 from raftka.audit.event_tables import CONFIG_COLUMNS, EVENT_TABLES, TRANSITION_COLUMNS
 from raftka.audit.files import SEGMENT, SNAPSHOT, AuditInputError, discover
-from raftka.audit.pieces import CANONICAL_COLUMNS, EVENTS, FOLDS, Piece, plan, replay_piece, run_piece
+from raftka.audit.pieces import (
+    CANONICAL_COLUMNS,
+    EPOCH_COUNTS,
+    EVENTS,
+    FOLDS,
+    OPENED,
+    Piece,
+    plan,
+    replay_piece,
+    run_piece,
+)
 from raftka.audit.plain import PlainAudit, audit_paths, in_chosen
 from raftka.audit.replay import BASE, CONFIG, TRANSITION
 from raftka.audit.synthetic import Shape, write_history
@@ -167,17 +177,32 @@ def _outcome(piece: Piece, out: Path) -> dict[str, Any]:
     _, _, start_ms, end_ms, _ = counts.bounds()
     files = sorted((out / FOLDS).glob(f"piece-{piece.index:05d}-*.parquet"))
     assert len(files) == len(done["progress"])  # a fold per chunk
-    folded = [unfold(pq.read_table(path), progress) for path, progress in zip(files, done["progress"], strict=True)]
+    folded = [
+        unfold(pq.read_table(path), progress) for path, progress in zip(files, done["progress"], strict=True)
+    ]
     commits = combine(folded, bucket_ms(start_ms, end_ms, PROGRESS_BUCKETS))
     return {
         "files": {folder: _read(out / folder, piece) for folder in (EVENTS, *EVENT_TABLES)},
         "done": {k: done[k] for k in ("records", "events", "skipped")},
         "series": sorted(commits.rows, key=lambda row: row[:3]),  # group_offsets orders them
         "committed": committed_over_time(commits.progress),
-        "epochs": counts.epochs,
-        "opened": counts.opened,
+        "epochs": _per_epoch(_read(out / EPOCH_COUNTS, piece)),
+        "opened": _read(out / OPENED, piece),
+        "bounds": counts.bounds(),
         "rate": sorted(counts.rate_by(bucket_ms(start_ms, end_ms))),
     }
+
+
+def _per_epoch(chunks: list[dict[str, Any]]) -> dict[int, tuple[int, ...]]:
+    """The chunks' counts per epoch added up as ``raftka.audit.tables.per_epoch`` does."""
+    merged: dict[int, tuple[int, ...]] = {}
+    for c in chunks:
+        was = merged.get(c["epoch"])
+        now = (c["start_offset"], c["end_offset"], c["first_ms"], c["last_ms"], c["records"])
+        merged[c["epoch"]] = now if was is None else (
+            min(was[0], now[0]), max(was[1], now[1]), min(was[2], now[2]), max(was[3], now[3]), was[4] + now[4]
+        )  # fmt: skip
+    return merged
 
 
 @pytest.mark.parametrize("chunk", [1, 37, 400])
@@ -241,6 +266,8 @@ def test_no_cut_where_there_is_no_snapshot(tmp_path: Path, monkeypatch: pytest.M
     assert 1 < len(pieces) <= len(early) + 1
     last, at = pieces[-1].runs[0], max(offset for _, _, offset in early)
     assert last.role == BASE and (last.file.node, last.file.seq, at) in early
-    assert sum(run.batches for run in pieces[-1].runs) == sum(c.batches for c in chosen if c.base_offset >= at)
+    assert sum(run.batches for run in pieces[-1].runs) == sum(
+        c.batches for c in chosen if c.base_offset >= at
+    )
     [whole] = plan(files, chosen, [], 0, 2)
     assert sum(run.batches for run in whole.runs) == sum(c.batches for c in chosen)
