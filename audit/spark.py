@@ -30,8 +30,11 @@ JAVA_VERSION_RE = re.compile(r'version "(\d+)(?:\.(\d+))?')
 SHUFFLE_PARTITIONS = 4  # the audit's shuffles are small: a few partitions, not Spark's 200
 # The embedded JVM lives for one audit: the optimizing compiler's work does not pay back
 # in it (the tables of the 10M-record history took 38 CPU s with the quick compiler
-# alone, 50 with both).
-LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+# alone, 50 with both). With the quick compiler alone the JVM reserves only 48 MB for
+# compiled code, which Spark's generated code fills within minutes (a 10M-record audit
+# run twice in one session did): the JVM then stops compiling and runs the rest of the
+# audit interpreted. 256 MB is Spark's own recommendation for code-heavy jobs.
+LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
 
 
 class JavaMissing(RuntimeError):
@@ -85,10 +88,27 @@ def session(master: str | None = "local[2]", *, driver_memory: str = "4g") -> Sp
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JVM_OPTIONS)
             builder = builder.config("spark.ui.enabled", "false")
-    spark = builder.getOrCreate()
+    with stdout_to_stderr():  # the JVM starts here, and inherits the descriptors it sees
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(MetadataDataSource)
     return spark
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Processes started inside get this process's stderr as their stdout: the JVM writes
+    its own warnings to stdout ("CodeCache is full"), where they would land in the middle
+    of a command's ``--output json``. This process's stdout is its own again after."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @contextmanager
