@@ -15,10 +15,10 @@ handshake within 10 s (``raftka.raft.transport.grpc_transport.server_options``).
 descriptor it may use would still hold them, and no client could reach them; connections
 come and go (idle ones are closed, and give way to new ones).
 
-A listener takes up to ``LISTEN_BACKLOG`` connections in one go before it judges any
-(asyncio's accept loop), and on a loaded machine a second go can come before the first
-is judged (seen at a limit of 128: the accept failed with "Too many open files"), so the
-backlog is at most a quarter of the smallest reserve: even three goes fit in half of it.
+A listener judges each connection as it accepts it, before the next
+(``raftka.wire.acceptor``): asyncio's accept loop took a whole backlog in one turn and
+judged it two turns later, and at a limit of 128 three such turns came first ("Too many
+open files").
 
 Counting open descriptors reads ``/proc/self/fd`` (about 0.4 ms at 1,000), so a count
 is reused for ``RECOUNT_INTERVAL_S``; a caller holding a fresh descriptor passes its
@@ -39,8 +39,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 log = structlog.get_logger("raftka.node.descriptors")
 
-LISTEN_BACKLOG = 32  # asyncio accepts up to this many at once; Kafka's socket.listen.backlog.size is 50
-RESERVE_MIN = 128  # its half holds the accepts of two or three bursts (LISTEN_BACKLOG), before any is judged
+LISTEN_BACKLOG = 50  # connections the kernel holds until accepted: Kafka's socket.listen.backlog.size
+RESERVE_MIN = 128
 RESERVE_SHARE = 8  # a limit's eighth is kept back, at least RESERVE_MIN
 RECOUNT_INTERVAL_S = 0.1
 GRPC_CONNECTIONS_MIN = 64

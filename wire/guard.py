@@ -110,20 +110,35 @@ class ConnectionGuard:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
 
-    def admit(self, connection: Guarded, fd: int) -> bool:
-        """Whether a new connection (on descriptor ``fd``) may stay; counted if so."""
+    def room_for(self, fd: int, host: str) -> bool:
+        """Whether a socket just accepted on descriptor ``fd`` may stay while the node's
+        descriptors run short: an idle connection gives way if need be. Judged as it is
+        accepted, before the next (``raftka.wire.acceptor``)."""
+        if DESCRIPTORS.room_for_connection(fd):
+            return True
+        return self._make_room(DESCRIPTORS_LOW, host)
+
+    def admit(self, connection: Guarded) -> bool:
+        """Whether a new connection may stay, by the connection bounds; counted if so."""
         if self._per_host[connection.host] >= self.limits.connections_per_ip_max:
             self._closing(PER_IP, connection.host)
             return False
-        full = len(self.connections) >= self.limits.connections_max
-        if full or (fd >= 0 and not DESCRIPTORS.room_for_connection(fd)):
-            idlest = self._idlest(time.monotonic())
-            if idlest is None:
-                self._closing(CONNECTIONS_MAX if full else DESCRIPTORS_LOW, connection.host)
-                return False
-            self._close(idlest, EVICTED)
+        if len(self.connections) >= self.limits.connections_max and not self._make_room(
+            CONNECTIONS_MAX, connection.host
+        ):
+            return False
         self.connections.add(connection)
         self._per_host[connection.host] += 1
+        return True
+
+    def _make_room(self, reason: str, host: str) -> bool:
+        """Close the connection idle longest to make room for one from ``host``; False (and
+        counted under ``reason``) when none has been idle long enough."""
+        idlest = self._idlest(time.monotonic())
+        if idlest is None:
+            self._closing(reason, host)
+            return False
+        self._close(idlest, EVICTED)
         return True
 
     def _idlest(self, now_s: float) -> Guarded | None:

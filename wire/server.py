@@ -29,6 +29,7 @@ import asyncio
 import collections
 import contextvars
 import logging
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -37,11 +38,11 @@ from typing import Any, Protocol
 import structlog
 from google.protobuf.message import DecodeError, Message
 
-from raftka.node.descriptors import LISTEN_BACKLOG
 from raftka.node.logs import RateLimitedLog
 from raftka.security.principal import Principal, current_host, current_principal, from_ssl
 from raftka.security.sasl import SaslLogin, current_login
 from raftka.v1 import controller_pb2
+from raftka.wire.acceptor import Acceptor, bind
 from raftka.wire.answer_room import AnswerBudget, AnswerRoom, current_answer_room
 from raftka.wire.frames import (
     APIS,
@@ -119,7 +120,7 @@ class Listener:
         self.in_flight_max = in_flight_max
         self.answer_bytes_max = answer_bytes_max
         self.request_max_bytes = request_max_bytes
-        self._server: asyncio.base_events.Server | None = None
+        self._acceptors: list[Acceptor] = []
         self.bad_frames = RateLimitedLog(log, LOG_INTERVAL_S)  # a client sends them at will
         self.tls: ssl.SSLContext | None = None
 
@@ -133,21 +134,22 @@ class Listener:
         guard before its handshake, so sockets that never finish one count like any other."""
         loop = asyncio.get_running_loop()
         self.tls = tls
-        self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, reuse_address=True, backlog=LISTEN_BACKLOG
-        )
+
+        async def serve(sock: socket.socket) -> None:
+            await loop.connect_accepted_socket(lambda: _Connection(self), sock)
+
+        judge = lambda sock, host: self.guard.room_for(sock.fileno(), host)  # noqa: E731
+        self._acceptors = [Acceptor(sock, judge, serve, self.name) for sock in bind(host, port)]
         self.guard.start()
-        return self._server.sockets[0].getsockname()[1]
+        return self._acceptors[0].sock.getsockname()[1]
 
     async def close(self) -> None:
         """Stop listening, drop every connection and cancel what they were handling."""
-        if self._server is not None:
-            self._server.close()
+        for acceptor in self._acceptors:
+            await acceptor.close()
         for connection in list(self.connections):
             connection.abort()
         await self.guard.stop()
-        if self._server is not None:
-            await self._server.wait_closed()
 
 
 class FrameServer(Listener):
@@ -228,8 +230,7 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.host = peer[0] if peer else "?"
-        sock = transport.get_extra_info("socket")
-        if not self._listener.guard.admit(self, sock.fileno() if sock is not None else -1):
+        if not self._listener.guard.admit(self):
             transport.abort()
             return
         if self._listener.tls is None:
