@@ -86,6 +86,8 @@ def test_a_drain_moves_only_the_leaving_brokers_replicas_and_keeps_the_replicati
     ids = list(range(1, count + 1))
     leaving = ids[leaving_index % count]
     current = {("t", p): tuple(ids[(p + i) % count] for i in range(rf)) for p in range(partitions)}
+    before = Counter(b for r in current.values() for b in r)
+    spread_before = max(before[b] for b in ids if b != leaving) - min(before[b] for b in ids if b != leaving)
     moved = replace_broker(brokers(*ids), current, leaving)
     assert set(moved) == {k for k, r in current.items() if leaving in r}
     for key, replicas in moved.items():
@@ -94,7 +96,8 @@ def test_a_drain_moves_only_the_leaving_brokers_replicas_and_keeps_the_replicati
         assert [a for a, b in zip(before, replicas, strict=True) if a != b] == [leaving]  # in place
     after = {**current, **moved}
     load = Counter(b for r in after.values() for b in r)
-    assert max(load[b] for b in ids if b != leaving) - min(load[b] for b in ids if b != leaving) <= 2
+    spread = max(load[b] for b in ids if b != leaving) - min(load[b] for b in ids if b != leaving)
+    assert spread <= max(spread_before, 1) + 1  # the layout drained may be uneven already
 
 
 def test_a_drain_with_no_broker_left_to_take_a_replica_is_refused() -> None:
