@@ -16,6 +16,7 @@ import errno
 import logging
 import socket
 from collections.abc import Callable, Coroutine
+from enum import Enum
 from typing import Any
 
 import structlog
@@ -30,7 +31,18 @@ ACCEPT_RETRY_S = 1.0  # after an accept failed for want of a resource, as asynci
 LOG_INTERVAL_S = 60.0
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
-Judge = Callable[[socket.socket, str], bool]  # (accepted socket, client host) -> may it stay
+
+class Verdict(Enum):
+    """What becomes of a socket just accepted."""
+
+    KEEP = "keep"
+    # kept, in the place of an idle connection closed for it: that one's descriptor is
+    # freed only when the event loop next turns, so no more are accepted until then
+    KEEP_AFTER_EVICTION = "keep after eviction"
+    CLOSE = "close"
+
+
+Judge = Callable[[socket.socket, str], Verdict]  # (accepted socket, client host)
 Serve = Callable[[socket.socket], Coroutine[Any, Any, Any]]
 
 
@@ -93,13 +105,16 @@ class Acceptor:
                 self._pause(e)
                 return
             host = address[0] if isinstance(address, tuple) else "?"
-            if not self._judge(conn, host):
+            verdict = self._judge(conn, host)
+            if verdict is Verdict.CLOSE:
                 conn.close()
                 continue
             conn.setblocking(False)
             task = self._loop.create_task(self._serve_or_close(conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            if verdict is Verdict.KEEP_AFTER_EVICTION:
+                return  # the evicted connection's descriptor is freed before the next turn
 
     async def _serve_or_close(self, conn: socket.socket) -> None:
         try:

@@ -36,6 +36,7 @@ import structlog
 
 from raftka.node.descriptors import DESCRIPTORS
 from raftka.node.logs import RateLimitedLog
+from raftka.wire.acceptor import Verdict
 
 log = structlog.get_logger("raftka.wire.guard")
 
@@ -110,13 +111,13 @@ class ConnectionGuard:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
 
-    def room_for(self, fd: int, host: str) -> bool:
+    def room_for(self, fd: int, host: str) -> Verdict:
         """Whether a socket just accepted on descriptor ``fd`` may stay while the node's
         descriptors run short: an idle connection gives way if need be. Judged as it is
         accepted, before the next (``raftka.wire.acceptor``)."""
         if DESCRIPTORS.room_for_connection(fd):
-            return True
-        return self._make_room(DESCRIPTORS_LOW, host)
+            return Verdict.KEEP
+        return Verdict.KEEP_AFTER_EVICTION if self._make_room(DESCRIPTORS_LOW, host) else Verdict.CLOSE
 
     def admit(self, connection: Guarded) -> bool:
         """Whether a new connection may stay, by the connection bounds; counted if so."""
