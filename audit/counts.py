@@ -1,8 +1,8 @@
 """The canonical records counted by the replay pieces: per epoch, and per time bucket and type.
 
 A piece counts its own records with Arrow (``count``), a chunk at a time. Each chunk's
-counts per epoch and its LeaderChange records go to Parquet (``epoch_table``,
-``opened_table``) for Spark to add up (``raftka.audit.tables.per_epoch``): a history with
+counts per epoch and its LeaderChange records go to Parquet as Arrow counted them, for
+Spark to add up (``raftka.audit.tables.per_epoch``): a history with
 a hundred thousand epochs would otherwise hold them all on the driver. What the driver
 adds (``Counts.add``) is small whatever the history: its bounds, and the write rate per
 time bucket and type, which gives the report's write-rate chart without Spark scanning
@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raftka.audit.decode import LEADER_CHANGE
-from raftka.audit.schema import to_batch
 
 WIDTHS_MS = (1_000, 5_000, 10_000, 60_000, 300_000, 900_000, 3_600_000, 21_600_000, 86_400_000, 604_800_000)
 RATE_BUCKETS = 120  # the write-rate chart's buckets across the history
@@ -40,7 +39,9 @@ def bucket_ms(start_ms: int | None, end_ms: int | None, buckets: int = RATE_BUCK
 
 
 def count(canonical: pa.RecordBatch) -> dict[str, Any]:
-    """One piece's counts (plain lists: they travel back to the driver pickled)."""
+    """One chunk's counts: ``epochs`` (``EPOCH_SCHEMA``) and ``opened`` (``OPENED_SCHEMA``)
+    as Arrow tables, for Parquet; ``rate`` and ``bounds`` as plain lists and tuples, which
+    travel back to the driver pickled (``Counts.add``)."""
     table = pa.Table.from_batches([canonical])
     epochs = table.group_by("epoch", use_threads=False).aggregate([
         ("offset", "min"), ("offset", "max"), ("timestamp_ms", "min"), ("timestamp_ms", "max"), ("offset", "count"),
@@ -57,10 +58,9 @@ def count(canonical: pa.RecordBatch) -> dict[str, Any]:
     else:
         width, rate = WIDTHS_MS[0], pa.table({"bucket_ms": [], "type": [], "type_count": []})
     return {
-        "epochs": list(zip(*(epochs[name].to_pylist() for name in
-                             ("epoch", "offset_min", "offset_max", "timestamp_ms_min", "timestamp_ms_max",
-                              "offset_count")), strict=True)),
-        "opened": list(zip(*(opened[name].to_pylist() for name in opened.column_names), strict=True)),
+        "epochs": epochs.select(["epoch", "offset_min", "offset_max", "timestamp_ms_min", "timestamp_ms_max",
+                                 "offset_count"]).rename_columns(EPOCH_SCHEMA.names).cast(EPOCH_SCHEMA),
+        "opened": opened.rename_columns(OPENED_SCHEMA.names).cast(OPENED_SCHEMA),
         "rate": list(zip(rate["bucket_ms"].to_pylist(), rate["type"].to_pylist(), rate["type_count"].to_pylist(),
                          strict=True)),
         "bounds": _bounds(table),
@@ -74,16 +74,6 @@ def _bounds(table: pa.Table) -> tuple[int, int, int, int, int] | None:
     offsets, times = pc.min_max(table["offset"]), pc.min_max(table["timestamp_ms"])
     return (offsets["min"].as_py(), offsets["max"].as_py(), times["min"].as_py(), times["max"].as_py(),
             table.num_rows)  # fmt: skip
-
-
-def epoch_table(counted: dict[str, Any]) -> pa.Table:
-    """A chunk's counts per epoch (``EPOCH_SCHEMA``), for Parquet."""
-    return pa.Table.from_batches([to_batch(counted["epochs"], EPOCH_SCHEMA)])
-
-
-def opened_table(counted: dict[str, Any]) -> pa.Table:
-    """A chunk's LeaderChange records (``OPENED_SCHEMA``), for Parquet."""
-    return pa.Table.from_batches([to_batch(counted["opened"], OPENED_SCHEMA)])
 
 
 @dataclass

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from raftka.audit import collector
 from raftka.audit.commits import Progress, fold, fold_table
-from raftka.audit.counts import count, epoch_table, opened_table
+from raftka.audit.counts import count
 from raftka.audit.decode import (
     CONTROL_TYPES,
     SNAPSHOT_KIND,
@@ -181,8 +181,8 @@ def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
         write_whole(fold_table(folded.series, piece.index, chunk), Path(folder) / FOLDS, name)
         progress.append(folded.progress)
         counted = count(rows)
-        write_whole(epoch_table(counted), Path(folder) / EPOCH_COUNTS, name)
-        write_whole(opened_table(counted), Path(folder) / OPENED, name)
+        write_whole(counted["epochs"], Path(folder) / EPOCH_COUNTS, name)
+        write_whole(counted["opened"], Path(folder) / OPENED, name)
         counts.append({"rate": counted["rate"], "bounds": counted["bounds"]})  # the driver's share
     return done | {"progress": progress, "counts": counts}
 

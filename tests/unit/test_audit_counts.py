@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftka.audit.counts import WIDTHS_MS, Counts, bucket_ms, count, epoch_table, opened_table
+from raftka.audit.counts import WIDTHS_MS, Counts, bucket_ms, count
 from raftka.audit.decode import LEADER_CHANGE
 from raftka.audit.pieces import CANONICAL_SCHEMA
 from raftka.audit.schema import to_batch
@@ -41,7 +41,7 @@ def test_any_cut_adds_up_to_the_whole(records: list[tuple[int, int, str]], cuts:
     assert counts.bounds() == (min(offsets), max(offsets), min(times), max(times), len(rows))
     opened = [
         row for a, b in zip(bounds, bounds[1:], strict=False)
-        for row in opened_table(count(to_batch(rows[a:b], CANONICAL_SCHEMA))).to_pylist()
+        for row in count(to_batch(rows[a:b], CANONICAL_SCHEMA))["opened"].to_pylist()
     ]  # fmt: skip
     assert sorted(tuple(r.values()) for r in opened) == sorted(
         (r[2], 1, [1, 2], r[3]) for r in rows if r[4] == LEADER_CHANGE
@@ -63,7 +63,7 @@ def test_a_chunks_epoch_table_holds_each_epochs_offsets_times_and_records(
     records: list[tuple[int, int, str]],
 ) -> None:
     rows = _rows(records)
-    table = epoch_table(count(to_batch(rows, CANONICAL_SCHEMA)))
+    table = count(to_batch(rows, CANONICAL_SCHEMA))["epochs"]
     assert sorted(r["epoch"] for r in table.to_pylist()) == sorted({r[2] for r in rows})
     for found in table.to_pylist():
         mine = [r for r in rows if r[2] == found["epoch"]]
