@@ -249,8 +249,8 @@ def heartbeat(
         unfence = metadata_pb2.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.epoch)
         wiped = offline_replicas.hosted(image, broker.broker_id, request.wiped_replicas)
         lacking = report | wiped
-        holds = lambda broker_id, topic_id, partition: (  # noqa: E731
-            broker_id not in shutting_down and (topic_id, partition) not in lacking
+        holds = elections.staying(
+            shutting_down, lambda _, topic_id, partition: (topic_id, partition) not in lacking
         )
         forgotten = elections.remove_broker(
             image, broker.broker_id, unclean=True, among=sorted(wiped), may_lead=may_lead
