@@ -121,28 +121,35 @@ class MetadataCluster:
             detail=lambda: f"{self._replica_sizes(topic, broker_ids)}\n{self.replica_events()}",
         )
 
-    def _replica_logs(self, topic: str, broker_ids: Sequence[int] | None) -> dict[str, list[bytes]]:
+    def _replica_logs(
+        self, topic: str, broker_ids: Sequence[int] | None, *, on_every_broker: bool
+    ) -> tuple[list[local.NodeRecord], dict[str, list[bytes]]]:
+        """The brokers (of ``broker_ids``) and, per partition folder of ``topic`` that any
+        of them holds (``on_every_broker``: that all of them hold), each one's log."""
         brokers = [b for b in self.nodes("broker") if broker_ids is None or b.id in broker_ids]
-        folders = set.union(*({p.name for p in _partitions(b) if _of(p.name, topic)} for b in brokers))
-        return {
+        held = [{p.name for p in _partitions(b) if _of(p.name, topic)} for b in brokers]
+        folders = set.intersection(*held) if on_every_broker else set.union(*held)
+        return brokers, {
             folder: [_log_bytes(Path(b.data_dir) / PARTITIONS_DIR / folder) for b in brokers]
             for folder in sorted(folders)
         }
 
+    def _running_logs(self, topic: str, broker_ids: Sequence[int] | None) -> dict[str, list[bytes]] | None:
+        """``_replica_logs`` read while the nodes run (segments are written with os.write,
+        unbuffered: the disk is what each replica holds); None when a segment rolled or
+        was deleted while read."""
+        try:
+            return self._replica_logs(topic, broker_ids, on_every_broker=False)[1]
+        except FileNotFoundError:
+            return None
+
     def _replicas_identical(self, topic: str, broker_ids: Sequence[int] | None) -> bool:
-        try:  # segments are written with os.write, unbuffered: the disk is what each replica holds
-            logs = self._replica_logs(topic, broker_ids)
-        except FileNotFoundError:  # a segment rolled or deleted while read: look again
-            return False
+        logs = self._running_logs(topic, broker_ids)
         return bool(logs) and all(len(set(replicas)) == 1 for replicas in logs.values())
 
     def _replica_sizes(self, topic: str, broker_ids: Sequence[int] | None) -> dict[str, list[int]]:
-        try:
-            return {
-                f: [len(log) for log in logs] for f, logs in self._replica_logs(topic, broker_ids).items()
-            }
-        except FileNotFoundError:
-            return {}
+        logs = self._running_logs(topic, broker_ids) or {}
+        return {folder: [len(log) for log in replicas] for folder, replicas in logs.items()}
 
     def compare_replicas(
         self, topic: str, broker_ids: Sequence[int] | None = None
@@ -151,12 +158,9 @@ class MetadataCluster:
         if given), and those whose replicas disagree (neither log a prefix of the other):
         for each, every broker's log size and its batches from the first that differs
         (``_describe_from``), the detail a failure needs; the nodes must be stopped."""
-        brokers = [b for b in self.nodes("broker") if broker_ids is None or b.id in broker_ids]
-        folders = [{p.name for p in _partitions(b) if _of(p.name, topic)} for b in brokers]
-        everywhere = sorted(set.intersection(*folders))
+        brokers, everywhere = self._replica_logs(topic, broker_ids, on_every_broker=True)
         divergent = {}
-        for folder in everywhere:
-            logs = [_log_bytes(Path(b.data_dir) / PARTITIONS_DIR / folder) for b in brokers]
+        for folder, logs in everywhere.items():
             shortest = min(len(log) for log in logs)
             if len({hashlib.sha256(log[:shortest]).digest() for log in logs}) > 1:
                 first = next(i for i in range(shortest) if len({log[i] for log in logs}) > 1)
