@@ -575,6 +575,8 @@ class AsyncConsumer:
         if self._group is None:
             raise ConsumerError("INVALID_GROUP_ID", "commit needs a group_id")
         offsets = dict(self._position) if offsets is None else offsets
+        if not offsets:  # nothing to commit (a member not yet assigned): as Kafka's consumer, no request
+            return
         request = controller_pb2.OffsetCommitRequest(group=self._group.group_id)
         if self._subscription and self._group.generation >= 0:
             request.generation_id, request.member_id = self._group.generation, self._group.member_id
