@@ -10,7 +10,13 @@ copies per node, never the history (``raftka.audit.merge.merge_streams``).
 
 from __future__ import annotations
 
+import heapq
+import os
 from collections.abc import Iterable, Iterator, Sequence
+from functools import reduce
+from itertools import islice
+from operator import attrgetter
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raftka.audit.decode import LEADER_CHANGE, SNAPSHOT_KIND
-from raftka.audit.schema import Row
+from raftka.audit.schema import Row, to_batch
 
 COPY_SCHEMA = pa.schema([("base", pa.int64()), ("last", pa.int64()), ("epoch", pa.int64()), ("crc", pa.int64()),
                          ("kind", pa.string()), ("type", pa.string()), ("leader", pa.int64()),
@@ -27,8 +33,12 @@ COPY_SCHEMA = pa.schema([("base", pa.int64()), ("last", pa.int64()), ("epoch", p
                          ("file_seq", pa.int64()), ("position", pa.int64()), ("frame", pa.int64()),
                          ("order", pa.int64())])  # fmt: skip
 ORDER_FILE_SHIFT = 40  # a copy's order: its file's place in the input << 40 | its position in it
+ORDER = [("base", "ascending"), ("order", "ascending")]  # of a node's copies, and the merge's
 READ_ROWS = 4_096  # copies the merge holds in Python at a time from each node's file
 ROW_GROUP_ROWS = 65_536  # and in Arrow: a node's file is read a row group at a time
+
+
+Voters = tuple[int, int, list[int]] | None  # (epoch, order, voters) of a LeaderChange: ``newest_voters``
 
 
 class Copy(NamedTuple):
@@ -61,21 +71,70 @@ def copy_of(head: Row, frame: int, order: int) -> tuple[Any, ...]:
             order)  # fmt: skip
 
 
+class Replaced:
+    """Which copies a node replaced itself: a copy is replaced when a later file of its node
+    starts at or below its last offset (``rewinds``: (file_seq, offset), from its walk)."""
+
+    def __init__(self, rewinds: Sequence[tuple[int, int]]) -> None:
+        self._seqs: np.ndarray | None = None
+        if rewinds:
+            seqs, offsets = zip(*sorted(rewinds), strict=True)
+            self._seqs = np.array(seqs, dtype=np.int64)
+            # the lowest rewind offset of the files after each: what replaces a copy of an earlier file
+            ends = np.array(offsets + (np.iinfo(np.int64).max,), dtype=np.int64)
+            self._after = np.minimum.accumulate(ends[::-1])[::-1]
+
+    def kept(self, copies: pa.Table) -> pa.Table:
+        """``copies`` less those replaced, in the order given."""
+        if self._seqs is None:
+            return copies
+        starts = np.searchsorted(self._seqs, copies["file_seq"].to_numpy(), side="right")
+        return copies.filter(pa.array(copies["last"].to_numpy() < self._after[starts]))
+
+
 def effective(copies: pa.Table, rewinds: Sequence[tuple[int, int]]) -> pa.Table:
-    """The copies their node did not replace, by offset then order: a copy is replaced when a
-    later file of its node starts at or below its last offset (``rewinds``: (file_seq, offset))."""
-    if rewinds:
-        seqs, offsets = zip(*sorted(rewinds), strict=True)
-        # the lowest rewind offset of the files after each: what replaces a copy of an earlier file
-        after = np.minimum.accumulate(np.array(offsets + (np.iinfo(np.int64).max,), dtype=np.int64)[::-1])[
-            ::-1
-        ]
-        starts = np.searchsorted(np.array(seqs, dtype=np.int64), copies["file_seq"].to_numpy(), side="right")
-        copies = copies.filter(pa.array(copies["last"].to_numpy() < after[starts]))
-    return copies.sort_by([("base", "ascending"), ("order", "ascending")])
+    """The copies their node did not replace (``Replaced``), by offset then order."""
+    return Replaced(rewinds).kept(copies).sort_by(ORDER)
 
 
-def newest_voters(copies: pa.Table) -> tuple[int, int, list[int]] | None:
+def write_effective(
+    walked: Path, rewinds: Sequence[tuple[int, int]], path: Path, rows_per_group: int
+) -> Voters:
+    """What ``effective`` gives of the copies in ``walked`` (a node's, in the order its walk met
+    them), written to ``path`` without holding them: a node's log in the order it was written
+    is in offset order once its replaced copies are gone, so only the copies that break that
+    order (a batch at or below the one before it in the same file: damage the walk reports)
+    are held, sorted, and merged in. The newest voters among them (``newest_voters``)."""
+    replaced, strays, newest = Replaced(rewinds), [], None
+    in_order = path.parent / f".{path.name}.in-order"
+    top = np.iinfo(np.int64).min  # the highest base offset written so far
+    with pq.ParquetWriter(in_order, COPY_SCHEMA) as writer:
+        source = pq.ParquetFile(walked)
+        for group in range(source.num_row_groups):
+            copies = replaced.kept(source.read_row_group(group))
+            newest = _newer(newest, newest_voters(copies))
+            bases = copies["base"].to_numpy()
+            before = np.maximum.accumulate(np.concatenate([[top], bases[:-1]])) if len(bases) else bases
+            ahead = bases > before
+            writer.write_table(copies.filter(pa.array(ahead)), rows_per_group)
+            if not ahead.all():
+                strays.append(copies.filter(pa.array(~ahead)))
+            top = max(top, int(bases.max())) if len(bases) else top
+    stray = pa.concat_tables(strays or [COPY_SCHEMA.empty_table()]).sort_by(ORDER)
+    if not stray.num_rows:
+        os.replace(in_order, path)
+        return newest
+    partial = path.parent / f".{path.name}.partial"
+    with pq.ParquetWriter(partial, COPY_SCHEMA) as writer:
+        merged = heapq.merge(read(in_order), rows(stray), key=attrgetter(*(name for name, _ in ORDER)))
+        while chunk := list(islice(merged, rows_per_group)):
+            writer.write_batch(to_batch(chunk, COPY_SCHEMA))
+    os.replace(partial, path)
+    in_order.unlink()
+    return newest
+
+
+def newest_voters(copies: pa.Table) -> Voters:
     """(epoch, order, voters) of the LeaderChange of the highest epoch that names voters, the
     first in order of those: the voter set the merge counts a majority of."""
     named = copies.filter(
@@ -89,10 +148,16 @@ def newest_voters(copies: pa.Table) -> tuple[int, int, list[int]] | None:
     return top["epoch"], top["order"], top["voters"]
 
 
-def voters_of(found: Iterable[tuple[int, int, list[int]] | None]) -> list[int]:
+def _newer(a: Voters, b: Voters) -> Voters:
+    """The newer of two ``newest_voters``: the higher epoch, then the first in order."""
+    named = [f for f in (a, b) if f is not None]
+    return max(named, key=lambda f: (f[0], -f[1])) if named else None
+
+
+def voters_of(found: Iterable[Voters]) -> list[int]:
     """The voters of the newest LeaderChange of all nodes' ``newest_voters``."""
-    named = [f for f in found if f is not None]
-    return sorted(max(named, key=lambda f: (f[0], -f[1]))[2]) if named else []
+    newest = reduce(_newer, found, None)
+    return sorted(newest[2]) if newest is not None else []
 
 
 def rows(copies: pa.Table) -> Iterator[Copy]:

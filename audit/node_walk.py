@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+import pyarrow.parquet as pq
 
 from raftka.audit import copies
 from raftka.audit.copies import (
@@ -23,14 +23,12 @@ from raftka.audit.copies import (
     ORDER_FILE_SHIFT,
     ROW_GROUP_ROWS,
     copy_of,
-    effective,
     is_copy,
-    newest_voters,
+    write_effective,
 )
 from raftka.audit.decode import SNAPSHOT_KIND, UNREADABLE
 from raftka.audit.files import LogFile
 from raftka.audit.merge import MergeResult, merge_streams
-from raftka.audit.out import write_whole
 from raftka.audit.schema import to_batch
 from raftka.audit.walk import Head, check_readable, read_heads, walk_node
 
@@ -49,19 +47,24 @@ def walk_files(files: Sequence[tuple[int, LogFile]], folder: str) -> dict[str, A
     return walk_heads(heads, Path(folder) / f"copies-{files[0][0]:06d}.parquet")  # named by its first file
 
 
-def walk_heads(files: Iterable[tuple[int, Iterable[Head]]], path: Path) -> dict[str, Any]:
+def walk_heads(
+    files: Iterable[tuple[int, Iterable[Head]]], path: Path, rows_per_group: int = ROW_GROUP_ROWS
+) -> dict[str, Any]:
     """Walk one node's heads, a file's at a time in history order with the file's place in
     the input. Returns the walk's ``violations``; ``snapshots`` (node, file_seq, offset) of its
     readable snapshot files; ``voters`` (``copies.newest_voters``); ``copies``, the path of
-    the copies it wrote (to ``path``); ``unreadable``: (place, head) of each file it could not read (the
-    walk is then not to be used: ``walk.check_readable``)."""
+    the copies it wrote (to ``path``, ``rows_per_group`` at a time); ``unreadable``: (place,
+    head) of each file it could not read (the walk is then not to be used:
+    ``walk.check_readable``). It holds no more than a row group of copies: they go to a file
+    in the order met, and from there to ``path`` in offset order (``copies.write_effective``)."""
     unreadable: list[tuple[int, tuple[Any, ...]]] = []
     snapshots: list[tuple[str, int, int]] = []
-    batches: list[pa.RecordBatch] = []
+    found: list[tuple[Any, ...]] = []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    met = path.parent / f".{path.name}.met"
 
-    def heads() -> Iterator[Head]:
+    def heads(writer: pq.ParquetWriter) -> Iterator[Head]:
         for place, file_heads in files:
-            found: list[tuple[Any, ...]] = []
             for frame, head in enumerate(file_heads):
                 if head.type == UNREADABLE:
                     unreadable.append((place, tuple(head)))
@@ -71,16 +74,19 @@ def walk_heads(files: Iterable[tuple[int, Iterable[Head]]], path: Path) -> dict[
                 elif head.kind == SNAPSHOT_KIND and head.batch_offset is not None:
                     snapshots.append((head.node, head.file_seq, head.offset))
                 yield head
-            if found:
-                batches.append(to_batch(found, COPY_SCHEMA))
+            if len(found) >= rows_per_group:
+                writer.write_batch(to_batch(found, COPY_SCHEMA))
+                found.clear()
 
-    walked = walk_node(heads())
-    mine = effective(pa.Table.from_batches(batches, COPY_SCHEMA), walked.rewinds)
-    write_whole(mine, path.parent, path.name, ROW_GROUP_ROWS)
+    with pq.ParquetWriter(met, COPY_SCHEMA) as writer:
+        walked = walk_node(heads(writer))
+        writer.write_batch(to_batch(found, COPY_SCHEMA))
+    voters = write_effective(met, walked.rewinds, path, rows_per_group)
+    met.unlink()
     return {
         "violations": walked.violations,
         "snapshots": snapshots,
-        "voters": newest_voters(mine),
+        "voters": voters,
         "copies": str(path),
         "unreadable": unreadable,
     }

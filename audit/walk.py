@@ -85,8 +85,10 @@ def walk_node(heads: Iterable[Row]) -> WalkResult:
 class _Walker:
     def __init__(self) -> None:
         self.result = WalkResult()
-        self._offsets = array("q")  # base offsets of the effective log's batches, increasing
-        self._epochs = array("q")  # and their epochs
+        # the effective log's epochs as runs: where each run of batches of one epoch starts
+        # (increasing), and the epoch; a run per epoch, not an entry per batch
+        self._run_offsets = array("q")
+        self._run_epochs = array("q")
         self._next: int | None = None  # the effective log's end
         self._file_seq = -1
         # the voter set in effect along the effective log: (offset, ids) of its changes, the
@@ -123,8 +125,9 @@ class _Walker:
         if self._next is None or offset > self._next:
             self._truncate(offset)
             self._note_voters(offset, None)
-            self._offsets.append(offset)  # the snapshot stands for the log below it: its epoch is
-            self._epochs.append(head.epoch)  # the epoch the next batch continues or opens
+            # the snapshot stands for the log below it: its epoch is the epoch the next batch
+            # continues or opens
+            self._note_epoch(offset, head.epoch)
             self._next = offset
 
     def _batch(self, head: Row, new_file: bool) -> None:
@@ -139,7 +142,7 @@ class _Walker:
                 return
             self.result.rewinds.append((head.file_seq, base))
             self._truncate(base)
-        previous_epoch = self._epochs[-1] if self._epochs else None
+        previous_epoch = self._run_epochs[-1] if self._run_epochs else None
         if previous_epoch is not None and epoch < previous_epoch:
             message = f"epoch {epoch} at offset {base} follows epoch {previous_epoch}"
             self._report("epochs_monotonic", ERROR, message, head)
@@ -150,9 +153,13 @@ class _Walker:
             self._check_leader_change(head)
         if head.kind == BatchKind.VOTERS.name:
             self._check_voter_change(head)
-        self._offsets.append(base)
-        self._epochs.append(epoch)
+        self._note_epoch(base, epoch)
         self._next = base + head.batch_records
+
+    def _note_epoch(self, offset: int, epoch: int) -> None:
+        if not self._run_epochs or self._run_epochs[-1] != epoch:
+            self._run_offsets.append(offset)
+            self._run_epochs.append(epoch)
 
     def _check_leader_change(self, head: Row) -> None:
         if head.type != LEADER_CHANGE:
@@ -201,9 +208,9 @@ class _Walker:
         self._voter_sets.append(voters)
 
     def _truncate(self, offset: int) -> None:
-        keep = bisect.bisect_left(self._offsets, offset)
-        del self._offsets[keep:]
-        del self._epochs[keep:]
+        keep = bisect.bisect_left(self._run_offsets, offset)  # a run cut short keeps its epoch
+        del self._run_offsets[keep:]
+        del self._run_epochs[keep:]
         keep = bisect.bisect_left(self._voter_offsets, offset)  # an undone change undoes its set
         del self._voter_offsets[keep:]
         del self._voter_sets[keep:]

@@ -107,13 +107,14 @@ def _cluster(draw: st.DrawFn) -> Cluster:
     return [(node, draw(_node_files(node, history))) for node in nodes]
 
 
-def _job(cluster: Cluster, folder: Path) -> tuple[list[dict[str, Any]], MergeResult]:
-    """The job's walk and merge of these heads: a walk per node (as its task), merged as streams."""
+def _job(cluster: Cluster, folder: Path, rows_per_group: int) -> tuple[list[dict[str, Any]], MergeResult]:
+    """The job's walk and merge of these heads: a walk per node (as its task, holding
+    ``rows_per_group`` copies at a time), merged as streams."""
     places, place = [], 0
     for _, files in cluster:
         places.append(list(enumerate(files, start=place)))
         place += len(files)
-    walked = [walk_heads(mine, folder / f"copies-{node}.parquet")
+    walked = [walk_heads(mine, folder / f"copies-{node}.parquet", rows_per_group)
               for (node, _), mine in sorted(zip(cluster, places, strict=True))]  # fmt: skip
     violations, _, merged = merge_walked(walked, place)
     return violations, merged
@@ -142,15 +143,15 @@ def _runs_break_at_snapshots(merged: MergeResult, snapshot_offsets: set[int]) ->
 
 
 @SETTINGS
-@given(cluster=_cluster())
+@given(cluster=_cluster(), rows_per_group=st.integers(1, 6))
 def test_the_streaming_walk_and_merge_give_what_the_walk_and_merge_in_memory_gave(
-    cluster: Cluster,
+    cluster: Cluster, rows_per_group: int
 ) -> None:
     heads = [h for _, files in cluster for file in files for h in file]
     old = reference.walk_and_merge(heads)
     _same(old, walk_and_merge(heads), heads)
     with _folder() as folder:
-        new = _job(cluster, folder)
+        new = _job(cluster, folder, rows_per_group)
     _same(old, new, heads)
     _runs_break_at_snapshots(new[1], {h.batch_offset for h in heads if h.kind == SNAPSHOT_KIND})
 
