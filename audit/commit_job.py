@@ -3,8 +3,9 @@
 The replay pieces write each chunk's commit folds (``raftka.audit.commits.fold_table``);
 here Spark groups them by series, sorts each series' folds in history order and joins them
 in Python tasks (``join_folds``), so the driver holds no series: a long history has them by
-the hundred thousand. The groups' progress stays small (buckets times groups): the driver
-gets only what takes back, where a series' folds meet, the offset it stood at.
+the hundred thousand. The groups' progress the pieces wrote counts each fold's first move
+from zero; ``takebacks`` gives what takes back, where a series' folds meet, the offset it
+stood at.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from raftka.audit.commits import FOLD_ORDER, FOLD_SCHEMA, SERIES_KEY, SERIES_SCHEMA, Progress, join_folds
+from raftka.audit.commits import FOLD_ORDER, FOLD_SCHEMA, SERIES_KEY, SERIES_SCHEMA, join_folds
 
 
 def series(spark: SparkSession, folder: Path) -> DataFrame:
@@ -28,20 +29,16 @@ def series(spark: SparkSession, folder: Path) -> DataFrame:
     )
 
 
-def takebacks(spark: SparkSession, folder: Path, width: int) -> Progress:
-    """(bucket start ms at ``width``, group, minus the offset its series stood at) where a
-    fold of a series follows another that left it at a non-zero offset: each fold counted its
-    first commit's move from zero (``raftka.audit.commits``)."""
+def takebacks(spark: SparkSession, folder: Path) -> DataFrame:
+    """(``PROGRESS_SCHEMA``: time, group, minus the offset its series stood at) where a fold of
+    a series follows another that left it at a non-zero offset: each fold counted its first
+    commit's move from zero (``raftka.audit.commits``)."""
     before = F.lag("last").over(Window.partitionBy(*SERIES_KEY).orderBy(*FOLD_ORDER))
-    rows = (
+    return (
         _folds(spark, folder)
-        .select("group", "first_ms", before.alias("before"))
-        .filter(F.col("before").isNotNull() & (F.col("before") != 0))
-        .groupBy((F.col("first_ms") - F.pmod("first_ms", F.lit(width))).alias("bucket_ms"), "group")
-        .agg(F.sum(-F.col("before")).alias("moved"))
-        .collect()
+        .select(F.col("first_ms").alias("bucket_ms"), "group", (-before).alias("moved"))
+        .filter(F.col("moved").isNotNull() & (F.col("moved") != 0))
     )
-    return [(row["bucket_ms"], row["group"], row["moved"]) for row in rows]
 
 
 def _folds(spark: SparkSession, folder: Path) -> DataFrame:

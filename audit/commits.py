@@ -42,17 +42,20 @@ FOLD_SCHEMA = pa.schema([
     ("tail", pa.list_(pa.int64())),
 ])  # fmt: skip
 PROGRESS_BUCKETS = 200  # the consumer-progress chart's buckets across the history
+# What a group's commits moved its partitions' committed offsets by, per time bucket.
+PROGRESS_SCHEMA = pa.schema([("bucket_ms", pa.int64()), ("group", pa.string()), ("moved", pa.int64())])
 Key = tuple[Any, Any, Any]  # group, topic_id, partition
 # (bucket start ms, group, what the group's commits in it moved its partitions' offsets by)
 Progress = list[tuple[int, str, int]]
 
 
 class Folded(NamedTuple):
-    """One piece's commits: a series per partition of a group, and the groups' progress
-    bucketed at the piece's own width (``bucket_ms``: the driver re-buckets it exactly)."""
+    """One chunk's commits: a series per partition of a group, and the groups' progress
+    (``PROGRESS_SCHEMA``) bucketed at the chunk's own width (``bucket_ms``: Spark re-buckets
+    it exactly, ``raftka.audit.job``)."""
 
     series: dict[Key, Series]
-    progress: Progress
+    progress: pa.Table
 
 
 def fold_table(series: dict[Key, Series], piece: int, chunk: int) -> pa.Table:
@@ -85,18 +88,6 @@ def join_folds(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             yield to_batch(rows, SERIES_SCHEMA)
     if whole is not None:
         yield to_batch([whole.row(key)], SERIES_SCHEMA)  # type: ignore[arg-type]
-
-
-def progress_at(parts: Iterable[Progress], width: int) -> Progress:
-    """The groups' progress at ``width`` (a multiple of every part's bucket width) from the
-    chunks' progress and the moves that take back where series stood
-    (``raftka.audit.commit_job``), summed per bucket and group."""
-    moved: dict[tuple[int, str], int] = {}
-    for part in parts:
-        for bucket, group, by in part:
-            key = (bucket // width * width, group)
-            moved[key] = moved.get(key, 0) + by
-    return [(bucket, group, by) for (bucket, group), by in moved.items()]
 
 
 class Series:
@@ -170,7 +161,7 @@ def fold(canonical: pa.RecordBatch, skipped: set[int]) -> Folded:
         )
     commits = table.filter(keep)
     if not commits.num_rows:
-        return Folded({}, [])
+        return Folded({}, PROGRESS_SCHEMA.empty_table())
     # each series' rows in offset order: the single-threaded group-by lists them as it meets them
     rows = pa.array(np.arange(commits.num_rows, dtype=np.int64))
     grouped = (
@@ -228,7 +219,7 @@ def fold(canonical: pa.RecordBatch, skipped: set[int]) -> Folded:
     return Folded(series, progress)
 
 
-def _progress(groups: pa.ChunkedArray, lengths: np.ndarray, ms: np.ndarray, moved: np.ndarray) -> Progress:
+def _progress(groups: pa.ChunkedArray, lengths: np.ndarray, ms: np.ndarray, moved: np.ndarray) -> pa.Table:
     """Per group and time bucket, what its commits moved its partitions' committed offsets
     by (a series' first commit in the piece counts from zero: ``raftka.audit.commit_job``
     takes back where the series stood). Its running sum is the sum of the group's committed offsets."""
@@ -238,12 +229,14 @@ def _progress(groups: pa.ChunkedArray, lengths: np.ndarray, ms: np.ndarray, move
         "moved": moved,
     })  # fmt: skip
     summed = rows.group_by(["bucket_ms", "group"], use_threads=False).aggregate([("moved", "sum")])
-    return list(zip(*(summed[name].to_pylist() for name in ("bucket_ms", "group", "moved_sum")), strict=True))
+    return summed.select(["bucket_ms", "group", "moved_sum"]).rename_columns(PROGRESS_SCHEMA.names).cast(
+        PROGRESS_SCHEMA
+    )
 
 
 def committed_over_time(progress: Progress) -> list[tuple[str, int, int]]:
     """(group, bucket start ms, sum of the group's committed offsets at the bucket's end), in
-    bucket order per group: the running sums of ``progress_at``'s."""
+    bucket order per group: the running sums of the groups' progress at one width."""
     out = []
     running: dict[str, int] = {}
     for bucket, group, by in sorted(progress, key=lambda p: (p[1], p[0])):

@@ -1,20 +1,20 @@
 """The canonical records counted by the replay pieces: per epoch, and per time bucket and type.
 
 A piece counts its own records with Arrow (``count``), a chunk at a time. Each chunk's
-counts per epoch and its LeaderChange records go to Parquet as Arrow counted them, for
-Spark to add up (``raftka.audit.tables.per_epoch``): a history with
-a hundred thousand epochs would otherwise hold them all on the driver. What the driver
-adds (``Counts.add``) is small whatever the history: its bounds, and the write rate per
-time bucket and type, which gives the report's write-rate chart without Spark scanning
-every record again. A chunk buckets time at the width ``bucket_ms`` picks for its own
-span: every width divides the wider ones, and the whole history's span picks one at
-least as wide, so the driver re-buckets the chunks' counts exactly.
+counts per epoch, its LeaderChange records and its write rate per time bucket and type go
+to Parquet as Arrow counted them, for Spark to add up (``raftka.audit.tables.per_epoch``,
+``raftka.audit.job``): a history with a hundred thousand epochs, or two hundred chunks of a
+thousand rates each, would otherwise hold them all on the driver. What the driver adds
+(``Counts.add``) is the chunks' bounds. A chunk buckets time at the width ``bucket_ms``
+picks for its own span: every width divides the wider ones, and the whole history's span
+picks one at least as wide, so Spark re-buckets the chunks' rates exactly, without
+scanning every record again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -28,6 +28,7 @@ EPOCH_SCHEMA = pa.schema([
     ("epoch", pa.int32()), ("start_offset", pa.int64()), ("end_offset", pa.int64()), ("first_ms", pa.int64()),
     ("last_ms", pa.int64()), ("records", pa.int64()),
 ])  # fmt: skip
+RATE_SCHEMA = pa.schema([("bucket_ms", pa.int64()), ("type", pa.string()), ("count", pa.int64())])
 OPENED_SCHEMA = pa.schema([("epoch", pa.int32()), ("leader", pa.int32()), ("voters", pa.list_(pa.int32())),
                            ("start_ms", pa.int64())])  # fmt: skip
 
@@ -39,9 +40,9 @@ def bucket_ms(start_ms: int | None, end_ms: int | None, buckets: int = RATE_BUCK
 
 
 def count(canonical: pa.RecordBatch) -> dict[str, Any]:
-    """One chunk's counts: ``epochs`` (``EPOCH_SCHEMA``) and ``opened`` (``OPENED_SCHEMA``)
-    as Arrow tables, for Parquet; ``rate`` and ``bounds`` as plain lists and tuples, which
-    travel back to the driver pickled (``Counts.add``)."""
+    """One chunk's counts: ``epochs`` (``EPOCH_SCHEMA``), ``opened`` (``OPENED_SCHEMA``) and
+    ``rate`` (``RATE_SCHEMA``) as Arrow tables, for Parquet; ``bounds`` as a tuple, which
+    travels back to the driver pickled (``Counts.add``)."""
     table = pa.Table.from_batches([canonical])
     epochs = table.group_by("epoch", use_threads=False).aggregate([
         ("offset", "min"), ("offset", "max"), ("timestamp_ms", "min"), ("timestamp_ms", "max"), ("offset", "count"),
@@ -56,13 +57,12 @@ def count(canonical: pa.RecordBatch) -> dict[str, Any]:
             ("type", "count")
         ])  # fmt: skip
     else:
-        width, rate = WIDTHS_MS[0], pa.table({"bucket_ms": [], "type": [], "type_count": []})
+        rate = pa.table({"bucket_ms": [], "type": [], "type_count": []})
     return {
         "epochs": epochs.select(["epoch", "offset_min", "offset_max", "timestamp_ms_min", "timestamp_ms_max",
                                  "offset_count"]).rename_columns(EPOCH_SCHEMA.names).cast(EPOCH_SCHEMA),
         "opened": opened.rename_columns(OPENED_SCHEMA.names).cast(OPENED_SCHEMA),
-        "rate": list(zip(rate["bucket_ms"].to_pylist(), rate["type"].to_pylist(), rate["type_count"].to_pylist(),
-                         strict=True)),
+        "rate": rate.rename_columns(RATE_SCHEMA.names).cast(RATE_SCHEMA),
         "bounds": _bounds(table),
     }  # fmt: skip
 
@@ -78,36 +78,26 @@ def _bounds(table: pa.Table) -> tuple[int, int, int, int, int] | None:
 
 @dataclass
 class Counts:
-    """The chunks' bounds and write rates added up (their epochs are Spark's to add)."""
+    """The chunks' bounds added up (their epochs and rates are Spark's to add)."""
 
     first_offset: int | None = None
     last_offset: int | None = None
     first_ms: int | None = None
     last_ms: int | None = None
     records: int = 0
-    rate: dict[tuple[int, str], int] = field(default_factory=dict)  # (bucket start, type): records
 
-    def add(self, chunks: Iterable[dict[str, Any]]) -> Counts:
-        for chunk in chunks:
-            if chunk["bounds"] is not None:
-                first, last, first_ms, last_ms, records = chunk["bounds"]
+    def add(self, chunks: Iterable[tuple[int, int, int, int, int] | None]) -> Counts:
+        """Add chunks' ``count(...)["bounds"]``."""
+        for bounds in chunks:
+            if bounds is not None:
+                first, last, first_ms, last_ms, records = bounds
                 self.first_offset = first if self.first_offset is None else min(self.first_offset, first)
                 self.last_offset = last if self.last_offset is None else max(self.last_offset, last)
                 self.first_ms = first_ms if self.first_ms is None else min(self.first_ms, first_ms)
                 self.last_ms = last_ms if self.last_ms is None else max(self.last_ms, last_ms)
                 self.records += records
-            for bucket, type_name, records in chunk["rate"]:
-                self.rate[(bucket, type_name)] = self.rate.get((bucket, type_name), 0) + records
         return self
 
     def bounds(self) -> tuple[int | None, int | None, int | None, int | None, int]:
         """First and last offset, first and last time, records: of the whole history."""
         return self.first_offset, self.last_offset, self.first_ms, self.last_ms, self.records
-
-    def rate_by(self, width: int) -> list[tuple[int, str, int]]:
-        """(bucket start, type, records) at ``width``, a multiple of every piece's width."""
-        out: dict[tuple[int, str], int] = {}
-        for (bucket, type_name), records in self.rate.items():
-            key = (bucket // width * width, type_name)
-            out[key] = out.get(key, 0) + records
-        return [(*key, records) for key, records in out.items()]

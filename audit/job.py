@@ -16,7 +16,7 @@ pieces cut at snapshots, which Spark tasks run in parallel straight from the fil
 part of the tables that are events filtered (``raftka.audit.event_tables``), folding its
 offset commits per series (``raftka.audit.commits``, joined per series by Spark tasks:
 ``raftka.audit.commit_job``) and counting its records per epoch and time bucket
-(``raftka.audit.counts``), joined in order on the driver; build the other
+(``raftka.audit.counts``), which Spark adds up; build the other
 tables with window functions (``raftka.audit.tables``) over what the pieces wrote and
 counted, and from them, in Spark tasks, the incidents (``raftka.audit.incident_job``) and
 what the summary and the report read, made small (``raftka.audit.report_data``): the
@@ -48,13 +48,13 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from raftka.audit import collector, commit_job, incident_job, report, report_data, tables
 from raftka.audit.checks import VIOLATION_COLUMNS, VIOLATION_SCHEMA, check_results
-from raftka.audit.commits import PROGRESS_BUCKETS, committed_over_time, progress_at
-from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, Counts, bucket_ms
+from raftka.audit.commits import PROGRESS_BUCKETS, PROGRESS_SCHEMA, committed_over_time
+from raftka.audit.counts import EPOCH_SCHEMA, OPENED_SCHEMA, RATE_SCHEMA, Counts, bucket_ms
 from raftka.audit.event_tables import EVENT_TABLES
 from raftka.audit.files import AuditInputError, LogFile, discover, file_size, local_path
 from raftka.audit.node_walk import merge_walked, node_groups, walk_files
 from raftka.audit.out import claim
-from raftka.audit.pieces import EPOCH_COUNTS, EVENTS, FOLDS, OPENED, plan, run_piece
+from raftka.audit.pieces import EPOCH_COUNTS, EVENTS, FOLDS, OPENED, PROGRESS, RATE, plan, run_piece
 from raftka.audit.replay import EVENT_SCHEMA
 from raftka.audit.schema import to_batch
 
@@ -181,9 +181,7 @@ def _run(
     events = _read(spark, scratch / EVENTS, EVENT_SCHEMA)
     timings.mark("replay")
 
-    in_order = sorted(done, key=lambda d: d["piece"])  # each piece's chunks are in order already
-    counts = Counts().add(chunk for d in in_order for chunk in d.pop("counts"))
-    bounds = counts.bounds()
+    bounds = Counts().add(chunk for d in done for chunk in d.pop("bounds")).bounds()
     end_ms = bounds[3] or 0
     uncommitted = spark.createDataFrame(merged.uncommitted_leader_changes or [], schema=_UNCOMMITTED)
     replay_violations = (
@@ -220,12 +218,12 @@ def _run(
     incident_job.write(spark, tables_dir)
     timings.mark("incidents")
 
-    write_rate = _write_rate(counts, bounds[2], end_ms)
-    width = bucket_ms(bounds[2], end_ms, PROGRESS_BUCKETS)
-    progress = [part for d in in_order for part in d.pop("progress")]
-    progress.append(commit_job.takebacks(spark, scratch / FOLDS, width))
+    write_rate = _write_rate(_read(spark, scratch / RATE, RATE_SCHEMA), bucket_ms(bounds[2], end_ms))
+    moved = _read(spark, scratch / PROGRESS, PROGRESS_SCHEMA).unionByName(commit_job.takebacks(spark, scratch / FOLDS))
+    progress = per_bucket(moved, bucket_ms(bounds[2], end_ms, PROGRESS_BUCKETS), "group", "moved")
     committed = pd.DataFrame(
-        committed_over_time(progress_at(progress, width)), columns=["group", "bucket_ms", "committed"]
+        committed_over_time(list(progress.itertuples(index=False, name=None))),
+        columns=["group", "bucket_ms", "committed"],
     )
     data = report_data.collect(
         spark, tables_dir, bounds[2], end_ms, write_rate=write_rate, committed=committed
@@ -279,11 +277,16 @@ def _partition_bytes(files: Sequence[LogFile], tasks: int) -> int:
 _UNCOMMITTED = "epoch int, leader int, offset long, timestamp_ms long, nodes array<string>"
 
 
-def _write_rate(counts: Counts, start_ms: int | None, end_ms: int | None) -> Any:
-    width = bucket_ms(start_ms, end_ms)
-    frame = pd.DataFrame(counts.rate_by(width), columns=["bucket_ms", "type", "count"]).astype(
-        {"bucket_ms": "int64", "count": "int64"}
-    )
+def per_bucket(rows: DataFrame, width: int, key: str, value: str) -> pd.DataFrame:
+    """(bucket_ms, ``key``, ``value``) summed per bucket of ``width`` ms (a multiple of every
+    width ``rows`` were bucketed at, ``counts.bucket_ms``) and ``key``: small, for the report."""
+    bucket = (F.col("bucket_ms") - F.pmod("bucket_ms", F.lit(width))).alias("bucket_ms")
+    summed = rows.groupBy(bucket, key).agg(F.sum(value).alias(value)).toArrow()
+    return summed.to_pandas().astype({"bucket_ms": "int64", value: "int64"})
+
+
+def _write_rate(rows: DataFrame, width: int) -> pd.DataFrame:
+    frame = per_bucket(rows, width, "type", "count")
     frame.attrs["width_ms"] = width
     return frame
 

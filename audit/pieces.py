@@ -13,10 +13,10 @@ from the start (``raftka.audit.replay``). Where there is no snapshot, there is n
 record crosses into the JVM, which costs more than decoding it. It holds ``CHUNK_RECORDS`` of
 its records at a time, so its memory does not grow with the piece: for each chunk it writes
 the events (``EVENT_SCHEMA``) as Parquet for the tables, its part of the tables that are
-its events filtered (``raftka.audit.event_tables``) and its offset commits folded per series
-(``raftka.audit.commits``), which Spark joins (``raftka.audit.commit_job``); what else the
-tables need of its records (counts, the groups' progress) it hands back, chunk by chunk, in
-order. Chunks are finer cuts of the history, joined as the pieces are.
+its events filtered (``raftka.audit.event_tables``), its offset commits folded per series
+(``raftka.audit.commits``), which Spark joins (``raftka.audit.commit_job``), and its counts
+and groups' progress (``raftka.audit.counts``), which Spark adds up; it hands back only each
+chunk's bounds. Chunks are finer cuts of the history, joined as the pieces are.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raftka.audit import collector
-from raftka.audit.commits import Progress, fold, fold_table
+from raftka.audit.commits import fold, fold_table
 from raftka.audit.counts import count
 from raftka.audit.decode import (
     CONTROL_TYPES,
@@ -58,6 +58,8 @@ EVENTS = "events"
 FOLDS = "commit_folds"  # a Parquet file of offset-commit folds per chunk (``FOLD_SCHEMA``)
 EPOCH_COUNTS = "epoch_counts"  # per chunk: its records counted per epoch (``counts.EPOCH_SCHEMA``)
 OPENED = "opened_epochs"  # per chunk: its LeaderChange records (``counts.OPENED_SCHEMA``)
+RATE = "write_rate"  # per chunk: its records per time bucket and type (``counts.RATE_SCHEMA``)
+PROGRESS = "group_progress"  # per chunk: its groups' progress (``commits.PROGRESS_SCHEMA``)
 # Records of a piece at most, where snapshots allow: a task's share of the work, and what its
 # retry costs, stay small on a long history.
 PIECE_RECORDS_MAX = 2_000_000
@@ -128,9 +130,9 @@ def _nearest(offsets: Sequence[int], target: int) -> int:
 
 
 def run_piece(piece: Piece, folder: str) -> dict[str, Any]:
-    """Replay ``piece`` into ``folder``/events (and the event tables and the offset commits
-    folded, ``raftka.audit.commits``), a file per chunk; what it did, with each chunk's groups'
-    progress and its records counted (``raftka.audit.counts``), in chunk order."""
+    """Replay ``piece`` into ``folder``/events (and the event tables, the offset commits
+    folded, ``raftka.audit.commits``, and the counts, ``raftka.audit.counts``), a file per
+    chunk; what it did, with each chunk's bounds (``counts.count``) in chunk order."""
     started = time.monotonic()
     with collector.paused():
         # its millions of objects are freed on return, before the collector is on again:
@@ -166,8 +168,7 @@ def _chunk(batches: Iterator[Batch], canonical: list[tuple[Any, ...]]) -> Iterat
 
 def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
     done: dict[str, Any] = {"piece": piece.index, "records": 0, "events": 0, "skipped": 0}
-    progress: list[Progress] = []
-    counts: list[dict[str, Any]] = []
+    bounds: list[tuple[int, int, int, int, int] | None] = []
     for chunk, (events, rows) in enumerate(replay_piece(piece)):
         name = f"piece-{piece.index:05d}-{chunk:05d}.parquet"
         write_whole(pa.Table.from_batches([events]), Path(folder) / EVENTS, name)
@@ -179,12 +180,12 @@ def _replay_piece(piece: Piece, folder: str) -> dict[str, Any]:
         done["skipped"] += len(skipped)
         folded = fold(rows, set(skipped))
         write_whole(fold_table(folded.series, piece.index, chunk), Path(folder) / FOLDS, name)
-        progress.append(folded.progress)
+        write_whole(folded.progress, Path(folder) / PROGRESS, name)
         counted = count(rows)
-        write_whole(counted["epochs"], Path(folder) / EPOCH_COUNTS, name)
-        write_whole(counted["opened"], Path(folder) / OPENED, name)
-        counts.append({"rate": counted["rate"], "bounds": counted["bounds"]})  # the driver's share
-    return done | {"progress": progress, "counts": counts}
+        for table_name, key in ((EPOCH_COUNTS, "epochs"), (OPENED, "opened"), (RATE, "rate")):
+            write_whole(counted[key], Path(folder) / table_name, name)
+        bounds.append(counted["bounds"])  # the driver's share
+    return done | {"bounds": bounds}
 
 
 def _batches(piece: Piece, canonical: list[tuple[Any, ...]]) -> Iterator[Batch]:

@@ -1,8 +1,8 @@
 """The driver holds no commit series: Spark tasks join the folds the replay pieces wrote into
-the rows the driver joined before (``commits_reference``, the code they replaced), and with
-what the driver still gets (the chunks' progress and Spark's take-backs) each group's
-committed offsets over time are those it made; on synthetic histories cut into many pieces
-and chunks, so that series cross folds, Arrow batches and Spark partitions."""
+the rows the driver joined before (``commits_reference``, the code they replaced), and Spark
+adds up the chunks' progress and its take-backs into each group's committed offsets over
+time as the driver did; on synthetic histories cut into many pieces and chunks, so that
+series cross folds, Arrow batches and Spark partitions."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from raftka.audit import commit_job
 from raftka.audit import pieces as pieces_module
-from raftka.audit.commits import PROGRESS_BUCKETS, committed_over_time, progress_at
+from raftka.audit.commits import PROGRESS_BUCKETS, PROGRESS_SCHEMA, committed_over_time
 from raftka.audit.counts import Counts, bucket_ms
-from raftka.audit.pieces import FOLDS, run_piece
+from raftka.audit.job import per_bucket
+from raftka.audit.pieces import FOLDS, PROGRESS, run_piece
 from raftka.audit.synthetic import Shape, write_history
 from raftka.raft.snapshot_schedule import SnapshotPolicy
 from tests.unit.commits_reference import combine, unfold
@@ -40,15 +42,13 @@ def test_spark_joins_the_folds_into_the_series_and_progress_the_driver_joined(
     monkeypatch.setattr(pieces_module, "CHUNK_RECORDS", chunk)
     out = root / "out"
     done = [run_piece(piece, str(out)) for piece in pieces]
-    counts = Counts().add(c for d in done for c in d["counts"])
+    counts = Counts().add(c for d in done for c in d["bounds"])
     _, _, start_ms, end_ms, _ = counts.bounds()
     width = bucket_ms(start_ms, end_ms, PROGRESS_BUCKETS)
     folded = [
-        unfold(pq.read_table(path), progress)
-        for d, piece in zip(done, pieces, strict=True)
-        for path, progress in zip(
-            sorted((out / FOLDS).glob(f"piece-{piece.index:05d}-*.parquet")), d["progress"], strict=True
-        )
+        unfold(pq.read_table(path), pq.read_table(out / PROGRESS / path.name))
+        for piece in pieces
+        for path in sorted((out / FOLDS).glob(f"piece-{piece.index:05d}-*.parquet"))
     ]
     before = combine(folded, width)
     assert len(before.rows) > 20 and len(folded) > len(pieces)
@@ -56,10 +56,13 @@ def test_spark_joins_the_folds_into_the_series_and_progress_the_driver_joined(
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")  # series cross batches
     try:
         rows = commit_job.series(spark, out / FOLDS).toArrow().to_pylist()
-        takebacks = commit_job.takebacks(spark, out / FOLDS, width)
+        takebacks = commit_job.takebacks(spark, out / FOLDS)
+        assert takebacks.count() > 0
+        moved = spark.read.schema(from_arrow_schema(PROGRESS_SCHEMA)).parquet((out / PROGRESS).as_uri())
+        progress = per_bucket(moved.unionByName(takebacks), width, "group", "moved")
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert sorted(tuple(r.values()) for r in rows) == sorted(before.rows, key=lambda r: r[:3])
-    assert any(by for _, _, by in takebacks)
-    progress = [p for d in done for p in d["progress"]] + [takebacks]
-    assert committed_over_time(progress_at(progress, width)) == committed_over_time(before.progress)
+    assert committed_over_time(list(progress.itertuples(index=False, name=None))) == committed_over_time(
+        before.progress
+    )

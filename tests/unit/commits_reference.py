@@ -23,9 +23,9 @@ def combine(pieces: Iterable[Folded], width: int) -> Combined:
     whole: dict[Key, Series] = {}
     moved: dict[tuple[int, str], int] = {}
     for piece in pieces:
-        for bucket, group, by in piece.progress:
-            key = (bucket // width * width, group)
-            moved[key] = moved.get(key, 0) + by
+        for row in piece.progress.to_pylist():
+            key = (row["bucket_ms"] // width * width, row["group"])
+            moved[key] = moved.get(key, 0) + row["moved"]
         for key, part in piece.series.items():
             found = whole.get(key)
             if found is None:
@@ -39,9 +39,9 @@ def combine(pieces: Iterable[Folded], width: int) -> Combined:
     return Combined([series.row(key) for key, series in whole.items()], progress)
 
 
-def unfold(table: pa.Table, progress: Progress) -> Folded:
-    """A chunk's fold as the driver got it before, from the table the piece wrote
-    (``fold_table``) and the progress it handed back."""
+def unfold(table: pa.Table, progress: pa.Table) -> Folded:
+    """A chunk's fold as the driver got it before, from the tables the piece wrote
+    (``fold_table``, and its progress)."""
     rows = table.to_pylist()
     return Folded(
         {tuple(r[k] for k in SERIES_KEY): Series([r[k] for k in Series.__slots__]) for r in rows}, progress

@@ -1,7 +1,7 @@
 """The pieces' record counts added up: any cut of the history gives the bounds and write
-rate of the whole, at any bucket width the whole history can pick; each chunk's epochs and
-LeaderChange records go to Parquet as they were counted (Spark adds them up:
-``tests/spark/test_tables.py``)."""
+rate of the whole, at any bucket width the whole history can pick; each chunk's epochs,
+LeaderChange records and rates go to Parquet as they were counted (Spark adds them up:
+``tests/spark/test_tables.py``, ``tests/spark/test_commit_job.py``)."""
 
 from __future__ import annotations
 
@@ -31,18 +31,14 @@ def _rows(records: list[tuple[int, int, str]]) -> list[tuple[Any, ...]]:
 def test_any_cut_adds_up_to_the_whole(records: list[tuple[int, int, str]], cuts: list[int]) -> None:
     rows = _rows(records)
     bounds = [0, *sorted(cuts), len(rows)]
-    counts = Counts().add(
-        count(to_batch(rows[a:b], CANONICAL_SCHEMA)) for a, b in zip(bounds, bounds[1:], strict=False)
-    )
+    chunks = [count(to_batch(rows[a:b], CANONICAL_SCHEMA)) for a, b in zip(bounds, bounds[1:], strict=False)]
+    counts = Counts().add(chunk["bounds"] for chunk in chunks)
     if not rows:
         assert counts.bounds() == (None, None, None, None, 0)
         return
     offsets, times = [r[0] for r in rows], [r[3] for r in rows]
     assert counts.bounds() == (min(offsets), max(offsets), min(times), max(times), len(rows))
-    opened = [
-        row for a, b in zip(bounds, bounds[1:], strict=False)
-        for row in count(to_batch(rows[a:b], CANONICAL_SCHEMA))["opened"].to_pylist()
-    ]  # fmt: skip
+    opened = [row for chunk in chunks for row in chunk["opened"].to_pylist()]
     assert sorted(tuple(r.values()) for r in opened) == sorted(
         (r[2], 1, [1, 2], r[3]) for r in rows if r[4] == LEADER_CHANGE
     )
@@ -50,7 +46,12 @@ def test_any_cut_adds_up_to_the_whole(records: list[tuple[int, int, str]], cuts:
     expected: dict[tuple[int, str], int] = {}
     for r in rows:
         expected[(r[3] // width * width, r[4])] = expected.get((r[3] // width * width, r[4]), 0) + 1
-    assert sorted(counts.rate_by(width)) == sorted((*k, n) for k, n in expected.items())
+    rebucketed: dict[tuple[int, str], int] = {}  # as Spark adds them up (``job.per_bucket``)
+    for rate in (chunk["rate"].to_pylist() for chunk in chunks):
+        for r in rate:
+            key = (r["bucket_ms"] - r["bucket_ms"] % width, r["type"])
+            rebucketed[key] = rebucketed.get(key, 0) + r["count"]
+    assert rebucketed == expected
 
 
 def test_every_width_divides_the_wider_ones() -> None:

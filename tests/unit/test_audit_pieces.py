@@ -25,6 +25,8 @@ from raftka.audit.pieces import (
     EVENTS,
     FOLDS,
     OPENED,
+    PROGRESS,
+    RATE,
     Piece,
     plan,
     replay_piece,
@@ -173,13 +175,12 @@ def _outcome(piece: Piece, out: Path) -> dict[str, Any]:
     """All that ``piece`` hands on, however it was chunked: its files' rows and what the
     driver makes of its folds and counts."""
     done = run_piece(piece, str(out))
-    counts = Counts().add(done["counts"])
+    counts = Counts().add(done["bounds"])
     _, _, start_ms, end_ms, _ = counts.bounds()
-    files = sorted((out / FOLDS).glob(f"piece-{piece.index:05d}-*.parquet"))
-    assert len(files) == len(done["progress"])  # a fold per chunk
-    folded = [
-        unfold(pq.read_table(path), progress) for path, progress in zip(files, done["progress"], strict=True)
-    ]
+    folds, progress = ([pq.read_table(path) for path in sorted((out / folder).glob(f"piece-{piece.index:05d}-*"))]
+                       for folder in (FOLDS, PROGRESS))  # fmt: skip
+    assert len(folds) == len(progress) == len(done["bounds"])  # a fold per chunk
+    folded = [unfold(fold, moved) for fold, moved in zip(folds, progress, strict=True)]
     commits = combine(folded, bucket_ms(start_ms, end_ms, PROGRESS_BUCKETS))
     return {
         "files": {folder: _read(out / folder, piece) for folder in (EVENTS, *EVENT_TABLES)},
@@ -189,8 +190,17 @@ def _outcome(piece: Piece, out: Path) -> dict[str, Any]:
         "epochs": _per_epoch(_read(out / EPOCH_COUNTS, piece)),
         "opened": _read(out / OPENED, piece),
         "bounds": counts.bounds(),
-        "rate": sorted(counts.rate_by(bucket_ms(start_ms, end_ms))),
+        "rate": _rate(_read(out / RATE, piece), bucket_ms(start_ms, end_ms)),
     }
+
+
+def _rate(chunks: list[dict[str, Any]], width: int) -> dict[tuple[int, str], int]:
+    """The chunks' write rates added up at ``width`` as ``raftka.audit.job.per_bucket`` does."""
+    rate: dict[tuple[int, str], int] = {}
+    for r in chunks:
+        key = (r["bucket_ms"] - r["bucket_ms"] % width, r["type"])
+        rate[key] = rate.get(key, 0) + r["count"]
+    return rate
 
 
 def _per_epoch(chunks: list[dict[str, Any]]) -> dict[int, tuple[int, ...]]:
