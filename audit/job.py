@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import sys
@@ -57,6 +56,7 @@ from raftka.audit.out import claim
 from raftka.audit.pieces import EPOCH_COUNTS, EVENTS, FOLDS, OPENED, PROGRESS, RATE, plan, run_piece
 from raftka.audit.replay import EVENT_SCHEMA
 from raftka.audit.schema import to_batch
+from raftka.audit.tree_cpu import TreeCpu
 
 log = structlog.get_logger("raftka.audit.job")
 
@@ -85,18 +85,22 @@ PARTITION_BYTES_MIN = 4 << 20  # a Spark task costs tens of milliseconds: a smal
 @dataclass
 class Timings:
     """Wall seconds per step, the CPU seconds this machine's processes spent in it (the
-    driver, its JVM and Spark's Python workers: all of the work with a ``local`` master), and
-    the driver's peak resident memory by the end of it (its Python process, not its JVM):
-    which step makes the driver grow with the history."""
+    driver, its JVM and Spark's Python workers: all of the work with a ``local`` master;
+    ``raftka.audit.tree_cpu``), and the driver's peak resident memory by the end of it (its
+    Python process, not its JVM): which step makes the driver grow with the history."""
 
     steps: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
     peak_mib: dict[str, float] = field(default_factory=dict)
+    _tree: TreeCpu = field(default_factory=lambda: TreeCpu().start())
     _start: float = field(default_factory=time.monotonic)
-    _cpu_start: float = field(default_factory=lambda: process_tree_cpu_s())
+    _cpu_start: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._cpu_start = self._tree.seconds()
 
     def mark(self, step: str) -> None:
-        now, cpu = time.monotonic(), process_tree_cpu_s()
+        now, cpu = time.monotonic(), self._tree.seconds()
         self.steps[step] = round(now - self._start, 3)
         self.cpu[step] = round(cpu - self._cpu_start, 3)
         self.peak_mib[step] = round(
@@ -104,31 +108,8 @@ class Timings:
         )  # KiB on Linux
         self._start, self._cpu_start = now, cpu
 
-
-def process_tree_cpu_s(pid: int | None = None) -> float:
-    """User and system CPU seconds of ``pid`` (this process) and its descendants, reaped
-    ones included (Linux ``/proc``; 0 elsewhere)."""
-    try:
-        children: dict[int, list[int]] = {}
-        stats: dict[int, list[str]] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue  # gone since the listing
-                stats[int(entry.name)] = fields
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    except OSError:
-        return 0.0
-    ticks, total, todo = os.sysconf("SC_CLK_TCK"), 0, [pid or os.getpid()]
-    while todo:
-        current = todo.pop()
-        fields = stats.get(current)
-        if fields is not None:
-            total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
-        todo += children.get(current, [])
-    return total / ticks
+    def stop(self) -> None:
+        self._tree.stop()
 
 
 def run(
@@ -140,19 +121,24 @@ def run(
     include_snapshots: bool = True,
 ) -> dict[str, Any]:
     """Audit the nodes under ``paths`` into ``out``; returns the summary (also in summary.json)."""
-    with collector.paused():  # the merge makes and drops an object or more per batch
-        return _run(spark, paths, out, include_archive=include_archive, include_snapshots=include_snapshots)
+    timings = Timings()
+    try:
+        with collector.paused():  # the merge makes and drops an object or more per batch
+            return _run(spark, paths, out, timings, include_archive=include_archive,
+                        include_snapshots=include_snapshots)  # fmt: skip
+    finally:
+        timings.stop()
 
 
 def _run(
     spark: SparkSession,
     paths: Sequence[str],
     out: Path,
+    timings: Timings,
     *,
     include_archive: bool,
     include_snapshots: bool,
 ) -> dict[str, Any]:
-    timings = Timings()
     files = discover(paths, include_archive=include_archive, include_snapshots=include_snapshots)
     if not files:
         raise AuditInputError(f"paths: no segment or snapshot files to audit in {', '.join(map(str, paths))}")
