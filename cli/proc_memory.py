@@ -2,11 +2,13 @@
 
 Three roles: the driver (this Python process), its JVM (a child named ``java``: with a
 ``local`` master it is the executors too) and Spark's Python workers (every process below
-the JVM: the ``pyspark.daemon`` and the workers it forks). Each role's resident set is summed
-over its processes every ``SAMPLE_S`` seconds and the largest sum kept: a spike shorter than
-that can be missed, and a page shared by two processes (the workers are forked from one
-daemon) counts in each, so the workers' figure is an upper bound. With a cluster master the
-executors run elsewhere and are not seen: the workers' peak is then None.
+the JVM: the ``pyspark.daemon`` and the workers it forks). Each role's memory is summed over
+its processes every ``SAMPLE_S`` seconds and the largest sum kept: a spike shorter than that
+can be missed. The driver's and the JVM's is their resident set; the workers' is their
+proportional set (``Pss`` in ``smaps_rollup``): they are forked from one daemon and share its
+pages, which their resident sets would count once in each. Where the kernel has no ``smaps_rollup`` (before Linux 4.14), their resident
+set, an upper bound. With a cluster master the executors run elsewhere and are not seen: the
+workers' peak is then None.
 """
 
 from __future__ import annotations
@@ -40,6 +42,17 @@ def rss_bytes(pid: int) -> int:
         return 0  # exited since it was listed
 
 
+def pss_bytes(pid: int) -> int:
+    """Its proportional set: each page divided among the processes that share it."""
+    try:
+        lines = (PROC / str(pid) / "smaps_rollup").read_text().splitlines()
+    except FileNotFoundError:
+        return rss_bytes(pid)  # no such file on this kernel, or the process exited
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("Pss:")), 0)
+
+
 def _is_java(pid: int) -> bool:
     try:
         return (PROC / str(pid) / "comm").read_text().strip() == "java"
@@ -47,8 +60,8 @@ def _is_java(pid: int) -> bool:
         return False
 
 
-def roles_rss(driver: int) -> dict[str, int | None]:
-    """Bytes resident now per role; None for a role with no process."""
+def roles_bytes(driver: int) -> dict[str, int | None]:
+    """Bytes in memory now per role; None for a role with no process."""
     jvms = [c for c in children(driver) if _is_java(c)]
     workers, todo = [], [c for j in jvms for c in children(j)]
     while todo:
@@ -58,7 +71,7 @@ def roles_rss(driver: int) -> dict[str, int | None]:
     return {
         DRIVER: rss_bytes(driver),
         JVM: sum(map(rss_bytes, jvms)) if jvms else None,
-        PYTHON_WORKERS: sum(map(rss_bytes, workers)) if workers else None,
+        PYTHON_WORKERS: sum(map(pss_bytes, workers)) if workers else None,
     }
 
 
@@ -93,6 +106,6 @@ class PeakMemory:
             self._sample()
 
     def _sample(self) -> None:
-        for role, now in roles_rss(self._driver).items():
+        for role, now in roles_bytes(self._driver).items():
             if now is not None:
                 self._peaks[role] = max(now, self._peaks[role] or 0)

@@ -1,4 +1,5 @@
-"""Which processes count as the driver, its JVM and Spark's Python workers, on a made-up /proc."""
+"""Which processes count as the driver, its JVM and Spark's Python workers, on a made-up /proc;
+the workers by their proportional set where the kernel gives it."""
 
 from __future__ import annotations
 
@@ -7,14 +8,19 @@ from pathlib import Path
 import pytest
 
 from raftka.cli import proc_memory
-from raftka.cli.proc_memory import PAGE_BYTES, PeakMemory, roles_rss
+from raftka.cli.proc_memory import PAGE_BYTES, PeakMemory, roles_bytes
 
 
-def _process(proc: Path, pid: int, comm: str, pages: int, children: dict[int, list[int]]) -> None:
+def _process(
+    proc: Path, pid: int, comm: str, pages: int, children: dict[int, list[int]], pss_kib: int | None = None
+) -> None:
     """A process whose threads (tid: children) started ``children``."""
     (proc / str(pid)).mkdir()
     (proc / str(pid) / "comm").write_text(comm + "\n")
     (proc / str(pid) / "statm").write_text(f"999 {pages} 10 1 0 5 0\n")
+    if pss_kib is not None:
+        rollup = f"5-6 ---p 00000000 00:00 0 [rollup]\nRss: {pages * PAGE_BYTES // 1024} kB\nPss: {pss_kib} kB\n"
+        (proc / str(pid) / "smaps_rollup").write_text(rollup)
     for tid, started in children.items():
         (proc / str(pid) / "task" / str(tid)).mkdir(parents=True)
         (proc / str(pid) / "task" / str(tid) / "children").write_text(" ".join(map(str, started)) + " ")
@@ -33,8 +39,20 @@ def test_the_jvm_and_everything_below_it_are_told_apart(proc: Path) -> None:
     _process(proc, 40, "python3", 50, {40: [41, 42]})  # pyspark.daemon forks the workers
     _process(proc, 41, "python3", 60, {41: []})
     _process(proc, 42, "python3", 70, {42: []})
-    assert roles_rss(10) == {"driver": 100 * PAGE_BYTES, "jvm": 1000 * PAGE_BYTES,
+    assert roles_bytes(10) == {"driver": 100 * PAGE_BYTES, "jvm": 1000 * PAGE_BYTES,
                              "python_workers": 180 * PAGE_BYTES}  # fmt: skip
+
+
+def test_forked_workers_count_the_pages_they_share_once(proc: Path) -> None:
+    """Three workers resident in 1,000 pages each, 900 of them the daemon's, shared by four:
+    their proportional sets add up to what they hold, where their resident sets triple it."""
+    _process(proc, 10, "python", 100, {10: [20]})
+    _process(proc, 20, "java", 1000, {20: [40]})
+    shared, own = 900 * PAGE_BYTES // 4 // 1024, 100 * PAGE_BYTES // 1024
+    _process(proc, 40, "python3", 900, {40: [41, 42, 43]}, pss_kib=shared)
+    for worker in (41, 42, 43):
+        _process(proc, worker, "python3", 1000, {worker: []}, pss_kib=shared + own)
+    assert roles_bytes(10)["python_workers"] == (4 * shared + 3 * own) * 1024 == 1200 * PAGE_BYTES
 
 
 def test_a_role_without_processes_is_none_and_a_peak_outlives_its_process(proc: Path) -> None:
@@ -46,6 +64,6 @@ def test_a_role_without_processes_is_none_and_a_peak_outlives_its_process(proc: 
     mib = PAGE_BYTES / (1 << 20)
     assert peak.mib() == {"driver": round(256 * mib, 1), "jvm": round(512 * mib, 1),
                           "python_workers": round(1024 * mib, 1)}  # fmt: skip
-    assert roles_rss(10)["python_workers"] is None
+    assert roles_bytes(10)["python_workers"] is None
     (proc / "20" / "comm").write_text("bash\n")  # a cluster master: no local JVM
-    assert roles_rss(10) == {"driver": 256 * PAGE_BYTES, "jvm": None, "python_workers": None}
+    assert roles_bytes(10) == {"driver": 256 * PAGE_BYTES, "jvm": None, "python_workers": None}
