@@ -10,12 +10,9 @@ copies per node, never the history (``raftka.audit.merge.merge_streams``).
 
 from __future__ import annotations
 
-import heapq
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from functools import reduce
-from itertools import islice
-from operator import attrgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raftka.audit.decode import LEADER_CHANGE, SNAPSHOT_KIND
-from raftka.audit.schema import Row, to_batch
+from raftka.audit.schema import Row
 
 COPY_SCHEMA = pa.schema([("base", pa.int64()), ("last", pa.int64()), ("epoch", pa.int64()), ("crc", pa.int64()),
                          ("kind", pa.string()), ("type", pa.string()), ("leader", pa.int64()),
@@ -33,7 +30,7 @@ COPY_SCHEMA = pa.schema([("base", pa.int64()), ("last", pa.int64()), ("epoch", p
                          ("file_seq", pa.int64()), ("position", pa.int64()), ("frame", pa.int64()),
                          ("order", pa.int64())])  # fmt: skip
 ORDER_FILE_SHIFT = 40  # a copy's order: its file's place in the input << 40 | its position in it
-ORDER = [("base", "ascending"), ("order", "ascending")]  # of a node's copies, and the merge's
+ORDER = [("base", "ascending"), ("order", "ascending")]  # of a node's copies
 READ_ROWS = 4_096  # copies the merge holds in Python at a time from each node's file
 ROW_GROUP_ROWS = 65_536  # and in Arrow: a node's file is read a row group at a time
 
@@ -103,35 +100,51 @@ def write_effective(
     """What ``effective`` gives of the copies in ``walked`` (a node's, in the order its walk met
     them), written to ``path`` without holding them: a node's log in the order it was written
     is in offset order once its replaced copies are gone, so only the copies that break that
-    order (a batch at or below the one before it in the same file: damage the walk reports)
-    are held, sorted, and merged in. The newest voters among them (``newest_voters``)."""
+    order (a batch at or below one before it: damage within a file, which the walk reports)
+    are held, sorted, and merged in, a row group at a time. The newest voters among them
+    (``newest_voters``)."""
     replaced, strays, newest = Replaced(rewinds), [], None
-    in_order = path.parent / f".{path.name}.in-order"
-    top = np.iinfo(np.int64).min  # the highest base offset written so far
+    in_order = path.parent / f".{path.name}.{os.getpid()}.in-order"  # a task's attempts may overlap
+    top = np.iinfo(np.int64).min  # the highest base offset met so far
     with pq.ParquetWriter(in_order, COPY_SCHEMA) as writer:
         source = pq.ParquetFile(walked)
         for group in range(source.num_row_groups):
             copies = replaced.kept(source.read_row_group(group))
+            if not copies.num_rows:
+                continue
             newest = _newer(newest, newest_voters(copies))
             bases = copies["base"].to_numpy()
-            before = np.maximum.accumulate(np.concatenate([[top], bases[:-1]])) if len(bases) else bases
-            ahead = bases > before
-            writer.write_table(copies.filter(pa.array(ahead)), rows_per_group)
+            ahead = bases > np.maximum.accumulate(np.concatenate([[top], bases[:-1]]))
+            if ahead.any():
+                writer.write_table(copies.filter(pa.array(ahead)), rows_per_group)
             if not ahead.all():
                 strays.append(copies.filter(pa.array(~ahead)))
-            top = max(top, int(bases.max())) if len(bases) else top
-    stray = pa.concat_tables(strays or [COPY_SCHEMA.empty_table()]).sort_by(ORDER)
-    if not stray.num_rows:
+            top = max(top, int(bases.max()))
+    if not strays:
         os.replace(in_order, path)
         return newest
-    partial = path.parent / f".{path.name}.partial"
+    partial = path.parent / f".{path.name}.{os.getpid()}.partial"
     with pq.ParquetWriter(partial, COPY_SCHEMA) as writer:
-        merged = heapq.merge(read(in_order), rows(stray), key=attrgetter(*(name for name, _ in ORDER)))
-        while chunk := list(islice(merged, rows_per_group)):
-            writer.write_batch(to_batch(chunk, COPY_SCHEMA))
+        for merged in _merged(pq.ParquetFile(in_order), pa.concat_tables(strays).sort_by(ORDER)):
+            writer.write_table(merged, rows_per_group)
     os.replace(partial, path)
     in_order.unlink()
     return newest
+
+
+def _merged(in_order: pq.ParquetFile, strays: pa.Table) -> Iterator[pa.Table]:
+    """``in_order``'s copies (strictly increasing base offsets) with ``strays`` (sorted) among
+    them, in ``ORDER``, a row group at a time: each group with the strays up to its last base."""
+    bases, taken = strays["base"].to_numpy(), 0
+    for group in range(in_order.num_row_groups):
+        copies = in_order.read_row_group(group)
+        if not copies.num_rows:
+            continue
+        upto = int(np.searchsorted(bases, copies["base"][-1].as_py(), side="right"))
+        yield pa.concat_tables([copies, strays.slice(taken, upto - taken)]).sort_by(ORDER)
+        taken = upto
+    if taken < strays.num_rows:
+        yield strays.slice(taken)
 
 
 def newest_voters(copies: pa.Table) -> Voters:

@@ -11,6 +11,7 @@ streams (``raftka.audit.merge.merge_streams``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,13 +56,14 @@ def walk_heads(
     readable snapshot files; ``voters`` (``copies.newest_voters``); ``copies``, the path of
     the copies it wrote (to ``path``, ``rows_per_group`` at a time); ``unreadable``: (place,
     head) of each file it could not read (the walk is then not to be used:
-    ``walk.check_readable``). It holds no more than a row group of copies: they go to a file
-    in the order met, and from there to ``path`` in offset order (``copies.write_effective``)."""
+    ``walk.check_readable``). It holds a row group of copies at a time (and a file's heads,
+    as read): they go to a file in the order met, and from there to ``path`` in offset order
+    (``copies.write_effective``)."""
     unreadable: list[tuple[int, tuple[Any, ...]]] = []
     snapshots: list[tuple[str, int, int]] = []
     found: list[tuple[Any, ...]] = []
     path.parent.mkdir(parents=True, exist_ok=True)
-    met = path.parent / f".{path.name}.met"
+    met = path.parent / f".{path.name}.{os.getpid()}.met"  # a task's attempts may overlap
 
     def heads(writer: pq.ParquetWriter) -> Iterator[Head]:
         for place, file_heads in files:
@@ -71,16 +73,17 @@ def walk_heads(
                     continue
                 if is_copy(head):
                     found.append(copy_of(head, frame, place << ORDER_FILE_SHIFT | head.position))
+                    if len(found) == rows_per_group:
+                        writer.write_batch(to_batch(found, COPY_SCHEMA))
+                        found.clear()
                 elif head.kind == SNAPSHOT_KIND and head.batch_offset is not None:
                     snapshots.append((head.node, head.file_seq, head.offset))
                 yield head
-            if len(found) >= rows_per_group:
-                writer.write_batch(to_batch(found, COPY_SCHEMA))
-                found.clear()
 
     with pq.ParquetWriter(met, COPY_SCHEMA) as writer:
         walked = walk_node(heads(writer))
-        writer.write_batch(to_batch(found, COPY_SCHEMA))
+        if found:
+            writer.write_batch(to_batch(found, COPY_SCHEMA))
     voters = write_effective(met, walked.rewinds, path, rows_per_group)
     met.unlink()
     return {
