@@ -51,9 +51,10 @@ def count(canonical: pa.RecordBatch) -> dict[str, Any]:
         ["epoch", "leader", "voters", "timestamp_ms"]
     )
     if table.num_rows:
-        width = bucket_ms(pc.min(table["timestamp_ms"]).as_py(), pc.max(table["timestamp_ms"]).as_py())
-        bucket = pc.multiply(pc.floor(pc.divide(table["timestamp_ms"], width)).cast(pa.int64()), width)
-        rate = pa.table({"bucket_ms": bucket, "type": table["type"]}).group_by(["bucket_ms", "type"]).aggregate([
+        ms = table["timestamp_ms"].to_numpy()
+        width = bucket_ms(int(ms.min()), int(ms.max()))
+        # floored: Arrow's integer divide truncates, which puts a time before 1970 a bucket late
+        rate = pa.table({"bucket_ms": ms // width * width, "type": table["type"]}).group_by(["bucket_ms", "type"]).aggregate([
             ("type", "count")
         ])  # fmt: skip
     else:

@@ -6,16 +6,19 @@ from __future__ import annotations
 import html
 import json
 import os
+import random
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from raftka.audit import job
 from raftka.audit.checks import CHECK_NAMES
+from raftka.audit.counts import RATE_SCHEMA, WIDTHS_MS
 from raftka.audit.files import discover
 from raftka.audit.job import TABLES
 from raftka.audit.report import CHART_IDS
@@ -282,6 +285,27 @@ def test_perf_audit_writes_a_history_and_audits_it_clean(
     assert [r["ratio"] for r in result["rounds"]] == [result["ratio"]]  # one round: its own ratio
     for job_peaks in result["memory_peak_mib"].values():  # local[2]: the JVM and the workers are here
         assert all(job_peaks[role] > 0 for role in ("driver", "jvm", "python_workers")), job_peaks
+    assert list(result["memory_peak_mib_by_step"]) == list(result["steps_s"])
     by_step = result["driver_peak_mib_by_step"]  # a peak so far: never lower at a later step
     assert list(by_step) == list(result["steps_s"]) and list(by_step.values()) == sorted(by_step.values())
     assert by_step["heads"] > 0
+
+
+def test_rates_bucketed_by_the_chunks_add_up_at_the_historys_width(spark: Any) -> None:
+    """``per_bucket`` re-buckets what the chunks counted at their own widths (each dividing
+    the history's) exactly, before 1970 too, where flooring and truncating differ."""
+    chunks = random.Random(7)
+    width = WIDTHS_MS[4]
+    rows = []
+    for _ in range(300):
+        chunk_width = chunks.choice(WIDTHS_MS[:4])
+        bucket = chunks.randrange(-5 * width, 5 * width) // chunk_width * chunk_width
+        rows.append((bucket, chunks.choice(["TOPIC_RECORD", "NO_OP_RECORD"]), chunks.randrange(1, 1_000)))
+    expected: dict[tuple[int, str], int] = {}
+    for bucket, type_name, count in rows:
+        key = (bucket // width * width, type_name)
+        expected[key] = expected.get(key, 0) + count
+    frame = spark.createDataFrame(pa.Table.from_pylist([dict(zip(RATE_SCHEMA.names, r)) for r in rows], RATE_SCHEMA))
+    summed = job.per_bucket(frame, width, "type", "count")
+    assert {(b, t): c for b, t, c in summed.itertuples(index=False, name=None)} == expected
+    assert any(bucket < 0 for bucket, _ in expected)
