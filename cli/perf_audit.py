@@ -16,8 +16,8 @@ audit must do. The goal is the ratio, audit over baseline, at most ``RATIO_GOAL`
 session for both: each would pay the same start, reported apart (``session_start_seconds``),
 and the Python workers are started, with both jobs' modules imported, before either is
 timed (``workers_start_seconds``), so neither pays a one-time cost the other escapes.
-``--repeat K`` runs K rounds of baseline then audit and reports medians. Peak resident
-memory of the driver, its JVM and the Python workers is sampled during each job
+``--repeat K`` runs K rounds of baseline then audit and reports medians. Peak memory of
+the driver, its JVM and the Python workers is sampled during each job
 (``raftka.cli.proc_memory``).
 """
 
@@ -77,6 +77,7 @@ class Round:
     audit_seconds: float
     summary: dict[str, Any]
     audit_memory: dict[str, float | None]
+    audit_memory_by_step: dict[str, dict[str, float | None]]  # PeakMemory.mib_between the job's steps
 
     @property
     def ratio(self) -> float:
@@ -158,7 +159,11 @@ def measure_round(jobs: Jobs) -> Round:
         started = time.monotonic()
         summary = jobs.audit()
         audit_seconds = time.monotonic() - started
-    return Round(baseline_seconds, checked, baseline_memory.mib(), audit_seconds, summary, audit_memory.mib())
+    steps, at = {}, started
+    for step, seconds in summary["timings_s"].items():  # the job's steps follow one another from its start
+        steps[step], at = (at, at + seconds), at + seconds
+    return Round(baseline_seconds, checked, baseline_memory.mib(), audit_seconds, summary, audit_memory.mib(),
+                 audit_memory.mib_between(steps))  # fmt: skip
 
 
 def make_result(
@@ -194,6 +199,7 @@ def make_result(
         "steps_s": summary["timings_s"],
         "cpu_s": summary["cpu_s"],
         "driver_peak_mib_by_step": summary["driver_peak_mib"],
+        "memory_peak_mib_by_step": rounds[-1].audit_memory_by_step,
         "replay_tasks": summary["replay_tasks"],
         "tables_s": summary["tables_s"],
         "python_us_per_row": sample,
@@ -259,11 +265,17 @@ def _format(result: dict[str, Any]) -> str:
             f"{checked['bytes']:,} bytes, {checked['bad_crcs']} bad): {result['baseline_seconds']:g} s",
             f"Ratio audit / baseline: {result['ratio']:g} (goal at most {result['ratio_goal']:g}: {goal})"
             + (f", medians of {rounds} rounds" if rounds > 1 else ""),
-            "Peak resident memory, MiB (sampled from /proc):",
+            "Peak memory, MiB (sampled from /proc; the workers' proportional set):",
             output.table(("job", "driver", "JVM", "Python workers"), memory),
             f"Steps: {steps}",
             f"CPU seconds (this machine's processes): {cpu}",
             f"Driver's peak (Python) by the end of each step, MiB: {peaks}",
+            "Peak memory in each step, MiB (sampled):",
+            output.table(("step", "driver", "JVM", "Python workers", "worker processes"), [
+                (step, *(_mib(p[role]) for role in ("driver", "jvm", "python_workers")),
+                 "-" if p["python_worker_processes"] is None else p["python_worker_processes"])
+                for step, p in result["memory_peak_mib_by_step"].items()
+            ]),
             f"Replay: {tasks['pieces']} tasks, the longest {tasks['seconds_max']:g} s, "
             f"{tasks['seconds_sum']:g} s in all",
             f"Python per row (sample of {sample['rows_sampled']:,}): decode {sample['decode']} us, "

@@ -112,7 +112,7 @@ def test_perf_audit_reports_medians_and_the_median_of_each_rounds_own_ratio() ->
                "tables_s": {}, "failed_checks": []}  # fmt: skip
     rounds = [
         perf_audit.Round(baseline, Checked(5, 500, 50, 0, 0), {"driver": 100.0, "jvm": 900.0, "python_workers": None},
-                         audit, summary, {"driver": driver, "jvm": 800.0, "python_workers": None})
+                         audit, summary, {"driver": driver, "jvm": 800.0, "python_workers": None}, {})
         for baseline, audit, driver in ((1.0, 3.0, 300.0), (4.0, 20.0, 200.0), (2.0, 10.0, 250.0))
     ]  # fmt: skip
     result = perf_audit.make_result(rounds, None, {}, "local[2]")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from raftka.audit import processes
 from raftka.cli import proc_memory
 from raftka.cli.proc_memory import PAGE_BYTES, PeakMemory, roles_bytes
 
@@ -28,7 +29,7 @@ def _process(
 
 @pytest.fixture
 def proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(proc_memory, "PROC", tmp_path)
+    monkeypatch.setattr(processes, "PROC", tmp_path)
     return tmp_path
 
 
@@ -40,7 +41,7 @@ def test_the_jvm_and_everything_below_it_are_told_apart(proc: Path) -> None:
     _process(proc, 41, "python3", 60, {41: []})
     _process(proc, 42, "python3", 70, {42: []})
     assert roles_bytes(10) == {"driver": 100 * PAGE_BYTES, "jvm": 1000 * PAGE_BYTES,
-                             "python_workers": 180 * PAGE_BYTES}  # fmt: skip
+                               "python_workers": 180 * PAGE_BYTES, "python_worker_processes": 3}  # fmt: skip
 
 
 def test_forked_workers_count_the_pages_they_share_once(proc: Path) -> None:
@@ -66,4 +67,29 @@ def test_a_role_without_processes_is_none_and_a_peak_outlives_its_process(proc: 
                           "python_workers": round(1024 * mib, 1)}  # fmt: skip
     assert roles_bytes(10)["python_workers"] is None
     (proc / "20" / "comm").write_text("bash\n")  # a cluster master: no local JVM
-    assert roles_bytes(10) == {"driver": 256 * PAGE_BYTES, "jvm": None, "python_workers": None}
+    assert roles_bytes(10) == {"driver": 256 * PAGE_BYTES, "jvm": None, "python_workers": None,
+                               "python_worker_processes": None}  # fmt: skip
+
+
+def test_peaks_are_told_per_stretch_of_time(proc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's steps: each step's peak is the largest sample taken in it, and how many
+    workers there were at most."""
+    _process(proc, 10, "python", 100, {10: [20]})
+    _process(proc, 20, "java", 500, {20: [40]})
+    _process(proc, 40, "python3", 50, {40: [41]})
+    _process(proc, 41, "python3", 300, {41: []})
+    clock = iter(range(100))
+    monkeypatch.setattr(proc_memory, "SAMPLE_S", 3600.0)  # only the samples taken below
+    with PeakMemory(driver=10, clock=lambda: float(next(clock))) as peak:  # a sample at 0
+        peak._sample()  # 1: the same
+        (proc / "40" / "task" / "40" / "children").write_text("")  # the worker exits
+        peak._sample()  # 2: the daemon alone
+        (proc / "10" / "statm").write_text("999 400 10 1 0 5 0\n")
+        peak._sample()  # 3: a bigger driver
+    mib = PAGE_BYTES / (1 << 20)
+    steps = peak.mib_between({"first": (0.0, 1.0), "then": (2.0, 3.0), "none": (10.0, 11.0)})
+    assert steps["first"] == {"driver": round(100 * mib, 1), "jvm": round(500 * mib, 1),
+                              "python_workers": round(350 * mib, 1), "python_worker_processes": 2}  # fmt: skip
+    assert steps["then"] == {"driver": round(400 * mib, 1), "jvm": round(500 * mib, 1),
+                             "python_workers": round(50 * mib, 1), "python_worker_processes": 1}  # fmt: skip
+    assert steps["none"] == {"driver": None, "jvm": None, "python_workers": None, "python_worker_processes": None}

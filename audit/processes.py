@@ -1,0 +1,33 @@
+"""This machine's processes as Linux's ``/proc`` shows them: which process started which.
+
+The audit's CPU seconds (``raftka.audit.tree_cpu``) and ``raftka perf audit``'s memory
+(``raftka.cli.proc_memory``) follow the driver's tree: its JVM, and Spark's Python daemon
+and workers below it. Elsewhere than Linux there is no ``/proc``: the tree is the driver.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid``'s threads started (each thread lists its own children)."""
+    found: list[int] = []
+    try:
+        for task in (PROC / str(pid) / "task").iterdir():
+            found += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        pass  # gone, or no /proc: nothing below it to see
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, at any depth."""
+    found, todo = [], children(pid)
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += children(child)
+    return found
