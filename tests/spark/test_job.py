@@ -305,7 +305,8 @@ def test_rates_bucketed_by_the_chunks_add_up_at_the_historys_width(spark: Any) -
     for bucket, type_name, count in rows:
         key = (bucket // width * width, type_name)
         expected[key] = expected.get(key, 0) + count
-    frame = spark.createDataFrame(pa.Table.from_pylist([dict(zip(RATE_SCHEMA.names, r)) for r in rows], RATE_SCHEMA))
+    columns = dict(zip(RATE_SCHEMA.names, zip(*rows, strict=True), strict=True))
+    frame = spark.createDataFrame(pa.Table.from_pydict(columns, RATE_SCHEMA))
     summed = job.per_bucket(frame, width, "type", "count")
     assert {(b, t): c for b, t, c in summed.itertuples(index=False, name=None)} == expected
     assert any(bucket < 0 for bucket, _ in expected)
