@@ -45,18 +45,22 @@ def pss_bytes(pid: int) -> int:
     return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("Pss:")), 0)
 
 
-def _is_java(pid: int) -> bool:
+def _command(pid: int) -> str:
     try:
-        return (processes.PROC / str(pid) / "comm").read_text().strip() == "java"
+        return (processes.PROC / str(pid) / "comm").read_text().strip()
     except OSError:
-        return False
+        return ""  # exited since it was listed
 
 
 def roles_bytes(driver: int) -> dict[str, int | None]:
     """Bytes in memory now per role; None for a role with no process. ``WORKER_PROCESSES``:
-    how many Python workers there are (many small ones, or a few large?)."""
-    jvms = [c for c in processes.children(driver) if _is_java(c)]
-    workers = [pid for jvm in jvms for pid in processes.descendants(jvm)]
+    how many Python workers there are (many small ones, or a few large?). Only the JVM's
+    Python children and what they fork are workers: the JVM also forks itself to run
+    commands (Hadoop's local file system runs ``chmod`` and ``ls`` as it writes), and until
+    the command starts the copy shares the JVM's pages, half of them by its proportional set."""
+    jvms = [c for c in processes.children(driver) if _command(c) == "java"]
+    daemons = [c for jvm in jvms for c in processes.children(jvm) if _command(c).startswith("python")]
+    workers = [pid for daemon in daemons for pid in (daemon, *processes.descendants(daemon))]
     return {
         DRIVER: rss_bytes(driver),
         JVM: sum(map(rss_bytes, jvms)) if jvms else None,

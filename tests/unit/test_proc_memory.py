@@ -56,6 +56,20 @@ def test_forked_workers_count_the_pages_they_share_once(proc: Path) -> None:
     assert roles_bytes(10)["python_workers"] == (4 * shared + 3 * own) * 1024 == 1200 * PAGE_BYTES
 
 
+def test_the_jvm_forking_itself_to_run_a_command_is_not_a_worker(proc: Path) -> None:
+    """Hadoop's local file system runs ``chmod`` as Spark writes a table: the JVM forks, and
+    until the command starts, the copy (named ``java``) shares the JVM's pages. Counted as
+    a worker, a 4 GB JVM made 2 GB more of Python workers for an instant, at random."""
+    _process(proc, 10, "python", 100, {10: [20]})
+    _process(proc, 20, "java", 1_000_000, {20: [40], 21: [50], 22: [60]})
+    _process(proc, 40, "python3", 50, {40: [41]})
+    _process(proc, 41, "python3", 60, {41: []})
+    _process(proc, 50, "java", 1_000_000, {50: []}, pss_kib=1_000_000 * PAGE_BYTES // 2048)
+    _process(proc, 60, "chmod", 20, {60: []})
+    found = roles_bytes(10)
+    assert (found["python_workers"], found["python_worker_processes"]) == (110 * PAGE_BYTES, 2)
+
+
 def test_a_role_without_processes_is_none_and_a_peak_outlives_its_process(proc: Path) -> None:
     _process(proc, 10, "python", 256, {10: [20]})
     _process(proc, 20, "java", 512, {20: [40]})
