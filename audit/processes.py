@@ -7,6 +7,8 @@ and workers below it. Elsewhere than Linux there is no ``/proc``: the tree is th
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -31,3 +33,26 @@ def descendants(pid: int) -> list[int]:
         found.append(child)
         todo += children(child)
     return found
+
+
+class Sampling:
+    """``sample`` called now at ``start()``, then every ``interval_s`` on a thread of its own
+    until ``stop()``: how the CPU and memory samplers follow a job's processes."""
+
+    def __init__(self, sample: Callable[[], None], interval_s: float, name: str) -> None:
+        self._sample = sample
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_until_stopped, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._sample()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample_until_stopped(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._sample()

@@ -25,20 +25,16 @@ class TreeCpu:
     spent in all (its life before included: take differences)."""
 
     def __init__(self, interval_s: float = INTERVAL_S) -> None:
-        self._interval_s = interval_s
         self._seen: dict[tuple[int, int], float] = {}  # (pid, start time): highest reading
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample_until_stopped, name="audit-cpu", daemon=True)
+        self._sampling = processes.Sampling(self.sample, interval_s, "audit-cpu")
 
     def start(self) -> TreeCpu:
-        self.sample()
-        self._thread.start()
+        self._sampling.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._sampling.stop()
 
     def seconds(self) -> float:
         self.sample()
@@ -50,10 +46,6 @@ class TreeCpu:
         with self._lock:  # two readings may land out of order: the higher is the later
             for process, seconds in found.items():
                 self._seen[process] = max(seconds, self._seen.get(process, 0.0))
-
-    def _sample_until_stopped(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.sample()
 
 
 def _tree_cpu(root: int) -> dict[tuple[int, int], float]:

@@ -15,7 +15,6 @@ peak is then None.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -77,19 +76,16 @@ class PeakMemory:
         self._driver = driver or os.getpid()
         self._clock = clock
         self._samples: list[tuple[float, dict[str, int | None]]] = []  # (time.monotonic(), roles_bytes)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample_until_stopped, name="peak-memory", daemon=True)
+        self._sampling = processes.Sampling(self._sample, SAMPLE_S, "peak-memory")
 
     def __enter__(self) -> PeakMemory:
-        self._sample()
-        self._thread.start()
+        self._sampling.start()
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._sampling.stop()
         self._sample()
 
     def mib(self) -> dict[str, float | None]:
@@ -106,10 +102,6 @@ class PeakMemory:
             }
             for name, (start, end) in stretches.items()
         }  # fmt: skip
-
-    def _sample_until_stopped(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            self._sample()
 
     def _sample(self) -> None:
         self._samples.append((self._clock(), roles_bytes(self._driver)))
