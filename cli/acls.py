@@ -16,10 +16,10 @@ import argparse
 import itertools
 from typing import Any
 
-from raftka.cli import output
 from raftka.cli.admin_args import add_connection_options, open_admin
-from raftka.cli.errors import CliError
 from raftka.client.types import AclBinding
+from raftka.command import output
+from raftka.command.errors import CliError
 
 OPERATIONS = (
     "All",

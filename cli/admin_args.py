@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from raftka.cli import output, quorum
-from raftka.cli.errors import CliError
-from raftka.cli.tls_args import add_tls_options, client_tls
+from raftka.cli import quorum
 from raftka.client.admin import Admin, RetryPolicy
+from raftka.command import output
+from raftka.command.errors import CliError
+from raftka.command.tls_args import add_tls_options, client_tls
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from raftka.cli import local, output
-from raftka.cli.errors import CliError
+from raftka.command import local, output
+from raftka.command.errors import CliError
 
 EXIT_CANNOT_AUDIT = 2  # distinct from 1, a failed check: a gate must tell the two apart
 MEMORY_RE = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)

@@ -26,11 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from raftka.cli import local, output, perf_kafka
-from raftka.cli.data_args import positive
-from raftka.cli.errors import CliError
+from raftka.cli import perf_kafka
 from raftka.cli.main import build_parser
 from raftka.cli.tansu import running_tansu
+from raftka.command import local, output
+from raftka.command.data_args import positive
+from raftka.command.errors import CliError
 
 CLIENT = "perf-client"
 TOPIC_PREFIX = "raftka-bench-kafka"

@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from raftka.cli import output, reassign
+from raftka.cli import reassign
 from raftka.cli.admin_args import add_connection_options, open_admin
 from raftka.client.types import BrokerInfo
+from raftka.command import output
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

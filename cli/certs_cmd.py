@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from raftka.cli import output
-from raftka.cli.errors import CliError
+from raftka.command import output
+from raftka.command.errors import CliError
 from raftka.security.certs import DEFAULT_DAYS, DEFAULT_HOSTS, CertsError, init_certs
 
 

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from raftka.cli import local, output
-from raftka.cli.errors import CliError
 from raftka.cli.offset_probe import OffsetCommitProbe
-from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
-from raftka.cli.tls_args import add_tls_options, client_tls
+from raftka.command import local, output
+from raftka.command.errors import CliError
+from raftka.command.quorum_client import DescribeQuorumResponse, QuorumClient
+from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.v1 import raft_pb2
 
 POLL_INTERVAL_S = 0.005

@@ -43,19 +43,19 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from raftka.cli import local, output
 from raftka.cli.chaos import SIGNALS, LocalTarget
-from raftka.cli.data_args import add_idempotence_option, idempotence
-from raftka.cli.errors import CliError
 from raftka.cli.power_cut import Cut, cut_unflushed_tails
-from raftka.cli.quorum_client import QuorumClient
-from raftka.cli.tls_args import add_tls_options, client_tls
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.consumer import Consumer
 from raftka.client.errors import KafkaError
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.producer import Producer
 from raftka.client.types import GroupDescription, NewTopic, PartitionInfo, RecordMetadata, TopicPartition
+from raftka.command import local, output
+from raftka.command.data_args import add_idempotence_option, idempotence
+from raftka.command.errors import CliError
+from raftka.command.quorum_client import QuorumClient
+from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.security.tls import TlsFiles
 
 POLL_INTERVAL_S = 0.01

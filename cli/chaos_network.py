@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raftka.cli import local, netns
+from raftka.cli import netns
 from raftka.cli.chaos import LocalTarget
 from raftka.cli.chaos_broker import (
     add_load_options,
@@ -43,9 +43,10 @@ from raftka.cli.chaos_broker import (
     run_under_load,
     wait_for_partitions,
 )
-from raftka.cli.errors import CliError
 from raftka.client.admin import Admin
 from raftka.client.types import PartitionInfo
+from raftka.command import local
+from raftka.command.errors import CliError
 
 SIDES = ("followers", "controller", "clients")
 DELAY_MS_MAX = 10_000

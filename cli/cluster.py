@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from raftka.cli import local, output
-from raftka.cli.errors import CliError
-from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.errors import AdminError
+from raftka.command import local, output
+from raftka.command.errors import CliError
+from raftka.command.quorum_client import DescribeQuorumResponse, QuorumClient
 from raftka.node.config import (
     BROKER,
     AuthorizerConfig,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 
-from raftka.cli import output
 from raftka.cli.admin_args import add_connection_options, open_admin, parse_key_values, single
-from raftka.cli.errors import CliError
+from raftka.command import output
+from raftka.command.errors import CliError
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -18,12 +18,12 @@ import sys
 import time
 from typing import Any
 
-from raftka.cli.data_args import add_broker_options, broker_addresses, not_negative, positive
-from raftka.cli.errors import CliError
-from raftka.cli.tls_args import client_sasl, client_tls
 from raftka.client.consumer import Consumer
 from raftka.client.errors import CommitFailedError
 from raftka.client.types import ConsumerRecord, TopicPartition
+from raftka.command.data_args import add_broker_options, broker_addresses, not_negative, positive
+from raftka.command.errors import CliError
+from raftka.command.tls_args import client_sasl, client_tls
 
 POLL_MS = 200
 POLL_RECORDS_MAX = 500

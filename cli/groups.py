@@ -14,13 +14,13 @@ import asyncio
 import datetime
 from typing import Any
 
-from raftka.cli import output
-from raftka.cli.data_args import add_broker_options, broker_addresses
-from raftka.cli.errors import CliError
-from raftka.cli.tls_args import client_sasl, client_tls
 from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST
 from raftka.client.group_admin import GroupAdmin
 from raftka.client.types import GroupDescription, TopicPartition
+from raftka.command import output
+from raftka.command.data_args import add_broker_options, broker_addresses
+from raftka.command.errors import CliError
+from raftka.command.tls_args import client_sasl, client_tls
 
 STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from raftka.cli.errors import CliError
-from raftka.cli.tls_args import add_tls_options, client_tls
+from raftka.command.errors import CliError
+from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.node.config import parse_host_port
 from raftka.security.tls import TlsFiles, aio_channel
 

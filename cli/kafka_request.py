@@ -9,7 +9,7 @@ import ssl
 import struct
 from typing import Any
 
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 
 REQUEST_TIMEOUT_S = 10.0
 LENGTH = struct.Struct(">i")

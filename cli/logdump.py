@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from raftka.broker.log.dump import is_partition_path, iter_partition_dump
-from raftka.cli import output
-from raftka.cli.errors import CliError
+from raftka.command import output
+from raftka.command.errors import CliError
 from raftka.raft.control import decode_control
 from raftka.raft.storage.dump import iter_dump
 

@@ -37,8 +37,8 @@ from raftka.cli import (
     transactions,
     users,
 )
-from raftka.cli.errors import EXIT_FAILURE, CliError
 from raftka.client.errors import AdminError, KafkaError
+from raftka.command.errors import EXIT_FAILURE, CliError
 from raftka.node.config import ConfigError
 from raftka.node.logs import command_logging
 from raftka.raft.storage.base import StorageError

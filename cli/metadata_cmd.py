@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from raftka.cli import local, output
-from raftka.cli.errors import CliError
+from raftka.command import local, output
+from raftka.command.errors import CliError
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

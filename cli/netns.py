@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 
 SUBNET_PREFIX = "10.200"
 PREFIX_LENGTH = 24

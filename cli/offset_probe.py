@@ -14,9 +14,9 @@ from types import TracebackType
 
 import grpc
 
-from raftka.cli.errors import CliError
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.types import NewTopic
+from raftka.command.errors import CliError
 from raftka.rpc.stubs import BlockingStubs
 from raftka.security.tls import TlsFiles
 from raftka.v1 import controller_pb2, controller_pb2_grpc

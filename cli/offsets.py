@@ -8,14 +8,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from raftka.cli import output
 from raftka.cli.admin_args import add_connection_options, open_admin, single
-from raftka.cli.data_args import add_broker_options, broker_addresses
-from raftka.cli.errors import CliError
-from raftka.cli.tls_args import client_tls
 from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
 from raftka.client.errors import KafkaError
 from raftka.client.types import OffsetCommit, TopicPartition
+from raftka.command import output
+from raftka.command.data_args import add_broker_options, broker_addresses
+from raftka.command.errors import CliError
+from raftka.command.tls_args import client_tls
 from raftka.security.tls import TlsFiles
 
 

@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from raftka.cli import (
-    local,
-    output,
     perf_audit,
     perf_data,
     perf_fetch_sessions,
@@ -37,7 +35,8 @@ from raftka.cli import (
     stability,
 )
 from raftka.cli.cluster import LOOPBACK, free_ports
-from raftka.cli.errors import CliError
+from raftka.command import local, output
+from raftka.command.errors import CliError
 from raftka.node.config import JournalConfig, LoggingConfig, NodeConfig, Voter, render_toml
 from raftka.node.journal_server import Controller, start_controller
 from raftka.node.logs import configure_logging

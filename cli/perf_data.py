@@ -19,16 +19,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raftka.cli import data_args, local, output, proc_cpu, quorum
-from raftka.cli.data_args import add_broker_options, broker_addresses, not_negative, positive
-from raftka.cli.errors import CliError
+from raftka.cli import proc_cpu, quorum
 from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
-from raftka.cli.tls_args import client_tls
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.errors import AdminError
 from raftka.client.producer import AsyncProducer, RecordFuture
 from raftka.client.types import NewTopic
+from raftka.command import data_args, local, output
+from raftka.command.data_args import add_broker_options, broker_addresses, not_negative, positive
+from raftka.command.errors import CliError
+from raftka.command.tls_args import client_tls
 
 DEFAULT_TOPIC = "raftka-perf"
 ACKS = {"all": -1, "1": 1, "0": 0}

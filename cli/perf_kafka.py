@@ -38,12 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from raftka.cli import local, quorum
-from raftka.cli.data_args import add_broker_options, positive
-from raftka.cli.errors import CliError
+from raftka.cli import quorum
 from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
 from raftka.cli.perf_data import CpuMeter, print_result
-from raftka.cli.tls_args import client_tls
+from raftka.command import local
+from raftka.command.data_args import add_broker_options, positive
+from raftka.command.errors import CliError
+from raftka.command.tls_args import client_tls
 from raftka.metadata.validation import ValidationError, validate_topic_name
 
 DEFAULT_TOPIC = "raftka-perf-kafka"

@@ -20,10 +20,11 @@ from typing import Any
 
 import grpc
 
-from raftka.cli import local, output, perf, proc_cpu, quorum  # perf registers this module: import it whole
-from raftka.cli.errors import CliError
+from raftka.cli import perf, proc_cpu, quorum
 from raftka.cli.latency import percentile
-from raftka.cli.tls_args import add_tls_options, client_tls
+from raftka.command import local, output  # perf registers this module: import it whole
+from raftka.command.errors import CliError
+from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.rpc.stubs import NotControllerError, Stubs, controller_answer
 from raftka.security.tls import TlsFiles
 from raftka.v1 import controller_pb2, controller_pb2_grpc

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 
 from raftka.cli import perf, perf_metadata
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 SERVER_START_TIMEOUT_S = 10.0

@@ -21,7 +21,7 @@ from raftka.broker.log import checkpoint
 from raftka.broker.log.folder_names import parse_partition_folder
 from raftka.broker.log.manager import RECOVERY_POINTS_FILE
 from raftka.broker.server import PARTITIONS_DIR
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 from raftka.records.batch import HEADER_SIZE, BatchFramingError, read_header
 
 SEGMENT_SUFFIX = ".log"

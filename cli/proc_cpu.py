@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from raftka.cli.errors import CliError
-from raftka.cli.local import NodeRecord
+from raftka.command.errors import CliError
+from raftka.command.local import NodeRecord
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 

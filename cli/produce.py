@@ -15,9 +15,11 @@ import threading
 from concurrent.futures import Future
 from typing import Any, TextIO
 
-from raftka.cli import output
 from raftka.cli.admin_args import parse_key_values
-from raftka.cli.data_args import (
+from raftka.client.producer import Producer
+from raftka.client.types import RecordMetadata
+from raftka.command import output
+from raftka.command.data_args import (
     add_broker_options,
     add_idempotence_option,
     broker_addresses,
@@ -25,10 +27,8 @@ from raftka.cli.data_args import (
     not_negative,
     positive,
 )
-from raftka.cli.errors import CliError
-from raftka.cli.tls_args import client_sasl, client_tls
-from raftka.client.producer import Producer
-from raftka.client.types import RecordMetadata
+from raftka.command.errors import CliError
+from raftka.command.tls_args import client_sasl, client_tls
 
 ACKS = {"all": -1, "1": 1, "0": 0}
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")

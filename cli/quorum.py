@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raftka.cli import local, output
-from raftka.cli.errors import CliError
-from raftka.cli.quorum_client import DescribeQuorumResponse, QuorumClient
 from raftka.cli.quorum_voters import register_voter_changes
-from raftka.cli.tls_args import add_tls_options, client_tls
+from raftka.command import local, output
+from raftka.command.errors import CliError
+from raftka.command.quorum_client import DescribeQuorumResponse, QuorumClient
+from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.node.config import ConfigError, parse_host_port
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import grpc
 
-from raftka.cli import output
-from raftka.cli.errors import CliError
-from raftka.cli.quorum_client import QuorumClient
-from raftka.cli.tls_args import add_tls_options, client_tls
+from raftka.command import output
+from raftka.command.errors import CliError
+from raftka.command.quorum_client import QuorumClient
+from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.v1 import raft_pb2
 
 CHANGE_TIMEOUT_S = 40.0  # the leader answers within 30 s (raftka.node.voter_changes)

@@ -19,9 +19,9 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from raftka.cli import output
 from raftka.cli.admin_args import add_connection_options, open_admin
-from raftka.cli.errors import CliError
+from raftka.command import output
+from raftka.command.errors import CliError
 
 ENTITY_TYPES = {"users": "user", "clients": "client-id"}  # kafka-configs' names -> the protocol's
 DEFAULT_SHOWN = "<default>"

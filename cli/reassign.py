@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from raftka.cli import output
 from raftka.cli.admin_args import add_connection_options, open_admin
-from raftka.cli.errors import CliError
 from raftka.client.admin import Admin
+from raftka.command import output
+from raftka.command.errors import CliError
 from raftka.metadata import reassign_plan
 from raftka.metadata.image import BrokerRegistration
 from raftka.metadata.placement import replace_broker

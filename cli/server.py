@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 from raftka.node.assembly import ServerError
 from raftka.node.config import BROKER, NodeConfig, load_config
 from raftka.raft.storage import meta

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from raftka.cli import output
-from raftka.cli.errors import CliError
+from raftka.command import output
+from raftka.command.errors import CliError
 from raftka.node.config import load_config
 from raftka.raft.storage import meta
 from raftka.raft.voters import Voter, VoterSet, parse_initial_controllers

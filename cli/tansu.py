@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from raftka.cli.cluster import LOOPBACK, free_ports
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 
 BINARY_ENV = "RAFTKA_TANSU_BIN"
 START_TIMEOUT_S = 10.0

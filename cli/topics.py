@@ -15,14 +15,15 @@ import argparse
 import asyncio
 from typing import Any
 
-from raftka.cli import output, reassign
+from raftka.cli import reassign
 from raftka.cli.admin_args import add_connection_options, open_admin, parse_key_values, single
-from raftka.cli.data_args import broker_addresses
-from raftka.cli.errors import CliError
-from raftka.cli.tls_args import client_tls
 from raftka.client.cluster_metadata import LIST_EARLIEST, LIST_LATEST, ClusterMetadata
 from raftka.client.errors import KafkaError
 from raftka.client.types import NewTopic, PartitionInfo, TopicDescription, TopicPartition
+from raftka.command import output
+from raftka.command.data_args import broker_addresses
+from raftka.command.errors import CliError
+from raftka.command.tls_args import client_tls
 from raftka.security.tls import TlsFiles
 
 

@@ -12,10 +12,10 @@ import asyncio
 import time
 from typing import Any
 
-from raftka.cli import output
-from raftka.cli.data_args import add_broker_options, broker_addresses
-from raftka.cli.tls_args import client_sasl, client_tls
 from raftka.client.transaction_admin import TransactionAdmin
+from raftka.command import output
+from raftka.command.data_args import add_broker_options, broker_addresses
+from raftka.command.tls_args import client_sasl, client_tls
 
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead")
 

@@ -18,10 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from raftka.cli import output
 from raftka.cli.admin_args import add_connection_options, open_admin
-from raftka.cli.errors import CliError
 from raftka.client.types import ScramDeletion, ScramUpsertion, UserResult
+from raftka.command import output
+from raftka.command.errors import CliError
 from raftka.security import scram
 
 PASSWORD_BYTES_MAX = 1_024

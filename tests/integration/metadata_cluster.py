@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 
 from raftka.broker.server import PARTITIONS_DIR
-from raftka.cli import local
+from raftka.command import local
 from raftka.node.config import load_config, render_toml
 from raftka.records.batch import iter_batches
 from raftka.v1 import controller_pb2, controller_pb2_grpc

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from raftka.cli import cluster as cluster_cmd
-from raftka.cli import local, netns
+from raftka.cli import netns
+from raftka.command import local
 from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
 from tests.integration.polling import wait_until
 from tests.missing_tool import missing

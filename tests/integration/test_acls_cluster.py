@@ -73,9 +73,9 @@ from kafka.protocol.producer import (
 )
 
 from raftka.broker.kafka.errors import kafka_error
-from raftka.cli import local
 from raftka.client.errors import KafkaError as RaftkaError
 from raftka.client.producer import Producer as RaftkaProducer
+from raftka.command import local
 from raftka.records.codec import BatchBuilder
 from raftka.security.certs import CLIENT_UNIT, Authority
 from raftka.security.tls import TlsFiles, aio_channel

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import cluster, local
+from raftka.cli import cluster
 from raftka.client.admin import Admin
 from raftka.client.types import NewTopic, TopicDescription
+from raftka.command import local
 from raftka.node.config import ControllerConfig
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until

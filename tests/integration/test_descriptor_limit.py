@@ -19,9 +19,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from raftka.cli import local
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.types import NewTopic
+from raftka.command import local
 from raftka.v1 import broker_pb2
 from raftka.wire.client import BrokerClient
 from tests.integration.metadata_cluster import MetadataCluster

@@ -19,7 +19,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from raftka.cli import cluster, local
+from raftka.cli import cluster
+from raftka.command import local
 from tests.integration.polling import wait_until
 
 pytestmark = pytest.mark.integration

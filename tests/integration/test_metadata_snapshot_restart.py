@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli.quorum_client import QuorumClient
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.types import NewTopic, OffsetCommit
+from raftka.command.quorum_client import QuorumClient
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
 

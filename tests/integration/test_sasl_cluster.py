@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
-from raftka.cli import local
+from raftka.command import local
 from tests.integration.metadata_cluster import RAFTKA, UP_TIMEOUT_S, MetadataCluster
 from tests.integration.polling import wait_until
 from tests.unit.kafka_wire import scram_login_error

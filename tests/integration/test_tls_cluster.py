@@ -26,7 +26,7 @@ from confluent_kafka.admin import NewTopic as KafkaNewTopic
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from raftka.cli import local
+from raftka.command import local
 from raftka.security.certs import BROKER_UNIT, CLIENT_UNIT, Authority
 from raftka.security.tls import TlsFiles, aio_channel
 from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import local
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.consumer import Consumer
 from raftka.client.producer import Producer
 from raftka.client.types import NewTopic, PartitionInfo, TopicPartition
+from raftka.command import local
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from raftka.cli import local
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.producer import Producer
 from raftka.client.types import NewTopic
+from raftka.command import local
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import controller_pb2_grpc
 from tests.integration.metadata_cluster import MetadataCluster

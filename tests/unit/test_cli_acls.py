@@ -8,9 +8,9 @@ import argparse
 import pytest
 
 from raftka.cli import acls
-from raftka.cli.errors import CliError
 from raftka.cli.main import build_parser
 from raftka.client.types import AclBinding
+from raftka.command.errors import CliError
 
 ALICE = "User:CN=alice,OU=client,O=raftka"
 

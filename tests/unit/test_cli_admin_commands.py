@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 import pytest
 
-from raftka.cli import local
 from raftka.cli.main import main
+from raftka.command import local
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from raftka.cli import bench_kafka, tansu
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 
 # Listens where --listener-url says, as Tansu would, and ignores SIGTERM if told to.
 STAND_IN = """\

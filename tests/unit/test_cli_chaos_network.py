@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import cluster, local
+from raftka.cli import cluster
 from raftka.cli.chaos_network import _REACTIONS
 from raftka.cli.main import main
 from raftka.client.types import PartitionInfo
+from raftka.command import local
 
 VICTIM = 101
 

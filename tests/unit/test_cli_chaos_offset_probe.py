@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from raftka.cli import chaos
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 from tests.unit.test_cli_chaos import COMMITTED_AFTER_S, FakeClock, FakeCluster
 
 ACTIVE_AFTER_S = 0.180  # the new controller answers commits this long after the signal

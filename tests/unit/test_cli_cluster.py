@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import cluster, local
-from raftka.cli.errors import CliError
+from raftka.cli import cluster
 from raftka.cli.main import main
-from raftka.cli.quorum_client import QuorumClient
+from raftka.command import local
+from raftka.command.errors import CliError
+from raftka.command.quorum_client import QuorumClient
 from raftka.node.config import load_config
 from raftka.raft.storage import meta
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import local
-from raftka.cli.errors import CliError
+from raftka.command import local
+from raftka.command.errors import CliError
 
 
 def node(tmp_path: Path, node_id: int = 1, pid: int | None = None) -> local.NodeRecord:

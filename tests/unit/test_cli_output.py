@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raftka.cli import output
+from raftka.command import output
 
 
 def test_table_aligns_columns() -> None:

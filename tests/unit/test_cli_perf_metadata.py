@@ -17,8 +17,8 @@ import grpc
 import pytest
 
 from raftka.cli import perf_metadata
-from raftka.cli.errors import CliError
 from raftka.cli.main import main
+from raftka.command.errors import CliError
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode

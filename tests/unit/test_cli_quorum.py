@@ -11,9 +11,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from raftka.cli import local, quorum
-from raftka.cli.errors import CliError
-from raftka.cli.quorum_client import QuorumClient, QuorumError
+from raftka.cli import quorum
+from raftka.command import local
+from raftka.command.errors import CliError
+from raftka.command.quorum_client import QuorumClient, QuorumError
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 NOW_MS = 1_700_000_000_000

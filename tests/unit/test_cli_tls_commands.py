@@ -12,7 +12,7 @@ import pytest
 
 from raftka.cli import perf_kafka
 from raftka.cli.main import build_parser, main
-from raftka.cli.tls_args import client_tls
+from raftka.command.tls_args import client_tls
 from raftka.node.health import NodeHealth
 from raftka.raft.transport.grpc_transport import GrpcTransport
 from raftka.security.tls import TlsFiles

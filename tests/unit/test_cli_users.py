@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from raftka.cli import users
-from raftka.cli.errors import CliError
 from raftka.cli.main import build_parser
 from raftka.client.types import ScramUpsertion, UserResult
+from raftka.command.errors import CliError
 
 
 def parse(*argv: str) -> argparse.Namespace:

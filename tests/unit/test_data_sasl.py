@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli.errors import CliError
 from raftka.cli.main import build_parser, main
-from raftka.cli.tls_args import client_sasl
 from raftka.client import Consumer, Producer, TopicPartition
+from raftka.command.errors import CliError
+from raftka.command.tls_args import client_sasl
 from raftka.node.config import BrokerConfig
 from raftka.security.sasl import PLAIN, SaslCredentials
 from raftka.v1 import broker_pb2

@@ -21,9 +21,9 @@ import pytest
 import structlog.testing
 from cryptography import x509
 
-from raftka.cli import local
-from raftka.cli.errors import CliError
-from raftka.cli.tls_args import client_tls
+from raftka.command import local
+from raftka.command.errors import CliError
+from raftka.command.tls_args import client_tls
 from raftka.node.config import ConfigError, load_config, parse_config, render_toml
 from raftka.raft.transport.grpc_transport import GrpcTransport
 from raftka.security import tls as tls_module

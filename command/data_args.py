@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from raftka.cli import local, output, quorum
-from raftka.cli.errors import CliError
-from raftka.cli.tls_args import add_tls_options
+from raftka.cli import quorum
+from raftka.command import local, output
+from raftka.command.errors import CliError
+from raftka.command.tls_args import add_tls_options
 
 
 def add_broker_options(

@@ -25,8 +25,8 @@ import argparse
 import tomllib
 from pathlib import Path
 
-from raftka.cli import local
-from raftka.cli.errors import CliError
+from raftka.command import local
+from raftka.command.errors import CliError
 from raftka.security.sasl import SaslCredentials
 from raftka.security.tls import KEYS, TlsError, TlsFiles, tls_files
 

@@ -13,7 +13,7 @@ from types import TracebackType
 
 import grpc
 
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 from raftka.rpc.stubs import BlockingStubs
 from raftka.security.tls import TlsFiles
 from raftka.v1 import raft_pb2, raft_pb2_grpc

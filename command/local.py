@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from raftka.cli.errors import CliError
+from raftka.command.errors import CliError
 from raftka.security.tls import TlsFiles
 
 DEFAULT_DIR = Path(".raftka") / "local"
