@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from raftka.cli import quorum
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.command import output
+from raftka.command.addresses import bootstrap_addresses
 from raftka.command.errors import CliError
 from raftka.command.tls_args import add_tls_options, client_tls
 
@@ -36,7 +36,7 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
 def open_admin(args: argparse.Namespace) -> Admin:
     if args.timeout_s <= 0:
         raise CliError(f"--timeout-s: expected a positive number, got {args.timeout_s:g}")
-    addresses = quorum.bootstrap_addresses(args.bootstrap_controller, args.dir)
+    addresses = bootstrap_addresses(args.bootstrap_controller, args.dir)
     return Admin(addresses, RetryPolicy(total_timeout_s=args.timeout_s), client_tls(args))
 
 

@@ -12,15 +12,13 @@ absolute here, before a Spark executor (which runs in a folder of its own) is gi
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any
 
 from raftka.command import local, output
 from raftka.command.errors import CliError
+from raftka.command.spark_args import EXIT_CANNOT_AUDIT, check_driver_memory
 
-EXIT_CANNOT_AUDIT = 2  # distinct from 1, a failed check: a gate must tell the two apart
-MEMORY_RE = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
 INSTALL_HELP = (
     "the audit needs raftka's audit extra: pip install 'raftka[audit]' (pyspark, pyarrow, matplotlib, pandas)"
 )
@@ -71,11 +69,6 @@ def run_audit(args: argparse.Namespace) -> int:
         raise CliError(str(exc), status=EXIT_CANNOT_AUDIT) from None
     print(output.to_json(summary) if args.output == "json" else format_summary(summary, out))
     return int(summary["exit_status"])
-
-
-def check_driver_memory(value: str) -> None:
-    if not MEMORY_RE.fullmatch(value):
-        raise CliError(f"--driver-memory: expected a size like 4g or 512m, got {value!r}", status=EXIT_CANNOT_AUDIT)
 
 
 def format_summary(summary: dict[str, Any], out: Path) -> str:

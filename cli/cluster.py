@@ -25,6 +25,7 @@ from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.errors import AdminError
 from raftka.command import local, output
 from raftka.command.errors import CliError
+from raftka.command.local import LOOPBACK, free_ports
 from raftka.command.quorum_client import DescribeQuorumResponse, QuorumClient
 from raftka.node.config import (
     BROKER,
@@ -42,7 +43,6 @@ from raftka.security.certs import CLIENT_UNIT, init_certs, subject
 from raftka.security.tls import TlsFiles
 from raftka.v1 import raft_pb2
 
-LOOPBACK = "127.0.0.1"
 MAX_CONTROLLERS = 9
 MAX_BROKERS = 9
 FIRST_BROKER_ID = 101
@@ -306,18 +306,6 @@ def kafka_listener_ports(count: int) -> list[int]:
         for s in sockets:
             s.close()
     return wanted
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel picks as free on loopback, all held at once so they differ."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind((LOOPBACK, 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def wait_for_leader(

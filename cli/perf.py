@@ -34,9 +34,9 @@ from raftka.cli import (
     perf_transactions,
     stability,
 )
-from raftka.cli.cluster import LOOPBACK, free_ports
 from raftka.command import local, output
 from raftka.command.errors import CliError
+from raftka.command.local import LOOPBACK, free_ports
 from raftka.node.config import JournalConfig, LoggingConfig, NodeConfig, Voter, render_toml
 from raftka.node.journal_server import Controller, start_controller
 from raftka.node.logs import configure_logging

@@ -35,10 +35,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from raftka.cli.audit_cmd import check_driver_memory
 from raftka.cli.proc_memory import PeakMemory
 from raftka.command import output
 from raftka.command.errors import CliError
+from raftka.command.spark_args import check_driver_memory
 
 if TYPE_CHECKING:
     from raftka.audit.baseline import Checked

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raftka.cli import proc_cpu, quorum
+from raftka.cli import proc_cpu
 from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.consumer import AsyncConsumer
@@ -27,6 +27,7 @@ from raftka.client.errors import AdminError
 from raftka.client.producer import AsyncProducer, RecordFuture
 from raftka.client.types import NewTopic
 from raftka.command import data_args, local, output
+from raftka.command.addresses import bootstrap_addresses
 from raftka.command.data_args import add_broker_options, broker_addresses, not_negative, positive
 from raftka.command.errors import CliError
 from raftka.command.tls_args import client_tls
@@ -85,7 +86,7 @@ def ensure_topic(args: argparse.Namespace) -> None:
         args.replication_factor,
         {"min.insync.replicas": str(args.min_insync_replicas)},
     )
-    addresses = quorum.bootstrap_addresses(args.bootstrap_controller, args.dir)
+    addresses = bootstrap_addresses(args.bootstrap_controller, args.dir)
     with Admin(addresses, RetryPolicy(total_timeout_s=30), client_tls(args)) as admin:
         result = admin.create_topics([topic])[0]
     if result.error not in (None, "TOPIC_ALREADY_EXISTS"):

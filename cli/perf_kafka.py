@@ -38,10 +38,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from raftka.cli import quorum
 from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
 from raftka.cli.perf_data import CpuMeter, print_result
 from raftka.command import local
+from raftka.command.addresses import parse_addresses
 from raftka.command.data_args import add_broker_options, positive
 from raftka.command.errors import CliError
 from raftka.command.tls_args import client_tls
@@ -237,7 +237,7 @@ def kafka_bootstrap(args: argparse.Namespace) -> str:
     local cluster, whose brokers must all be running: its Kafka ports were chosen when it
     was created, and another cluster may hold them while it is down."""
     if args.bootstrap_server is not None:
-        return ",".join(quorum.parse_addresses(args.bootstrap_server, "--bootstrap-server"))
+        return ",".join(parse_addresses(args.bootstrap_server, "--bootstrap-server"))
     cluster = local.load(local.resolve_dir(args.dir))
     addresses = cluster.kafka_addresses()
     if not addresses:

@@ -20,9 +20,10 @@ from typing import Any
 
 import grpc
 
-from raftka.cli import perf, proc_cpu, quorum
+from raftka.cli import perf, proc_cpu
 from raftka.cli.latency import percentile
 from raftka.command import local, output  # perf registers this module: import it whole
+from raftka.command.addresses import bootstrap_addresses
 from raftka.command.errors import CliError
 from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.rpc.stubs import NotControllerError, Stubs, controller_answer
@@ -65,7 +66,7 @@ def run_metadata(args: argparse.Namespace) -> int:
         raise CliError(
             "--cpu reads the local cluster's processes: it cannot be used with --bootstrap-controller"
         )
-    addresses = quorum.bootstrap_addresses(args.bootstrap_controller, args.dir)
+    addresses = bootstrap_addresses(args.bootstrap_controller, args.dir)
     cpu = None
     if args.cpu:
         nodes = local.load(local.resolve_dir(args.dir)).nodes

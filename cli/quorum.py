@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from raftka.cli.quorum_voters import register_voter_changes
-from raftka.command import local, output
-from raftka.command.errors import CliError
+from raftka.command import output
+from raftka.command.addresses import bootstrap_addresses
 from raftka.command.quorum_client import DescribeQuorumResponse, QuorumClient
 from raftka.command.tls_args import add_tls_options, client_tls
-from raftka.node.config import ConfigError, parse_host_port
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,26 +55,6 @@ def run_describe(args: argparse.Namespace) -> int:
         else:
             print(format_replication(rows, now_ms=int(time.time() * 1000) if args.human_readable else None))
     return 0
-
-
-def bootstrap_addresses(flag: str | None, cluster_dir: Path | None) -> list[str]:
-    """``--bootstrap-controller`` if given, else every node of the local cluster."""
-    if flag is None:
-        return local.load(local.resolve_dir(cluster_dir)).addresses()
-    return parse_addresses(flag, "--bootstrap-controller")
-
-
-def parse_addresses(text: str, flag: str) -> list[str]:
-    """``HOST:PORT,...`` given to ``flag``, each checked; CliError naming the flag."""
-    addresses = [a.strip() for a in text.split(",") if a.strip()]
-    if not addresses:
-        raise CliError(f"{flag}: expected HOST:PORT,...")
-    for address in addresses:
-        try:
-            parse_host_port(address, flag)
-        except ConfigError as e:
-            raise CliError(str(e)) from None
-    return addresses
 
 
 def status_view(resp: DescribeQuorumResponse) -> dict[str, Any]:

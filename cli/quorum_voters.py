@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from raftka.command import output
+from raftka.command.addresses import bootstrap_addresses, parse_addresses
 from raftka.command.errors import CliError
 from raftka.command.quorum_client import QuorumClient
 from raftka.command.tls_args import add_tls_options, client_tls
@@ -55,7 +56,6 @@ def register_voter_changes(actions: argparse._SubParsersAction[argparse.Argument
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from raftka.cli.quorum import bootstrap_addresses, parse_addresses  # noqa: PLC0415  (a cycle)
 
     (endpoint,) = parse_addresses(args.controller, "--controller")
     with QuorumClient(tls=client_tls(args)) as client:
@@ -84,7 +84,6 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    from raftka.cli.quorum import bootstrap_addresses  # noqa: PLC0415  (a cycle)
 
     with QuorumClient(tls=client_tls(args)) as client:
         leader = client.describe_leader(

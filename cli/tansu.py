@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from raftka.cli.cluster import LOOPBACK, free_ports
 from raftka.command.errors import CliError
+from raftka.command.local import LOOPBACK, free_ports
 
 BINARY_ENV = "RAFTKA_TANSU_BIN"
 START_TIMEOUT_S = 10.0

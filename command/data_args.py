@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from raftka.cli import quorum
 from raftka.command import local, output
+from raftka.command.addresses import parse_addresses
 from raftka.command.errors import CliError
 from raftka.command.tls_args import add_tls_options
 
@@ -44,7 +44,7 @@ def broker_addresses(args: argparse.Namespace) -> list[str]:
         if not addresses:
             raise CliError("the local cluster has no brokers; pass --bootstrap-server")
         return addresses
-    return quorum.parse_addresses(args.bootstrap_server, "--bootstrap-server")
+    return parse_addresses(args.bootstrap_server, "--bootstrap-server")
 
 
 def positive(value: str) -> int:

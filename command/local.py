@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from raftka.command.errors import CliError
 from raftka.security.tls import TlsFiles
 
+LOOPBACK = "127.0.0.1"
 DEFAULT_DIR = Path(".raftka") / "local"
 STATE_FILE = "cluster.json"
 CONTROLLER = "controller"
@@ -198,3 +200,15 @@ def last_log_line(node: NodeRecord) -> str:
     except OSError:
         return ""
     return lines[-1].strip() if lines else ""
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel picks as free on loopback, all held at once so they differ."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((LOOPBACK, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()

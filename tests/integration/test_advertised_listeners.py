@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from raftka.cli import cluster
-from raftka.cli.cluster import free_ports
 from raftka.client.admin import Admin
 from raftka.client.consumer import Consumer
 from raftka.client.errors import KafkaError
 from raftka.client.producer import Producer
 from raftka.client.types import NewTopic, TopicPartition
 from raftka.command import local
+from raftka.command.local import free_ports
 from raftka.node.config import load_config, render_toml
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import wait_until

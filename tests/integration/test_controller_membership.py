@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from raftka.cli.cluster import free_ports
 from raftka.command import local
+from raftka.command.local import free_ports
 from raftka.node.config import MetricsConfig, load_config, render_toml
 from raftka.raft.storage import meta
 from tests.integration.metadata_cluster import RAFTKA, Controllers, MetadataCluster

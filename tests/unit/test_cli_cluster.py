@@ -92,7 +92,7 @@ def test_up_refuses_to_resize(tmp_path: Path) -> None:
 
 
 def test_free_ports_differ() -> None:
-    ports = cluster.free_ports(5)
+    ports = local.free_ports(5)
     assert len(set(ports)) == 5
 
 

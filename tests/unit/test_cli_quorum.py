@@ -13,6 +13,7 @@ import pytest
 
 from raftka.cli import quorum
 from raftka.command import local
+from raftka.command.addresses import bootstrap_addresses
 from raftka.command.errors import CliError
 from raftka.command.quorum_client import QuorumClient, QuorumError
 from raftka.v1 import raft_pb2, raft_pb2_grpc
@@ -111,14 +112,14 @@ def test_replication_table_human_readable() -> None:
 
 
 def test_bootstrap_addresses(tmp_path: Path) -> None:
-    assert quorum.bootstrap_addresses("a:1, b:2", None) == ["a:1", "b:2"]
+    assert bootstrap_addresses("a:1, b:2", None) == ["a:1", "b:2"]
     with pytest.raises(CliError, match="--bootstrap-controller: expected HOST:PORT"):
-        quorum.bootstrap_addresses("a", None)
+        bootstrap_addresses("a", None)
     with pytest.raises(CliError, match="no local cluster"):
-        quorum.bootstrap_addresses(None, tmp_path)
+        bootstrap_addresses(None, tmp_path)
     node = local.NodeRecord(1, "controller", "127.0.0.1:5", "d", "c", "l")
     local.save(local.LocalCluster(tmp_path, "c1", [node]))
-    assert quorum.bootstrap_addresses(None, tmp_path) == ["127.0.0.1:5"]
+    assert bootstrap_addresses(None, tmp_path) == ["127.0.0.1:5"]
 
 
 class FakeRaft(raft_pb2_grpc.RaftServicer):
