@@ -89,7 +89,7 @@ $(BENCH_STAMP): $(STAMP)
 # local cluster, side by side; starts `raftka cluster up` if it is down (and stops it after).
 # make bench-kafka BENCH_KAFKA_ARGS='--records 2000000 --raftka-replication-factors 3,1'
 bench-kafka: $(BENCH_STAMP)
-	$(BIN)/python -m raftka.cli.bench_kafka $(BENCH_KAFKA_ARGS)
+	$(BIN)/python -m raftka.tools.perf.bench_kafka $(BENCH_KAFKA_ARGS)
 
 # Not part of `make test` (minutes on two cores): the audit on a Spark standalone master and two
 # workers started from the pyspark installation, with the CLI and spark-submit, a worker killed

@@ -1,7 +1,7 @@
 """This machine's processes as Linux's ``/proc`` shows them: which process started which.
 
 The audit's CPU seconds (``raftka.audit.tree_cpu``) and ``raftka perf audit``'s memory
-(``raftka.cli.proc_memory``) follow the driver's tree: its JVM, and Spark's Python daemon
+(``raftka.tools.perf.proc_memory``) follow the driver's tree: its JVM, and Spark's Python daemon
 and workers below it. Elsewhere than Linux there is no ``/proc``: the tree is the driver.
 """
 

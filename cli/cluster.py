@@ -185,7 +185,7 @@ def create(
     with ``tls``, first a CA and a certificate per node and for the commands.
 
     ``hosts``: the address each node id listens on and advertises (default loopback);
-    ``netns``: the network namespace each node id runs in (``raftka.cli.netns``)."""
+    ``netns``: the network namespace each node id runs in (``raftka.tools.chaos.netns``)."""
     if not 1 <= controllers <= MAX_CONTROLLERS:
         raise CliError(f"--controllers: expected 1 to {MAX_CONTROLLERS}, got {controllers}")
     if not 0 <= brokers <= MAX_BROKERS:

@@ -18,7 +18,6 @@ from raftka.cli import (
     audit_cmd,
     brokers,
     certs_cmd,
-    chaos,
     cluster,
     configs,
     consume,
@@ -27,7 +26,6 @@ from raftka.cli import (
     logdump,
     metadata_cmd,
     offsets,
-    perf,
     produce,
     quorum,
     quotas,
@@ -42,6 +40,8 @@ from raftka.command.errors import EXIT_FAILURE, CliError
 from raftka.node.config import ConfigError
 from raftka.node.logs import command_logging
 from raftka.raft.storage.base import StorageError
+from raftka.tools.chaos import chaos
+from raftka.tools.perf import perf
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -1,5 +1,5 @@
 """A local cluster (3 controllers, 3 brokers) whose nodes each run in their own network
-namespace, on their own address (``raftka.cli.netns``), for the network fault tests.
+namespace, on their own address (``raftka.tools.chaos.netns``), for the network fault tests.
 
 Made by the test itself and removed after it, on failure too: the nodes are killed and
 every namespace deleted, and with them every veth, the bridge and every iptables rule.
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from raftka.cli import cluster as cluster_cmd
-from raftka.cli import netns
 from raftka.command import local
+from raftka.tools.chaos import netns
 from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
 from tests.integration.polling import wait_until
 from tests.missing_tool import missing

@@ -31,11 +31,11 @@ from typing import Any
 import grpc
 import pytest
 
-from raftka.cli.chaos_broker import PARTITIONS
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.types import NewTopic
 from raftka.records.batch import CRC_START
 from raftka.records.codec import BatchBuilder
+from raftka.tools.chaos.chaos_broker import PARTITIONS
 from raftka.v1 import broker_pb2 as pb
 from raftka.v1 import broker_pb2_grpc, controller_pb2
 from raftka.wire.client import BrokerClient

@@ -30,8 +30,8 @@ from typing import Any
 import grpc
 import pytest
 
-from raftka.cli import netns
 from raftka.metadata.dump import iter_metadata_dump
+from raftka.tools.chaos import netns
 from raftka.v1 import controller_pb2
 from tests.integration.metadata_cluster import Controllers, MetadataCluster
 from tests.integration.netns_cluster import NetnsCluster, netns_cluster

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from raftka.cli import netns
-from raftka.cli.chaos_broker import PARTITIONS
+from raftka.tools.chaos import netns
+from raftka.tools.chaos.chaos_broker import PARTITIONS
 from tests.integration.netns_cluster import NetnsCluster, netns_cluster
 from tests.unit.kafka_wire import call
 

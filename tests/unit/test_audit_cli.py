@@ -15,8 +15,8 @@ import pytest
 from raftka.audit.baseline import Checked
 from raftka.audit.out import MARKER, claim
 from raftka.audit.plain import audit_paths
-from raftka.cli import perf_audit
 from raftka.cli.main import main
+from raftka.tools.perf import perf_audit
 from tests.unit.audit_incident import Incident, build_incident
 
 

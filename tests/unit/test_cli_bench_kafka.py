@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import bench_kafka, tansu
 from raftka.command.errors import CliError
+from raftka.tools.perf import bench_kafka, tansu
 
 # Listens where --listener-url says, as Tansu would, and ignores SIGTERM if told to.
 STAND_IN = """\

@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from raftka.cli import chaos
 from raftka.command.errors import CliError
+from raftka.tools.chaos import chaos
 from raftka.v1 import raft_pb2
 
 ELECTED_AFTER_S = 0.100  # a survivor wins the election this long after the signal

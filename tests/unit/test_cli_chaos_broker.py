@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from raftka.cli.chaos_broker import audit, exit_status
+from raftka.tools.chaos.chaos_broker import audit, exit_status
 
 N = struct.Struct(">q")
 

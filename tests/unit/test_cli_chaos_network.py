@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from raftka.cli import cluster
-from raftka.cli.chaos_network import _REACTIONS
 from raftka.cli.main import main
 from raftka.client.types import PartitionInfo
 from raftka.command import local
+from raftka.tools.chaos.chaos_network import _REACTIONS
 
 VICTIM = 101
 

@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from raftka.cli import chaos
 from raftka.command.errors import CliError
+from raftka.tools.chaos import chaos
 from tests.unit.test_cli_chaos import COMMITTED_AFTER_S, FakeClock, FakeCluster
 
 ACTIVE_AFTER_S = 0.180  # the new controller answers commits this long after the signal

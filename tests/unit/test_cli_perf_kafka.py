@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from raftka.cli import perf_kafka
 from raftka.cli.main import main
-from raftka.cli.perf_kafka import ClientErrors, Deliveries
 from raftka.command.errors import CliError
+from raftka.tools.perf import perf_kafka
+from raftka.tools.perf.perf_kafka import ClientErrors, Deliveries
 from tests.unit.kafka_wire import broker_thread
 
 TOPIC = "perf-events"

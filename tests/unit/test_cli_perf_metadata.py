@@ -16,9 +16,9 @@ from typing import Any
 import grpc
 import pytest
 
-from raftka.cli import perf_metadata
 from raftka.cli.main import main
 from raftka.command.errors import CliError
+from raftka.tools.perf import perf_metadata
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from raftka.cli.main import main
-from raftka.cli.perf_transactions import aborts
+from raftka.tools.perf.perf_transactions import aborts
 
 RUN = ["perf", "transactions", "--bootstrap-server", "127.0.0.1:1", "--transactions", "5"]
 

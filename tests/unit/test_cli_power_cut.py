@@ -12,9 +12,9 @@ import pytest
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.manager import RECOVERY_POINTS_FILE, LogManager
 from raftka.broker.server import PARTITIONS_DIR
-from raftka.cli.power_cut import Cut, cut_unflushed_tails
 from raftka.command.errors import CliError
 from raftka.records.batch import iter_batches
+from raftka.tools.chaos.power_cut import Cut, cut_unflushed_tails
 from tests.unit.test_partition_log import TOPIC_ID, append, values
 
 BATCH_LENGTH_AT = 8  # baseOffset (8 bytes), then batchLength

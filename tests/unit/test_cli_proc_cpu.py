@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import proc_cpu
 from raftka.command.errors import CliError
 from raftka.command.local import NodeRecord
+from raftka.tools.perf import proc_cpu
 
 
 def test_cpu_seconds_parses_a_command_name_with_spaces_and_parens(tmp_path: Path) -> None:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import perf_kafka
 from raftka.cli.main import build_parser, main
 from raftka.command.tls_args import client_tls
 from raftka.node.health import NodeHealth
 from raftka.raft.transport.grpc_transport import GrpcTransport
 from raftka.security.tls import TlsFiles
+from raftka.tools.perf import perf_kafka
 from raftka.v1 import controller_pb2
 from tests.unit.tls_support import Certs, make_certs
 from tests.unit.transport_fakes import CLUSTER, FakeInbox

@@ -10,7 +10,7 @@ import socket
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftka.cli.delay_proxy import DelayedPipe
+from raftka.tools.chaos.delay_proxy import DelayedPipe
 
 
 async def _pair() -> tuple[
@@ -51,7 +51,7 @@ def test_bytes_arrive_whole_in_order_and_no_sooner_than_the_delay(chunks: list[b
 
 
 def test_a_writer_faster_than_the_reader_is_held_back_not_buffered_without_bound() -> None:
-    from raftka.cli import delay_proxy
+    from raftka.tools.chaos import delay_proxy
 
     async def scenario() -> int:
         in_reader, in_writer, source_reader, source_writer = await _pair()

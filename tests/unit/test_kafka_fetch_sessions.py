@@ -215,7 +215,7 @@ def test_the_perf_tool_counts_fetches_and_records_with_and_without_sessions(serv
     read what the writer wrote (the CPU figures are for a quiet machine, not for tests)."""
     import argparse
 
-    from raftka.cli.perf_fetch_sessions import measure
+    from raftka.tools.perf.perf_fetch_sessions import measure
 
     args = argparse.Namespace(topic="wide", seconds=1, rate=50, bootstrap_server=served.bootstrap, dir=None)
     for sessions in (False, True):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from raftka.audit import processes
-from raftka.cli import proc_memory
-from raftka.cli.proc_memory import PAGE_BYTES, PeakMemory, roles_bytes
+from raftka.tools.perf import proc_memory
+from raftka.tools.perf.proc_memory import PAGE_BYTES, PeakMemory, roles_bytes
 
 
 def _process(

@@ -17,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from raftka.cli import perf, perf_metadata
 from raftka.command.errors import CliError
+from raftka.tools.perf import perf, perf_metadata
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 SERVER_START_TIMEOUT_S = 10.0
@@ -37,7 +37,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run_rpc(args: argparse.Namespace) -> int:
     levels = perf.load_levels(args)
     server = subprocess.Popen(
-        [sys.executable, "-m", "raftka.cli.perf_rpc"],
+        [sys.executable, "-m", "raftka.tools.perf.perf_rpc"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

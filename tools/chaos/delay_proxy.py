@@ -2,7 +2,7 @@
 of ``raftka chaos slow-broker``, for kernels without ``tc netem`` (this project's CI has
 none, and loads no modules).
 
-It runs inside a node's network namespace, where ``raftka.cli.netns.delay`` sends every
+It runs inside a node's network namespace, where ``raftka.tools.chaos.netns.delay`` sends every
 TCP connection to or from the node through it with iptables' ``REDIRECT`` (nat); the
 proxy reads where each was going (``SO_ORIGINAL_DST``) and connects there itself, its
 own connections marked (``SO_MARK``) so the rules let them by. Each direction of each
@@ -11,7 +11,7 @@ is: a request and its answer take twice the delay more. Connection setup is not
 delayed. Each direction holds at most ``BUFFERED_MAX`` bytes in flight, and stops
 reading past it (TCP pushes back), so a fast writer cannot fill the proxy's memory.
 
-    python -m raftka.cli.delay_proxy --delay-ms 100 --mark 0x52
+    python -m raftka.tools.chaos.delay_proxy --delay-ms 100 --mark 0x52
 prints the port it listens on, then serves until killed.
 """
 

@@ -1,8 +1,8 @@
-"""``make bench-kafka`` (``python -m raftka.cli.bench_kafka``): one librdkafka load, ``raftka perf
+"""``make bench-kafka`` (``python -m raftka.tools.perf.bench_kafka``): one librdkafka load, ``raftka perf
 kafka`` then ``raftka perf kafka-consume``, against Tansu and against the local raftka
 cluster, printed side by side.
 
-Tansu (``cli/tansu.py``) is one broker keeping everything in memory, so its topic has
+Tansu (``tools/perf/tansu.py``) is one broker keeping everything in memory, so its topic has
 one replica; raftka's has ``--raftka-replication-factors`` (default 3, with
 ``min.insync.replicas`` 2), on disk. Both get the same records, acks, linger, batch
 size, partitioner and partition count. Each target gets a fresh topic, deleted from
@@ -26,12 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from raftka.cli import perf_kafka
 from raftka.cli.main import build_parser
-from raftka.cli.tansu import running_tansu
 from raftka.command import local, output
 from raftka.command.data_args import positive
 from raftka.command.errors import CliError
+from raftka.tools.perf import perf_kafka
+from raftka.tools.perf.tansu import running_tansu
 
 CLIENT = "perf-client"
 TOPIC_PREFIX = "raftka-bench-kafka"
@@ -39,7 +39,7 @@ TOPIC_PREFIX = "raftka-bench-kafka"
 
 def build_arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m raftka.cli.bench_kafka",
+        prog="python -m raftka.tools.perf.bench_kafka",
         description="raftka perf kafka against Tansu and raftka, side by side",
     )
     parser.add_argument(

@@ -19,12 +19,12 @@ from typing import Any
 
 import grpc
 
-from raftka.cli import perf_metadata
 from raftka.command import local, output
 from raftka.command.errors import CliError
 from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.rpc.stubs import Stubs
 from raftka.security.tls import TlsFiles
+from raftka.tools.perf import perf_metadata
 from raftka.v1 import controller_pb2, controller_pb2_grpc, raft_pb2, raft_pb2_grpc
 
 POLL_INTERVAL_S = 0.1

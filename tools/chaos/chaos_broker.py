@@ -43,8 +43,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from raftka.cli.chaos import SIGNALS, LocalTarget
-from raftka.cli.power_cut import Cut, cut_unflushed_tails
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.consumer import Consumer
 from raftka.client.errors import KafkaError
@@ -57,6 +55,8 @@ from raftka.command.errors import CliError
 from raftka.command.quorum_client import QuorumClient
 from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.security.tls import TlsFiles
+from raftka.tools.chaos.chaos import SIGNALS, LocalTarget
+from raftka.tools.chaos.power_cut import Cut, cut_unflushed_tails
 
 POLL_INTERVAL_S = 0.01
 PARTITIONS = 6

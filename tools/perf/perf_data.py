@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raftka.cli import proc_cpu
-from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.errors import AdminError
@@ -31,6 +29,8 @@ from raftka.command.addresses import bootstrap_addresses
 from raftka.command.data_args import add_broker_options, broker_addresses, not_negative, positive
 from raftka.command.errors import CliError
 from raftka.command.tls_args import client_tls
+from raftka.tools.perf import proc_cpu
+from raftka.tools.perf.latency import LATENCY_SAMPLES_MAX, latency_summary
 
 DEFAULT_TOPIC = "raftka-perf"
 ACKS = {"all": -1, "1": 1, "0": 0}

@@ -8,7 +8,7 @@ on the switch, veth ``NAME-h`` at ``10.200.X.1``, X picked so that no other layo
 is on it. ``destroy`` deletes the namespaces and with them every veth, the bridge and
 every rule. Faults act inside one node's namespace, both ways: iptables' DROP (a
 partition), DROP at random (loss), or REDIRECT through a proxy that holds every byte
-(delay: ``raftka.cli.delay_proxy``, as this kernel has no ``tc netem``); ``heal`` undoes them.
+(delay: ``raftka.tools.chaos.delay_proxy``, as this kernel has no ``tc netem``); ``heal`` undoes them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ INTERFACE = "eth0"  # a node's side of its veth pair
 BRIDGE = "br0"
 TOOLS = {"ip": "iproute2", "ss": "iproute2", "iptables": "iptables"}
 DELAY_MARK = 0x52  # SO_MARK of the delay proxy's own connections, which its rules let by
-DELAY_PROXY = "raftka.cli.delay_proxy"
+DELAY_PROXY = "raftka.tools.chaos.delay_proxy"
 
 
 def missing_tools() -> list[str]:

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from raftka.cli.offset_probe import OffsetCommitProbe
 from raftka.command import local, output
 from raftka.command.errors import CliError
 from raftka.command.quorum_client import DescribeQuorumResponse, QuorumClient
 from raftka.command.tls_args import add_tls_options, client_tls
+from raftka.tools.chaos.offset_probe import OffsetCommitProbe
 from raftka.v1 import raft_pb2
 
 POLL_INTERVAL_S = 0.005
@@ -75,10 +75,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     output.add_output_option(kill)
     add_tls_options(kill)
     kill.set_defaults(func=run_kill_leader)
-    from raftka.cli import (  # they build on this module's LocalTarget: imported once this one is
-        chaos_broker,
-        chaos_network,
-    )
+    from raftka.tools.chaos import chaos_broker, chaos_network
 
     chaos_broker.register(actions)
     chaos_network.register(actions)

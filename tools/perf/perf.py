@@ -21,7 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raftka.cli import (
+from raftka.command import local, output
+from raftka.command.errors import CliError
+from raftka.command.local import LOOPBACK, free_ports
+from raftka.node.config import JournalConfig, LoggingConfig, NodeConfig, Voter, render_toml
+from raftka.node.journal_server import Controller, start_controller
+from raftka.node.logs import configure_logging
+from raftka.raft.config import RaftConfig
+from raftka.raft.storage import meta
+from raftka.tools.perf import (
     perf_audit,
     perf_data,
     perf_fetch_sessions,
@@ -34,14 +42,6 @@ from raftka.cli import (
     perf_transactions,
     stability,
 )
-from raftka.command import local, output
-from raftka.command.errors import CliError
-from raftka.command.local import LOOPBACK, free_ports
-from raftka.node.config import JournalConfig, LoggingConfig, NodeConfig, Voter, render_toml
-from raftka.node.journal_server import Controller, start_controller
-from raftka.node.logs import configure_logging
-from raftka.raft.config import RaftConfig
-from raftka.raft.storage import meta
 
 LEADER_ID = 1
 FOLLOWER_ELECTION_TIMEOUT_MS = 1000  # followers wait; the in-process node wins the election

@@ -20,14 +20,14 @@ from typing import Any
 
 import grpc
 
-from raftka.cli import perf, proc_cpu
-from raftka.cli.latency import percentile
 from raftka.command import local, output  # perf registers this module: import it whole
 from raftka.command.addresses import bootstrap_addresses
 from raftka.command.errors import CliError
 from raftka.command.tls_args import add_tls_options, client_tls
 from raftka.rpc.stubs import NotControllerError, Stubs, controller_answer
 from raftka.security.tls import TlsFiles
+from raftka.tools.perf import perf, proc_cpu
+from raftka.tools.perf.latency import percentile
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
 E = controller_pb2.ErrorCode

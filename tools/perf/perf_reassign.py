@@ -33,12 +33,12 @@ from kafka.protocol.admin import (
     ListPartitionReassignmentsResponse,
 )
 
-from raftka.cli import kafka_request, perf_kafka
-from raftka.cli.latency import latency_summary
 from raftka.command import output
 from raftka.command.data_args import positive
 from raftka.command.errors import CliError
 from raftka.command.tls_args import client_tls
+from raftka.tools.perf import kafka_request, perf_kafka
+from raftka.tools.perf.latency import latency_summary
 
 DEFAULT_TOPIC = "raftka-perf-reassign"
 FILL_RECORD_BYTES = 10_000

@@ -20,11 +20,11 @@ import threading
 import time
 from typing import Any
 
-from raftka.cli import perf_kafka
-from raftka.cli.perf_data import CpuMeter
 from raftka.command import output
 from raftka.command.data_args import add_broker_options, positive
 from raftka.command.errors import CliError
+from raftka.tools.perf import perf_kafka
+from raftka.tools.perf.perf_data import CpuMeter
 
 DEFAULT_TOPIC = "raftka-perf-fetch-sessions"
 WARM_UP_S = 1.0

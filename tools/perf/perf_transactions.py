@@ -31,13 +31,13 @@ import statistics
 import time
 from typing import Any
 
-from raftka.cli import perf_kafka
-from raftka.cli.latency import latency_summary
-from raftka.cli.perf_data import CpuMeter
 from raftka.command import output
 from raftka.command.data_args import broker_addresses, positive
 from raftka.command.errors import CliError
 from raftka.command.tls_args import client_tls
+from raftka.tools.perf import perf_kafka
+from raftka.tools.perf.latency import latency_summary
+from raftka.tools.perf.perf_data import CpuMeter
 
 DEFAULT_TOPIC = "raftka-perf-transactions"
 TRANSACTION_TIMEOUT_S = 60.0  # one commit or abort; the run fails rather than waits forever

@@ -21,13 +21,13 @@ import statistics
 import time
 from typing import Any
 
-from raftka.cli.perf_data import ensure_topic
 from raftka.client.consumer import AsyncConsumer, RebalanceListener
 from raftka.client.types import TopicPartition
 from raftka.command import output
 from raftka.command.data_args import add_broker_options, broker_addresses, positive
 from raftka.command.errors import CliError
 from raftka.command.tls_args import client_tls
+from raftka.tools.perf.perf_data import ensure_topic
 
 POLL_MS = 20
 SETTLE_TIMEOUT_S = 120.0

@@ -18,7 +18,7 @@ and the Python workers are started, with both jobs' modules imported, before eit
 timed (``workers_start_seconds``), so neither pays a one-time cost the other escapes.
 ``--repeat K`` runs K rounds of baseline then audit and reports medians. Peak memory of
 the driver, its JVM and the Python workers is sampled during each job
-(``raftka.cli.proc_memory``).
+(``raftka.tools.perf.proc_memory``).
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from raftka.cli.proc_memory import PeakMemory
 from raftka.command import output
 from raftka.command.errors import CliError
 from raftka.command.spark_args import check_driver_memory
+from raftka.tools.perf.proc_memory import PeakMemory
 
 if TYPE_CHECKING:
     from raftka.audit.baseline import Checked

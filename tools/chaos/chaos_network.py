@@ -3,7 +3,7 @@ partition leader under an acks=all load, then the heal, and the audit of ``kill-
 (nothing acknowledged lost, duplicated or out of order).
 
 They need a cluster whose nodes each run in their own network namespace
-(``raftka.cli.netns``; ``cluster.json`` names each node's), and run where the clients
+(``raftka.tools.chaos.netns``; ``cluster.json`` names each node's), and run where the clients
 run. A round: wait until every partition has a leader and a full ISR, pick the broker
 leading the most, and, in its namespace, with iptables, both ways:
 
@@ -19,7 +19,7 @@ leading the most, and, in its namespace, with iptables, both ways:
   the kernels this runs on may lack ``tc netem``, iptables' ``statistic`` match is enough
   for loss). Retransmissions, timeouts and retries, nothing the cluster must react to;
 - ``slow-broker --delay-ms D``: every byte to or from it held D ms, each way (a proxy in
-  its namespace: ``raftka.cli.delay_proxy``; no netem here either). Replication and
+  its namespace: ``raftka.tools.chaos.delay_proxy``; no netem here either). Replication and
   acknowledgements slow down; below the session and lag timeouts nothing must change.
 
 Then, once the cluster reacted, ``--hold-s`` more in that state, heal, and time until it
@@ -35,18 +35,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raftka.cli import netns
-from raftka.cli.chaos import LocalTarget
-from raftka.cli.chaos_broker import (
+from raftka.client.admin import Admin
+from raftka.client.types import PartitionInfo
+from raftka.command import local
+from raftka.command.errors import CliError
+from raftka.tools.chaos import netns
+from raftka.tools.chaos.chaos import LocalTarget
+from raftka.tools.chaos.chaos_broker import (
     add_load_options,
     busiest_healthy_leader,
     run_under_load,
     wait_for_partitions,
 )
-from raftka.client.admin import Admin
-from raftka.client.types import PartitionInfo
-from raftka.command import local
-from raftka.command.errors import CliError
 
 SIDES = ("followers", "controller", "clients")
 DELAY_MS_MAX = 10_000
@@ -147,7 +147,7 @@ def _run(args: argparse.Namespace, fault: Fault) -> int:
     if outside:
         raise CliError(
             f"{args.action} needs every node in its own network namespace; node(s) {outside} "
-            f"of {cluster.dir} are not (see raftka.cli.netns)"
+            f"of {cluster.dir} are not (see raftka.tools.chaos.netns)"
         )
     return run_under_load(
         args,

@@ -25,12 +25,12 @@ from typing import Any
 
 from kafka.protocol.admin import AlterClientQuotasRequest, AlterClientQuotasResponse
 
-from raftka.cli import kafka_request, perf_kafka
-from raftka.cli.latency import latency_summary
 from raftka.command import output
 from raftka.command.data_args import positive
 from raftka.command.errors import CliError
 from raftka.command.tls_args import client_tls
+from raftka.tools.perf import kafka_request, perf_kafka
+from raftka.tools.perf.latency import latency_summary
 
 DEFAULT_TOPIC = "raftka-perf-quotas"
 STEADY, GREEDY = "raftka-perf-steady", "raftka-perf-greedy"

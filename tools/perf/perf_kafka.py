@@ -38,14 +38,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from raftka.cli.latency import LATENCY_SAMPLES_MAX, latency_summary
-from raftka.cli.perf_data import CpuMeter, print_result
 from raftka.command import local
 from raftka.command.addresses import parse_addresses
 from raftka.command.data_args import add_broker_options, positive
 from raftka.command.errors import CliError
 from raftka.command.tls_args import client_tls
 from raftka.metadata.validation import ValidationError, validate_topic_name
+from raftka.tools.perf.latency import LATENCY_SAMPLES_MAX, latency_summary
+from raftka.tools.perf.perf_data import CpuMeter, print_result
 
 DEFAULT_TOPIC = "raftka-perf-kafka"
 ACKS = ("all", "1", "0")
