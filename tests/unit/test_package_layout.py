@@ -108,3 +108,27 @@ def test_each_mapped_package_imports_from_its_folder() -> None:
     for package, folder in PACKAGE_DIR.items():
         module = importlib.import_module(package)
         assert Path(module.__file__).parent == REPO / folder, f"{package} imports from {module.__file__}"
+
+
+def test_nothing_imports_the_admin_cli() -> None:
+    """DESIGN.md's layering: ``raftka.cli`` is the top, so every other mapped package (the
+    tools, the command plumbing, the servers) imports nothing from it; what they share
+    with it lives in ``raftka.command``."""
+    cli_folder = REPO / PACKAGE_DIR["raftka.cli"]
+    found = []
+    for folder in {REPO / f for f in PACKAGE_DIR.values()} - {cli_folder}:
+        for path in sorted(folder.rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    modules = [node.module]
+                else:
+                    continue
+                found += [
+                    f"{path.relative_to(REPO)}:{node.lineno}: import {module}"
+                    for module in modules
+                    if module == "raftka.cli" or module.startswith("raftka.cli.")
+                ]
+    assert not found, "move what these need from raftka.cli to raftka.command:\n" + "\n".join(found)

@@ -26,11 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from raftka.cli.main import build_parser
 from raftka.command import local, output
 from raftka.command.data_args import positive
 from raftka.command.errors import CliError
-from raftka.tools.perf import perf_kafka
+from raftka.tools.perf import perf, perf_kafka
 from raftka.tools.perf.tansu import running_tansu
 
 CLIENT = "perf-client"
@@ -96,12 +95,19 @@ def perf_args(options: argparse.Namespace, kind: str, topic: str, extra: Sequenc
             "--partitions",
             str(options.partitions),
         ]
-    args = build_parser().parse_args(argv)
+    args = perf_parser().parse_args(argv)
     if kind == "kafka":
         perf_kafka.check_produce_args(args)
     else:
         perf_kafka.check_consume_args(args)
     return args
+
+
+def perf_parser() -> argparse.ArgumentParser:
+    """``raftka perf`` as the ``raftka`` command registers it (this tool may not import ``raftka.cli``)."""
+    parser = argparse.ArgumentParser(prog="raftka")
+    perf.register(parser.add_subparsers(dest="command", required=True))
+    return parser
 
 
 def one_target(
