@@ -3,8 +3,10 @@
 One record per line of standard input (the line without its newline), optionally split
 into key and value at the first ``--key-separator``. Sending is asynchronous and
 batched; at the end every record must be acknowledged, else the command exits 1
-naming the first record that was not and why. Nothing is printed on success except
-with ``--output json`` (a summary), so the command composes in pipelines.
+naming the first record that was not and why. A topic that does not exist is waited
+for up to ``--timeout-s`` (it may be being created), saying so on stderr at once. Nothing
+is printed on success except with ``--output json`` (a summary), so the command composes
+in pipelines.
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     produce.add_argument("--linger-ms", type=not_negative, default=5, help="wait this long to fill a batch")
     produce.add_argument("--batch-size", type=positive, default=16_384, help="bytes per partition batch")
     produce.add_argument(
-        "--timeout-s", type=float, default=120.0, help="give up on a record not acknowledged by then"
+        "--timeout-s",
+        type=float,
+        default=120.0,
+        help="give up on a record not acknowledged by then, and on a topic that does not exist "
+        "(said on stderr at once, and again every few seconds while waiting for it)",
     )
     add_idempotence_option(produce)
     add_broker_options(produce)
@@ -96,6 +102,7 @@ def run_produce(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         compression=args.compression,
         delivery_timeout_ms=int(args.timeout_s * 1000),
+        max_block_ms=int(args.timeout_s * 1000),  # the wait for a missing topic, too
         enable_idempotence=idempotence(args),
         tls=client_tls(args),
         sasl=client_sasl(args),

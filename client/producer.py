@@ -21,8 +21,9 @@ light load sends few, fuller requests instead of one per record. Without idempot
 partition has one batch in flight, so its order holds under retries, and a batch whose
 acknowledgement was lost may be written twice (at least once).
 
-``buffer_memory`` bounds the bytes waiting: ``send`` waits for room up to
-``max_block_ms``. With acks=0 the broker answers nothing: a batch counts
+A record for a topic no broker knows waits for it up to ``max_block_ms``, warning at
+once and every few seconds (``raftka.client.topic_wait``). ``buffer_memory`` bounds the
+bytes waiting: ``send`` waits for room up to ``max_block_ms``. With acks=0 the broker answers nothing: a batch counts
 as sent once written to the socket, and a broker that refused it closes the connection,
 which the next send to it reports (then the leaders are looked up again).
 ``acknowledged_records`` and ``failed_records`` count outcomes.
@@ -51,11 +52,12 @@ from typing import Any
 
 import structlog
 
-from raftka.client.cluster_metadata import RETRIABLE, ClusterMetadata, TopicInfo
+from raftka.client.cluster_metadata import RETRIABLE, ClusterMetadata
 from raftka.client.errors import KafkaError, ProducerError
 from raftka.client.idempotence import NO_PRODUCER, Idempotence
 from raftka.client.loop_thread import LoopThread
 from raftka.client.partitioner import StickyPartitioner, default_partition
+from raftka.client.topic_wait import TopicWaits
 from raftka.client.transactions import TransactionManager
 from raftka.client.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 from raftka.records.batch import NO_SEQUENCE, set_producer_state
@@ -162,6 +164,7 @@ class AsyncProducer:
         transaction_timeout_ms: int = 60_000,
         tls: TlsFiles | None = None,
         sasl: SaslCredentials | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         acks = -1 if acks == "all" else int(acks)
         if acks not in ACKS:
@@ -192,6 +195,7 @@ class AsyncProducer:
         self.metadata = ClusterMetadata(
             bootstrap_servers, request_timeout_s=request_timeout_ms / 1000, tls=tls, sasl=sasl
         )
+        self._topic_waits = TopicWaits(self.metadata, self._retry_backoff_s, clock)  # the metadata waits' clock
         self._partitioner = StickyPartitioner()
         self._idempotence = Idempotence(bumps_epoch=transactional_id is None) if enable_idempotence else None
         self._txn = (
@@ -283,28 +287,14 @@ class AsyncProducer:
         """Until ``topic`` is known and every partition has a leader (bounded by
         ``max_block_ms``): a topic created a moment ago may not have reached the brokers'
         metadata yet, which is not an error until the time is up."""
-        deadline = time.monotonic() + self.max_block_s
-        info = await self._topic(topic, deadline)
+        deadline = self._topic_waits.clock() + self.max_block_s
+        info = await self._topic_waits.topic(topic, self.max_block_s)
         while len(info.available()) != len(info.partitions):
-            if time.monotonic() > deadline:
+            if self._topic_waits.clock() > deadline:
                 raise ProducerError("LEADER_NOT_AVAILABLE", f"{topic} has partitions without a leader")
             await asyncio.sleep(self._retry_backoff_s)
             await self.metadata.refresh(force=True)
-            info = await self._topic(topic, deadline)
-
-    async def _topic(self, topic: str, deadline: float) -> TopicInfo:
-        """The topic's metadata, waiting until ``deadline`` for one the brokers do not know
-        yet (created a moment ago), as Kafka's producer waits up to max.block.ms in send."""
-        while True:
-            known = self.metadata.topics.get(topic)
-            if known is not None:
-                return known
-            try:
-                return await self.metadata.topic(topic)  # refreshes once when unknown
-            except KafkaError as e:
-                if e.code != "UNKNOWN_TOPIC_OR_PARTITION" or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(self._retry_backoff_s)
+            info = await self._topic_waits.topic(topic, max(0.0, deadline - self._topic_waits.clock()))
 
     async def send(
         self,
@@ -341,7 +331,7 @@ class AsyncProducer:
                 "RECORD_TOO_LARGE",
                 f"a record of {size} bytes is over max_request_size {self._max_request_size}",
             )
-        info = await self._topic(topic, time.monotonic() + self.max_block_s)
+        info = await self._topic_waits.topic(topic, self.max_block_s)
         count = len(info.partitions)
         if partition is None:
             partition = (

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import io
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from raftka.cli.main import main
+from raftka.client.producer import Producer
 from raftka.records.batch import iter_batches
 from raftka.v1 import broker_pb2
 from raftka.wire.client import BrokerClient
@@ -69,3 +71,47 @@ def test_produce_is_idempotent_unless_told_otherwise(
             await scenario(address)
 
     asyncio.run(run())
+
+
+def test_produce_to_a_missing_topic_says_so_at_once_and_gives_up_by_timeout_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``raftka produce nosuch --timeout-s 10`` says on stderr at once that the topic does
+    not exist, waits for it up to --timeout-s (the producer's max_block_ms), not the
+    default 60 s, and then fails every line (not one wait per line). Timed on the
+    producer's own clock, one second per look, so the machine's load does not matter."""
+    reads: list[float] = []
+
+    def clock() -> float:
+        reads.append(float(len(reads)))
+        return reads[-1]
+
+    options_given: dict[str, object] = {}
+
+    def producer(servers: list[str], **options: object) -> Producer:
+        options_given.update(options)
+        return Producer(servers, clock=clock, retry_backoff_ms=1, **options)
+
+    monkeypatch.setattr("raftka.cli.produce.Producer", producer)
+    monkeypatch.setattr("sys.stdin", io.StringIO("a\nb\nc\n"))
+
+    async def scenario(address: str) -> None:
+        argv = ["produce", "nosuch", "--timeout-s", "10", "--linger-ms", "0", "--bootstrap-server", address]
+        with pytest.raises(SystemExit) as exited:
+            await asyncio.to_thread(main, argv)
+        assert exited.value.code == 1
+
+    asyncio.run(_serve(tmp_path, scenario))
+    assert options_given["max_block_ms"] == 10_000
+    # line 1 waits its 10 s of looks; lines 2 and 3 each take two more (their deadline, one
+    # refreshed miss) and fail at once, where one wait per line would have taken 30
+    assert reads[-1] == 10 + 2 * 2, "gave up by --timeout-s on the producer's clock, once for all lines"
+    err = capsys.readouterr().err
+    said, error = err.index("topic does not exist; waiting for it to be created"), err.index("raftka: error:")
+    assert said < error and "topic=nosuch" in err and "max_wait_s=10.0" in err
+    assert "3 of 3 records not acknowledged" in err and "UNKNOWN_TOPIC_OR_PARTITION" in err
+
+
+async def _serve(tmp_path: Path, scenario: Callable[[str], Awaitable[None]]) -> None:
+    async with serving(tmp_path) as address:
+        await scenario(address)
