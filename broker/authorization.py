@@ -8,7 +8,7 @@ service and the Kafka listener), so each check is made once, here, before any wo
 | request | needs |
 |---|---|
 | Metadata | DESCRIBE on each topic named; a listing of every topic lists only those |
-| Produce | WRITE on each topic |
+| Produce | WRITE on each topic; with a transactional id, WRITE on it (else the whole request is refused) |
 | Fetch (a consumer's) | READ on each topic (a follower's: ``replica.follower_check``) |
 | ListOffsets | DESCRIBE on each topic |
 | InitProducerId | IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679); with a transactional id, WRITE on it |
@@ -190,6 +190,34 @@ class Guards:
                 for p in topic.partitions:
                     refused.partitions.add(partition=p.partition, error=error, message=message)
             return answer
+
+        return guarded
+
+    def produce(self, handler: Handler[Pb.ProduceResponse]) -> Handler[Pb.ProduceResponse]:
+        """Kafka's handleProduceRequest: a request naming a transactional id needs WRITE on
+        it, or every partition is refused (a transactional batch without one is refused by
+        the replica manager); then WRITE on each topic (``by_topic``)."""
+        by_topic = self.by_topic(acls.WRITE, Pb.ProduceResponse, handler)
+
+        async def guarded(request: Pb.ProduceRequest) -> Pb.ProduceResponse:
+            caller = self.auth.caller()
+            tid = request.transactional_id
+            if caller is None or not tid or self.auth.allows(caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid):
+                return await by_topic(request)
+            error, message = refusal(caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid)
+            response = Pb.ProduceResponse()
+            response.status.error, response.status.message = error, message
+            for topic in request.topics:
+                refused = response.topics.add(name=topic.name)
+                for p in topic.partitions:
+                    refused.partitions.add(
+                        partition=p.partition,
+                        error=error,
+                        message=message,
+                        base_offset=-1,
+                        log_append_time_ms=-1,
+                    )
+            return response
 
         return guarded
 
