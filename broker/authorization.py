@@ -17,7 +17,7 @@ service and the Kafka listener), so each check is made once, here, before any wo
 | AddOffsetsToTxn | WRITE on the transactional id, READ on the group |
 | TxnOffsetCommit | WRITE on the transactional id, then as OffsetCommit |
 | EndTxn | WRITE on the transactional id |
-| DescribeTransactions | DESCRIBE on each transactional id |
+| DescribeTransactions | DESCRIBE on each transactional id; its topics only those it may DESCRIBE |
 | ListTransactions | lists only the transactional ids it may DESCRIBE |
 | JoinGroup, SyncGroup, Heartbeat, LeaveGroup | READ on the group |
 | ListGroups | DESCRIBE on the cluster, or it lists only the groups it may DESCRIBE |
@@ -350,7 +350,10 @@ class Guards:
             answer = await handler(
                 Pb.DescribeTransactionsRequest(transactional_ids=[t for t in ids if t in allowed])
             )
-            if caller is None or allowed >= set(ids):
+            if caller is None:
+                return answer
+            self._describable_topics_only(caller, answer.transactions)
+            if allowed >= set(ids):
                 return answer
             described = {d.transactional_id: d for d in answer.transactions}
             response = Pb.DescribeTransactionsResponse()
@@ -363,6 +366,18 @@ class Guards:
             return response
 
         return guarded
+
+    def _describable_topics_only(
+        self, caller: Caller, described: Iterable[Pb.TransactionDescription]
+    ) -> None:
+        """Kafka's DescribeTransactions: a transaction's topics the caller may not DESCRIBE
+        are left out of its description (the transaction itself is described)."""
+        for transaction in described:
+            topics = list(transaction.topics)
+            describable = self.auth.allowed_names(caller, acls.DESCRIBE, acls.TOPIC, (t.name for t in topics))
+            if len(describable) < len({t.name for t in topics}):
+                del transaction.topics[:]
+                transaction.topics.extend(t for t in topics if t.name in describable)
 
     def list_transactions(
         self, handler: Handler[Pb.ListTransactionsResponse]
