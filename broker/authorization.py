@@ -8,7 +8,7 @@ service and the Kafka listener), so each check is made once, here, before any wo
 | request | needs |
 |---|---|
 | Metadata | DESCRIBE on each topic named; a listing of every topic lists only those |
-| Produce | WRITE on each topic; with a transactional id, WRITE on it (else the whole request is refused) |
+| Produce | WRITE on each topic; with transactional batches, WRITE on its transactional id (else the whole request is refused) |
 | Fetch (a consumer's) | READ on each topic (a follower's: ``replica.follower_check``) |
 | ListOffsets | DESCRIBE on each topic |
 | InitProducerId | IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679); with a transactional id, WRITE on it |
@@ -48,6 +48,7 @@ import structlog
 from raftka.metadata import acls
 from raftka.metadata.acls import Authorizer
 from raftka.node.logs import RateLimitedLog
+from raftka.records.batch import transactional_header
 from raftka.security.principal import BROKER, current_host, current_principal
 from raftka.v1 import broker_pb2, controller_pb2
 
@@ -194,17 +195,28 @@ class Guards:
         return guarded
 
     def produce(self, handler: Handler[Pb.ProduceResponse]) -> Handler[Pb.ProduceResponse]:
-        """Kafka's handleProduceRequest: a request naming a transactional id needs WRITE on
-        it, or every partition is refused (a transactional batch without one is refused by
-        the replica manager); then WRITE on each topic (``by_topic``)."""
+        """Kafka's handleProduceRequest: a request carrying transactional batches needs a
+        transactional id and WRITE on it, or every partition is refused; then WRITE on each
+        topic (``by_topic``). (The replica manager binds each batch to its transaction.)"""
         by_topic = self.by_topic(acls.WRITE, Pb.ProduceResponse, handler)
 
         async def guarded(request: Pb.ProduceRequest) -> Pb.ProduceResponse:
             caller = self.auth.caller()
             tid = request.transactional_id
-            if caller is None or not tid or self.auth.allows(caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid):
+            if (
+                caller is None
+                or not _has_transactional_batches(request)
+                or (tid and self.auth.allows(caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid))
+            ):
                 return await by_topic(request)
-            error, message = refusal(caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid)
+            error, message = (
+                refusal(caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid)
+                if tid
+                else (
+                    E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "transactional batches need a transactional_id",
+                )
+            )
             response = Pb.ProduceResponse()
             response.status.error, response.status.message = error, message
             for topic in request.topics:
@@ -547,6 +559,11 @@ class Guards:
             return answer
 
         return guarded
+
+
+def _has_transactional_batches(request: Pb.ProduceRequest) -> bool:
+    """Kafka's ``hasTransactionalRecords``: some partition's first batch is transactional."""
+    return any(transactional_header(p.records) is not None for t in request.topics for p in t.partitions)
 
 
 def _with_offsets(

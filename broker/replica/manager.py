@@ -62,7 +62,7 @@ from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.topic_configs import TOPIC_CONFIGS
 from raftka.node.config import BrokerConfig
 from raftka.node.logs import RateLimitedLog
-from raftka.records.batch import HEADER_SIZE, BatchFramingError, BatchHeader, read_header
+from raftka.records.batch import BatchHeader, read_header, transactional_header
 from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
 from raftka.security.principal import current_principal
 from raftka.v1 import broker_pb2, controller_pb2
@@ -390,7 +390,7 @@ class ReplicaManager:
         verified: dict[Key, object] = {}
         for topic in request.topics:
             for data in topic.partitions:
-                header = _transactional_header(data.records)
+                header = transactional_header(data.records)
                 partition = self._partitions.get((topic.name, data.partition))
                 if header is None or partition is None or not partition.is_leader:
                     continue  # the append answers what is wrong, if anything
@@ -953,17 +953,6 @@ def _produce_problem(request: Pb.ProduceRequest) -> str:
     if not 0 <= request.timeout_ms <= TIMEOUT_MS_MAX:
         return f"timeout_ms: {request.timeout_ms} is outside 0..{TIMEOUT_MS_MAX}"
     return _partition_count_problem(request.topics)
-
-
-def _transactional_header(records: bytes) -> BatchHeader | None:
-    """The first batch's header if it is a producer's transactional batch (validated later)."""
-    if len(records) < HEADER_SIZE:
-        return None
-    try:
-        header = read_header(records)
-    except BatchFramingError:
-        return None
-    return header if header.is_transactional and header.has_producer_id and not header.is_control else None
 
 
 def _issued(issued: transactions.TransactionRecord | None, header: BatchHeader) -> bool:

@@ -272,8 +272,8 @@ def test_raftka_consume_isolation_level(
 
 def test_a_produce_naming_a_transactional_id_needs_write_on_it_on_every_path(tmp_path: Path) -> None:
     """Issue 29 finding 3: WRITE on the topic alone let a client append to a transaction.
-    Kafka refuses a Produce naming a transactional id without WRITE on it (53 for every
-    partition), before its topics; the Kafka listener, the data listener and gRPC all
+    Kafka refuses a Produce carrying transactional batches without WRITE on its
+    transactional id (53 for every partition), before its topics; the Kafka listener, the data listener and gRPC all
     answer through ``BrokerApi.produce``, so each refuses it and nothing is appended."""
     anonymous = "User:ANONYMOUS"  # no TLS in the test: every connection is anonymous
     topic_only = Acl(acls.TOPIC, TOPIC, acls.LITERAL, anonymous, "*", acls.WRITE, acls.ALLOW)
