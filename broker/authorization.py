@@ -8,7 +8,7 @@ service and the Kafka listener), so each check is made once, here, before any wo
 | request | needs |
 |---|---|
 | Metadata | DESCRIBE on each topic named; a listing of every topic lists only those |
-| Produce | WRITE on each topic |
+| Produce | WRITE on each topic; with transactional batches, WRITE on its transactional id (else the whole request is refused) |
 | Fetch (a consumer's) | READ on each topic (a follower's: ``replica.follower_check``) |
 | ListOffsets | DESCRIBE on each topic |
 | InitProducerId | IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679); with a transactional id, WRITE on it |
@@ -17,7 +17,7 @@ service and the Kafka listener), so each check is made once, here, before any wo
 | AddOffsetsToTxn | WRITE on the transactional id, READ on the group |
 | TxnOffsetCommit | WRITE on the transactional id, then as OffsetCommit |
 | EndTxn | WRITE on the transactional id |
-| DescribeTransactions | DESCRIBE on each transactional id |
+| DescribeTransactions | DESCRIBE on each transactional id; its topics only those it may DESCRIBE |
 | ListTransactions | lists only the transactional ids it may DESCRIBE |
 | JoinGroup, SyncGroup, Heartbeat, LeaveGroup | READ on the group |
 | ListGroups | DESCRIBE on the cluster, or it lists only the groups it may DESCRIBE |
@@ -48,6 +48,7 @@ import structlog
 from raftka.metadata import acls
 from raftka.metadata.acls import Authorizer
 from raftka.node.logs import RateLimitedLog
+from raftka.records.batch import transactional_header
 from raftka.security.principal import BROKER, current_host, current_principal
 from raftka.v1 import broker_pb2, controller_pb2
 
@@ -193,6 +194,45 @@ class Guards:
 
         return guarded
 
+    def produce(self, handler: Handler[Pb.ProduceResponse]) -> Handler[Pb.ProduceResponse]:
+        """Kafka's handleProduceRequest: a request carrying transactional batches needs a
+        transactional id and WRITE on it, or every partition is refused; then WRITE on each
+        topic (``by_topic``). (The replica manager binds each batch to its transaction.)"""
+        by_topic = self.by_topic(acls.WRITE, Pb.ProduceResponse, handler)
+
+        async def guarded(request: Pb.ProduceRequest) -> Pb.ProduceResponse:
+            caller = self.auth.caller()
+            tid = request.transactional_id
+            if (
+                caller is None
+                or not _has_transactional_batches(request)
+                or (tid and self.auth.allows(caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid))
+            ):
+                return await by_topic(request)
+            error, message = (
+                refusal(caller, acls.WRITE, acls.TRANSACTIONAL_ID, tid)
+                if tid
+                else (
+                    E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "transactional batches need a transactional_id",
+                )
+            )
+            response = Pb.ProduceResponse()
+            response.status.error, response.status.message = error, message
+            for topic in request.topics:
+                refused = response.topics.add(name=topic.name)
+                for p in topic.partitions:
+                    refused.partitions.add(
+                        partition=p.partition,
+                        error=error,
+                        message=message,
+                        base_offset=-1,
+                        log_append_time_ms=-1,
+                    )
+            return response
+
+        return guarded
+
     def init_producer_id(
         self, handler: Handler[Pb.InitProducerIdResponse]
     ) -> Handler[Pb.InitProducerIdResponse]:
@@ -322,7 +362,10 @@ class Guards:
             answer = await handler(
                 Pb.DescribeTransactionsRequest(transactional_ids=[t for t in ids if t in allowed])
             )
-            if caller is None or allowed >= set(ids):
+            if caller is None:
+                return answer
+            self._describable_topics_only(caller, answer.transactions)
+            if allowed >= set(ids):
                 return answer
             described = {d.transactional_id: d for d in answer.transactions}
             response = Pb.DescribeTransactionsResponse()
@@ -335,6 +378,18 @@ class Guards:
             return response
 
         return guarded
+
+    def _describable_topics_only(
+        self, caller: Caller, described: Iterable[Pb.TransactionDescription]
+    ) -> None:
+        """Kafka's DescribeTransactions: a transaction's topics the caller may not DESCRIBE
+        are left out of its description (the transaction itself is described)."""
+        for transaction in described:
+            topics = list(transaction.topics)
+            describable = self.auth.allowed_names(caller, acls.DESCRIBE, acls.TOPIC, (t.name for t in topics))
+            if len(describable) < len({t.name for t in topics}):
+                del transaction.topics[:]
+                transaction.topics.extend(t for t in topics if t.name in describable)
 
     def list_transactions(
         self, handler: Handler[Pb.ListTransactionsResponse]
@@ -504,6 +559,11 @@ class Guards:
             return answer
 
         return guarded
+
+
+def _has_transactional_batches(request: Pb.ProduceRequest) -> bool:
+    """Kafka's ``hasTransactionalRecords``: some partition's first batch is transactional."""
+    return any(transactional_header(p.records) is not None for t in request.topics for p in t.partitions)
 
 
 def _with_offsets(

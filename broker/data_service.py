@@ -85,9 +85,7 @@ class BrokerApi:
         self._producer_ids = producer_ids
         self.transactions = transactions
         self._controller_id = controller_id
-        self.produce = guard.by_topic(
-            acls.WRITE, Pb.ProduceResponse, timed_produce(replicas.produce, replicas.metrics)
-        )
+        self.produce = guard.produce(timed_produce(replicas.produce, replicas.metrics))
         self.fetch = guard.by_topic(
             acls.READ, Pb.FetchResponse, timed_fetch(replicas.fetch, replicas.metrics)
         )

@@ -6,23 +6,29 @@ the rate-limited log of refused ones.
 The data listener (``broker.data_sasl_mechanisms``): brokers fetch from each other over
 it, and log in with their certificates, not passwords, so SASL there needs TLS, and a
 connection whose certificate is a broker's is logged in as that broker from the start.
+
+A user with no credential is answered as one with (``ClusterDecoys``), the same by every
+broker and across restarts, so no login tells which users exist.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
 from raftka.broker.data_service import BrokerApi
+from raftka.metadata.image import MetadataImage
 from raftka.node.config import NodeConfig
 from raftka.node.logs import RateLimitedLog
+from raftka.security import scram
 from raftka.security.principal import BROKER, Principal
 from raftka.security.sasl import SaslLogin, current_login, parse_mechanisms
-from raftka.security.scram import CLIENT_MESSAGE, AuthenticationFailed
+from raftka.security.scram import CLIENT_MESSAGE, AuthenticationFailed, ScramCredential
 from raftka.v1 import broker_pb2, controller_pb2
 from raftka.wire.frames import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from raftka.wire.guard import DEFAULT_LIMITS, ConnectionLimits
@@ -34,7 +40,8 @@ FAILED_LOGIN_LOG_INTERVAL_S = 10.0
 # A refusal is answered this late (Kafka's connection.failed.authentication.delay.ms), so a
 # client guessing passwords gets at most ten guesses a second per connection it opens.
 FAILED_LOGIN_DELAY_S = 0.1
-_DECOY_KEY = secrets.token_bytes(32)  # this process's: an unknown user gets the same salt on every login
+# Until the first credential brings the cluster's decoy key, no user exists to be told apart.
+_PROCESS_DECOY_KEY = secrets.token_bytes(scram.DECOY_KEY_BYTES)
 LoginApis = tuple[frozenset[int], frozenset[int]]
 
 
@@ -56,9 +63,10 @@ class SaslLogins:
         self._listener = listener
         self._certified_role = certified_role
         self._refusals = RateLimitedLog(log, FAILED_LOGIN_LOG_INTERVAL_S)
+        self._decoys = ClusterDecoys(lambda: api.image)
 
     def new(self, certificate: Principal | None) -> SaslLogin:
-        login = SaslLogin(self.mechanisms, self._credential, _DECOY_KEY, self._login_apis)
+        login = SaslLogin(self.mechanisms, self._credential, self._decoys, self._login_apis)
         if certificate is not None and certificate.role == self._certified_role:
             login.principal = certificate
         return login
@@ -90,6 +98,34 @@ class SaslLogins:
             mechanism=login.mechanism,
             reason=reason,
         )
+
+
+class ClusterDecoys:
+    """What a SCRAM login as a user with no credential is answered with (``scram.Decoy``):
+    a salt derived from the name and the cluster's decoy key (``ScramDecoyKeyRecord``, in
+    the metadata log, so the same on every broker and across restarts), and the iteration
+    count most of the cluster's credentials of the mechanism have (Kafka's default, 8,192,
+    when none has), so neither tells an unknown user from a known one."""
+
+    def __init__(self, image: Callable[[], MetadataImage]) -> None:
+        self._image = image
+        self._counted: Mapping[tuple[str, str], ScramCredential] | None = None
+        self._iterations: dict[str, int] = {}
+
+    def __call__(self, user: str, mechanism: str) -> ScramCredential:
+        image = self._image()
+        key = image.scram_decoy_key or _PROCESS_DECOY_KEY
+        return scram.decoy_credential(key, user, mechanism, self._most_common(image, mechanism))
+
+    def _most_common(self, image: MetadataImage, mechanism: str) -> int:
+        """Counted once per set of credentials (an image keeps its mapping until they change)."""
+        if image.scram_credentials is not self._counted:
+            counts: dict[str, collections.Counter[int]] = {}
+            for (_, of), credential in image.scram_credentials.items():
+                counts.setdefault(of, collections.Counter())[credential.iterations] += 1
+            self._iterations = {m: max(sorted(c), key=c.__getitem__) for m, c in counts.items()}
+            self._counted = image.scram_credentials
+        return self._iterations.get(mechanism, scram.ITERATIONS_DEFAULT)
 
 
 def data_listener(

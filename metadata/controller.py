@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -79,6 +80,7 @@ from raftka.metadata.sessions import BrokerSessions
 from raftka.metadata.validation import ValidationError, check_request_bounds
 from raftka.raft.core import NotLeaderError
 from raftka.raft.driver import BackpressureError, LeaderAndEpoch, RaftNode, monotonic_ms
+from raftka.security import scram
 from raftka.v1 import controller_pb2, metadata_pb2
 
 if TYPE_CHECKING:
@@ -692,7 +694,7 @@ class QuorumController:
     ) -> controller_pb2.AlterUserScramCredentialsResponse:
         return await self._write(
             controller_pb2.AlterUserScramCredentialsResponse,
-            lambda image: scram_ops.alter(image, request),
+            lambda image: scram_ops.alter(image, request, secrets.token_bytes(scram.DECOY_KEY_BYTES)),
             request,
         )
 

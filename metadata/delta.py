@@ -147,6 +147,7 @@ class MetadataDelta:
         self._acls: _Cow[str, Acl] = _Cow(image.acls)
         self._client_quotas: _Nested[QuotaEntity, str, float] = _Nested(image.client_quotas)
         self._scram: _Cow[tuple[str, str], ScramCredential] = _Cow(image.scram_credentials)
+        self._scram_decoy_key = image.scram_decoy_key
         self._transactions: _Cow[str, metadata_pb2.TransactionRecord] = _Cow(image.transactions)
         self._txn_offsets: _Nested[str, tuple[str, bytes, int], CommittedOffset] = _Nested(image.txn_offsets)
         self._applied = False
@@ -181,6 +182,7 @@ class MetadataDelta:
             acls=self._acls.result(),
             client_quotas=self._client_quotas.result(),
             scram_credentials=self._scram.result(),
+            scram_decoy_key=self._scram_decoy_key,
             transactions=self._transactions.result(),
             txn_offsets=self._txn_offsets.result(),
         )
@@ -497,6 +499,10 @@ class MetadataDelta:
             r.salt, r.stored_key, r.server_key, r.iterations
         )
 
+    def _scram_decoy_key(self, r: metadata_pb2.ScramDecoyKeyRecord) -> None:
+        """The first one stays: unknown users' salts never change (the controller writes one)."""
+        self._scram_decoy_key = self._scram_decoy_key or r.key
+
     def _remove_user_scram_credential(self, r: metadata_pb2.RemoveUserScramCredentialRecord) -> None:
         if (r.name, r.mechanism) not in self._scram.view:
             raise ReplayError(
@@ -529,5 +535,6 @@ _REPLAY: dict[str, Callable[[MetadataDelta, Any], None]] = {
     "transaction": MetadataDelta._transaction,
     "txn_offset_commit": MetadataDelta._txn_offset_commit,
     "remove_transaction": MetadataDelta._remove_transaction,
+    "scram_decoy_key": MetadataDelta._scram_decoy_key,
 }
 assert set(_REPLAY) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

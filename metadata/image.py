@@ -131,6 +131,8 @@ class MetadataImage:
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=frozen)
     # (user, mechanism) -> its SCRAM credential (raftka.security.scram)
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = field(default_factory=frozen)
+    # the secret unknown users' SCRAM salts derive from (ScramDecoyKeyRecord); b"": none yet
+    scram_decoy_key: bytes = b""
     # transactional id -> its state (raftka.metadata.transactions); a record the delta copied, never changed
     transactions: Mapping[str, metadata_pb2.TransactionRecord] = field(default_factory=frozen)
     # transactional id -> (group, topic id, partition) -> an offset its open transaction commits

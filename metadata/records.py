@@ -307,6 +307,11 @@ def _check_user_scram_credential(r: metadata_pb2.UserScramCredentialRecord) -> N
         )
 
 
+def _check_scram_decoy_key(r: metadata_pb2.ScramDecoyKeyRecord) -> None:
+    if len(r.key) != scram.DECOY_KEY_BYTES:
+        raise RecordError(f"ScramDecoyKeyRecord.key: {len(r.key)} bytes, not {scram.DECOY_KEY_BYTES}")
+
+
 def _check_transaction(r: metadata_pb2.TransactionRecord) -> None:
     kind = "TransactionRecord"
     problem = transactions.transactional_id_problem(r.transactional_id)
@@ -368,5 +373,6 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "transaction": _check_transaction,
     "txn_offset_commit": _check_txn_offset_commit,
     "remove_transaction": _check_remove_transaction,
+    "scram_decoy_key": _check_scram_decoy_key,
 }
 assert set(_CHECKS) == {f.name for f in MetadataRecord.DESCRIPTOR.oneofs_by_name["record"].fields}

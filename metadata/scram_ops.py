@@ -8,7 +8,8 @@ controller derives the keys a server keeps and writes those
 together: a user with one bad change (an unknown mechanism, iterations out of
 [4096, 16384], a salted password of the wrong length, the same mechanism twice, deleting
 a credential that does not exist) has none written and its own error; the other users'
-changes commit as one batch.
+changes commit as one batch. The first batch that writes a credential also writes the
+cluster's decoy key (``ScramDecoyKeyRecord``: unknown users' salts, ``decoy_key``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ Pb = controller_pb2
 Change = Pb.ScramCredentialDeletion | Pb.ScramCredentialUpsertion
 
 
-def alter(image: MetadataImage, request: Pb.AlterUserScramCredentialsRequest) -> Plan:
+def alter(image: MetadataImage, request: Pb.AlterUserScramCredentialsRequest, decoy_key: bytes) -> Plan:
+    """``decoy_key``: fresh random bytes, written only if the image has no decoy key yet."""
     response = Pb.AlterUserScramCredentialsResponse()
     changes: list[Change] = [*request.deletions, *request.upsertions]
     if len(changes) > scram.CHANGES_PER_REQUEST_MAX:
@@ -56,6 +58,8 @@ def alter(image: MetadataImage, request: Pb.AlterUserScramCredentialsRequest) ->
             ErrorCode.INVALID_REQUEST,
             f"upsertions: the cluster would hold more than {CREDENTIALS_MAX} SCRAM credentials",
         )
+    if not image.scram_decoy_key and any(r.HasField("user_scram_credential") for r in records):
+        records.append(MetadataRecord(scram_decoy_key=metadata_pb2.ScramDecoyKeyRecord(key=decoy_key)))
     return Plan(response, records)
 
 

@@ -183,6 +183,8 @@ def _image_records(image: MetadataImage) -> Iterator[MetadataRecord]:
             yield MetadataRecord(client_quota=quotas.record(entity, key, value))
     for (name, mechanism), c in sorted(image.scram_credentials.items()):
         yield MetadataRecord(user_scram_credential=scram_record(name, mechanism, c))
+    if image.scram_decoy_key:
+        yield MetadataRecord(scram_decoy_key=metadata_pb2.ScramDecoyKeyRecord(key=image.scram_decoy_key))
     for _, txn in sorted(image.transactions.items()):
         yield MetadataRecord(transaction=txn)
     for transactional_id, pending in sorted(image.txn_offsets.items()):

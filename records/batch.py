@@ -178,6 +178,18 @@ def count_records(buf: bytes | bytearray | memoryview) -> int:
     return count
 
 
+def transactional_header(records: bytes | bytearray | memoryview) -> BatchHeader | None:
+    """The first batch's header if it is a producer's transactional batch (not validated:
+    what Kafka's ``hasTransactionalRecords`` looks at), else None."""
+    if len(records) < HEADER_SIZE:
+        return None
+    try:
+        header = read_header(records)
+    except BatchFramingError:
+        return None
+    return header if header.is_transactional and header.has_producer_id and not header.is_control else None
+
+
 def uncompressed(buf: bytes | bytearray | memoryview, pos: int, records: bytes | bytearray) -> bytearray:
     """The batch at ``pos`` as if it had been sent uncompressed: its header, its codec bits
     cleared and its length fitted, before ``records`` (decompressed elsewhere). For decoding

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import hmac
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from raftka.security import scram
 from raftka.security.principal import CLIENT, USER_PREFIX, Principal
-from raftka.security.scram import AuthenticationFailed, ScramCredential
+from raftka.security.scram import AuthenticationFailed
 
 PLAIN = "PLAIN"
 MECHANISMS = (*scram.MECHANISMS, PLAIN)
@@ -79,7 +78,7 @@ class SaslLogin:
         self,
         mechanisms: Sequence[str],
         lookup: scram.Lookup,
-        decoy_key: bytes,
+        decoy: scram.Decoy,
         login_apis: tuple[frozenset[int], frozenset[int]],
         nonce: Callable[[], str] = server_nonce,
     ) -> None:
@@ -88,7 +87,7 @@ class SaslLogin:
         self.mechanisms = tuple(mechanisms)
         self._before, self._during = login_apis
         self._lookup = lookup
-        self._decoy_key = decoy_key
+        self._decoy = decoy
         self._nonce = nonce
         self.mechanism: str | None = None
         self._scram: scram.ScramServer | None = None
@@ -116,7 +115,7 @@ class SaslLogin:
             return False
         self.mechanism = mechanism
         if mechanism in scram.MECHANISMS:
-            self._scram = scram.ScramServer(mechanism, self._lookup, self._nonce(), self._decoy_key)
+            self._scram = scram.ScramServer(mechanism, self._lookup, self._nonce(), self._decoy)
         return True
 
     async def step(self, token: bytes) -> bytes:
@@ -156,17 +155,13 @@ class SaslLogin:
             raise AuthenticationFailed("PLAIN: an authorization identity other than the user")
         found = next(((m, c) for m in _PLAIN_CHECKED_WITH if (c := self._lookup(user, m)) is not None), None)
         # An unknown user costs the same hashing as a known one, so timing does not tell them apart.
-        mechanism, stored = found or (scram.SCRAM_SHA_512, self._decoy(user))
+        mechanism, stored = found or (scram.SCRAM_SHA_512, self._decoy(user, scram.SCRAM_SHA_512))
         matches = await asyncio.to_thread(scram.password_matches, mechanism, stored, password)
         if found is None:
             raise AuthenticationFailed(f"PLAIN: no SCRAM credential for user {user!r}")
         if not matches:
             raise AuthenticationFailed(f"PLAIN: wrong password for user {user!r}")
         return user
-
-    def _decoy(self, user: str) -> ScramCredential:
-        salt = hmac.digest(self._decoy_key, user.encode(), "sha256")
-        return ScramCredential(salt, bytes(64), b"", scram.ITERATIONS_DEFAULT)
 
 
 # The login of the connection whose request is being handled (None: the listener has no SASL).

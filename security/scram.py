@@ -16,9 +16,10 @@ A login is two round trips:
 
 The proof is signed over all three messages before it, server nonce included, so a
 client-final captured from one login is refused by any other (its nonce, and then its
-proof, are another login's). An unknown user is answered like a known one (a salt and
-an iteration count derived from the name) and refused only at the proof, so a login
-does not reveal which users exist (RFC 5802, section 9). Every comparison of secrets is
+proof, are another login's). An unknown user is answered like a known one (``Decoy``: a
+salt derived from the name and a secret, and an iteration count a known user could have)
+and refused only at the proof, so a login does not reveal which users exist (RFC 5802,
+section 9). Every comparison of secrets is
 constant-time (``hmac.compare_digest``).
 """
 
@@ -39,6 +40,7 @@ MECHANISMS = tuple(HASHES)
 ITERATIONS_MIN = 4_096  # Kafka's bounds (ScramMechanism.minIterations / maxIterations)
 ITERATIONS_MAX = 16_384
 ITERATIONS_DEFAULT = 8_192
+DECOY_KEY_BYTES = 32  # the cluster's key for unknown users' salts (ScramDecoyKeyRecord)
 SALT_BYTES = 32
 SALT_BYTES_MAX = 1_024
 NAME_CHARS_MAX = 256  # a user name; its principal is User:<name>
@@ -104,21 +106,31 @@ def name_problem(name: str) -> str | None:
 
 
 Lookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism) -> its credential
+Decoy = Callable[[str, str], ScramCredential]  # (user, mechanism) -> what an unknown user is answered
+
+
+def decoy_credential(key: bytes, user: str, mechanism: str, iterations: int) -> ScramCredential:
+    """An unknown user's credential: its salt is ``key``'s HMAC of the mechanism and the
+    name, the same for every login as that name wherever ``key`` is the same; its keys
+    (zeros) match no password."""
+    salt = hmac.digest(key, f"{mechanism}\0{user}".encode(), "sha256")
+    size = digest_bytes(mechanism)
+    return ScramCredential(salt, bytes(size), bytes(size), iterations)
 
 
 class ScramServer:
     """The server's side of one SCRAM login: ``first`` then ``final``, each once."""
 
-    def __init__(self, mechanism: str, lookup: Lookup, server_nonce: str, decoy_key: bytes) -> None:
+    def __init__(self, mechanism: str, lookup: Lookup, server_nonce: str, decoy: Decoy) -> None:
         """``server_nonce``: fresh and unpredictable for each login (printable, no comma).
-        ``decoy_key``: a secret of this server, from which unknown users get a stable salt."""
+        ``decoy``: what an unknown user is answered with (the same for every login as it)."""
         assert mechanism in HASHES, mechanism
         assert _PRINTABLE.fullmatch(server_nonce), "a nonce is printable and has no comma"
         self.mechanism = mechanism
         self._hash = HASHES[mechanism]
         self._lookup = lookup
         self._server_nonce = server_nonce
-        self._decoy_key = decoy_key
+        self._decoy = decoy
         self._stage = "first"
         self._credential: ScramCredential | None = None
         self._nonce = ""
@@ -148,7 +160,7 @@ class ScramServer:
         self._claimed = user
         self._gs2 = gs2
         self._credential = self._lookup(user, self.mechanism)
-        stored = self._credential or self._decoy(user)
+        stored = self._credential or self._decoy(user, self.mechanism)
         self._nonce = client_nonce + self._server_nonce
         self._client_first_bare = bare
         salt = base64.b64encode(stored.salt).decode()
@@ -188,11 +200,6 @@ class ScramServer:
         if self._stage != expected:
             raise AuthenticationFailed(f"a client-{expected} message after the login's {self._stage} step")
         self._stage = then
-
-    def _decoy(self, user: str) -> ScramCredential:
-        """What an unknown user is answered with: the same for every login as that name."""
-        salt = hmac.digest(self._decoy_key, f"{self.mechanism}\0{user}".encode(), "sha256")
-        return ScramCredential(salt, b"", b"", ITERATIONS_DEFAULT)
 
 
 class ScramClient:

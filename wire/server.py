@@ -122,6 +122,7 @@ class Listener:
         self.request_max_bytes = request_max_bytes
         self._acceptors: list[Acceptor] = []
         self.bad_frames = RateLimitedLog(log, LOG_INTERVAL_S)  # a client sends them at will
+        self.failures = RateLimitedLog(log, LOG_INTERVAL_S)  # a handler's bug a client can reach at will
         self.tls: ssl.SSLContext | None = None
 
     @property
@@ -168,6 +169,7 @@ class DataDispatcher:
         unknown = set(handlers) - set(APIS)
         assert not unknown, f"handlers for APIs the protocol does not define: {unknown}"
         self.handlers = dict(handlers)
+        self._failures = RateLimitedLog(log, LOG_INTERVAL_S)  # a handler's bug a client can reach at will
 
     def dispatch(self, frame: memoryview) -> Call | bytes:
         if len(frame) < REQUEST_HEADER.size:
@@ -188,14 +190,17 @@ class DataDispatcher:
     def api_key(self, frame: memoryview) -> int:
         return REQUEST_HEADER.unpack_from(frame)[0] if len(frame) >= REQUEST_HEADER.size else -1
 
-    @staticmethod
-    async def _answer(handler: Handler, name: str, correlation_id: int, request: Message) -> bytes | None:
+    async def _answer(
+        self, handler: Handler, name: str, correlation_id: int, request: Message
+    ) -> bytes | None:
         try:
             response = await handler(request)
         except CloseConnection:
             raise
         except Exception as e:  # a bug in a handler must not take the listener down
-            log.exception("data request failed", api=name, peer=current_peer.get())
+            self._failures.log(
+                logging.ERROR, "data request failed", api=name, peer=current_peer.get(), exc_info=e
+            )
             response = status_only(E.UNKNOWN_SERVER_ERROR, f"{name} failed on the broker: {type(e).__name__}")
         return None if response is None else encode_response(correlation_id, response)
 
@@ -416,7 +421,8 @@ class _Connection(asyncio.Protocol):
                     "closing a connection", listener=self._listener.name, peer=self._peer, reason=str(error)
                 )
             else:
-                log.error(
+                self._listener.failures.log(
+                    logging.ERROR,
                     "a request failed; closing its connection",
                     listener=self._listener.name,
                     peer=self._peer,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 
@@ -31,6 +32,7 @@ from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.broker.groups.group import PARKED, Delivery, Group, GroupLimits, Rebalanced, State, with_status
 from raftka.metadata.group_placement import group_coordinator
 from raftka.metadata.image import MetadataImage
+from raftka.node.logs import RateLimitedLog
 from raftka.rpc.stubs import ControllerRpc
 from raftka.security.principal import current_principal
 from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
@@ -40,6 +42,7 @@ from raftka.wire.server import current_peer
 E = controller_pb2.ErrorCode
 Pb = broker_pb2
 log = structlog.get_logger("raftka.broker.groups")
+REBALANCE_LOG_INTERVAL_S = 10.0
 
 CONTROLLER_WRITE_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms: how long a write may take
 WRITE_RETRY_BACKOFF_S = 0.05
@@ -75,6 +78,7 @@ class GroupCoordinator:
         self._wake = asyncio.Event()
         self._commits = _CommitBatcher(self._write, records_max, self._identity)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._rebalances = RateLimitedLog(log, REBALANCE_LOG_INTERVAL_S)  # a member rebalances at will
 
     # metadata ------------------------------------------------------------------------------
 
@@ -405,7 +409,8 @@ class GroupCoordinator:
         except LinkError as e:
             error, message = E.COORDINATOR_NOT_AVAILABLE, f"the rebalance could not be recorded: {e}"
         if error != E.NONE:
-            log.warning(
+            self._rebalances.log(
+                logging.WARNING,
                 "rebalance not recorded",
                 group=group.group_id,
                 generation=rebalanced.generation_id,
@@ -413,7 +418,8 @@ class GroupCoordinator:
                 detail=message,
             )
         else:
-            log.info(
+            self._rebalances.log(
+                logging.INFO,
                 "rebalance completed",
                 group=group.group_id,
                 generation=rebalanced.generation_id,

@@ -97,7 +97,8 @@ class ClusterApis:
             named = [t.name for t in topics if t.name is not None]  # None: an unknown topic id
             describable = auth.allowed_names(caller, acls.DESCRIBE, acls.TOPIC, named)
             topics = [
-                t if t.name is None or t.name in describable else _unauthorized_topic(t) for t in topics
+                t if t.name is None or t.name in describable else _unauthorized_topic(t, by_id=a.name is None)
+                for a, t in zip(asked, topics, strict=True)
             ]
             missing = [t.name for t in topics if t.error_code == UNKNOWN_TOPIC_OR_PARTITION]
             allowed = version < 4 or request.allow_auto_topic_creation
@@ -268,9 +269,14 @@ class ClusterApis:
     async def delete_topics(self, request: DeleteTopicsRequest, version: int) -> DeleteTopicsResponse:
         image = self._api.image
         asked: list[tuple[str | None, uuid.UUID]] = []
+        by_id: set[str] = set()  # names the request gave only as topic ids
         if version >= 6:
             for t in request.topics:
-                known = image.topics_by_id.get(id_bytes(t.topic_id)) if t.name is None else image.topic(t.name)
+                known = (
+                    image.topics_by_id.get(id_bytes(t.topic_id)) if t.name is None else image.topic(t.name)
+                )
+                if t.name is None and known is not None:
+                    by_id.add(known.name)
                 asked.append(
                     (
                         t.name if known is None else known.name,
@@ -284,6 +290,7 @@ class ClusterApis:
         deletable = auth.allowed_names(
             caller, acls.DELETE, acls.TOPIC, (n for n, _ in asked if n is not None)
         )
+        describable = deletable | auth.allowed_names(caller, acls.DESCRIBE, acls.TOPIC, by_id - deletable)
         names = [name for name, _ in asked if name in deletable]
         answer = C.DeleteTopicsResponse()
         if names:
@@ -296,6 +303,9 @@ class ClusterApis:
             outcome = outcomes.get(name) if name is not None else None
             if name is None:
                 code, message = UNKNOWN_TOPIC_ID, "no topic with that id"
+            elif name in by_id and name not in describable:  # Kafka: its name is not told
+                name, code = None, TOPIC_AUTHORIZATION_FAILED
+                message = f"{caller.principal if caller else ''} may not DESCRIBE topic id {topic_id}"
             elif name not in deletable:
                 code = TOPIC_AUTHORIZATION_FAILED
                 message = f"{caller.principal if caller else ''} may not DELETE topic {name!r}"
@@ -480,12 +490,14 @@ def _configs_refusal(
     return DR(error_code=code, error_message=f"{caller.principal} may not DESCRIBE_CONFIGS it", configs=[])
 
 
-def _unauthorized_topic(topic: MR) -> MR:
-    """Kafka's answer for a topic the client may not describe, whether it exists or not."""
+def _unauthorized_topic(topic: MR, by_id: bool) -> MR:
+    """Kafka's answer for a topic the client may not describe, whether it exists or not:
+    asked by name, the name; asked by id (v10+), the id and no name (a name is what the
+    client may not learn; Kafka does not hold topic ids secret)."""
     return MR(
         error_code=TOPIC_AUTHORIZATION_FAILED,
-        name=topic.name,
-        topic_id=uuid.UUID(int=0),
+        name=None if by_id else topic.name,
+        topic_id=topic.topic_id if by_id else uuid.UUID(int=0),
         is_internal=False,
         partitions=[],
     )

@@ -11,11 +11,12 @@ from raftka.broker.kafka.config_apis import ConfigApis
 from raftka.broker.kafka.group_apis import GroupApis
 from raftka.broker.kafka.log_apis import LogApis
 from raftka.broker.kafka.marker_apis import MarkerApis
-from raftka.broker.kafka.protocol import KafkaDispatcher
+from raftka.broker.kafka.protocol import KafkaApi, KafkaDispatcher
 from raftka.broker.kafka.quota_apis import QuotaApis
 from raftka.broker.kafka.reassign_apis import ReassignApis
 from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
 from raftka.broker.kafka.txn_apis import TxnApis
+from raftka.broker.sasl_logins import SaslLogins
 from raftka.node.config import NodeConfig
 from raftka.security.sasl import parse_mechanisms
 from raftka.wire.guard import DEFAULT_LIMITS, ConnectionLimits
@@ -28,7 +29,15 @@ def kafka_listener(
     """``name``: "kafka", or "kafka-external" for the second one (``raftka.broker.kafka.endpoints``)."""
     mechanisms = parse_mechanisms(config.kafka.sasl_mechanisms)
     logins = kafka_logins(api, mechanisms) if mechanisms else None
-    apis = [
+    login = None if logins is None else logins.new
+    return Listener(
+        KafkaDispatcher(kafka_apis(api, config, logins), api.quotas), name=name, login=login, limits=limits
+    )
+
+
+def kafka_apis(api: BrokerApi, config: NodeConfig, logins: SaslLogins | None = None) -> list[KafkaApi]:
+    """Every API the Kafka listener serves (ApiVersions apart: the dispatcher's own)."""
+    return [
         *ClusterApis(api, config).apis(),
         *ConfigApis(api).apis(),
         *LogApis(api).apis(),
@@ -41,5 +50,3 @@ def kafka_listener(
         *SaslApis(api, logins).apis(),
         *TxnApis(api).apis(),
     ]
-    login = None if logins is None else logins.new
-    return Listener(KafkaDispatcher(apis, api.quotas), name=name, login=login, limits=limits)

@@ -3,7 +3,9 @@ users|clients`` and Admin clients send).
 
 AlterClientQuotas is forwarded to the active controller, as a KRaft broker forwards it;
 DescribeClientQuotas is answered from the broker's own image, with the controller's
-filter rules (``raftka.metadata.quota_ops``). A null entity name is the default entity.
+filter rules (``raftka.metadata.quota_ops``), to a caller with DESCRIBE_CONFIGS on the
+cluster (Kafka's check; anyone else is answered CLUSTER_AUTHORIZATION_FAILED: the quotas
+name users and client ids). A null entity name is the default entity.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from kafka.protocol.admin import (
     DescribeClientQuotasResponse,
 )
 
+from raftka.broker.authorization import refusal
 from raftka.broker.data_service import BrokerApi
 from raftka.broker.kafka.errors import kafka_error, kafka_message
 from raftka.broker.kafka.protocol import KafkaApi
-from raftka.metadata import quota_ops
+from raftka.metadata import acls, quota_ops
 from raftka.v1 import controller_pb2, metadata_pb2
 
 E = controller_pb2.ErrorCode
@@ -82,7 +85,16 @@ class QuotaApis:
                 match_type=component.match_type,
                 match=component.match or "",
             )
-        answer = quota_ops.describe(self._api.image, ours)
+        auth = self._api.authorizer
+        caller = auth.caller()
+        if auth.allows(caller, acls.DESCRIBE_CONFIGS, acls.CLUSTER, acls.CLUSTER_NAME):
+            answer = quota_ops.describe(self._api.image, ours)
+        else:
+            assert caller is not None
+            answer = C.DescribeClientQuotasResponse()
+            answer.status.error, answer.status.message = refusal(
+                caller, acls.DESCRIBE_CONFIGS, acls.CLUSTER, acls.CLUSTER_NAME
+            )
         code = answer.status.error
         if code != E.NONE:
             return DescribeClientQuotasResponse(

@@ -20,25 +20,25 @@ throttled for ``(rate - quota) / quota * span`` ms, the time after which the rat
 be back at the quota with nothing more recorded (Kafka's formula), at most one window
 for request time (as Kafka caps it) and the whole span for bytes.
 
-Budgets are kept for at most ``BUDGETS_MAX`` (user, client id) pairs, the least recently
-used forgotten first, so clients that invent client ids cannot grow the broker's memory.
+Budgets are bounded per user and in all, and one no quota bounds never evicts one a
+quota bounds (``raftka.broker.quota.budgets``), so clients that invent client ids can
+neither grow the broker's memory nor reset another client's throttle.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from raftka.broker.quota.budgets import Budgets
 from raftka.broker.quota.rate import SampledRate
 from raftka.metadata import quotas
 from raftka.metadata.quotas import QuotaEntity
 from raftka.raft.metrics import Histogram
 
 PRODUCE, FETCH, REQUEST = "Produce", "Fetch", "Request"  # Kafka's QuotaType names
-BUDGETS_MAX = 10_000
 MS_PER_PERCENT = 10.0  # 1% of the loop is 10 ms of its time per second
 
 
@@ -82,13 +82,13 @@ class ClientQuotaManager:
         )
         self._clock = clock
         self.throttle_time = Histogram()  # ms of each throttle, every client's
-        self._budgets: collections.OrderedDict[tuple[str, str], Budget] = collections.OrderedDict()
+        self._budgets: Budgets[Budget] = Budgets()
 
     def record(self, user: str, client_id: str, value: float) -> int:
         """Count ``value`` against the client's quota; the ms it must now wait (0: none)."""
         now_ms = self._clock() * 1000
         match = quotas.resolve(self._client_quotas(), user, client_id, self.key)
-        budget = self._budget(match.bucket, now_ms)
+        budget = self._budget(match, user, now_ms)
         budget.rate.record(value, now_ms)
         budget.recorded += value
         if match.value == quotas.NO_QUOTA:
@@ -111,30 +111,27 @@ class ClientQuotaManager:
         """Take back ``value`` (a throttled fetch whose records were not sent)."""
         now_ms = self._clock() * 1000
         match = quotas.resolve(self._client_quotas(), user, client_id, self.key)
-        budget = self._budget(match.bucket, now_ms)
+        budget = self._budget(match, user, now_ms)
         budget.rate.record(-value, now_ms)
         budget.recorded -= value
 
     def throttled(self, user: str, client_id: str, throttle_ms: int) -> None:
         """The client was throttled for ``throttle_ms`` on this quota (its metric)."""
         match = quotas.resolve(self._client_quotas(), user, client_id, self.key)
-        budget = self._budget(match.bucket, self._clock() * 1000)
+        budget = self._budget(match, user, self._clock() * 1000)
         budget.throttle_ms += throttle_ms
         self.throttle_time.observe(throttle_ms)
 
     def budgets(self) -> Iterator[tuple[tuple[str, str], Budget]]:
         yield from self._budgets.items()
 
-    def _budget(self, bucket: tuple[str, str], now_ms: float) -> Budget:
-        budget = self._budgets.get(bucket)
-        if budget is None:
-            rate = SampledRate(self.windows.windows_num, self.windows.window_size_s * 1000, now_ms)
-            budget = self._budgets[bucket] = Budget(rate)
-            if len(self._budgets) > BUDGETS_MAX:
-                self._budgets.popitem(last=False)
-        else:
-            self._budgets.move_to_end(bucket)
-        return budget
+    def _budget(self, match: quotas.QuotaMatch, user: str, now_ms: float) -> Budget:
+        return self._budgets.get(
+            match.bucket,
+            user,
+            match.value != quotas.NO_QUOTA,
+            lambda: Budget(SampledRate(self.windows.windows_num, self.windows.window_size_s * 1000, now_ms)),
+        )
 
 
 class ClientQuotas:

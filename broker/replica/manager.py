@@ -21,8 +21,10 @@ offline). The heartbeat reports offline partitions (``on_offline_changed``,
 ``raftka.broker.offline_report``), so the controller moves their leadership and ISR
 membership to healthy replicas meanwhile.
 
-Transactions (the partition's side): a producer's transactional batch that would open a
-transaction in a partition is first verified with its coordinator (KIP-890,
+Transactions (the partition's side): a producer's transactional batch is bound to its
+transaction: it must carry the producer id and epoch the coordinator issued for the
+request's transactional id, which the image shows or, while the image lags or the batch
+would open a transaction in the partition, the coordinator is asked (KIP-890,
 ``raftka.broker.transaction_verifier``); ``write_txn_markers`` writes the coordinator's
 commit or abort markers and answers once the ISR holds them (acks=all). A consumer's
 read_committed fetch reads below the last stable offset and gets the aborted
@@ -55,11 +57,12 @@ from raftka.broker.replica.partition import Partition, PartitionError
 from raftka.broker.replica.throttle import LEADER, ReplicationQuota
 from raftka.broker.replica.waiters import OffsetWaiters, Wakeups
 from raftka.broker.transaction_verifier import AcceptAll, TransactionVerifier
+from raftka.metadata import transactions
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.topic_configs import TOPIC_CONFIGS
 from raftka.node.config import BrokerConfig
 from raftka.node.logs import RateLimitedLog
-from raftka.records.batch import HEADER_SIZE, BatchFramingError, BatchHeader, read_header
+from raftka.records.batch import BatchHeader, read_header, transactional_header
 from raftka.records.validation import BatchLimits, BatchValidationError, validate_batches
 from raftka.security.principal import current_principal
 from raftka.v1 import broker_pb2, controller_pb2
@@ -88,6 +91,7 @@ _VERIFICATION_RETRIABLE = frozenset(
     {E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR, E.CONCURRENT_TRANSACTIONS}
 )
 Key = tuple[str, int]
+BOUND = object()  # a transactional batch bound to its open transaction, no verification guard needed
 _Change = TypeVar("_Change", PartitionRole, StoppedPartition)
 
 
@@ -364,22 +368,38 @@ class ReplicaManager:
     async def _verify_transactions(
         self, request: Pb.ProduceRequest
     ) -> tuple[dict[Key, object], dict[Key, PartitionError]]:
-        """Ask the verifier about each transactional batch that would open a transaction
-        here (``raftka.broker.transaction_verifier``): the guards of those it verified, and
-        the refusals."""
+        """Bind each transactional batch to its transaction: the partitions whose batches the
+        image shows in ``request.transactional_id``'s ongoing transaction, at the producer id
+        and epoch the coordinator issued for it, and already open here, are ``BOUND``; every
+        other one is asked of the verifier (``raftka.broker.transaction_verifier``, which
+        checks the id's producer and epoch and that the partition is in its transaction).
+        Without this, a client that read another producer's id, epoch and sequence could
+        append to that producer's open transaction under any transactional id (or none of
+        its own), and the owner's commit would commit it. Answers the verified partitions
+        (``BOUND``, or the guard of a verification that opens a transaction here) and the
+        refused ones."""
         asked: list[tuple[Key, ProducerState, int, object, Awaitable[int]]] = []
         if not request.transactional_id:  # no transactional batch may be written: the append says so
             return {}, {}
+        issued = self._image.transactions.get(request.transactional_id)
+        held = (
+            transactions.partitions(issued)
+            if issued is not None and issued.state == transactions.State.TXN_ONGOING
+            else set()
+        )
+        verified: dict[Key, object] = {}
         for topic in request.topics:
             for data in topic.partitions:
-                header = _transactional_header(data.records)
+                header = transactional_header(data.records)
                 partition = self._partitions.get((topic.name, data.partition))
                 if header is None or partition is None or not partition.is_leader:
                     continue  # the append answers what is wrong, if anything
-                producers = partition.log.producers
-                if producers.has_ongoing_transaction(header.producer_id, header.producer_epoch):
-                    continue
                 key = (topic.name, data.partition)
+                producers = partition.log.producers
+                ongoing = producers.has_ongoing_transaction(header.producer_id, header.producer_epoch)
+                if ongoing and key in held and _issued(issued, header):
+                    verified[key] = BOUND
+                    continue
                 verdict = self.verifier.verify(
                     request.transactional_id,
                     header.producer_id,
@@ -387,16 +407,18 @@ class ReplicaManager:
                     topic.name,
                     data.partition,
                 )
-                guard = producers.start_verification(header.producer_id)
+                # the transaction open here already: only its binding is asked, and no
+                # guard (one per producer) is taken from a concurrent request that opens it
+                guard = BOUND if ongoing else producers.start_verification(header.producer_id)
                 asked.append((key, producers, header.producer_id, guard, verdict))
         verdicts = await asyncio.gather(*(asking[-1] for asking in asked), return_exceptions=True)
-        guards: dict[Key, object] = {}
         refused: dict[Key, PartitionError] = {}
         for (key, producers, producer_id, guard, _), verdict in zip(asked, verdicts, strict=True):
             if verdict == E.NONE:
-                guards[key] = guard
+                verified[key] = guard
                 continue
-            producers.end_verification(producer_id, guard)
+            if guard is not BOUND:
+                producers.end_verification(producer_id, guard)
             if isinstance(verdict, BaseException):
                 self._refusals.log(logging.WARNING, "transaction verification failed", error=repr(verdict))
                 code, why = E.NOT_ENOUGH_REPLICAS, f"unable to verify it: {verdict!r}; retry"
@@ -407,7 +429,7 @@ class ReplicaManager:
             refused[key] = PartitionError(
                 code, f"{key[0]}-{key[1]} in transaction {request.transactional_id!r}: {why}"
             )
-        return guards, refused
+        return verified, refused
 
     def _append(
         self,
@@ -436,7 +458,7 @@ class ReplicaManager:
                 ),
             )
         finally:
-            if guard is not None:
+            if guard is not None and guard is not BOUND:
                 partition.log.producers.end_verification(header.producer_id, guard)
         result.base_offset = info.first_offset
         if not info.duplicate:
@@ -452,7 +474,8 @@ class ReplicaManager:
     def _check_transactional(
         partition: Partition, header: BatchHeader, transactional_id: str, guard: object | None
     ) -> None:
-        """A transactional batch needs its transactional id, and one that opens a transaction
+        """A transactional batch needs its transactional id and to be bound to its transaction
+        (``guard``: ``BOUND`` or a verification's guard), and one that opens a transaction
         here a verification no marker voided since (Kafka's ``batchMissingRequiredVerification``)."""
         if not transactional_id:
             raise PartitionError(
@@ -460,9 +483,9 @@ class ReplicaManager:
                 f"{partition.name}: transactional_id: a transactional batch needs its producer's transactional id",
             )
         producers = partition.log.producers
-        if producers.has_ongoing_transaction(header.producer_id, header.producer_epoch):
-            return
-        if guard is None or producers.verifying.get(header.producer_id) is not guard:
+        if producers.has_ongoing_transaction(header.producer_id, header.producer_epoch) and guard is not None:
+            return  # bound to its transaction (``_verify_transactions``)
+        if guard is None or guard is BOUND or producers.verifying.get(header.producer_id) is not guard:
             raise PartitionError(
                 E.INVALID_TXN_STATE,
                 f"{partition.name}: producer {header.producer_id}'s batch is not part of an ongoing "
@@ -932,15 +955,13 @@ def _produce_problem(request: Pb.ProduceRequest) -> str:
     return _partition_count_problem(request.topics)
 
 
-def _transactional_header(records: bytes) -> BatchHeader | None:
-    """The first batch's header if it is a producer's transactional batch (validated later)."""
-    if len(records) < HEADER_SIZE:
-        return None
-    try:
-        header = read_header(records)
-    except BatchFramingError:
-        return None
-    return header if header.is_transactional and header.has_producer_id and not header.is_control else None
+def _issued(issued: transactions.TransactionRecord | None, header: BatchHeader) -> bool:
+    """The batch carries the producer id and epoch the coordinator issued (``issued``)."""
+    return (
+        issued is not None
+        and issued.producer_id == header.producer_id
+        and issued.producer_epoch == header.producer_epoch
+    )
 
 
 def _end_of(records: bytes) -> int:

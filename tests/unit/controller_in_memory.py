@@ -7,6 +7,7 @@ image goes to the listeners a broker would feed (its group coordinator)."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,7 @@ from raftka.metadata import (
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import MetadataImage
 from raftka.rpc.stubs import ControllerRpc
+from raftka.security import scram
 
 NOW_MS = 1_700_000_000_000
 
@@ -90,7 +92,7 @@ class ControllerInMemory:
         return self._commit(broker_ops.allocate_producer_ids(self.image, request))
 
     async def AlterUserScramCredentials(self, request: Any, timeout: float) -> Any:
-        return self._commit(scram_ops.alter(self.image, request))
+        return self._commit(scram_ops.alter(self.image, request, secrets.token_bytes(scram.DECOY_KEY_BYTES)))
 
     async def DescribeUserScramCredentials(self, request: Any, timeout: float) -> Any:
         return scram_ops.describe(self.image, request)

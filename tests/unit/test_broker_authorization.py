@@ -16,6 +16,7 @@ from raftka.metadata.acls import Acl, Authorizer
 from raftka.security.principal import BROKER, CLIENT, Principal, current_host, current_principal
 from raftka.v1 import broker_pb2 as Pb
 from raftka.v1 import controller_pb2 as C
+from tests.unit.test_transaction_markers import txn_batch
 
 E = C.ErrorCode
 ALICE = Principal("User:CN=alice,OU=client,O=raftka", CLIENT)
@@ -272,3 +273,21 @@ def test_transactions_are_described_and_listed_only_where_describable() -> None:
     )
     listed = as_(ALICE, allowed.list_transactions(Recorder(lambda r: listing))(Pb.ListTransactionsRequest()))
     assert [t.transactional_id for t in listed.transactions] == ["app"]
+
+
+def test_transactional_batches_need_write_on_the_requests_transactional_id() -> None:
+    """Kafka's handleProduceRequest: checked only when a partition's first batch is
+    transactional, and then the whole request is refused (53 for every partition)."""
+    handler = Recorder(produce_answer)
+    produce = guards(grant(acls.WRITE, acls.TOPIC, "orders")).produce(handler)
+    cases = [
+        ("tx", txn_batch(5, 0, b"v"), E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        ("", txn_batch(5, 0, b"v"), E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        ("tx", txn_batch(5, 0, b"v", transactional=False), E.NONE),  # idempotent batches only
+    ]
+    for tid, records, expected in cases:
+        request = Pb.ProduceRequest(acks=-1, transactional_id=tid)
+        request.topics.add(name="orders").partitions.add(partition=0, records=records)
+        answer = as_(ALICE, produce(request))
+        assert answer.status.error == expected and answer.topics[0].partitions[0].error == expected
+    assert len(handler.seen) == 1

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from raftka.broker.quota import budgets
 from raftka.broker.quota.manager import ClientQuotaManager, ClientQuotas, QuotaWindows
 from raftka.broker.quota.rate import SampledRate
 from raftka.metadata import quota_ops, quotas
@@ -90,14 +91,37 @@ def test_a_greedy_client_that_waits_its_throttles_converges_on_its_quota() -> No
     assert sent / (clock.now_s - start) == pytest.approx(quota, rel=0.25)
 
 
-def test_budgets_are_bounded_whatever_client_ids_a_client_invents(monkeypatch: pytest.MonkeyPatch) -> None:
-    import raftka.broker.quota.manager as manager_module
-
-    monkeypatch.setattr(manager_module, "BUDGETS_MAX", 5)
+def test_budgets_are_bounded_whatever_client_ids_a_client_invents() -> None:
     manager = ClientQuotas(dict, clock=Clock()).produce
-    for i in range(20):
+    for i in range(budgets.PER_USER_MAX + 20):
         manager.record("ANONYMOUS", f"client-{i}", 1)
-    assert [bucket for bucket, _ in manager.budgets()] == [("", f"client-{i}") for i in range(15, 20)]
+    kept = [bucket for bucket, _ in manager.budgets()]
+    assert kept == [("", f"client-{i}") for i in range(20, budgets.PER_USER_MAX + 20)]  # its own, LRU
+    for user in range(budgets.TOTAL_MAX // budgets.PER_USER_MAX + 2):
+        for i in range(budgets.PER_USER_MAX):
+            manager.record(f"user-{user}", f"u{user}-{i}", 1)
+    assert len(list(manager.budgets())) == budgets.TOTAL_MAX
+
+
+def test_invented_client_ids_never_reset_a_throttled_clients_budget() -> None:
+    """Issue 29 finding 13: 10,000 invented (user, client id) pairs evicted a throttled
+    client's budget (least recently used first), and it came back empty. Budgets are
+    bounded per user, and one no quota bounds never evicts one a quota bounds: neither
+    another user's unbounded client ids nor one's bounded ones (a default client-id quota
+    makes a budget per client id) take the throttled client's."""
+    clock = Clock()
+    client_quotas = {
+        QuotaEntity("victim", None): {PRODUCE: 100.0},
+        QuotaEntity(None, DEFAULT): {PRODUCE: 1_000_000.0},
+    }
+    manager = ClientQuotaManager("Produce", PRODUCE, QuotaWindows(11, 1), lambda: client_quotas, clock=clock)
+    assert manager.record("victim", "app", 10_000) > 0
+    for i in range(2 * budgets.TOTAL_MAX):  # bounded: each its own budget of the client default
+        manager.record("mallory", f"invented-{i}", 1)
+    client_quotas.pop(QuotaEntity(None, DEFAULT))
+    for i in range(2 * budgets.TOTAL_MAX):  # no quota at all
+        manager.record(f"user-{i % 50}", f"free-{i}", 1)
+    assert manager.record("victim", "app", 1) > 0, "the throttled budget was kept"
 
 
 # which quota applies ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from raftka.client.consumer import AsyncConsumer, RebalanceListener
 from raftka.client.errors import CommitFailedError
@@ -245,5 +246,23 @@ def test_a_member_that_stops_polling_leaves_and_the_others_take_over(tmp_path: P
         finally:
             for consumer in (a, b):
                 await consumer.close()
+
+    run(tmp_path, scenario)
+
+
+def test_rebalances_a_member_causes_at_will_are_logged_once_per_interval(tmp_path: Path) -> None:
+    """Issue 29 finding 10: every line a client can trigger is rate-limited; a member that
+    joins and leaves in a loop rebalances its group each time."""
+
+    async def scenario(broker: InProcessBroker) -> None:
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(3):
+                consumer, recorder = await member(broker)
+                try:
+                    await poll_until([consumer], lambda r=recorder: r.owned == all_partitions())
+                finally:
+                    await consumer.close()
+        rebalances = [e for e in logs if e["event"] == "rebalance completed"]
+        assert len(rebalances) == 1 and rebalances[0]["left_out"] == 0
 
     run(tmp_path, scenario)

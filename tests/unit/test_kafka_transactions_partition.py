@@ -18,12 +18,14 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
 from raftka.broker.authorization import RequestAuthorizer
+from raftka.broker.data_service import BrokerService
 from raftka.broker.kafka.marker_apis import MarkerApis
 from raftka.cli.main import main
 from raftka.metadata import acls
 from raftka.metadata.acls import Acl, Authorizer
 from raftka.records.codec import read_records
 from raftka.security.principal import CLIENT, Principal, current_host, current_principal
+from raftka.v1 import broker_pb2 as Pb
 from raftka.v1 import controller_pb2
 from raftka.wire.client import BrokerClient
 from tests.unit.broker_in_process import broker_in_process
@@ -266,3 +268,37 @@ def test_raftka_consume_isolation_level(
     count = ["--max-messages", str(len(expected))]
     assert main(["consume", TOPIC, *common, *count, "--isolation-level", isolation_level]) == 0
     assert capsys.readouterr().out.splitlines() == expected
+
+
+def test_a_produce_naming_a_transactional_id_needs_write_on_it_on_every_path(tmp_path: Path) -> None:
+    """Issue 29 finding 3: WRITE on the topic alone let a client append to a transaction.
+    Kafka refuses a Produce carrying transactional batches without WRITE on its
+    transactional id (53 for every partition), before its topics; the Kafka listener, the data listener and gRPC all
+    answer through ``BrokerApi.produce``, so each refuses it and nothing is appended."""
+    anonymous = "User:ANONYMOUS"  # no TLS in the test: every connection is anonymous
+    topic_only = Acl(acls.TOPIC, TOPIC, acls.LITERAL, anonymous, "*", acls.WRITE, acls.ALLOW)
+    grants = {topic_only.id: topic_only}
+    with broker_thread(tmp_path, {TOPIC: 1}, authorizer=Authorizer((), lambda: grants)) as broker:
+        assert produce(broker, txn_batch(5, 0, b"injected")) == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+        async def ours() -> list[int]:
+            request = Pb.ProduceRequest(acks=-1, timeout_ms=5_000, transactional_id="tx")
+            request.topics.add(name=TOPIC).partitions.add(partition=0, records=txn_batch(5, 0, b"injected"))
+            client = BrokerClient(broker.broker.address)
+            try:
+                by_wire = await client.Produce(request, timeout=10)
+            finally:
+                client.close()
+            by_grpc = await BrokerService(broker.broker.api).Produce(request, None)  # type: ignore[arg-type]
+            return [
+                answer.topics[0].partitions[0].error
+                for answer in (by_wire, by_grpc)
+                if answer.status.error == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            ]
+
+        assert broker.run(ours()) == [E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED] * 2
+        assert log_end(broker.broker) == 0
+        writer = Acl(acls.TRANSACTIONAL_ID, "tx", acls.LITERAL, anonymous, "*", acls.WRITE, acls.ALLOW)
+        grants[writer.id] = writer
+        assert produce(broker, txn_batch(5, 0, b"its own")) == 0
+        assert log_end(broker.broker) == 1

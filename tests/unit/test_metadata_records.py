@@ -39,6 +39,7 @@ EVERY_TYPE = {
     "CLIENT_QUOTA_RECORD": m.client_quota("alice", "<default>", "producer_byte_rate", 1024.0),
     "USER_SCRAM_CREDENTIAL_RECORD": m.scram_credential("alice"),
     "REMOVE_USER_SCRAM_CREDENTIAL_RECORD": m.remove_scram_credential("alice"),
+    "SCRAM_DECOY_KEY_RECORD": pb.MetadataRecord(scram_decoy_key=pb.ScramDecoyKeyRecord(key=bytes(32))),
 }
 
 

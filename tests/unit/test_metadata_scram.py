@@ -9,14 +9,18 @@ from raftka.metadata import scram_ops
 from raftka.metadata.acls import Acl, Authorizer
 from raftka.metadata.authorization import controller_policy
 from raftka.metadata.image import EMPTY, MetadataImage
+from raftka.metadata.snapshot import decode_image, encode_image
 from raftka.security import scram
 from raftka.security.principal import CLIENT, Principal
 from raftka.v1 import controller_pb2 as C
+from raftka.v1 import metadata_pb2 as pb
 from tests.unit import metadata_support as m
 from tests.unit.metadata_support import replay
 
 SHA256, SHA512 = scram.SCRAM_SHA_256, scram.SCRAM_SHA_512
 SALT = b"0123456789abcdef"
+
+DECOY_KEY = bytes(range(scram.DECOY_KEY_BYTES))
 
 
 def upsertion(
@@ -40,7 +44,7 @@ def alter(
         upsertions=[c for c in changes if isinstance(c, C.ScramCredentialUpsertion)],
         deletions=[c for c in changes if isinstance(c, C.ScramCredentialDeletion)],
     )
-    plan = scram_ops.alter(image, request)
+    plan = scram_ops.alter(image, request, DECOY_KEY)
     assert not plan.failed, plan.response.status
     errors = {r.user: C.ErrorCode.Name(r.error) if r.error else "" for r in plan.response.results}
     return replay(image, *plan.records), errors
@@ -48,9 +52,12 @@ def alter(
 
 def test_the_log_holds_the_derived_keys_never_the_password() -> None:
     plan = scram_ops.alter(
-        EMPTY, C.AlterUserScramCredentialsRequest(upsertions=[upsertion("alice", password="hunter2")])
+        EMPTY,
+        C.AlterUserScramCredentialsRequest(upsertions=[upsertion("alice", password="hunter2")]),
+        DECOY_KEY,
     )
-    [record] = plan.records
+    record, decoy_key = plan.records
+    assert decoy_key.scram_decoy_key.key == DECOY_KEY  # the first credential brings the cluster's
     salted = scram.salted_password(SHA512, "hunter2", SALT, 4096)
     written = record.SerializeToString()
     assert b"hunter2" not in written and salted not in written
@@ -99,7 +106,7 @@ def test_bad_salted_passwords_and_salts_are_refused_by_name() -> None:
     short.salted_password = b"x" * 32
     no_salt = upsertion("bob")
     no_salt.salt = b""
-    plan = scram_ops.alter(EMPTY, C.AlterUserScramCredentialsRequest(upsertions=[short, no_salt]))
+    plan = scram_ops.alter(EMPTY, C.AlterUserScramCredentialsRequest(upsertions=[short, no_salt]), DECOY_KEY)
     messages = {r.user: r.message for r in plan.response.results}
     assert messages == {
         "alice": "upsertion.salted_password: 32 bytes, SCRAM-SHA-512 makes 64",
@@ -142,3 +149,15 @@ def test_changing_credentials_needs_alter_and_listing_them_describe_on_the_clust
         policy("DescribeUserScramCredentials", nobody, None, C.DescribeUserScramCredentialsRequest())
         is not None
     )
+
+
+def test_the_first_credential_brings_the_clusters_decoy_key_and_it_never_changes() -> None:
+    image, _ = alter(EMPTY, upsertion("alice"))
+    assert image.scram_decoy_key == DECOY_KEY
+    again = scram_ops.alter(
+        image, C.AlterUserScramCredentialsRequest(upsertions=[upsertion("bob")]), bytes(scram.DECOY_KEY_BYTES)
+    )
+    assert [r.WhichOneof("record") for r in again.records] == ["user_scram_credential"]
+    other = pb.MetadataRecord(scram_decoy_key=pb.ScramDecoyKeyRecord(key=bytes(scram.DECOY_KEY_BYTES)))
+    assert replay(image, other).scram_decoy_key == DECOY_KEY  # the first one stays
+    assert decode_image(encode_image(image)).scram_decoy_key == DECOY_KEY  # snapshots carry it

@@ -26,6 +26,12 @@ RFC_SERVER_FIRST = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22Z
 RFC_CLIENT_FINAL = b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
 RFC_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
 DECOY_KEY = b"k" * 32
+
+
+def decoy(user: str, mechanism: str) -> scram.ScramCredential:
+    return scram.decoy_credential(DECOY_KEY, user, mechanism, scram.ITERATIONS_DEFAULT)
+
+
 SHA256_NAME = scram.SCRAM_SHA_256
 LOGIN_APIS = (frozenset({18, 17}), frozenset({36}))
 
@@ -46,7 +52,7 @@ def users(**passwords: str) -> scram.Lookup:
 
 
 def rfc_server() -> ScramServer:
-    return ScramServer(scram.SCRAM_SHA_256, users(user="pencil"), RFC_SERVER_NONCE, DECOY_KEY)
+    return ScramServer(scram.SCRAM_SHA_256, users(user="pencil"), RFC_SERVER_NONCE, decoy)
 
 
 def test_rfc_7677_exchange_byte_for_byte() -> None:
@@ -59,7 +65,7 @@ def test_rfc_7677_exchange_byte_for_byte() -> None:
 @pytest.mark.parametrize("mechanism", scram.MECHANISMS)
 def test_kafka_pythons_client_logs_in_and_checks_the_server(mechanism: str) -> None:
     client = ScramClient("alice", "s3cret", mechanism)
-    server = ScramServer(mechanism, users(alice="s3cret"), "servernonce", DECOY_KEY)
+    server = ScramServer(mechanism, users(alice="s3cret"), "servernonce", decoy)
     client.process_server_first_message(server.first(client.first_message()))
     client.process_server_final_message(server.final(client.final_message()))  # raises unless v= is right
     assert server.user == "alice"
@@ -75,7 +81,7 @@ def exchange(
 
 
 def test_a_wrong_password_is_refused() -> None:
-    server = ScramServer(scram.SCRAM_SHA_512, users(alice="right"), "n1", DECOY_KEY)
+    server = ScramServer(scram.SCRAM_SHA_512, users(alice="right"), "n1", decoy)
     final = exchange("wrong", server)
     with pytest.raises(AuthenticationFailed, match="wrong password for user 'alice'"):
         server.final(final)
@@ -84,9 +90,9 @@ def test_a_wrong_password_is_refused() -> None:
 
 def test_an_unknown_user_is_answered_like_a_known_one_then_refused() -> None:
     lookup = users(alice="right")
-    server = ScramServer(scram.SCRAM_SHA_512, lookup, "n1", DECOY_KEY)
+    server = ScramServer(scram.SCRAM_SHA_512, lookup, "n1", decoy)
     first = server.first(b"n,,n=mallory,r=abc")
-    again = ScramServer(scram.SCRAM_SHA_512, lookup, "n1", DECOY_KEY).first(b"n,,n=mallory,r=abc")
+    again = ScramServer(scram.SCRAM_SHA_512, lookup, "n1", decoy).first(b"n,,n=mallory,r=abc")
     assert first == again  # the same salt and iterations every time, as a real user's
     assert first.startswith(b"r=abcn1,s=") and first.endswith(f",i={scram.ITERATIONS_DEFAULT}".encode())
     with pytest.raises(AuthenticationFailed, match="no SCRAM-SHA-512 credential for user 'mallory'"):
@@ -104,7 +110,7 @@ def test_a_client_final_with_another_nonce_is_refused() -> None:
 def test_a_captured_client_final_is_refused_by_another_login() -> None:
     """An eavesdropper replays the RFC client's client-first and client-final: the new
     login's server nonce differs, so the captured client-final's nonce (and proof) are wrong."""
-    replayed = ScramServer(scram.SCRAM_SHA_256, users(user="pencil"), "freshnonce", DECOY_KEY)
+    replayed = ScramServer(scram.SCRAM_SHA_256, users(user="pencil"), "freshnonce", decoy)
     assert replayed.first(RFC_CLIENT_FIRST) != RFC_SERVER_FIRST
     with pytest.raises(AuthenticationFailed, match="a replay"):
         replayed.final(RFC_CLIENT_FINAL)
@@ -154,7 +160,7 @@ def test_malformed_client_finals_are_refused(message: bytes, problem: str) -> No
 
 
 def test_escaped_user_names_are_read_as_rfc_5802_writes_them() -> None:
-    server = ScramServer(scram.SCRAM_SHA_256, users(**{"a,b=c": "pw"}), "n1", DECOY_KEY)
+    server = ScramServer(scram.SCRAM_SHA_256, users(**{"a,b=c": "pw"}), "n1", decoy)
     client = ScramClient(
         "a=2Cb=3Dc", "pw", scram.SCRAM_SHA_256
     )  # kafka-python does not escape; we do it for it
@@ -167,7 +173,7 @@ def test_escaped_user_names_are_read_as_rfc_5802_writes_them() -> None:
 
 
 def login(mechanisms: tuple[str, ...] = (*scram.MECHANISMS, PLAIN), **passwords: str) -> SaslLogin:
-    return SaslLogin(mechanisms, users(**passwords), DECOY_KEY, LOGIN_APIS)
+    return SaslLogin(mechanisms, users(**passwords), decoy, LOGIN_APIS)
 
 
 def test_a_scram_login_names_the_principal_and_serves_everything_after() -> None:

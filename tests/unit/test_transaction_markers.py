@@ -6,10 +6,14 @@ every open transaction, and an aborted transaction's records are listed for them
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.types import TopicPartition
+from raftka.metadata import transactions
+from raftka.metadata.image import frozen
+from raftka.metadata.transactions import State, TransactionRecord
 from raftka.records.codec import BatchBuilder
 from raftka.records.control import marker_batch
 from raftka.v1 import broker_pb2, controller_pb2
@@ -225,12 +229,21 @@ def test_a_batch_opening_a_transaction_is_verified_first_and_a_refusal_writes_no
                 verifier.code = E.NONE
                 assert (await produce(client, txn_batch(1, 0, b"a"))).base_offset == 0
                 assert (await produce(client, txn_batch(1, 1, b"b"))).base_offset == 1
-                assert len(verifier.asked) == 1, (
-                    "a batch continuing its open transaction is not verified again"
+                assert len(verifier.asked) == 2, "bound to its transaction only by the coordinator"
+                ongoing = TransactionRecord(
+                    transactional_id=TXN_ID, producer_id=1, producer_epoch=0, state=State.TXN_ONGOING
+                )
+                transactions.with_partitions(ongoing, {(TOPIC, 0)})
+                broker.adopt(
+                    dataclasses.replace(broker.replicas.image, transactions=frozen({TXN_ID: ongoing}))
+                )
+                assert (await produce(client, txn_batch(1, 2, b"c"))).base_offset == 2
+                assert len(verifier.asked) == 2, (
+                    "a batch continuing its open transaction, bound to it by the image, is not verified again"
                 )
                 assert await write_marker(client, 1, committed=True) == E.NONE
-                assert (await produce(client, txn_batch(1, 2, b"next"))).base_offset == 3
-                assert len(verifier.asked) == 2, "the next transaction is verified again"
+                assert (await produce(client, txn_batch(1, 3, b"next"))).base_offset == 4
+                assert len(verifier.asked) == 3, "the next transaction is verified again"
             finally:
                 client.close()
 

@@ -22,8 +22,8 @@ Pb = broker_pb2
 READ_COMMITTED = 1
 
 
-async def produce(client: BrokerClient, records: bytes) -> int:
-    request = Pb.ProduceRequest(acks=-1, timeout_ms=5_000, transactional_id=TID)
+async def produce(client: BrokerClient, records: bytes, tid: str = TID) -> int:
+    request = Pb.ProduceRequest(acks=-1, timeout_ms=5_000, transactional_id=tid)
     request.topics.add(name=TOPIC).partitions.add(partition=0, records=records)
     answer = await client.Produce(request, timeout=10)
     return answer.status.error or answer.topics[0].partitions[0].error
@@ -77,6 +77,42 @@ def test_a_fenced_epochs_batch_is_refused_as_kafka_answers_a_produce_invalid_pro
                 zombie = txn_batch(old.producer_id, 0, b"zombie", epoch=old.producer_epoch)
                 assert await produce(client, zombie) == E.INVALID_PRODUCER_EPOCH
                 assert broker.replicas.get(TOPIC, 0).log.log_end_offset == 0
+            finally:
+                client.close()
+
+    asyncio.run(main())
+
+
+def test_a_batch_is_bound_to_the_transaction_whose_producer_id_and_epoch_it_carries(tmp_path: Path) -> None:
+    """Issue 29 finding 3: another client that read an open transaction's producer id, epoch
+    and next sequence appended a batch to it under a transactional id of its own (or any),
+    and the owner's commit committed it. The batch is refused (the coordinator issued that
+    producer id to another id: INVALID_PRODUCER_ID_MAPPING) and nothing is appended, even
+    while the broker's image shows the owner's transaction (it skips the coordinator only
+    for the id, producer id and epoch the image binds)."""
+
+    async def main() -> None:
+        async with broker_in_process(tmp_path, {TOPIC: 1}, transactions_for_real=True) as broker:
+            client = BrokerClient(broker.address)
+            try:
+                owner = await init(client)
+                pid, epoch = owner.producer_id, owner.producer_epoch
+                assert (await init(client, "intruder")).producer_id != pid
+                assert await add(client, pid, epoch, 0) == {(TOPIC, 0): E.NONE}
+                assert await produce(client, txn_batch(pid, 0, b"owner's")) == E.NONE
+                log = broker.replicas.get(TOPIC, 0).log
+                for image_caught_up in (False, True):
+                    if image_caught_up:
+                        broker.follow_controller()
+                        assert broker.replicas.image.transactions[TID].state == State.TXN_ONGOING
+                    for tid in ("intruder", "nobody"):
+                        injected = txn_batch(pid, 1, b"injected", epoch=epoch)
+                        assert await produce(client, injected, tid) == E.INVALID_PRODUCER_ID_MAPPING
+                    assert log.log_end_offset == 1
+                assert await produce(client, txn_batch(pid, 1, b"owner's too")) == E.NONE
+                assert await end(client, pid, epoch, committed=True) == E.NONE
+                await settled(broker, TID, State.TXN_COMPLETE_COMMIT)
+                assert await last_stable_offset(client) == 3  # the owner's two records and the marker
             finally:
                 client.close()
 

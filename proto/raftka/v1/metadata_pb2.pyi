@@ -391,8 +391,14 @@ class RemoveUserScramCredentialRecord(_message.Message):
     mechanism: str
     def __init__(self, name: _Optional[str] = ..., mechanism: _Optional[str] = ...) -> None: ...
 
+class ScramDecoyKeyRecord(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    def __init__(self, key: _Optional[bytes] = ...) -> None: ...
+
 class MetadataRecord(_message.Message):
-    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "producer_ids", "no_op", "offset_commit", "remove_group_offsets", "group_rebalance", "access_control_entry", "remove_access_control_entry", "client_quota", "user_scram_credential", "remove_user_scram_credential", "transaction", "txn_offset_commit", "remove_transaction")
+    __slots__ = ("register_broker", "unregister_broker", "fence_broker", "unfence_broker", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "producer_ids", "no_op", "offset_commit", "remove_group_offsets", "group_rebalance", "access_control_entry", "remove_access_control_entry", "client_quota", "user_scram_credential", "remove_user_scram_credential", "transaction", "txn_offset_commit", "remove_transaction", "scram_decoy_key")
     REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     UNREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
     FENCE_BROKER_FIELD_NUMBER: _ClassVar[int]
@@ -416,6 +422,7 @@ class MetadataRecord(_message.Message):
     TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     TXN_OFFSET_COMMIT_FIELD_NUMBER: _ClassVar[int]
     REMOVE_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    SCRAM_DECOY_KEY_FIELD_NUMBER: _ClassVar[int]
     register_broker: RegisterBrokerRecord
     unregister_broker: UnregisterBrokerRecord
     fence_broker: FenceBrokerRecord
@@ -439,4 +446,5 @@ class MetadataRecord(_message.Message):
     transaction: TransactionRecord
     txn_offset_commit: TxnOffsetCommitRecord
     remove_transaction: RemoveTransactionRecord
-    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., feature_level: _Optional[_Union[FeatureLevelRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., offset_commit: _Optional[_Union[OffsetCommitRecord, _Mapping]] = ..., remove_group_offsets: _Optional[_Union[RemoveGroupOffsetsRecord, _Mapping]] = ..., group_rebalance: _Optional[_Union[GroupRebalanceRecord, _Mapping]] = ..., access_control_entry: _Optional[_Union[AccessControlEntryRecord, _Mapping]] = ..., remove_access_control_entry: _Optional[_Union[RemoveAccessControlEntryRecord, _Mapping]] = ..., client_quota: _Optional[_Union[ClientQuotaRecord, _Mapping]] = ..., user_scram_credential: _Optional[_Union[UserScramCredentialRecord, _Mapping]] = ..., remove_user_scram_credential: _Optional[_Union[RemoveUserScramCredentialRecord, _Mapping]] = ..., transaction: _Optional[_Union[TransactionRecord, _Mapping]] = ..., txn_offset_commit: _Optional[_Union[TxnOffsetCommitRecord, _Mapping]] = ..., remove_transaction: _Optional[_Union[RemoveTransactionRecord, _Mapping]] = ...) -> None: ...
+    scram_decoy_key: ScramDecoyKeyRecord
+    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerRecord, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerRecord, _Mapping]] = ..., fence_broker: _Optional[_Union[FenceBrokerRecord, _Mapping]] = ..., unfence_broker: _Optional[_Union[UnfenceBrokerRecord, _Mapping]] = ..., topic: _Optional[_Union[TopicRecord, _Mapping]] = ..., partition: _Optional[_Union[PartitionRecord, _Mapping]] = ..., partition_change: _Optional[_Union[PartitionChangeRecord, _Mapping]] = ..., remove_topic: _Optional[_Union[RemoveTopicRecord, _Mapping]] = ..., config: _Optional[_Union[ConfigRecord, _Mapping]] = ..., feature_level: _Optional[_Union[FeatureLevelRecord, _Mapping]] = ..., producer_ids: _Optional[_Union[ProducerIdsRecord, _Mapping]] = ..., no_op: _Optional[_Union[NoOpRecord, _Mapping]] = ..., offset_commit: _Optional[_Union[OffsetCommitRecord, _Mapping]] = ..., remove_group_offsets: _Optional[_Union[RemoveGroupOffsetsRecord, _Mapping]] = ..., group_rebalance: _Optional[_Union[GroupRebalanceRecord, _Mapping]] = ..., access_control_entry: _Optional[_Union[AccessControlEntryRecord, _Mapping]] = ..., remove_access_control_entry: _Optional[_Union[RemoveAccessControlEntryRecord, _Mapping]] = ..., client_quota: _Optional[_Union[ClientQuotaRecord, _Mapping]] = ..., user_scram_credential: _Optional[_Union[UserScramCredentialRecord, _Mapping]] = ..., remove_user_scram_credential: _Optional[_Union[RemoveUserScramCredentialRecord, _Mapping]] = ..., transaction: _Optional[_Union[TransactionRecord, _Mapping]] = ..., txn_offset_commit: _Optional[_Union[TxnOffsetCommitRecord, _Mapping]] = ..., remove_transaction: _Optional[_Union[RemoveTransactionRecord, _Mapping]] = ..., scram_decoy_key: _Optional[_Union[ScramDecoyKeyRecord, _Mapping]] = ...) -> None: ...
