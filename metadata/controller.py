@@ -52,7 +52,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -106,7 +106,7 @@ class QuorumController:
         state_machine: MetadataStateMachine,
         *,
         cluster_id: str,
-        addresses: Mapping[int, str],
+        address_of: Callable[[int], str],
         session_timeout_ms: int,
         max_partitions_per_topic: int,
         offsets_retention_ms: int,
@@ -119,7 +119,7 @@ class QuorumController:
         self._node = node
         self._state_machine = state_machine
         self._cluster_id = cluster_id
-        self._addresses = dict(addresses)
+        self._address_of = address_of  # a controller's address, from the voter set in the log
         self._clock = clock
         self._wall_clock = wall_clock
         self._records_max = node.config.append_max_records
@@ -205,13 +205,13 @@ class QuorumController:
             error=ErrorCode.NOT_CONTROLLER,
             message=message,
             controller_id=leader,
-            controller_address=self._addresses.get(leader, ""),
+            controller_address=self._address_of(leader),
         )
 
     def _answer(self, response: Any) -> Any:
         if response.status.error == ErrorCode.NONE:
             response.status.controller_id = self.node_id
-            response.status.controller_address = self._addresses.get(self.node_id, "")
+            response.status.controller_address = self._address_of(self.node_id)
         return response
 
     def _out_of_bounds(self, request: Any) -> Status | None:
