@@ -1,19 +1,22 @@
 """The broker's line to the active controller.
 
 The active controller is the Raft leader, and the broker, a Raft observer, already knows
-the leader's id from the metadata log it follows: that voter's address is asked first.
-A ``NOT_CONTROLLER`` answer's hint overrides it (the observer may lag an election); with
-neither, or once a call to the leader it knows has failed, the voters are tried in turn. One call is one attempt with a deadline: the
-lifecycle decides when to try again, on its own schedule.
+the leader's id from the metadata log it follows: that voter's address (from the voter
+set in the log, ``raftka.raft.endpoints``: a controller added after the broker was
+configured is found too) is asked first. A ``NOT_CONTROLLER`` answer's hint overrides it
+(the observer may lag an election); with neither, or once a call to the leader it knows
+has failed, the voters in effect are tried in turn. One call is one attempt with a
+deadline: the lifecycle decides when to try again, on its own schedule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
+from raftka.raft.endpoints import VoterEndpoints
 from raftka.rpc.stubs import ControllerRpc, NotControllerError, Stubs, controller_answer
 from raftka.security.grpc_gate import forwarded_metadata
 from raftka.security.tls import TlsFiles
@@ -27,13 +30,12 @@ class LinkError(Exception):
 class ControllerLink:
     def __init__(
         self,
-        voter_addresses: Mapping[int, str],
+        endpoints: VoterEndpoints,
         leader_id: Callable[[], int],
         request_timeout_s: float,
         tls: TlsFiles | None = None,
     ) -> None:
-        assert voter_addresses, "the voter set is never empty"
-        self._voters = dict(voter_addresses)
+        self._endpoints = endpoints
         self._leader_id = leader_id
         self._timeout_s = request_timeout_s
         self._hint: str | None = None
@@ -46,9 +48,10 @@ class ControllerLink:
         if self._hint is not None:
             return self._hint
         leader_id = self._leader_id()
-        if leader_id in self._voters and leader_id != self._failed_leader:
-            return self._voters[leader_id]
-        ordered = [self._voters[i] for i in sorted(self._voters)]
+        leader = self._endpoints.address(leader_id) if leader_id != self._failed_leader else ""
+        if leader:
+            return leader
+        ordered = list(self._endpoints.voters().values())
         return ordered[self._next_voter % len(ordered)]
 
     async def call(self, rpc: ControllerRpc, request: Any) -> Any:
@@ -77,7 +80,7 @@ class ControllerLink:
         if self._hint == address:
             self._hint = None
         leader_id = self._leader_id()
-        if self._voters.get(leader_id) == address:
+        if self._endpoints.address(leader_id) == address:
             self._failed_leader = leader_id
         self._next_voter += 1
 

@@ -65,6 +65,7 @@ from raftka.node.health import NodeHealth
 from raftka.node.logs import configure_logging
 from raftka.node.metrics_endpoint import MetricsEndpoint, serve_metrics
 from raftka.raft.driver import RaftNode
+from raftka.raft.endpoints import VoterEndpoints
 from raftka.raft.metrics import RaftCollector
 from raftka.v1 import broker_pb2, broker_pb2_grpc, metadata_pb2
 from raftka.wire.frames import DATA_LISTENER
@@ -304,14 +305,16 @@ async def start_broker(config: NodeConfig) -> Broker:
     """Recover storage, start following the metadata log, and start the lifecycle."""
     if config.node_id in config.voter_ids:
         raise ServerError(f"node_id: a broker's id must not be a voter, got {config.node_id}")
-    addresses = config.voter_addresses
     node: RaftNode
     lifecycle: BrokerLifecycle
     state_machine = MetadataStateMachine(config.metadata, lambda snapshot: node.save_snapshot(snapshot))
     incarnation_id = new_incarnation_id()
     partitions = BrokerPartitions(config.node_id, incarnation_id)
     link = ControllerLink(
-        addresses, lambda: node.leadership.leader_id, CONTROLLER_REQUEST_TIMEOUT_S, config.tls
+        VoterEndpoints(config.voter_addresses, lambda: node.core.voter_set),
+        lambda: node.leadership.leader_id,
+        CONTROLLER_REQUEST_TIMEOUT_S,
+        config.tls,
     )
     data = DataPlane(config, link, lambda: lifecycle.broker_epoch, lambda: lifecycle.offline_changed())
     roles_log = log.bind(node_id=config.node_id, role="broker")  # runs in raft's callbacks: bind here

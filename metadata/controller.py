@@ -53,7 +53,7 @@ import contextlib
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -108,7 +108,7 @@ class QuorumController:
         state_machine: MetadataStateMachine,
         *,
         cluster_id: str,
-        addresses: Mapping[int, str],
+        address_of: Callable[[int], str],
         session_timeout_ms: int,
         max_partitions_per_topic: int,
         offsets_retention_ms: int,
@@ -121,7 +121,7 @@ class QuorumController:
         self._node = node
         self._state_machine = state_machine
         self._cluster_id = cluster_id
-        self._addresses = dict(addresses)
+        self._address_of = address_of  # a controller's address, from the voter set in the log
         self._clock = clock
         self._wall_clock = wall_clock
         self._records_max = node.config.append_max_records
@@ -138,6 +138,7 @@ class QuorumController:
         self._may_lead = elections.staying(self._shutting_down, self._offline.may_lead)
         self._leadership = node.leadership
         self._active_epoch: int | None = None
+        self._active_since_ms = 0  # when this controller last claimed, on its clock
         self._image: MetadataImage | None = None  # committed + this controller's pending batches
         self._last_proposed: asyncio.Future[int] | None = None  # the newest batch not known committed
         self._claimed = asyncio.Event()
@@ -176,7 +177,8 @@ class QuorumController:
         self._last_proposed = None
         self._shutting_down.clear()
         self._offline.clear()
-        self._sessions.reset(self._image.brokers, self._clock())
+        self._active_since_ms = self._clock()
+        self._sessions.reset(self._image.brokers, self._active_since_ms)
         self._claimed.set()
         self._log.info(
             "controller active", epoch=epoch, offset=self._image.offset, brokers=len(self._image.brokers)
@@ -207,13 +209,13 @@ class QuorumController:
             error=ErrorCode.NOT_CONTROLLER,
             message=message,
             controller_id=leader,
-            controller_address=self._addresses.get(leader, ""),
+            controller_address=self._address_of(leader),
         )
 
     def _answer(self, response: Any) -> Any:
         if response.status.error == ErrorCode.NONE:
             response.status.controller_id = self.node_id
-            response.status.controller_address = self._addresses.get(self.node_id, "")
+            response.status.controller_address = self._address_of(self.node_id)
         return response
 
     def _out_of_bounds(self, request: Any) -> Status | None:
@@ -714,7 +716,10 @@ class QuorumController:
         preferred leaders."""
         if not self.is_active:
             return
-        for broker_id in self._sessions.expired(self._clock()):
+        expired = self._sessions.expired(self._clock())
+        if expired and self._cut_off_from_brokers():
+            return
+        for broker_id in expired:
             if self._still_expiring(broker_id):
                 self._log.info("broker session expired: fencing it", broker_id=broker_id)
             if not await self._fence_expired(broker_id):
@@ -726,6 +731,37 @@ class QuorumController:
         if self._leader_rebalance_interval_ms and self._clock() >= self._next_leader_rebalance_ms:
             self._next_leader_rebalance_ms = self._clock() + self._leader_rebalance_interval_ms
             await self._write(controller_pb2.ElectLeadersResponse, self._rebalance_leaders)
+
+    def _cut_off_from_brokers(self) -> bool:
+        """True: do not fence now, every unfenced broker fell silent together.
+
+        This controller still has its quorum (it could not write otherwise), and silence
+        from all brokers at once is more likely a network cut around it than every broker
+        dying together (a dead process closes its connections, which is news, not
+        silence). Fencing them all would gain nothing either way: no live broker would be
+        left to lead. So it waits until the last silent session runs out, then resigns
+        (EndQuorumEpoch to the most caught-up voters); the next controller starts every
+        session afresh and, if the brokers reach it, keeps them. No flapping: a controller
+        active for less than two session timeouts never resigns for this, so when the
+        brokers are really gone its successor fences them one session timeout later.
+        """
+        image = self.latest_image
+        if image is None or len(self._node.core.voters) < 2:
+            return False
+        now = self._clock()
+        if now - self._active_since_ms < 2 * self._sessions.timeout_ms:
+            return False
+        unfenced = [b for b, broker in image.brokers.items() if not broker.fenced]
+        if not self._sessions.silent_together(unfenced, now):
+            return False
+        if all(not self._sessions.is_live(b, now) for b in unfenced):
+            self._log.warning(
+                "every broker's session ran out together while this controller keeps its quorum: "
+                "resigning rather than fencing them all",
+                brokers=unfenced,
+            )
+            self._node.resign()
+        return True
 
     async def _fence_expired(self, broker_id: int) -> bool:
         """Fence a broker whose session has ended, one step per batch (``broker_ops.fence``);

@@ -12,6 +12,11 @@ cut short to ``disconnect_fence_ms`` unless it reconnects or heartbeats first, s
 broker's partitions move in well under a second instead of a session timeout. A hung
 broker (SIGSTOP) or one cut off by the network keeps its connections open and is fenced
 by the session timeout, as before.
+
+Each broker's last news (a heartbeat, a registration, a connection opened or closed) is
+kept too: when every unfenced broker has gone without news for half a session, the
+silence is shared, and the controller (``QuorumController._cut_off_from_brokers``) asks
+whether it, rather than all of them, is the one cut off.
 """
 
 from __future__ import annotations
@@ -29,18 +34,24 @@ class BrokerSessions:
         self.timeout_ms = timeout_ms
         self.disconnect_fence_ms = disconnect_fence_ms
         self._deadlines: dict[int, int] = {}
+        self._news_ms: dict[int, int] = {}  # when this controller last heard of each broker
 
     def reset(self, broker_ids: Iterable[int], now_ms: int) -> None:
         """A new controller: every broker gets a full timeout from now."""
         self._deadlines = dict.fromkeys(broker_ids, now_ms + self.timeout_ms)
+        self._news_ms = dict.fromkeys(self._deadlines, now_ms)
 
     def touch(self, broker_id: int, now_ms: int) -> None:
         """A heartbeat (or registration): a full session from now."""
         self._deadlines[broker_id] = now_ms + self.timeout_ms
+        self._news_ms[broker_id] = now_ms
 
     def disconnected(self, broker_id: int, now_ms: int) -> bool:
-        """The broker's last connection closed: cut its session short. True if it was cut."""
+        """The broker's last connection closed: cut its session short. True if it was cut.
+        Either way it is news (most likely of its death), not silence."""
         deadline = self._deadlines.get(broker_id)
+        if deadline is not None:
+            self._news_ms[broker_id] = now_ms
         if not self.disconnect_fence_ms or deadline is None:
             return False
         self._deadlines[broker_id] = min(deadline, now_ms + self.disconnect_fence_ms)
@@ -58,6 +69,14 @@ class BrokerSessions:
 
     def forget(self, broker_id: int) -> None:
         self._deadlines.pop(broker_id, None)
+        self._news_ms.pop(broker_id, None)
+
+    def silent_together(self, broker_ids: Iterable[int], now_ms: int) -> bool:
+        """Has every one of ``broker_ids`` (at least one) gone half a session without news?
+        A broker without a session has none to lose, and breaks the silence."""
+        silent_since = now_ms - self.timeout_ms // 2
+        news = [self._news_ms.get(b, now_ms) for b in broker_ids]
+        return bool(news) and all(ms <= silent_since for ms in news)
 
     def is_live(self, broker_id: int, now_ms: int) -> bool:
         """The broker has a session that has not expired."""

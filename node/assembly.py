@@ -19,6 +19,7 @@ from raftka.node.descriptors import grpc_connections_max
 from raftka.node.voter_changes import change_voters
 from raftka.raft.core import RaftCore
 from raftka.raft.driver import RaftNode, StateMachine, monotonic_ms
+from raftka.raft.endpoints import VoterEndpoints
 from raftka.raft.storage.file import FileStorage
 from raftka.raft.storage.meta import check_meta, read_bootstrap_voters
 from raftka.raft.transport.grpc_transport import AddServicer, GrpcTransport
@@ -67,18 +68,10 @@ async def open_node(
         wall_offset_ms=time.time_ns() // 1_000_000 - now,
         directory_id=meta.directory_id,
     )
-    addresses = config.voter_addresses
-
-    def address_of(node_id: int) -> str:
-        """A voter's raft address: the log's record of it (KIP-853), else the configured one."""
-        voter = node.core.voter_set.get(node_id)
-        if voter is not None and voter.endpoints:
-            return voter.endpoints[0]
-        return addresses.get(node_id, "")
-
-    for voter in core.voter_set.voters():  # the log's voters may be others than the configured
-        if voter.endpoints:
-            addresses.setdefault(voter.node_id, voter.endpoints[0])
+    endpoints = VoterEndpoints(config.voter_addresses, lambda: core.voter_set)
+    address_of = endpoints.address
+    # the log's voters may be others than the configured, or elsewhere (KIP-853)
+    addresses = {**config.voter_addresses, **endpoints.voters()}
     node: RaftNode
     configured_voters = frozenset(config.voter_ids)
     transport = GrpcTransport(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 
 from raftka.node.journal import Journal
@@ -14,10 +16,10 @@ READ_ENTRIES_MAX = 10_000
 
 
 class JournalService(raft_pb2_grpc.JournalServicer):
-    def __init__(self, node: RaftNode, journal: Journal, addresses: dict[int, str]) -> None:
+    def __init__(self, node: RaftNode, journal: Journal, address_of: Callable[[int], str]) -> None:
         self._node = node
         self._journal = journal
-        self._addresses = addresses
+        self._address_of = address_of  # a voter's address, from the voter set in the log
 
     async def Append(
         self, request: raft_pb2.JournalAppendRequest, context: grpc.aio.ServicerContext
@@ -36,7 +38,7 @@ class JournalService(raft_pb2_grpc.JournalServicer):
             return raft_pb2.JournalAppendResponse(
                 error=raft_pb2.RAFT_ERROR_NOT_LEADER,
                 leader_id=e.leader_id,
-                leader_address=self._addresses.get(e.leader_id, ""),
+                leader_address=self._address_of(e.leader_id),
                 epoch=e.epoch,
             )
         except BackpressureError as e:

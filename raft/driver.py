@@ -428,7 +428,8 @@ class RaftNode:
             self._fail_pending(NotLeaderError(core.leader_id, core.epoch), from_offset=self._committed_end)
 
     def _learn_voter_addresses(self) -> None:
-        """Voters the log added (KIP-853) are reached at the endpoints their record names."""
+        """Voters the log added or moved (KIP-853) are reached at the endpoints their record
+        names (``raftka.raft.endpoints``: the configured addresses only bootstrap)."""
         voters = self.core.voter_set
         if voters is self._voters_seen:
             return

@@ -40,7 +40,7 @@ class Transport(Protocol):
 
     def add_peer(self, peer_id: int, address: str) -> None:
         """Reach ``peer_id`` at ``address`` (host:port) from now on: a voter the log added
-        (KIP-853). A peer already known keeps its address."""
+        or moved (KIP-853). Calls in flight to a peer's old address are lost."""
         ...
 
     async def close(self) -> None: ...

@@ -227,6 +227,7 @@ class GrpcTransport:
         self._node_id = node_id
         self._listen = listen
         self._peers = {peer_id: _Peer(address, channel_credentials) for peer_id, address in peers.items()}
+        self._retiring: set[asyncio.Task[None]] = set()  # closing the channels of moved peers
         self._server_credentials = server_credentials
         self._channel_credentials = channel_credentials
         self._exchange_gate = exchange_gate
@@ -284,9 +285,31 @@ class GrpcTransport:
         self._log.info("raft transport listening", listen=self._listen, port=self._port)
 
     def add_peer(self, peer_id: int, address: str) -> None:
-        if peer_id != self._node_id and peer_id not in self._peers and not self._closed:
-            self._peers[peer_id] = _Peer(address, self._channel_credentials)
+        if peer_id == self._node_id or self._closed:
+            return
+        known = self._peers.get(peer_id)
+        if known is not None and known.address == address:
+            return
+        self._peers[peer_id] = _Peer(address, self._channel_credentials)
+        if known is None:
             self._log.info("raft peer added", peer_id=peer_id, address=address)
+            return
+        self._log.info("raft peer moved", peer_id=peer_id, address=address, was=known.address)
+        self._retire(known)
+
+    def _retire(self, peer: _Peer) -> None:
+        """Close a peer's old channel and stream: its calls in flight are lost (the core
+        times them out and asks again, at the new address)."""
+        tasks = peer.stream.cancel() if peer.stream is not None else []
+        peer.stream = None
+
+        async def close() -> None:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await peer.close()
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     def send(self, envelope: Envelope) -> None:
         if self._closed:
@@ -312,7 +335,7 @@ class GrpcTransport:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.stop(_STOP_GRACE_S)
-        await asyncio.gather(*(peer.close() for peer in self._peers.values()))
+        await asyncio.gather(*(peer.close() for peer in self._peers.values()), *self._retiring)
 
     def _timeout_s(self, request: Request) -> float:
         if isinstance(request, FetchRequest):

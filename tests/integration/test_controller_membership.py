@@ -96,13 +96,7 @@ class MembershipSteps:
     def add(self) -> None:
         """A new controller, formatted without voters, fetches as an observer; then it is added."""
         assert NEW_CONTROLLER_ID not in {v for v, _ in voters(self.cluster)}
-        wait_until(
-            lambda: NEW_CONTROLLER_ID in observers(self.cluster),
-            timeout_s=CHANGE_TIMEOUT_S,
-            what="the new controller to fetch as an observer",
-        )
-        quorum(self.cluster, "add-controller", "--controller", self.new_address)
-        wait_voters(self.cluster, lambda ids: NEW_CONTROLLER_ID in ids)
+        add_observer(self.cluster, NEW_CONTROLLER_ID, self.new_address)
         self.done.append("add")
 
     def remove_leader(self) -> None:
@@ -213,6 +207,17 @@ def add_controller_node(cluster: MetadataCluster, node_id: int) -> str:
     )
     local.save(state)
     return config.listener
+
+
+def add_observer(cluster: MetadataCluster, node_id: int, address: str) -> None:
+    """Once controller ``node_id`` fetches as an observer, add it as a voter."""
+    wait_until(
+        lambda: node_id in observers(cluster),
+        timeout_s=CHANGE_TIMEOUT_S,
+        what=f"controller {node_id} to fetch as an observer",
+    )
+    quorum(cluster, "add-controller", "--controller", address)
+    wait_voters(cluster, lambda ids: node_id in ids)
 
 
 def storage_format(config: str, cluster_id: str, *extra: str) -> None:

@@ -23,9 +23,11 @@ from raftka.raft.config import RaftConfig
 from raftka.raft.core import RaftCore
 from raftka.raft.driver import RaftNode, monotonic_ms
 from raftka.raft.effects import QuorumStateData, Write
+from raftka.raft.endpoints import VoterEndpoints
 from raftka.raft.snapshot_schedule import SnapshotPolicy
 from raftka.raft.storage.memory import MemoryStorage
 from raftka.raft.transport.memory import MemoryNetwork, MemoryTransport
+from raftka.raft.voters import NO_DIRECTORY, Voter, VoterSet
 
 T = TypeVar("T")
 
@@ -44,6 +46,10 @@ FAST_RAFT = RaftConfig(
 
 def address(node_id: int) -> str:
     return f"controller-{node_id}:9093"
+
+
+def directory_id(node_id: int) -> str:
+    return f"directory-{node_id}"
 
 
 class ManualClock:
@@ -95,6 +101,9 @@ class Quorum:
     wall_clock: Callable[[], int] = wall_clock_ms  # commit timestamps; a ManualClock to expire offsets
     network: MemoryNetwork = field(default_factory=MemoryNetwork)
     members: dict[int, Member] = field(default_factory=dict)
+    # KIP-853: formatted with the voters' endpoints in the log, and only the first voter
+    # configured (as when the others were added later); False: a static quorum, all configured
+    dynamic: bool = False
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -116,12 +125,13 @@ class Quorum:
         storage = self.storages[node_id]
         core = RaftCore(
             node_id,
-            frozenset(self.voter_ids),
+            self._bootstrap_voters(),
             CLUSTER_ID,
             self.raft,
             storage.load(),
             random.Random(self.rng.random()),
             monotonic_ms(),
+            directory_id=directory_id(node_id) if self.dynamic else NO_DIRECTORY,
         )
         node: RaftNode
         # Snapshots go to this incarnation's node only, as in a process: one still being
@@ -135,7 +145,7 @@ class Quorum:
             node,
             state_machine,
             cluster_id=CLUSTER_ID,
-            addresses={v: address(v) for v in self.voter_ids},
+            address_of=VoterEndpoints(self.configured_addresses(), lambda: node.core.voter_set).address,
             session_timeout_ms=self.session_timeout_ms,
             max_partitions_per_topic=self.max_partitions_per_topic,
             offsets_retention_ms=self.offsets_retention_ms,
@@ -145,6 +155,16 @@ class Quorum:
             wall_clock=self.wall_clock,
         )
         return Member(node, state_machine, controller)
+
+    def _bootstrap_voters(self) -> frozenset[int] | VoterSet:
+        if not self.dynamic:
+            return frozenset(self.voter_ids)
+        return VoterSet(Voter(v, directory_id(v), (address(v),)) for v in self.voter_ids)
+
+    def configured_addresses(self) -> dict[int, str]:
+        """Each node's ``controller.quorum.voters``."""
+        configured = self.voter_ids[:1] if self.dynamic else self.voter_ids
+        return {v: address(v) for v in configured}
 
     async def crash(self, node_id: int) -> None:
         """Stop without a goodbye; the storage keeps what was written."""

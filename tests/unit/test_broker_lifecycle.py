@@ -16,6 +16,8 @@ import grpc
 from raftka.broker.controller_link import ControllerLink, LinkError
 from raftka.broker.lifecycle import BrokerLifecycle, Registration, State, registration_in
 from raftka.metadata.image import BrokerRegistration, MetadataImage, frozen
+from raftka.raft.endpoints import VoterEndpoints
+from raftka.raft.voters import Voter, VoterSet
 from raftka.v1 import controller_pb2, controller_pb2_grpc, metadata_pb2
 
 E = controller_pb2.ErrorCode
@@ -104,6 +106,11 @@ async def serving(servicer: controller_pb2_grpc.ControllerServicer) -> AsyncIter
         await server.stop(None)
 
 
+def fixed(addresses: dict[int, str]) -> VoterEndpoints:
+    """A static quorum's voters, where they were configured."""
+    return VoterEndpoints(addresses, lambda: VoterSet.static(addresses))
+
+
 def closed_port() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -119,7 +126,7 @@ def test_registers_fenced_then_runs_once_caught_up_then_shuts_down_when_let_go()
         controller = FakeController(refuse_registrations=2)
         replayed = [0]
         async with serving(controller) as address:
-            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            link = ControllerLink(fixed({1: address}), lambda: 1, request_timeout_s=1.0)
             broker = lifecycle(link, lambda: replayed[0])
             task = asyncio.create_task(broker.run())
             await until(lambda: broker.state is State.FENCED, "registration")
@@ -150,7 +157,7 @@ def test_registers_fenced_then_runs_once_caught_up_then_shuts_down_when_let_go()
 
 
 def test_every_process_start_is_a_new_incarnation() -> None:
-    link = ControllerLink({1: "127.0.0.1:1"}, lambda: -1, request_timeout_s=0.1)
+    link = ControllerLink(fixed({1: "127.0.0.1:1"}), lambda: -1, request_timeout_s=0.1)
     assert lifecycle(link, lambda: 0).incarnation_id != lifecycle(link, lambda: 0).incarnation_id
 
 
@@ -158,7 +165,7 @@ def test_a_lost_registration_is_made_again() -> None:
     async def body() -> None:
         controller = FakeController()
         async with serving(controller) as address:
-            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            link = ControllerLink(fixed({1: address}), lambda: 1, request_timeout_s=1.0)
             broker = lifecycle(link, lambda: 1000)
             task = asyncio.create_task(broker.run())
             await until(lambda: broker.state is State.RUNNING, "running")
@@ -188,7 +195,7 @@ def test_an_unregistered_broker_waits_for_its_log_to_show_it_then_stops_and_neve
         controller = FakeController()
         seen = [Registration.PRESENT]
         async with serving(controller) as address:
-            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            link = ControllerLink(fixed({1: address}), lambda: 1, request_timeout_s=1.0)
             broker = BrokerLifecycle(
                 101, [ENDPOINT], "", 50, link, lambda: 1000, registration=lambda epoch: seen[0]
             )
@@ -225,7 +232,7 @@ def test_heartbeats_report_the_offline_partitions_and_a_change_goes_out_at_once(
         controller = FakeController()
         offline: list[controller_pb2.OfflineTopicReplicas] = []
         async with serving(controller) as address:
-            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            link = ControllerLink(fixed({1: address}), lambda: 1, request_timeout_s=1.0)
             broker = BrokerLifecycle(
                 101, [ENDPOINT], "", 60_000, link, lambda: 1000, offline_replicas=lambda: list(offline)
             )
@@ -256,7 +263,7 @@ def test_registration_names_the_log_directory_and_heartbeats_list_wiped_partitio
         offset = [0]
         wiped = [controller_pb2.OfflineTopicReplicas(topic_id=b"\x02" * 16, partitions=[0])]
         async with serving(controller) as address:
-            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            link = ControllerLink(fixed({1: address}), lambda: 1, request_timeout_s=1.0)
             broker = BrokerLifecycle(
                 101,
                 [ENDPOINT],
@@ -287,7 +294,7 @@ def test_registration_names_the_log_directory_and_heartbeats_list_wiped_partitio
 
 def test_shutdown_before_registering_returns_at_once() -> None:
     async def body() -> None:
-        link = ControllerLink({1: closed_port()}, lambda: -1, request_timeout_s=0.5)
+        link = ControllerLink(fixed({1: closed_port()}), lambda: -1, request_timeout_s=0.5)
         broker = lifecycle(link, lambda: 0)
         task = asyncio.create_task(broker.run())
         await asyncio.sleep(0.05)  # a few refused registrations
@@ -309,7 +316,7 @@ def test_link_asks_the_raft_leader_then_follows_hints_then_tries_voters_in_turn(
                 dead = closed_port()
                 voters = {1: active_address, 2: standby_address, 3: dead}
                 # the observer still believes in an old leader
-                link = ControllerLink(voters, lambda: 2, request_timeout_s=1.0)
+                link = ControllerLink(fixed(voters), lambda: 2, request_timeout_s=1.0)
                 request = controller_pb2.BrokerRegistrationRequest(broker_id=101)
                 assert link.target() == standby_address
                 try:
@@ -325,7 +332,7 @@ def test_link_asks_the_raft_leader_then_follows_hints_then_tries_voters_in_turn(
                 await link.close()
 
                 # A leader that is down: after one failure the voters are tried in turn.
-                link = ControllerLink(voters, lambda: 3, request_timeout_s=1.0)
+                link = ControllerLink(fixed(voters), lambda: 3, request_timeout_s=1.0)
                 assert link.target() == dead
                 try:
                     await link.call(lambda stub: stub.BrokerRegistration, request)
@@ -338,6 +345,41 @@ def test_link_asks_the_raft_leader_then_follows_hints_then_tries_voters_in_turn(
     run(body)
 
 
+def test_link_finds_controllers_the_configuration_does_not_name_in_the_logs_voter_set() -> None:
+    """Controllers 10 and 11 were added after the broker was configured with controller 1
+    alone (KIP-853), and 1 is gone: the voter set in the broker's log says where they are."""
+
+    async def body() -> None:
+        active = FakeController()
+        async with serving(active) as active_address:
+            gone = closed_port()
+            voters = VoterSet(
+                [Voter(1, "d1", (gone,)), Voter(10, "d10", (active_address,)), Voter(11, "d11", (closed_port(),))]
+            )
+            endpoints = VoterEndpoints({1: gone}, lambda: voters)
+            request = controller_pb2.BrokerRegistrationRequest(broker_id=101)
+
+            link = ControllerLink(endpoints, lambda: 10, request_timeout_s=1.0)  # the leader it follows
+            assert link.target() == active_address
+            assert (await link.call(lambda stub: stub.BrokerRegistration, request)).broker_epoch == 40
+            await link.close()
+
+            # No leader known: every voter in effect is tried in turn, not only the configured one.
+            link = ControllerLink(endpoints, lambda: -1, request_timeout_s=1.0)
+            tried = []
+            for _ in voters.voters():
+                tried.append(link.target())
+                try:
+                    await link.call(lambda stub: stub.BrokerRegistration, request)
+                    break
+                except LinkError:
+                    continue
+            assert tried[-1] == active_address and len(active.registrations) == 2, tried
+            await link.close()
+
+    run(body)
+
+
 def test_registration_names_the_clean_shutdown_epoch_and_then_its_own() -> None:
     """KIP-966: the first registration carries the epoch the clean-shutdown marker named
     (none without a marker: the controller takes the broker out of every ELR); a
@@ -346,7 +388,7 @@ def test_registration_names_the_clean_shutdown_epoch_and_then_its_own() -> None:
     async def body() -> None:
         controller = FakeController()
         async with serving(controller) as address:
-            link = ControllerLink({1: address}, lambda: 1, request_timeout_s=1.0)
+            link = ControllerLink(fixed({1: address}), lambda: 1, request_timeout_s=1.0)
             crashed = BrokerLifecycle(102, [ENDPOINT], "", 50, link, lambda: 1000)
             task = asyncio.create_task(crashed.run())
             await until(lambda: crashed.state is State.RUNNING, "the broker without a marker running")

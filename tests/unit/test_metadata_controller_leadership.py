@@ -46,6 +46,31 @@ def test_standbys_answer_not_controller_with_the_leaders_address() -> None:
     run(body)
 
 
+def test_not_controller_names_a_leader_the_configuration_does_not_name() -> None:
+    """Only controller 1 is configured; 2 and 3 are known from the voter set in the log
+    (KIP-853). With 1 gone, a standby's NOT_CONTROLLER names the leader's address, and the
+    active controller's answers name its own."""
+
+    async def body() -> None:
+        quorum = Quorum(size=3, dynamic=True)
+        assert quorum.configured_addresses() == {1: address(1)}
+        await quorum.start()
+        await quorum.active()
+        await quorum.crash(1)
+        leader = await quorum.active()
+        leader_id = leader.node.node_id
+        standby = quorum.members[5 - leader_id]
+        await eventually(lambda: standby.node.leadership.leader_id == leader_id, "the standby follows")
+        status = (await standby.controller.list_topics(pb.ListTopicsRequest())).status
+        assert status.error == E.NOT_CONTROLLER
+        assert (status.controller_id, status.controller_address) == (leader_id, address(leader_id))
+        status = (await leader.controller.list_topics(pb.ListTopicsRequest())).status
+        assert (status.error, status.controller_address) == (E.NONE, address(leader_id))
+        await quorum.close()
+
+    run(body)
+
+
 def test_leadership_lost_before_commit_is_not_controller() -> None:
     async def body() -> None:
         quorum, leader_id = await three()

@@ -410,6 +410,30 @@ def test_dead_peer_is_unreachable_and_found_again_when_it_restarts() -> None:
     run(body)
 
 
+def test_a_peer_that_moved_is_reached_at_its_new_address() -> None:
+    """The log names a voter's new endpoint (KIP-853): the call in flight to the old one
+    is dropped without calling the peer unreachable, and the next goes to the new one."""
+
+    async def body() -> None:
+        inbox1, old_inbox, new_inbox = FakeInbox(), FakeInbox(), FakeInbox(answering=True)
+        async with (
+            node(2, old_inbox) as old,
+            node(2, new_inbox) as new,
+            node(1, inbox1, {2: address(old)}) as one,
+        ):
+            one.add_peer(2, address(old))  # known there: nothing changes
+            one.send(Envelope(1, 2, VOTE, rpc_id=1))
+            assert (await old_inbox.next_delivered()).msg == VOTE  # and never answered
+
+            one.add_peer(2, address(new))
+            one.send(Envelope(1, 2, VOTE, rpc_id=2))
+            assert (await new_inbox.next_delivered()).msg == VOTE
+            assert await inbox1.next_delivered() == Envelope(2, 1, answer(VOTE), rpc_id=2)
+            assert inbox1.unreachable_peers.empty() and old_inbox.delivered.empty()
+
+    run(body)
+
+
 @pytest.mark.parametrize(
     ("code", "unreachable"), [(grpc.StatusCode.UNAVAILABLE, True), (grpc.StatusCode.INTERNAL, False)]
 )
