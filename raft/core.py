@@ -715,6 +715,13 @@ class RaftCore:
         """Back off (exponentially, randomized) and go back to waiting."""
         self._failed_elections += 1
         self._stand_aside(self._backoff())
+        if isinstance(self._state, UnattachedState):
+            # No leader found and none elected: look for one as an observer does (KIP-853).
+            # A voter stranded in a newer epoch than the quorum's (its vote requests were
+            # lost; or it was removed, so no leader announces itself to it) is refused by
+            # voters that still follow their leader, in an epoch it cannot go back to; its
+            # fetch tells a stale leader the newer epoch, and the leader steps down.
+            self._state.seeking_leader = True
 
     def _stand_aside(self, delay_ms: int) -> None:
         if self.role is Role.PROSPECTIVE and self._leadership.lost != NO_LEADER:
@@ -1229,9 +1236,12 @@ class RaftCore:
             self._on_leader_lost()
 
     def _fetching_state(self) -> FetchingState | None:
-        """The state of a role that fetches: a follower, or an observer looking for a leader."""
+        """The state of a role that fetches: a follower, or a replica looking for a leader (an
+        observer, or a voter whose election failed)."""
         state = self._state
-        if isinstance(state, FollowerState) or (isinstance(state, UnattachedState) and not self.may_campaign):
+        if isinstance(state, FollowerState) or (
+            isinstance(state, UnattachedState) and (state.seeking_leader or not self.may_campaign)
+        ):
             return state
         return None
 
@@ -1271,12 +1281,24 @@ class RaftCore:
         epoch = _sender_epoch(req)
         error = self._refusal(req, epoch)
         if error is not None:
+            if error is Error.NOT_LEADER and epoch is not None and epoch > self.epoch:
+                self._fetched_from_newer_epoch(epoch)
             # A vote's answer waits until the state it reports is durable, granted or not.
             self._reply(env, self._error_response(req, error), durable=isinstance(req, VoteRequest))
             return False
         if epoch is not None and epoch > self.epoch:
             self._enter_newer_epoch(req)
         return True
+
+    def _fetched_from_newer_epoch(self, epoch: int) -> None:
+        """A replica fetches in an epoch newer than ours, so this leader's epoch is over:
+        it steps down into the newer one, and the next election moves the quorum past it.
+        Voters learn this from the BeginQuorumEpoch a leader resends to the silent ones; a
+        replica the leader does not resend to (one removed from the voter set) can only
+        tell it so with a fetch (see ``_election_lost``). Any other role just answers: the
+        fetch names no leader to follow, and the leader it fetched for is not us."""
+        if self.role is Role.LEADER:
+            self._become_unattached(epoch)
 
     def _refusal(self, req: Request, epoch: int | None) -> Error | None:
         """The error that answers ``req`` (sent in ``epoch``) before its handler runs, if
