@@ -22,6 +22,8 @@ from raftka.raft.messages import NO_LEADER, Envelope
 from raftka.raft.roles import Role
 from raftka.raft.tracker import Tracker, majority
 
+NEVER = 1 << 62  # a deadline that never comes (a timer that is not armed)
+
 
 @dataclass(slots=True)
 class ParkedFetch:
