@@ -5,6 +5,13 @@ a write); what to do comes out of ``ready()`` (see ``raftka.raft.effects``). The
 clock, does no I/O and draws randomness only from the ``random.Random`` it is given, so
 the same state and inputs give the same outputs: the simulator relies on that.
 
+One module per role, as etcd's raft has one step function per role: elections in
+``raftka.raft.candidate``, fetching (a follower, or a replica looking for its leader) in
+``raftka.raft.follower``, leading in ``raftka.raft.leader``; ``RaftCore`` is made of the
+three. This module keeps what is common to them: the state that outlives a role, the
+events, the transitions, the epoch handling every message goes through once at the top
+of ``step``, durability and output, and time.
+
 The protocol is Kafka's KRaft, pull-based:
 
 - Vote (with pre_vote, KIP-996): a voter without a live leader first asks for
@@ -29,15 +36,17 @@ it may have voted, and acknowledged data, before it lost its disk.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from raftka.raft import control
 from raftka.raft.batch import Batch, BatchKind, OffsetAndEpoch
+from raftka.raft.candidate import CandidateRole
 from raftka.raft.config import RaftConfig
 from raftka.raft.effects import QuorumStateData, Ready, Snapshot, Write
+from raftka.raft.follower import FollowerRole
+from raftka.raft.leader import LeaderRole, NotLeaderError
 from raftka.raft.log import RaftLog
 from raftka.raft.messages import (
     NO_LEADER,
@@ -58,40 +67,22 @@ from raftka.raft.messages import (
     VoteResponse,
 )
 from raftka.raft.role_state import (
+    NEVER,
     CandidateState,
     EpochLeadership,
-    FetchingState,
     FollowerState,
     LeaderState,
-    ParkedFetch,
     ProspectiveState,
     Recovery,
     ResignedState,
     RoleState,
-    SnapshotDownload,
     UnattachedState,
     Votes,
 )
 from raftka.raft.roles import Role, check_transition
 from raftka.raft.storage.base import LoadedState
 from raftka.raft.tracker import Tracker
-from raftka.raft.voters import (
-    KRAFT_VERSION_DYNAMIC,
-    NO_DIRECTORY,
-    ChangeRefusal,
-    Voter,
-    VoterChangeError,
-    VoterHistory,
-    VoterSet,
-    encode_kraft_version,
-)
-
-
-class NotLeaderError(Exception):
-    def __init__(self, leader_id: int, epoch: int) -> None:
-        super().__init__(f"not the leader (leader is {leader_id}, epoch {epoch})")
-        self.leader_id = leader_id
-        self.epoch = epoch
+from raftka.raft.voters import NO_DIRECTORY, VoterHistory, VoterSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +103,10 @@ class QuorumDescription:
     observers: tuple[ReplicaState, ...]
 
 
-NEVER = 1 << 62
-VOTER_CATCH_UP_LAG_MAX = 1000  # records an observer may trail the high watermark and still be added
 SUPERSEDED_SNAPSHOTS_MAX = 3  # bound: older snapshots kept servable for downloads under way
-PARKED_PER_OBSERVER_MAX = 4  # bound: fetches parked at once under one observer id
 
 
-class RaftCore:
+class RaftCore(CandidateRole, FollowerRole, LeaderRole):
     def __init__(
         self,
         node_id: int,
@@ -347,38 +335,6 @@ class RaftCore:
             return
         self._HANDLERS[type(msg)](self, envelope)
 
-    def unreachable(self, peer_id: int, now_ms: int) -> None:
-        """A request to ``peer_id`` failed at once: its process is gone or restarting."""
-        self._now = now_ms
-        state = self._fetching_state()
-        if state is None:
-            return
-        target = self.leader_id if isinstance(state, FollowerState) else state.bootstrap_target
-        if peer_id != target:
-            return
-        state.fetch_sent_ms = None
-        if isinstance(state, UnattachedState):
-            state.bootstrap_target = NO_LEADER
-            state.fetch_retry_ms = now_ms + self.cfg.election_timeout_ms
-            return
-        retry_ms = max(1, self.cfg.election_timeout_ms // 10)
-        if self.is_voter:
-            # The leader's process is most likely gone (its connections reset): campaign
-            # now rather than after a timeout. Safe if it is not: the pre-vote is refused
-            # by every voter that still hears it, and a fetch that gets through meanwhile
-            # takes the loss back.
-            self._on_leader_lost(self._succession_delay())
-            self._retry_fetch_after(retry_ms)
-            return
-        # An observer: one failure can be a stale connection to a leader that is back; two
-        # in a row, a moment apart, mean it is gone.
-        state.unreachable_strikes += 1
-        if state.unreachable_strikes >= 2:
-            self._on_leader_lost()  # unattached from here on: back off there
-            self._retry_fetch_after(self.cfg.election_timeout_ms)
-        else:
-            state.fetch_retry_ms = now_ms + retry_ms
-
     def poll(self, now_ms: int) -> int:
         """Run whatever is due; return how long until the core next needs a poll."""
         self._now = now_ms
@@ -441,99 +397,9 @@ class RaftCore:
         self.log.compact(snapshot)
         self._voter_history.compact(sid.offset)
 
-    def resign(self, now_ms: int) -> None:
-        """Graceful shutdown of a leader: hand over to the most caught-up voters."""
-        self._now = now_ms
-        if not isinstance(self._state, LeaderState):
-            return
-        successors = self._state.tracker.successors()
-        self._step_down()
-        req = EndQuorumEpochRequest(
-            cluster_id=self.cluster_id,
-            epoch=self.epoch,
-            leader_id=self.node_id,
-            preferred_successors=successors,
-        )
-        for voter in successors:
-            self._send(voter, req)
-
-    def _step_down(self) -> None:
-        """Leave leadership of this epoch; a leader no longer in the voter set (it removed
-        itself) waits as an observer instead of resigned."""
-        if self.may_campaign:
-            self._transition(ResignedState(), self.epoch, leader_id=self.node_id)
-            self._election_deadline = self._now + self._election_timeout()
-        else:
-            self._become_unattached(self.epoch)
-
     # ==================================================================================
-    # voter changes (KIP-853)
+    # the voter set in the log (KIP-853)
     # ==================================================================================
-    def add_voter(self, voter: Voter, now_ms: int) -> OffsetAndEpoch:
-        """Append a VotersRecord adding ``voter``, a caught-up observer fetching with its
-        directory id. Raises NotLeaderError or VoterChangeError."""
-        self._now = now_ms
-        leader = self._voter_change_leader()
-        current = self.voter_set
-        if not voter.directory_id:
-            raise VoterChangeError(ChangeRefusal.INVALID_REQUEST, f"node {voter.node_id}")
-        if voter.node_id in current.ids:
-            raise VoterChangeError(ChangeRefusal.DUPLICATE_VOTER, f"node {voter.node_id}")
-        progress = leader.tracker.observers.get(voter.node_id)
-        caught_up = (
-            progress is not None
-            and progress.directory_id == voter.directory_id
-            and now_ms - progress.last_fetch_ms <= self.cfg.fetch_timeout_ms
-            and progress.end_offset >= self._hw - VOTER_CATCH_UP_LAG_MAX
-        )
-        if not caught_up:
-            raise VoterChangeError(ChangeRefusal.NOT_CAUGHT_UP, f"node {voter.node_id}")
-        return self._change_voters(current.with_voter(voter))
-
-    def remove_voter(self, node_id: int, directory_id: str, now_ms: int) -> OffsetAndEpoch:
-        """Append a VotersRecord without the voter (``node_id``, ``directory_id``); the leader
-        may remove itself: it then leads, not counting itself, until the record commits."""
-        self._now = now_ms
-        self._voter_change_leader()
-        current = self.voter_set
-        voter = current.get(node_id)
-        if voter is None or voter.directory_id != directory_id:
-            raise VoterChangeError(
-                ChangeRefusal.VOTER_NOT_FOUND, f"node {node_id} directory {directory_id!r}"
-            )
-        if len(current) == 1:
-            raise VoterChangeError(ChangeRefusal.LAST_VOTER, f"node {node_id}")
-        return self._change_voters(current.without(node_id))
-
-    def update_voter(self, voter: Voter, now_ms: int) -> OffsetAndEpoch:
-        """Append a VotersRecord with a voter's new endpoints (same node and directory id)."""
-        self._now = now_ms
-        self._voter_change_leader()
-        current = self.voter_set
-        known = current.get(voter.node_id)
-        if known is None or known.directory_id != voter.directory_id:
-            raise VoterChangeError(
-                ChangeRefusal.VOTER_NOT_FOUND, f"node {voter.node_id} directory {voter.directory_id!r}"
-            )
-        return self._change_voters(current.without(voter.node_id).with_voter(voter))
-
-    def _voter_change_leader(self) -> LeaderState:
-        """One change at a time (Raft's single-server rule), and only once this leader has
-        committed in its own epoch (the fix in Ongaro's dissertation, as Kafka does): a
-        change appended before then could overlap one a previous leader left uncommitted."""
-        if not isinstance(self._state, LeaderState):
-            raise NotLeaderError(self.leader_id, self.epoch)
-        if not self.voter_set.dynamic:
-            raise VoterChangeError(ChangeRefusal.STATIC_QUORUM)
-        if self._voter_history.latest_offset() >= self._hw or self.exposed_high_watermark() < 0:
-            raise VoterChangeError(ChangeRefusal.CHANGE_IN_PROGRESS)
-        return self._state
-
-    def _change_voters(self, voters: VoterSet) -> OffsetAndEpoch:
-        batch = self._append(BatchKind.VOTERS, (encode_kraft_version(KRAFT_VERSION_DYNAMIC), voters.encode()))
-        self._leader().tracker.set_voters(self.voters)
-        return OffsetAndEpoch(offset=batch.base_offset, epoch=batch.epoch)
-
     def _note_voters(self, batch: Batch) -> None:
         """A batch entered the log: a VotersRecord takes effect at once, committed or not."""
         if batch.kind is not BatchKind.VOTERS:
@@ -675,575 +541,9 @@ class RaftCore:
         for voter in sorted(self.voters - {self.node_id}):
             self._send(voter, self._begin_quorum_epoch())
 
-    def _abandon_leadership(self, leader: LeaderState) -> None:
-        """Parked fetches are answered at once: their replicas must look for the new leader."""
-        for waiting in leader.parked.values():
-            for fetch in waiting:
-                self._reply(fetch.envelope, self._fetch_error(Error.NOT_LEADER))
-
     # ==================================================================================
-    # elections
+    # committed offsets, from a leader's quorum or a follower's fetch answers
     # ==================================================================================
-    def _campaign(self, *, pre_vote: bool) -> None:
-        assert isinstance(self._state, ProspectiveState | CandidateState)
-        if self._state.votes.won():
-            self._election_won()
-            return
-        epoch = self.epoch + 1 if pre_vote else self.epoch
-        for voter in self.voter_set.voters():
-            if voter.node_id == self.node_id:
-                continue
-            request = VoteRequest(
-                cluster_id=self.cluster_id,
-                candidate_epoch=epoch,
-                candidate_id=self.node_id,
-                last_epoch=self.log.last_epoch,
-                log_end_offset=self.log.end_offset,
-                pre_vote=pre_vote,
-                candidate_directory_id=self.directory_id,
-                voter_directory_id=voter.directory_id,
-            )
-            self._send(voter.node_id, request, durable=not pre_vote)
-
-    def _election_won(self) -> None:
-        if self.role is Role.PROSPECTIVE:
-            self._become_candidate()
-        else:
-            self._become_leader()
-
-    def _election_lost(self) -> None:
-        """Back off (exponentially, randomized) and go back to waiting."""
-        self._failed_elections += 1
-        self._stand_aside(self._backoff())
-
-    def _stand_aside(self, delay_ms: int) -> None:
-        if self.role is Role.PROSPECTIVE and self._leadership.lost != NO_LEADER:
-            self._become_follower(self.epoch, self._leadership.lost)
-            self._follower().leader_lost = True
-            self._election_deadline = self._now + delay_ms
-        else:
-            self._become_unattached(self.epoch, delay_ms)
-
-    def _on_vote_request(self, env: Envelope) -> None:
-        req: VoteRequest = env.msg  # type: ignore[assignment]
-        log_ok = (req.last_epoch, req.log_end_offset) >= (self.log.last_epoch, self.log.end_offset)
-        may_vote = (
-            self._votes_for(req)
-            and self._may_elect(req)
-            and req.voter_directory_id in (NO_DIRECTORY, self.directory_id)
-            and self._recovery is None
-            and log_ok
-        )
-        if req.pre_vote:
-            granted = may_vote and req.candidate_epoch > self.epoch and not self._has_live_leader()
-            self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=True))
-            if granted and self.role is Role.PROSPECTIVE and req.candidate_id < self.node_id:
-                # Two voters that noticed the loss together would split the vote; the lower id
-                # goes first and this one stands aside (it campaigns later if that fails).
-                self._stand_aside(self._election_timeout())
-            elif granted and self.role in (Role.UNATTACHED, Role.FOLLOWER, Role.RESIGNED):
-                # Nor does one whose timer is about to fire campaign against the voter it has
-                # just encouraged: that one gets an election timeout to win first.
-                self._election_deadline = max(self._election_deadline, self._now + self._election_timeout())
-            return
-        granted = (
-            may_vote
-            and self.role in (Role.UNATTACHED, Role.PROSPECTIVE)
-            and self.voted_id in (NO_LEADER, req.candidate_id)
-        )
-        if granted:
-            if self.role is Role.PROSPECTIVE:
-                self._transition(self._unattached_state(), self.epoch)
-            self.voted_id = req.candidate_id
-            self._persist_state()
-            # (a replica voting though its log says it is no voter never campaigns)
-            self._election_deadline = self._now + self._election_timeout() if self.may_campaign else NEVER
-        self._reply(env, self._vote_response(Error.NONE, granted=granted, pre_vote=False), durable=True)
-
-    def _on_vote_response(self, env: Envelope) -> None:
-        resp: VoteResponse = env.msg  # type: ignore[assignment]
-        state = self._state
-        expected = ProspectiveState if resp.pre_vote else CandidateState
-        if not isinstance(state, expected) or env.src not in self.voters:
-            return
-        if not resp.pre_vote and resp.epoch != self.epoch:
-            return  # a pre-vote counts from any epoch: it only asks whether a leader is alive
-        state.votes.record(env.src, resp.vote_granted)
-        if state.votes.won():
-            self._election_won()
-        elif state.votes.lost():
-            self._election_lost()
-
-    def _votes_for(self, req: VoteRequest) -> bool:
-        """A voter votes; so does a replica the candidate names as its voter (this very
-        storage) though our own log says otherwise: a leader that removed us may have lost
-        its leadership before the change committed, and the candidate, whose log lacks the
-        change, cannot be elected without us (Raft answers votes whatever its configuration);
-        or it has just added us and our log (maybe still empty) does not say so yet."""
-        if self.is_voter:
-            return True
-        return req.voter_directory_id == self.directory_id != NO_DIRECTORY
-
-    def _may_elect(self, req: VoteRequest) -> bool:
-        """A static quorum's candidate must be one of its voters. A dynamic quorum's (it
-        names its storage) may be one our log does not name yet (just added): the candidate
-        counts only votes of its own voter set, and our log check keeps a stale one out
-        (KIP-853); but never another storage under a voter's id (a replaced disk)."""
-        known = self.voter_set.get(req.candidate_id)
-        if not req.candidate_directory_id:
-            return known is not None
-        return known is None or known.directory_id in (NO_DIRECTORY, req.candidate_directory_id)
-
-    def _has_live_leader(self) -> bool:
-        state = self._state
-        if isinstance(state, LeaderState):
-            return True
-        return isinstance(state, FollowerState) and not state.leader_lost
-
-    # ==================================================================================
-    # epoch announcements
-    # ==================================================================================
-    def _on_begin_quorum_epoch(self, env: Envelope) -> None:
-        req: BeginQuorumEpochRequest = env.msg  # type: ignore[assignment]
-        if self._leadership.ended == req.leader_id:
-            # It resigned before this announcement reached us: following it would wait out a timeout.
-            self._reply(env, self._begin_quorum_epoch_response(Error.NONE))
-            return
-        if self.leader_id != req.leader_id:
-            self._become_follower(self.epoch, req.leader_id)  # IllegalTransition if another leads it
-        self._reply(env, self._begin_quorum_epoch_response(Error.NONE), durable=True)
-
-    def _on_end_quorum_epoch(self, env: Envelope) -> None:
-        req: EndQuorumEpochRequest = env.msg  # type: ignore[assignment]
-        self._leadership.ended = req.leader_id
-        # Our leader resigned, or one we never heard announce itself (its epoch may be the
-        # newer one that step has just left us unattached in).
-        resigned = (self.role is Role.FOLLOWER and self.leader_id == req.leader_id) or (
-            self.role is Role.UNATTACHED and self.leader_id == NO_LEADER
-        )
-        if resigned:
-            # The first named successor campaigns at once; the others give it a head start.
-            successors = [s for s in req.preferred_successors if s in self.voters]
-            position = successors.index(self.node_id) if self.node_id in successors else len(successors)
-            delay = position * self.cfg.election_timeout_ms
-            if position > 0 or not self.may_campaign:
-                delay += self._election_timeout()
-            self._become_unattached(self.epoch, delay)
-        self._reply(env, self._end_quorum_epoch_response(Error.NONE))
-
-    def _on_epoch_response(self, env: Envelope) -> None:
-        """All an answer to BeginQuorumEpoch or EndQuorumEpoch teaches is an epoch and a
-        leader, learned in ``step``."""
-
-    # ==================================================================================
-    # leader
-    # ==================================================================================
-    def _on_fetch_request(self, env: Envelope) -> None:
-        """Answer a fetch at once, or park it until there is news (long poll).
-
-        A replica fetches again only once its previous fetch was answered or timed out, so
-        a voter's parked fetch is one it has given up on: it is answered at once and the
-        new one parks in its place (one parked fetch per voter). Observers are not told
-        apart by anything but their id (Kafka adds a directory id; raftka has none), and
-        two processes configured with one id (two brokers given the same node_id) each
-        keep a fetch here. Answering one because the other fetched would make each re-fetch
-        at once and answer the other's in turn: a ping-pong as fast as the network goes.
-        So an observer's fetches park side by side, as in Kafka's fetch purgatory: each
-        process gets its own answers and the leader stays calm. The overlap is counted and
-        the driver warns naming the id; refusing the second process is left to the layer
-        that knows what the id means (a broker's registration), not to the log.
-        """
-        req: FetchRequest = env.msg  # type: ignore[assignment]
-        leader = self._leader()
-        validation = self.log.validate_fetch(req.fetch_offset, req.last_fetched_epoch)
-        if not validation.valid:
-            if self._fetches_as_voter(req):  # (another storage under a voter's id is not it)
-                leader.tracker.record_contact(req.replica_id, self._now)
-            self._reply(
-                env,
-                FetchResponse(
-                    error=Error.NONE,
-                    epoch=self.epoch,
-                    leader_id=self.node_id,
-                    high_watermark=self.exposed_high_watermark(),
-                    log_start_offset=self.log.start_offset,
-                    diverging=validation.diverging,
-                    snapshot_id=validation.snapshot_id,
-                ),
-            )
-            return
-        if req.fetch_offset > self.log.end_offset:
-            self._reply(env, self._fetch_error(Error.INVALID_REQUEST))
-            return
-        as_voter = self._fetches_as_voter(req)
-        leader.tracker.record_fetch(
-            req.replica_id,
-            req.fetch_offset,
-            self.log.end_offset,
-            self._now,
-            directory_id=req.replica_directory_id,
-            as_voter=as_voter,
-        )
-        if as_voter:
-            for previous in leader.parked.pop(req.replica_id, ()):
-                self._answer_fetch(previous.envelope)
-        elif leader.parked.get(req.replica_id):
-            self.observer_fetch_overlaps += 1
-            self.overlapping_observer_id = req.replica_id
-        # Advance the high watermark before parking: the fetch that moved it stays parked,
-        # ready for the next append, instead of coming back at once just to carry the news.
-        self._leader_progress()
-        if req.max_wait_ms == 0 or req.fetch_offset < self._readable_end(req):
-            self._answer_fetch(env)
-        else:
-            self._park(leader, env, req.replica_id, min(req.max_wait_ms, self.cfg.fetch_max_wait_ms))
-
-    def _fetches_as_voter(self, req: FetchRequest) -> bool:
-        """A fetch is a voter's only from its own storage (a replaced disk is a new replica)."""
-        return self.voter_set.includes(req.replica_id, req.replica_directory_id)
-
-    def _readable_end(self, req: FetchRequest) -> int:
-        """Where a replica's fetch may read up to. Voters take every record: their
-        acknowledgements move the high watermark. Observers take committed records only:
-        uncommitted ones are of no use to them, and each commit then costs one answer per
-        observer rather than one for the records and another for the news that they
-        committed."""
-        if self._fetches_as_voter(req):
-            return self.log.end_offset
-        return max(self.exposed_high_watermark(), self.log.start_offset)
-
-    def _park(self, leader: LeaderState, env: Envelope, replica_id: int, wait_ms: int) -> None:
-        waiting = leader.parked.setdefault(replica_id, [])
-        if len(waiting) >= PARKED_PER_OBSERVER_MAX:
-            self._answer_fetch(waiting.pop(0).envelope)
-        waiting.append(ParkedFetch(envelope=env, deadline_ms=self._now + wait_ms))
-
-    def _answer_fetch(self, env: Envelope) -> None:
-        req: FetchRequest = env.msg  # type: ignore[assignment]
-        batches = self.log.read(
-            req.fetch_offset,
-            self.cfg.fetch_max_bytes,
-            self.cfg.fetch_max_batches,
-            end=self._readable_end(req),
-        )
-        response = FetchResponse(
-            error=Error.NONE,
-            epoch=self.epoch,
-            leader_id=self.node_id,
-            high_watermark=self.exposed_high_watermark(),
-            log_start_offset=self.log.start_offset,
-            batches=batches,
-        )
-        self._reply(env, response)
-
-    def _answer_parked(self, leader: LeaderState, *, voters: bool) -> None:
-        """Answer the parked fetches of voters (there are new records) or of observers (a
-        new high watermark). A voter learns the high watermark with its next records or
-        when its long poll ends: an answer carrying only that would cost every voter a
-        round trip per commit."""
-        for replica_id in [r for r in leader.parked if (r in self.voters) is voters]:
-            for fetch in leader.parked.pop(replica_id):
-                self._answer_fetch(fetch.envelope)
-
-    def _answer_expired_fetches(self, leader: LeaderState) -> None:
-        for replica_id, waiting in list(leader.parked.items()):
-            due = [f for f in waiting if self._now >= f.deadline_ms]
-            if not due:
-                continue
-            remaining = [f for f in waiting if self._now < f.deadline_ms]
-            if remaining:
-                leader.parked[replica_id] = remaining
-            else:
-                del leader.parked[replica_id]
-            for fetch in due:
-                self._answer_fetch(fetch.envelope)
-
-    def _on_fetch_snapshot_request(self, env: Envelope) -> None:
-        req: FetchSnapshotRequest = env.msg  # type: ignore[assignment]
-
-        def answer(error: Error, size: int = 0, chunk: bytes = b"", voters: bytes = b"") -> None:
-            response = self._fetch_snapshot_response(req, error, size=size, chunk=chunk)
-            self._reply(env, dataclasses.replace(response, voters=voters))
-
-        if (snapshot := self._servable_snapshot(req.snapshot_id)) is None:
-            answer(Error.UNKNOWN_SNAPSHOT)
-        elif not 0 <= req.position <= len(snapshot.data) or req.max_bytes <= 0:
-            answer(Error.INVALID_REQUEST)
-        else:
-            self._leader().tracker.record_contact(req.replica_id, self._now)
-            data = snapshot.data
-            size = min(req.max_bytes, self.cfg.snapshot_chunk_bytes)
-            answer(Error.NONE, len(data), data[req.position : req.position + size], snapshot.voters)
-
-    def _servable_snapshot(self, snapshot_id: OffsetAndEpoch) -> Snapshot | None:
-        if self.log.snapshot is not None and self.log.snapshot.id == snapshot_id:
-            return self.log.snapshot
-        kept = self._superseded.get(snapshot_id)
-        if kept is None or kept[1] < self._now:
-            return None
-        self._keep_servable(kept[0])  # in use: keep it while the download goes on
-        return kept[0]
-
-    def _keep_servable(self, snapshot: Snapshot) -> None:
-        self._superseded[snapshot.id] = (snapshot, self._now + self.cfg.fetch_timeout_ms)
-
-    def _leader_progress(self) -> None:
-        """Advance the high watermark from the voters' durable positions."""
-        leader = self._leader()
-        leader.tracker.record_leader_end(self._durable_end, self._now)
-        candidate = leader.tracker.quorum_end()
-        if candidate > self._hw and candidate > leader.epoch_start:
-            self._hw = candidate
-            self._deliver_committed()
-            self._answer_parked(leader, voters=False)
-
-    def _poll_leader(self) -> None:
-        leader = self._leader()
-        now = self._now
-        leader.tracker.record_leader_end(self._durable_end, now)
-        if now >= self._check_quorum_deadline(leader):
-            self._step_down()
-            return
-        if not self.is_voter and self._voter_history.latest_offset() < self._hw:
-            self.resign(now)  # our own removal committed: hand over to the remaining voters
-            return
-        if now - leader.last_append_ms >= self.cfg.idle_noop_interval_ms:
-            self._append(BatchKind.NOOP, (control.NOOP_RECORD,))
-        if now >= leader.begin_epoch_resend_ms:
-            # Also to voters that went quiet: one stranded in a higher epoch answers with it,
-            # and this leader steps down so that it can rejoin (Kafka does the same).
-            for voter in leader.tracker.voters_silent_since(now - self.cfg.fetch_timeout_ms // 2):
-                self._send(voter, self._begin_quorum_epoch())
-            leader.begin_epoch_resend_ms = now + 2 * self.cfg.election_timeout_ms
-        self._answer_expired_fetches(leader)
-
-    def _append(self, kind: BatchKind, records: tuple[bytes, ...]) -> Batch:
-        leader = self._leader()
-        batch = Batch(
-            base_offset=self.log.end_offset,
-            epoch=self.epoch,
-            timestamp_ms=self._now + self.wall_offset_ms,
-            kind=kind,
-            records=records,
-        )
-        self.log.append(batch)
-        self._note_voters(batch)
-        self._pending_appends.append(batch)
-        leader.last_append_ms = self._now
-        if leader.parked:
-            self._answer_parked(leader, voters=True)
-        return batch
-
-    def _leader(self) -> LeaderState:
-        assert isinstance(self._state, LeaderState), self.role
-        return self._state
-
-    # ==================================================================================
-    # follower
-    # ==================================================================================
-    def _maybe_fetch(self) -> None:
-        """Send the next fetch once everything we would acknowledge with it is durable."""
-        state = self._fetching_state()
-        if state is None:
-            return
-        if state.fetch_sent_ms is not None or self._now < state.fetch_retry_ms or self._has_unflushed():
-            return
-        if isinstance(state, UnattachedState):  # an observer asks a voter who leads
-            others = sorted(self.voters - {self.node_id})  # ours may be a replaced disk's old self
-            if not others:
-                state.fetch_retry_ms = self._now + self.cfg.election_timeout_ms
-                return
-            state.bootstrap_target = self.rng.choice(others)
-            target = state.bootstrap_target
-        else:
-            target = self.leader_id
-        state.fetch_sent_ms = self._now
-        self._next_rpc_id += 1
-        self._fetch_rpc_id = self._next_rpc_id
-        download = state.download if isinstance(state, FollowerState) else None
-        if download is not None:
-            request: Message = FetchSnapshotRequest(
-                cluster_id=self.cluster_id,
-                replica_id=self.node_id,
-                epoch=self.epoch,
-                snapshot_id=download.snapshot_id,
-                position=len(download.data),
-                max_bytes=self.cfg.snapshot_chunk_bytes,
-            )
-        else:
-            request = FetchRequest(
-                cluster_id=self.cluster_id,
-                replica_id=self.node_id,
-                epoch=self.epoch,
-                fetch_offset=self.log.end_offset,
-                last_fetched_epoch=self.log.last_epoch,
-                max_wait_ms=self.cfg.fetch_max_wait_ms,
-                replica_directory_id=self.directory_id,
-            )
-        self._outbox.append(Envelope(src=self.node_id, dst=target, msg=request, rpc_id=self._fetch_rpc_id))
-
-    def _on_fetch_response(self, env: Envelope) -> None:
-        resp: FetchResponse = env.msg  # type: ignore[assignment]
-        # A late answer to a fetch we gave up on still carries valid data for the same
-        # position, but only the answer to the current fetch completes it: otherwise two
-        # outstanding fetches would keep each other alive forever.
-        current = env.rpc_id == self._fetch_rpc_id
-        state = self._fetching_state()
-        if isinstance(state, UnattachedState) and env.src == state.bootstrap_target:
-            if current:  # a bootstrap answer without a leader: try another voter
-                state.fetch_sent_ms = None
-                state.fetch_retry_ms = self._now + self.cfg.election_timeout_ms
-            return
-        if not isinstance(state, FollowerState) or env.src != self.leader_id or resp.epoch != self.epoch:
-            return
-        if current:
-            state.fetch_sent_ms = None
-        if resp.error is not Error.NONE:
-            if resp.error is Error.NOT_LEADER:
-                self._on_leader_lost()  # an observer is unattached from here on: back off there
-            if current:
-                self._retry_fetch_after(self.cfg.election_timeout_ms)
-            return
-        self._fetch_ok(state)
-        state.leader_high_watermark = max(state.leader_high_watermark, resp.high_watermark)
-        if resp.diverging is None and resp.snapshot_id is None:
-            self._append_fetched(resp)
-        elif not current:
-            return  # a redirect computed for a position we have since left: it may not apply now
-        elif resp.diverging is not None:
-            self._truncate_diverging(resp.diverging)
-        elif resp.snapshot_id.offset >= self._hw:  # type: ignore[union-attr]
-            state.download = SnapshotDownload(snapshot_id=resp.snapshot_id, data=bytearray())  # type: ignore[arg-type]
-
-    def _append_fetched(self, resp: FetchResponse) -> None:
-        batches = resp.batches
-        if batches and batches[0].base_offset != self.log.end_offset:
-            return  # an answer to a fetch we have moved past
-        was_voter = self.may_campaign
-        for batch in batches:
-            if (
-                batch.base_offset != self.log.end_offset
-                or not self.log.last_epoch <= batch.epoch <= self.epoch
-            ):
-                break  # not a continuation of our log: a confused or hostile peer
-            self.log.append(batch)
-            self._note_voters(batch)
-            self._pending_appends.append(batch)
-        self._voters_changed(was_voter)
-        if batches and self.log.end_offset != batches[-1].next_offset:
-            return
-        if resp.high_watermark >= 0:
-            self._advance_hw(min(resp.high_watermark, self.log.end_offset))
-            if self._recovery is not None and self.log.end_offset >= resp.high_watermark:
-                self._recovery.caught_up = True
-                self._maybe_finish_recovery(self._recovery)
-
-    def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
-        local = self.log.end_offset_for_epoch(diverging.epoch)
-        target = min(local.offset, diverging.offset) if local.epoch == diverging.epoch else local.offset
-        target = max(target, self.log.start_offset)
-        if target >= self.log.end_offset:
-            return
-        if target < self._hw:
-            self.fatal_error = f"leader asked to truncate to {target}, below the committed offset {self._hw}"
-            return
-        was_voter = self.may_campaign
-        self.log.truncate_to(target)
-        self._voter_history.truncate_to(target)
-        self._voters_changed(was_voter)
-        self._pending_appends = [b for b in self._pending_appends if b.base_offset < target]
-        self._pending_truncate = (
-            target if self._pending_truncate is None else min(self._pending_truncate, target)
-        )
-        self._durable_end = min(self._durable_end, target)
-        self._inflight_end = min(self._inflight_end, target)
-
-    def _on_fetch_snapshot_response(self, env: Envelope) -> None:
-        resp: FetchSnapshotResponse = env.msg  # type: ignore[assignment]
-        if env.rpc_id != self._fetch_rpc_id:
-            return
-        state = self._state
-        if not isinstance(state, FollowerState) or env.src != self.leader_id or state.download is None:
-            return
-        download = state.download
-        state.fetch_sent_ms = None
-        if resp.error is not Error.NONE:
-            state.download = None
-            state.fetch_retry_ms = self._now + self.cfg.election_timeout_ms
-            return
-        if resp.snapshot_id != download.snapshot_id or resp.position != len(download.data):
-            return
-        self._fetch_ok(state)
-        download.data += resp.chunk
-        if len(download.data) >= resp.size:
-            state.download = None  # complete, or longer than announced: start over
-            if len(download.data) == resp.size:
-                snapshot = Snapshot(id=download.snapshot_id, data=bytes(download.data), voters=resp.voters)
-                self._install_snapshot(snapshot)
-
-    def _install_snapshot(self, snapshot: Snapshot) -> None:
-        if snapshot.id.offset < self._hw:
-            return
-        last = self.log.batch_at(snapshot.id.offset - 1)
-        if last is not None and last.next_offset == snapshot.id.offset and last.epoch == snapshot.id.epoch:
-            return  # our log already holds all it covers (log matching): nothing to replace
-        was_voter = self.may_campaign
-        self.log.install(snapshot)
-        self._voter_history.install(self._snapshot_voters(snapshot))
-        self._voters_changed(was_voter)
-        self._pending_install = snapshot
-        self._pending_truncate = None
-        self._pending_appends = []
-        self._inflight_end = min(self._inflight_end, snapshot.id.offset)
-        self._hw = self._applied = snapshot.id.offset
-        self._restore_out = snapshot
-        self._committed_out = []
-
-    def _fetch_ok(self, state: FollowerState) -> None:
-        state.unreachable_strikes = 0
-        state.last_fetch_ok_ms = self._now
-        state.leader_lost = False
-        self._failed_elections = 0
-        self._election_deadline = NEVER
-
-    def _on_leader_lost(self, election_delay_ms: int | None = None) -> None:
-        """A voter campaigns after ``election_delay_ms`` (default: a random election timeout)."""
-        if not self.may_campaign:
-            self._become_unattached(self.epoch)
-            return
-        state = self._follower()
-        if not state.leader_lost:
-            state.leader_lost = True
-            delay = self._election_timeout() if election_delay_ms is None else election_delay_ms
-            self._election_deadline = self._now + delay
-
-    def _poll_follower(self, state: FetchingState) -> None:
-        if (
-            state.fetch_sent_ms is not None
-            and self._now - state.fetch_sent_ms >= self._fetch_request_timeout()
-        ):
-            state.fetch_sent_ms = None  # lost on the way: ask again
-        if not isinstance(state, FollowerState) or state.leader_lost:
-            return
-        if self._now - state.last_fetch_ok_ms >= self.cfg.fetch_timeout_ms:
-            self._on_leader_lost()
-
-    def _fetching_state(self) -> FetchingState | None:
-        """The state of a role that fetches: a follower, or an observer looking for a leader."""
-        state = self._state
-        if isinstance(state, FollowerState) or (isinstance(state, UnattachedState) and not self.may_campaign):
-            return state
-        return None
-
-    def _follower(self) -> FollowerState:
-        assert isinstance(self._state, FollowerState), self.role
-        return self._state
-
-    def _retry_fetch_after(self, delay_ms: int) -> None:
-        state = self._fetching_state()
-        assert state is not None, self.role
-        state.fetch_retry_ms = self._now + delay_ms
-
     def _advance_hw(self, offset: int) -> None:
         if offset > self._hw:
             self._hw = offset
@@ -1271,12 +571,24 @@ class RaftCore:
         epoch = _sender_epoch(req)
         error = self._refusal(req, epoch)
         if error is not None:
+            if error is Error.NOT_LEADER and epoch is not None and epoch > self.epoch:
+                self._fetched_from_newer_epoch(epoch)
             # A vote's answer waits until the state it reports is durable, granted or not.
             self._reply(env, self._error_response(req, error), durable=isinstance(req, VoteRequest))
             return False
         if epoch is not None and epoch > self.epoch:
             self._enter_newer_epoch(req)
         return True
+
+    def _fetched_from_newer_epoch(self, epoch: int) -> None:
+        """A replica fetches in an epoch newer than ours, so this leader's epoch is over:
+        it steps down into the newer one, and the next election moves the quorum past it.
+        Voters learn this from the BeginQuorumEpoch a leader resends to the silent ones; a
+        replica the leader does not resend to (one removed from the voter set) can only
+        tell it so with a fetch (see ``_election_lost``). Any other role just answers: the
+        fetch names no leader to follow, and the leader it fetched for is not us."""
+        if self.role is Role.LEADER:
+            self._become_unattached(epoch)
 
     def _refusal(self, req: Request, epoch: int | None) -> Error | None:
         """The error that answers ``req`` (sent in ``epoch``) before its handler runs, if
@@ -1574,17 +886,18 @@ class RaftCore:
                 deadlines.append(fetching.last_fetch_ok_ms + self.cfg.fetch_timeout_ms)
         return min(deadlines)
 
+    # each message's handler, in the role that takes it (raftka.raft.candidate, .follower, .leader)
     _HANDLERS = {
-        VoteRequest: _on_vote_request,
-        VoteResponse: _on_vote_response,
-        BeginQuorumEpochRequest: _on_begin_quorum_epoch,
-        BeginQuorumEpochResponse: _on_epoch_response,
-        EndQuorumEpochRequest: _on_end_quorum_epoch,
-        EndQuorumEpochResponse: _on_epoch_response,
-        FetchRequest: _on_fetch_request,
-        FetchResponse: _on_fetch_response,
-        FetchSnapshotRequest: _on_fetch_snapshot_request,
-        FetchSnapshotResponse: _on_fetch_snapshot_response,
+        VoteRequest: CandidateRole._on_vote_request,
+        VoteResponse: CandidateRole._on_vote_response,
+        BeginQuorumEpochRequest: FollowerRole._on_begin_quorum_epoch,
+        BeginQuorumEpochResponse: FollowerRole._on_epoch_response,
+        EndQuorumEpochRequest: FollowerRole._on_end_quorum_epoch,
+        EndQuorumEpochResponse: FollowerRole._on_epoch_response,
+        FetchRequest: LeaderRole._on_fetch_request,
+        FetchResponse: FollowerRole._on_fetch_response,
+        FetchSnapshotRequest: LeaderRole._on_fetch_snapshot_request,
+        FetchSnapshotResponse: FollowerRole._on_fetch_snapshot_response,
     }
 
 

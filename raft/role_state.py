@@ -22,6 +22,8 @@ from raftka.raft.messages import NO_LEADER, Envelope
 from raftka.raft.roles import Role
 from raftka.raft.tracker import Tracker, majority
 
+NEVER = 1 << 62  # a deadline that never comes (a timer that is not armed)
+
 
 @dataclass(slots=True)
 class ParkedFetch:
@@ -57,13 +59,15 @@ class Votes:
 
 @dataclass(slots=True)
 class UnattachedState:
-    """No leader known in this epoch. A voter waits for its election timer; an observer
-    fetches from a voter picked at random until an answer names the leader."""
+    """No leader known in this epoch. A voter waits for its election timer; an observer,
+    and a voter whose election failed, fetch from a voter picked at random until an answer
+    names the leader (KIP-853)."""
 
     role: ClassVar[Role] = Role.UNATTACHED
-    fetch_retry_ms: int = 0  # an observer's backoff before its next fetch
-    fetch_sent_ms: int | None = None  # an observer's fetch in flight since then
-    bootstrap_target: int = NO_LEADER  # the voter an observer's fetch went to
+    seeking_leader: bool = False  # a voter whose election failed: it fetches as an observer does
+    fetch_retry_ms: int = 0  # backoff before the next leaderless fetch
+    fetch_sent_ms: int | None = None  # a leaderless fetch in flight since then
+    bootstrap_target: int = NO_LEADER  # the voter a leaderless fetch went to
 
 
 @dataclass(slots=True)
@@ -120,7 +124,7 @@ class FollowerState:
 
 
 RoleState = UnattachedState | ProspectiveState | CandidateState | LeaderState | ResignedState | FollowerState
-FetchingState = UnattachedState | FollowerState  # the roles that send fetches (Unattached: observers only)
+FetchingState = UnattachedState | FollowerState  # the roles that send fetches (Unattached: see its doc)
 
 
 @dataclass(slots=True)

@@ -11,7 +11,13 @@ import dataclasses
 from raftka.raft.batch import OffsetAndEpoch
 from raftka.raft.core import RaftCore
 from raftka.raft.effects import Ready
-from raftka.raft.messages import Envelope, Error, VoteRequest, VoteResponse
+from raftka.raft.messages import (
+    Envelope,
+    Error,
+    VoteRequest,
+    VoteResponse,
+)
+from raftka.raft.role_state import UnattachedState
 
 
 class GrantEveryVoteCore(RaftCore):
@@ -54,8 +60,29 @@ class OldVoterSetMajorityCore(RaftCore):
         return result
 
 
+class NeverSeeksLeaderCore(RaftCore):
+    """A voter whose election failed waits for its next one instead of fetching to find the
+    leader: a voter stranded in a newer epoch (removed, so no leader announces itself to
+    it) never rejoins."""
+
+    def _election_lost(self) -> None:
+        super()._election_lost()
+        if isinstance(self._state, UnattachedState):
+            self._state.seeking_leader = False
+
+
+class DeafToNewerFetchCore(RaftCore):
+    """A leader that answers a fetch from a newer epoch without stepping down into it: the
+    replica that sent it stays stranded above the quorum's epoch."""
+
+    def _fetched_from_newer_epoch(self, epoch: int) -> None:
+        pass
+
+
 MUTANT_CORES = {
     "grant-every-vote": GrantEveryVoteCore,
     "log-blind": LogBlindCore,
     "old-voter-set-majority": OldVoterSetMajorityCore,
+    "never-seeks-leader": NeverSeeksLeaderCore,
+    "deaf-to-newer-fetch": DeafToNewerFetchCore,
 }

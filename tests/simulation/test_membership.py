@@ -9,6 +9,7 @@ import pytest
 from raftka.raft.core import NotLeaderError, RaftCore
 from raftka.raft.voters import ChangeRefusal, Voter, VoterChangeError, VoterSet
 from tests.simulation.cluster import Cluster
+from tests.simulation.mutants import MUTANT_CORES
 from tests.simulation.node import role_of
 from tests.simulation.test_simulation import leader, scenario, settle
 
@@ -166,6 +167,50 @@ def test_a_replaced_disk_is_a_new_replica_added_again(seed: int) -> None:
         assert core(cluster, victim).voter_set.get(victim) == fresh
         assert cluster.run_until(lambda: core(cluster, victim).is_voter, 5_000)
         settle(cluster)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_removed_voter_stranded_in_a_newer_epoch_finds_the_leader(seed: int) -> None:
+    """Seed 1270's failure, scripted: a voter campaigns into a newer epoch, its vote
+    requests are lost, and it is removed while cut off. No leader announces itself to a
+    replica outside the voter set, and the voters refuse its pre-votes from an older epoch
+    it cannot go back to: once its election fails it fetches, as an observer does, and
+    the stale leader it reaches steps down into its epoch, so the next election moves the
+    quorum past it."""
+    with scenario(seed, dynamic=True) as cluster:
+        stranded = _strand_a_removed_voter(cluster)
+        settle(cluster, 10_000)
+        assert role_of(core(cluster, stranded)) == "observer"
+
+
+@pytest.mark.parametrize("mutant", ["never-seeks-leader", "deaf-to-newer-fetch"])
+def test_a_stranded_voter_stays_stranded_without_either_half(mutant: str) -> None:
+    with scenario(1, dynamic=True, factory=MUTANT_CORES[mutant]) as cluster:
+        stranded = _strand_a_removed_voter(cluster)
+        since = cluster.scheduler.now_ms
+        assert not cluster.run_until(lambda: cluster.converged(since), 10_000)
+        assert role_of(core(cluster, stranded)) != "observer"
+
+
+def _strand_a_removed_voter(cluster: Cluster) -> int:
+    old = leader(cluster)
+    cluster.isolate(old)  # long enough for the followers to lose it, short of check-quorum
+
+    def candidates() -> list[int]:
+        return [n for n in sorted({1, 2, 3} - {old}) if role_of(core(cluster, n)) == "candidate"]
+
+    assert cluster.run_until(lambda: bool(candidates()), 1_400, check_every_ms=1)
+    stranded = candidates()[0]
+    cluster.heal()
+    cluster.cut([(stranded, n) for n in sorted(cluster.nodes) if n != stranded])  # its votes are lost
+    assert cluster.run_until(lambda: not isinstance(remove(cluster, stranded), Exception), 2_000)
+    others = [n for n in cluster.up_ids() if n != stranded]
+    assert cluster.run_until(
+        lambda: all(voter_ids(cluster, n) == {1, 2, 3} - {stranded} for n in others), 5_000
+    )
+    assert core(cluster, stranded).epoch > core(cluster, leader(cluster)).epoch
+    cluster.heal()
+    return stranded
 
 
 def _appended(results: list[object], result: object) -> object:
