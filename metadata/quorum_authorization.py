@@ -58,7 +58,9 @@ def quorum_rules(authorizer: Authorizer, is_broker: Callable[[int], bool]) -> di
 def _quorum_member(caller: Principal, forwarded: str | None, request: Any) -> Denial | None:
     if caller.role in (CONTROLLER, BROKER):
         return None
-    return Denial(E.CLUSTER_AUTHORIZATION_FAILED, f"{caller} may not join the quorum: it is not a node's certificate")
+    return Denial(
+        E.CLUSTER_AUTHORIZATION_FAILED, f"{caller} may not join the quorum: it is not a node's certificate"
+    )
 
 
 def _the_voter_itself(caller: Principal, forwarded: str | None, request: Any) -> Denial | None:

@@ -93,11 +93,7 @@ async def open_node(
     gate = QuorumGate(lambda n: n in configured_voters or n in node.core.voters)
     if authorizer is None:
         authorizer = Authorizer(config.authorizer.super_users, dict)
-    every_rule = {
-        **quorum_rules(authorizer, lambda n: gate.is_broker(n) or is_broker(n)),
-        **HEALTH_RULES,
-        **(rules or {}),
-    }
+    every_rule = node_rules(authorizer, lambda n: gate.is_broker(n) or is_broker(n), rules or {})
     transport = GrpcTransport(
         config.node_id,
         config.listener,
@@ -114,6 +110,12 @@ async def open_node(
     )
     node = RaftNode(core, storage, transport, state_machine)
     return node
+
+
+def node_rules(authorizer: Authorizer, is_broker: Callable[[int], bool], service_rules: Rules) -> Rules:
+    """Every rule of a node's gRPC server: the quorum's, health's and reflection's, and
+    those of the services the node adds (the controller's, the broker's, the journal's)."""
+    return {**quorum_rules(authorizer, is_broker), **HEALTH_RULES, **service_rules}
 
 
 async def serve_until_signalled(node: RaftNode) -> None:

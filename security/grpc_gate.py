@@ -113,7 +113,9 @@ class _Judge:
         self.rule = rule
         self.response_type = _response_type(method)
 
-    def denial(self, context: grpc.aio.ServicerContext, request: Any) -> tuple[Principal | None, Denial | None]:
+    def denial(
+        self, context: grpc.aio.ServicerContext, request: Any
+    ) -> tuple[Principal | None, Denial | None]:
         """The caller, and why it is refused (None: allowed). Sets ``current_host``."""
         caller = from_grpc(context)
         if caller is None:  # a plaintext server: no authorization
@@ -134,7 +136,11 @@ class _Judge:
             denial = self.rule(caller, forwarded, request)
         if denial is not None:
             log.warning(
-                "request refused", rpc=self.name, principal=caller.name, forwarded_for=forwarded, reason=denial.message
+                "request refused",
+                rpc=self.name,
+                principal=caller.name,
+                forwarded_for=forwarded,
+                reason=denial.message,
             )
         return caller, denial
 
@@ -197,10 +203,13 @@ async def _write_all(answers: AsyncIterator[Any], context: grpc.aio.ServicerCont
 
 
 def _response_type(method: str) -> type | None:
-    """The method's response class if it has a ``status`` (a typed refusal fits in it)."""
+    """The method's response class if it has a raftka ``Status`` (a typed refusal fits in it)."""
     service, _, name = method.strip("/").rpartition("/")
     try:
         output = descriptor_pool.Default().FindMethodByName(f"{service}.{name}").output_type
     except KeyError:
         return None
-    return message_factory.GetMessageClass(output) if "status" in output.fields_by_name else None
+    status = output.fields_by_name.get("status")
+    if status is None or status.message_type is not controller_pb2.Status.DESCRIPTOR:
+        return None
+    return message_factory.GetMessageClass(output)
