@@ -35,11 +35,14 @@ from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 from tests.unit.metadata_controller_support import E, run
 from tests.unit.test_authorization import (
+    ALICE,
     TIMEOUT_S,
     FakeContext,
+    binding,
     call,
     register,
     tls_controller,
+    unfenced_broker,
 )
 from tests.unit.tls_support import Certs, make_certs
 
@@ -317,3 +320,29 @@ def test_describing_the_quorum_needs_describe_on_the_cluster(tmp_path: Path, cer
 
 def _serialize(message: Message) -> bytes:
     return message.SerializeToString()
+
+
+# what a listing shows ---------------------------------------------------------------------
+
+
+def test_every_topics_configs_lists_only_those_the_caller_may_describe_configs(
+    tmp_path: Path, certs: Certs
+) -> None:
+    async def body() -> None:
+        async with tls_controller(tmp_path, certs) as (_, address):
+            await unfenced_broker(address, certs)
+            create = pb.CreateTopicsRequest(
+                topics=[
+                    pb.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
+                    for n in ("open", "secret")
+                ]
+            )
+            assert (await call(address, certs.admin, "CreateTopics", create)).status.error == E.NONE
+            grant = pb.CreateAclsRequest(acls=[binding(ALICE, "DESCRIBE_CONFIGS", resource_name="open")])
+            assert (await call(address, certs.admin, "CreateAcls", grant)).status.error == E.NONE
+            listed = await call(address, certs.alice, "DescribeConfigs", pb.DescribeConfigsRequest())
+            assert [t.topic for t in listed.topics] == ["open"]
+            everything = await call(address, certs.admin, "DescribeConfigs", pb.DescribeConfigsRequest())
+            assert [t.topic for t in everything.topics] == ["open", "secret"]
+
+    run(body)
