@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from raftka.broker.authorization import RequestAuthorizer
 from raftka.broker.data_service import BrokerApi
 from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.groups.group import GroupLimits
@@ -26,6 +27,7 @@ from raftka.broker.transactions.coordinator import TransactionCoordinator
 from raftka.broker.transactions.markers import MarkerWriter
 from raftka.broker.transactions.peers import PeerBrokers
 from raftka.broker.transactions.verifier import CoordinatorVerifier
+from raftka.metadata.acls import Authorizer
 from raftka.metadata.image import (
     TOPIC,
     BrokerRegistration,
@@ -143,10 +145,12 @@ async def broker_in_process(
     tls: TlsFiles | None = None,
     followers: tuple[int, ...] = (),
     transactions_for_real: bool = False,
+    authorizer: Authorizer | None = None,
 ) -> AsyncIterator[InProcessBroker]:
     """``transactions_for_real``: the coordinator's markers go to this broker's own
     WriteTxnMarkers, and its partitions verify transactional batches with the coordinator
-    (KIP-890); else markers go to ``MarkerLeaders`` and every batch is taken."""
+    (KIP-890); else markers go to ``MarkerLeaders`` and every batch is taken. With an
+    ``authorizer`` every front end judges requests by it (as a broker with TLS does)."""
     logs = LogManager(tmp_path)
     logs.open_all()
     replicas = ReplicaManager(
@@ -177,7 +181,16 @@ async def broker_in_process(
         wall_clock_ms=lambda: controller.wall_clock_ms,
     )
     controller.listeners.append(transactions.update)
-    api = BrokerApi(replicas, groups, controller, "c", lambda: 1, producer_ids, transactions)  # type: ignore[arg-type]
+    api = BrokerApi(
+        replicas,
+        groups,
+        controller,  # type: ignore[arg-type]
+        "c",
+        lambda: 1,
+        producer_ids,
+        transactions,
+        RequestAuthorizer(authorizer),
+    )
     if transactions_for_real:
         replicas.verifier = CoordinatorVerifier(
             transactions, lambda: controller.image, PeerBrokers(lambda: controller.image, None)

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import raftka.v1
 from raftka.broker.authorization import BROKER_SERVICE_RULES
+from raftka.broker.data_service import BrokerService
 from raftka.metadata.acls import Authorizer
 from raftka.metadata.authorization import controller_rules
 from raftka.node.assembly import node_rules
@@ -31,8 +32,9 @@ from raftka.node.journal_service import journal_rules
 from raftka.security.grpc_gate import PrincipalGate, Rules, anyone, method_names
 from raftka.security.quorum_gate import QuorumGate
 from raftka.security.tls import TlsFiles, aio_channel
+from raftka.v1 import broker_pb2, broker_pb2_grpc, raft_pb2, raft_pb2_grpc
 from raftka.v1 import controller_pb2 as pb
-from raftka.v1 import raft_pb2, raft_pb2_grpc
+from tests.unit.broker_in_process import broker_in_process
 from tests.unit.metadata_controller_support import E, run
 from tests.unit.test_authorization import (
     ALICE,
@@ -346,3 +348,82 @@ def test_every_topics_configs_lists_only_those_the_caller_may_describe_configs(
             assert [t.topic for t in everything.topics] == ["open", "secret"]
 
     run(body)
+
+
+# a broker's gRPC server, called by a client with no ACL ---------------------------------------
+
+
+# Kafka answers these listings with what the principal may see rather than refusing them
+FILTERED_LISTINGS = frozenset({"ListGroups", "ListTransactions"})
+
+
+def authorization_errors(message: Message) -> set[int]:
+    """Every authorization error a response carries, at any depth (a refused topic,
+    partition, group or transactional id is answered in its place)."""
+    found: set[int] = set()
+    for field, value in message.ListFields():
+        values = value if field.is_repeated else [value]
+        for item in values:
+            if field.message_type is not None:
+                found |= authorization_errors(item)
+            elif (
+                field.enum_type is not None
+                and field.enum_type.name == "ErrorCode"
+                and item in AUTHORIZATION_FAILED
+            ):
+                found.add(item)
+    return found
+
+
+def test_a_client_with_no_acl_is_refused_every_broker_method_and_nothing_changes(
+    tmp_path: Path, certs: Certs
+) -> None:
+    """Each Broker method, with a request naming something in every field, is refused (an
+    authorization error in the answer; a listing Kafka filters: no entries in it), and no
+    partition, group, transaction, committed offset or producer id changes."""
+    service = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
+    authorizer = Authorizer([], dict)
+
+    async def body() -> None:
+        async with broker_in_process(tmp_path / "broker", {"x": 1}, authorizer=authorizer) as broker:
+            server = grpc.aio.server(
+                interceptors=[
+                    PrincipalGate(node_rules(authorizer, lambda node_id: False, BROKER_SERVICE_RULES))
+                ]
+            )
+            broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(broker.api), server)
+            port = server.add_secure_port("127.0.0.1:0", certs.broker.server_credentials)
+            await server.start()
+            try:
+                before = broker_state(broker)
+                answered = {}
+                async with aio_channel(f"127.0.0.1:{port}", certs.alice) as channel:
+                    for method in service.methods:
+                        response_type = message_factory.GetMessageClass(method.output_type)
+                        answer = await channel.unary_unary(
+                            f"/{service.full_name}/{method.name}",
+                            request_serializer=_serialize,
+                            response_deserializer=response_type.FromString,
+                        )(filled(method.input_type), timeout=TIMEOUT_S)
+                        if not authorization_errors(answer) and (
+                            method.name not in FILTERED_LISTINGS
+                            or any(f.is_repeated and f.message_type for f, _ in answer.ListFields())
+                        ):
+                            answered[method.name] = answer
+                assert answered == {}, "answered a client with no ACL"
+                assert broker_state(broker) == before
+            finally:
+                await server.stop(None)
+
+    run(body)
+
+
+def broker_state(broker: Any) -> tuple[Any, ...]:
+    partition = broker.replicas.get("x", 0)
+    return (
+        partition.log.log_end_offset,
+        broker.controller.image.groups,
+        broker.controller.image.transactions,
+        broker.controller.image.next_producer_id,
+        broker.controller.image.offsets,
+    )
