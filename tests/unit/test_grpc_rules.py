@@ -20,6 +20,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import raftka.v1
 from raftka.broker.authorization import BROKER_SERVICE_RULES
@@ -27,7 +28,7 @@ from raftka.broker.data_service import BrokerService
 from raftka.metadata.acls import Authorizer
 from raftka.metadata.authorization import controller_rules
 from raftka.node.assembly import node_rules
-from raftka.node.health import HEALTH_SERVICE, REFLECTION_SERVICE, NodeHealth
+from raftka.node.health import HEALTH_RULES, HEALTH_SERVICE, REFLECTION_SERVICE, NodeHealth
 from raftka.node.journal_service import journal_rules
 from raftka.security.grpc_gate import PrincipalGate, Rules, anyone, method_names
 from raftka.security.quorum_gate import QuorumGate
@@ -128,7 +129,7 @@ def test_a_method_without_a_rule_is_refused_unary_or_streaming(certs: Certs) -> 
                 assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
         finally:
             await server.stop(None)
-        server, address = await health_server(certs, {m: anyone for m in method_names(HEALTH_SERVICE)})
+        server, address = await health_server(certs, HEALTH_RULES)  # open to every certificate
         try:
             async with aio_channel(address, certs.alice) as channel:
                 stub = health_pb2_grpc.HealthStub(channel)
@@ -136,6 +137,13 @@ def test_a_method_without_a_rule_is_refused_unary_or_streaming(certs: Certs) -> 
                 assert answer.status == health_pb2.HealthCheckResponse.SERVING
                 first = await stub.Watch(health_pb2.HealthCheckRequest(), timeout=TIMEOUT_S).read()
                 assert first.status == health_pb2.HealthCheckResponse.SERVING
+                reflection = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                    timeout=TIMEOUT_S
+                )
+                await reflection.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+                listed = await reflection.read()
+                assert "grpc.health.v1.Health" in [s.name for s in listed.list_services_response.service]
+                reflection.cancel()
         finally:
             await server.stop(None)
 
