@@ -12,7 +12,9 @@
 - ``UpdateRaftVoter``: CLUSTER_ACTION from the voter itself: only controller N's
   certificate updates voter N's endpoints (Kafka's controllers send it for themselves).
 
-Refusals are ``PERMISSION_DENIED`` (the Raft responses have no ``status``).
+No broker forwards these calls, so a principal a broker's call claims to forward for is
+ignored: the caller's own certificate is judged. Refusals are ``PERMISSION_DENIED`` (the
+Raft responses have no ``status``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ RAFT_SERVICE = raft_pb2.DESCRIPTOR.services_by_name["Raft"]
 
 def quorum_rules(authorizer: Authorizer, is_broker: Callable[[int], bool]) -> dict[str, Rule]:
     """``is_broker(node_id)``: the node is known as a broker (it can never be a voter)."""
-    alter = cluster_rule(authorizer, acls.ALTER)
+    alter = _own(cluster_rule(authorizer, acls.ALTER))
 
     def add_voter(caller: Principal, forwarded: str | None, request: Any) -> Denial | None:
         if is_broker(request.voter_id):
@@ -47,12 +49,17 @@ def quorum_rules(authorizer: Authorizer, is_broker: Callable[[int], bool]) -> di
         RAFT_SERVICE,
         {
             "Exchange": _quorum_member,
-            "DescribeQuorum": cluster_rule(authorizer, acls.DESCRIBE),
+            "DescribeQuorum": _own(cluster_rule(authorizer, acls.DESCRIBE)),
             "AddRaftVoter": add_voter,
             "RemoveRaftVoter": alter,
             "UpdateRaftVoter": _the_voter_itself,
         },
     )
+
+
+def _own(rule: Rule) -> Rule:
+    """``rule`` judging the caller itself, whomever it claims to forward for."""
+    return lambda caller, forwarded, request: rule(caller, None, request)
 
 
 def _quorum_member(caller: Principal, forwarded: str | None, request: Any) -> Denial | None:

@@ -38,6 +38,7 @@ from raftka.v1 import controller_pb2 as pb
 from tests.unit.broker_in_process import broker_in_process
 from tests.unit.metadata_controller_support import E, run
 from tests.unit.test_authorization import (
+    ADMIN,
     ALICE,
     TIMEOUT_S,
     FakeContext,
@@ -435,3 +436,22 @@ def broker_state(broker: Any) -> tuple[Any, ...]:
         broker.controller.image.next_producer_id,
         broker.controller.image.offsets,
     )
+
+
+def test_the_quorums_methods_judge_the_caller_not_whom_a_broker_forwards_for(
+    tmp_path: Path, certs: Certs
+) -> None:
+    async def body() -> None:
+        async with tls_controller(tmp_path, certs) as (started, address):
+            remove = raft_pb2.RemoveRaftVoterRequest(
+                cluster_id=started.cluster_id, voter_id=1, voter_directory_id="d"
+            )
+            async with aio_channel(address, certs.broker) as channel:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await raft_pb2_grpc_stub(channel).RemoveRaftVoter(
+                        remove, timeout=TIMEOUT_S, metadata=(("raftka-principal", ADMIN),)
+                    )
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "broker-101" in (refused.value.details() or "")
+
+    run(body)
