@@ -30,6 +30,10 @@ GROUP_AUTHORIZATION_FAILED or TRANSACTIONAL_ID_AUTHORIZATION_FAILED for it alone
 tells what exists), the cluster CLUSTER_AUTHORIZATION_FAILED; the rest of the request is
 served as if the refused part had not been asked, so nothing of it is written.
 
+At the gRPC gate (``raftka.security.grpc_gate``), every method of the ``Broker`` service
+is listed in ``BROKER_SERVICE_RULES`` as judged here (WriteTxnMarkers: by
+``BrokerApi.write_txn_markers``); a method added to broker.proto and not listed is refused.
+
 On when the node has TLS: each connection then has a principal (its certificate's), and
 the address it came from (``current_host``). A connection without one while the
 authorizer is on would be ``User:ANONYMOUS``, as on Kafka's PLAINTEXT listeners. A
@@ -49,6 +53,7 @@ from raftka.metadata import acls
 from raftka.metadata.acls import Authorizer
 from raftka.node.logs import RateLimitedLog
 from raftka.records.batch import transactional_header
+from raftka.security.grpc_gate import Rule, anyone, by_name
 from raftka.security.principal import BROKER, current_host, current_principal
 from raftka.v1 import broker_pb2, controller_pb2
 
@@ -64,6 +69,37 @@ CODES = {
     acls.TRANSACTIONAL_ID: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
 log = structlog.get_logger("raftka.broker.authorization")
+# The gate lets these through to BrokerApi, whose guards (the table above) judge each one.
+BROKER_SERVICE_RULES: dict[str, Rule] = by_name(
+    broker_pb2.DESCRIPTOR.services_by_name["Broker"],
+    {
+        name: anyone
+        for name in (
+            "Metadata",
+            "Produce",
+            "Fetch",
+            "ListOffsets",
+            "InitProducerId",
+            "OffsetCommit",
+            "OffsetFetch",
+            "FindCoordinator",
+            "JoinGroup",
+            "SyncGroup",
+            "Heartbeat",
+            "LeaveGroup",
+            "DescribeGroups",
+            "ListGroups",
+            "DeleteGroups",
+            "WriteTxnMarkers",
+            "AddPartitionsToTxn",
+            "AddOffsetsToTxn",
+            "TxnOffsetCommit",
+            "EndTxn",
+            "DescribeTransactions",
+            "ListTransactions",
+        )
+    },
+)
 R = TypeVar("R")
 Handler = Callable[[Any], Awaitable[R]]
 

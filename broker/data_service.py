@@ -16,17 +16,19 @@ broker's to call: the request names the calling broker and its broker epoch, che
 follower's fetch is (``raftka.broker.replica.follower_check``), and with ACLs it needs
 CLUSTER_ACTION.
 
-On the data listener a consumer's fetches and every produce count against the client
-quotas of the connection's user (raftka's protocol has no client id: it is ``""``), as on
-the Kafka listener (``raftka.broker.kafka.throttling``): over a byte rate, the answer says
-how long the connection is muted, and a throttled fetch carries no records. Followers'
+On the data listener and the gRPC ``Broker`` service a consumer's fetches and every
+produce count against the client quotas of the caller's user (neither protocol has a
+client id: it is ``""``), as on the Kafka listener (``raftka.broker.kafka.throttling``):
+over a byte rate, the answer says how long the connection is muted (on gRPC, the answer
+itself waits that long), and a throttled fetch carries no records. Followers'
 fetches are replication, which client quotas do not bound (Kafka's rule).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 import structlog
@@ -124,7 +126,7 @@ class BrokerApi:
         return {
             frames.METADATA.key: self.metadata,
             frames.PRODUCE.key: self._produce_over_the_wire,
-            frames.FETCH.key: self._fetch_over_the_wire,
+            frames.FETCH.key: self.counted_fetch,
             frames.LIST_OFFSETS.key: self.list_offsets,
             frames.OFFSET_COMMIT.key: self.offset_commit,
             frames.OFFSET_FETCH.key: self.offset_fetch,
@@ -185,12 +187,18 @@ class BrokerApi:
         return response
 
     async def _produce_over_the_wire(self, request: Pb.ProduceRequest) -> Pb.ProduceResponse | None:
+        return wire_produce_answer(request, await self.counted_produce(request))
+
+    async def counted_produce(self, request: Pb.ProduceRequest) -> Pb.ProduceResponse:
+        """A produce counted against its user's produce quota, the throttle time in the answer."""
         response = await self.produce(request)
         sent = sum(len(p.records) for t in request.topics for p in t.partitions)
         response.throttle_time_ms = throttle(self.quotas.produce, client_user(), DATA_CLIENT_ID, sent)
-        return wire_produce_answer(request, response)
+        return response
 
-    async def _fetch_over_the_wire(self, request: Pb.FetchRequest) -> Pb.FetchResponse:
+    async def counted_fetch(self, request: Pb.FetchRequest) -> Pb.FetchResponse:
+        """A consumer's fetch counted against its user's fetch quota: at most what the quota
+        allows without a throttle, and none of its records once over it (Kafka's rule)."""
         if request.replica_id >= 0:  # replication
             return await self.fetch(request)
         user, quota = client_user(), self.quotas.fetch
@@ -253,11 +261,21 @@ class BrokerApi:
             return response
 
 
-class BrokerService(broker_pb2_grpc.BrokerServicer):
-    """The same handlers as the gRPC ``Broker`` service."""
+async def hold_answer(throttle_ms: int) -> None:
+    """A throttled gRPC answer waits out its throttle time before it is sent."""
+    if throttle_ms > 0:
+        await asyncio.sleep(throttle_ms / 1000)
 
-    def __init__(self, api: BrokerApi) -> None:
+
+class BrokerService(broker_pb2_grpc.BrokerServicer):
+    """The same handlers as the gRPC ``Broker`` service. Produce and a consumer's Fetch
+    count against the same client quotas as on the data listener; gRPC has no connection
+    to mute, so a throttled answer is held for its throttle time instead (as Kafka held
+    its answers before KIP-219)."""
+
+    def __init__(self, api: BrokerApi, hold: Callable[[int], Awaitable[None]] = hold_answer) -> None:
         self._api = api
+        self._hold = hold
 
     async def Metadata(
         self, request: Pb.MetadataRequest, context: grpc.aio.ServicerContext
@@ -267,10 +285,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def Produce(
         self, request: Pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> Pb.ProduceResponse:
-        return await self._api.produce(request)
+        response = await self._api.counted_produce(request)
+        await self._hold(response.throttle_time_ms)
+        return response
 
     async def Fetch(self, request: Pb.FetchRequest, context: grpc.aio.ServicerContext) -> Pb.FetchResponse:
-        return await self._api.fetch(request)
+        response = await self._api.counted_fetch(request)
+        await self._hold(response.throttle_time_ms)
+        return response
 
     async def ListOffsets(
         self, request: Pb.ListOffsetsRequest, context: grpc.aio.ServicerContext

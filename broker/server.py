@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 import structlog
 
 from raftka.broker import wiped_replicas
-from raftka.broker.authorization import RequestAuthorizer
+from raftka.broker.authorization import BROKER_SERVICE_RULES, RequestAuthorizer
 from raftka.broker.controller_link import ControllerLink
 from raftka.broker.data_service import BrokerApi, BrokerService
 from raftka.broker.groups.coordinator import GroupCoordinator
@@ -331,6 +331,11 @@ async def start_broker(config: NodeConfig) -> Broker:
     state_machine.add_listener(adopt)
     api: BrokerApi
     health = NodeHealth(config.node_id, [broker_pb2.DESCRIPTOR.services_by_name["Broker"]])
+    authorizer = Authorizer(
+        config.authorizer.super_users,
+        lambda: state_machine.image.acls,
+        config.authorizer.allow_everyone_if_no_acl_found,
+    )
     node = await open_node(
         config,
         state_machine,
@@ -338,6 +343,9 @@ async def start_broker(config: NodeConfig) -> Broker:
             lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server),
             health.add_to_server,
         ],
+        BROKER_SERVICE_RULES,
+        authorizer,
+        is_broker=lambda node_id: node_id in state_machine.image.brokers,
     )
     api = BrokerApi(
         data.replicas,
@@ -347,15 +355,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         lambda: node.leadership.leader_id,
         data.producer_ids,
         data.transactions,
-        RequestAuthorizer(
-            Authorizer(
-                config.authorizer.super_users,
-                lambda: state_machine.image.acls,
-                config.authorizer.allow_everyone_if_no_acl_found,
-            )
-            if config.tls
-            else None  # plaintext: no principal to judge (docs/security.md)
-        ),
+        RequestAuthorizer(authorizer if config.tls else None),  # plaintext: no principal to judge
     )
     endpoints = [  # what clients and other brokers are told: each listener's advertised address
         _endpoint(DATA_LISTENER, config.broker.advertised_data_listener),

@@ -14,9 +14,15 @@
   forwarding it (``coordinator_id``) must come with that broker's certificate too.
 - Reads as Kafka judges them: describing named topics needs DESCRIBE on each, their
   configs DESCRIBE_CONFIGS, a group's committed offsets DESCRIBE on the group and on
-  each topic named; a listing of every topic (or of every offset a group committed)
-  holds only the topics the caller may DESCRIBE (``describable_topics``). The cluster's
-  brokers and the quorum are open to every certificate of the cluster.
+  each topic named, client quotas DESCRIBE_CONFIGS on the cluster; a listing of every
+  topic (or of every offset a group committed) holds only the topics the caller may
+  DESCRIBE, a listing of every topic's configs only those it may DESCRIBE_CONFIGS
+  (``may``). The cluster's brokers (DescribeCluster) are open to every certificate of
+  the cluster, as Kafka's DescribeCluster; the quorum's methods have their own rules
+  (``raftka.metadata.quorum_authorization``).
+
+Every method of the Controller service has a rule here (``controller_rules``); the gate
+refuses a method without one.
 - Offset commits, from a member through its coordinator or from outside the group (a
   reset), need READ on the group and on each topic, as Kafka's OffsetCommit.
 
@@ -31,12 +37,13 @@ from typing import Any
 
 from raftka.metadata import acls
 from raftka.metadata.acls import Authorizer
-from raftka.security.grpc_gate import Denial, Policy
+from raftka.security.grpc_gate import Denial, Rule, anyone, by_name
 from raftka.security.principal import BROKER, Principal, current_host, current_principal
 from raftka.v1 import controller_pb2
 
 E = controller_pb2.ErrorCode
 Pb = controller_pb2
+CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
 
 BROKER_METHODS = frozenset(
     {
@@ -88,6 +95,7 @@ _NEEDS: dict[str, Callable[[Any], Iterator[Need]]] = {
     "DeleteAcls": _cluster(acls.ALTER),
     "DescribeAcls": _cluster(acls.DESCRIBE),
     "AlterClientQuotas": _cluster(acls.ALTER_CONFIGS),  # Kafka's rule
+    "DescribeClientQuotas": _cluster(acls.DESCRIBE_CONFIGS),  # Kafka's rule
     "AlterUserScramCredentials": _cluster(acls.ALTER),
     "DescribeUserScramCredentials": _cluster(acls.DESCRIBE),
 }
@@ -100,17 +108,23 @@ def _group_and_topics(operation: str, group: str, topics: Iterable[Any]) -> Iter
         yield operation, acls.TOPIC, topic.topic
 
 
-def controller_policy(authorizer: Authorizer) -> Policy:
-    def policy(method: str, caller: Principal, forwarded: str | None, request: Any) -> Denial | None:
-        if method in BROKER_METHODS:
-            return broker_problem(method, caller, getattr(request, "broker_id", None))
-        if method == "OffsetCommit" and request.HasField("coordinator_id"):
-            problem = broker_problem(method, caller, request.coordinator_id)
-            if problem is not None:
-                return problem
-        needs = _NEEDS.get(method)
-        if needs is None:
-            return None  # open to every certificate of the cluster
+def controller_rules(authorizer: Authorizer) -> dict[str, Rule]:
+    """A rule for every method of the Controller service (``raftka.security.grpc_gate``
+    refuses a method without one)."""
+    rules: dict[str, Rule] = {name: _needs_rule(authorizer, needs) for name, needs in _NEEDS.items()}
+    rules |= {name: _broker_rule(name) for name in BROKER_METHODS}
+    rules["OffsetCommit"] = _offset_commit_rule(rules["OffsetCommit"])
+    rules |= {
+        "ListTopics": anyone,  # the listing holds only the topics the caller may DESCRIBE
+        "DescribeCluster": anyone,  # the brokers and the controller, as Kafka's DescribeCluster
+    }
+    return by_name(CONTROLLER_SERVICE, rules)
+
+
+def _needs_rule(authorizer: Authorizer, needs: Callable[[Any], Iterator[Need]]) -> Rule:
+    """Every right ``needs`` names, for the caller or the client a broker forwards for."""
+
+    def rule(caller: Principal, forwarded: str | None, request: Any) -> Denial | None:
         acting = forwarded if forwarded is not None else caller.name
         host = current_host.get()  # the client's, when a broker forwards for it
         for operation, resource_type, name in needs(request):
@@ -122,23 +136,48 @@ def controller_policy(authorizer: Authorizer) -> Policy:
                 )
         return None
 
-    return policy
+    return rule
 
 
-def describable_topics(authorizer: Authorizer) -> Callable[[str], bool]:
-    """Whether the caller of the request being handled may DESCRIBE a topic (a listing
+def _broker_rule(method: str) -> Rule:
+    def rule(caller: Principal, forwarded: str | None, request: Any) -> Denial | None:
+        return broker_problem(method, caller, getattr(request, "broker_id", None))
+
+    return rule
+
+
+def _offset_commit_rule(needs: Rule) -> Rule:
+    """A commit naming the coordinator forwarding it comes with that broker's certificate."""
+
+    def rule(caller: Principal, forwarded: str | None, request: Any) -> Denial | None:
+        if request.HasField("coordinator_id"):
+            problem = broker_problem("OffsetCommit", caller, request.coordinator_id)
+            if problem is not None:
+                return problem
+        return needs(caller, forwarded, request)
+
+    return rule
+
+
+def cluster_rule(authorizer: Authorizer, operation: str) -> Rule:
+    """``operation`` on the cluster, for the caller or the client a broker forwards for."""
+    return _needs_rule(authorizer, _cluster(operation))
+
+
+def may(authorizer: Authorizer, operation: str) -> Callable[[str], bool]:
+    """Whether the caller of the request being handled may ``operation`` a topic (a listing
     holds only those); with no principal (no TLS), every topic. A broker sees every topic:
-    one forwarding a client's listing has kept only what that client may describe."""
+    one forwarding a client's listing has kept only what that client may see."""
 
-    def describable(topic: str) -> bool:
+    def allowed(topic: str) -> bool:
         caller = current_principal.get()
         return (
             caller is None
             or caller.role == BROKER
-            or authorizer.allowed(caller.name, acls.DESCRIBE, acls.TOPIC, topic, current_host.get())
+            or authorizer.allowed(caller.name, operation, acls.TOPIC, topic, current_host.get())
         )
 
-    return describable
+    return allowed
 
 
 def _allowed(

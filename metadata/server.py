@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import structlog
 
+from raftka.metadata import acls
 from raftka.metadata.acls import Authorizer
-from raftka.metadata.authorization import controller_policy, describable_topics
+from raftka.metadata.authorization import controller_rules, may
 from raftka.metadata.controller import QuorumController
 from raftka.metadata.metrics import ControllerCollector, EventQueueProbe
 from raftka.metadata.service import ControllerService
@@ -69,7 +70,9 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
             lambda server: controller_pb2_grpc.add_ControllerServicer_to_server(service, server),
             health.add_to_server,
         ],
-        controller_policy(authorizer),
+        controller_rules(authorizer),
+        authorizer,
+        is_broker=lambda node_id: node_id in state_machine.image.brokers,
     )
     node.add_caught_up_listener(health.set_serving)  # and NOT_SERVING from the start of a shutdown
     controller = QuorumController(
@@ -84,7 +87,9 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
         leader_rebalance_interval_ms=config.controller.leader_rebalance_interval_ms,
         disconnect_fence_ms=config.controller.disconnect_fence_ms,
     )
-    service = ControllerService(controller, describable_topics(authorizer))
+    service = ControllerService(
+        controller, may(authorizer, acls.DESCRIBE), may(authorizer, acls.DESCRIBE_CONFIGS)
+    )
     await node.start()
     probe = EventQueueProbe()
     try:

@@ -6,8 +6,9 @@ answered UNKNOWN_SERVER_ERROR, so a bad request cannot take the node down and th
 client gets a typed answer rather than a broken call.
 
 Listings (every topic, every committed offset of a group) hold only the topics the caller
-may DESCRIBE (``raftka.metadata.authorization.describable_topics``), as Kafka's Metadata
-answers; a request naming topics is judged whole before it gets here.
+may DESCRIBE, and every topic's configs only those it may DESCRIBE_CONFIGS
+(``raftka.metadata.authorization.may``), as Kafka's Metadata answers; a request naming
+topics is judged whole before it gets here.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ Pb = controller_pb2
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
     def __init__(
-        self, controller: QuorumController, describable: Callable[[str], bool] = lambda topic: True
+        self,
+        controller: QuorumController,
+        describable: Callable[[str], bool] = lambda topic: True,
+        configs_describable: Callable[[str], bool] = lambda topic: True,
     ) -> None:
         self._c = controller
         self._describable = describable
+        self._configs_describable = configs_describable
 
     async def _call(self, handler: Callable[[Any], Awaitable[Any]], request: Any, response_type: type) -> Any:
         try:
@@ -68,7 +73,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
     async def DescribeConfigs(
         self, request: Pb.DescribeConfigsRequest, context: grpc.aio.ServicerContext
     ) -> Any:
-        return await self._call(self._c.describe_configs, request, Pb.DescribeConfigsResponse)
+        response = await self._call(self._c.describe_configs, request, Pb.DescribeConfigsResponse)
+        if not request.topics:  # every topic's: only those it may DESCRIBE_CONFIGS
+            _keep(response.topics, lambda t: self._configs_describable(t.topic))
+        return response
 
     async def AlterConfigs(self, request: Pb.AlterConfigsRequest, context: grpc.aio.ServicerContext) -> Any:
         return await self._call(self._c.alter_configs, request, Pb.AlterConfigsResponse)

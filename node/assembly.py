@@ -14,8 +14,11 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
+from raftka.metadata.acls import Authorizer
+from raftka.metadata.quorum_authorization import quorum_rules
 from raftka.node.config import NodeConfig
 from raftka.node.descriptors import grpc_connections_max
+from raftka.node.health import HEALTH_RULES
 from raftka.node.voter_changes import change_voters
 from raftka.raft.core import RaftCore
 from raftka.raft.driver import RaftNode, StateMachine, monotonic_ms
@@ -23,8 +26,8 @@ from raftka.raft.endpoints import VoterEndpoints
 from raftka.raft.storage.file import FileStorage
 from raftka.raft.storage.meta import check_meta, read_bootstrap_voters
 from raftka.raft.transport.grpc_transport import AddServicer, GrpcTransport
-from raftka.security.grpc_gate import Policy, PrincipalGate
-from raftka.security.quorum_gate import quorum_gate
+from raftka.security.grpc_gate import PrincipalGate, Rules
+from raftka.security.quorum_gate import QuorumGate
 from raftka.v1 import raft_pb2
 
 
@@ -36,15 +39,21 @@ async def open_node(
     config: NodeConfig,
     state_machine: StateMachine,
     servicers: Sequence[AddServicer] = (),
-    policy: Policy | None = None,
+    rules: Rules | None = None,
+    authorizer: Authorizer | None = None,
+    is_broker: Callable[[int], bool] = lambda node_id: False,
 ) -> RaftNode:
     """Recover storage and wire core, gRPC transport and driver around the layer above.
 
     Every node type (journal node, controller, broker) is assembled here, so they cannot
     drift apart. The node is returned unstarted: servicers may refer to services built
     from it, which must exist before ``await node.start()``. With TLS on, every call is
-    judged by ``policy`` (``raftka.security.grpc_gate``) and the quorum's streams by the roles
-    of their callers' certificates (``raftka.security.quorum_gate``).
+    judged (``raftka.security.grpc_gate``): the Raft service's by ``authorizer``
+    (``raftka.metadata.quorum_authorization``; ``is_broker``: the ids the node knows as
+    brokers', which can never be voters), health and reflection are open, the servicers'
+    by ``rules``, and any method without a rule is refused; the quorum's streams are
+    judged by the roles of their callers' certificates (``raftka.security.quorum_gate``).
+    Without an ``authorizer`` only ``authorizer.super_users`` may use the cluster rights.
     """
     meta = check_meta(config.data_dir, config.node_id)
     # a dynamic quorum's first voters, from format (KIP-853); else the configured static set
@@ -74,6 +83,10 @@ async def open_node(
     addresses = {**config.voter_addresses, **endpoints.voters()}
     node: RaftNode
     configured_voters = frozenset(config.voter_ids)
+    gate = QuorumGate(lambda n: n in configured_voters or n in node.core.voters)
+    if authorizer is None:
+        authorizer = Authorizer(config.authorizer.super_users, dict)
+    every_rule = node_rules(authorizer, lambda n: gate.is_broker(n) or is_broker(n), rules or {})
     transport = GrpcTransport(
         config.node_id,
         config.listener,
@@ -84,12 +97,18 @@ async def open_node(
         servicers=servicers,
         server_credentials=config.tls.server_credentials if config.tls else None,
         channel_credentials=config.tls.channel_credentials if config.tls else None,
-        exchange_gate=quorum_gate(lambda n: n in configured_voters or n in node.core.voters) if config.tls else None,
-        interceptors=[PrincipalGate(policy)] if config.tls else [],
+        exchange_gate=gate if config.tls else None,
+        interceptors=[PrincipalGate(every_rule)] if config.tls else [],
         connections_max=grpc_connections_max(),
     )
     node = RaftNode(core, storage, transport, state_machine)
     return node
+
+
+def node_rules(authorizer: Authorizer, is_broker: Callable[[int], bool], service_rules: Rules) -> Rules:
+    """Every rule of a node's gRPC server: the quorum's, health's and reflection's, and
+    those of the services the node adds (the controller's, the broker's, the journal's)."""
+    return {**quorum_rules(authorizer, is_broker), **HEALTH_RULES, **service_rules}
 
 
 async def serve_until_signalled(node: RaftNode) -> None:

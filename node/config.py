@@ -143,6 +143,9 @@ class KafkaConfig:
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
     port: int = 0  # Prometheus endpoint (GET /metrics) on the listener's host; 0: off
+    # with [tls], the principals whose certificates may scrape (besides super users): the
+    # metrics name every client's principal and client id, as Kafka keeps them in JMX
+    allowed_principals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +236,8 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     **_declare("kafka", KafkaConfig),
     "logging.level": (str, LoggingConfig().level),
     "logging.format": (str, LoggingConfig().format),
-    **_declare("metrics", MetricsConfig),
+    "metrics.port": (int, MetricsConfig().port),
+    "metrics.allowed_principals": (list, []),
     **{f"tls.{name}": (str, "") for name in TLS_KEYS},
     "authorizer.super_users": (list, []),
     "authorizer.allow_everyone_if_no_acl_found": (bool, False),
@@ -359,12 +363,8 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     problem = mechanisms_problem(data_mechanisms, tls is not None)
     if problem is not None:
         raise ConfigError(f"broker.data_sasl_mechanisms: {problem}")
-    super_users = values["authorizer.super_users"]
-    for user in super_users:
-        if not isinstance(user, str) or not user.startswith("User:") or user == "User:":
-            raise ConfigError(
-                f'authorizer.super_users: expected principals like "User:CN=admin,OU=client,O=raftka", got {user!r}'
-            )
+    super_users = _principals(values, "authorizer.super_users")
+    scrapers = _principals(values, "metrics.allowed_principals")
     return NodeConfig(
         node_id=node_id,
         data_dir=base_dir.absolute() / values["data_dir"],
@@ -389,10 +389,19 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         broker=BrokerConfig(**_table(values, "broker", BrokerConfig)),
         kafka=KafkaConfig(**_table(values, "kafka", KafkaConfig)),
         logging=LoggingConfig(level, fmt),
-        metrics=MetricsConfig(**_table(values, "metrics", MetricsConfig)),
+        metrics=MetricsConfig(values["metrics.port"], scrapers),
         tls=tls,
-        authorizer=AuthorizerConfig(tuple(super_users), values["authorizer.allow_everyone_if_no_acl_found"]),
+        authorizer=AuthorizerConfig(super_users, values["authorizer.allow_everyone_if_no_acl_found"]),
     )
+
+
+def _principals(values: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    for user in values[key]:
+        if not isinstance(user, str) or not user.startswith("User:") or user == "User:":
+            raise ConfigError(
+                f'{key}: expected principals like "User:CN=admin,OU=client,O=raftka", got {user!r}'
+            )
+    return tuple(values[key])
 
 
 def _listener(value: Any, node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...]) -> str:
@@ -572,7 +581,8 @@ def render_toml(config: NodeConfig) -> str:
         **_render("kafka", config.kafka),
         "logging.level": config.logging.level,
         "logging.format": config.logging.format,
-        **_render("metrics", config.metrics),
+        "metrics.port": config.metrics.port,
+        "metrics.allowed_principals": list(config.metrics.allowed_principals),
         **{f"tls.{name}": str(getattr(config.tls, name)) if config.tls else "" for name in TLS_KEYS},
         "authorizer.super_users": list(config.authorizer.super_users),
         "authorizer.allow_everyone_if_no_acl_found": config.authorizer.allow_everyone_if_no_acl_found,

@@ -15,6 +15,10 @@ the loop and must not await.
 
 Reflection (``grpc.reflection.v1alpha``) lists the services and serves their
 descriptors from the generated modules, so ``grpcurl`` needs no .proto files.
+
+Both are open to every certificate of the cluster's CA (``HEALTH_RULES``): probes must
+work without ACLs, health says only SERVING or NOT_SERVING, and reflection serves the
+descriptors every raftka release publishes in ``proto/``, nothing of the cluster.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import grpc
 import structlog
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from raftka.security.grpc_gate import Rule, anyone, method_names
 from raftka.v1 import raft_pb2
 
 Status = health_pb2.HealthCheckResponse.ServingStatus
@@ -35,6 +40,11 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 # Every node's server has the Raft service (the transport serves it).
 RAFT_SERVICE = raft_pb2.DESCRIPTOR.services_by_name["Raft"]
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"]
+REFLECTION_SERVICE = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
+HEALTH_RULES: dict[str, Rule] = {
+    method: anyone for service in (HEALTH_SERVICE, REFLECTION_SERVICE) for method in method_names(service)
+}
 
 log = structlog.get_logger("raftka.node.health")
 

@@ -13,11 +13,12 @@ import sys
 
 import structlog
 
+from raftka.metadata.acls import Authorizer
 from raftka.node.assembly import ServerError, open_node, serve_until_signalled
 from raftka.node.config import ConfigError, NodeConfig, load_config
 from raftka.node.health import NodeHealth
 from raftka.node.journal import Journal
-from raftka.node.journal_service import JournalService
+from raftka.node.journal_service import JournalService, journal_rules
 from raftka.node.logs import configure_logging
 from raftka.raft.driver import RaftNode
 from raftka.raft.endpoints import VoterEndpoints
@@ -40,10 +41,13 @@ async def start_controller(config: NodeConfig) -> Controller:
     node: RaftNode
     journal = Journal(config.journal, lambda snapshot: node.save_snapshot(snapshot))
     health = NodeHealth(config.node_id, [raft_pb2.DESCRIPTOR.services_by_name["Journal"]])
+    authorizer = Authorizer(config.authorizer.super_users, dict)  # no ACLs: super users only
     node = await open_node(
         config,
         journal,
         [lambda server: raft_pb2_grpc.add_JournalServicer_to_server(service, server), health.add_to_server],
+        journal_rules(authorizer),
+        authorizer,
     )
     node.add_caught_up_listener(health.set_serving)
     service = JournalService(node, journal, VoterEndpoints(config.voter_addresses, lambda: node.core.voter_set).address)

@@ -1,4 +1,8 @@
-"""The Journal gRPC service: write entries through the leader, read what committed."""
+"""The Journal gRPC service: write entries through the leader, read what committed.
+
+With TLS, appending needs ALTER on the cluster and reading DESCRIBE on it
+(``journal_rules``): a journal node has no ACLs, so only ``authorizer.super_users`` may.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,25 @@ from collections.abc import Callable
 
 import grpc
 
+from raftka.metadata import acls
+from raftka.metadata.acls import Authorizer
+from raftka.metadata.authorization import cluster_rule
 from raftka.node.journal import Journal
 from raftka.raft.core import NotLeaderError
 from raftka.raft.driver import BackpressureError, RaftNode
+from raftka.security.grpc_gate import Rule, by_name
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 
 ENTRY_BYTES_MAX = 1 << 20
 READ_ENTRIES_MAX = 10_000
+JOURNAL_SERVICE = raft_pb2.DESCRIPTOR.services_by_name["Journal"]
+
+
+def journal_rules(authorizer: Authorizer) -> dict[str, Rule]:
+    return by_name(
+        JOURNAL_SERVICE,
+        {"Append": cluster_rule(authorizer, acls.ALTER), "Read": cluster_rule(authorizer, acls.DESCRIBE)},
+    )
 
 
 class JournalService(raft_pb2_grpc.JournalServicer):

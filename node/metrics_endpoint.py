@@ -2,6 +2,10 @@
 client certificate the cluster's CA signed when the node has ``[tls]`` (as its other
 listeners: Prometheus scrapes with ``tls_config``), plain HTTP otherwise.
 
+With TLS, only the principals of ``metrics.allowed_principals`` and the super users may
+scrape (anyone else is answered 403): the metrics name every client's principal and
+client id (the quota metrics), which Kafka keeps in JMX, away from its clients.
+
 Served on the node's own asyncio loop rather than in prometheus_client's HTTP thread, so
 a scrape reads the raft core, the controller and the replicas between two events, never
 in the middle of one, and the collectors need no locks. A scrape is a few dozen values;
@@ -36,6 +40,7 @@ from prometheus_client.registry import Collector
 
 from raftka.node.assembly import ServerError
 from raftka.node.config import NodeConfig, parse_host_port
+from raftka.security.principal import Principal, from_ssl
 
 log = structlog.get_logger("raftka.raft.metrics")
 
@@ -44,12 +49,20 @@ CONNECTIONS_MAX = 16
 REQUEST_HEAD_MAX_BYTES = 8 << 10
 IO_TIMEOUT_S = 10.0
 Probe = Callable[[], Coroutine[Any, Any, None]]  # runs until cancelled, feeding a collector
+MayScrape = Callable[[Principal | None], bool]  # the peer's certificate's principal -> allowed
 
 
 class MetricsEndpoint:
     """The endpoint, and the probes that feed its collectors (they stop with it)."""
 
-    def __init__(self, collectors: Iterable[Collector], probes: Iterable[Probe] = ()) -> None:
+    def __init__(
+        self,
+        collectors: Iterable[Collector],
+        probes: Iterable[Probe] = (),
+        may_scrape: MayScrape | None = None,
+    ) -> None:
+        """``may_scrape``: who may read the metrics (None: anyone who connects)."""
+        self._may_scrape = may_scrape
         self.registry = CollectorRegistry()
         for collector in collectors:
             self.registry.register(collector)  # a name exported twice raises here, at start
@@ -130,6 +143,10 @@ class MetricsEndpoint:
             status, body, kind = "405 Method Not Allowed", b"GET /metrics\n", "text/plain"
         elif target != PATH:
             status, body, kind = "404 Not Found", b"metrics are at /metrics\n", "text/plain"
+        elif self._may_scrape is not None and not self._may_scrape(
+            from_ssl(writer.get_extra_info("ssl_object"))
+        ):
+            status, body, kind = "403 Forbidden", b"not in metrics.allowed_principals\n", "text/plain"
         else:
             status, body, kind = "200 OK", self._scrape_or_none(), CONTENT_TYPE_LATEST
             if body is None:
@@ -153,7 +170,10 @@ async def serve_metrics(
     if not config.metrics.port:
         return None
     host = parse_host_port(config.listener, "listener")[0]
-    endpoint = MetricsEndpoint(collectors, probes)
+    scrapers = {*config.metrics.allowed_principals, *config.authorizer.super_users}
+    endpoint = MetricsEndpoint(
+        collectors, probes, (lambda p: p is not None and p.name in scrapers) if config.tls else None
+    )
     try:
         await endpoint.start(host, config.metrics.port, config.tls.server_ssl if config.tls else None)
     except OSError as e:

@@ -2,8 +2,9 @@
 client chose, the exchange under way, and who the client is once it has logged in.
 
 Mechanisms: SCRAM-SHA-256 and SCRAM-SHA-512 (``raftka.security.scram``), and PLAIN
-(RFC 4616), which sends the password itself and so is allowed only on TLS listeners
-(the node's config refuses it otherwise: ``mechanisms_problem``). Kafka checks PLAIN
+(RFC 4616), which sends the password itself. Every mechanism needs TLS on the node
+(``mechanisms_problem``): without it the node's other listeners cannot authenticate the
+cluster's own nodes, so a login would have nothing to be judged against. Kafka checks PLAIN
 passwords against a JAAS file; raftka has none, so a PLAIN password is checked against
 the user's SCRAM credential (SCRAM-SHA-512's if it has one, else SCRAM-SHA-256's): the
 password is salted and hashed as that credential was, and the stored keys compared. A
@@ -41,8 +42,12 @@ def mechanisms_problem(mechanisms: Sequence[str], tls: bool) -> str | None:
         return f"{', '.join(unknown)}: not one of {', '.join(MECHANISMS)}"
     if len(set(mechanisms)) != len(mechanisms):
         return "a mechanism is listed twice"
-    if PLAIN in mechanisms and not tls:
-        return "PLAIN sends the password itself: it needs TLS ([tls] in the node's config)"
+    if mechanisms and not tls:
+        return (
+            "SASL needs [tls] (tls.ca, tls.cert, tls.key) in the node's config: without TLS the gRPC "
+            "and data listeners cannot tell the cluster's nodes from anyone else, so logins would "
+            "authorize nothing (Kafka's SASL_PLAINTEXT is not offered; use SASL_SSL)"
+        )
     return None
 
 

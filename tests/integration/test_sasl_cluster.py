@@ -1,8 +1,10 @@
-"""SASL/SCRAM on ``raftka cluster up``'s Kafka listeners (``kafka.sasl_mechanisms``, no TLS:
-Kafka's SASL_PLAINTEXT): ``raftka users add`` writes a credential through the quorum,
-every broker replays it, confluent-kafka logs in with SCRAM-SHA-512 and kafka-python with
-SCRAM-SHA-256 to produce and consume, a wrong password is refused, and ``raftka users
-delete`` takes a mechanism's login away on every broker. Then, on a cluster with TLS and
+"""SASL/SCRAM on ``raftka cluster up --tls``'s Kafka listeners (``kafka.sasl_mechanisms``:
+Kafka's SASL_SSL; SASL without TLS is refused at start): ``raftka users add`` writes a
+credential through the quorum, every broker replays it, confluent-kafka logs in with
+SCRAM-SHA-512 and kafka-python with SCRAM-SHA-256 to produce and consume what ACLs allow
+the login, a login with no ACL is refused deleting a topic and granting itself ACLs (issue
+29, finding 2), a wrong password is refused, and ``raftka users delete`` takes a
+mechanism's login away on every broker. Then, on a cluster with TLS and
 SASL on the data listeners (``broker.data_sasl_mechanisms``), ``raftka produce`` and
 ``consume`` log in from ``--command-config`` while the brokers replicate over the same
 listeners with their certificates (the records are read back only once followers have
@@ -11,12 +13,21 @@ fetched them: acks=all and the high watermark)."""
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 from kafka import KafkaConsumer, KafkaProducer
 
 from raftka.command import local
@@ -34,7 +45,10 @@ TIMEOUT_S = 60
 def cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     cluster = MetadataCluster(tmp_path_factory.mktemp("sasl") / "cluster")
     try:
-        cluster.up_configured(broker__kafka={"sasl_mechanisms": f"{SHA512},{SHA256}"})
+        cluster.raftka("cluster", "up", "--tls", "--output", "json", timeout_s=UP_TIMEOUT_S)
+        cluster.down()
+        cluster.configure("broker", "kafka", sasl_mechanisms=f"{SHA512},{SHA256}")
+        cluster.up()
         yield cluster
     finally:
         cluster.close()
@@ -52,9 +66,14 @@ def users(cluster: MetadataCluster, *args: str, stdin: str = "") -> str:
     return done.stdout
 
 
+def ca_file(cluster: MetadataCluster) -> str:
+    return str(local.load(cluster.dir).certs_dir() / "ca.crt")
+
+
 def brokers_accepting(cluster: MetadataCluster, mechanism: str, user: str, password: str) -> int:
+    tls = ssl.create_default_context(cafile=ca_file(cluster))
     return sum(
-        scram_login_error(b.kafka_address, mechanism, user, password) == 0 for b in cluster.nodes("broker")
+        scram_login_error(b.kafka_address, mechanism, user, password, tls) == 0 for b in cluster.nodes("broker")
     )
 
 
@@ -74,10 +93,16 @@ def test_users_added_with_raftka_log_in_with_kafkas_clients(cluster: MetadataClu
             what=f"every broker to take alice's {mechanism} login",
         )
     topic = f"logged-in-{uuid.uuid4().hex[:8]}"
+    # the authorizer judges the login's principal: alice may use her topics and groups
+    cluster.raftka("acls", "add", "--allow-principal", "User:alice", "--operation", "All", "--topic",
+                   "logged-in-", "--resource-pattern-type", "prefixed", timeout_s=TIMEOUT_S)  # fmt: skip
+    cluster.raftka("acls", "add", "--allow-principal", "User:alice", "--operation", "Read", "--group",
+                   "sasl-", "--resource-pattern-type", "prefixed", timeout_s=TIMEOUT_S)  # fmt: skip
 
     confluent = {
         "bootstrap.servers": bootstrap,
-        "security.protocol": "SASL_PLAINTEXT",
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": ca_file(cluster),
         "sasl.mechanisms": SHA512,
         "sasl.username": "alice",
         "sasl.password": PASSWORD,
@@ -88,7 +113,8 @@ def test_users_added_with_raftka_log_in_with_kafkas_clients(cluster: MetadataClu
 
     kafka_python = {
         "bootstrap_servers": bootstrap.split(","),
-        "security_protocol": "SASL_PLAINTEXT",
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": ca_file(cluster),
         "sasl_mechanism": SHA256,
         "sasl_plain_username": "alice",
         "sasl_plain_password": PASSWORD,
@@ -117,6 +143,7 @@ def test_users_added_with_raftka_log_in_with_kafkas_clients(cluster: MetadataClu
     )
     consumer.close()
     assert sorted(seen) == sorted(read) == [b"from-confluent", b"from-kafka-python"]
+    assert_a_login_without_acls_is_refused(cluster, confluent, topic)
 
     assert _refusal({**confluent, "sasl.password": "wrong"}).code() == KafkaError._AUTHENTICATION
 
@@ -127,6 +154,30 @@ def test_users_added_with_raftka_log_in_with_kafkas_clients(cluster: MetadataClu
         what="every broker to refuse alice's deleted SCRAM-SHA-256 login",
     )
     assert brokers_accepting(cluster, SHA512, "alice", PASSWORD) == brokers
+
+
+def assert_a_login_without_acls_is_refused(cluster: MetadataCluster, confluent: dict[str, str], topic: str) -> None:
+    """mallory logs in but holds no ACL: she can neither delete alice's topic nor grant
+    herself everything on the cluster, and nothing changes."""
+    users(cluster, "add", "mallory", "--mechanism", SHA512, "--password-stdin", stdin=PASSWORD)
+    wait_until(
+        lambda: brokers_accepting(cluster, SHA512, "mallory", PASSWORD) == len(cluster.nodes("broker")),
+        timeout_s=TIMEOUT_S,
+        what="every broker to take mallory's login",
+    )
+    mallory = AdminClient({**confluent, "sasl.username": "mallory"})
+    deleted = mallory.delete_topics([topic], operation_timeout=10)[topic]
+    with pytest.raises(KafkaException) as refused:
+        deleted.result(timeout=TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused.value
+    everything = AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:mallory",
+                            "*", AclOperation.ALL, AclPermissionType.ALLOW)  # fmt: skip
+    granted = mallory.create_acls([everything])[everything]
+    with pytest.raises(KafkaException) as refused:
+        granted.result(timeout=TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED, refused.value
+    assert topic in cluster.raftka("topics", "list", timeout_s=TIMEOUT_S)
+    assert "mallory" not in cluster.raftka("acls", "list", timeout_s=TIMEOUT_S)
 
 
 def _refusal(config: dict[str, str]) -> KafkaError:

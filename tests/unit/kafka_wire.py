@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Iterator
@@ -85,9 +86,11 @@ def request_frame(request: ApiMessage, version: int, correlation_id: int, client
 class RawConnection:
     """A blocking socket speaking Kafka frames, for what no client would send."""
 
-    def __init__(self, address: str, timeout_s: float = 10) -> None:
+    def __init__(self, address: str, timeout_s: float = 10, tls: ssl.SSLContext | None = None) -> None:
         host, _, port = address.rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -132,11 +135,13 @@ def call(address: str, request: ApiMessage, version: int, response_type: type[Ap
     return response_type.decode(frame, version=version, header=True)
 
 
-def scram_login_error(address: str, mechanism: str, user: str, password: str) -> int:
+def scram_login_error(
+    address: str, mechanism: str, user: str, password: str, tls: ssl.SSLContext | None = None
+) -> int:
     """A SCRAM login on a fresh connection, as Kafka's clients make it: 0 if it succeeded
     (and the server proved it knew the credential), else the broker's error code."""
     client = ScramClient(user, password, mechanism)
-    with RawConnection(address) as connection:
+    with RawConnection(address, tls=tls) as connection:
         connection.send(request_frame(SaslHandshakeRequest(mechanism=mechanism), 1, 1))
         shaken = SaslHandshakeResponse.decode(connection.read_frame(), version=1, header=True)
         if shaken.error_code:

@@ -22,7 +22,7 @@ from raftka.metadata.server import ControllerNode, start_controller
 from raftka.metadata.snapshot import decode_image, encode_image
 from raftka.node.config import AuthorizerConfig, ConfigError, NodeConfig, Voter, parse_config
 from raftka.raft.storage.meta import format_storage, new_cluster_id
-from raftka.security.quorum_gate import quorum_gate
+from raftka.security.quorum_gate import QuorumGate
 from raftka.security.tls import TlsFiles, aio_channel
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import controller_pb2_grpc, metadata_pb2
@@ -152,7 +152,7 @@ class FakeContext:
 
 def test_only_controllers_vote_and_brokers_only_observe(certs: Certs) -> None:
     voters = {1, 2, 3}
-    gate = quorum_gate(voters.__contains__)
+    gate = QuorumGate(voters.__contains__)
     controller = gate(FakeContext(certs.controller.cert.read_bytes()))
     assert controller("vote", 1) is None
     assert "may not speak for node 2" in controller("vote", 2)

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from raftka.broker.authorization import BROKER_SERVICE_RULES
 from raftka.broker.data_service import BrokerApi, BrokerService
 from raftka.records.codec import read_records
 from raftka.security.grpc_gate import PrincipalGate
@@ -45,7 +46,7 @@ def run(coroutine) -> None:  # noqa: ANN001
 @asynccontextmanager
 async def grpc_broker(api: BrokerApi, tls: TlsFiles | None) -> AsyncIterator[str]:
     """The ``Broker`` gRPC service as a node serves it: behind the principal gate with TLS."""
-    server = grpc.aio.server(interceptors=[PrincipalGate()] if tls else [])
+    server = grpc.aio.server(interceptors=[PrincipalGate(BROKER_SERVICE_RULES)] if tls else [])
     broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server)
     address = "127.0.0.1:0"
     port = (

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from raftka.metadata import broker_ops, reassign_ops
 from raftka.metadata.acls import Acl, Authorizer
-from raftka.metadata.authorization import controller_policy
 from raftka.metadata.image import EMPTY, NO_LEADER, MetadataImage, PartitionState
 from raftka.metadata.snapshot import decode_image, encode_image
 from raftka.security.principal import CLIENT, Principal
 from raftka.v1 import controller_pb2 as pb
 from raftka.v1 import metadata_pb2
 from tests.unit import metadata_support as m
+from tests.unit.controller_rules_support import controller_policy
 from tests.unit.metadata_controller_support import create, live_brokers, run, three
 
 E = pb.ErrorCode

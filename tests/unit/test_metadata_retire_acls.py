@@ -5,9 +5,9 @@ topic), ALTER on the cluster."""
 from __future__ import annotations
 
 from raftka.metadata.acls import Acl, Authorizer
-from raftka.metadata.authorization import controller_policy
 from raftka.security.principal import CLIENT, Principal
 from raftka.v1 import controller_pb2 as C
+from tests.unit.controller_rules_support import controller_policy
 
 RATE = "leader.replication.throttled.rate"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from raftka.metadata import scram_ops
 from raftka.metadata.acls import Acl, Authorizer
-from raftka.metadata.authorization import controller_policy
 from raftka.metadata.image import EMPTY, MetadataImage
 from raftka.metadata.snapshot import decode_image, encode_image
 from raftka.security import scram
@@ -15,6 +14,7 @@ from raftka.security.principal import CLIENT, Principal
 from raftka.v1 import controller_pb2 as C
 from raftka.v1 import metadata_pb2 as pb
 from tests.unit import metadata_support as m
+from tests.unit.controller_rules_support import controller_policy
 from tests.unit.metadata_support import replay
 
 SHA256, SHA512 = scram.SCRAM_SHA_256, scram.SCRAM_SHA_512

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -25,7 +26,7 @@ from raftka.client.consumer import AsyncConsumer
 from raftka.client.producer import AsyncProducer
 from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
 from raftka.metadata.metrics import ControllerCollector, EventQueueProbe, image_counts
-from raftka.node.config import MetricsConfig, NodeConfig
+from raftka.node.config import AuthorizerConfig, MetricsConfig, NodeConfig
 from raftka.node.descriptors import DESCRIPTORS
 from raftka.node.metrics_endpoint import (
     CONNECTIONS_MAX,
@@ -417,7 +418,15 @@ def test_idle_sockets_cannot_starve_the_endpoint() -> None:
     run(scenario)
 
 
-def test_a_node_with_tls_serves_its_metrics_over_https_to_certificates_of_its_ca(tmp_path: Path) -> None:
+ALICE = "User:CN=alice,OU=client,O=raftka"
+
+
+@pytest.mark.parametrize("allowed", [(), (ALICE,)])
+def test_a_node_with_tls_serves_its_metrics_only_to_super_users_and_allowed_principals(
+    tmp_path: Path, allowed: tuple[str, ...]
+) -> None:
+    """Over HTTPS to certificates of its CA, and of those only to the super users and
+    ``metrics.allowed_principals``: the metrics name every client's principal."""
     certs = make_certs(tmp_path / "certs")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -427,8 +436,9 @@ def test_a_node_with_tls_serves_its_metrics_over_https_to_certificates_of_its_ca
         data_dir=tmp_path,
         voters=(),
         listener="127.0.0.1:1",
-        metrics=MetricsConfig(port=port),
+        metrics=MetricsConfig(port=port, allowed_principals=allowed),
         tls=certs.broker,
+        authorizer=AuthorizerConfig(super_users=("User:CN=admin,OU=client,O=raftka",)),
     )
 
     async def scenario() -> None:
@@ -436,6 +446,8 @@ def test_a_node_with_tls_serves_its_metrics_over_https_to_certificates_of_its_ca
         assert endpoint is not None
         try:
             assert (await scrape(port, certs.admin.client_ssl))["x"] == 1
+            alice = await http(port, b"GET /metrics HTTP/1.1\r\n\r\n", certs.alice.client_ssl)
+            assert alice.startswith(b"HTTP/1.1 200" if allowed else b"HTTP/1.1 403"), alice[:40]
             assert await http(port, b"GET /metrics HTTP/1.1\r\n\r\n") == b""  # plaintext: nothing
             for refused in (certs.no_client_cert(), certs.foreign.client_ssl):
                 try:  # refused in the handshake, or (TLS 1.3) just after it

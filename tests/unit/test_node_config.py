@@ -337,3 +337,11 @@ def test_a_brokers_listeners_advertise_themselves_unless_told_otherwise(tmp_path
 def test_an_address_no_client_can_dial_is_refused_naming_the_key(data: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         parse(data)
+
+
+def test_sasl_without_tls_is_refused_at_start_naming_the_keys() -> None:
+    """SASL_PLAINTEXT would authorize nothing: the authorizer is on only with TLS, since
+    without it the gRPC and data listeners cannot authenticate the cluster's own nodes."""
+    kafka = {"listener": "127.0.0.1:9092", "sasl_mechanisms": "SCRAM-SHA-512"}
+    with pytest.raises(ConfigError, match=r"^kafka\.sasl_mechanisms: SASL needs \[tls\] \(tls\.ca, tls\.cert, tls\.key\)"):
+        parse(broker(kafka=kafka))

@@ -236,9 +236,11 @@ def test_plain_logs_in_with_the_scram_password() -> None:
 @pytest.mark.parametrize(
     ("text", "tls", "problem"),
     [
-        ("SCRAM-SHA-512, SCRAM-SHA-256", False, None),
+        ("SCRAM-SHA-512, SCRAM-SHA-256", True, None),
+        ("", False, None),
+        ("SCRAM-SHA-512, SCRAM-SHA-256", False, "SASL needs [tls] (tls.ca, tls.cert, tls.key)"),
         ("PLAIN", True, None),
-        ("PLAIN", False, "PLAIN sends the password itself: it needs TLS"),
+        ("PLAIN", False, "SASL needs [tls]"),
         ("SCRAM-SHA-1", False, "SCRAM-SHA-1: not one of"),
         ("PLAIN,PLAIN", True, "listed twice"),
     ],
