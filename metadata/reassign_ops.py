@@ -9,14 +9,14 @@ takes over (or a broker that restarts) carries on from the log alone:
   replicas that are new (``adding_replicas``) start as followers, fetch from the
   leader's log start and join the ISR through the leader's AlterPartition, as any
   follower catching up does. The ISR and the leader do not change.
-- Completion, in the same change as the ISR expansion that brings the last adding
+- Completion, in the same change as the ISR expansion that brings the last target
   replica in (``complete``, called from ``broker_ops.alter_partition``), or at once when
-  nothing is added: the removing replicas leave the replicas, the ISR and the ELR
-  together; if the leader was one of them, the first target replica in the ISR leads
-  (Kafka's order). It never completes while an adding replica is out of the ISR, nor
-  when no target replica is in the ISR, so a removing replica only leaves once its
-  replacements hold everything committed. Afterwards the partition has exactly the
-  target replicas.
+  every target replica is already in the ISR: the removing replicas leave the
+  replicas, the ISR and the ELR together; if the leader was one of them, the first
+  target replica in the ISR leads (Kafka's order). It never completes while any target
+  replica (adding or kept) is out of the ISR, so a removing replica only leaves once
+  every replica that stays holds everything committed: never fewer full copies than
+  before. Afterwards the partition has exactly the target replicas.
 - Cancellation (replicas unset): the adding replicas leave (replicas, ISR, ELR); the
   removing ones stay. If the leader was an adding replica, the first remaining ISR
   member in replica order leads. Refused when every ISR member is an adding replica.
@@ -162,12 +162,15 @@ def complete(
     crashed: Collection[int] = (),
 ) -> PartitionState | None:
     """The partition with its reassignment completed, if it may complete now: every
-    adding replica in the ISR, and a target replica in the ISR that may lead."""
+    target replica in the ISR (not only the adding ones: a target replica that is
+    catching up holds less than a removing one, so dropping that one would leave fewer
+    full copies; Kafka's ``PartitionReassignmentReplicas.isReassignmentInProgress``
+    target-ISR check), and one of them may lead."""
     if not state.reassigning:
         return None
     removing = set(state.removing_replicas)
     isr = tuple(r for r in state.isr if r not in removing)
-    if not isr or not set(state.adding_replicas) <= set(isr):
+    if not isr or not {r for r in state.replicas if r not in removing} <= set(isr):
         return None
     kept = lambda ids: tuple(r for r in ids if r not in removing)  # noqa: E731
     moved = dataclasses.replace(
