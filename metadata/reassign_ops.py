@@ -125,12 +125,10 @@ def _valid_target(
         raise ValidationError(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {min(repeated)} appears more than once"
         )
-    for broker_id in target:
-        broker = image.brokers.get(broker_id)
-        if broker is None or broker.fenced:
-            problem = "is not registered" if broker is None else "is fenced"
+    for broker_id in target:  # registered, fenced or not (Kafka's validateManualPartitionAssignment)
+        if broker_id not in image.brokers:
             raise ValidationError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {broker_id} {problem}"
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {broker_id} is not registered"
             )
     return target
 

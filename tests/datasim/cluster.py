@@ -11,7 +11,10 @@ predecessor's heartbeats), or a reassignment (KIP-455) that takes the broker off
 partition (it deletes its log; leadership moves if it led) and, a while later, puts it
 back: it fetches the partition from the log start and joins the ISR, under the load and
 the run's slow and lossy links, and the next fault may hit it before it joined the ISR
-(a crash of the broker coming back, of the leader, a controller failover). Half the faults hit the group's coordinator, so that the
+(a crash of the broker coming back, of the leader, a controller failover); or a move
+while a replica catches up: a broker crashes, and once it is out of a partition's ISR
+the partition is moved off one of the two in-sync replicas and the other loses power
+(the move must wait until the crashed one is back in the ISR, issue 30). Half the faults hit the group's coordinator, so that the
 group moves often, and moves back when its broker returns.
 The broker comes back (restarted as a new incarnation, or its links healed) after a
 while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
@@ -50,9 +53,12 @@ FAULTS = (
     "isolate-from-controller",
     "controller-failover",
     "reassign",
+    "move-while-catching-up",
 )
+MOVES = ("reassign", "move-while-catching-up")
 MEMBER_FAULTS = ("member-crash", "member-leave")
 EVENTS_MAX = 2_000_000
+OUT_WAIT_MS = 3_000  # a crashed broker leaves the ISR within its session (or the leader's lag bound)
 PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
 
 
@@ -249,7 +255,7 @@ class Cluster:
             )
             topic = self.controller.image.topic(TOPIC)
             still = topic is not None and any(not s.reassigning for s in topic.partitions.values())
-            self._inject(self.rng.choice([f for f in FAULTS if f != "reassign" or still]), target)
+            self._inject(self.rng.choice([f for f in FAULTS if f not in MOVES or still]), target)
         self.scheduler.after(self.rng.randint(50, 400), self._nemesis)
 
     def _member_nemesis(self) -> None:
@@ -304,6 +310,11 @@ class Cluster:
                 self.scheduler.after(lasts, self._reassign_back, partition, replicas)
             else:
                 self.faulting = False
+        elif fault == "move-while-catching-up":
+            topic = self.controller.image.topic(TOPIC)
+            still = [p for p, state in topic.partitions.items() if not state.reassigning]  # type: ignore[union-attr]
+            broker.crash()
+            self._move_once_out(broker, self.rng.choice(still), self.scheduler.now_ms + OUT_WAIT_MS, lasts)
         elif fault == "controller-failover":
             self.controller.fail()
             self.network.isolate(CONTROLLER, list(BROKERS))  # no controller until one is elected
@@ -324,6 +335,36 @@ class Cluster:
         [result] = self.controller.reassign(TOPIC, partition, target).partitions
         self.trace(f"controller: reassign partition {partition} to {list(target)}: {result.error or 'ok'}")
         return result.error == 0
+
+    def _move_once_out(self, crashed: SimBroker, partition: int, until_ms: int, lasts: int) -> None:
+        """Once ``crashed`` is out of the partition's ISR (the two others in it), move the
+        partition off one of those two, and cut the other's power at once. The move must
+        wait for ``crashed`` to be back in the ISR: completed now, it would leave the
+        other alone in the ISR, and its power cut would lose the records it had not
+        fsynced, which the replica moved off held (issue 30)."""
+        state = self.controller.image.topic(TOPIC).partitions[partition]  # type: ignore[union-attr]
+        if crashed.id in state.isr or len(state.isr) != len(BROKERS) - 1 or state.reassigning:
+            if self.scheduler.now_ms < until_ms:
+                self.scheduler.after(TICK_MS, self._move_once_out, crashed, partition, until_ms, lasts)
+            else:
+                self._restart(crashed)
+            return
+        moved_off, cut = self.rng.sample(state.isr, 2)
+        if not self._reassign(partition, tuple(r for r in state.replicas if r != moved_off)):
+            self._restart(crashed)
+            return
+        self.brokers[cut].crash("loses power")
+        self.brokers[cut].disk.power_cut()
+        self.scheduler.after(
+            lasts, self._restart_then_move_back, (crashed, self.brokers[cut]), partition, state.replicas
+        )
+
+    def _restart_then_move_back(
+        self, brokers: tuple[SimBroker, ...], partition: int, replicas: tuple[int, ...]
+    ) -> None:
+        for broker in brokers:
+            broker.start()
+        self._reassign_back(partition, replicas)
 
     def _reassign_back(self, partition: int, replicas: tuple[int, ...]) -> None:
         """Put the broker back (once the controller takes it); the next fault may come while

@@ -158,7 +158,6 @@ def test_bad_targets_are_refused_per_partition_naming_the_field_and_write_nothin
         ((), E.INVALID_REPLICA_ASSIGNMENT, "replicas of t-0: empty"),
         ((4, 4), E.INVALID_REPLICA_ASSIGNMENT, "broker 4 appears more than once"),
         ((4, 9), E.INVALID_REPLICA_ASSIGNMENT, "broker 9 is not registered"),
-        ((4, 6), E.INVALID_REPLICA_ASSIGNMENT, "broker 6 is fenced"),
         (tuple(range(1, 20)), E.INVALID_REPLICA_ASSIGNMENT, "19 replicas"),
     ]:
         after, result = reassign(image, target)
@@ -175,6 +174,16 @@ def test_bad_targets_are_refused_per_partition_naming_the_field_and_write_nothin
         ),
     )
     assert [r.error for r in plan.response.partitions] == [E.INVALID_REQUEST] * 2 and plan.records == []
+
+
+def test_a_fenced_but_registered_target_is_accepted_as_kafka_does() -> None:
+    """Kafka asks only that target brokers are registered: a drain or a move back must not
+    fail because one replica is down (issue 30). The fenced one joins the ISR once back."""
+    image = m.replay(cluster(), m.fence(6, epoch_of(6)))
+    image, result = reassign(image, (1, 2, 6))
+    s = state(image)
+    assert result.error == E.NONE
+    assert (s.replicas, s.adding_replicas, s.removing_replicas, s.isr) == ((1, 2, 6, 3), (6,), (3,), (1, 2, 3))
 
 
 def test_the_list_shows_reassignments_in_progress_only() -> None:
