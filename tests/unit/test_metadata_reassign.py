@@ -146,6 +146,25 @@ def test_cancelling_takes_the_added_replicas_out_and_keeps_the_original_ones() -
     assert state(image) == s
 
 
+def test_a_new_target_starts_from_the_original_replicas_so_a_cancel_returns_to_them() -> None:
+    """Issue 30: [1, 2, 3] to [4, 5, 6], then to [1, 4], then cancelled, left five replicas."""
+    image, _ = reassign(cluster(), (4, 5, 6))
+    image, _ = set_isr(image, (1, 2, 3, 5))
+    image, result = reassign(image, (1, 4))
+    s = state(image)
+    assert result.error == E.NONE
+    assert (s.replicas, s.adding_replicas, s.removing_replicas, s.isr) == (
+        (1, 4, 2, 3),
+        (4,),
+        (2, 3),
+        (1, 2, 3),  # 5, which the new target drops, left at once
+    )
+    image, result = reassign(image, None)
+    s = state(image)
+    assert result.error == E.NONE
+    assert (s.replicas, s.isr, s.leader, s.reassigning) == ((1, 2, 3), (1, 2, 3), 1, False)
+
+
 def test_a_reassignment_survives_a_snapshot() -> None:
     image, _ = reassign(cluster(), (4, 5))
     assert state(decode_image(encode_image(image))) == state(image)
@@ -183,7 +202,12 @@ def test_a_fenced_but_registered_target_is_accepted_as_kafka_does() -> None:
     image, result = reassign(image, (1, 2, 6))
     s = state(image)
     assert result.error == E.NONE
-    assert (s.replicas, s.adding_replicas, s.removing_replicas, s.isr) == ((1, 2, 6, 3), (6,), (3,), (1, 2, 3))
+    assert (s.replicas, s.adding_replicas, s.removing_replicas, s.isr) == (
+        (1, 2, 6, 3),
+        (6,),
+        (3,),
+        (1, 2, 3),
+    )
 
 
 def test_the_list_shows_reassignments_in_progress_only() -> None:
@@ -204,6 +228,7 @@ replica_sets = st.lists(st.sampled_from(BROKERS), min_size=1, max_size=4, unique
     isr_size=st.integers(1, 4),
     steps=st.lists(st.tuples(st.booleans(), st.integers(0, 5)), max_size=12),
     cancel_at=st.integers(0, 14),
+    retarget=st.tuples(st.integers(0, 14), replica_sets),
 )
 def test_whatever_the_isr_does_nothing_leaves_before_its_replacements_joined(
     current: tuple[int, ...],
@@ -211,6 +236,7 @@ def test_whatever_the_isr_does_nothing_leaves_before_its_replacements_joined(
     isr_size: int,
     steps: list[tuple[bool, int]],
     cancel_at: int,
+    retarget: tuple[int, tuple[int, ...]],
 ) -> None:
     image = cluster(current, current[:isr_size])
     image, result = reassign(image, target)
@@ -220,6 +246,13 @@ def test_whatever_the_isr_does_nothing_leaves_before_its_replacements_joined(
         before = state(image)
         if not before.reassigning:
             break
+        if i == retarget[0]:  # a new target midway: a cancel still returns to the original replicas
+            image, result = reassign(image, retarget[1])
+            if result.error == E.NONE:
+                target = retarget[1]
+            before = state(image)
+            if not before.reassigning:
+                break
         if i == cancel_at:
             image, result = reassign(image, None)
             assert result.error == E.NONE
