@@ -234,6 +234,16 @@ class SimBroker:
         self.disk.wipe()
         self.replayed = None
 
+    def stop(self) -> None:
+        """A clean stop: every log flushed and fsynced, and the clean-shutdown marker naming
+        this incarnation's broker epoch (``LogManager.close``), so the next incarnation
+        registers as one that holds everything it held. (No controlled shutdown: the
+        controller fences it when its session ends, or when it registers again.)"""
+        process = self.process
+        if process is not None:
+            process.logs.close(process.broker_epoch)
+            self.crash("stops cleanly")
+
     def crash(self, how: str = "crashes") -> None:
         process = self.process
         if process is None:
@@ -274,6 +284,8 @@ class SimBroker:
             listeners=[metadata_pb2.BrokerEndpoint(name=DATA_LISTENER, host=f"broker{self.id}", port=9092)],
             log_dir_id=process.logs.directory_id,  # the same after a crash or a power cut, not a wipe
         )
+        if process.logs.clean_shutdown_epoch is not None:  # KIP-966: the last stop was clean
+            request.previous_broker_epoch = process.logs.clean_shutdown_epoch
         self.network.send(self.id, CONTROLLER, self._at_controller_register, request, process)
         self.scheduler.after(REGISTER_RETRY_MS, self._register, process)
 

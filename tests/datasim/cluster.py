@@ -14,7 +14,10 @@ the run's slow and lossy links, and the next fault may hit it before it joined t
 (a crash of the broker coming back, of the leader, a controller failover); or a move
 while a replica catches up: a broker crashes, and once it is out of a partition's ISR
 the partition is moved off one of the two in-sync replicas and the other loses power
-(the move must wait until the crashed one is back in the ISR, issue 30). Half the faults hit the group's coordinator, so that the
+(the move must wait until the crashed one is back in the ISR, issue 30); or clean stops
+then a power cut: a broker stops cleanly, a while later another does (into the ELRs),
+and the last one loses power and comes back first (it must not lead before the second
+one stopped is back, issue 30). Half the faults hit the group's coordinator, so that the
 group moves often, and moves back when its broker returns.
 The broker comes back (restarted as a new incarnation, or its links healed) after a
 while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
@@ -33,7 +36,7 @@ from raftka.metadata.group_placement import group_coordinator
 from raftka.metadata.image import MetadataImage
 from tests.datasim.broker import TOPIC, SimBroker
 from tests.datasim.clients import CONSUMER, IDEMPOTENT_PRODUCER, PRODUCER, Consumer, Producer
-from tests.datasim.controller import TICK_MS, SimController, topic_records
+from tests.datasim.controller import SESSION_TIMEOUT_MS, TICK_MS, SimController, topic_records
 from tests.datasim.disk import Disks, SimDisk
 from tests.datasim.group_invariants import GroupInvariants
 from tests.datasim.invariants import Invariants
@@ -54,6 +57,7 @@ FAULTS = (
     "controller-failover",
     "reassign",
     "move-while-catching-up",
+    "stop-then-power-cut",
 )
 MOVES = ("reassign", "move-while-catching-up")
 MEMBER_FAULTS = ("member-crash", "member-leave")
@@ -315,6 +319,10 @@ class Cluster:
             still = [p for p, state in topic.partitions.items() if not state.reassigning]  # type: ignore[union-attr]
             broker.crash()
             self._move_once_out(broker, self.rng.choice(still), self.scheduler.now_ms + OUT_WAIT_MS, lasts)
+        elif fault == "stop-then-power-cut":
+            broker.stop()
+            self.controller.shut_down(broker_id)
+            self.scheduler.after(self.rng.randint(0, 300), self._stop_then_power_cut, broker, lasts)
         elif fault == "controller-failover":
             self.controller.fail()
             self.network.isolate(CONTROLLER, list(BROKERS))  # no controller until one is elected
@@ -358,6 +366,22 @@ class Cluster:
         self.scheduler.after(
             lasts, self._restart_then_move_back, (crashed, self.brokers[cut]), partition, state.replicas
         )
+
+    def _stop_then_power_cut(self, first: SimBroker, lasts: int) -> None:
+        """``first`` stopped cleanly a while ago; now one of the two others stops cleanly
+        too (its controlled shutdown puts it in the ELR of the partitions whose ISR it
+        leaves below min.insync.replicas: it holds every acknowledged record), and the
+        last one loses power. The last one comes back first, then ``first``, and the one
+        stopped now last: until it is back, the last one (crashed, maybe without
+        acknowledged records it had not fsynced) must not lead (issue 30)."""
+        stopped, last = (self.brokers[b] for b in self.rng.sample([b for b in BROKERS if b != first.id], 2))
+        stopped.stop()
+        self.controller.shut_down(stopped.id)
+        last.crash("loses power")
+        last.disk.power_cut()
+        self.scheduler.after(lasts, last.start)
+        self.scheduler.after(lasts + TICK_MS, first.start)
+        self.scheduler.after(2 * lasts + SESSION_TIMEOUT_MS, self._restart, stopped)
 
     def _restart_then_move_back(
         self, brokers: tuple[SimBroker, ...], partition: int, replicas: tuple[int, ...]

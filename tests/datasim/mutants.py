@@ -128,6 +128,29 @@ def move_completes_early() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def elr_elects_crashed_at_once() -> Iterator[None]:
+    """From an empty ISR, the first ELR member (the last ISR member) is elected as soon as
+    it is back, even after a crash, while another member that stopped cleanly is away (the
+    rule before issue 30): a power cut's lost tail becomes the partition's log."""
+    elect = eligible_leaders._elect
+
+    def at_once(
+        state: PartitionState,
+        isr: tuple[int, ...],
+        elr: tuple[int, ...],
+        acceptable: Callable[[int], bool],
+        crashed: Any,
+    ) -> int:
+        chosen = elect(state, isr, elr, acceptable, crashed)
+        if chosen == NO_LEADER and not isr and elr and acceptable(elr[0]):
+            return elr[0]
+        return chosen
+
+    with mock.patch.object(eligible_leaders, "_elect", at_once):
+        yield
+
+
 MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "": contextlib.nullcontext,
     "serve-unregistered": serve_unregistered,
@@ -138,4 +161,5 @@ MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "commit-generation-unfenced": commit_generation_unfenced,
     "rebalance-generation-unfenced": rebalance_generation_unfenced,
     "move-completes-early": move_completes_early,
+    "elr-elects-crashed-at-once": elr_elects_crashed_at_once,
 }
