@@ -195,6 +195,16 @@ def test_bad_targets_are_refused_per_partition_naming_the_field_and_write_nothin
     assert [r.error for r in plan.response.partitions] == [E.INVALID_REQUEST] * 2 and plan.records == []
 
 
+def test_a_sigkill_of_the_leader_during_such_a_shrink_leaves_the_kept_copy_to_lead() -> None:
+    """The same move, then 1 is killed (fenced): 3, still a replica and in the ISR, leads.
+    (Before, 3 was already deleted and the partition stayed offline until 1 returned.)"""
+    image, _ = reassign(cluster(isr=(1, 3)), (1, 2))
+    while not image.brokers[1].fenced:
+        image = m.replay(image, *broker_ops.fence(image, image.brokers[1], 100))
+    s = state(image)
+    assert (s.leader, s.isr, s.replicas) == (3, (3,), (1, 2, 3))
+
+
 def test_a_fenced_but_registered_target_is_accepted_as_kafka_does() -> None:
     """Kafka asks only that target brokers are registered: a drain or a move back must not
     fail because one replica is down (issue 30). The fenced one joins the ISR once back."""
