@@ -118,6 +118,8 @@ class Partition:
         return changed
 
     def _adopt(self, role: PartitionRole) -> None:
+        if role.leader_epoch != self.leader_epoch:  # a change asked in an older epoch is void
+            self.pending_isr = None
         self.role = role.role
         self.leader_id = role.leader
         self.leader_epoch = role.leader_epoch

@@ -134,8 +134,11 @@ def test_a_change_that_elected_another_leader_stays_pending_until_the_metadata_c
         await leader.replicas.produce(produce_request([b"b"], acks=1))
         await cluster.catch_up(2, rounds=2)
         assert leader.partition.high_watermark == 1, "a is on 1, 2 and 3; b is not on 3, in the maximal ISR"
-        cluster.publish(leader=3, leader_epoch=1, isr=(3,), partition_epoch=2)
-        assert leader.partition.pending_isr is None and not leader.partition.is_leader
+        cluster.publish(leader=1, leader_epoch=2, isr=(1, 2), partition_epoch=3)  # the images came together
+        assert leader.partition.pending_isr is None and leader.partition.is_leader
+        asked = len(leader.isr_requests)
+        await cluster.catch_up(3, rounds=2)
+        assert leader.isr_requests[asked:] == [(1, 2, 3)], "it changes the ISR again in its new epoch"
 
     run(body())
 
