@@ -270,9 +270,7 @@ class ClusterApis:
         asked: list[tuple[str | None, uuid.UUID]] = []
         if version >= 6:
             for t in request.topics:
-                known = (
-                    image.topics_by_id.get(id_bytes(t.topic_id)) if t.name is None else image.topic(t.name)
-                )
+                known = image.topics_by_id.get(id_bytes(t.topic_id)) if t.name is None else image.topic(t.name)
                 asked.append(
                     (
                         t.name if known is None else known.name,
