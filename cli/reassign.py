@@ -123,11 +123,17 @@ def run_drain(args: argparse.Namespace) -> int:
 
 
 def current_assignment(admin: Admin, topics: Iterable[str] = ()) -> Assignment:
-    """(topic, partition) -> replicas, as the controller has them now."""
+    """(topic, partition) -> replicas, as the controller has them now; during a move, its
+    target (the replicas without those it removes), so a plan made from it never brings
+    back a replica that is leaving (a drain during a move grew a partition to RF 4)."""
     described = admin.describe_topics(list(topics))
     for topic in described:
         topic.check()
-    return {(t.name, p.partition): p.replicas for t in described for p in t.partitions}
+    return {
+        (t.name, p.partition): tuple(r for r in p.replicas if r not in p.removing)
+        for t in described
+        for p in t.partitions
+    }
 
 
 def _generate(args: argparse.Namespace, admin: Admin) -> int:

@@ -11,8 +11,9 @@ A broker whose data is gone (registered with another log directory than before: 
 or new disk; or reporting a partition's folder wiped) also leaves every ELR concerned
 (``unclean``) and is never elected from one. One that crashed with its directory intact
 (SIGKILL, power cut) keeps its ELR places (``crashed``): where it was the last ISR member
-it is elected when no replica that did not crash can be, so a whole cluster killed at
-once comes back.
+it is elected when no replica that did not crash can be and every ELR member is back
+(one away may return from a clean stop with what a power cut took from it), so a whole
+cluster killed at once comes back.
 
 When a broker is unfenced, the partitions it replicates take it back into their ISR only
 once it has caught up on their data, through AlterPartition from the partition leader

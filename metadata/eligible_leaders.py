@@ -22,14 +22,17 @@ The rules, as Kafka's:
 - Election, when the current leader may no longer lead: the first replica, in replica
   order, that is in the target ISR and acceptable (unfenced). When the target ISR is
   empty, from the ELR, which becomes the ISR alone: the first acceptable member that did
-  not crash, else the first member (the last ISR member) even if it crashed. ``crashed``:
-  registered after a crash with its log directory intact (KIP-858's directory id tells
-  it from a wiped one), so holding what it held up to its last flush; the last ISR member
-  is the one whose log is the longest, and the one Kafka elects as its last known leader,
-  so a whole cluster killed at once comes back without an operator. Another member that
-  crashed may lack the unflushed tail the last ISR member holds: it is not elected. Else
-  no leader: the partition waits for an eligible replica. A replica whose data is gone is
-  never elected cleanly.
+  not crash; else, once *every* member is back (acceptable), the first member (the last
+  ISR member) even if it crashed. ``crashed``: registered after a crash with its log
+  directory intact (KIP-858's directory id tells it from a wiped one), so holding what it
+  held up to its last flush: a power cut may have taken acknowledged records from it.
+  While another member is away it is not elected, since that one may come back having
+  stopped cleanly with every acknowledged record (KAFKA-15586 takes such a broker out
+  of the ELR altogether; raftka keeps it, so that a whole cluster killed at once comes
+  back without an operator once every member is back). With every member back and
+  every one crashed, none is known to hold more: the last ISR member, whose log was the
+  longest, leads. Else no leader: the partition waits for an eligible replica. A replica
+  whose data is gone is never elected cleanly.
 - Unclean election, only with the topic's ``unclean.leader.election.enable`` (Kafka's,
   false by default): with no eligible replica, the first acceptable last known ELR member,
   else the first acceptable replica, leads alone; the ELR and last known ELR are emptied.
@@ -171,9 +174,11 @@ def _elect(
         return state.leader
     if isr:
         candidates = [b for b in state.replicas if b in isr and acceptable(b)]
-    else:  # any that did not crash, the last to leave the ISR first; else that last one
+    else:  # any that did not crash, the last to leave the ISR first; else, once every
+        # member is back and none can bring more, the last one (see the module docstring)
         candidates = [b for b in elr if acceptable(b) and b not in crashed]
-        candidates += [b for b in elr[:1] if acceptable(b)]
+        if all(acceptable(b) for b in elr):
+            candidates += elr[:1]
     chosen = candidates[0] if candidates else NO_LEADER
     if chosen == NO_LEADER and not (state.isr or state.elr or state.last_known_elr):
         chosen = next((b for b in state.replicas if acceptable(b)), NO_LEADER)  # the exception above

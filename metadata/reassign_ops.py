@@ -9,20 +9,23 @@ takes over (or a broker that restarts) carries on from the log alone:
   replicas that are new (``adding_replicas``) start as followers, fetch from the
   leader's log start and join the ISR through the leader's AlterPartition, as any
   follower catching up does. The ISR and the leader do not change.
-- Completion, in the same change as the ISR expansion that brings the last adding
+- Completion, in the same change as the ISR expansion that brings the last target
   replica in (``complete``, called from ``broker_ops.alter_partition``), or at once when
-  nothing is added: the removing replicas leave the replicas, the ISR and the ELR
-  together; if the leader was one of them, the first target replica in the ISR leads
-  (Kafka's order). It never completes while an adding replica is out of the ISR, nor
-  when no target replica is in the ISR, so a removing replica only leaves once its
-  replacements hold everything committed. Afterwards the partition has exactly the
-  target replicas.
+  every target replica is already in the ISR: the removing replicas leave the
+  replicas, the ISR and the ELR together; if the leader was one of them, the first
+  target replica in the ISR leads (Kafka's order). It never completes while any target
+  replica (adding or kept) is out of the ISR, so a removing replica only leaves once
+  every replica that stays holds everything committed: never fewer full copies than
+  before. Afterwards the partition has exactly the target replicas.
 - Cancellation (replicas unset): the adding replicas leave (replicas, ISR, ELR); the
   removing ones stay. If the leader was an adding replica, the first remaining ISR
   member in replica order leads. Refused when every ISR member is an adding replica.
-- A new target while one is in progress starts over from the current replicas (Kafka's
-  rule): the earlier adding replicas the new target keeps must still join the ISR
-  before anything is removed.
+- A new target while one is in progress starts over from the original replicas (the
+  replicas without those being added, as ZooKeeper-era Kafka's ``reassignTo`` keeps its
+  origin replicas): the earlier adding replicas the new target drops leave at once (they
+  were never needed), those it keeps must still join the ISR. So a later cancel goes
+  back to the original replicas, not to a union of every target (RF 5 after a retarget
+  and a cancel). Refused when the dropped ones are the whole ISR.
 
 Bad input (an unknown partition, an empty, repeated or unregistered target replica, a
 partition named twice) is answered per partition with the field named; the other
@@ -90,7 +93,15 @@ def _reassign(
     crashed = crashed_broker_ids(image)
     if asked.HasField("replicas"):
         target = _valid_target(image, name, asked)
-        after = start(state, target, policy, live.__contains__, crashed)
+        dropped = set(state.adding_replicas) - set(target)
+        current = _revert(state, dropped, policy, live.__contains__, crashed) if dropped else state
+        if current is None:
+            raise ValidationError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"replicas: {list(target)} drops every ISR member {list(state.isr)} of {name}-{asked.partition} "
+                "(all being added by the move in progress): let it complete first",
+            )
+        after = start(current, target, policy, live.__contains__, crashed)
     else:
         if not state.reassigning:
             raise ValidationError(
@@ -125,12 +136,10 @@ def _valid_target(
         raise ValidationError(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {min(repeated)} appears more than once"
         )
-    for broker_id in target:
-        broker = image.brokers.get(broker_id)
-        if broker is None or broker.fenced:
-            problem = "is not registered" if broker is None else "is fenced"
+    for broker_id in target:  # registered, fenced or not (Kafka's validateManualPartitionAssignment)
+        if broker_id not in image.brokers:
             raise ValidationError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {broker_id} {problem}"
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {broker_id} is not registered"
             )
     return target
 
@@ -162,12 +171,15 @@ def complete(
     crashed: Collection[int] = (),
 ) -> PartitionState | None:
     """The partition with its reassignment completed, if it may complete now: every
-    adding replica in the ISR, and a target replica in the ISR that may lead."""
+    target replica in the ISR (not only the adding ones: a target replica that is
+    catching up holds less than a removing one, so dropping that one would leave fewer
+    full copies; Kafka's ``PartitionReassignmentReplicas.isReassignmentInProgress``
+    target-ISR check), and one of them may lead."""
     if not state.reassigning:
         return None
     removing = set(state.removing_replicas)
     isr = tuple(r for r in state.isr if r not in removing)
-    if not isr or not set(state.adding_replicas) <= set(isr):
+    if not isr or not {r for r in state.replicas if r not in removing} <= set(isr):
         return None
     kept = lambda ids: tuple(r for r in ids if r not in removing)  # noqa: E731
     moved = dataclasses.replace(
@@ -190,19 +202,30 @@ def cancel(
     crashed: Collection[int] = (),
 ) -> PartitionState | None:
     """The partition with its reassignment cancelled; None if no ISR member would be left."""
-    adding = set(state.adding_replicas)
-    gone = lambda ids: tuple(r for r in ids if r not in adding)  # noqa: E731
-    isr = gone(state.isr)
+    reverted = _revert(state, set(state.adding_replicas), policy, acceptable, crashed)
+    return None if reverted is None else dataclasses.replace(reverted, removing_replicas=())
+
+
+def _revert(
+    state: PartitionState,
+    gone: Collection[int],
+    policy: eligible_leaders.Policy,
+    acceptable: Acceptable,
+    crashed: Collection[int],
+) -> PartitionState | None:
+    """``state`` without ``gone`` (replicas a move was adding) in its replicas, ISR and
+    ELR, and a leader elected if it led; None if no ISR member would be left."""
+    kept = lambda ids: tuple(r for r in ids if r not in gone)  # noqa: E731
+    isr = kept(state.isr)
     if state.isr and not isr:
         return None
     reverted = dataclasses.replace(
         state,
-        replicas=gone(state.replicas),
+        replicas=kept(state.replicas),
         isr=isr,
-        elr=gone(state.elr),
-        last_known_elr=gone(state.last_known_elr),
-        adding_replicas=(),
-        removing_replicas=(),
+        elr=kept(state.elr),
+        last_known_elr=kept(state.last_known_elr),
+        adding_replicas=kept(state.adding_replicas),
     )
     return _elected(reverted, policy, acceptable, crashed)
 

@@ -5,7 +5,9 @@ replaces the older) and go out together, one request at a time: each is a
 compare-and-set on the partition epoch the leader last saw. An answer settles each
 partition: committed (the partition takes the new ISR and epoch at once, before the
 metadata log brings them), or refused, after which the partition asks again only once
-the metadata has moved past the epoch it tried (Kafka's AlterPartitionManager).
+the metadata has moved past the epoch it tried (Kafka's AlterPartitionManager); or
+committed with a new leader elected (a reassignment completed), after which the change
+stays pending until the metadata says so.
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ log = structlog.get_logger("broker.isr")
 
 RETRY_BACKOFF_S = 0.1
 CHANGES_PER_REQUEST_MAX = 1_000  # within the controller's per-request bound on AlterPartition
-# Our view of the partition is behind the controller's: wait for the metadata to catch up
-# (NEW_LEADER_ELECTED: the change committed and completed a reassignment that moved the leader).
-_STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH, E.NEW_LEADER_ELECTED})
+# Our view of the partition is behind the controller's: wait for the metadata to catch up.
+_STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH})
 
 
 class IsrChanges:
@@ -102,18 +103,27 @@ class IsrChanges:
             return True
         for result in response.partitions:
             partition, epoch, isr_size = tried[(result.topic_id, result.partition)]
+            settle(partition, result, epoch)
             if result.error == E.NONE:
-                partition.isr_change_committed(tuple(result.isr), result.partition_epoch)
                 self.shrinks += len(result.isr) < isr_size
                 self.expands += len(result.isr) > isr_size
-            else:
-                log.info(
-                    "isr change refused",
-                    partition=partition.name,
-                    error=E.Name(result.error),
-                    detail=result.message,
-                )
-                stale = result.error in _STALE
-                partition.isr_change_refused(epoch + 1 if stale else -1)
             self._on_settled(partition)
         return True
+
+
+def settle(partition: Partition, result: controller_pb2.AlterPartitionResult, tried_epoch: int) -> None:
+    """The controller's answer to ``partition``'s change, asked at partition epoch ``tried_epoch``."""
+    if result.error == E.NONE:
+        partition.isr_change_committed(tuple(result.isr), result.partition_epoch)
+    elif result.error == E.NEW_LEADER_ELECTED:
+        # Committed, and it completed a reassignment that moved the leader off this broker,
+        # which does not know yet: the change stays pending (its maximal ISR keeps holding
+        # the high watermark back) until the metadata brings the new leader, as Kafka's
+        # Partition.handleAlterPartitionError does.
+        log.info("isr change completed a reassignment", partition=partition.name, leader=result.leader)
+        partition.isr_change_superseded(tried_epoch + 1)
+    else:
+        log.info(
+            "isr change refused", partition=partition.name, error=E.Name(result.error), detail=result.message
+        )
+        partition.isr_change_refused(tried_epoch + 1 if result.error in _STALE else -1)

@@ -118,6 +118,8 @@ class Partition:
         return changed
 
     def _adopt(self, role: PartitionRole) -> None:
+        if role.leader_epoch != self.leader_epoch:  # a change asked in an older epoch is void
+            self.pending_isr = None
         self.role = role.role
         self.leader_id = role.leader
         self.leader_epoch = role.leader_epoch
@@ -262,6 +264,12 @@ class Partition:
             self.isr = isr
             self.partition_epoch = partition_epoch
         self.pending_isr = None
+
+    def isr_change_superseded(self, wait_for_partition_epoch: int) -> None:
+        """Our change committed but elected another leader: it stays pending (the maximal
+        ISR still counts it) until the metadata reaches ``wait_for_partition_epoch``, whose
+        role change clears it."""
+        self.isr_change_waits_for_epoch = max(self.isr_change_waits_for_epoch, wait_for_partition_epoch)
 
     def isr_change_refused(self, wait_for_partition_epoch: int) -> None:
         """No new change until the metadata reaches ``wait_for_partition_epoch`` (-1: none)."""

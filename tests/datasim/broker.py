@@ -27,6 +27,7 @@ from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.groups.group import GroupLimits
 from raftka.broker.log.manager import LogManager
 from raftka.broker.partitions import BrokerPartitions
+from raftka.broker.replica import isr
 from raftka.broker.replica.fetcher import FollowerFetch
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.broker.replica.partition import Partition
@@ -53,7 +54,6 @@ GROUP_LIMITS = GroupLimits(
     min_session_timeout_ms=100, max_session_timeout_ms=5_000, initial_rebalance_delay_ms=0
 )
 TOPIC = "t"
-_STALE = frozenset({E.INVALID_UPDATE_VERSION, E.FENCED_LEADER_EPOCH})
 _REREGISTER = frozenset({E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED})
 
 
@@ -234,6 +234,16 @@ class SimBroker:
         self.disk.wipe()
         self.replayed = None
 
+    def stop(self) -> None:
+        """A clean stop: every log flushed and fsynced, and the clean-shutdown marker naming
+        this incarnation's broker epoch (``LogManager.close``), so the next incarnation
+        registers as one that holds everything it held. (No controlled shutdown: the
+        controller fences it when its session ends, or when it registers again.)"""
+        process = self.process
+        if process is not None:
+            process.logs.close(process.broker_epoch)
+            self.crash("stops cleanly")
+
     def crash(self, how: str = "crashes") -> None:
         process = self.process
         if process is None:
@@ -274,6 +284,8 @@ class SimBroker:
             listeners=[metadata_pb2.BrokerEndpoint(name=DATA_LISTENER, host=f"broker{self.id}", port=9092)],
             log_dir_id=process.logs.directory_id,  # the same after a crash or a power cut, not a wipe
         )
+        if process.logs.clean_shutdown_epoch is not None:  # KIP-966: the last stop was clean
+            request.previous_broker_epoch = process.logs.clean_shutdown_epoch
         self.network.send(self.id, CONTROLLER, self._at_controller_register, request, process)
         self.scheduler.after(REGISTER_RETRY_MS, self._register, process)
 
@@ -354,7 +366,12 @@ class SimBroker:
 
     def _isr_change_lost(self, process: Process, partition: Partition, new_isr: tuple[int, ...]) -> None:
         """No answer: send it again (``IsrChanges`` retries a change the link lost)."""
-        if self.process is process and partition.is_leader and partition.pending_isr == new_isr:
+        if (
+            self.process is process
+            and partition.is_leader
+            and partition.pending_isr == new_isr
+            and partition.isr_change_waits_for_epoch < 0  # not answered (NEW_LEADER_ELECTED keeps it)
+        ):
             self.send_isr_change(partition, new_isr)
 
     def _isr_changed(
@@ -371,11 +388,7 @@ class SimBroker:
         if response.status.error != E.NONE:
             partition.isr_change_refused(-1)
         else:
-            result = response.partitions[0]
-            if result.error == E.NONE:
-                partition.isr_change_committed(tuple(result.isr), result.partition_epoch)
-            else:
-                partition.isr_change_refused(epoch + 1 if result.error in _STALE else -1)
+            isr.settle(partition, response.partitions[0], epoch)
         process.replicas.isr_change_done(partition)
 
     # replication ------------------------------------------------------------------------

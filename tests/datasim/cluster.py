@@ -11,7 +11,13 @@ predecessor's heartbeats), or a reassignment (KIP-455) that takes the broker off
 partition (it deletes its log; leadership moves if it led) and, a while later, puts it
 back: it fetches the partition from the log start and joins the ISR, under the load and
 the run's slow and lossy links, and the next fault may hit it before it joined the ISR
-(a crash of the broker coming back, of the leader, a controller failover). Half the faults hit the group's coordinator, so that the
+(a crash of the broker coming back, of the leader, a controller failover); or a move
+while a replica catches up: a broker crashes, and once it is out of a partition's ISR
+the partition is moved off one of the two in-sync replicas and the other loses power
+(the move must wait until the crashed one is back in the ISR, issue 30); or clean stops
+then a power cut: a broker stops cleanly, a while later another does (into the ELRs),
+and the last one loses power and comes back first (it must not lead before the second
+one stopped is back, issue 30). Half the faults hit the group's coordinator, so that the
 group moves often, and moves back when its broker returns.
 The broker comes back (restarted as a new incarnation, or its links healed) after a
 while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
@@ -30,7 +36,7 @@ from raftka.metadata.group_placement import group_coordinator
 from raftka.metadata.image import MetadataImage
 from tests.datasim.broker import TOPIC, SimBroker
 from tests.datasim.clients import CONSUMER, IDEMPOTENT_PRODUCER, PRODUCER, Consumer, Producer
-from tests.datasim.controller import TICK_MS, SimController, topic_records
+from tests.datasim.controller import SESSION_TIMEOUT_MS, TICK_MS, SimController, topic_records
 from tests.datasim.disk import Disks, SimDisk
 from tests.datasim.group_invariants import GroupInvariants
 from tests.datasim.invariants import Invariants
@@ -50,9 +56,13 @@ FAULTS = (
     "isolate-from-controller",
     "controller-failover",
     "reassign",
+    "move-while-catching-up",
+    "stop-then-power-cut",
 )
+MOVES = ("reassign", "move-while-catching-up")
 MEMBER_FAULTS = ("member-crash", "member-leave")
 EVENTS_MAX = 2_000_000
+OUT_WAIT_MS = 3_000  # a crashed broker leaves the ISR within its session (or the leader's lag bound)
 PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
 
 
@@ -249,7 +259,7 @@ class Cluster:
             )
             topic = self.controller.image.topic(TOPIC)
             still = topic is not None and any(not s.reassigning for s in topic.partitions.values())
-            self._inject(self.rng.choice([f for f in FAULTS if f != "reassign" or still]), target)
+            self._inject(self.rng.choice([f for f in FAULTS if f not in MOVES or still]), target)
         self.scheduler.after(self.rng.randint(50, 400), self._nemesis)
 
     def _member_nemesis(self) -> None:
@@ -304,6 +314,15 @@ class Cluster:
                 self.scheduler.after(lasts, self._reassign_back, partition, replicas)
             else:
                 self.faulting = False
+        elif fault == "move-while-catching-up":
+            topic = self.controller.image.topic(TOPIC)
+            still = [p for p, state in topic.partitions.items() if not state.reassigning]  # type: ignore[union-attr]
+            broker.crash()
+            self._move_once_out(broker, self.rng.choice(still), self.scheduler.now_ms + OUT_WAIT_MS, lasts)
+        elif fault == "stop-then-power-cut":
+            broker.stop()
+            self.controller.shut_down(broker_id)
+            self.scheduler.after(self.rng.randint(0, 300), self._stop_then_power_cut, broker, lasts)
         elif fault == "controller-failover":
             self.controller.fail()
             self.network.isolate(CONTROLLER, list(BROKERS))  # no controller until one is elected
@@ -324,6 +343,52 @@ class Cluster:
         [result] = self.controller.reassign(TOPIC, partition, target).partitions
         self.trace(f"controller: reassign partition {partition} to {list(target)}: {result.error or 'ok'}")
         return result.error == 0
+
+    def _move_once_out(self, crashed: SimBroker, partition: int, until_ms: int, lasts: int) -> None:
+        """Once ``crashed`` is out of the partition's ISR (the two others in it), move the
+        partition off one of those two, and cut the other's power at once. The move must
+        wait for ``crashed`` to be back in the ISR: completed now, it would leave the
+        other alone in the ISR, and its power cut would lose the records it had not
+        fsynced, which the replica moved off held (issue 30)."""
+        state = self.controller.image.topic(TOPIC).partitions[partition]  # type: ignore[union-attr]
+        if crashed.id in state.isr or len(state.isr) != len(BROKERS) - 1 or state.reassigning:
+            if self.scheduler.now_ms < until_ms:
+                self.scheduler.after(TICK_MS, self._move_once_out, crashed, partition, until_ms, lasts)
+            else:
+                self._restart(crashed)
+            return
+        moved_off, cut = self.rng.sample(state.isr, 2)
+        if not self._reassign(partition, tuple(r for r in state.replicas if r != moved_off)):
+            self._restart(crashed)
+            return
+        self.brokers[cut].crash("loses power")
+        self.brokers[cut].disk.power_cut()
+        self.scheduler.after(
+            lasts, self._restart_then_move_back, (crashed, self.brokers[cut]), partition, state.replicas
+        )
+
+    def _stop_then_power_cut(self, first: SimBroker, lasts: int) -> None:
+        """``first`` stopped cleanly a while ago; now one of the two others stops cleanly
+        too (its controlled shutdown puts it in the ELR of the partitions whose ISR it
+        leaves below min.insync.replicas: it holds every acknowledged record), and the
+        last one loses power. The last one comes back first, then ``first``, and the one
+        stopped now last: until it is back, the last one (crashed, maybe without
+        acknowledged records it had not fsynced) must not lead (issue 30)."""
+        stopped, last = (self.brokers[b] for b in self.rng.sample([b for b in BROKERS if b != first.id], 2))
+        stopped.stop()
+        self.controller.shut_down(stopped.id)
+        last.crash("loses power")
+        last.disk.power_cut()
+        self.scheduler.after(lasts, last.start)
+        self.scheduler.after(lasts + TICK_MS, first.start)
+        self.scheduler.after(2 * lasts + SESSION_TIMEOUT_MS, self._restart, stopped)
+
+    def _restart_then_move_back(
+        self, brokers: tuple[SimBroker, ...], partition: int, replicas: tuple[int, ...]
+    ) -> None:
+        for broker in brokers:
+            broker.start()
+        self._reassign_back(partition, replicas)
 
     def _reassign_back(self, partition: int, replicas: tuple[int, ...]) -> None:
         """Put the broker back (once the controller takes it); the next fault may come while

@@ -173,6 +173,13 @@ class SimController:
         self.active = True
         self._trace("controller: a new controller is active")
 
+    def shut_down(self, broker_id: int) -> None:
+        """A broker's controlled shutdown, as its last heartbeats ask: fenced at once, out of
+        every ISR (and into the ELRs below min.insync.replicas)."""
+        if self.active:
+            self.sessions.end(broker_id, self._clock())
+            self._fence(broker_id)
+
     def fail(self) -> None:
         """The active controller is gone; until ``fail_over``, no one fences anyone."""
         self.active = False

@@ -15,8 +15,8 @@ from unittest import mock
 
 from raftka.broker.log.producer_state import ProducerState
 from raftka.broker.replica.partition import Partition
-from raftka.metadata import broker_ops, delta, group_ops
-from raftka.metadata.image import MetadataImage
+from raftka.metadata import broker_ops, delta, eligible_leaders, group_ops, reassign_ops
+from raftka.metadata.image import NO_LEADER, MetadataImage, PartitionState
 
 
 @contextlib.contextmanager
@@ -98,6 +98,59 @@ def rebalance_generation_unfenced() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def move_completes_early() -> Iterator[None]:
+    """A reassignment completes once its adding replicas are in the ISR, whatever the
+    replicas it keeps (the rule before issue 30): a move off an in-sync replica while a
+    kept one catches up leaves a single in-sync copy."""
+
+    def complete(
+        state: PartitionState, policy: eligible_leaders.Policy, acceptable: Any, crashed: Any = ()
+    ) -> PartitionState | None:
+        removing = set(state.removing_replicas)
+        isr = tuple(r for r in state.isr if r not in removing)
+        if not state.reassigning or not isr or not set(state.adding_replicas) <= set(isr):
+            return None
+        kept = lambda ids: tuple(r for r in ids if r not in removing)  # noqa: E731
+        moved = dataclasses.replace(
+            state,
+            replicas=kept(state.replicas),
+            isr=isr,
+            elr=kept(state.elr),
+            last_known_elr=kept(state.last_known_elr),
+            adding_replicas=(),
+            removing_replicas=(),
+        )
+        done = reassign_ops._elected(moved, policy, acceptable, crashed)
+        return done if done.leader != NO_LEADER or state.leader == NO_LEADER else None
+
+    with mock.patch.object(reassign_ops, "complete", complete):
+        yield
+
+
+@contextlib.contextmanager
+def elr_elects_crashed_at_once() -> Iterator[None]:
+    """From an empty ISR, the first ELR member (the last ISR member) is elected as soon as
+    it is back, even after a crash, while another member that stopped cleanly is away (the
+    rule before issue 30): a power cut's lost tail becomes the partition's log."""
+    elect = eligible_leaders._elect
+
+    def at_once(
+        state: PartitionState,
+        isr: tuple[int, ...],
+        elr: tuple[int, ...],
+        acceptable: Callable[[int], bool],
+        crashed: Any,
+    ) -> int:
+        chosen = elect(state, isr, elr, acceptable, crashed)
+        if chosen == NO_LEADER and not isr and elr and acceptable(elr[0]):
+            return elr[0]
+        return chosen
+
+    with mock.patch.object(eligible_leaders, "_elect", at_once):
+        yield
+
+
 MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "": contextlib.nullcontext,
     "serve-unregistered": serve_unregistered,
@@ -107,4 +160,6 @@ MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "group-coordinator-unfenced": group_coordinator_unfenced,
     "commit-generation-unfenced": commit_generation_unfenced,
     "rebalance-generation-unfenced": rebalance_generation_unfenced,
+    "move-completes-early": move_completes_early,
+    "elr-elects-crashed-at-once": elr_elects_crashed_at_once,
 }

@@ -51,7 +51,7 @@ def test_generate_prints_the_current_assignment_and_a_proposal_over_the_broker_l
     view = cli_json(controller, capsys, *args)
     assert view["current"] == [
         {"topic": "orders", "partition": 0, "replicas": [101, 102]},
-        {"topic": "orders", "partition": 1, "replicas": [102, 103]},
+        {"topic": "orders", "partition": 1, "replicas": [103]},  # the target of its move
     ]
     assert [sorted(p["replicas"]) for p in view["proposed"]] == [[101, 102], [101, 102]]
     text = cli(controller, capsys, *args)
@@ -70,8 +70,8 @@ def test_execute_cancel_and_spread_send_the_plan_and_verify_tells_each_partition
     assert sent(controller) == PLAN
     assert "Successfully started partition reassignments for orders-0,orders-1" in out
     assert json.loads(out.split("\n\n")[1]) == json.loads(
-        to_json({("orders", 0): (101, 102), ("orders", 1): (102, 103)})
-    )
+        to_json({("orders", 0): (101, 102), ("orders", 1): (103,)})
+    )  # orders-1 is moving from 102 to 103: its target
 
     cli(controller, capsys, "topics", "reassign", "--cancel", "--reassignment-json-file", str(plan))
     assert sent(controller) == dict.fromkeys(PLAN)
@@ -85,8 +85,17 @@ def test_execute_cancel_and_spread_send_the_plan_and_verify_tells_each_partition
     assert lines == [
         "Status of partition reassignment:",
         "Reassignment of partition orders-0 is completed.",
-        "There is no active reassignment of partition orders-1, but replica set is 102,103 rather than 101,102.",
+        "There is no active reassignment of partition orders-1, but replica set is 103 rather than 101,102.",
     ]
+
+
+def test_a_drain_during_a_move_plans_from_the_target_replicas(
+    controller: FakeController, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """orders-1 is moving from 102 to 103: draining 103 replaces it in the target, and
+    does not bring back 102, which is leaving (issue 30: a partition grew to RF 4)."""
+    cli(controller, capsys, "brokers", "drain", "103", "--no-wait")
+    assert sent(controller) == {("orders", 1): (101,)}
 
 
 def test_a_bad_plan_file_and_an_impossible_drain_are_refused_naming_why(

@@ -283,6 +283,29 @@ def test_of_elr_members_that_crashed_only_the_last_isr_member_is_elected() -> No
     run(body)
 
 
+def test_a_crashed_last_isr_member_waits_for_an_elr_member_that_may_return_clean() -> None:
+    """Issue 30: y left the ISR (below min.insync.replicas, so holding every committed
+    record), then the leader lost power. The leader comes back first, crashed: it may have
+    lost records y holds, so it is not elected while y is away; y comes back from a clean
+    stop and leads. (Before, the leader was elected at once and y truncated to it.)"""
+
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        epochs, leader, x, y = await all_fenced(c)
+        assert state_of(member).elr == (leader, y)
+
+        await restart(c, leader, "leader-after-power-cut", previous_epoch=None)
+        waiting = state_of(member)
+        assert (waiting.leader, waiting.elr) == (-1, (leader, y)), "y may return with more"
+        await restart(c, y, "y-after-clean-stop", previous_epoch=epochs[y])
+        back = state_of(member)
+        assert (back.leader, back.isr, back.elr) == (y, (y,), (leader,)), back
+        await quorum.close()
+
+    run(body)
+
+
 def test_a_full_list_of_wiped_partitions_is_handled_before_the_broker_is_unfenced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

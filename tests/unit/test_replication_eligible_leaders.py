@@ -92,6 +92,57 @@ def test_the_leader_names_the_broker_epoch_each_member_fetched_with(tmp_path: Pa
     run(body())
 
 
+class NewLeaderLink(RecordingLink):
+    """Answers every change as the controller does when it completed a reassignment that
+    moved the leader: committed, but another broker leads."""
+
+    async def call(self, rpc: Any, request: controller_pb2.AlterPartitionRequest) -> Any:
+        self.requests.append(request)
+        self.sent.set()
+        response = controller_pb2.AlterPartitionResponse(status=controller_pb2.Status())
+        for topic in request.topics:
+            for data in topic.partitions:
+                response.partitions.add(
+                    topic_id=topic.topic_id,
+                    partition=data.partition,
+                    error=controller_pb2.ErrorCode.NEW_LEADER_ELECTED,
+                    leader=3,
+                    isr=[3],
+                )
+        return response
+
+
+def test_a_change_that_elected_another_leader_stays_pending_until_the_metadata_comes(tmp_path: Path) -> None:
+    """Kafka keeps the pending ISR on NEW_LEADER_ELECTED (issue 30): dropped, the leader's
+    maximal ISR forgot the member it added, and the high watermark moved without it."""
+
+    async def body() -> None:
+        cluster = Cluster(tmp_path)
+        leader = cluster.nodes[1]
+        cluster.publish(isr=(1, 2), partition_epoch=1)
+        await leader.replicas.produce(produce_request([b"a"], acks=1))
+        await cluster.catch_up(3, rounds=2)
+        assert leader.isr_requests[-1] == (1, 2, 3) and leader.partition.pending_isr == (1, 2, 3)
+        link = NewLeaderLink()
+        settled = asyncio.Event()
+        changes = IsrChanges(link, 1, lambda: 11, lambda partition: settled.set())  # type: ignore[arg-type]
+        task = asyncio.create_task(changes.run())
+        changes.request(leader.partition, (1, 2, 3))
+        await asyncio.wait_for(settled.wait(), 5)
+        task.cancel()
+        assert leader.partition.pending_isr == (1, 2, 3)
+        await leader.replicas.produce(produce_request([b"b"], acks=1))
+        await cluster.catch_up(2, rounds=2)
+        assert leader.partition.high_watermark == 1, "a is on 1, 2 and 3; b is not on 3, in the maximal ISR"
+        cluster.publish(leader=1, leader_epoch=2, isr=(1, 2), partition_epoch=3)  # the images came together
+        assert leader.partition.pending_isr is None and leader.partition.is_leader
+        asked = len(leader.isr_requests)
+        await cluster.catch_up(3, rounds=2)
+        assert leader.isr_requests[asked:] == [(1, 2, 3)], "it changes the ISR again in its new epoch"
+
+    run(body())
+
+
 def test_a_clean_close_marks_the_broker_epoch_and_a_crash_leaves_none(tmp_path: Path) -> None:
     manager = LogManager(tmp_path)
     manager.open_all()
