@@ -23,6 +23,7 @@ import structlog
 from tests.datasim.broker import sim_time_writes
 from tests.datasim.cluster import Cluster
 from tests.datasim.disk import Disks
+from tests.datasim.invariants import InvariantViolation, unfinished_transaction
 from tests.datasim.mutants import MUTANTS
 from tests.simulation.pool import run_seeds_with
 
@@ -118,13 +119,16 @@ def _run_phases(cluster: Cluster, options: Options) -> None:
     for member in cluster.members:
         if not member.up:
             member.start()
-    cluster.producer.running = cluster.idempotent.running = False
+    cluster.producer.running = cluster.idempotent.running = cluster.transactional.running = False
     if not cluster.run_until(healed_at + 2 * options.heal_ms, lambda: _in_agreement(cluster)):
         raise LivenessFailure(f"the replicas did not agree within {2 * options.heal_ms} ms of healing")
     if not cluster.run_until(healed_at + 3 * options.heal_ms, cluster.group_settled):
         raise LivenessFailure(
             f"the group's members did not settle in one generation within {3 * options.heal_ms} ms of healing"
         )
+    unfinished = lambda: unfinished_transaction(cluster.brokers, cluster.controller.image, cluster.partitions)  # noqa: E731
+    if not cluster.run_until(healed_at + 4 * options.heal_ms, lambda: unfinished() is None):
+        raise InvariantViolation(f"{unfinished()}, {4 * options.heal_ms} ms after healing")
     cluster.invariants.check(cluster.brokers, cluster.controller.image)
     cluster.invariants.every_replica_holds_committed(cluster.brokers)
 
