@@ -108,7 +108,9 @@ class TransactionCoordinator:
         )
         self._image = image
         for transactional_id, written in list(self._written.items()):
-            if not self._owns(transactional_id) or image.transactions.get(transactional_id) == written:
+            if not self._owns(transactional_id) or _superseded(
+                written, image.transactions.get(transactional_id)
+            ):
                 del self._written[transactional_id]
         if changed:
             self.reconcile()
@@ -492,6 +494,16 @@ class TransactionCoordinator:
                     raise
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 1.0)
+
+
+def _superseded(written: TransactionRecord, recorded: TransactionRecord | None) -> bool:
+    """The image shows ``written``, or something newer: another coordinator (or
+    incarnation) wrote the id since, which the controller marks with a higher coordinator
+    epoch. (A broker cut off from the metadata may never see the image with its own
+    write, and would otherwise act on it, and send markers the partitions refuse, for ever.)"""
+    return recorded is not None and (
+        recorded == written or recorded.coordinator_epoch > written.coordinator_epoch
+    )
 
 
 def _same(recorded: TransactionRecord, wanted: TransactionRecord) -> bool:

@@ -6,6 +6,10 @@ TransactionMarkerChannelManager is fed from the loaded state).
   later: the client was told COORDINATOR_NOT_AVAILABLE, yet once the image shows the
   transaction prepared its markers are written and it completes.
 - A completion attempt that raises is tried again, and completes.
+- A coordinator that never saw the image with its own PREPARE write (cut off from the
+  metadata) and then sees another coordinator's restatement of it acts on the image, not
+  on what it wrote: it restates the transaction above the other's coordinator epoch, so
+  the partitions take its markers (found by the data-plane simulation, seed 152).
 
 One coordinator against an in-memory controller; the coordinator's timer and backoffs
 sleep no wall-clock time (``_no_wait``), so each test runs the event loop until its
@@ -91,6 +95,29 @@ class RaisesOnce(MarkerLeaders):
         if not self.raised:
             self.raised = True
             raise RuntimeError("the first marker request breaks")
+        return await super().__call__(broker_id, request)
+
+
+class FencingLeaders(MarkerLeaders):
+    """Partition leaders that refuse markers of a coordinator epoch below the newest they
+    took (TRANSACTION_COORDINATOR_FENCED), as a partition does; or every marker, while
+    ``unreachable``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.newest = 0
+        self.unreachable = True
+
+    async def __call__(
+        self, broker_id: int, request: broker_pb2.WriteTxnMarkersRequest
+    ) -> broker_pb2.WriteTxnMarkersResponse:
+        epoch = min(marker.coordinator_epoch for marker in request.markers)
+        if self.unreachable:
+            self.answer = E.NOT_LEADER_OR_FOLLOWER
+        elif epoch < self.newest:
+            self.answer = E.TRANSACTION_COORDINATOR_FENCED
+        else:
+            self.newest, self.answer = epoch, E.NONE
         return await super().__call__(broker_id, request)
 
 
@@ -242,6 +269,47 @@ def test_reconcile_keeps_one_completion_task_per_prepared_transaction() -> None:
             await until(
                 lambda: controller.image.transactions[TID].state == State.TXN_COMPLETE_COMMIT, "completed"
             )
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            await txns.close()
+
+    run(scenario)
+
+
+def test_a_coordinator_acts_on_a_newer_writers_record_not_on_its_own_older_write() -> None:
+    async def scenario() -> None:
+        controller, leaders = ControllerInMemory(MetadataImage()), FencingLeaders()
+        cluster(controller)
+        txns = coordinator(controller, leaders)
+        running = asyncio.create_task(txns.run())
+        try:
+            pid = await ongoing(txns)
+            controller.listeners.remove(txns.update)  # cut off from the metadata from now on
+            ended = await txns.end_txn(
+                Pb.EndTxnRequest(transactional_id=TID, producer_id=pid, producer_epoch=0, committed=True)
+            )
+            assert ended.status.error == E.NONE
+            ours = controller.image.transactions[TID]
+            assert (ours.state, ours.coordinator, ours.coordinator_epoch) == (
+                State.TXN_PREPARE_COMMIT,
+                BROKER,
+                0,
+            )
+
+            # meanwhile another coordinator took the id over, restated it and wrote markers
+            theirs = m.Record(transaction=ours)
+            theirs.transaction.coordinator, theirs.transaction.coordinator_epoch = BROKER + 1, 1
+            controller.set_image(m.replay(controller.image, theirs))
+            leaders.unreachable, leaders.newest = False, 1
+
+            controller.listeners.append(txns.update)  # the id is this broker's again
+            txns.update(controller.image)
+            await until(
+                lambda: controller.image.transactions[TID].state == State.TXN_COMPLETE_COMMIT, "completed"
+            )
+            completed = controller.image.transactions[TID]
+            assert (completed.coordinator, completed.coordinator_epoch) == (BROKER, 2)
         finally:
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
