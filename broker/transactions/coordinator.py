@@ -350,7 +350,8 @@ class TransactionCoordinator:
         out, from a predecessor), the image says it must be finished."""
         if not self._running:
             return
-        for tid in {*self._image.transactions, *self._written}:
+        prepared = [tid for tid, record in self._image.transactions.items() if record.state in PREPARED]
+        for tid in [*prepared, *self._written]:  # one pass over the image, at C speed for the rest
             self._ensure_completing(tid)
 
     async def abort_timed_out(self) -> None:
