@@ -83,6 +83,36 @@ def transition_problem(previous: TransactionRecord | None, new: TransactionRecor
     return None
 
 
+def membership_problem(previous: TransactionRecord | None, new: TransactionRecord) -> str | None:
+    """Why ``new`` would drop a partition or group of the transaction ``previous`` holds
+    open, or None if it drops none.
+
+    Within one transaction the partitions and groups only grow (Kafka's
+    ``prepareAddPartitions`` takes the union), and once it is prepared they stay as they
+    were. A coordinator whose view is stale (a request it held through a pause, answered
+    from an image that had not yet seen the transaction grow) would otherwise restate a
+    smaller transaction, and a partition it drops never gets its marker: that partition's
+    last stable offset stays below the transaction's first batch for ever.
+
+    The controller's check only, not the replay's: a log written before it may hold such
+    a transition, and must still replay."""
+    if previous is None or previous.state not in OPEN or new.state not in _ALLOWED_FROM:
+        return None
+    before, after = partitions(previous), partitions(new)
+    groups_before, groups_after = set(previous.groups), set(new.groups)
+    if new.state == State.TXN_ONGOING:
+        dropped = sorted(f"{t}-{p}" for t, p in before - after) + sorted(groups_before - groups_after)
+        if dropped:
+            return f"topics, groups: {', '.join(dropped[:10])} of the ongoing transaction would be dropped"
+        return None
+    if (before, groups_before) != (after, groups_after):
+        return (
+            f"topics, groups: a {State.Name(new.state)} must name the partitions and groups of the "
+            f"{State.Name(previous.state)} transaction as they are"
+        )
+    return None
+
+
 def partitions(record: TransactionRecord) -> set[tuple[str, int]]:
     return {(t.name, p) for t in record.topics for p in t.partitions}
 

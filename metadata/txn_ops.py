@@ -46,7 +46,7 @@ def write(image: MetadataImage, request: controller_pb2.WriteTransactionRequest,
         return refuse(
             response, ErrorCode.INVALID_TRANSACTION_TIMEOUT, f"timeout_ms: {new.timeout_ms} is not positive"
         )
-    problem = transactions.transition_problem(previous, new)
+    problem = transactions.transition_problem(previous, new) or transactions.membership_problem(previous, new)
     if problem is not None:
         return refuse(
             response, ErrorCode.INVALID_TXN_STATE, f"transactional id {new.transactional_id!r}: {problem}"

@@ -17,13 +17,21 @@ CONCURRENT_TRANSACTIONS, and Kafka's clients ask again.
 
 EndTxn is answered once the commit or abort is recorded as prepared; the markers go to
 every partition's leader (``markers``) and the completion is recorded after them.
+
+Completion is a function of the image, not of the answer to a write (Kafka's
+TransactionMarkerChannelManager is fed from the loaded state the same way): ``reconcile``,
+run on every image that changes the transactions or the brokers and on a timer, gives
+every prepared transaction this broker coordinates exactly one completion task, which
+tries again with a backoff until the transaction is complete or no longer this broker's.
+So a PREPARE_* write whose answer was lost (it timed out, and committed later) is
+finished all the same, as is one whose completion failed midway.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -49,6 +57,7 @@ ABORT_CHECK_INTERVAL_S = 10.0  # Kafka's transaction.abort.timed.out.transaction
 TRANSACTION_MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
 # the controller's answers that mean this broker is not (or no longer) the id's coordinator
 _NOT_COORDINATOR = frozenset({E.NOT_COORDINATOR, E.STALE_BROKER_EPOCH, E.BROKER_ID_NOT_REGISTERED})
+PREPARED = frozenset({State.TXN_PREPARE_COMMIT, State.TXN_PREPARE_ABORT})
 _KAFKA_STATES = {name: value for value, name in KAFKA_STATE_NAMES.items()}
 
 
@@ -67,7 +76,9 @@ class TransactionCoordinator:
         max_timeout_ms: int = TRANSACTION_MAX_TIMEOUT_MS,
         abort_check_interval_s: float = ABORT_CHECK_INTERVAL_S,
         wall_clock_ms: Callable[[], int] = _wall_ms,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """``sleep``: the timer's and the completion backoff's (a simulation passes its own)."""
         self.broker_id = broker_id
         self._broker_epoch = broker_epoch
         self._link = link
@@ -76,10 +87,11 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self._abort_check_interval_s = abort_check_interval_s
         self._wall_clock_ms = wall_clock_ms
+        self._sleep = sleep
         self._image = MetadataImage()
         self._written: dict[str, TransactionRecord] = {}  # what this broker wrote, newer than its image
         self._busy: set[str] = set()  # ids with a request's write in flight
-        self._completing: dict[str, asyncio.Task[None]] = {}  # ids whose markers are being written
+        self._completing: dict[str, asyncio.Task[None]] = {}  # one task per prepared id (``reconcile``)
         self._running = False
 
     # metadata ------------------------------------------------------------------------------
@@ -89,15 +101,19 @@ class TransactionCoordinator:
         return self._image
 
     def update(self, image: MetadataImage) -> None:
-        """A new image: forget what it now shows or what moved away; take up the prepared
-        transactions of ids that moved here."""
-        moved = image.brokers is not self._image.brokers
+        """A new image: forget what it now shows or what moved away; reconcile if it
+        changed a transaction or who coordinates."""
+        changed = (
+            image.transactions is not self._image.transactions or image.brokers is not self._image.brokers
+        )
         self._image = image
         for transactional_id, written in list(self._written.items()):
-            if not self._owns(transactional_id) or image.transactions.get(transactional_id) == written:
+            if not self._owns(transactional_id) or _superseded(
+                written, image.transactions.get(transactional_id)
+            ):
                 del self._written[transactional_id]
-        if moved and self._running:
-            self._take_up_prepared()
+        if changed:
+            self.reconcile()
 
     def _owns(self, transactional_id: str) -> bool:
         return transactions.transaction_coordinator(self._image, transactional_id) == self.broker_id
@@ -171,7 +187,7 @@ class TransactionCoordinator:
             )
             record, error, message = await self._decided(decision)
             if record is not None and isinstance(decision, state.Transition) and decision.then_retry:
-                self._complete_later(record)
+                self._ensure_completing(tid)
                 error, message = E.CONCURRENT_TRANSACTIONS, f"{tid!r}: its open transaction is being aborted"
             if error != E.NONE:
                 response.status.error, response.status.message = error, message
@@ -267,7 +283,7 @@ class TransactionCoordinator:
             )
             record, response.status.error, response.status.message = await self._decided(decision)
             if record is not None and isinstance(decision, state.Transition):
-                self._complete_later(record)
+                self._ensure_completing(tid)
         finally:
             self._busy.discard(tid)
         return response
@@ -319,13 +335,24 @@ class TransactionCoordinator:
     # running -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Finish what the image shows prepared here, then abort timed-out transactions
-        every ``abort_check_interval_s`` until cancelled."""
+        """Reconcile (``reconcile``) and abort timed-out transactions every
+        ``abort_check_interval_s`` until cancelled."""
         self._running = True
-        self._take_up_prepared()
+        self.reconcile()
         while True:
-            await asyncio.sleep(self._abort_check_interval_s)
+            await self._sleep(self._abort_check_interval_s)
+            self.reconcile()
             await self.abort_timed_out()
+
+    def reconcile(self) -> None:
+        """Every prepared transaction this broker coordinates gets one completion task, if
+        it has none: whoever wrote the PREPARE_* and whatever its answer was (lost, timed
+        out, from a predecessor), the image says it must be finished."""
+        if not self._running:
+            return
+        prepared = [tid for tid, record in self._image.transactions.items() if record.state in PREPARED]
+        for tid in [*prepared, *self._written]:  # one pass over the image, at C speed for the rest
+            self._ensure_completing(tid)
 
     async def abort_timed_out(self) -> None:
         """Kafka's abortTimedOutTransactions: the epoch is bumped, so the producer that let
@@ -347,7 +374,7 @@ class TransactionCoordinator:
             finally:
                 self._busy.discard(tid)
             if prepared is not None:
-                self._complete_later(prepared)
+                self._ensure_completing(tid)
             else:
                 log.warning("timed-out transaction not aborted", txn=tid, error=E.Name(error), detail=message)
 
@@ -360,28 +387,44 @@ class TransactionCoordinator:
 
     # helpers --------------------------------------------------------------------------------
 
-    def _take_up_prepared(self) -> None:
-        for tid in list(self._image.transactions):
-            record = self._current(tid)
-            if (
-                record is not None
-                and record.state in (State.TXN_PREPARE_COMMIT, State.TXN_PREPARE_ABORT)
-                and tid not in self._completing
-                and self._owns(tid)
-            ):
-                log.info("completing a prepared transaction", txn=tid, state=State.Name(record.state))
-                self._complete_later(record)
+    def _prepared_here(self, transactional_id: str) -> TransactionRecord | None:
+        """The id's prepared transaction, if this broker coordinates it."""
+        record = self._current(transactional_id)
+        if record is None or record.state not in PREPARED or not self._owns(transactional_id):
+            return None
+        return record
 
-    def _complete_later(self, prepared: TransactionRecord) -> None:
-        tid = prepared.transactional_id
-        task = asyncio.create_task(self._complete(prepared), name=f"txn-complete-{tid}")
-        self._completing[tid] = task
+    def _ensure_completing(self, transactional_id: str) -> None:
+        if transactional_id in self._completing or self._prepared_here(transactional_id) is None:
+            return
+        task = asyncio.create_task(self._complete(transactional_id), name=f"txn-complete-{transactional_id}")
+        self._completing[transactional_id] = task
         task.add_done_callback(
-            lambda t: self._completing.pop(tid, None) if self._completing.get(tid) is t else None
+            lambda t: (
+                self._completing.pop(transactional_id, None)
+                if self._completing.get(transactional_id) is t
+                else None
+            )
         )
 
-    async def _complete(self, prepared: TransactionRecord) -> None:
-        """Markers to every partition, then COMPLETE_* recorded; given up when the id moves.
+    async def _complete(self, transactional_id: str) -> None:
+        """Until the id's transaction is no longer prepared here (completed, or the id
+        moved): one attempt after another, a backoff between them. An attempt is cut
+        short by markers refused, a write not taken, or anything raised; the next one
+        starts again from the state as it stands then."""
+        backoff_s = COMPLETION_RETRY_BACKOFF_S
+        while (prepared := self._prepared_here(transactional_id)) is not None:
+            try:
+                await self._complete_once(prepared)
+            except Exception:  # whatever went wrong, a prepared transaction is not left behind
+                log.exception("completing a transaction failed: trying again", txn=transactional_id)
+            if self._prepared_here(transactional_id) is None:
+                return
+            await self._sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, COMPLETION_RETRY_BACKOFF_MAX_S)
+
+    async def _complete_once(self, prepared: TransactionRecord) -> None:
+        """Markers to every partition, then COMPLETE_* recorded.
 
         A transaction another coordinator (or incarnation) prepared is restated first, so
         its markers carry a coordinator epoch above every one its predecessor sent: a
@@ -392,32 +435,18 @@ class TransactionCoordinator:
             self.broker_id,
             self._broker_epoch(),
         ):
-            restated = await self._persist(prepared)
+            restated, error, message = await self._decided(state.Transition(prepared))
             if restated is None:
+                log.info("prepared transaction not restated", txn=tid, error=E.Name(error), detail=message)
                 return
             prepared = restated
         if not await self._markers.write(prepared, lambda: self._owns(tid)):
             return
-        if await self._persist(state.completed(prepared)) is not None:
+        recorded, error, message = await self._decided(state.Transition(state.completed(prepared)))
+        if recorded is None:
+            log.info("transaction completion not recorded", txn=tid, error=E.Name(error), detail=message)
+        else:
             log.debug("transaction completed", txn=tid, committed=prepared.state == State.TXN_PREPARE_COMMIT)
-
-    async def _persist(self, record: TransactionRecord) -> TransactionRecord | None:
-        """``record`` written, tried again while this broker coordinates the id and no
-        controller takes it; None once another coordinator has it or has moved it on."""
-        tid = record.transactional_id
-        backoff_s = COMPLETION_RETRY_BACKOFF_S
-        while self._owns(tid):
-            recorded, error, message = await self._decided(state.Transition(record))
-            if recorded is not None:
-                return recorded
-            if error in _NOT_COORDINATOR or error == E.CONCURRENT_TRANSACTIONS:
-                return None  # another coordinator has it, or the quorum holds a newer state
-            log.warning(
-                "transaction state not written, trying again", txn=tid, error=E.Name(error), detail=message
-            )
-            await asyncio.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, COMPLETION_RETRY_BACKOFF_MAX_S)
-        return None
 
     async def _decided(self, decision: state.Decision) -> tuple[TransactionRecord | None, int, str]:
         """(the record now in force, error, message) for what ``state`` decided."""
@@ -466,6 +495,16 @@ class TransactionCoordinator:
                     raise
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 1.0)
+
+
+def _superseded(written: TransactionRecord, recorded: TransactionRecord | None) -> bool:
+    """The image shows ``written``, or something newer: another coordinator (or
+    incarnation) wrote the id since, which the controller marks with a higher coordinator
+    epoch. (A broker cut off from the metadata may never see the image with its own
+    write, and would otherwise act on it, and send markers the partitions refuse, for ever.)"""
+    return recorded is not None and (
+        recorded == written or recorded.coordinator_epoch > written.coordinator_epoch
+    )
 
 
 def _same(recorded: TransactionRecord, wanted: TransactionRecord) -> bool:

@@ -46,10 +46,13 @@ class MarkerWriter:
         image: Callable[[], MetadataImage],
         broker_id: int,
         broker_epoch: Callable[[], int],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         """``call(broker_id, request)``: that broker's answer, or ``LeaderUnreachable``;
-        ``broker_id`` at ``broker_epoch()``: this broker, whom the leaders check."""
+        ``broker_id`` at ``broker_epoch()``: this broker, whom the leaders check;
+        ``sleep``: the backoff's (a simulation passes its own)."""
         self._call = call
+        self._sleep = sleep
         self._image = image
         self._broker_id = broker_id
         self._broker_epoch = broker_epoch
@@ -82,7 +85,7 @@ class MarkerWriter:
                     return False
                 pending -= done
             if pending:
-                await asyncio.sleep(backoff_s)
+                await self._sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, RETRY_BACKOFF_MAX_S)
         return True
 

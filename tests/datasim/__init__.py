@@ -1,8 +1,8 @@
 """Deterministic simulation of the data plane: three brokers running the real replication
 code (``ReplicaManager``, ``FollowerFetch``, ``Partition``, ``PartitionLog`` on real files)
-for a topic of 2-4 partitions and the real group coordinator, the controller's real broker
-and group handlers, acks=all and idempotent producers, a consumer and a consumer group's
-members, on one seeded scheduler (``python -m tests.datasim``, ``make sim-data``).
+for a topic of 2-4 partitions and the real group and transaction coordinators, the
+controller's real broker, group and transaction handlers, acks=all, idempotent and
+transactional producers, a consumer and a consumer group's members, on one seeded scheduler (``python -m tests.datasim``, ``make sim-data``).
 
 The fault budget, which is what RF 3 / min.insync.replicas 2 promise to survive without
 losing an acknowledged record: one broker at a time is *impaired* (crashed, power cut

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         if result.ok:
             print(
                 f"seed {args.seed} ok: {result.events} events, {result.acked} acknowledged records, "
-                f"{result.generations} group generations, {result.commits} group commits, faults {result.faults}"
+                f"{result.generations} group generations, {result.commits} group commits, "
+                f"{result.transactions} transactions, faults {result.faults}"
             )
             return 0
         print(result.report)

@@ -3,7 +3,8 @@
 
 A process holds the real ``LogManager`` (no background flusher: fsyncs happen inline,
 recorded by the simulated disk), ``ReplicaManager``, one ``FollowerFetch`` per leader,
-``BrokerPartitions`` and ``GroupCoordinator``. It registers with the controller under a
+``BrokerPartitions``, ``GroupCoordinator`` and ``TransactionCoordinator`` (its markers
+go to the partition leaders' ``ReplicaManager.write_txn_markers``). It registers with the controller under a
 fresh incarnation id, heartbeats, applies every newer image the controller sends (to its
 replicas and its coordinator), fetches from its partitions' leaders, sends its ISR
 changes, polls its groups, and now and then fsyncs its logs (``flush.ms``) and
@@ -27,10 +28,14 @@ from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.groups.group import GroupLimits
 from raftka.broker.log.manager import LogManager
 from raftka.broker.partitions import BrokerPartitions
+from raftka.broker.producer_ids import ProducerIdManager
 from raftka.broker.replica import isr
 from raftka.broker.replica.fetcher import FollowerFetch
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.broker.replica.partition import Partition
+from raftka.broker.transactions import coordinator as txn_coordinator_module
+from raftka.broker.transactions.coordinator import TransactionCoordinator
+from raftka.broker.transactions.markers import LeaderUnreachable, MarkerWriter
 from raftka.metadata.image import MetadataImage
 from raftka.node.config import BrokerConfig
 from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
@@ -49,6 +54,8 @@ CALL_TIMEOUT_MS = 300  # a request with no answer by then is taken as lost
 CHECKPOINT_MS = 250
 GROUP_POLL_MS = 100  # the coordinator looks at its groups' deadlines this often
 WRITE_TIMEOUT_MS = 1_000  # a coordinator's controller write is tried again until then
+TIMER_SCALE = 0.1  # the transaction coordinator's timers and backoffs, scaled to the simulation
+TXN_ANSWER_LOST_MS = CALL_TIMEOUT_MS  # a WriteTransaction whose answer is lost fails after this
 RECORDS_MAX = 100
 GROUP_LIMITS = GroupLimits(
     min_session_timeout_ms=100, max_session_timeout_ms=5_000, initial_rebalance_delay_ms=0
@@ -91,6 +98,22 @@ class Process:
             SimLink(broker, self),  # type: ignore[arg-type]
             RECORDS_MAX,
             clock_ms=broker.clock_ms,
+        )
+        link = SimLink(broker, self)
+        self.transactions = TransactionCoordinator(
+            broker.id,
+            lambda: self.broker_epoch,
+            link,  # type: ignore[arg-type]
+            ProducerIdManager(link, broker.id, lambda: self.broker_epoch),
+            MarkerWriter(
+                broker.write_markers,
+                lambda: self.replicas.image,
+                broker.id,
+                lambda: self.broker_epoch,
+                broker.sleep,
+            ),
+            wall_clock_ms=broker.clock_ms,
+            sleep=broker.sleep,
         )
         self.replicas = ReplicaManager(
             broker.id,
@@ -140,10 +163,15 @@ class _RpcName:
 
 
 class SimLink:
-    """The group coordinator's line to the controller over the simulated network: an
-    attempt unanswered after ``CALL_TIMEOUT_MS`` is sent again, as ``GroupCoordinator._write``
+    """The coordinators' line to the controller over the simulated network: an attempt
+    unanswered after ``CALL_TIMEOUT_MS`` is sent again, as ``GroupCoordinator._write``
     retries ``ControllerLink.call``, until ``WRITE_TIMEOUT_MS`` of simulated time have
-    passed (``sim_time_writes`` turns the coordinator's own, wall-clock, retries off)."""
+    passed (``sim_time_writes`` turns the coordinators' own, wall-clock, retries off).
+
+    Buggify (``SimBroker.buggify``): now and then a ``WriteTransaction`` is taken by the
+    controller but its answer is lost, and the coordinator hears ``LinkError`` after
+    ``TXN_ANSWER_LOST_MS``, as when the quorum commits a write after the coordinator's
+    timeout: the image then shows a state nobody was told of."""
 
     def __init__(self, broker: SimBroker, process: Process) -> None:
         self.broker = broker
@@ -161,7 +189,13 @@ class SimLink:
         if broker.clock_ms() >= deadline_ms:
             future.set_exception(LinkError(f"{name}: no answer from the controller"))
             return
-        broker.network.send(broker.id, CONTROLLER, broker.at_controller_group_write, name, request, future)
+        if name == "WriteTransaction" and broker.buggify("txn-answer-lost"):
+            broker.network.send(broker.id, CONTROLLER, broker.at_controller_write, name, request, None)
+            broker.scheduler.after(
+                TXN_ANSWER_LOST_MS, _fail, future, LinkError(f"{name}: the answer was lost")
+            )
+            return
+        broker.network.send(broker.id, CONTROLLER, broker.at_controller_write, name, request, future)
         broker.scheduler.after(CALL_TIMEOUT_MS, self._attempt, name, request, future, deadline_ms)
 
 
@@ -170,7 +204,10 @@ def sim_time_writes() -> Iterator[None]:
     """The coordinator gives up a controller write at the first LinkError, which ``SimLink``
     raises only once it has retried in simulated time (the coordinator would retry after
     wall-clock sleeps, which a seed cannot replay)."""
-    with mock.patch.object(coordinator_module, "CONTROLLER_WRITE_TIMEOUT_S", 0.0):
+    with (
+        mock.patch.object(coordinator_module, "CONTROLLER_WRITE_TIMEOUT_S", 0.0),
+        mock.patch.object(txn_coordinator_module, "CONTROLLER_WRITE_TIMEOUT_S", 0.0),
+    ):
         yield
 
 
@@ -184,8 +221,11 @@ class SimBroker:
         loop: SimLoop,
         rng: random.Random,
         trace: Callable[[str], None],
+        buggify: Callable[[str], bool] = lambda _: False,
     ) -> None:
+        """``buggify(point)``: whether the code at ``point`` takes its rare path this time."""
         self.id = broker_id
+        self.buggify = buggify
         self.disk = disk
         self.scheduler = scheduler
         self.network = network
@@ -207,6 +247,12 @@ class SimBroker:
     def clock_s(self) -> float:
         return self.scheduler.now_ms / 1000
 
+    async def sleep(self, seconds: float) -> None:
+        """The transaction coordinator's sleeps, in simulated time (``TIMER_SCALE``)."""
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.scheduler.after(max(1, round(seconds * 1000 * TIMER_SCALE)), _answer, woken, None)
+        await woken
+
     def partition(self, partition: int) -> Partition | None:
         """This broker's replica of the topic's ``partition``, while it serves one."""
         return None if self.process is None else self.process.replicas.get(TOPIC, partition)
@@ -226,6 +272,7 @@ class SimBroker:
         self._every(self.process, LAG_MS // 2, lambda p: p.replicas.shrink_isrs())
         self._every(self.process, FETCH_IDLE_MS, self._maybe_fetch)
         self._every(self.process, GROUP_POLL_MS, lambda p: p.groups.poll(self.clock_ms()))
+        self.process.tasks.add(self.loop.spawn(self.process.transactions.run(), lambda _: None))
         if self.flush_ms is not None:
             self._every(self.process, self.flush_ms, self._flush)
 
@@ -253,6 +300,7 @@ class SimBroker:
         for task in process.tasks:
             task.cancel()
         self.loop.spawn(process.groups.close(), lambda _: None)  # its writes to the controller stop
+        self.loop.spawn(process.transactions.close(), lambda _: None)
         process.close_unsynced()
         self.trace(f"b{self.id} {how} ({process.incarnation})")
 
@@ -344,6 +392,8 @@ class SimBroker:
         self.replayed = image
         process.replicas.apply(image, process.roles.update(image))
         process.groups.update(image)
+        # on the loop, as the server's image listener runs: it may start completion tasks
+        self.loop.loop.call_soon(process.transactions.update, image)
 
     def send_isr_change(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
         process = self.process
@@ -448,13 +498,51 @@ class SimBroker:
         process.tasks.add(task)
         task.add_done_callback(process.tasks.discard)
 
-    def at_controller_group_write(self, name: str, request: Any, future: asyncio.Future[Any]) -> None:
+    def at_controller_write(self, name: str, request: Any, future: asyncio.Future[Any] | None) -> None:
+        """A coordinator's request at the controller; answered unless ``future`` is None."""
         handlers = {
             "RecordGroupRebalance": self.controller.record_rebalance,
             "CommitGroupOffsets": self.controller.commit_group_offsets,
+            "WriteTransaction": self.controller.write_transaction,
+            "AllocateProducerIds": self.controller.allocate_producer_ids,
         }
         response = handlers[name](request)
-        self.network.send(CONTROLLER, self.id, _answer, future, response)
+        if future is not None:
+            self.network.send(CONTROLLER, self.id, _answer, future, response)
+
+    # the transaction coordinator ----------------------------------------------------------
+
+    def serve_txn(self, kind: str, request: Any, reply: Callable[[Any], None]) -> None:
+        """A transactional client's request (``init_producer_id``, ``add_partitions``,
+        ``end_txn``) to this broker's transaction coordinator."""
+        process = self.process
+        assert process is not None
+        task = self.loop.spawn(getattr(process.transactions, kind)(request), reply)
+        process.tasks.add(task)
+        task.add_done_callback(process.tasks.discard)
+
+    async def write_markers(
+        self, leader: int, request: broker_pb2.WriteTxnMarkersRequest
+    ) -> broker_pb2.WriteTxnMarkersResponse:
+        """The coordinator's ``LeaderCall``: WriteTxnMarkers at ``leader`` over the network;
+        ``LeaderUnreachable`` when no answer comes within ``CALL_TIMEOUT_MS``."""
+        answered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        peer = self.peers[leader]
+        self.network.send(self.id, leader, peer.serve_markers, request, self.id, answered)
+        self.scheduler.after(CALL_TIMEOUT_MS, _fail, answered, LeaderUnreachable(f"no answer from b{leader}"))
+        return await answered
+
+    def serve_markers(
+        self, request: broker_pb2.WriteTxnMarkersRequest, coordinator: int, answered: asyncio.Future[Any]
+    ) -> None:
+        process = self.process
+        assert process is not None
+        task = self.loop.spawn(
+            process.replicas.write_txn_markers(request),
+            lambda response: self.network.send(self.id, coordinator, _answer, answered, response),
+        )
+        process.tasks.add(task)
+        task.add_done_callback(process.tasks.discard)
 
     def forward_offset_fetch(
         self, request: controller_pb2.OffsetFetchRequest, reply: Callable[[Any], None]
@@ -471,3 +559,8 @@ class SimBroker:
 def _answer(future: asyncio.Future[Any], response: Any) -> None:
     if not future.done():
         future.set_result(response)
+
+
+def _fail(future: asyncio.Future[Any], error: Exception) -> None:
+    if not future.done():
+        future.set_exception(error)

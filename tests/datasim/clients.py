@@ -16,10 +16,10 @@ import random
 from collections.abc import Callable
 
 from raftka.broker.replica.manager import TIMEOUT_MS_MAX
-from raftka.records.codec import BatchBuilder, read_records
+from raftka.records.codec import BatchBuilder
 from raftka.v1 import broker_pb2, controller_pb2
 from tests.datasim.broker import TOPIC, SimBroker
-from tests.datasim.invariants import IDEMPOTENT_PREFIX, Invariants
+from tests.datasim.invariants import IDEMPOTENT_PREFIX, Invariants, records_and_end
 from tests.datasim.network import Network
 from tests.simulation.scheduler import Scheduler
 
@@ -200,8 +200,8 @@ def read_fetched(
     """Report each record of a fetch answer from ``position`` as read; the next position."""
     if response.status.error != E.NONE or response.topics[0].partitions[0].error != E.NONE:
         return position
-    for record in read_records(response.topics[0].partitions[0].records):
+    records, end = records_and_end(response.topics[0].partitions[0].records, position)
+    for record in records:
         if record.offset >= position:
             invariants.consumed(partition, record.offset, record.value)
-            position = record.offset + 1
-    return position
+    return end

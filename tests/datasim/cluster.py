@@ -21,6 +21,10 @@ one stopped is back, issue 30). Half the faults hit the group's coordinator, so 
 group moves often, and moves back when its broker returns.
 The broker comes back (restarted as a new incarnation, or its links healed) after a
 while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
+
+Buggify points (FoundationDB's): code that now and then takes its rare path, for the
+whole run, counted with the faults (``BUGGIFY``): ``txn-answer-lost``, a transaction
+coordinator's quorum write taken but its answer lost (``tests.datasim.broker.SimLink``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from tests.datasim.invariants import Invariants
 from tests.datasim.loop import SimLoop
 from tests.datasim.members import GROUP, MEMBERS, GroupMember
 from tests.datasim.network import CONTROLLER, LinkParams, Network
+from tests.datasim.transactional import TRANSACTIONAL_PRODUCER, TransactionalProducer
 from tests.simulation.scheduler import Scheduler
 
 BROKERS = (1, 2, 3)
@@ -61,6 +66,8 @@ FAULTS = (
 )
 MOVES = ("reassign", "move-while-catching-up")
 MEMBER_FAULTS = ("member-crash", "member-leave")
+BUGGIFY = ("txn-answer-lost",)
+BUGGIFY_SHARE = 0.1  # of the times a buggify point is reached, it takes its rare path
 EVENTS_MAX = 2_000_000
 OUT_WAIT_MS = 3_000  # a crashed broker leaves the ISR within its session (or the leader's lag bound)
 PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
@@ -76,7 +83,7 @@ def topic_configs(rng: random.Random) -> dict[str, str]:
 
 
 def link_params(rng: random.Random) -> LinkParams:
-    nodes = [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER, *MEMBERS]
+    nodes = [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER, TRANSACTIONAL_PRODUCER, *MEMBERS]
     params = LinkParams(loss=rng.choice((0.0, 0.0, 0.01, 0.05)))
     for _ in range(rng.randint(0, 2)):
         a, b = rng.sample(nodes, 2)
@@ -117,6 +124,7 @@ class Cluster:
                 self.loop,
                 self.rng,
                 self.trace,
+                self.buggify,
             )
             for b in BROKERS
         }
@@ -147,6 +155,9 @@ class Cluster:
             idempotent=True,
             partitions=self.partitions,
         )
+        self.transactional = TransactionalProducer(
+            self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace, self.partitions
+        )
         self.consumer = Consumer(
             self.brokers, self.scheduler, self.network, self.rng, self.invariants, self.trace, self.partitions
         )
@@ -174,6 +185,14 @@ class Cluster:
         if self.echo is not None:
             print(text, file=self.echo)
 
+    def buggify(self, point: str) -> bool:
+        """Whether the code at ``point`` (one of ``BUGGIFY``) takes its rare path this time."""
+        if self.rng.random() >= BUGGIFY_SHARE:
+            return False
+        self.faults[point] = self.faults.get(point, 0) + 1
+        self.trace(f"BUGGIFY {point}")
+        return True
+
     def _publish(self, image: MetadataImage) -> None:
         topic = image.topic(TOPIC)
         if topic is not None:
@@ -193,6 +212,7 @@ class Cluster:
             broker.start()
         self.producer.start()
         self.idempotent.start()
+        self.transactional.start()
         self.consumer.start()
         for member in self.members:
             member.start()
@@ -331,7 +351,15 @@ class Cluster:
             others = (
                 [CONTROLLER]
                 if fault == "isolate-from-controller"
-                else [CONTROLLER, *BROKERS, PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER, *MEMBERS]
+                else [
+                    CONTROLLER,
+                    *BROKERS,
+                    PRODUCER,
+                    CONSUMER,
+                    IDEMPOTENT_PRODUCER,
+                    TRANSACTIONAL_PRODUCER,
+                    *MEMBERS,
+                ]
             )
             self.network.isolate(broker_id, others)
             self.scheduler.after(lasts, self._heal)

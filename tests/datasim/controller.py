@@ -1,7 +1,8 @@
 """The active controller, as the brokers see it: requests planned by the controller's own
 handlers (``raftka.metadata.broker_ops``: registration, heartbeats, fencing, AlterPartition,
 elections; ``group_ops``: the group coordinators' rebalance records and offset commits,
-fenced by coordinator, broker epoch and generation) on its image and replayed at once, as
+fenced by coordinator, broker epoch and generation; ``txn_ops``: the transaction
+coordinators' transitions, and producer id blocks) on its image and replayed at once, as
 if committed, and every new image sent to every broker over the simulated network, as the
 metadata log would bring it.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from raftka.metadata import broker_ops, group_ops, offset_ops, reassign_ops
+from raftka.metadata import broker_ops, group_ops, offset_ops, reassign_ops, txn_ops
 from raftka.metadata.delta import MetadataDelta
 from raftka.metadata.image import TOPIC, MetadataImage
 from raftka.metadata.plan import MetadataRecord, Plan
@@ -158,6 +159,18 @@ class SimController:
         plan = group_ops.commit_batch(self.image, request, self._clock())
         self._commits_written(self.image, request, plan.response)
         return self._plan(plan)
+
+    # transactions (from their coordinators) ---------------------------------------------
+
+    def write_transaction(
+        self, request: controller_pb2.WriteTransactionRequest
+    ) -> controller_pb2.WriteTransactionResponse:
+        return self._plan(txn_ops.write(self.image, request, self._clock()))
+
+    def allocate_producer_ids(
+        self, request: controller_pb2.AllocateProducerIdsRequest
+    ) -> controller_pb2.AllocateProducerIdsResponse:
+        return self._plan(broker_ops.allocate_producer_ids(self.image, request))
 
     def fetch_offsets(self, request: controller_pb2.OffsetFetchRequest) -> controller_pb2.OffsetFetchResponse:
         return offset_ops.fetch(self.image, request)

@@ -18,14 +18,17 @@ Each holds for every partition of the topic on its own (``PartitionChecks``):
 Each replica's log is mirrored incrementally (``LogMirror``: only records appended since
 the last event are read; a truncation starts the mirror over), and each check resumes
 where it last stopped while the mirrors it used are unchanged, so checking after every
-event costs what changed. After healing every replica must hold every committed record.
+event costs what changed. After healing every replica must hold every committed record,
+and every transaction must end (``unfinished_transaction``).
 """
 
 from __future__ import annotations
 
 from raftka.broker.replica.partition import Partition
 from raftka.metadata.image import MetadataImage
-from raftka.records.codec import read_records
+from raftka.metadata.transactions import KAFKA_STATE_NAMES, OPEN
+from raftka.records.batch import iter_batches
+from raftka.records.codec import Record, read_records
 from tests.datasim.broker import TOPIC, SimBroker
 
 IDEMPOTENT_PREFIX = b"i"  # the idempotent producer's values
@@ -63,14 +66,14 @@ class LogMirror:
     def catch_up(self, broker_id: int) -> None:
         log = self.partition.log
         while self.end < log.log_end_offset:
-            batch = list(read_records(log.read(self.end, 1 << 30).records))
-            if not batch:
+            records, end = records_and_end(log.read(self.end, 1 << 30).records, self.end)
+            if end == self.end:
                 break
-            for record in batch:
+            for record in records:
                 if record.offset >= self.end:
                     self.values[record.offset] = record.value
                     self._no_duplicate(broker_id, record.offset, record.value)
-            self.end = batch[-1].offset + 1
+            self.end = end
 
     def _no_duplicate(self, broker_id: int, offset: int, value: bytes) -> None:
         if value.startswith(IDEMPOTENT_PREFIX) and self.idempotent.setdefault(value, offset) != offset:
@@ -78,6 +81,16 @@ class LogMirror:
                 f"b{broker_id} holds the idempotent producer's {value!r} twice: "
                 f"at {self.idempotent[value]} and {offset}"
             )
+
+
+def records_and_end(buf: bytes, position: int) -> tuple[list[Record], int]:
+    """The data records of the batches in ``buf``, and the offset after its last batch (a
+    read may end with a control batch, a marker, which has no data record); ``position``
+    if ``buf`` holds none."""
+    end = position
+    for _, header in iter_batches(memoryview(buf)):
+        end = max(end, header.base_offset + header.last_offset_delta + 1)
+    return list(read_records(buf)), end
 
 
 class PartitionChecks:
@@ -231,3 +244,29 @@ def serving_leader(
     if partition is None or not partition.is_leader or partition.leader_epoch != state.leader_epoch:
         return None
     return partition
+
+
+def unfinished_transaction(
+    brokers: dict[int, SimBroker], image: MetadataImage, partitions: int
+) -> str | None:
+    """What is left of a transaction, once no client begins one: a transactional id still
+    open in the image (a prepared one must be completed whoever heard the answer to its
+    PREPARE write; an ongoing one, aborted by the timeout), or a partition whose leader
+    still holds an open transaction (its last stable offset below its high watermark).
+    None once there is nothing."""
+    for tid, txn in sorted(image.transactions.items()):
+        if txn.state in OPEN:
+            return (
+                f"transactional id {tid!r} is still {KAFKA_STATE_NAMES[txn.state]} (producer "
+                f"{txn.producer_id} epoch {txn.producer_epoch}, coordinator b{txn.coordinator})"
+            )
+    for partition_id in range(partitions):
+        leader = serving_leader(brokers, image, partition_id)
+        if leader is None:
+            return f"partition {partition_id} has no serving leader"
+        if leader.last_stable_offset < leader.high_watermark:
+            return (
+                f"partition {partition_id}: b{leader.local_id}'s last stable offset "
+                f"{leader.last_stable_offset} is below its high watermark {leader.high_watermark}"
+            )
+    return None

@@ -15,6 +15,7 @@ from unittest import mock
 
 from raftka.broker.log.producer_state import ProducerState
 from raftka.broker.replica.partition import Partition
+from raftka.broker.transactions.coordinator import TransactionCoordinator
 from raftka.metadata import broker_ops, delta, eligible_leaders, group_ops, reassign_ops
 from raftka.metadata.image import NO_LEADER, MetadataImage, PartitionState
 
@@ -151,6 +152,27 @@ def elr_elects_crashed_at_once() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def markers_only_on_answer() -> Iterator[None]:
+    """The transaction coordinator as it was before issue 30: a prepared transaction's
+    markers are written when its PREPARE write is answered, or when the broker set
+    changes, never because the image shows it prepared; so a PREPARE whose answer was
+    lost (committed after the coordinator gave up) stays prepared."""
+    reconcile, update = TransactionCoordinator.reconcile, TransactionCoordinator.update
+
+    def update_then_reconcile_if_moved(self: TransactionCoordinator, image: MetadataImage) -> None:
+        moved = image.brokers is not self.image.brokers
+        update(self, image)
+        if moved:
+            reconcile(self)
+
+    with (
+        mock.patch.object(TransactionCoordinator, "reconcile", lambda self: None),
+        mock.patch.object(TransactionCoordinator, "update", update_then_reconcile_if_moved),
+    ):
+        yield
+
+
 MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "": contextlib.nullcontext,
     "serve-unregistered": serve_unregistered,
@@ -162,4 +184,5 @@ MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "rebalance-generation-unfenced": rebalance_generation_unfenced,
     "move-completes-early": move_completes_early,
     "elr-elects-crashed-at-once": elr_elects_crashed_at_once,
+    "markers-only-on-answer": markers_only_on_answer,
 }

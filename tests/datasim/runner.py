@@ -23,6 +23,7 @@ import structlog
 from tests.datasim.broker import sim_time_writes
 from tests.datasim.cluster import Cluster
 from tests.datasim.disk import Disks
+from tests.datasim.invariants import InvariantViolation, unfinished_transaction
 from tests.datasim.mutants import MUTANTS
 from tests.simulation.pool import run_seeds_with
 
@@ -56,6 +57,7 @@ class SeedResult:
     acked: int = 0
     generations: int = 0  # of the group, assigned to its members
     commits: int = 0  # the group members' commits written
+    transactions: int = 0  # the transactional producer's transactions ended (EndTxn answered)
     faults: dict[str, int] = field(default_factory=dict)
     report: str = ""
     reason: str = ""
@@ -94,6 +96,7 @@ def run_seed(seed: int, options: Options | None = None, echo: TextIO | None = No
     result.acked = cluster.invariants.acked
     result.generations = len(cluster.group_invariants.owners)
     result.commits = cluster.group_invariants.commits
+    result.transactions = cluster.transactional.ended
     result.faults = dict(cluster.faults)
     result.wall_s = time.perf_counter() - wall_start
     return result
@@ -118,13 +121,16 @@ def _run_phases(cluster: Cluster, options: Options) -> None:
     for member in cluster.members:
         if not member.up:
             member.start()
-    cluster.producer.running = cluster.idempotent.running = False
+    cluster.producer.running = cluster.idempotent.running = cluster.transactional.running = False
     if not cluster.run_until(healed_at + 2 * options.heal_ms, lambda: _in_agreement(cluster)):
         raise LivenessFailure(f"the replicas did not agree within {2 * options.heal_ms} ms of healing")
     if not cluster.run_until(healed_at + 3 * options.heal_ms, cluster.group_settled):
         raise LivenessFailure(
             f"the group's members did not settle in one generation within {3 * options.heal_ms} ms of healing"
         )
+    unfinished = lambda: unfinished_transaction(cluster.brokers, cluster.controller.image, cluster.partitions)  # noqa: E731
+    if not cluster.run_until(healed_at + 4 * options.heal_ms, lambda: unfinished() is None):
+        raise InvariantViolation(f"{unfinished()}, {4 * options.heal_ms} ms after healing")
     cluster.invariants.check(cluster.brokers, cluster.controller.image)
     cluster.invariants.every_replica_holds_committed(cluster.brokers)
 
@@ -183,13 +189,14 @@ def run_seeds(seeds: list[int], options: Options, jobs: int = 1) -> Iterator[See
 def main_many(seeds: list[int], options: Options, jobs: int, out: TextIO = sys.stdout) -> int:
     wall_start = time.perf_counter()
     failures: list[SeedResult] = []
-    events = acked = generations = commits = 0
+    events = acked = generations = commits = transactions = 0
     faults: dict[str, int] = {}
     for result in run_seeds(seeds, options, jobs):
         events += result.events
         acked += result.acked
         generations += result.generations
         commits += result.commits
+        transactions += result.transactions
         for name, count in result.faults.items():
             faults[name] = faults.get(name, 0) + count
         if not result.ok:
@@ -206,7 +213,7 @@ def main_many(seeds: list[int], options: Options, jobs: int, out: TextIO = sys.s
     print(
         f"seeds run: {len(seeds)}  failures: {len(failures)} ({failed})\n"
         f"events: {events}  acknowledged records: {acked}  group generations: {generations}  "
-        f"group commits: {commits}  faults: {faults}  wall {wall:.1f}s",
+        f"group commits: {commits}  transactions: {transactions}  faults: {faults}  wall {wall:.1f}s",
         file=out,
     )
     return 1 if failures else 0
