@@ -755,6 +755,7 @@ class RaftCore(CandidateRole, FollowerRole, LeaderRole):
             install_snapshot=self._pending_install,
             truncate_to=self._pending_truncate,
             append=tuple(self._pending_appends),
+            sync=self._must_sync(),
         )
         self._inflight_handed_out = False
         self._inflight_end = self.log.end_offset
@@ -765,6 +766,23 @@ class RaftCore(CandidateRole, FollowerRole, LeaderRole):
         self._pending_install = None
         self._pending_truncate = None
         self._pending_appends = []
+
+    def _must_sync(self) -> bool:
+        """Whether the pending write must be fsynced: unless it only appends to an observer's log.
+
+        Decided on the voter set of the log as it will be once this write is done (its own
+        appends included), when the write is issued: a write that makes this node a voter
+        is fsynced, and the storage then makes its earlier unsynced appends durable with
+        it, before the node's next fetch (its first acknowledgement as a voter: the core
+        fetches only once every write is done). A leader counts a new voter's fetch offset
+        only once that fetch shows it holds the record that added it (``LeaderRole``), so
+        no offset of an unsynced log ever counts toward the high watermark. A vote is
+        fsynced with the log it was judged on; a removed voter stops syncing only once it
+        may no longer campaign. Truncations and installed snapshots stay durable as ever.
+        """
+        if self.may_campaign or self._pending_state is not None:
+            return True
+        return self._pending_truncate is not None or self._pending_install is not None
 
     def _durability_tag(self) -> int | None:
         if self._has_pending():

@@ -46,8 +46,13 @@ class Write:
     ``truncate_to`` drops every record at or after that offset, always at a batch
     boundary. Appended batches that end at or below the storage's snapshot are skipped:
     an offset commits once a majority holds it, so the layer above may snapshot past
-    what this node itself has written yet. The storage must fsync everything before
-    reporting the write done.
+    what this node itself has written yet.
+
+    ``sync`` True: the storage makes everything durable before reporting the write done,
+    appends of earlier writes with ``sync`` False included. False (only an observer's pure
+    appends): it may report the appends done once written, not fsynced. An observer holds
+    only committed records and acknowledges nothing, so a power cut that loses them costs
+    a refetch (``RaftCore._must_sync`` says when a node may skip the fsync, and why).
     """
 
     write_id: int
@@ -55,6 +60,7 @@ class Write:
     install_snapshot: Snapshot | None = None
     truncate_to: int | None = None
     append: tuple[Batch, ...] = ()
+    sync: bool = True
 
 
 @dataclass(slots=True)

@@ -184,7 +184,7 @@ class LeaderRole:
         as_voter = self._fetches_as_voter(req)
         leader.tracker.record_fetch(
             req.replica_id,
-            req.fetch_offset,
+            req.fetch_offset if not as_voter or self._acknowledges(req) else -1,
             self.log.end_offset,
             self._now,
             directory_id=req.replica_directory_id,
@@ -207,6 +207,15 @@ class LeaderRole:
     def _fetches_as_voter(self, req: FetchRequest) -> bool:
         """A fetch is a voter's only from its own storage (a replaced disk is a new replica)."""
         return self.voter_set.includes(req.replica_id, req.replica_directory_id)
+
+    def _acknowledges(self, req: FetchRequest) -> bool:
+        """Whether a voter's fetch offset may count toward the high watermark: only once it
+        holds the VotersRecord that made it a voter. Until then its log says it is an
+        observer, whose appends are not fsynced (``RaftCore._must_sync``); from that record
+        on it fsyncs all it holds before it fetches. (A fetch offset matches our log: it was
+        validated against its last fetched epoch.)"""
+        since = self._voter_history.member_since(req.replica_id, req.replica_directory_id)
+        return req.fetch_offset > since
 
     def _readable_end(self, req: FetchRequest) -> int:
         """Where a replica's fetch may read up to. Voters take every record: their

@@ -192,6 +192,16 @@ class VoterHistory:
         index = bisect.bisect_left(self._offsets, offset) - 1
         return self._sets[index] if index >= 0 else self.base
 
+    def member_since(self, node_id: int, directory_id: str) -> int:
+        """The offset of the VotersRecord from which (``node_id``, ``directory_id``), a member
+        of the latest set, has been in every set since; -1 when the base set holds it too."""
+        since = -1
+        for offset, voters in zip(reversed(self._offsets), reversed(self._sets), strict=True):
+            if not voters.includes(node_id, directory_id):
+                return since
+            since = offset
+        return since if not self.base.includes(node_id, directory_id) else -1
+
     def append(self, offset: int, voters: VoterSet) -> None:
         assert not self._offsets or offset > self._offsets[-1], (offset, self._offsets)
         self._offsets.append(offset)

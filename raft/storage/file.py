@@ -3,7 +3,12 @@
 Every call that changes the disk returns only once the change is durable, and orders its
 steps so that a crash at any point leaves something ``load()`` recovers without losing an
 acknowledged byte: new data is written and fsynced before old data is removed, files are
-removed one at a time, oldest first, and small files are replaced by rename.
+removed one at a time, oldest first, and small files are replaced by rename. The one
+exception is a write with ``sync`` False (an observer's appends): written, not fsynced, until
+the next synced write fsyncs every segment left dirty. A power cut may lose such a tail,
+never more: a segment is fsynced before the log rolls to the next, and ``load()`` fsyncs
+what it recovers, so nothing a previous process left in the page cache is acknowledged
+before it is durable.
 
 A failed call leaves the instance unusable (fail-stop): after a failed fsync the kernel may
 have dropped the dirty pages, so retrying could report data durable that is not. Restart
@@ -66,6 +71,7 @@ class FileStorage:
         self._unusable: str | None = "load() has not run"
         self._quorum_state = QuorumStateFile(self._dir / layout.QUORUM_STATE_FILE)
         self._active: tuple[Path, int] | None = None  # the active segment's open descriptor
+        self._dirty: set[Path] = set()  # segments holding appends not yet fsynced
 
     def load(self) -> LoadedState:
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -79,6 +85,8 @@ class FileStorage:
         batches = self._recover_segments()
         self._check_log_start(snapshot)
         batches = self._complete_snapshot_work(snapshot, batches)
+        for segment in self._segments:  # an earlier process's unsynced appends are durable from here on
+            fsio.fdatasync_file(segment.path)
         self._unusable = None
         return LoadedState(quorum_state, snapshot, batches)
 
@@ -90,7 +98,9 @@ class FileStorage:
                 self._truncate(write.truncate_to)
             batches = covered_by_snapshot(write.append, self._snapshot_id)
             if batches:
-                self._append(batches)
+                self._append(batches, sync=write.sync)
+            if write.sync:
+                self._sync_dirty()
             if write.quorum_state is not None:
                 self._quorum_state.write(write.quorum_state)
 
@@ -279,23 +289,28 @@ class FileStorage:
                 segment.size_bytes = position
         self._log_end = offset
 
-    def _append(self, batches: tuple[Batch, ...]) -> None:
-        """Encode every batch into one buffer per segment: one write and one fsync each."""
+    def _append(self, batches: tuple[Batch, ...], *, sync: bool) -> None:
+        """Encode every batch into one buffer per segment: one write and (``sync``) one fsync each.
+
+        A segment is always fsynced before the log rolls past it, so what a power cut keeps
+        of unsynced appends is a prefix of the log, never a later segment without an earlier one.
+        """
         chunk = bytearray()
         for batch in batches:
             assert batch.base_offset == self._log_end, (
                 f"appending offset {batch.base_offset} at {self._log_end}"
             )
             if self._must_roll(len(chunk), batch_codec.frame_bytes(batch)):
-                self._flush(chunk)
+                self._flush(chunk, sync=sync)
                 chunk.clear()
+                self._sync_dirty()
                 path = self._dir / layout.segment_name(batch.base_offset)
                 assert not path.exists(), f"{path} exists beyond the log end"
                 self._segments.append(_Segment(batch.base_offset, path, 0))
                 _log.debug("rolled segment", file=str(path))
             batch_codec.encode_into(chunk, batch)
             self._log_end = batch.next_offset
-        self._flush(chunk)
+        self._flush(chunk, sync=sync)
 
     def _must_roll(self, pending_bytes: int, frame_bytes: int) -> bool:
         if not self._segments:
@@ -303,8 +318,9 @@ class FileStorage:
         used = self._segments[-1].size_bytes + pending_bytes
         return used > 0 and used + frame_bytes > self._segment_bytes
 
-    def _flush(self, chunk: bytearray) -> None:
-        """Append to the active segment through a descriptor kept open, then fdatasync.
+    def _flush(self, chunk: bytearray, *, sync: bool) -> None:
+        """Append to the active segment through a descriptor kept open, then fdatasync
+        (``sync``) or leave it dirty for the next synced write.
 
         fdatasync also flushes the file size, which reading the data back needs, and skips
         timestamps: about half the cost of fsync for an append, on every commit.
@@ -323,8 +339,22 @@ class FileStorage:
                 fsio.fsync_dir(segment.path.parent)
         fd = self._active[1]
         fsio.write_all(fd, chunk)
-        os.fdatasync(fd)
+        if sync:
+            os.fdatasync(fd)
+            self._dirty.discard(segment.path)
+        else:
+            self._dirty.add(segment.path)
         segment.size_bytes += len(chunk)
+
+    def _sync_dirty(self) -> None:
+        """fdatasync every segment that unsynced appends left dirty (and still exists)."""
+        live = {s.path for s in self._segments}
+        for path in sorted(self._dirty & live):
+            if self._active is not None and self._active[0] == path:
+                os.fdatasync(self._active[1])
+            else:
+                fsio.fdatasync_file(path)
+        self._dirty.clear()
 
     def _close_active(self) -> None:
         if self._active is not None:

@@ -34,6 +34,15 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def fdatasync_file(path: Path) -> None:
+    """Make what any process wrote to ``path`` durable (its data and size)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 def truncate_durably(path: Path, size_bytes: int) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:

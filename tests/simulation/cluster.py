@@ -42,12 +42,13 @@ def calm_cluster(
     snapshot_every: int = 0,
     factory: CoreFactory | None = None,
     dynamic: bool = False,
+    config: RaftConfig | None = None,
 ) -> Cluster:
     """A cluster with no faults of its own, for scripted scenarios (they inject their own)."""
     profile = FaultProfile.calm(
         safety_ms=0, observers=observers, snapshot_every=snapshot_every, dynamic=dynamic
     )
-    return Cluster(seed, profile, random.Random(seed), factory)
+    return Cluster(seed, profile, random.Random(seed), factory, config)
 
 
 class Cluster:

@@ -6,6 +6,11 @@ oracle the invariants consult ("does voter 2 durably hold offset 41 at epoch 3?"
 ``SimDisk`` puts the real storage and the oracle behind one fsync queue and decides what
 a crash keeps of the write in flight: nothing, a prefix (a torn write), or all of it.
 
+A write with ``sync`` False (an observer's appends) completes without an fsync: the node
+holds it (``held``, what the process would read back) but it becomes durable only with the
+next synced write. A power cut keeps a prefix of those unsynced writes (the page cache
+wrote some back, in order, as ``FileStorage`` arranges) and loses the rest.
+
 Each step survives whole or not at all, as FileStorage recovers it: a torn last batch is
 truncated, a snapshot is renamed into place whole, a torn quorum-state write leaves the
 previous state (the initial one, recovering, if it was the first). Damage to completed
@@ -77,6 +82,12 @@ class DurableLog:
 
     def wipe(self) -> None:
         self.__init__()  # type: ignore[misc]
+
+    def copy(self) -> DurableLog:
+        twin = DurableLog()
+        twin.quorum_state, twin.snapshot = self.quorum_state, self.snapshot
+        twin._batches, twin._bases = list(self._batches), list(self._bases)
+        return twin
 
     # queries for the invariants -----------------------------------------------------
     @property
@@ -177,6 +188,8 @@ class SimDisk:
         self.cluster_id = cluster_id
         self.storage: Storage = new_storage(node_id, cluster_id)
         self.oracle = DurableLog()
+        self.held = DurableLog()  # the oracle plus completed unsynced writes: what the node holds
+        self.unsynced: list[Write] = []  # completed, not yet durable (oldest first)
         self.pending: list[Write] = []  # in fsync order
         self.in_flight_max = 1  # the core's contract: one write at a time
 
@@ -188,8 +201,16 @@ class SimDisk:
         self.pending.append(write)
 
     def complete(self) -> Write:
-        """The oldest pending write's fsync finished: it is durable now."""
+        """The oldest pending write finished: durable now, with every unsynced one before it,
+        or (``sync`` False) only written."""
         write = self.pending.pop(0)
+        self.held.write(write)
+        if not write.sync:
+            self.unsynced.append(write)
+            return write
+        for earlier in self.unsynced:
+            self._apply(earlier)
+        self.unsynced = []
         self._apply(write)
         return write
 
@@ -199,6 +220,9 @@ class SimDisk:
         ``started``: the write had reached the disk (not queued behind a snapshot save).
         Writes queued behind it (only possible for a mutant that acks before fsync) are lost.
         """
+        if not self._write_back_unsynced(rng, torn_probability):
+            started = False  # an earlier write was cut short: nothing after it reached the disk
+        self.held = self.oracle.copy()
         if not self.pending:
             return CrashOutcome(None, None)
         write, self.pending = self.pending[0], []
@@ -212,15 +236,34 @@ class SimDisk:
         else:
             return CrashOutcome(write, None)
         self._apply(kept)
+        self.held = self.oracle.copy()
         return CrashOutcome(write, kept)
+
+    def _write_back_unsynced(self, rng: random.Random, torn_probability: float) -> bool:
+        """Keep a prefix of the unsynced writes (the last one maybe torn); True if all survived."""
+        unsynced, self.unsynced = self.unsynced, []
+        if not unsynced:
+            return True
+        survivors = rng.randint(0, len(unsynced))
+        for write in unsynced[:survivors]:
+            self._apply(write)
+        if survivors == len(unsynced):
+            return True
+        cut = unsynced[survivors]
+        if rng.random() < torn_probability:
+            self._apply(torn_prefix(cut, rng.randint(0, write_steps(cut))))
+        return False
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         self.storage.save_snapshot(snapshot)
         self.oracle.save_snapshot(snapshot)
+        self.held.save_snapshot(snapshot)
 
     def wipe(self) -> None:
         """The disk is replaced: everything is gone (the storage is re-formatted)."""
         self.pending = []
+        self.unsynced = []
+        self.held = DurableLog()
         wipe = getattr(self.storage, "wipe", None)
         if wipe is not None:
             wipe()

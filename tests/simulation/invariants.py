@@ -12,6 +12,8 @@
 - a position propose() returned that commits holds the records proposed there;
 - persist before acknowledge, seen from outside: a granted vote, a voter's fetch
   position and a BeginQuorumEpoch are backed by what the sender's disk holds;
+- an observer, whose appends are not fsynced, fetches only from what it still holds
+  (written, or durable once a power cut lost the rest), never from its pre-crash offset;
 - observers never campaign, never vote and never lead;
 - the voter set (KIP-853) changes only through VotersRecords, by one member at a time:
   each committed one differs from the committed set before it by at most one voter, and
@@ -28,7 +30,7 @@ from raftka.raft.batch import Batch, BatchKind
 from raftka.raft.effects import Snapshot
 from raftka.raft.messages import BeginQuorumEpochRequest, Envelope, FetchRequest, VoteRequest, VoteResponse
 from raftka.raft.voters import VoterSet
-from tests.simulation.disk import HELD_IN_SNAPSHOT, CrashOutcome
+from tests.simulation.disk import HELD_IN_SNAPSHOT, CrashOutcome, DurableLog
 from tests.simulation.node import exposed_hw, role_of
 from tests.simulation.statemachine import GENESIS, SmState, chain
 
@@ -236,22 +238,28 @@ class Invariants:
         elif isinstance(msg, VoteRequest):
             if not node.is_voter:
                 self.fail(node, "observer asked for votes")
-        elif isinstance(msg, FetchRequest) and node.is_voter:
-            end = durable.end_offset
-            if msg.fetch_offset > end:
-                self.fail(node, f"fetches from offset {msg.fetch_offset} but only {end} is durable")
-            if msg.fetch_offset > 0:
-                held = durable.epoch_at(msg.fetch_offset - 1)
-                if held not in (msg.last_fetched_epoch, HELD_IN_SNAPSHOT):
-                    self.fail(
-                        node,
-                        f"fetches at ({msg.fetch_offset}, epoch {msg.last_fetched_epoch}) but its disk "
-                        f"holds epoch {held} at offset {msg.fetch_offset - 1}",
-                    )
+        elif isinstance(msg, FetchRequest) and not node.is_voter:
+            self._check_fetch_position(node, msg, node.disk.held, "holds")
+        elif isinstance(msg, FetchRequest):
+            self._check_fetch_position(node, msg, durable, "is durable")
         elif isinstance(msg, BeginQuorumEpochRequest):
             qs = durable.quorum_state
             if qs.epoch < msg.epoch:
                 self.fail(node, f"announced leadership of epoch {msg.epoch} but its disk holds {qs}")
+
+    def _check_fetch_position(self, node: SimNode, msg: FetchRequest, disk: DurableLog, what: str) -> None:
+        """A fetch offset is a position the sender holds (a voter: durably), at the epoch it names."""
+        end = disk.end_offset
+        if msg.fetch_offset > end:
+            self.fail(node, f"fetches from offset {msg.fetch_offset} but only {end} {what}")
+        if msg.fetch_offset > 0:
+            held = disk.epoch_at(msg.fetch_offset - 1)
+            if held not in (msg.last_fetched_epoch, HELD_IN_SNAPSHOT):
+                self.fail(
+                    node,
+                    f"fetches at ({msg.fetch_offset}, epoch {msg.last_fetched_epoch}) but its disk "
+                    f"holds epoch {held} at offset {msg.fetch_offset - 1}",
+                )
 
     # durability ---------------------------------------------------------------------------
     def on_durable(self, node: SimNode) -> None:

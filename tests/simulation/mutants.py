@@ -14,6 +14,7 @@ from raftka.raft.effects import Ready
 from raftka.raft.messages import (
     Envelope,
     Error,
+    FetchRequest,
     VoteRequest,
     VoteResponse,
 )
@@ -79,10 +80,63 @@ class DeafToNewerFetchCore(RaftCore):
         pass
 
 
+class PromotedWithoutSyncCore(RaftCore):
+    """Decides each write's fsync on the voter set from before its appends: an observer made a
+    voter by a fetched VotersRecord leaves that write and the tail it held unsynced, and its
+    next fetch acknowledges them as a voter's."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self._voter_before = self.may_campaign
+
+    def _must_sync(self) -> bool:
+        voter_before, self._voter_before = self._voter_before, self.may_campaign
+        return super()._must_sync() and (voter_before or not self.may_campaign)
+
+
+class CountsNewVoterEarlyCore(RaftCore):
+    """A leader that counts a new voter's fetch offset at once, while the replica does not yet
+    hold the VotersRecord that added it and so still appends without fsyncing."""
+
+    def _acknowledges(self, req: FetchRequest) -> bool:
+        return True
+
+
+class PreCrashOffsetCore(RaftCore):
+    """An observer that fetches from the furthest offset it ever reached (as if it kept its
+    position somewhere durable), though a power cut took its unsynced tail."""
+
+    reached: dict[int, tuple[int, int]] = {}  # node id -> (offset, epoch), across restarts
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        if self._now == 0:  # a new simulated cluster: nothing reached yet
+            self.reached.pop(self.node_id, None)
+
+    def ready(self) -> Ready:
+        ready = super().ready()
+        ready.send = [self._stale(env) for env in ready.send]
+        return ready
+
+    def _stale(self, env: Envelope) -> Envelope:
+        msg = env.msg
+        if not isinstance(msg, FetchRequest) or self.may_campaign:
+            return env
+        offset, epoch = self.reached.get(self.node_id, (0, 0))
+        if msg.fetch_offset >= offset:
+            self.reached[self.node_id] = (msg.fetch_offset, msg.last_fetched_epoch)
+            return env
+        stale = dataclasses.replace(msg, fetch_offset=offset, last_fetched_epoch=epoch)
+        return dataclasses.replace(env, msg=stale)
+
+
 MUTANT_CORES = {
     "grant-every-vote": GrantEveryVoteCore,
     "log-blind": LogBlindCore,
     "old-voter-set-majority": OldVoterSetMajorityCore,
     "never-seeks-leader": NeverSeeksLeaderCore,
     "deaf-to-newer-fetch": DeafToNewerFetchCore,
+    "promoted-without-sync": PromotedWithoutSyncCore,
+    "counts-new-voter-early": CountsNewVoterEarlyCore,
+    "pre-crash-offset": PreCrashOffsetCore,
 }

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from raftka.raft.config import RaftConfig
 from tests.simulation.cluster import Cluster, CoreFactory, calm_cluster
 from tests.simulation.mutants import MUTANT_CORES
 from tests.simulation.node import role_of
@@ -47,9 +48,10 @@ def scenario(
     snapshot_every: int = 0,
     dynamic: bool = False,
     factory: CoreFactory | None = None,
+    config: RaftConfig | None = None,
 ) -> Iterator[Cluster]:
     """A calm cluster with a leader and committed data; on failure, its trace is shown."""
-    cluster = calm_cluster(seed, observers, snapshot_every, factory, dynamic=dynamic)
+    cluster = calm_cluster(seed, observers, snapshot_every, factory, dynamic=dynamic, config=config)
     try:
         cluster.start_all()
         cluster.client.start()
@@ -280,6 +282,10 @@ MUTANTS: dict[str, Callable[[], Options]] = {
     "old-voter-set-majority": lambda: Options(
         factory=MUTANT_CORES["old-voter-set-majority"], send_checks=False
     ),
+    # issue 32: observers append without fsyncing. Caught by the fetch checks: a voter fetches
+    # only from what it holds durably, an observer only from what it still holds.
+    "promoted-without-sync": lambda: Options(factory=MUTANT_CORES["promoted-without-sync"]),
+    "pre-crash-offset": lambda: Options(factory=MUTANT_CORES["pre-crash-offset"]),
 }
 
 

@@ -88,6 +88,59 @@ def test_a_batch_larger_than_a_segment_gets_a_segment_of_its_own(tmp_path: Path)
     assert reload(tmp_path) == batches
 
 
+def _record_data_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The file names fdatasync is called on, in order."""
+    synced: list[str] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return synced
+
+
+def test_an_unsynced_append_is_synced_by_the_next_synced_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An observer's appends are written without fsync; the next synced write (a voter's,
+    or a quorum-state change) makes them durable first."""
+    storage = open_storage(tmp_path)
+    synced = _record_data_syncs(monkeypatch)
+    batches = make_batches(0, 3)
+    storage.write(Write(write_id=1, append=tuple(batches), sync=False))
+    assert synced == []
+    assert reload(tmp_path) == batches  # written: the page cache holds it
+    synced.clear()
+    storage.write(Write(write_id=2, quorum_state=QuorumStateData(epoch=1, voted_id=-1, leader_id=2)))
+    assert [layout.segment_name(0)] == synced[:1]
+
+
+def test_a_segment_is_synced_before_unsynced_appends_roll_past_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So a power cut keeps a prefix of the log: never a later segment without an earlier one."""
+    storage = open_storage(tmp_path, segment_bytes=SMALL_SEGMENT)
+    synced = _record_data_syncs(monkeypatch)
+    storage.write(Write(write_id=1, append=tuple(make_batches(0, 10)), sync=False))
+    segments = [p.name for p in segment_files(tmp_path)]
+    assert len(segments) > 2
+    assert synced == segments[:-1]
+
+
+def test_load_syncs_what_an_earlier_process_left_unsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node restarted after a crash of its process (not of the machine) reads its unsynced
+    appends back from the page cache: they must be durable before it acknowledges them."""
+    storage = open_storage(tmp_path, segment_bytes=SMALL_SEGMENT)
+    storage.write(Write(write_id=1, append=tuple(make_batches(0, 10)), sync=False))
+    synced = _record_data_syncs(monkeypatch)
+    open_storage(tmp_path, segment_bytes=SMALL_SEGMENT)
+    assert synced == [p.name for p in segment_files(tmp_path)]
+
+
 def test_one_write_and_one_data_sync_per_write_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     storage = open_storage(tmp_path)
     append(storage, make_batches(0, 1))

@@ -35,6 +35,7 @@ from raftka.tools.perf import (
     perf_fetch_sessions,
     perf_kafka,
     perf_metadata,
+    perf_offset_commit,
     perf_quotas,
     perf_reassign,
     perf_rebalance,
@@ -73,6 +74,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_rebalance.register(kinds)
     perf_reassign.register(kinds)
     perf_transactions.register(kinds)
+    perf_offset_commit.register(kinds)
 
 
 def add_load_options(parser: argparse.ArgumentParser, unit: str) -> None:

@@ -134,9 +134,14 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     consume.set_defaults(func=run_consume)
 
 
-def topic_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--topic", default=DEFAULT_TOPIC, help=f"default {DEFAULT_TOPIC}")
-    parser.add_argument("--partitions", type=positive, default=6, help="if the topic is created (default 6)")
+def topic_options(parser: argparse.ArgumentParser, topic: str = DEFAULT_TOPIC, partitions: int = 6) -> None:
+    parser.add_argument("--topic", default=topic, help=f"default {topic}")
+    parser.add_argument(
+        "--partitions",
+        type=positive,
+        default=partitions,
+        help=f"if the topic is created (default {partitions})",
+    )
     parser.add_argument(
         "--replication-factor",
         type=positive,

@@ -72,8 +72,8 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(default: both on the local cluster; confluent-kafka with --bootstrap-server, as raftka's "
         "producer speaks raftka's data protocol)",
     )
-    perf_kafka.topic_options(parser)
-    parser.set_defaults(func=run, topic=DEFAULT_TOPIC, partitions=10)
+    perf_kafka.topic_options(parser, DEFAULT_TOPIC, partitions=10)
+    parser.set_defaults(func=run)
 
 
 def check_args(args: argparse.Namespace) -> None:
