@@ -437,7 +437,7 @@ def _fetch_error(partition: int, error_code: int) -> FR:
         log_start_offset=-1,
         aborted_transactions=None,
         preferred_read_replica=-1,
-        records=None,
+        records=b"",  # as Kafka's MemoryRecords.EMPTY: librdkafka refuses a null record set
     )
 
 

@@ -263,6 +263,20 @@ def test_a_fetch_whose_last_epoch_is_not_on_the_leaders_log_gets_the_diverging_e
     }
 
 
+@pytest.mark.parametrize(
+    ("version", "error"), [(4, OFFSET_OUT_OF_RANGE), (12, OFFSET_OUT_OF_RANGE), (16, 100)]
+)
+def test_a_refused_partition_carries_empty_records_never_null(
+    served: BrokerThread, version: int, error: int
+) -> None:
+    """Kafka answers an error with empty records (``MemoryRecords.EMPTY``), never null:
+    librdkafka refuses a null record set ("invalid MessageSetSize -1") and logs a protocol
+    parse failure on every fetch of a consumer whose position is out of range."""
+    served.run(_produce(served))
+    refused = fetch_one(served, version, 99, -1)  # v13+ names topics by id: this one is unknown (100)
+    assert (refused.error_code, refused.records) == (error, b"")
+
+
 def _diverging(partition) -> tuple[int, int] | None:  # noqa: ANN001 - a FetchResponse partition
     """(epoch, end offset) of DivergingEpoch, None when the answer has none (Kafka's default -1s)."""
     found = partition.diverging_epoch
