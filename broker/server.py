@@ -288,6 +288,7 @@ def connection_limits(broker: BrokerConfig) -> ConnectionLimits:
         idle_ms=broker.connections_max_idle_ms,
         partial_request_ms=broker.connections_partial_request_timeout_ms,
         buffered_bytes_max=broker.connections_buffered_bytes_max,
+        answer_bytes_max=broker.connections_answer_bytes_max,
     )
 
 

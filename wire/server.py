@@ -19,7 +19,8 @@ an earlier answer), and requests of at most ``request_max_bytes``. A connection'
 answers share ``answer_bytes_max`` (``answer_room``): it is not read while they reach
 it, and its fetches read no more than what its queued answers and its other fetches
 leave (a fetch's first batch still comes whole), so a client that sends 64 fetches at
-once and reads nothing pins 64 MiB and a batch, not 64 times that. A connection whose
+once and reads nothing pins 64 MiB and a batch, not 64 times that; and all the
+connections of a listener share the guard's ``answer_bytes_max`` the same way. A connection whose
 client a handler throttled (``mute``: client quotas) is not read until the throttle ends.
 """
 
@@ -217,7 +218,9 @@ class _Connection(asyncio.Protocol):
         self._unanswered: collections.deque[asyncio.Task[bytes | None] | bytes] = collections.deque()
         self._ready_bytes = 0  # ordered answers finished but waiting for an earlier one
         self._unsent_high = min(WRITE_BUFFER_HIGH_BYTES, listener.answer_bytes_max)
-        self.answers = AnswerBudget(listener.answer_bytes_max, self.queued_answer_bytes)
+        self.answers = AnswerBudget(
+            listener.answer_bytes_max, self.queued_answer_bytes, listener.guard.answers
+        )
         self._reading = True
         self._writable = True
         self.mute = Mute(self._dispatch)
@@ -379,6 +382,7 @@ class _Connection(asyncio.Protocol):
             if self._dispatcher.ordered and self._unanswered:
                 self._unanswered.append(call)
                 self._ready_bytes += len(call)
+                self.answers.queued()
             else:
                 self._write(call)
             return
@@ -426,6 +430,7 @@ class _Connection(asyncio.Protocol):
             return
         if self._dispatcher.ordered:
             self._ready_bytes += len(task.result() or b"")
+            self.answers.queued()
             self._write_answered()
         else:
             self._write(task.result())
@@ -451,6 +456,7 @@ class _Connection(asyncio.Protocol):
         if answer is not None and self._transport is not None and not self._transport.is_closing():
             self.last_active_s = time.monotonic()
             self._transport.write(answer)
+            self.answers.queued()
 
     def _close_for(self, why: str) -> None:
         self._close_logged(self._listener.bad_frames, logging.WARNING, "bad frame", why)

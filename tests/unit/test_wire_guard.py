@@ -9,13 +9,18 @@ import ast
 import asyncio
 import contextlib
 import os
+import socket
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
+from pytest import MonkeyPatch
+
+from raftka.node import memory
 from raftka.v1 import broker_pb2 as pb
-from raftka.wire import frames, guard
+from raftka.wire import answer_room, frames, guard
+from raftka.wire.answer_room import current_answer_room
 from raftka.wire.client import BrokerClient
 from raftka.wire.guard import ConnectionLimits
 from raftka.wire.server import FrameServer
@@ -286,5 +291,64 @@ def test_sockets_that_never_finish_a_tls_handshake_count_and_are_closed(tmp_path
             assert server.guard.closed[guard.PER_IP] == 4
         finally:
             await server.close()
+
+    run(scenario)
+
+
+def test_answers_nobody_reads_pin_no_more_than_the_listeners_answer_bytes(monkeypatch: MonkeyPatch) -> None:
+    """6 connections each sending 16 fetches and reading nothing pinned their own 2 MiB
+    each (at the default bounds, 24 such took a broker from 104 MB to 1.66 GB). They share
+    the listener's 3 MiB; a reading client is still answered; once the stuck clients have
+    read nothing for the partial-request time while the pool is full, they are closed
+    until it is not, and every byte they held is given back (to the system too)."""
+    given_back: list[int] = []
+    servers: list[FrameServer] = []
+    monkeypatch.setattr(answer_room, "GIVE_BACK_BYTES", MIB)
+    monkeypatch.setattr(memory, "give_back", lambda: given_back.append(servers[0].guard.answers.used))
+    limits = ConnectionLimits(answer_bytes_max=3 * MIB, partial_request_ms=400)
+    answered: list[int] = []
+
+    async def fetch(request: pb.FetchRequest) -> pb.FetchResponse:
+        """A fetch as the replica manager reads one: no more than its answer room."""
+        room = current_answer_room.get()
+        assert room is not None
+        size = min(MIB // 2, room.available())
+        room.hold(size)
+        answered.append(size)
+        await asyncio.sleep(0)
+        records = pb.FetchPartitionResult(records=b"r" * size)
+        return pb.FetchResponse(topics=[pb.FetchTopicResult(partitions=[records])])
+
+    async def scenario() -> None:
+        handlers = {frames.FETCH.key: fetch, frames.METADATA.key: metadata_named}
+        async with serving(handlers, limits=limits, answer_bytes_max=2 * MIB) as (server, address):
+            servers.append(server)
+            stuck = []
+            for _ in range(6):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.connect(("127.0.0.1", port_of(address)))
+                stuck.append(await asyncio.open_connection(sock=sock))
+            await until(lambda: len(server.connections) == 6, "every stuck connection accepted")
+            in_kernel = 0
+            for connection in server.connections:
+                sent_by = connection._transport.get_extra_info("socket")
+                sent_by.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                in_kernel += 2 * sent_by.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) + 2 * 4096
+            body = pb.FetchRequest(max_bytes=MIB).SerializeToString()
+            for _, writer in stuck:
+                writer.write(b"".join(request_frame(frames.FETCH.key, i, body) for i in range(16)))
+            await until(lambda: len(answered) == 6 * 16, "every stuck fetch answered")
+            assert server.guard.answers.used <= limits.answer_bytes_max
+            assert sum(answered) <= limits.answer_bytes_max + in_kernel, f"{sum(answered)} bytes answered"
+            assert await ask(port_of(address), "served") == ["served"]  # the node keeps serving
+
+            await until(lambda: server.guard.closed[guard.ANSWER_BYTES] > 0, "a stuck connection closed")
+            assert server.guard.answers.used * 2 <= limits.answer_bytes_max
+            for _, writer in stuck:
+                writer.close()
+            await until(lambda: not server.connections, "every stuck connection gone")
+            assert server.guard.answers.used == 0
+            await until(lambda: bool(given_back), "the freed answers' memory given back")
 
     run(scenario)
