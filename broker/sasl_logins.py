@@ -58,7 +58,9 @@ class SaslLogins:
         self._refusals = RateLimitedLog(log, FAILED_LOGIN_LOG_INTERVAL_S)
 
     def new(self, certificate: Principal | None) -> SaslLogin:
-        login = SaslLogin(self.mechanisms, self._credential, _DECOY_KEY, self._login_apis)
+        login = SaslLogin(
+            self.mechanisms, self._credential, _DECOY_KEY, self._login_apis, self._api.plain_checks
+        )
         if certificate is not None and certificate.role == self._certified_role:
             login.principal = certificate
         return login

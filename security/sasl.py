@@ -6,8 +6,9 @@ Mechanisms: SCRAM-SHA-256 and SCRAM-SHA-512 (``raftka.security.scram``), and PLA
 (the node's config refuses it otherwise: ``mechanisms_problem``). Kafka checks PLAIN
 passwords against a JAAS file; raftka has none, so a PLAIN password is checked against
 the user's SCRAM credential (SCRAM-SHA-512's if it has one, else SCRAM-SHA-256's): the
-password is salted and hashed as that credential was, and the stored keys compared. A
-user therefore logs in with either mechanism once ``raftka users add`` made it one.
+password is salted and hashed as that credential was, and the stored keys compared, within
+the node's budget for that work (``raftka.security.plain_checks``). A user therefore logs
+in with either mechanism once ``raftka users add`` made it one.
 
 A login that succeeds names the connection's principal ``User:<name>`` (judged by the
 same ACLs as certificates' principals); one that fails ends the connection (the
@@ -16,7 +17,6 @@ protocol's answer says so first), as Kafka's do.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import hmac
 import secrets
@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from raftka.security import scram
-from raftka.security.principal import CLIENT, USER_PREFIX, Principal
+from raftka.security.plain_checks import PlainChecks
+from raftka.security.principal import CLIENT, USER_PREFIX, Principal, current_host
 from raftka.security.scram import AuthenticationFailed, ScramCredential
 
 PLAIN = "PLAIN"
@@ -81,14 +82,17 @@ class SaslLogin:
         lookup: scram.Lookup,
         decoy_key: bytes,
         login_apis: tuple[frozenset[int], frozenset[int]],
+        plain_checks: PlainChecks,
         nonce: Callable[[], str] = server_nonce,
     ) -> None:
         """``login_apis``: the protocol's API keys served before a mechanism is chosen (the
-        handshake), and those served after (the token exchange)."""
+        handshake), and those served after (the token exchange); ``plain_checks``: the
+        node's, which bound the hashing of PLAIN passwords."""
         self.mechanisms = tuple(mechanisms)
         self._before, self._during = login_apis
         self._lookup = lookup
         self._decoy_key = decoy_key
+        self._plain_checks = plain_checks
         self._nonce = nonce
         self.mechanism: str | None = None
         self._scram: scram.ScramServer | None = None
@@ -157,7 +161,9 @@ class SaslLogin:
         found = next(((m, c) for m in _PLAIN_CHECKED_WITH if (c := self._lookup(user, m)) is not None), None)
         # An unknown user costs the same hashing as a known one, so timing does not tell them apart.
         mechanism, stored = found or (scram.SCRAM_SHA_512, self._decoy(user))
-        matches = await asyncio.to_thread(scram.password_matches, mechanism, stored, password)
+        matches = await self._plain_checks.matches(
+            user, mechanism, stored, password, current_host.get(), known=found is not None
+        )
         if found is None:
             raise AuthenticationFailed(f"PLAIN: no SCRAM credential for user {user!r}")
         if not matches:

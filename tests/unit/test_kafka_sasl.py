@@ -40,6 +40,7 @@ from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
 from raftka.metadata.image import MetadataImage, frozen
 from raftka.node.config import KafkaConfig
 from raftka.security import scram
+from raftka.security.plain_checks import PlainChecks
 from raftka.security.principal import current_principal
 from raftka.wire.server import Listener
 from tests.unit.kafka_wire import BrokerThread, RawConnection, broker_thread, request_frame
@@ -233,7 +234,9 @@ def test_requests_after_a_login_run_as_the_user() -> None:
         seen.append(None if principal is None else principal.name)
         return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=-1, topics=[])
 
-    api = SimpleNamespace(image=MetadataImage(scram_credentials=frozen(credentials(alice="pw"))))
+    api = SimpleNamespace(
+        image=MetadataImage(scram_credentials=frozen(credentials(alice="pw"))), plain_checks=PlainChecks()
+    )
     logins = kafka_logins(api, (SHA256,))  # type: ignore[arg-type]
     dispatcher = KafkaDispatcher([KafkaApi(MetadataRequest, 12, 12, who), *SaslApis(api, logins).apis()])  # type: ignore[arg-type]
     listener = Listener(dispatcher, name="kafka", login=logins.new)
