@@ -277,6 +277,7 @@ class DataPlane:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.producer_ids.close()
         await self.fetchers.close()
+        self.replicas.close()
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
         self.logs.close(self._broker_epoch())
 
