@@ -13,7 +13,13 @@ too long, so that no client, and no number of idle sockets, keeps others out.
 - Time: a connection with nothing in flight for ``idle_ms`` is closed (Kafka's
   ``connections.max.idle.ms``), and so is one whose request frame, begun, is not whole
   ``partial_request_ms`` after its last whole frame (a client that trickles a frame a
-  byte at a time is never idle). A TLS handshake gets the same time.
+  byte at a time is never idle). A TLS handshake gets ``handshake_ms`` (or that, if less).
+- Handshakes: a connection in its TLS handshake holds asyncio's TLS buffers (~290 KB each
+  before a certificate was seen; waves of idle sockets took a broker from 87 MB to 1.2 GB);
+  at most ``handshakes_max`` are under way, beyond which the oldest is closed for a new one.
+  Once they fall from a peak of ``GIVE_BACK_HANDSHAKES`` or more to a quarter, the
+  collector runs (a failed handshake leaves its connection in reference cycles, through
+  the exception asyncio keeps) and the memory goes back to the system.
 - Memory: the bytes of requests not yet whole, over all connections of the listener, stay
   within ``buffered_bytes_max`` plus one read per connection: beyond, the connection
   holding the most is closed (20 connections each holding a 16 MiB frame less a byte
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import time
 from dataclasses import dataclass
@@ -61,6 +68,7 @@ EVICTED = "evicted"  # idle longest when a new connection needed its place
 IDLE = "idle"
 PARTIAL_REQUEST = "partial_request"
 BUFFERED_BYTES = "buffered_bytes"
+HANDSHAKES = "handshakes_max"  # the oldest TLS handshake under way, for a new one
 ANSWER_BYTES = "answer_bytes"  # its client read none of its answers while the listener's were full
 REASONS = (
     CONNECTIONS_MAX,
@@ -71,7 +79,9 @@ REASONS = (
     PARTIAL_REQUEST,
     BUFFERED_BYTES,
     ANSWER_BYTES,
+    HANDSHAKES,
 )
+GIVE_BACK_HANDSHAKES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,8 @@ class ConnectionLimits:
     partial_request_ms: int = 30_000
     buffered_bytes_max: int = 64 * MIB
     answer_bytes_max: int = 256 * MIB  # answers not yet sent, over all connections
+    handshake_ms: int = 10_000
+    handshakes_max: int = 256  # TLS handshakes under way at once
 
 
 DEFAULT_LIMITS = ConnectionLimits()
@@ -115,6 +127,8 @@ class ConnectionGuard:
         self.buffered_bytes = 0
         self._buffered: dict[Guarded, int] = {}  # connections holding bytes not yet requests
         self.answers = AnswerPool(limits.answer_bytes_max)
+        self._handshaking: dict[Guarded, None] = {}  # oldest first
+        self._handshakes_peak = 0
         # connections with answers unsent: (bytes, since when none of them were sent)
         self._unsent: dict[Guarded, tuple[int, float]] = {}
         self._per_host: collections.Counter[str] = collections.Counter()
@@ -123,7 +137,17 @@ class ConnectionGuard:
 
     @property
     def handshake_timeout_s(self) -> float:
-        return self.limits.partial_request_ms / 1000
+        return min(self.limits.partial_request_ms, self.limits.handshake_ms) / 1000
+
+    def handshaking(self, connection: Guarded) -> None:
+        """``connection`` starts its TLS handshake: the oldest under way makes room if need be."""
+        if len(self._handshaking) >= self.limits.handshakes_max:
+            self._close(next(iter(self._handshaking)), HANDSHAKES)
+        self._handshaking[connection] = None
+        self._handshakes_peak = max(self._handshakes_peak, len(self._handshaking))
+
+    def handshake_done(self, connection: Guarded) -> None:
+        self._handshaking.pop(connection, None)
 
     def start(self) -> None:
         timeout_ms = min(self.limits.idle_ms, self.limits.partial_request_ms)
@@ -183,6 +207,7 @@ class ConnectionGuard:
             del self._per_host[connection.host]
         self.buffered_bytes -= self._buffered.pop(connection, 0)
         self.answers.release(connection.answers)
+        self._handshaking.pop(connection, None)
         self._unsent.pop(connection, None)
 
     def holding(self, connection: Guarded, size: int) -> None:
@@ -208,8 +233,18 @@ class ConnectionGuard:
             elif not connection.busy() and now_s - connection.last_active_s >= idle_s:
                 self._close(connection, IDLE)
         self._close_unread(now_s, partial_s)
-        if self.answers.drained():
+        if self._handshakes_drained():
+            gc.collect()
             memory.give_back()
+        elif self.answers.drained():
+            memory.give_back()
+
+    def _handshakes_drained(self) -> bool:
+        under_way = len(self._handshaking)
+        if self._handshakes_peak < GIVE_BACK_HANDSHAKES or under_way * 4 > self._handshakes_peak:
+            return False
+        self._handshakes_peak = under_way
+        return True
 
     def _close_unread(self, now_s: float, unread_s: float) -> None:
         """While the listener's answers take more than half their bound, close the

@@ -33,6 +33,7 @@ import logging
 import socket
 import ssl
 import time
+from asyncio import sslproto
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
@@ -88,6 +89,7 @@ class Dispatcher(Protocol):
 
 IN_FLIGHT_MAX = 64
 WRITE_BUFFER_HIGH_BYTES = 4 << 20  # unsent answers past which a connection is not read
+TLS_READ_BYTES = 32 << 10  # asyncio's TLS read buffer per connection (its default: 256 KiB)
 ANSWER_BYTES_MAX = 64 << 20  # a connection's answers, queued or being read: the largest fetch answer
 # The address of the client whose request a handler is serving ("host:port"): each
 # request's task starts with it set (a group coordinator shows it as the member's host).
@@ -135,6 +137,8 @@ class Listener:
         guard before its handshake, so sockets that never finish one count like any other."""
         loop = asyncio.get_running_loop()
         self.tls = tls
+        if tls is not None:
+            small_tls_reads()
 
         async def serve(sock: socket.socket) -> None:
             await loop.connect_accepted_socket(lambda: _Connection(self), sock)
@@ -151,6 +155,15 @@ class Listener:
         for connection in list(self.connections):
             connection.abort()
         await self.guard.stop()
+
+
+def small_tls_reads() -> None:
+    """asyncio gives every TLS connection a read buffer of ``SSLProtocol.max_size`` (256 KiB,
+    zeroed, so resident) from the start of its handshake: ~290 KB per idle socket. A TLS
+    record holds at most 16 KiB, so reading 32 KiB at a time costs little; it applies to
+    every asyncio TLS connection of the process (a class attribute: asyncio has no
+    per-connection setting)."""
+    sslproto.SSLProtocol.max_size = TLS_READ_BYTES
 
 
 class FrameServer(Listener):
@@ -240,6 +253,7 @@ class _Connection(asyncio.Protocol):
             self._serve(transport)
             return
         self._handshaking = True
+        self._listener.guard.handshaking(self)
         transport.pause_reading()  # until start_tls puts the TLS layer in front of this protocol
         self._handshake_task = asyncio.get_running_loop().create_task(
             self._handshake(transport, self._listener.tls)
@@ -263,6 +277,7 @@ class _Connection(asyncio.Protocol):
             self._listener.guard.release(self)
             return
         self._handshaking = False
+        self._listener.guard.handshake_done(self)
         self._serve(secured)
         self._dispatch()  # what arrived with the end of the handshake
 
