@@ -77,11 +77,14 @@ class SaslLogins:
     async def step(self, login: SaslLogin, token: bytes) -> bytes | None:
         """The answer to the client's next token; None if the login failed."""
         try:
-            return await login.step(token)
+            answer = await login.step(token)
         except AuthenticationFailed as e:
             self._refused(login, str(e))
             await asyncio.sleep(FAILED_LOGIN_DELAY_S)
             return None
+        if login.principal is not None:
+            self._api.sasl_sessions.opened(login)  # ended if its credential changes
+        return answer
 
     def _refused(self, login: SaslLogin, reason: str) -> None:
         self._refusals.log(

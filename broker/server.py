@@ -356,6 +356,7 @@ async def start_broker(config: NodeConfig) -> Broker:
             else None  # plaintext: no principal to judge (docs/security.md)
         ),
     )
+    state_machine.add_listener(lambda image: api.sasl_sessions.credentials_changed(image.scram_credentials))
     endpoints = [  # what clients and other brokers are told: each listener's advertised address
         _endpoint(DATA_LISTENER, config.broker.advertised_data_listener),
         _endpoint(GRPC_LISTENER, config.advertised_listener),

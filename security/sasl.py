@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextvars
 import hmac
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raftka.security import scram
@@ -97,6 +97,11 @@ class SaslLogin:
         self.mechanism: str | None = None
         self._scram: scram.ScramServer | None = None
         self.principal: Principal | None = None
+        self.user: str | None = None  # once logged in
+        # the credential the login was checked against: (its mechanism, it); None for a
+        # connection logged in by its certificate
+        self.checked: tuple[str, ScramCredential] | None = None
+        self.on_end: Callable[[], None] = lambda: None  # closes the connection (its listener sets it)
         self.failed = False
         # After Kafka's SaslHandshake v0 the client sends its tokens as bare frames, without
         # request headers, and reads the answers so: the listener hands each to this.
@@ -142,8 +147,24 @@ class SaslLogin:
         except AuthenticationFailed:
             self.failed = True
             raise
+        if self._scram is not None:
+            assert self._scram.credential is not None
+            self.checked = (self._scram.mechanism, self._scram.credential)
+        self.user = user
         self.principal = Principal(USER_PREFIX + user, CLIENT)
         return answer
+
+    def revoked_by(self, credentials: Mapping[tuple[str, str], ScramCredential]) -> bool:
+        """Whether the credential this login was checked against is gone from ``credentials``
+        (deleted, or replaced by another)."""
+        if self.checked is None or self.user is None:
+            return False
+        mechanism, credential = self.checked
+        return credentials.get((self.user, mechanism)) != credential
+
+    def end(self) -> None:
+        """Close the connection: its login no longer holds."""
+        self.on_end()
 
     async def _plain(self, token: bytes) -> str:
         """RFC 4616: authzid NUL authcid NUL password; the authzid empty or the user."""
@@ -168,6 +189,7 @@ class SaslLogin:
             raise AuthenticationFailed(f"PLAIN: no SCRAM credential for user {user!r}")
         if not matches:
             raise AuthenticationFailed(f"PLAIN: wrong password for user {user!r}")
+        self.checked = (mechanism, stored)
         return user
 
     def _decoy(self, user: str) -> ScramCredential:

@@ -286,6 +286,7 @@ class _Connection(asyncio.Protocol):
         self._principal = from_ssl(transport.get_extra_info("ssl_object"))
         if self._listener.login is not None:  # SASL: the login knows the certificate, if any
             self._login = self._listener.login(self._principal)
+            self._login.on_end = self.abort
         transport.set_write_buffer_limits(high=self._unsent_high)
 
     def connection_lost(self, exc: Exception | None) -> None:
