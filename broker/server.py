@@ -55,7 +55,7 @@ from raftka.broker.transactions.markers import DataListenerLeaders, MarkerWriter
 from raftka.broker.transactions.peers import PeerBrokers
 from raftka.broker.transactions.verifier import CoordinatorVerifier
 from raftka.metadata.acls import Authorizer
-from raftka.metadata.image import MetadataImage, registered_hosts
+from raftka.metadata.image import MetadataImage
 from raftka.metadata.state_machine import MetadataStateMachine
 from raftka.metadata.validation import GROUP_MEMBERS_MAX
 from raftka.node.assembly import ServerError, open_node
@@ -337,7 +337,6 @@ async def start_broker(config: NodeConfig) -> Broker:
             lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(BrokerService(api), server),
             health.add_to_server,
         ],
-        broker_hosts=lambda: registered_hosts(state_machine.image),
     )
     api = BrokerApi(
         data.replicas,

@@ -147,8 +147,3 @@ class MetadataImage:
 
 
 EMPTY = MetadataImage()
-
-
-def registered_hosts(image: MetadataImage) -> set[str]:
-    """The hosts of every endpoint of every broker registered in ``image``."""
-    return {e.host for broker in image.brokers.values() for e in broker.endpoints}

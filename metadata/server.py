@@ -17,7 +17,6 @@ import structlog
 from raftka.metadata.acls import Authorizer
 from raftka.metadata.authorization import controller_policy, describable_topics
 from raftka.metadata.controller import QuorumController
-from raftka.metadata.image import registered_hosts
 from raftka.metadata.metrics import ControllerCollector, EventQueueProbe
 from raftka.metadata.service import ControllerService
 from raftka.metadata.state_machine import MetadataStateMachine
@@ -70,7 +69,6 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
             health.add_to_server,
         ],
         controller_policy(authorizer),
-        broker_hosts=lambda: registered_hosts(state_machine.image),
     )
     node.add_caught_up_listener(health.set_serving)  # and NOT_SERVING from the start of a shutdown
     controller = QuorumController(

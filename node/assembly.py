@@ -13,7 +13,7 @@ import random
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from raftka.node.config import NodeConfig
 from raftka.node.descriptors import grpc_connections_max
@@ -38,13 +38,11 @@ async def open_node(
     state_machine: StateMachine,
     servicers: Sequence[AddServicer] = (),
     policy: Policy | None = None,
-    broker_hosts: Callable[[], Iterable[str]] = tuple,
 ) -> RaftNode:
     """Recover storage and wire core, gRPC transport and driver around the layer above.
 
     Every node type (journal node, controller, broker) is assembled here, so they cannot
-    drift apart. ``broker_hosts``: the hosts of the brokers registered, which keep places
-    at the gRPC front with the voters. The node is returned unstarted: servicers may refer to services built
+    drift apart. The node is returned unstarted: servicers may refer to services built
     from it, which must exist before ``await node.start()``. With TLS on, every call is
     judged by ``policy`` (``raftka.security.grpc_gate``) and the quorum's streams by the roles
     of their callers' certificates (``raftka.security.quorum_gate``).
@@ -85,7 +83,7 @@ async def open_node(
             addresses.setdefault(voter.node_id, voter.endpoints[0])
     node: RaftNode
     configured_voters = frozenset(config.voter_ids)
-    node_hosts = NodeHosts(addresses, broker_hosts)
+    node_hosts = NodeHosts(addresses)
     transport = GrpcTransport(
         config.node_id,
         config.listener,
@@ -108,14 +106,13 @@ async def open_node(
 
 
 class NodeHosts:
-    """The IP addresses of the cluster's own nodes this node knows, the configured voters,
-    the log's and the registered brokers (``brokers``: their hosts): a gRPC client from one
-    of them has the front's reserved places. Host names are resolved in the background,
-    once each (the front asks as it accepts, and must not wait)."""
+    """The IP addresses of the cluster's own nodes this node knows, the configured voters and
+    the log's: a gRPC client from one of them has the front's reserved places. Host names
+    are resolved in the background, once each (the front asks as it accepts, and must not
+    wait)."""
 
-    def __init__(self, addresses: Mapping[int, str], brokers: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, addresses: Mapping[int, str]) -> None:
         self._addresses = addresses
-        self._brokers = brokers
         self.node: RaftNode | None = None
         self._resolved: dict[str, frozenset[str]] = {}
         self._hosts: frozenset[str] = frozenset()
@@ -124,8 +121,7 @@ class NodeHosts:
     def __call__(self) -> frozenset[str]:
         voters = () if self.node is None else self.node.core.voter_set.voters()
         endpoints = [*self._addresses.values(), *(e for v in voters for e in v.endpoints)]
-        names = {e.rpartition(":")[0].strip("[]") for e in endpoints} | set(self._brokers())
-        for name in names - self._resolved.keys():
+        for name in {e.rpartition(":")[0].strip("[]") for e in endpoints} - self._resolved.keys():
             self._resolved[name] = frozenset()
             task = asyncio.get_running_loop().create_task(self._resolve(name))
             self._tasks.add(task)

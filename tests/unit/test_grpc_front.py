@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from raftka.node.assembly import NodeHosts
 from raftka.raft.transport.grpc_transport import GrpcTransport
 from raftka.security.principal import host_of
 from raftka.wire.grpc_front import FrontLimits, GrpcFront
@@ -95,17 +94,5 @@ def test_the_clusters_own_nodes_keep_places_clients_cannot_take() -> None:
             for writer in flood:
                 writer.close()
             await until(lambda: front.connections == 0, "every socket given back")
-
-    asyncio.run(asyncio.wait_for(scenario(), 30))
-
-
-def test_the_reserved_places_are_the_voters_and_the_registered_brokers() -> None:
-    """Names resolve in the background (the front asks as it accepts and must not wait)."""
-
-    async def scenario() -> None:
-        hosts = NodeHosts({1: "127.0.0.3:9093"}, lambda: ["localhost", "no-such-host.invalid"])
-        assert hosts() == frozenset()  # nothing resolved yet
-        await until(lambda: {"127.0.0.3", "127.0.0.1"} <= hosts(), "the names resolved")
-        assert hosts() <= {"127.0.0.3", "127.0.0.1", "::1"}
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
