@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from raftka.node.config import NodeConfig
 from raftka.node.descriptors import grpc_connections_max
@@ -26,7 +25,6 @@ from raftka.raft.transport.grpc_transport import AddServicer, GrpcTransport
 from raftka.security.grpc_gate import Policy, PrincipalGate
 from raftka.security.quorum_gate import quorum_gate
 from raftka.v1 import raft_pb2
-from raftka.wire.grpc_front import FrontLimits, GrpcFront
 
 
 class ServerError(Exception):
@@ -83,7 +81,6 @@ async def open_node(
             addresses.setdefault(voter.node_id, voter.endpoints[0])
     node: RaftNode
     configured_voters = frozenset(config.voter_ids)
-    node_hosts = NodeHosts(addresses)
     transport = GrpcTransport(
         config.node_id,
         config.listener,
@@ -94,47 +91,12 @@ async def open_node(
         servicers=servicers,
         server_credentials=config.tls.server_credentials if config.tls else None,
         channel_credentials=config.tls.channel_credentials if config.tls else None,
-        exchange_gate=quorum_gate(lambda n: n in configured_voters or n in node.core.voters)
-        if config.tls
-        else None,
+        exchange_gate=quorum_gate(lambda n: n in configured_voters or n in node.core.voters) if config.tls else None,
         interceptors=[PrincipalGate(policy)] if config.tls else [],
         connections_max=grpc_connections_max(),
-        front=GrpcFront(FrontLimits(connections_max=grpc_connections_max()), node_hosts),
     )
-    node = node_hosts.node = RaftNode(core, storage, transport, state_machine)
+    node = RaftNode(core, storage, transport, state_machine)
     return node
-
-
-class NodeHosts:
-    """The IP addresses of the cluster's own nodes this node knows, the configured voters and
-    the log's: a gRPC client from one of them has the front's reserved places. Host names
-    are resolved in the background, once each (the front asks as it accepts, and must not
-    wait)."""
-
-    def __init__(self, addresses: Mapping[int, str]) -> None:
-        self._addresses = addresses
-        self.node: RaftNode | None = None
-        self._resolved: dict[str, frozenset[str]] = {}
-        self._hosts: frozenset[str] = frozenset()
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def __call__(self) -> frozenset[str]:
-        voters = () if self.node is None else self.node.core.voter_set.voters()
-        endpoints = [*self._addresses.values(), *(e for v in voters for e in v.endpoints)]
-        for name in {e.rpartition(":")[0].strip("[]") for e in endpoints} - self._resolved.keys():
-            self._resolved[name] = frozenset()
-            task = asyncio.get_running_loop().create_task(self._resolve(name))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        return self._hosts
-
-    async def _resolve(self, name: str) -> None:
-        try:
-            found = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
-        except OSError:
-            return  # a voter that does not resolve has no reserved place
-        self._resolved[name] = frozenset(str(info[4][0]) for info in found)
-        self._hosts = frozenset().union(*self._resolved.values())
 
 
 async def serve_until_signalled(node: RaftNode) -> None:

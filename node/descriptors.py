@@ -9,8 +9,8 @@ opens a replica only while more than ``reserve()`` descriptors stay free (the re
 offline on this broker instead, answering ``KAFKA_STORAGE_ERROR``), a listener takes a new
 connection only while more than half of that is free (or an idle connection makes room,
 ``raftka.wire.guard``), and the last half remains for the metadata log, checkpoints and
-gRPC. gRPC's front (``raftka.wire.grpc_front``) judges its connections as the listeners
-do; behind it the server holds at most ``grpc_connections_max()`` connections and closes those that have not finished their
+gRPC. gRPC accepts on its own, knowing nothing of the reserve: its server holds at most
+``grpc_connections_max()`` connections and closes those that have not finished their
 handshake within 10 s (``raftka.raft.transport.grpc_transport.server_options``). Replicas stop first: a broker whose replicas took every
 descriptor it may use would still hold them, and no client could reach them; connections
 come and go (idle ones are closed, and give way to new ones).

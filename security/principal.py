@@ -23,8 +23,6 @@ from dataclasses import dataclass
 import grpc
 from cryptography import x509
 
-from raftka.wire.grpc_front import relayed_client
-
 CONTROLLER = "controller"
 BROKER = "broker"
 CLIENT = "client"
@@ -86,13 +84,11 @@ def _principal(name: str, common_name: str, unit: str) -> Principal:
 
 def host_of(peer: str) -> str:
     """The IP address of a peer written ``ipv4:10.0.0.5:4000``, ``ipv6:[::1]:4000`` (gRPC) or
-    ``10.0.0.5:4000`` (asyncio's host and port); "" if it has none. A gRPC peer that is
-    the node's own front (``raftka.wire.grpc_front``) is the client it relays."""
+    ``10.0.0.5:4000`` (asyncio's host and port); "" if it has none."""
     if peer.startswith("unix:"):
         return ""
     address = urllib.parse.unquote(peer.removeprefix("ipv4:").removeprefix("ipv6:"))
-    relayed = relayed_client(address)  # a connection the gRPC front relayed: its client's
-    return relayed if relayed is not None else address.rpartition(":")[0].strip("[]")
+    return address.rpartition(":")[0].strip("[]")
 
 
 def from_grpc(context: grpc.aio.ServicerContext) -> Principal | None:

@@ -57,7 +57,7 @@ import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 import structlog
@@ -145,14 +145,6 @@ def server_options(connections_max: int) -> tuple[tuple[str, Any], ...]:
     return (*_SERVER_OPTIONS, *bound)
 
 
-class Front(Protocol):
-    """What listens on the server's address in its place and relays to it (``raftka.wire.grpc_front``)."""
-
-    async def start(self, host: str, port: int, upstream_port: int) -> int: ...
-
-    async def close(self) -> None: ...
-
-
 @dataclass(frozen=True, slots=True)
 class _Rpc:
     """One Raft RPC: its field in the stream's frames, who sent the request, what answers it."""
@@ -213,7 +205,6 @@ class GrpcTransport:
         exchange_gate: ExchangeGate | None = None,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
         connections_max: int = 0,
-        front: Front | None = None,
     ) -> None:
         """``listen`` and the ``peers`` values are "host:port"; ``peers`` maps every voter's
         id to its address and may include this node. Timeouts: a Fetch call's deadline is
@@ -229,9 +220,7 @@ class GrpcTransport:
         ``exchange_gate`` decides who may open an Exchange stream and send what on it
         (a refused request is answered INVALID_REQUEST and never reaches the core);
         ``interceptors`` run on every call after the budgets (authorization). The server
-        holds at most ``connections_max`` connections (0: no bound). With ``front``, the
-        server listens on loopback and ``front`` on ``listen`` (``raftka.wire.grpc_front``:
-        connections bounded per client address).
+        holds at most ``connections_max`` connections (0: no bound).
         """
         assert request_timeout_ms > 0 and fetch_timeout_margin_ms > 0
         assert peer_calls_max > 0 and inbound_calls_max > 0
@@ -243,7 +232,6 @@ class GrpcTransport:
         self._exchange_gate = exchange_gate
         self._interceptors = tuple(interceptors)
         self._connections_max = connections_max
-        self._front = front
         self._cluster_id = cluster_id
         self._describe = describe
         self._voter_changes = voter_changes
@@ -284,19 +272,15 @@ class GrpcTransport:
         )
         for add in self._servicers:
             add(server)
-        listen = self._listen if self._front is None else "127.0.0.1:0"
         try:
             if self._server_credentials is None:
-                self._port = server.add_insecure_port(listen)
+                self._port = server.add_insecure_port(self._listen)
             else:
-                self._port = server.add_secure_port(listen, self._server_credentials)
+                self._port = server.add_secure_port(self._listen, self._server_credentials)
         except RuntimeError as e:
-            raise OSError(f"cannot listen on {listen}: {e}") from e
+            raise OSError(f"cannot listen on {self._listen}: {e}") from e
         await server.start()
         self._server = server
-        if self._front is not None:
-            host, _, port = self._listen.rpartition(":")
-            self._port = await self._front.start(host.strip("[]"), int(port), self._port)
         self._log.info("raft transport listening", listen=self._listen, port=self._port)
 
     def add_peer(self, peer_id: int, address: str) -> None:
@@ -326,8 +310,6 @@ class GrpcTransport:
                 tasks.extend(peer.stream.cancel())
                 peer.stream = None
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._front is not None:
-            await self._front.close()
         if self._server is not None:
             await self._server.stop(_STOP_GRACE_S)
         await asyncio.gather(*(peer.close() for peer in self._peers.values()))
