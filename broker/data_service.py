@@ -48,7 +48,9 @@ from raftka.metadata.image import NO_LEADER, MetadataImage
 from raftka.node.logs import RateLimitedLog
 from raftka.rpc.stubs import ControllerRpc
 from raftka.security.grpc_gate import Denial
+from raftka.security.plain_checks import PlainChecks
 from raftka.security.principal import current_principal
+from raftka.security.sasl_sessions import SaslSessions
 from raftka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 from raftka.wire import frames
 from raftka.wire.frames import DATA_LISTENER
@@ -83,6 +85,8 @@ class BrokerApi:
         self.authorizer = authorizer or RequestAuthorizer(None)
         guard = Guards(self.authorizer)  # every front end's ACL checks (raftka.broker.authorization)
         self.cluster_id = cluster_id
+        self.plain_checks = PlainChecks()  # the node's PLAIN hashing, shared by its listeners
+        self.sasl_sessions = SaslSessions()  # logins ended when their credentials change
         self._link = link
         self._producer_ids = producer_ids
         self.transactions = transactions

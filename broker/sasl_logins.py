@@ -66,7 +66,9 @@ class SaslLogins:
         self._decoys = ClusterDecoys(lambda: api.image)
 
     def new(self, certificate: Principal | None) -> SaslLogin:
-        login = SaslLogin(self.mechanisms, self._credential, self._decoys, self._login_apis)
+        login = SaslLogin(
+            self.mechanisms, self._credential, self._decoys, self._login_apis, self._api.plain_checks
+        )
         if certificate is not None and certificate.role == self._certified_role:
             login.principal = certificate
         return login
@@ -83,11 +85,14 @@ class SaslLogins:
     async def step(self, login: SaslLogin, token: bytes) -> bytes | None:
         """The answer to the client's next token; None if the login failed."""
         try:
-            return await login.step(token)
+            answer = await login.step(token)
         except AuthenticationFailed as e:
             self._refused(login, str(e))
             await asyncio.sleep(FAILED_LOGIN_DELAY_S)
             return None
+        if login.principal is not None:
+            self._api.sasl_sessions.opened(login)  # ended if its credential changes
+        return answer
 
     def _refused(self, login: SaslLogin, reason: str) -> None:
         self._refusals.log(

@@ -278,6 +278,7 @@ class DataPlane:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.producer_ids.close()
         await self.fetchers.close()
+        self.replicas.close()
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
         self.logs.close(self._broker_epoch())
 
@@ -289,6 +290,7 @@ def connection_limits(broker: BrokerConfig) -> ConnectionLimits:
         idle_ms=broker.connections_max_idle_ms,
         partial_request_ms=broker.connections_partial_request_timeout_ms,
         buffered_bytes_max=broker.connections_buffered_bytes_max,
+        answer_bytes_max=broker.connections_answer_bytes_max,
     )
 
 
@@ -357,6 +359,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         data.transactions,
         RequestAuthorizer(authorizer if config.tls else None),  # plaintext: no principal to judge
     )
+    state_machine.add_listener(lambda image: api.sasl_sessions.credentials_changed(image.scram_credentials))
     endpoints = [  # what clients and other brokers are told: each listener's advertised address
         _endpoint(DATA_LISTENER, config.broker.advertised_data_listener),
         _endpoint(GRPC_LISTENER, config.advertised_listener),

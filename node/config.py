@@ -118,6 +118,7 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms
     connections_partial_request_timeout_ms: int = 30_000  # a request begun and not whole this long closes it
     connections_buffered_bytes_max: int = 64 * MIB  # partial requests' bytes; beyond, the largest is closed
+    connections_answer_bytes_max: int = 256 * MIB  # unsent answers over a listener's connections
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,12 +24,16 @@ waiting for its request, and is closed only if every connection is being answere
 takes no more than its 16 descriptors, even near the node's limit, where the listeners
 refuse clients (``raftka.node.descriptors``): that is when its numbers matter most. A
 scraper sends its request as soon as it is connected, so it is never the oldest waiting.
+A connection is judged as it is accepted, before its TLS handshake (``raftka.wire.acceptor``):
+asyncio's server handshook every socket before the bound saw it, and a flood without
+certificates took a broker's descriptors to its limit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
@@ -41,6 +45,7 @@ from prometheus_client.registry import Collector
 from raftka.node.assembly import ServerError
 from raftka.node.config import NodeConfig, parse_host_port
 from raftka.security.principal import Principal, from_ssl
+from raftka.wire.acceptor import Acceptor, Verdict, bind
 
 log = structlog.get_logger("raftka.raft.metrics")
 
@@ -66,37 +71,28 @@ class MetricsEndpoint:
         self.registry = CollectorRegistry()
         for collector in collectors:
             self.registry.register(collector)  # a name exported twice raises here, at start
-        self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
-        # connections waiting for their request, oldest first (dicts keep insertion order)
-        self._waiting: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._acceptors: list[Acceptor] = []
+        self._tls: ssl.SSLContext | None = None
+        self._open: set[socket.socket] = set()  # kept and not evicted
+        # connections waiting for their request (or handshake), oldest first (dicts keep order)
+        self._waiting: dict[socket.socket, None] = {}
         self.evicted = 0  # connections closed to make room for a newer one
         self._probes = [asyncio.create_task(probe(), name="metrics-probe") for probe in probes]
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return self._server.sockets[0].getsockname()[1]
+        return self._acceptors[0].sock.getsockname()[1]
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
-        self._server = await asyncio.start_server(
-            self._accept,
-            host,
-            port,
-            limit=REQUEST_HEAD_MAX_BYTES,
-            ssl=tls,
-            ssl_handshake_timeout=IO_TIMEOUT_S if tls else None,
-        )
+        self._tls = tls
+        self._acceptors = [Acceptor(sock, self._judge, self._accept, "metrics") for sock in bind(host, port)]
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        tasks = [*self._connections, *self._probes]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for acceptor in self._acceptors:
+            await acceptor.close()  # cancels the connections being served
+        for probe in self._probes:
+            probe.cancel()
+        await asyncio.gather(*self._probes, return_exceptions=True)
 
     def scrape(self) -> bytes:
         return generate_latest(self.registry)
@@ -109,31 +105,54 @@ class MetricsEndpoint:
             log.exception("metrics scrape failed")
             return None
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        if len(self._connections) >= CONNECTIONS_MAX:
+    def _judge(self, sock: socket.socket, host: str) -> Verdict:
+        """Keep a socket just accepted, in the place of the oldest one still waiting if
+        every place is taken (that one is shut down: its serving ends at once)."""
+        if len(self._open) >= CONNECTIONS_MAX:
             if not self._waiting:
-                writer.close()
-                return
+                return Verdict.CLOSE
             oldest = next(iter(self._waiting))
-            self._waiting.pop(oldest).transport.abort()  # its read fails: it ends unanswered
+            del self._waiting[oldest]
+            self._open.discard(oldest)
+            with contextlib.suppress(OSError):
+                oldest.shutdown(socket.SHUT_RDWR)
             self.evicted += 1
-        self._connections.add(task)
-        self._waiting[task] = writer
+            verdict = Verdict.KEEP_AFTER_EVICTION
+        else:
+            verdict = Verdict.KEEP
+        self._open.add(sock)
+        self._waiting[sock] = None
+        return verdict
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=REQUEST_HEAD_MAX_BYTES)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        writer: asyncio.StreamWriter | None = None
         try:
-            await asyncio.wait_for(self._serve(reader, writer, task), IO_TIMEOUT_S)
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass  # a client that is slow, gone or sends too much gets no answer
+            async with asyncio.timeout(IO_TIMEOUT_S):
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol,
+                    sock,
+                    ssl=self._tls,
+                    ssl_handshake_timeout=IO_TIMEOUT_S if self._tls else None,
+                )
+                writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+                await self._serve(reader, writer, sock)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # a client that is slow, gone, refused by TLS or sends too much gets no answer
         finally:
-            self._connections.discard(task)
-            self._waiting.pop(task, None)
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            self._open.discard(sock)
+            self._waiting.pop(sock, None)
+            if writer is None:
+                sock.close()
+            else:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, accepted: asyncio.Task[None]
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, accepted: socket.socket
     ) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         self._waiting.pop(accepted, None)  # being answered: not to be closed for a newer one

@@ -7,8 +7,9 @@ Mechanisms: SCRAM-SHA-256 and SCRAM-SHA-512 (``raftka.security.scram``), and PLA
 cluster's own nodes, so a login would have nothing to be judged against. Kafka checks PLAIN
 passwords against a JAAS file; raftka has none, so a PLAIN password is checked against
 the user's SCRAM credential (SCRAM-SHA-512's if it has one, else SCRAM-SHA-256's): the
-password is salted and hashed as that credential was, and the stored keys compared. A
-user therefore logs in with either mechanism once ``raftka users add`` made it one.
+password is salted and hashed as that credential was, and the stored keys compared, within
+the node's budget for that work (``raftka.security.plain_checks``). A user therefore logs
+in with either mechanism once ``raftka users add`` made it one.
 
 A login that succeeds names the connection's principal ``User:<name>`` (judged by the
 same ACLs as certificates' principals); one that fails ends the connection (the
@@ -17,15 +18,15 @@ protocol's answer says so first), as Kafka's do.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raftka.security import scram
-from raftka.security.principal import CLIENT, USER_PREFIX, Principal
-from raftka.security.scram import AuthenticationFailed
+from raftka.security.plain_checks import PlainChecks
+from raftka.security.principal import CLIENT, USER_PREFIX, Principal, current_host
+from raftka.security.scram import AuthenticationFailed, ScramCredential
 
 PLAIN = "PLAIN"
 MECHANISMS = (*scram.MECHANISMS, PLAIN)
@@ -85,18 +86,26 @@ class SaslLogin:
         lookup: scram.Lookup,
         decoy: scram.Decoy,
         login_apis: tuple[frozenset[int], frozenset[int]],
+        plain_checks: PlainChecks,
         nonce: Callable[[], str] = server_nonce,
     ) -> None:
         """``login_apis``: the protocol's API keys served before a mechanism is chosen (the
-        handshake), and those served after (the token exchange)."""
+        handshake), and those served after (the token exchange); ``plain_checks``: the
+        node's, which bound the hashing of PLAIN passwords."""
         self.mechanisms = tuple(mechanisms)
         self._before, self._during = login_apis
         self._lookup = lookup
         self._decoy = decoy
+        self._plain_checks = plain_checks
         self._nonce = nonce
         self.mechanism: str | None = None
         self._scram: scram.ScramServer | None = None
         self.principal: Principal | None = None
+        self.user: str | None = None  # once logged in
+        # the credential the login was checked against: (its mechanism, it); None for a
+        # connection logged in by its certificate
+        self.checked: tuple[str, ScramCredential] | None = None
+        self.on_end: Callable[[], None] = lambda: None  # closes the connection (its listener sets it)
         self.failed = False
         # After Kafka's SaslHandshake v0 the client sends its tokens as bare frames, without
         # request headers, and reads the answers so: the listener hands each to this.
@@ -142,8 +151,24 @@ class SaslLogin:
         except AuthenticationFailed:
             self.failed = True
             raise
+        if self._scram is not None:
+            assert self._scram.credential is not None
+            self.checked = (self._scram.mechanism, self._scram.credential)
+        self.user = user
         self.principal = Principal(USER_PREFIX + user, CLIENT)
         return answer
+
+    def revoked_by(self, credentials: Mapping[tuple[str, str], ScramCredential]) -> bool:
+        """Whether the credential this login was checked against is gone from ``credentials``
+        (deleted, or replaced by another)."""
+        if self.checked is None or self.user is None:
+            return False
+        mechanism, credential = self.checked
+        return credentials.get((self.user, mechanism)) != credential
+
+    def end(self) -> None:
+        """Close the connection: its login no longer holds."""
+        self.on_end()
 
     async def _plain(self, token: bytes) -> str:
         """RFC 4616: authzid NUL authcid NUL password; the authzid empty or the user."""
@@ -161,11 +186,14 @@ class SaslLogin:
         found = next(((m, c) for m in _PLAIN_CHECKED_WITH if (c := self._lookup(user, m)) is not None), None)
         # An unknown user costs the same hashing as a known one, so timing does not tell them apart.
         mechanism, stored = found or (scram.SCRAM_SHA_512, self._decoy(user, scram.SCRAM_SHA_512))
-        matches = await asyncio.to_thread(scram.password_matches, mechanism, stored, password)
+        matches = await self._plain_checks.matches(
+            user, mechanism, stored, password, current_host.get(), known=found is not None
+        )
         if found is None:
             raise AuthenticationFailed(f"PLAIN: no SCRAM credential for user {user!r}")
         if not matches:
             raise AuthenticationFailed(f"PLAIN: wrong password for user {user!r}")
+        self.checked = (mechanism, stored)
         return user
 
 

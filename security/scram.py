@@ -140,6 +140,11 @@ class ScramServer:
         self._server_first = b""
         self.user: str | None = None  # set once the login succeeded
 
+    @property
+    def credential(self) -> ScramCredential | None:
+        """The user's credential this login is checked against (None: unknown user)."""
+        return self._credential
+
     def step(self, message: bytes) -> bytes:
         """The answer to the client's next message: server-first, then server-final."""
         return self.first(message) if self._stage == "first" else self.final(message)

@@ -19,7 +19,8 @@ an earlier answer), and requests of at most ``request_max_bytes``. A connection'
 answers share ``answer_bytes_max`` (``answer_room``): it is not read while they reach
 it, and its fetches read no more than what its queued answers and its other fetches
 leave (a fetch's first batch still comes whole), so a client that sends 64 fetches at
-once and reads nothing pins 64 MiB and a batch, not 64 times that. A connection whose
+once and reads nothing pins 64 MiB and a batch, not 64 times that; and all the
+connections of a listener share the guard's ``answer_bytes_max`` the same way. A connection whose
 client a handler throttled (``mute``: client quotas) is not read until the throttle ends.
 """
 
@@ -32,6 +33,7 @@ import logging
 import socket
 import ssl
 import time
+from asyncio import sslproto
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
@@ -87,6 +89,7 @@ class Dispatcher(Protocol):
 
 IN_FLIGHT_MAX = 64
 WRITE_BUFFER_HIGH_BYTES = 4 << 20  # unsent answers past which a connection is not read
+TLS_READ_BYTES = 32 << 10  # asyncio's TLS read buffer per connection (its default: 256 KiB)
 ANSWER_BYTES_MAX = 64 << 20  # a connection's answers, queued or being read: the largest fetch answer
 # The address of the client whose request a handler is serving ("host:port"): each
 # request's task starts with it set (a group coordinator shows it as the member's host).
@@ -135,6 +138,8 @@ class Listener:
         guard before its handshake, so sockets that never finish one count like any other."""
         loop = asyncio.get_running_loop()
         self.tls = tls
+        if tls is not None:
+            small_tls_reads()
 
         async def serve(sock: socket.socket) -> None:
             await loop.connect_accepted_socket(lambda: _Connection(self), sock)
@@ -151,6 +156,15 @@ class Listener:
         for connection in list(self.connections):
             connection.abort()
         await self.guard.stop()
+
+
+def small_tls_reads() -> None:
+    """asyncio gives every TLS connection a read buffer of ``SSLProtocol.max_size`` (256 KiB,
+    zeroed, so resident) from the start of its handshake: ~290 KB per idle socket. A TLS
+    record holds at most 16 KiB, so reading 32 KiB at a time costs little; it applies to
+    every asyncio TLS connection of the process (a class attribute: asyncio has no
+    per-connection setting)."""
+    sslproto.SSLProtocol.max_size = TLS_READ_BYTES
 
 
 class FrameServer(Listener):
@@ -222,7 +236,9 @@ class _Connection(asyncio.Protocol):
         self._unanswered: collections.deque[asyncio.Task[bytes | None] | bytes] = collections.deque()
         self._ready_bytes = 0  # ordered answers finished but waiting for an earlier one
         self._unsent_high = min(WRITE_BUFFER_HIGH_BYTES, listener.answer_bytes_max)
-        self.answers = AnswerBudget(listener.answer_bytes_max, self.queued_answer_bytes)
+        self.answers = AnswerBudget(
+            listener.answer_bytes_max, self.queued_answer_bytes, listener.guard.answers
+        )
         self._reading = True
         self._writable = True
         self.mute = Mute(self._dispatch)
@@ -242,6 +258,7 @@ class _Connection(asyncio.Protocol):
             self._serve(transport)
             return
         self._handshaking = True
+        self._listener.guard.handshaking(self)
         transport.pause_reading()  # until start_tls puts the TLS layer in front of this protocol
         self._handshake_task = asyncio.get_running_loop().create_task(
             self._handshake(transport, self._listener.tls)
@@ -265,6 +282,7 @@ class _Connection(asyncio.Protocol):
             self._listener.guard.release(self)
             return
         self._handshaking = False
+        self._listener.guard.handshake_done(self)
         self._serve(secured)
         self._dispatch()  # what arrived with the end of the handshake
 
@@ -273,6 +291,7 @@ class _Connection(asyncio.Protocol):
         self._principal = from_ssl(transport.get_extra_info("ssl_object"))
         if self._listener.login is not None:  # SASL: the login knows the certificate, if any
             self._login = self._listener.login(self._principal)
+            self._login.on_end = self.abort
         transport.set_write_buffer_limits(high=self._unsent_high)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -384,6 +403,7 @@ class _Connection(asyncio.Protocol):
             if self._dispatcher.ordered and self._unanswered:
                 self._unanswered.append(call)
                 self._ready_bytes += len(call)
+                self.answers.queued()
             else:
                 self._write(call)
             return
@@ -432,6 +452,7 @@ class _Connection(asyncio.Protocol):
             return
         if self._dispatcher.ordered:
             self._ready_bytes += len(task.result() or b"")
+            self.answers.queued()
             self._write_answered()
         else:
             self._write(task.result())
@@ -457,6 +478,7 @@ class _Connection(asyncio.Protocol):
         if answer is not None and self._transport is not None and not self._transport.is_closing():
             self.last_active_s = time.monotonic()
             self._transport.write(answer)
+            self.answers.queued()
 
     def _close_for(self, why: str) -> None:
         self._close_logged(self._listener.bad_frames, logging.WARNING, "bad frame", why)

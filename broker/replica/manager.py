@@ -15,7 +15,10 @@ offline on this broker (Kafka's offline partition: requests for it are answered
 KAFKA_STORAGE_ERROR, which clients retry), is logged once, and the other partitions'
 changes go on, so the broker keeps serving and following the metadata log. The next
 change the metadata makes to that partition (a new leader epoch, its deletion) tries it
-again. A leader's write that fails on its log (an ``OSError`` appending or rolling a
+again; a change that failed for want of file descriptors (``EMFILE``, ``ENFILE``, or the
+node's reserve) is tried again by itself too, after ``DESCRIPTORS_RETRY_MIN_S`` doubling up
+to ``DESCRIPTORS_RETRY_MAX_S``: a flood of connections once took a broker to its limit and
+the replicas of a topic created meanwhile stayed offline after it ended, until a restart. A leader's write that fails on its log (an ``OSError`` appending or rolling a
 segment) takes the partition offline the same way (Kafka takes the log's directory
 offline). The heartbeat reports offline partitions (``on_offline_changed``,
 ``raftka.broker.offline_report``), so the controller moves their leadership and ISR
@@ -38,11 +41,12 @@ second is answered at once with what there is.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -76,6 +80,9 @@ ACKS = (-1, 0, 1)
 TIMEOUT_MS_MAX = 5 * 60_000
 FETCH_WAIT_MS_MAX = 60_000
 FETCH_BYTES_MAX = 64 << 20
+DESCRIPTORS_RETRY_MIN_S = 1.0
+DESCRIPTORS_RETRY_MAX_S = 30.0
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 LIST_EARLIEST = -2
 LIST_LATEST = -1
 LIST_MAX_TIMESTAMP = -3  # the record with the largest timestamp (ListOffsets v7, KIP-734)
@@ -139,6 +146,10 @@ class ReplicaManager:
         self._on_offline_changed = on_offline_changed
         self._partitions: dict[Key, Partition] = {}
         self._offline: dict[Key, OfflinePartition] = {}
+        # offline partitions whose change failed for want of descriptors: tried again on a timer
+        self._retries: dict[Key, tuple[Any, str, Callable[[Any], None]]] = {}
+        self._retry_delay_s = DESCRIPTORS_RETRY_MIN_S
+        self._retry_timer: asyncio.TimerHandle | None = None
         self._image = MetadataImage()
         self._acks = OffsetWaiters()
         self._appended = Wakeups()  # log end moved: followers' fetches
@@ -168,11 +179,10 @@ class ReplicaManager:
         """Adopt a metadata image: role changes first, then any topic config changes."""
         configs_changed = image.configs is not self._image.configs
         self._image = image
-        now = self._clock_ms()
         for gone in changes.stopped:
             self._isolated(gone, "delete", self._stop)
         for role in changes.leading:
-            self._isolated(role, "lead", lambda r: self._lead(r, now))
+            self._isolated(role, "lead", self._lead)
         for role in changes.following:
             self._isolated(role, "follow", self._follow)
         if changes.started:  # every role this incarnation has: any other log found at start is a stray
@@ -195,13 +205,45 @@ class ReplicaManager:
     def _isolated(self, change: _Change, name: str, work: Callable[[_Change], None]) -> None:
         """Carry out one partition's change; if it fails, that partition alone goes offline."""
         key = (change.topic, change.partition)
+        self._retries.pop(key, None)
         try:
             work(change)
         except Exception as e:  # any failure of one partition must spare the others
             self._take_offline(key, OfflinePartition(change.topic_id, name, repr(e)))
+            if isinstance(e, OSError) and e.errno in _OUT_OF_DESCRIPTORS:
+                self._retries[key] = (change, name, work)
+                self._retry_later()
             return
         if self._offline.pop(key, None) is not None:
             self._on_offline_changed()
+
+    def _retry_later(self) -> None:
+        if self._retry_timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # applied outside the event loop (tools): the next change retries
+            return
+        self._retry_timer = loop.call_later(self._retry_delay_s, self._retry_for_descriptors)
+
+    def close(self) -> None:
+        """No more retries: the logs are closing."""
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
+
+    def _retry_for_descriptors(self) -> None:
+        """Apply again the changes that failed for want of descriptors (the latest failure
+        of each partition still offline; a newer change or a deletion replaced any other)."""
+        self._retry_timer = None
+        retries, self._retries = self._retries, {}
+        for change, name, work in retries.values():
+            self._isolated(change, name, work)
+        if self._retries:
+            self._retry_delay_s = min(2 * self._retry_delay_s, DESCRIPTORS_RETRY_MAX_S)
+            self._retry_later()
+        else:
+            self._retry_delay_s = DESCRIPTORS_RETRY_MIN_S
 
     def _take_offline(self, key: Key, offline: OfflinePartition) -> None:
         partition = self._partitions.pop(key, None)
@@ -241,10 +283,10 @@ class ReplicaManager:
             self._partitions[key] = partition
         return partition
 
-    def _lead(self, role: PartitionRole, now_ms: int) -> None:
+    def _lead(self, role: PartitionRole) -> None:
         partition = self._partition_for(role)
         was_follower = partition.role is Role.FOLLOWER
-        if partition.become_leader(role, now_ms):
+        if partition.become_leader(role, self._clock_ms()):
             if was_follower:
                 self._on_stop_following(partition)
             log.info("leading", partition=partition.name, leader_epoch=role.leader_epoch, isr=list(role.isr))

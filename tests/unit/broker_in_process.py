@@ -212,6 +212,7 @@ async def broker_in_process(
     completing = asyncio.create_task(transactions.run())
     broker = InProcessBroker(api, controller, port, kafka_port, followers, markers)
     controller.listeners.append(broker.adopt)  # quotas altered through it reach the broker
+    controller.listeners.append(lambda image: api.sasl_sessions.credentials_changed(image.scram_credentials))
     broker.set_topics(topics, configs)
     try:
         yield broker

@@ -40,7 +40,9 @@ from raftka.broker.kafka.sasl_apis import SaslApis, kafka_logins
 from raftka.metadata.image import MetadataImage, frozen
 from raftka.node.config import KafkaConfig
 from raftka.security import scram
+from raftka.security.plain_checks import PlainChecks
 from raftka.security.principal import current_principal
+from raftka.security.sasl_sessions import SaslSessions
 from raftka.wire.server import Listener
 from tests.unit.kafka_wire import BrokerThread, RawConnection, broker_thread, request_frame
 from tests.unit.tls_support import make_certs
@@ -147,6 +149,42 @@ def test_a_login_then_serves_everything(scram_broker: BrokerThread) -> None:
     assert [t.name for t in metadata.topics] == [TOPIC]
 
 
+def test_a_changed_or_deleted_credential_closes_the_connections_logged_in_with_it(
+    scram_broker: BrokerThread,
+) -> None:
+    """A deleted user's open connection was still served. A connection whose login's
+    credential the image replaces or deletes is closed; others are served on, and the new
+    password logs in."""
+    with_users(scram_broker, bob="bob-secret")
+
+    def logged_in(user: str, password: str) -> RawConnection:
+        connection = RawConnection(scram_broker.bootstrap)
+        *_, answer = scram_login(connection, ScramClient(user, password, SHA512))
+        assert answer.error_code == 0
+        return connection
+
+    def served(connection: RawConnection, cid: int) -> bool:
+        try:
+            connection.send(metadata_frame(cid))
+            return connection.read_frame() is not None
+        except ConnectionError:  # closed by the broker
+            return False
+
+    with logged_in("alice", "alice-secret") as alice, logged_in("bob", "bob-secret") as bob:
+        assert served(alice, 4) and served(bob, 4)
+        with_users(scram_broker, alice="changed")  # a new password: a new salt and keys
+        assert not served(alice, 5)
+        assert served(bob, 5)
+        controller = scram_broker.broker.controller
+        remaining = {k: v for k, v in controller.image.scram_credentials.items() if k[0] != "bob"}
+        controller.set_image(
+            MetadataImage(offset=controller.image.offset + 1, scram_credentials=frozen(remaining))
+        )
+        assert not served(bob, 6)
+    with logged_in("alice", "changed") as alice:
+        assert served(alice, 4)
+
+
 @pytest.mark.parametrize(("user", "password"), [("alice", "wrong"), ("mallory", "alice-secret")])
 def test_a_failed_login_is_answered_58_then_closed(
     scram_broker: BrokerThread, user: str, password: str
@@ -233,7 +271,11 @@ def test_requests_after_a_login_run_as_the_user() -> None:
         seen.append(None if principal is None else principal.name)
         return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=-1, topics=[])
 
-    api = SimpleNamespace(image=MetadataImage(scram_credentials=frozen(credentials(alice="pw"))))
+    api = SimpleNamespace(
+        image=MetadataImage(scram_credentials=frozen(credentials(alice="pw"))),
+        plain_checks=PlainChecks(),
+        sasl_sessions=SaslSessions(),
+    )
     logins = kafka_logins(api, (SHA256,))  # type: ignore[arg-type]
     dispatcher = KafkaDispatcher([KafkaApi(MetadataRequest, 12, 12, who), *SaslApis(api, logins).apis()])  # type: ignore[arg-type]
     listener = Listener(dispatcher, name="kafka", login=logins.new)

@@ -5,6 +5,7 @@ be exactly what the nodes export."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
 import ssl
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from pytest import MonkeyPatch
 
 from raftka.broker.metrics import BrokerCollector, BrokerTopicMetrics
 from raftka.broker.quota.manager import ClientQuotas
@@ -26,6 +28,7 @@ from raftka.client.consumer import AsyncConsumer
 from raftka.client.producer import AsyncProducer
 from raftka.metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
 from raftka.metadata.metrics import ControllerCollector, EventQueueProbe, image_counts
+from raftka.node import metrics_endpoint
 from raftka.node.config import AuthorizerConfig, MetricsConfig, NodeConfig
 from raftka.node.descriptors import DESCRIPTORS
 from raftka.node.metrics_endpoint import (
@@ -45,6 +48,7 @@ from tests.unit.broker_in_process import broker_in_process
 from tests.unit.metadata_controller_support import create, live_brokers, three
 from tests.unit.test_raft_driver import leading, new_node
 from tests.unit.test_raft_roles import _follower_of_2_in_epoch_5_now_prospective
+from tests.unit.test_wire import until
 from tests.unit.tls_support import make_certs
 from tests.unit.transport_fakes import run
 
@@ -560,3 +564,42 @@ async def scrape(port: int, tls: ssl.SSLContext | None = None) -> dict[Any, floa
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), head
     return samples(text_string_to_metric_families(body.decode()))
+
+
+def test_sockets_that_never_handshake_hold_no_more_than_the_endpoints_places(
+    tmp_path: Path, monkeypatch: MonkeyPatch
+) -> None:
+    """A flood of sockets sending no certificate took a broker's descriptors to its limit:
+    each was handshaken (for up to 10 s) before the endpoint's 16-connection bound saw it.
+    Judged as accepted, the endpoint holds at most its 16, a scrape with a certificate
+    still gets its answer, and every descriptor is given back when the flood ends."""
+    certs = make_certs(tmp_path / "certs")
+    flood = 8 * CONNECTIONS_MAX
+    monkeypatch.setattr(metrics_endpoint, "IO_TIMEOUT_S", 120.0)  # no socket ends by timing out
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def scenario() -> None:
+        endpoint = MetricsEndpoint([Constant("x", 1)])
+        await endpoint.start("127.0.0.1", 0, certs.broker.server_ssl)
+        before = fds()
+        sockets = []
+        try:
+            for _ in range(flood):
+                sockets.append(await asyncio.open_connection("127.0.0.1", endpoint.port))
+
+            def shut_by_server() -> int:
+                return sum(reader.at_eof() or reader.exception() is not None for reader, _ in sockets)
+
+            await until(lambda: shut_by_server() >= flood - CONNECTIONS_MAX, "the flood judged")
+            held = fds() - before - flood  # the server's side of the flood
+            assert held <= CONNECTIONS_MAX, f"{held} descriptors held by the endpoint"
+            assert (await scrape(endpoint.port, certs.admin.client_ssl))["x"] == 1
+        finally:
+            for _, writer in sockets:
+                writer.close()
+        await until(lambda: fds() <= before, "every descriptor given back")
+        await endpoint.close()
+
+    run(scenario)

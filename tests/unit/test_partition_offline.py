@@ -24,6 +24,7 @@ from raftka.broker.log.manager import LogManager
 from raftka.broker.metrics import BrokerCollector
 from raftka.broker.offline_report import OfflineReport
 from raftka.broker.partitions import BrokerPartitions
+from raftka.broker.replica import manager as replica_manager
 from raftka.broker.replica.manager import ReplicaManager
 from raftka.metadata.image import TOPIC, BrokerRegistration, MetadataImage, PartitionState, TopicImage, frozen
 from raftka.metadata.validation import OFFLINE_REPLICAS_MAX
@@ -323,3 +324,45 @@ def test_logs_found_at_start_beyond_the_descriptor_limit_stay_closed_and_go_offl
     [closed] = [e for e in logged if e["log_level"] == "error"]  # one line, not one per log
     assert closed["count"] == partitions - opened
     again.close()
+
+
+def test_replicas_offline_for_want_of_descriptors_come_back_by_themselves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flood of connections took a broker to its descriptor limit, and the replicas of a
+    topic created meanwhile stayed offline after it ended, until a restart. Once
+    descriptors are free again, they open on the next retry, with no new metadata."""
+    monkeypatch.setattr(replica_manager, "DESCRIPTORS_RETRY_MIN_S", 0.05)
+    partitions = 300
+    topic_id = uuid.uuid5(uuid.NAMESPACE_OID, "wide").bytes
+    state = PartitionState((BROKER,), (BROKER,), BROKER, 0, 0)
+    wide = MetadataImage(
+        offset=1,
+        brokers=frozen({BROKER: BrokerRegistration(BROKER, INCARNATION, 1, (), "", False)}),
+        topics_by_id=frozen(
+            {topic_id: TopicImage("wide", topic_id, frozen(dict.fromkeys(range(partitions), state)))}
+        ),
+        topic_ids_by_name=frozen({"wide": topic_id}),
+    )
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+    async def body() -> None:
+        broker = Broker(tmp_path)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_fds() + 200, hard))
+        try:
+            with capture_logs():
+                broker.adopt(wide)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))  # the flood is over
+        refused = next(p for p in range(partitions) if ("wide", p) in broker.replicas.offline())
+        for _ in range(200):
+            if not broker.replicas.offline():
+                break
+            await asyncio.sleep(0.05)
+        assert not broker.replicas.offline()
+        assert broker.gauge("kafka_server_replicamanager_partitioncount") == partitions
+        assert (await broker.produce_to("wide", refused, b"a")).error == E.NONE
+        broker.replicas.close()
+        broker.logs.close()
+
+    run(body())

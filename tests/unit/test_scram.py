@@ -15,6 +15,7 @@ import pytest
 from kafka.net.sasl.scram import ScramClient
 
 from raftka.security import scram
+from raftka.security.plain_checks import PlainChecks
 from raftka.security.sasl import PLAIN, SaslLogin, mechanisms_problem, parse_mechanisms
 from raftka.security.scram import AuthenticationFailed, ScramCredential, ScramServer
 
@@ -173,7 +174,7 @@ def test_escaped_user_names_are_read_as_rfc_5802_writes_them() -> None:
 
 
 def login(mechanisms: tuple[str, ...] = (*scram.MECHANISMS, PLAIN), **passwords: str) -> SaslLogin:
-    return SaslLogin(mechanisms, users(**passwords), decoy, LOGIN_APIS)
+    return SaslLogin(mechanisms, users(**passwords), decoy, LOGIN_APIS, PlainChecks())
 
 
 def test_a_scram_login_names_the_principal_and_serves_everything_after() -> None:

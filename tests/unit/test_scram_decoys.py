@@ -22,10 +22,11 @@ import asyncio, sys
 from types import SimpleNamespace
 from raftka.broker.kafka.sasl_apis import LOGIN_APIS
 from raftka.broker.sasl_logins import SaslLogins
+from raftka.security.plain_checks import PlainChecks
 from raftka.metadata.snapshot import decode_image
 
 image = decode_image(sys.stdin.buffer.read())
-logins = SaslLogins(SimpleNamespace(image=image), ("SCRAM-SHA-512",), LOGIN_APIS, "kafka")
+logins = SaslLogins(SimpleNamespace(image=image, plain_checks=PlainChecks()), ("SCRAM-SHA-512",), LOGIN_APIS, "kafka")
 for user in sys.argv[1:]:
     login = logins.new(None)
     login.choose("SCRAM-SHA-512")
