@@ -2,9 +2,9 @@
 idempotent producers' state (Kafka's UnifiedLog, smaller).
 
 Appends go to the active (last) segment, which rolls on ``segment.bytes``, on
-``segment.ms`` and when its index is full. Retention deletes whole inactive segments
-below the high watermark and moves the log start offset, never past the high
-watermark. Durability is Kafka's default: data reaches the page cache on append and
+``segment.ms`` and when its index is full. Retention (with ``cleanup.policy`` ``delete``)
+deletes whole inactive segments below the high watermark and moves the log start offset,
+never past the high watermark. Durability is Kafka's default: data reaches the page cache on append and
 is fsynced on roll, on close, every ``flush.ms`` (through the manager) and, with
 ``flush.messages``, once that many records are unflushed (``flush.messages=1``: before
 the append returns, so before it can count toward the high watermark).
@@ -474,10 +474,13 @@ class PartitionLog:
         """Retention on whole inactive segments; the number deleted. Only segments wholly
         below ``high_watermark`` go (Kafka's deletableSegments), so the log start never
         passes it: a record no follower has fetched yet is never deleted, and an acks=all
-        producer waiting for it is never answered for a record no replica holds."""
+        producer waiting for it is never answered for a record no replica holds. A log whose
+        ``cleanup.policy`` lacks ``delete`` (``compact`` alone) keeps every segment: the
+        cleaner, not retention, bounds it (Kafka's ``deleteOldSegments``)."""
         deleted = 0
         while (
-            len(self.segments) > 1
+            self.config.delete
+            and len(self.segments) > 1
             and self.segments[1].base_offset <= high_watermark
             and self._expired(self.segments[0], now_ms)
         ):
