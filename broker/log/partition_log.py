@@ -439,12 +439,10 @@ class PartitionLog:
         for segment in self.segments:
             if segment.max_timestamp < timestamp_ms:
                 continue
-            found = segment.first_batch_reaching(timestamp_ms)
-            if found is None:
-                continue
-            for record in read_records(segment.read_batch(found)):
-                if record.timestamp >= timestamp_ms and record.offset >= self.log_start_offset:
-                    return record.offset, record.timestamp
+            for found in segment.batches_reaching(timestamp_ms):
+                for record in read_records(segment.read_batch(found)):
+                    if record.timestamp >= timestamp_ms and record.offset >= self.log_start_offset:
+                        return record.offset, record.timestamp
         return None
 
     def max_timestamp_record(self) -> tuple[int, int] | None:

@@ -272,6 +272,19 @@ class LogSegment:
             position += header.size
         return None
 
+    def batches_reaching(self, timestamp: int) -> Iterator[Position]:
+        """Every batch whose max timestamp is at least ``timestamp``, from the first on: a
+        compacted batch may hold no record that late (the cleaner keeps a batch emptied of
+        its records, with its max timestamp, for its producer's state), so a lookup by time
+        reads on to the next (Kafka's ``LogSegment.findOffsetByTimestamp``)."""
+        first = self.first_batch_reaching(timestamp)
+        position = self.size if first is None else first.position
+        while position < self.size:
+            header = self._header_at(position)
+            if header.max_timestamp >= timestamp:
+                yield Position(position, header)
+            position += header.size
+
     def headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """The header of every batch from the one holding ``offset`` on (the producers'
         state is replayed from these; the segment is whole, recovered): small batches are

@@ -13,6 +13,7 @@ import json
 import uuid
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from raftka.broker.log.config import LogConfig
@@ -21,7 +22,7 @@ from raftka.broker.log.partition_log import LogAppendError, PartitionLog
 from raftka.cli.main import main
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.types import TopicPartition
-from raftka.records.batch import assign
+from raftka.records.batch import CRC_START, HEADER_SIZE, assign
 from raftka.records.codec import BatchBuilder, read_records
 from tests.unit.broker_in_process import broker_in_process
 
@@ -143,6 +144,27 @@ def test_list_offsets_and_epoch_ends_on_a_log_with_gaps(tmp_path: Path) -> None:
     assert log.end_offset_for_epoch(5) == (2, 21)
 
 
+def emptied(batch: bytes) -> bytes:
+    """``batch`` with its records removed but its header kept (offsets, max timestamp): what
+    Kafka's cleaner leaves of a producer's last batch to keep its producer state."""
+    header = bytearray(batch[:HEADER_SIZE])
+    header[8:12] = (HEADER_SIZE - 12).to_bytes(4, "big")  # batchLength
+    header[57:61] = (0).to_bytes(4, "big")  # record count
+    header[17:21] = crc32c.crc32c(bytes(header[CRC_START:])).to_bytes(4, "big")
+    return bytes(header)
+
+
+def test_a_lookup_by_time_reads_past_a_batch_emptied_by_the_cleaner(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path, TOPIC_ID, LogConfig(), clean_shutdown=True, recovery_point=0)
+    log.append_as_follower(
+        batch_at(0, b"a", timestamp=NOW)
+        + emptied(batch_at(1, b"b", b"c", timestamp=NOW + 50))
+        + batch_at(3, b"d", timestamp=NOW + 40)
+    )
+    assert log.offset_for_timestamp(NOW + 30) == (3, NOW + 40)
+    assert first_offset_read(log, 1) == 3 and log.log_end_offset == 4
+
+
 def test_a_gap_wider_than_a_segment_can_index_rolls_at_the_batch(tmp_path: Path) -> None:
     log = cleaned_log(tmp_path)
     far = 20 + RELATIVE_OFFSET_MAX + 10
@@ -178,6 +200,7 @@ def test_a_consumer_reads_through_the_gaps_and_a_seek_into_one_lands_on_the_next
     topic = "table-changelog"
     topic_id = uuid.uuid5(uuid.NAMESPACE_OID, topic).bytes  # the in-process broker's id for it
     log = cleaned_log(tmp_path / f"{topic}-0")
+    log.append_as_follower(emptied(batch_at(21, b"x", b"y")) + batch_at(25, b"g"))
     log.topic_id = topic_id
     log.close()
     (tmp_path / f"{topic}-0" / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id.hex()}\n")
@@ -189,15 +212,19 @@ def test_a_consumer_reads_through_the_gaps_and_a_seek_into_one_lands_on_the_next
             try:
                 await consumer.assign([tp])
                 got = []
-                while len(got) < len(OFFSETS):
+                while len(got) < len(OFFSETS) + 1:
                     got += await consumer.poll(2000, 100)
                 assert [(r.offset, r.key, r.value) for r in got] == [
-                    (o, k, k.upper()) for o, k in zip(OFFSETS, b"abcdef", strict=True) for k in [bytes([k])]
+                    (o, k, k.upper())
+                    for o, k in zip([*OFFSETS, 25], b"abcdefg", strict=True)
+                    for k in [bytes([k])]
                 ]
-                assert await consumer.position(tp) == 21
+                assert await consumer.position(tp) == 26
                 consumer.seek(tp, 13)
-                again = await consumer.poll(2000, 100)
-                assert [r.offset for r in again] == [20] and await consumer.position(tp) == 21
+                again = []
+                while len(again) < 2:
+                    again += await consumer.poll(2000, 100)
+                assert [r.offset for r in again] == [20, 25] and await consumer.position(tp) == 26
             finally:
                 await consumer.close()
 
