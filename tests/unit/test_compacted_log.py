@@ -4,7 +4,8 @@ and between segments. The logs here are written the way a cleaned log holds its 
 keeps the leader's offsets as Kafka's does. Reads from an offset compacted away start at
 the next batch; ListOffsets and OffsetForLeaderEpoch answer as on a log without gaps;
 reopening keeps the segments after a gap; a consumer's position moves across gaps; and
-``raftka log dump`` names each gap."""
+``raftka log dump`` names each gap. A raftka producer's record without a key is refused
+there."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from raftka.broker.log.index import RELATIVE_OFFSET_MAX
 from raftka.broker.log.partition_log import LogAppendError, PartitionLog
 from raftka.cli.main import main
 from raftka.client.consumer import AsyncConsumer
+from raftka.client.errors import ProducerError
+from raftka.client.producer import AsyncProducer
 from raftka.client.types import TopicPartition
 from raftka.records.batch import CRC_START, HEADER_SIZE, assign
 from raftka.records.codec import BatchBuilder, read_records
@@ -194,7 +197,7 @@ def test_log_dump_names_each_gap(tmp_path: Path, capsys: pytest.CaptureFixture[s
     ]
 
 
-def test_a_consumer_reads_through_the_gaps_and_a_seek_into_one_lands_on_the_next_record(
+def test_a_consumer_reads_through_the_gaps_and_a_keyless_produce_over_the_data_listener_is_refused(
     tmp_path: Path,
 ) -> None:
     topic = "table-changelog"
@@ -227,5 +230,13 @@ def test_a_consumer_reads_through_the_gaps_and_a_seek_into_one_lands_on_the_next
                 assert [r.offset for r in again] == [20, 25] and await consumer.position(tp) == 26
             finally:
                 await consumer.close()
+            producer = AsyncProducer(broker.address)  # over the data listener
+            try:
+                with pytest.raises(ProducerError) as refused:
+                    await asyncio.wait_for(await producer.send(topic, b"v", partition=0), 10)
+                assert refused.value.code == "INVALID_RECORD" and "has no key" in refused.value.message
+                assert (await (await producer.send(topic, b"v", key=b"k", partition=0))).offset == 26
+            finally:
+                await producer.close()
 
     asyncio.run(scenario())
