@@ -52,6 +52,7 @@ from typing import Protocol
 import structlog
 
 from raftka.broker.log import checkpoint, producer_snapshots
+from raftka.broker.log.cleaner.swap import finish_interrupted_swaps
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.epoch_cache import FILE_NAME as EPOCHS_FILE
 from raftka.broker.log.epoch_cache import LeaderEpochCache
@@ -172,6 +173,7 @@ class PartitionLog:
         return partition_log
 
     def _load(self, clean_shutdown: bool, recovery_point: int) -> None:
+        finish_interrupted_swaps(self.directory, self.config.index_interval_bytes, _wall_ms())
         for stray in self.directory.iterdir():
             if stray.name.endswith((".tmp", ".deleted")):
                 stray.unlink()

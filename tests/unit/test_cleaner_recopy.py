@@ -1,0 +1,114 @@
+"""One cleaning pass: the latest record of each key stays at its offset, in its batch, and
+the rest goes (Kafka's ``CleanerTest`` cases)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from raftka.broker.log.cleaner.manager import Candidate, LogCleaner
+from raftka.broker.log.cleaner.offset_map import ENTRY_BYTES, OffsetMap
+from raftka.broker.log.cleaner.retained_batch import delete_horizon_ms
+from raftka.broker.log.cleaner.settings import CleanerSettings, CompactionSettings
+from raftka.broker.log.partition_log import PartitionLog
+from raftka.records.batch import Compression, crc_matches
+from tests.unit.cleaner_logs import append, consume, open_log
+
+SEGMENT_BYTES = 300
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+
+def cleaner(
+    tmp_path: Path, partition_log: PartitionLog, clock: Clock, retention_ms: int = 1000
+) -> LogCleaner:
+    settings = CompactionSettings(
+        compact=True,
+        min_cleanable_dirty_ratio=0.0,
+        delete_retention_ms=retention_ms,
+        segment_bytes=SEGMENT_BYTES,
+        index_interval_bytes=128,
+    )
+
+    def candidates() -> list[Candidate]:
+        upper = partition_log.last_stable_offset(partition_log.log_end_offset)
+        return [Candidate("t-0", partition_log, settings, upper)]
+
+    return LogCleaner(tmp_path, CleanerSettings(), candidates, wall_ms=lambda: clock.ms)
+
+
+def test_a_pass_keeps_the_latest_record_of_each_key_at_its_offset(tmp_path: Path) -> None:
+    clock = Clock()
+    partition_log = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    for i in range(30):
+        append(partition_log, [(b"k%d" % (i % 3), b"v%d" % i)], clock.ms, compression=Compression.GZIP)
+    partition_log.roll()
+    before = consume(partition_log)
+    result = cleaner(tmp_path, partition_log, clock).clean_now(OffsetMap(ENTRY_BYTES * 100))
+    assert result is not None and result.end_offset == 30
+    after = consume(partition_log)
+    assert after.table == before.table == {b"k0": (27, b"v27"), b"k1": (28, b"v28"), b"k2": (29, b"v29")}
+    assert after.offsets == [27, 28, 29]
+    for header, batch in after.batches:  # and an empty batch where each group of segments ended
+        assert crc_matches(batch, 0, header)
+        assert header.compression == Compression.GZIP or header.record_count == 0
+    assert (tmp_path / "cleaner-offset-checkpoint").read_text().splitlines()[2] == "t-0 30"
+    partition_log.close()
+    reopened = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    assert consume(reopened).table == before.table
+
+
+def test_a_rewritten_batch_keeps_its_base_and_last_offset_and_sequence(tmp_path: Path) -> None:
+    clock = Clock()
+    partition_log = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    append(partition_log, [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")], clock.ms, producer=(5, 0, 0))
+    append(partition_log, [(b"a", b"2"), (b"c", b"2")], clock.ms, producer=(5, 0, 3))
+    append(partition_log, [(b"x", b"2")], clock.ms)
+    partition_log.roll()
+    cleaner(tmp_path, partition_log, clock).clean_now(OffsetMap(ENTRY_BYTES * 100))
+    first, second, _ = consume(partition_log).batches
+    assert (first[0].base_offset, first[0].last_offset, first[0].record_count) == (0, 2, 1)
+    assert (first[0].producer_id, first[0].base_sequence) == (5, 0)
+    assert (second[0].base_offset, second[0].last_offset, second[0].record_count) == (3, 4, 2)
+
+
+def test_a_tombstone_stays_for_delete_retention_after_the_pass_that_first_kept_it(tmp_path: Path) -> None:
+    clock = Clock()
+    partition_log = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    append(partition_log, [(b"a", b"1")], clock.ms)
+    append(partition_log, [(b"a", None)], clock.ms)
+    append(partition_log, [(b"b", b"1")], clock.ms)
+    partition_log.roll()
+    the_cleaner = cleaner(tmp_path, partition_log, clock, retention_ms=1000)
+    the_cleaner.clean_now(OffsetMap(ENTRY_BYTES * 100))
+    batches = consume(partition_log).batches
+    assert [h.base_offset for h, _ in batches] == [1, 2]
+    assert delete_horizon_ms(batches[0][0]) == clock.ms + 1000
+    append(partition_log, [(b"c", b"1")], clock.ms)  # something dirty, so the log is due again
+    partition_log.roll()
+    clock.ms += 999
+    the_cleaner.clean_now(OffsetMap(ENTRY_BYTES * 100))
+    assert [h.base_offset for h, _ in consume(partition_log).batches] == [1, 2, 3]
+    append(partition_log, [(b"d", b"1")], clock.ms)
+    partition_log.roll()
+    clock.ms += 1
+    the_cleaner.clean_now(OffsetMap(ENTRY_BYTES * 100))
+    assert [h.base_offset for h, _ in consume(partition_log).batches] == [2, 3, 4]
+
+
+def test_nothing_at_or_above_the_active_segment_or_the_last_stable_offset_is_touched(tmp_path: Path) -> None:
+    clock = Clock()
+    partition_log = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    append(partition_log, [(b"a", b"1")], clock.ms)
+    append(partition_log, [(b"a", b"2")], clock.ms)
+    partition_log.roll()
+    append(partition_log, [(b"a", b"3")], clock.ms, producer=(9, 0, 0), transactional=True)  # open
+    append(partition_log, [(b"a", b"4")], clock.ms)
+    partition_log.roll()
+    append(partition_log, [(b"a", b"5")], clock.ms)  # the active segment
+    assert partition_log.last_stable_offset(partition_log.log_end_offset) == 2
+    assert cleaner(tmp_path, partition_log, clock).clean_now(OffsetMap(ENTRY_BYTES * 100)) is not None
+    everything = consume(partition_log, upper=partition_log.log_end_offset)
+    assert [h.base_offset for h, _ in everything.batches] == [1, 2, 3, 4]
