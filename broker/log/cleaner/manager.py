@@ -31,7 +31,7 @@ from raftka.broker.log.cleaner.cleanable import Cleanable, cleanable, plan
 from raftka.broker.log.cleaner.offset_map import OffsetMap
 from raftka.broker.log.cleaner.recopy import CleanerError, CleanPlan, PassResult, clean
 from raftka.broker.log.cleaner.settings import CleanerSettings, CompactionSettings
-from raftka.broker.log.cleaner.swap import Step, swap
+from raftka.broker.log.cleaner.swap import Step, discard, swap
 from raftka.broker.log.partition_log import PartitionLog
 
 log = structlog.get_logger("raftka.broker.log.cleaner")
@@ -149,15 +149,21 @@ class LogCleaner:
     ) -> None:
         """On the loop: swap the cleaned groups in, then checkpoint the map's end."""
         partition_log = candidate.log
+        if not any(c.log is partition_log for c in self._candidates()):  # removed meanwhile
+            for group in result.groups:
+                discard(partition_log.directory, group)
+            return
         swapped = all(
-            swap(
-                partition_log.directory,
-                partition_log.segments,
-                group,
-                candidate.settings.index_interval_bytes,
-                step,
-            )
-            for group in result.groups
+            [  # every group tried: one whose segments changed is dropped alone
+                swap(
+                    partition_log.directory,
+                    partition_log.segments,
+                    group,
+                    candidate.settings.index_interval_bytes,
+                    step,
+                )
+                for group in result.groups
+            ]
         )
         read = sum(s.size for s in the_plan.sources)
         self.metrics.cleaner_recopy_percent = 100 * result.bytes_written / read if read else 0.0

@@ -47,8 +47,7 @@ def swap(
     cleaned = _paths(directory, group.base_offset, CLEANED_SUFFIX)
     at = _position(segments, group.replaced)
     if at is None:
-        for path in cleaned:
-            path.unlink(missing_ok=True)
+        discard(directory, group)
         return False
     step("rename to swap")
     for path in cleaned:
@@ -70,6 +69,11 @@ def swap(
     new.load(trust_indexes=True)
     segments[at : at + len(group.replaced)] = [new]
     return True
+
+
+def discard(directory: Path, group: CleanedGroup) -> None:
+    for path in _paths(directory, group.base_offset, CLEANED_SUFFIX):
+        path.unlink(missing_ok=True)
 
 
 def finish_interrupted_swaps(directory: Path, index_interval_bytes: int, created_ms: int) -> None:
