@@ -22,14 +22,18 @@ class Clock:
 
 
 def cleaner(
-    tmp_path: Path, partition_log: PartitionLog, clock: Clock, retention_ms: int = 1000
+    tmp_path: Path,
+    partition_log: PartitionLog,
+    clock: Clock,
+    retention_ms: int = 1000,
+    index_interval_bytes: int = 128,
 ) -> LogCleaner:
     settings = CompactionSettings(
         compact=True,
         min_cleanable_dirty_ratio=0.0,
         delete_retention_ms=retention_ms,
         segment_bytes=SEGMENT_BYTES,
-        index_interval_bytes=128,
+        index_interval_bytes=index_interval_bytes,
     )
 
     def candidates() -> list[Candidate]:
@@ -112,3 +116,19 @@ def test_nothing_at_or_above_the_active_segment_or_the_last_stable_offset_is_tou
     assert cleaner(tmp_path, partition_log, clock).clean_now(OffsetMap(ENTRY_BYTES * 100)) is not None
     everything = consume(partition_log, upper=partition_log.log_end_offset)
     assert [h.base_offset for h, _ in everything.batches] == [1, 2, 3, 4]
+
+
+def test_a_read_from_an_offset_the_cleaner_removed_starts_at_the_next_batch(tmp_path: Path) -> None:
+    """Within the batches after a segment's last index entry (kept in memory), an offset
+    in a gap is served from the batch after the gap, not the one before it."""
+    clock = Clock()
+    partition_log = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    for key in (b"x", b"a", b"b", b"a"):
+        append(partition_log, [(key, b"v")], clock.ms)
+    partition_log.roll()
+    cleaned = cleaner(tmp_path, partition_log, clock, index_interval_bytes=4096)  # one index entry
+    cleaned.clean_now(OffsetMap(ENTRY_BYTES * 100))
+    assert [h.base_offset for h, _ in consume(partition_log).batches] == [0, 2, 3]
+    found = partition_log.segments[0].find(1)
+    assert found is not None and found.header.base_offset == 2
+    assert partition_log.read(1, 1 << 20).records[:8] == (2).to_bytes(8, "big")
