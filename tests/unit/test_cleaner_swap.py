@@ -4,6 +4,7 @@ every record a consumer should read (Kafka's ``LogLoader`` swap recovery)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ from raftka.broker.log.cleaner.manager import Candidate, LogCleaner
 from raftka.broker.log.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from raftka.broker.log.cleaner.settings import CleanerSettings, CompactionSettings
 from raftka.broker.log.partition_log import PartitionLog
+from raftka.raft.storage.fsio import fsync_dir
 from raftka.records.batch import Compression
+from tests.datasim.disk import Disks, SimDisk
 from tests.unit.cleaner_logs import append, consume, open_log
 
 LOG_SEGMENT_BYTES = 300
@@ -91,3 +94,30 @@ def test_a_crash_while_the_pass_writes_leaves_the_old_segments(tmp_path: Path) -
     recovered = open_log(tmp_path / "t-0", LOG_SEGMENT_BYTES)
     assert consume(recovered).table == expected.table
     assert sorted(p.name for p in (tmp_path / "t-0").iterdir()) == before
+
+
+def test_a_power_cut_at_any_step_of_a_swap_keeps_what_was_fsynced_and_recovers(tmp_path: Path) -> None:
+    """The harsher crash: only fsynced bytes and names survive (``tests.datasim.disk``)."""
+    expected = consume(written(tmp_path / "reference" / "t-0"))
+    steps = swap_steps(tmp_path)
+    with Disks().installed() as disks:
+        for crash_at in range(len(steps) + 1):  # the last: a power cut after the whole pass
+            disk = disks.add(SimDisk(tmp_path / f"cut-{crash_at}"))
+            partition_log = written(disk.root / "t-0")
+            partition_log.flush()
+            fsync_dir(disk.root)  # the partition's folder is durable before the pass
+            calls = iter(range(len(steps) + 1))
+
+            def step(_: str, crash_at: int = crash_at, calls=calls) -> None:  # noqa: ANN001
+                if next(calls) == crash_at:
+                    raise Crash
+
+            with contextlib.suppress(Crash):
+                cleaner_of(disk.root, partition_log).clean_now(OffsetMap(ENTRY_BYTES * 64), step)
+            disk.power_cut()
+            recovered = open_log(disk.root / "t-0", LOG_SEGMENT_BYTES)
+            after = consume(recovered)
+            where = steps[crash_at] if crash_at < len(steps) else "after the pass"
+            assert after.table == expected.table, where
+            assert after.offsets == sorted(set(after.offsets)), where
+            assert recovered.log_end_offset == 41, where
