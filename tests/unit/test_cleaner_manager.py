@@ -38,11 +38,12 @@ def test_the_dirtiest_log_is_cleaned_first_and_a_clean_one_is_not_due(tmp_path: 
     logs = [candidate("a-0", a), candidate("b-0", b)]
     cleaner = LogCleaner(tmp_path, CleanerSettings(), lambda: logs, wall_ms=lambda: 2_000)
     cleaner.checkpoints["a-0"] = 10  # half of a is clean already
+    cleaner.checkpoints["gone-0"] = 5  # a partition no longer here
     chosen = cleaner.choose(2_000)
     assert chosen is not None and chosen[0].name == "b-0" and chosen[1].dirty_ratio == 1.0
     assert cleaner.metrics.max_dirty_percent == 100.0
     assert cleaner.clean_now(OffsetMap(ENTRY_BYTES * 100)) is not None
-    assert cleaner.checkpoints["b-0"] == 20
+    assert cleaner.checkpoints == {"a-0": 10, "b-0": 20}
     chosen = cleaner.choose(2_000)
     assert chosen is not None and chosen[0].name == "a-0"  # b is now wholly clean: not due
     cleaner.clean_now(OffsetMap(ENTRY_BYTES * 100))
@@ -96,7 +97,9 @@ def test_workers_clean_off_the_loop_and_stop(tmp_path: Path) -> None:
 
     async def main() -> None:
         cleaner = LogCleaner(
-            tmp_path, CleanerSettings(backoff_ms=10), lambda: [candidate("a-0", partition_log)]
+            tmp_path,
+            CleanerSettings(backoff_ms=10, dedupe_buffer_size=ENTRY_BYTES * 1000),
+            lambda: [candidate("a-0", partition_log)],
         )
         cleaner.start()
 

@@ -149,7 +149,8 @@ class LogCleaner:
     ) -> None:
         """On the loop: swap the cleaned groups in, then checkpoint the map's end."""
         partition_log = candidate.log
-        if not any(c.log is partition_log for c in self._candidates()):  # removed meanwhile
+        current = list(self._candidates())
+        if not any(c.log is partition_log for c in current):  # removed meanwhile
             for group in result.groups:
                 discard(partition_log.directory, group)
             return
@@ -173,6 +174,8 @@ class LogCleaner:
             log.info("a cleaned log changed meanwhile; its pass is dropped", partition=candidate.name)
             return
         self.checkpoints[candidate.name] = result.end_offset
+        names = {c.name for c in current}  # a removed partition's entry goes with it
+        self.checkpoints = {name: offset for name, offset in self.checkpoints.items() if name in names}
         checkpoint.write(self.directory / CHECKPOINT_FILE, sorted(self.checkpoints.items()))
         log.info(
             "cleaned a log",
@@ -187,22 +190,17 @@ class LogCleaner:
         self.metrics.uncleanable_partitions_count = len(self.uncleanable)
         log.error("a partition log cannot be cleaned; it is left as it is", partition=name, reason=why)
 
-    def forget(self, name: str) -> None:
-        """The partition left this broker: its checkpoint and mark go."""
-        self.checkpoints.pop(name, None)
-        self.uncleanable.pop(name, None)
-        self.metrics.uncleanable_partitions_count = len(self.uncleanable)
-
     # workers -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start ``threads`` workers on the running loop (nothing with ``enable`` off)."""
+        """Start ``threads`` workers on the running loop (nothing with ``enable`` off). Each
+        allocates its share of the dedupe buffer when it first has a log to clean, so a
+        broker without compacted topics holds none."""
         if not self.settings.enable:
             return
         share = self.settings.dedupe_buffer_size // max(1, self.settings.threads)
         for i in range(self.settings.threads):
-            offset_map = OffsetMap(share, self.settings.io_buffer_load_factor)
-            self._tasks.append(asyncio.create_task(self._work(offset_map), name=f"log-cleaner-{i}"))
+            self._tasks.append(asyncio.create_task(self._work(share), name=f"log-cleaner-{i}"))
 
     async def stop(self) -> None:
         """Stop the workers; a pass under way finishes its thread first (it is bounded)."""
@@ -212,7 +210,14 @@ class LogCleaner:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
-    async def _work(self, offset_map: OffsetMap) -> None:
+    async def _work(self, memory_bytes: int) -> None:
+        maps: list[OffsetMap] = []  # the worker's one map, once made
+
+        def offset_map() -> OffsetMap:
+            if not maps:
+                maps.append(OffsetMap(memory_bytes, self.settings.io_buffer_load_factor))
+            return maps[0]
+
         while not self._stopping:
             try:
                 cleaned = await self._clean_one(offset_map)
@@ -238,7 +243,7 @@ class LogCleaner:
         finally:
             the_plan.close()
 
-    async def _clean_one(self, offset_map: OffsetMap) -> bool:
+    async def _clean_one(self, offset_map: Callable[[], OffsetMap]) -> bool:
         now_ms = self._wall_ms()
         chosen = self.choose(now_ms)
         if chosen is None:
@@ -249,7 +254,7 @@ class LogCleaner:
             the_plan = plan(candidate.log, found, candidate.settings)
             started = time.monotonic()
             try:
-                result = await asyncio.to_thread(self._pass, the_plan, offset_map, now_ms)
+                result = await asyncio.to_thread(self._pass, the_plan, offset_map(), now_ms)
             except CleanerError as e:
                 self._mark_uncleanable(candidate.name, str(e))
                 return True
