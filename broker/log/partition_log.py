@@ -69,6 +69,7 @@ from raftka.records.batch import (
     crc_matches,
     iter_batches,
     parse_header,
+    read_header,
 )
 from raftka.records.codec import RecordError, read_records
 from raftka.records.control import Marker, marker_batch, read_marker
@@ -640,7 +641,10 @@ def _aborted(completed: CompletedTxn) -> AbortedTxn:
 
 def _marker(batch: bytes | bytearray) -> Marker | None:
     """The marker a control batch holds; None for another control record, or one that does
-    not decode (a follower keeps what its leader wrote; the state then ends no transaction)."""
+    not decode (a follower keeps what its leader wrote; the state then ends no transaction),
+    or one the log cleaner emptied (its producer's last, kept for its epoch)."""
+    if read_header(batch).record_count == 0:
+        return None
     try:
         return read_marker(bytes(batch))
     except RecordError as e:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from raftka.broker.log.cleaner.manager import Candidate, LogCleaner
 from raftka.broker.log.cleaner.offset_map import ENTRY_BYTES, OffsetMap
-from raftka.broker.log.cleaner.retained_batch import delete_horizon_ms
+from raftka.broker.log.cleaner.retained_batch import delete_horizon_ms, emptied
 from raftka.broker.log.cleaner.settings import CleanerSettings, CompactionSettings
 from raftka.broker.log.partition_log import PartitionLog
 from raftka.records.batch import Compression, crc_matches
@@ -132,3 +134,39 @@ def test_a_read_from_an_offset_the_cleaner_removed_starts_at_the_next_batch(tmp_
     found = partition_log.segments[0].find(1)
     assert found is not None and found.header.base_offset == 2
     assert partition_log.read(1, 1 << 20).records[:8] == (2).to_bytes(8, "big")
+
+
+def test_a_marker_goes_after_its_transaction_and_its_horizon(tmp_path: Path) -> None:
+    clock = Clock()
+    partition_log = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    append(partition_log, [(b"a", b"1")], clock.ms, producer=(9, 0, 0), transactional=True)
+    partition_log.append_marker(9, 0, True, 0, 0, clock.ms)
+    partition_log.roll()
+    partition_log.expire_producers(clock.ms + 1, 0)  # its last batch need not stay
+    the_cleaner = cleaner(tmp_path, partition_log, clock, retention_ms=0)
+    kinds = []
+    for i in range(3):  # the batch goes; then the marker gets its horizon; then it goes
+        append(partition_log, [(b"a", b"%d" % (i + 2))], clock.ms)
+        partition_log.roll()
+        the_cleaner.clean_now(OffsetMap(ENTRY_BYTES * 100))
+        first = consume(partition_log, 99).batches[0][0]
+        kinds.append((first.base_offset, first.is_control, delete_horizon_ms(first)))
+    assert kinds == [(1, True, None), (1, True, clock.ms), (4, False, None)]
+
+
+def test_a_control_batch_the_cleaner_emptied_loads_quietly(tmp_path: Path) -> None:
+    """A producer's last marker may be kept with no record, for its epoch, once no batch
+    of its transaction is left before it."""
+    clock = Clock()
+    leader = open_log(tmp_path / "leader", SEGMENT_BYTES)
+    append(leader, [(b"a", b"1")], clock.ms, producer=(9, 0, 0), transactional=True)
+    leader.append_marker(9, 0, True, 0, 0, clock.ms)
+    batches = consume(leader, leader.log_end_offset).batches
+    follower = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    follower.truncate_fully_and_start_at(1)
+    follower.append_as_follower(emptied(batches[1][0]))
+    follower.flush()
+    with capture_logs() as logs:
+        reopened = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    assert not [e for e in logs if e["event"] == "a control batch that does not decode"]
+    assert reopened.last_stable_offset(reopened.log_end_offset) == 2

@@ -159,8 +159,9 @@ def _build_map(plan: CleanPlan, offset_map: OffsetMap, throttle: Throttle) -> in
         for header, batch in _batches(source, throttle):
             if header.next_offset <= plan.first_dirty_offset:
                 continue
-            if header.is_control:
-                transactions.on_marker(header, None, header.record_count > 0)
+            if header.is_control:  # ends its transaction: the producer's next one is not aborted
+                records = list(_records(header, batch))
+                transactions.on_marker(header, _marker(batch, records), bool(records))
                 end = header.next_offset
                 continue
             if transactions.on_batch(header):
