@@ -170,3 +170,20 @@ def test_a_control_batch_the_cleaner_emptied_loads_quietly(tmp_path: Path) -> No
         reopened = open_log(tmp_path / "t-0", SEGMENT_BYTES)
     assert not [e for e in logs if e["event"] == "a control batch that does not decode"]
     assert reopened.last_stable_offset(reopened.log_end_offset) == 2
+
+
+def test_a_follower_copies_a_cleaned_leader_through_its_gaps(tmp_path: Path) -> None:
+    clock = Clock()
+    leader = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    for i in range(20):
+        append(leader, [(b"k%d" % (i % 3), b"v%d" % i)], clock.ms)
+    leader.roll()
+    append(leader, [(b"k0", b"last")], clock.ms)
+    cleaner(tmp_path, leader, clock).clean_now(OffsetMap(ENTRY_BYTES * 100))
+    follower = open_log(tmp_path / "follower", SEGMENT_BYTES)
+    while follower.log_end_offset < leader.log_end_offset:  # a replica fetcher's loop
+        follower.append_as_follower(leader.read(follower.log_end_offset, 200).records)
+    assert consume(follower).table == consume(leader).table
+    assert consume(follower).offsets == consume(leader).offsets
+    follower.close()
+    assert consume(open_log(tmp_path / "follower", SEGMENT_BYTES)).table == consume(leader).table
