@@ -99,6 +99,7 @@ class LogCleaner:
         self._in_progress: set[str] = set()
         self._throttle = Throttler(settings.io_max_bytes_per_second)
         self._tasks: list[asyncio.Task[None]] = []
+        self._checkpoint_lock = threading.Lock()
         self._stopping = False
 
     # choosing ----------------------------------------------------------------------------
@@ -141,19 +142,21 @@ class LogCleaner:
         except CleanerError as e:
             self._mark_uncleanable(candidate.name, str(e))
             return None
-        self._finish(candidate, the_plan, result, time.monotonic() - started, step)
+        if self._finish(candidate, the_plan, result, time.monotonic() - started, step):
+            self._write_checkpoint(sorted(self.checkpoints.items()))
         return result
 
     def _finish(
         self, candidate: Candidate, the_plan: CleanPlan, result: PassResult, seconds: float, step: Step | None
-    ) -> None:
-        """On the loop: swap the cleaned groups in, then checkpoint the map's end."""
+    ) -> bool:
+        """On the loop: swap the cleaned groups in and move the log's checkpoint to the
+        map's end; whether it moved (the file is the caller's to write)."""
         partition_log = candidate.log
         current = list(self._candidates())
         if not any(c.log is partition_log for c in current):  # removed meanwhile
             for group in result.groups:
                 discard(partition_log.directory, group)
-            return
+            return False
         swapped = all(
             [  # every group tried: one whose segments changed is dropped alone
                 swap(
@@ -172,11 +175,10 @@ class LogCleaner:
         self.metrics.max_buffer_utilization_percent = 100 * result.map_utilization
         if not swapped:
             log.info("a cleaned log changed meanwhile; its pass is dropped", partition=candidate.name)
-            return
+            return False
         self.checkpoints[candidate.name] = result.end_offset
         names = {c.name for c in current}  # a removed partition's entry goes with it
         self.checkpoints = {name: offset for name, offset in self.checkpoints.items() if name in names}
-        checkpoint.write(self.directory / CHECKPOINT_FILE, sorted(self.checkpoints.items()))
         log.info(
             "cleaned a log",
             partition=candidate.name,
@@ -184,6 +186,12 @@ class LogCleaner:
             segments=len(result.groups),
             recopy_percent=round(self.metrics.cleaner_recopy_percent, 1),
         )
+        return True
+
+    def _write_checkpoint(self, entries: list[tuple[str | int, int]]) -> None:
+        """``cleaner-offset-checkpoint`` (one writer at a time: the workers share the file)."""
+        with self._checkpoint_lock:
+            checkpoint.write(self.directory / CHECKPOINT_FILE, entries)
 
     def _mark_uncleanable(self, name: str, why: str) -> None:
         self.uncleanable[name] = why
@@ -258,7 +266,8 @@ class LogCleaner:
             except CleanerError as e:
                 self._mark_uncleanable(candidate.name, str(e))
                 return True
-            self._finish(candidate, the_plan, result, time.monotonic() - started, None)
+            if self._finish(candidate, the_plan, result, time.monotonic() - started, None):
+                await asyncio.to_thread(self._write_checkpoint, sorted(self.checkpoints.items()))
             return True
         finally:
             self._in_progress.discard(candidate.name)

@@ -110,10 +110,8 @@ class CleanedGroup:
 class PassResult:
     groups: list[CleanedGroup]
     end_offset: int  # the map's end: the new cleaner checkpoint
-    bytes_read: int = 0
     bytes_written: int = 0
     map_utilization: float = 0.0
-    dirty_bytes: int = 0
 
 
 Throttle = Callable[[int], None]  # called with bytes read, may sleep
@@ -130,7 +128,6 @@ def clean(
         end = _build_map(plan, offset_map, throttle)
         result = PassResult([], end, map_utilization=offset_map.utilization)
         sources = [s for s in plan.sources if s.segment.base_offset < end]
-        result.dirty_bytes = sum(s.size for s in sources if s.next_offset > plan.first_dirty_offset)
         transactions = CleanedTransactions(plan.aborted)
         for group in _groups(sources, plan.segment_bytes):
             cleaned = _recopy(plan, group, offset_map, transactions, now_ms, throttle, result)
