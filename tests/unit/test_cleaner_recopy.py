@@ -187,3 +187,18 @@ def test_a_follower_copies_a_cleaned_leader_through_its_gaps(tmp_path: Path) -> 
     assert consume(follower).offsets == consume(leader).offsets
     follower.close()
     assert consume(open_log(tmp_path / "follower", SEGMENT_BYTES)).table == consume(leader).table
+
+
+def test_a_log_too_large_for_the_key_map_is_cleaned_in_several_passes(tmp_path: Path) -> None:
+    clock = Clock()
+    partition_log = open_log(tmp_path / "t-0", SEGMENT_BYTES)
+    for i in range(18):
+        append(partition_log, [(b"k%d" % (i % 9), b"v%d" % i)], clock.ms)
+    partition_log.roll()
+    the_cleaner = cleaner(tmp_path, partition_log, clock)
+    ends = []
+    while (result := the_cleaner.clean_now(OffsetMap(ENTRY_BYTES * 4))) is not None:  # 3 keys a pass
+        ends.append(result.end_offset)
+        assert the_cleaner.metrics.max_buffer_utilization_percent == 75.0
+    assert ends == [3, 6, 9, 12, 15, 18]
+    assert consume(partition_log).offsets == list(range(9, 18))
