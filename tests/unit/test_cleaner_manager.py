@@ -57,7 +57,8 @@ def test_min_and_max_compaction_lag(tmp_path: Path) -> None:
     assert cleaner.choose(1_400) is None  # too young, and the ratio can never be reached
     overdue = CompactionSettings(compact=True, min_cleanable_dirty_ratio=1.1, max_compaction_lag_ms=100)
     cleaner = LogCleaner(tmp_path, CleanerSettings(), lambda: [candidate("a-0", partition_log, overdue)])
-    chosen = cleaner.choose(1_200)
+    assert cleaner.choose(1_100) is None  # the first dirty batch is only 100 ms old
+    chosen = cleaner.choose(1_101)
     assert chosen is not None and chosen[1].overdue
 
 

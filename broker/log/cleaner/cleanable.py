@@ -8,7 +8,7 @@ last stable offset, never above the high watermark), the active segment's base, 
 base of the first segment holding a record younger than ``min.compaction.lag.ms``. Only
 whole segments below it are cleaned. The dirty ratio is the dirty bytes over the bytes of
 both parts; a log is due when it reaches ``min.cleanable.dirty.ratio``, or when its first
-dirty segment holds a record older than ``max.compaction.lag.ms``.
+dirty batch is older than ``max.compaction.lag.ms``.
 """
 
 from __future__ import annotations
@@ -66,8 +66,11 @@ def cleanable(
         if segment.next_offset <= first_dirty:
             clean += segment.size
         else:
+            if not dirty:  # the first dirty segment's first batch (Kafka's ``getFirstBatchTimestamp``)
+                first = segment.find(max(first_dirty, segment.base_offset))
+                first_ms = -1 if first is None else first.header.max_timestamp
+                overdue = 0 <= first_ms < now_ms - settings.max_compaction_lag_ms
             dirty += segment.size
-            overdue = overdue or 0 <= segment.max_timestamp < now_ms - settings.max_compaction_lag_ms
     return Cleanable(first_dirty, uncleanable, clean, dirty, overdue)
 
 
