@@ -52,6 +52,7 @@ from typing import Protocol
 import structlog
 
 from raftka.broker.log import checkpoint, producer_snapshots
+from raftka.broker.log.cleaner.swap import finish_interrupted_swaps
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.epoch_cache import FILE_NAME as EPOCHS_FILE
 from raftka.broker.log.epoch_cache import LeaderEpochCache
@@ -69,6 +70,7 @@ from raftka.records.batch import (
     crc_matches,
     iter_batches,
     parse_header,
+    read_header,
 )
 from raftka.records.codec import RecordError, read_records
 from raftka.records.control import Marker, marker_batch, read_marker
@@ -173,6 +175,7 @@ class PartitionLog:
         return partition_log
 
     def _load(self, clean_shutdown: bool, recovery_point: int) -> None:
+        finish_interrupted_swaps(self.directory, self.config.index_interval_bytes, _wall_ms())
         for stray in self.directory.iterdir():
             if stray.name.endswith((".tmp", ".deleted")):
                 stray.unlink()
@@ -654,7 +657,10 @@ def _aborted(completed: CompletedTxn) -> AbortedTxn:
 
 def _marker(batch: bytes | bytearray) -> Marker | None:
     """The marker a control batch holds; None for another control record, or one that does
-    not decode (a follower keeps what its leader wrote; the state then ends no transaction)."""
+    not decode (a follower keeps what its leader wrote; the state then ends no transaction),
+    or one the log cleaner emptied (its producer's last, kept for its epoch)."""
+    if read_header(batch).record_count == 0:
+        return None
     try:
         return read_marker(bytes(batch))
     except RecordError as e:

@@ -55,14 +55,17 @@ class Position:
 
 
 class LogSegment:
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int, suffix: str = ""
+    ) -> None:
+        """``suffix`` after each file's name: the cleaner writes ``.cleaned`` segments."""
         self.base_offset = base_offset
-        self.path = directory / file_name(base_offset, ".log")
+        self.path = directory / file_name(base_offset, ".log" + suffix)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._fd).st_size
-        self.offset_index = OffsetIndex(directory / file_name(base_offset, ".index"))
-        self.time_index = TimeIndex(directory / file_name(base_offset, ".timeindex"))
-        self.txn_index = TransactionIndex(directory / file_name(base_offset, TXN_INDEX_SUFFIX))
+        self.offset_index = OffsetIndex(directory / file_name(base_offset, ".index" + suffix))
+        self.time_index = TimeIndex(directory / file_name(base_offset, ".timeindex" + suffix))
+        self.txn_index = TransactionIndex(directory / file_name(base_offset, TXN_INDEX_SUFFIX + suffix))
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset  # one past the last record
         self.max_timestamp = -1
@@ -346,9 +349,14 @@ class LogSegment:
         self.time_index.close()
         self.txn_index.close()
 
+    @property
+    def paths(self) -> list[Path]:
+        """Its files, the log last."""
+        return [self.offset_index.path, self.time_index.path, self.txn_index.path, self.path]
+
     def delete(self) -> None:
         self.close()
-        for path in (self.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
+        for path in self.paths:
             path.unlink(missing_ok=True)
 
 
