@@ -40,7 +40,6 @@ from raftka.broker.kafka.listener import kafka_listener
 from raftka.broker.lifecycle import BrokerLifecycle, State, new_incarnation_id, registration_in
 from raftka.broker.log.cleaner.manager import LogCleaner
 from raftka.broker.log.cleaner.metrics import CleanerCollector
-from raftka.broker.log.cleaner.settings import CleanerSettings
 from raftka.broker.log.flusher import BackgroundFlusher
 from raftka.broker.log.manager import LogManager
 from raftka.broker.metrics import BrokerCollector
@@ -178,7 +177,7 @@ class DataPlane:
         self.logs.open_all()
         self.cleaner = LogCleaner(
             config.data_dir / PARTITIONS_DIR,
-            CleanerSettings(),
+            config.log_cleaner,
             self.logs.cleaner_candidates(lambda: self.replicas.high_watermarks()),
         )
         self.fetchers = ReplicaFetchers(

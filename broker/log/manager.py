@@ -39,7 +39,6 @@ import structlog
 
 from raftka.broker.log import checkpoint, directory_id
 from raftka.broker.log.cleaner.manager import Candidate
-from raftka.broker.log.cleaner.settings import CompactionSettings, compaction_of
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.flusher import BackgroundFlusher
 from raftka.broker.log.folder_names import (
@@ -219,9 +218,7 @@ class LogManager:
                 log.info("retention deleted segments", partition=name, segments=deleted)
 
     def cleaner_candidates(
-        self,
-        high_watermarks: Callable[[], Mapping[str, int]],
-        compaction_of: Callable[[LogConfig], CompactionSettings] = compaction_of,
+        self, high_watermarks: Callable[[], Mapping[str, int]]
     ) -> Callable[[], list[Candidate]]:
         """What the log cleaner may clean, asked afresh each time it chooses: every log whose
         config says compact, up to its last stable offset (at most its high watermark; a log
@@ -231,11 +228,11 @@ class LogManager:
             marks = high_watermarks()
             found = []
             for name, partition_log in self._logs.items():
-                settings = compaction_of(partition_log.config)
+                config = partition_log.config
                 high_watermark = marks.get(name)
-                if settings.compact and high_watermark is not None:
+                if config.compact and high_watermark is not None:
                     upper = partition_log.last_stable_offset(high_watermark)
-                    found.append(Candidate(name, partition_log, settings, upper))
+                    found.append(Candidate(name, partition_log, config, upper))
             return found
 
         return candidates

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from raftka.broker.log.cleaner.manager import Candidate, LogCleaner
 from raftka.broker.log.cleaner.offset_map import ENTRY_BYTES, OffsetMap
-from raftka.broker.log.cleaner.settings import CleanerSettings, CompactionSettings
+from raftka.broker.log.config import LogConfig
 from raftka.broker.log.partition_log import PartitionLog
+from raftka.node.config import CleanerConfig
 from raftka.records.batch import Compression
 from tests.unit.cleaner_logs import append, consume, open_log
 
@@ -67,7 +68,7 @@ def check(root: Path, ops: list[tuple]) -> None:
     logs = {name: open_log(root / name / "t-0", SEGMENT_BYTES) for name in ("cleaned", "plain")}
     sequences: dict[int, int] = {}
     open_txns: set[int] = set()
-    compaction = CompactionSettings(
+    compaction = LogConfig(
         compact=True,
         min_cleanable_dirty_ratio=0.0,
         delete_retention_ms=RETENTION_MS,
@@ -80,7 +81,7 @@ def check(root: Path, ops: list[tuple]) -> None:
         return [Candidate("t-0", cleaned, compaction, cleaned.last_stable_offset(cleaned.log_end_offset))]
 
     def new_cleaner() -> LogCleaner:
-        return LogCleaner(root / "cleaned", CleanerSettings(), candidates, wall_ms=lambda: clock[0])
+        return LogCleaner(root / "cleaned", CleanerConfig(), candidates, wall_ms=lambda: clock[0])
 
     cleaner = new_cleaner()
     for op in ops:

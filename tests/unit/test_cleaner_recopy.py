@@ -10,8 +10,9 @@ from structlog.testing import capture_logs
 from raftka.broker.log.cleaner.manager import Candidate, LogCleaner
 from raftka.broker.log.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from raftka.broker.log.cleaner.retained_batch import delete_horizon_ms, emptied
-from raftka.broker.log.cleaner.settings import CleanerSettings, CompactionSettings
+from raftka.broker.log.config import LogConfig
 from raftka.broker.log.partition_log import PartitionLog
+from raftka.node.config import CleanerConfig
 from raftka.records.batch import Compression, crc_matches
 from tests.unit.cleaner_logs import append, consume, open_log
 
@@ -30,7 +31,7 @@ def cleaner(
     retention_ms: int = 1000,
     index_interval_bytes: int = 128,
 ) -> LogCleaner:
-    settings = CompactionSettings(
+    settings = LogConfig(
         compact=True,
         min_cleanable_dirty_ratio=0.0,
         delete_retention_ms=retention_ms,
@@ -42,7 +43,7 @@ def cleaner(
         upper = partition_log.last_stable_offset(partition_log.log_end_offset)
         return [Candidate("t-0", partition_log, settings, upper)]
 
-    return LogCleaner(tmp_path, CleanerSettings(), candidates, wall_ms=lambda: clock.ms)
+    return LogCleaner(tmp_path, CleanerConfig(), candidates, wall_ms=lambda: clock.ms)
 
 
 def test_a_pass_keeps_the_latest_record_of_each_key_at_its_offset(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ import pytest
 
 from raftka.broker.log.cleaner.manager import Candidate, LogCleaner
 from raftka.broker.log.cleaner.offset_map import ENTRY_BYTES, OffsetMap
-from raftka.broker.log.cleaner.settings import CleanerSettings, CompactionSettings
+from raftka.broker.log.config import LogConfig
 from raftka.broker.log.partition_log import PartitionLog
+from raftka.node.config import CleanerConfig
 from raftka.raft.storage.fsio import fsync_dir
 from raftka.records.batch import Compression
 from tests.datasim.disk import Disks, SimDisk
@@ -37,11 +38,11 @@ def written(directory: Path) -> PartitionLog:
 
 
 def cleaner_of(directory: Path, partition_log: PartitionLog) -> LogCleaner:
-    settings = CompactionSettings(
+    settings = LogConfig(
         compact=True, min_cleanable_dirty_ratio=0.0, segment_bytes=GROUP_BYTES, index_interval_bytes=128
     )
     candidate = Candidate("t-0", partition_log, settings, partition_log.log_end_offset)
-    return LogCleaner(directory, CleanerSettings(), lambda: [candidate], wall_ms=lambda: 2_000)
+    return LogCleaner(directory, CleanerConfig(), lambda: [candidate], wall_ms=lambda: 2_000)
 
 
 def swap_steps(tmp_path: Path) -> list[str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raftka.broker.log.cleaner.recopy import CleanPlan, LastRecord, SegmentSource
-from raftka.broker.log.cleaner.settings import CompactionSettings
+from raftka.broker.log.config import LogConfig
 
 if TYPE_CHECKING:
     from raftka.broker.log.partition_log import PartitionLog
@@ -36,10 +36,8 @@ class Cleanable:
         total = self.clean_bytes + self.dirty_bytes
         return self.dirty_bytes / total if total else 0.0
 
-    def due(self, settings: CompactionSettings) -> bool:
-        return self.dirty_bytes > 0 and (
-            self.overdue or self.dirty_ratio >= settings.min_cleanable_dirty_ratio
-        )
+    def due(self, config: LogConfig) -> bool:
+        return self.dirty_bytes > 0 and (self.overdue or self.dirty_ratio >= config.min_cleanable_dirty_ratio)
 
 
 def cleanable(
@@ -47,14 +45,14 @@ def cleanable(
     checkpoint: int | None,
     upper_bound: int,
     now_ms: int,
-    settings: CompactionSettings,
+    config: LogConfig,
 ) -> Cleanable:
     segments = partition_log.segments
     start, end = partition_log.log_start_offset, partition_log.log_end_offset
     first_dirty = checkpoint if checkpoint is not None and start <= checkpoint <= end else start
     uncleanable = min(upper_bound, partition_log.active.base_offset)
     for segment in segments[:-1]:
-        if now_ms - segment.max_timestamp < settings.min_compaction_lag_ms:
+        if now_ms - segment.max_timestamp < config.min_compaction_lag_ms:
             uncleanable = min(uncleanable, segment.base_offset)
             break
     first_dirty = min(first_dirty, uncleanable)
@@ -69,12 +67,12 @@ def cleanable(
             if not dirty:  # the first dirty segment's first batch (Kafka's ``getFirstBatchTimestamp``)
                 first = segment.find(max(first_dirty, segment.base_offset))
                 first_ms = -1 if first is None else first.header.max_timestamp
-                overdue = 0 <= first_ms < now_ms - settings.max_compaction_lag_ms
+                overdue = 0 <= first_ms < now_ms - config.max_compaction_lag_ms
             dirty += segment.size
     return Cleanable(first_dirty, uncleanable, clean, dirty, overdue)
 
 
-def plan(partition_log: PartitionLog, found: Cleanable, settings: CompactionSettings) -> CleanPlan:
+def plan(partition_log: PartitionLog, found: Cleanable, config: LogConfig) -> CleanPlan:
     """The segments from the log start wholly below the first uncleanable offset, and
     what the pass needs of the log's state."""
     segments = partition_log.segments
@@ -95,7 +93,7 @@ def plan(partition_log: PartitionLog, found: Cleanable, settings: CompactionSett
             partition_log.log_start_offset, found.first_uncleanable_offset
         ),
         producers=producers,
-        segment_bytes=settings.segment_bytes,
-        index_interval_bytes=settings.index_interval_bytes,
-        delete_retention_ms=settings.delete_retention_ms,
+        segment_bytes=config.segment_bytes,
+        index_interval_bytes=config.index_interval_bytes,
+        delete_retention_ms=config.delete_retention_ms,
     )

@@ -2,7 +2,9 @@
 to clean next, its passes off the event loop, the cleaner checkpoints, the uncleanable
 logs and the metrics.
 
-The broker hands it ``candidates``: each compacted partition log with its settings and
+It runs by the broker's ``[log.cleaner]`` (``CleanerConfig``: ``enable``, ``threads``,
+``dedupe_buffer_size``, ``io_max_bytes_per_second``, ``backoff_ms``). The broker hands it
+``candidates``: each compacted partition log with its ``LogConfig`` and
 the upper bound of what may be cleaned (its last stable offset, never above its high
 watermark). Each of ``threads`` workers takes the due log with the largest dirty ratio
 (a log overdue by ``max.compaction.lag.ms`` first) not being cleaned by another, takes
@@ -30,9 +32,10 @@ from raftka.broker.log import checkpoint
 from raftka.broker.log.cleaner.cleanable import Cleanable, cleanable, plan
 from raftka.broker.log.cleaner.offset_map import OffsetMap
 from raftka.broker.log.cleaner.recopy import CleanerError, CleanPlan, PassResult, clean
-from raftka.broker.log.cleaner.settings import CleanerSettings, CompactionSettings
 from raftka.broker.log.cleaner.swap import Step, discard, swap
+from raftka.broker.log.config import LogConfig
 from raftka.broker.log.partition_log import PartitionLog
+from raftka.node.config import CleanerConfig
 
 log = structlog.get_logger("raftka.broker.log.cleaner")
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
@@ -42,7 +45,7 @@ CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 class Candidate:
     name: str  # the partition folder, ``<topic>-<partition>``
     log: PartitionLog
-    settings: CompactionSettings
+    config: LogConfig  # the log's config when it was listed
     upper_bound: int  # the last stable offset, at most the high watermark
 
 
@@ -58,10 +61,10 @@ class CleanerMetrics:
 
 
 class Throttler:
-    """At most ``bytes_per_second`` over all callers (Kafka's ``Throttler``): a caller past
-    the rate sleeps until it is back within it. Called from the pass threads."""
+    """At most ``bytes_per_second`` over all callers (Kafka's ``Throttler``; 0: unbounded):
+    a caller past the rate sleeps until it is back within it. Called from the pass threads."""
 
-    def __init__(self, bytes_per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, bytes_per_second: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._rate = bytes_per_second
         self._clock = clock
         self._lock = threading.Lock()
@@ -69,7 +72,7 @@ class Throttler:
         self._bytes = 0
 
     def __call__(self, count: int) -> None:
-        if self._rate == float("inf"):
+        if not self._rate:
             return
         with self._lock:
             self._bytes += count
@@ -85,19 +88,19 @@ class LogCleaner:
     def __init__(
         self,
         directory: Path,
-        settings: CleanerSettings,
+        config: CleanerConfig,
         candidates: Callable[[], Iterable[Candidate]],
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.directory = directory
-        self.settings = settings
+        self.config = config
         self._candidates = candidates
         self._wall_ms = wall_ms
         self.checkpoints: dict[str, int] = dict(_read_checkpoint(directory / CHECKPOINT_FILE))
         self.uncleanable: dict[str, str] = {}  # partition folder -> why
         self.metrics = CleanerMetrics()
         self._in_progress: set[str] = set()
-        self._throttle = Throttler(settings.io_max_bytes_per_second)
+        self._throttle = Throttler(config.io_max_bytes_per_second)
         self._tasks: list[asyncio.Task[None]] = []
         self._checkpoint_lock = threading.Lock()
         self._stopping = False
@@ -109,17 +112,17 @@ class LogCleaner:
         best: tuple[Candidate, Cleanable] | None = None
         max_ratio = 0.0
         for candidate in self._candidates():
-            if not candidate.settings.compact or candidate.name in self.uncleanable:
+            if not candidate.config.compact or candidate.name in self.uncleanable:
                 continue
             found = cleanable(
                 candidate.log,
                 self.checkpoints.get(candidate.name),
                 candidate.upper_bound,
                 now_ms,
-                candidate.settings,
+                candidate.config,
             )
             max_ratio = max(max_ratio, found.dirty_ratio)
-            if candidate.name in self._in_progress or not found.due(candidate.settings):
+            if candidate.name in self._in_progress or not found.due(candidate.config):
                 continue
             if best is None or (found.overdue, found.dirty_ratio) > (best[1].overdue, best[1].dirty_ratio):
                 best = (candidate, found)
@@ -135,7 +138,7 @@ class LogCleaner:
         if chosen is None:
             return None
         candidate, found = chosen
-        the_plan = plan(candidate.log, found, candidate.settings)
+        the_plan = plan(candidate.log, found, candidate.config)
         started = time.monotonic()
         try:
             result = self._pass(the_plan, offset_map, now_ms)
@@ -163,7 +166,7 @@ class LogCleaner:
                     partition_log.directory,
                     partition_log.segments,
                     group,
-                    candidate.settings.index_interval_bytes,
+                    candidate.config.index_interval_bytes,
                     step,
                 )
                 for group in result.groups
@@ -204,10 +207,10 @@ class LogCleaner:
         """Start ``threads`` workers on the running loop (nothing with ``enable`` off). Each
         allocates its share of the dedupe buffer when it first has a log to clean, so a
         broker without compacted topics holds none."""
-        if not self.settings.enable:
+        if not self.config.enable:
             return
-        share = self.settings.dedupe_buffer_size // max(1, self.settings.threads)
-        for i in range(self.settings.threads):
+        share = self.config.dedupe_buffer_size // self.config.threads
+        for i in range(self.config.threads):
             self._tasks.append(asyncio.create_task(self._work(share), name=f"log-cleaner-{i}"))
 
     async def stop(self) -> None:
@@ -223,7 +226,7 @@ class LogCleaner:
 
         def offset_map() -> OffsetMap:
             if not maps:
-                maps.append(OffsetMap(memory_bytes, self.settings.io_buffer_load_factor))
+                maps.append(OffsetMap(memory_bytes))
             return maps[0]
 
         while not self._stopping:
@@ -235,7 +238,7 @@ class LogCleaner:
                 log.error("log cleaner pass failed", error=repr(e))
                 cleaned = False
             if not cleaned:
-                await asyncio.sleep(self.settings.backoff_ms / 1000)
+                await asyncio.sleep(self.config.backoff_ms / 1000)
 
     def _pass(self, the_plan: CleanPlan, offset_map: OffsetMap, now_ms: int) -> PassResult:
         """On a thread: the pass; it owns ``the_plan``'s descriptors (a cancelled await
@@ -259,7 +262,7 @@ class LogCleaner:
         candidate, found = chosen
         self._in_progress.add(candidate.name)
         try:
-            the_plan = plan(candidate.log, found, candidate.settings)
+            the_plan = plan(candidate.log, found, candidate.config)
             started = time.monotonic()
             try:
                 result = await asyncio.to_thread(self._pass, the_plan, offset_map(), now_ms)
