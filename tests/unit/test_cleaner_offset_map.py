@@ -27,7 +27,7 @@ def test_the_map_answers_the_last_offset_put_for_each_key(puts: list[tuple[bytes
 
 
 def test_the_map_is_full_at_its_load_factor_and_probes_past_collisions() -> None:
-    offset_map = OffsetMap(ENTRY_BYTES * 10, load_factor=0.9)
+    offset_map = OffsetMap(ENTRY_BYTES * 10)  # filled to LOAD_FACTOR (0.9)
     assert offset_map.capacity == 9
     for i in range(9):
         offset_map.put(b"k%d" % i, i)

@@ -6,7 +6,7 @@ flat buffers sized once from the budget, with open addressing (Kafka's probe: su
 4-byte windows of the digest, then linear). A ``dict`` of digests to offsets costs about
 five times as much per entry (measured in the tests: a 16-byte ``bytes`` object, an
 ``int`` and the dict's slot), so the budget would not bound memory. Like Kafka's, the map
-is filled only to ``load_factor`` of its slots, so a probe ends quickly; two keys with the
+is filled only to ``LOAD_FACTOR`` of its slots, so a probe ends quickly; two keys with the
 same digest are one key (MD5 collisions between record keys are left to chance, as Kafka
 leaves them).
 """
@@ -20,14 +20,15 @@ DIGEST_BYTES = 16
 OFFSET_BYTES = 8
 ENTRY_BYTES = DIGEST_BYTES + OFFSET_BYTES
 EMPTY = -1
+LOAD_FACTOR = 0.9  # Kafka's log.cleaner.io.buffer.load.factor default
 
 
 class OffsetMap:
-    def __init__(self, memory_bytes: int, load_factor: float = 0.9) -> None:
+    def __init__(self, memory_bytes: int) -> None:
         self.slots = memory_bytes // ENTRY_BYTES
         if self.slots < 1:
             raise ValueError(f"dedupe buffer of {memory_bytes} bytes holds no entry of {ENTRY_BYTES}")
-        self.capacity = max(1, int(self.slots * load_factor))  # entries before it counts as full
+        self.capacity = max(1, int(self.slots * LOAD_FACTOR))  # entries before it counts as full
         self._digests = bytearray(self.slots * DIGEST_BYTES)
         self._offsets = array("q", [EMPTY]) * self.slots
         self.size = 0
