@@ -4,18 +4,21 @@ idempotent producer over the data listener (acks=all, so a follower fetching as 
 and started as the data plane does) cleaning every segment but the active one, then a
 consumer reading from offset 0 gets exactly the latest record of each key at its
 original offset, and a follower that lost its disk copies the cleaned log, gaps and all,
-through the follower fetch."""
+through the follower fetch. And the broker's data plane runs its cleaner by the node's
+``[log.cleaner]``."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 from raftka.broker.log.partition_log import PartitionLog
+from raftka.broker.server import DataPlane
 from raftka.client.consumer import AsyncConsumer
 from raftka.client.producer import AsyncProducer
 from raftka.client.types import TopicPartition
-from raftka.node.config import CleanerConfig
+from raftka.node.config import CleanerConfig, NodeConfig
 from raftka.v1 import broker_pb2
 from raftka.wire.client import BrokerClient
 from tests.unit.broker_in_process import InProcessBroker, broker_in_process
@@ -116,3 +119,18 @@ def test_a_compacted_topic_reads_back_the_latest_record_of_each_key_from_the_lea
             new_disk.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 120))  # a hang, not a slow machine, fails here
+
+
+def test_the_data_plane_runs_its_cleaner_by_the_nodes_log_cleaner_table(tmp_path: Path) -> None:
+    config = NodeConfig(
+        101, tmp_path, (), "127.0.0.1:1", process_roles=("broker",), log_cleaner=CleanerConfig(enable=False)
+    )
+
+    async def scenario() -> None:
+        data = DataPlane(config, SimpleNamespace(), lambda: 1, lambda: None)  # type: ignore[arg-type]
+        try:
+            assert data.cleaner.config is config.log_cleaner
+        finally:
+            await data.close()
+
+    asyncio.run(scenario())
