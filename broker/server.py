@@ -38,6 +38,8 @@ from raftka.broker.groups.group import GroupLimits
 from raftka.broker.kafka.endpoints import KAFKA_EXTERNAL_LISTENER, KAFKA_LISTENER
 from raftka.broker.kafka.listener import kafka_listener
 from raftka.broker.lifecycle import BrokerLifecycle, State, new_incarnation_id, registration_in
+from raftka.broker.log.cleaner.manager import LogCleaner
+from raftka.broker.log.cleaner.metrics import CleanerCollector
 from raftka.broker.log.flusher import BackgroundFlusher
 from raftka.broker.log.manager import LogManager
 from raftka.broker.metrics import BrokerCollector
@@ -173,6 +175,11 @@ class DataPlane:
             config.data_dir / PARTITIONS_DIR, BackgroundFlusher(asyncio.get_running_loop())
         )
         self.logs.open_all()
+        self.cleaner = LogCleaner(
+            config.data_dir / PARTITIONS_DIR,
+            config.log_cleaner,
+            self.logs.cleaner_candidates(lambda: self.replicas.high_watermarks()),
+        )
         self.fetchers = ReplicaFetchers(
             config.node_id,
             self._address,
@@ -213,6 +220,7 @@ class DataPlane:
             self.transactions, lambda: self.replicas.image, self.peers
         )
         self._producer_id_expiration_ms = config.broker.producer_id_expiration_ms
+        self.cleaner.start()
         self._tasks = [
             asyncio.create_task(self.isr_changes.run(), name="isr-changes"),
             asyncio.create_task(self.groups.run(), name="group-coordinator"),
@@ -279,6 +287,7 @@ class DataPlane:
         await self.producer_ids.close()
         await self.fetchers.close()
         self.replicas.close()
+        await self.cleaner.stop()
         self.logs.write_high_watermarks(self.replicas.high_watermarks())
         self.logs.close(self._broker_epoch())
 
@@ -392,6 +401,7 @@ async def start_broker(config: NodeConfig) -> Broker:
         collectors = [
             RaftCollector(node),
             BrokerCollector(data.replicas, data.isr_changes, data.fetchers),
+            CleanerCollector(data.cleaner),
             QuotaCollector(api.quotas),
             ListenerCollector(lambda: [listener.guard for listener in data.listeners]),
             DESCRIPTORS,

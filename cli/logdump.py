@@ -86,6 +86,9 @@ def format_entry(entry: dict[str, Any]) -> str:
 def format_partition_entry(entry: dict[str, Any]) -> str:
     if entry["type"] == "damaged":
         return f"position: {entry['position']} isvalid: false error: {entry['error']}"
+    if entry["type"] == "gap":
+        first, last = entry["first_offset"], entry["last_offset"]
+        return f"gap: offsets {first}..{last} compacted away ({last - first + 1} offsets)"
     if entry["type"] == "aborted_transactions":
         line = f"aborted transactions: {len(entry['aborted'])}"
         for a in entry["aborted"]:

@@ -19,6 +19,7 @@ from raftka.metadata.image import BROKER, TOPIC, MetadataImage
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
 from raftka.metadata.topic_configs import (
     TOPIC_CONFIGS,
+    check_compaction_lags,
     check_min_insync_replicas,
     describe_configs,
     validate_config,
@@ -113,6 +114,7 @@ def _changes(
     after = _altered(current, alteration.ops, TOPIC_CONFIGS, validate_config, "topic")
     replication_factor = min((len(p.replicas) for p in topic.partitions.values()), default=0)
     check_min_insync_replicas(after, replication_factor)
+    check_compaction_lags(after)
     records = _config_records(TOPIC, name, current, after)
     if eligible_leaders.policy(after) != eligible_leaders.policy(current):
         records += eligible_leaders.after_config_change(

@@ -28,6 +28,10 @@ SEGMENT_BYTES = "segment.bytes"
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 CLEANUP_POLICY = "cleanup.policy"
+COMPACT = "compact"
+DELETE = "delete"
+MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
+MAX_COMPACTION_LAG_MS = "max.compaction.lag.ms"
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
@@ -45,7 +49,7 @@ class ConfigDef:
     default: str
     doc: str
     parse: Callable[[str], str]  # stripped value -> normalized value; raises BadValue
-    kind: str  # Kafka's config type: LONG, INT, STRING or LIST
+    kind: str  # Kafka's config type: LONG, INT, DOUBLE, BOOLEAN, STRING or LIST
 
 
 def integer(minimum: int, maximum: int, type_name: str) -> Callable[[str], str]:
@@ -108,12 +112,29 @@ def throttled_partitions(value: str, broker_id: int) -> frozenset[int] | None:
 
 
 def _cleanup_policy(value: str) -> str:
+    """Kafka's list of ``compact`` and ``delete`` (case as written); normalized sorted and
+    without repeats, so ``delete,compact`` and ``compact,delete`` are one value."""
     policies = {policy.strip() for policy in value.split(",")}
-    if "compact" in policies:
-        raise BadValue("'compact' is not supported yet; the only policy is 'delete'")
-    if policies != {"delete"}:
-        raise BadValue("the only supported policy is 'delete'")
-    return "delete"
+    unknown = sorted(policies - {COMPACT, DELETE})
+    if unknown:
+        raise BadValue(f"{unknown[0]!r} is not a policy: give 'delete', 'compact' or both, comma-separated")
+    return ",".join(sorted(policies))
+
+
+def cleanup_policies(value: str) -> frozenset[str]:
+    """The policies a normalized ``cleanup.policy`` value names."""
+    return frozenset(value.split(","))
+
+
+def _ratio(value: str) -> str:
+    """A DOUBLE in 0..1, written as Python writes floats (``.5`` -> ``0.5``)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise BadValue("not a number of type DOUBLE") from None
+    if not 0.0 <= number <= 1.0:  # also refuses nan
+        raise BadValue("must be between 0 and 1")
+    return repr(number)
 
 
 TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
@@ -213,10 +234,41 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
             ),
             ConfigDef(
                 CLEANUP_POLICY,
-                "delete",
-                "how old segments go: 'delete' (compaction is not supported yet)",
+                DELETE,
+                "'delete': old segments go by retention.ms/bytes; 'compact': the log cleaner keeps the "
+                "latest record of each key; 'compact,delete': both",
                 _cleanup_policy,
                 "LIST",
+            ),
+            ConfigDef(
+                "min.cleanable.dirty.ratio",
+                "0.5",
+                "with compact: the cleaner takes a log once this share of it is not yet cleaned (0 to 1)",
+                _ratio,
+                "DOUBLE",
+            ),
+            ConfigDef(
+                MIN_COMPACTION_LAG_MS,
+                "0",
+                "with compact: a record stays uncompacted at least this long (ms) after it is written",
+                integer(0, INT64_MAX, "LONG"),
+                "LONG",
+            ),
+            ConfigDef(
+                MAX_COMPACTION_LAG_MS,
+                str(INT64_MAX),
+                "with compact: a record is compacted at most this long (ms) after it is written, "
+                "whatever the dirty ratio",
+                integer(1, INT64_MAX, "LONG"),
+                "LONG",
+            ),
+            ConfigDef(
+                "delete.retention.ms",
+                "86400000",
+                "with compact: how long (ms) a tombstone (a key with a null value) stays after the "
+                "cleaner first passes it, so consumers see the delete",
+                integer(0, INT64_MAX, "LONG"),
+                "LONG",
             ),
             ConfigDef(
                 LEADER_THROTTLED_REPLICAS,
@@ -274,6 +326,20 @@ def check_min_insync_replicas(explicit: Mapping[str, str], replication_factor: i
         raise ValidationError(
             ErrorCode.INVALID_CONFIG,
             f"{MIN_INSYNC_REPLICAS} {value} is larger than the replication factor {replication_factor}",
+        )
+
+
+def check_compaction_lags(explicit: Mapping[str, str]) -> None:
+    """``min.compaction.lag.ms`` must not exceed ``max.compaction.lag.ms`` (Kafka's
+    ``LogConfig.validateValues``), checked with the configs as they would be after a
+    CreateTopics or AlterConfigs."""
+    lag_min, lag_max = (
+        int(explicit.get(key, TOPIC_CONFIGS[key].default)) for key in (MIN_COMPACTION_LAG_MS, MAX_COMPACTION_LAG_MS)
+    )
+    if lag_min > lag_max:
+        raise ValidationError(
+            ErrorCode.INVALID_CONFIG,
+            f"{MIN_COMPACTION_LAG_MS} {lag_min} is larger than {MAX_COMPACTION_LAG_MS} {lag_max}",
         )
 
 

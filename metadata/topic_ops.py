@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from raftka.metadata.image import TOPIC, BrokerRegistration, MetadataImage
 from raftka.metadata.placement import place_new_partitions, place_replicas, topic_seed
 from raftka.metadata.plan import ErrorCode, MetadataRecord, Plan, duplicates
-from raftka.metadata.topic_configs import check_min_insync_replicas, validate_configs
+from raftka.metadata.topic_configs import check_compaction_lags, check_min_insync_replicas, validate_configs
 from raftka.metadata.validation import (
     ValidationError,
     validate_new_topic_name,
@@ -90,6 +90,7 @@ def _new_topic(
     validate_replication_factor(topic.replication_factor, len(live))
     configs = validate_configs(dict(topic.configs))
     check_min_insync_replicas(configs, topic.replication_factor)
+    check_compaction_lags(configs)
     needed = 1 + topic.num_partitions + len(configs)
     if needed > limits.records_max:
         raise ValidationError(

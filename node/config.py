@@ -4,6 +4,9 @@ and ``deploy/broker.toml``.
 Everything is checked at load time, so a bad file stops the node at start with the key
 named, instead of surfacing later as a quorum that never forms. Relative paths are
 resolved against the config file's directory, so a config and its data can move together.
+
+The broker's log cleaner is configured by ``[log.cleaner]`` (``CleanerConfig``, on
+``NodeConfig.log_cleaner``); its per-topic settings are ``raftka.broker.log.config.LogConfig``'s.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ SUPPORTED_ROLES = (CONTROLLER, BROKER)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "console")
 VOTERS_KEY = "controller.quorum.voters"
+CLEANER_TABLE = "log.cleaner"
+CLEANER_BUFFER_PER_THREAD_MIN = MIB  # Kafka: each cleaner thread's key map needs at least 1 MiB
 
 
 class ConfigError(Exception):
@@ -55,6 +60,19 @@ class LogConfig:
     segment_bytes: int = 8 * MIB
     archive_segments: bool = False  # move segments below a snapshot to archive/ instead of deleting
     archive_max_bytes: int = 1 << 30  # the oldest archived files go beyond this; 0: no bound
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """A broker's log cleaner (``[log.cleaner]``, Kafka's ``log.cleaner.*``): it compacts the
+    partition logs whose topic's ``cleanup.policy`` has ``compact``. On ``NodeConfig.log_cleaner``;
+    the per-topic settings are ``raftka.broker.log.config.LogConfig``'s."""
+
+    enable: bool = True  # Kafka's log.cleaner.enable: false, compacted topics grow without bound
+    threads: int = 1  # Kafka's log.cleaner.threads: logs cleaned at once
+    dedupe_buffer_size: int = 128 * MIB  # Kafka's log.cleaner.dedupe.buffer.size: the key maps' memory, all threads
+    io_max_bytes_per_second: int = 0  # Kafka's log.cleaner.io.max.bytes.per.second (read and written); 0: unbounded
+    backoff_ms: int = 15_000  # Kafka's log.cleaner.backoff.ms: a cleaner with no log to clean sleeps this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +193,7 @@ class NodeConfig:
     advertised_listener: str = ""  # a broker's gRPC address as registered; "": listener
     raft: RaftConfig = field(default_factory=RaftConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    log_cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     journal: JournalConfig = field(default_factory=JournalConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     metadata: MetadataConfig = field(default_factory=MetadataConfig)
@@ -225,6 +244,7 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
     "log.segment_bytes": (int, LogConfig().segment_bytes),
     "log.archive_segments": (bool, LogConfig().archive_segments),
     "log.archive_max_bytes": (int, LogConfig().archive_max_bytes),
+    **_declare(CLEANER_TABLE, CleanerConfig),
     **_declare("journal", JournalConfig),
     "controller.session_timeout_ms": (int, ControllerConfig().session_timeout_ms),
     "controller.max_partitions_per_topic": (int, ControllerConfig().max_partitions_per_topic),
@@ -246,6 +266,8 @@ _SCHEMA: dict[str, tuple[type, Any]] = {
 _TABLES = frozenset(key.rpartition(".")[0] for key in _SCHEMA if "." in key) | {"controller"}
 _POSITIVE = (
     "log.segment_bytes",
+    f"{CLEANER_TABLE}.threads",
+    f"{CLEANER_TABLE}.backoff_ms",
     "journal.snapshot_interval_records",
     "journal.snapshot_interval_bytes",
     "controller.session_timeout_ms",
@@ -265,6 +287,7 @@ _POSITIVE = (
 _NOT_NEGATIVE = (  # 0: off
     "broker.group_initial_rebalance_delay_ms",
     "log.archive_max_bytes",
+    f"{CLEANER_TABLE}.io_max_bytes_per_second",
     "journal.snapshot_interval_ms",
     "metadata.snapshot_interval_ms",
     "controller.leader_rebalance_interval_ms",
@@ -318,6 +341,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
     for key in _NOT_NEGATIVE:
         if values[key] < 0:
             raise ConfigError(f"{key}: must be 0 (off) or more, got {values[key]}")
+    _check_cleaner_buffer(values)
     if values["broker.quota_window_num"] < 2:
         raise ConfigError(f"broker.quota_window_num: at least 2, got {values['broker.quota_window_num']}")
     _check_data_listener(values["broker.data_listener"], listener, roles)
@@ -377,6 +401,7 @@ def parse_config(data: Mapping[str, Any], base_dir: Path) -> NodeConfig:
         log=LogConfig(
             values["log.segment_bytes"], values["log.archive_segments"], values["log.archive_max_bytes"]
         ),
+        log_cleaner=CleanerConfig(**_table(values, CLEANER_TABLE, CleanerConfig)),
         journal=JournalConfig(**_table(values, "journal", JournalConfig)),
         controller=ControllerConfig(
             values["controller.session_timeout_ms"],
@@ -499,6 +524,16 @@ def _advertise(values: dict[str, Any], listener: str, roles: tuple[str, ...]) ->
         values[key] = advertised
 
 
+def _check_cleaner_buffer(values: Mapping[str, Any]) -> None:
+    key = f"{CLEANER_TABLE}.dedupe_buffer_size"
+    threads = values[f"{CLEANER_TABLE}.threads"]
+    if values[key] < threads * CLEANER_BUFFER_PER_THREAD_MIN:
+        raise ConfigError(
+            f"{key}: at least {CLEANER_BUFFER_PER_THREAD_MIN} bytes per cleaner thread "
+            f"({threads} threads), got {values[key]}"
+        )
+
+
 def _check_metrics_port(port: int, listeners: tuple[str, ...]) -> None:
     """Off (0), or a port of its own on the listener's host."""
     key = "metrics.port"
@@ -570,6 +605,7 @@ def render_toml(config: NodeConfig) -> str:
         "log.segment_bytes": config.log.segment_bytes,
         "log.archive_segments": config.log.archive_segments,
         "log.archive_max_bytes": config.log.archive_max_bytes,
+        **_render(CLEANER_TABLE, config.log_cleaner),
         **_render("journal", config.journal),
         "controller.session_timeout_ms": config.controller.session_timeout_ms,
         "controller.max_partitions_per_topic": config.controller.max_partitions_per_topic,

@@ -9,7 +9,10 @@ varint or a count that lies is caught), offset deltas 0..n-1, and
 CreateTime timestamps within the topic's bounds of the broker's clock, and an idempotent
 producer's fields (id, epoch 0 or more, sequence 0 or more) whose batch comes alone, as
 Kafka requires of a produce request since version 3, so a retried batch is one
-duplicate or none. A transactional batch needs a producer id; control batches (markers)
+duplicate or none. On a compacted topic (``cleanup.policy`` with ``compact``) every record
+needs a key, as Kafka's ``validateKey``: the cleaner keeps the latest record per key, so a
+record without one could never be kept or removed by it (an empty key is a key). A
+transactional batch needs a producer id; control batches (markers)
 are the leader's own, never a client's (Kafka's rule). One bad batch refuses the whole partition's payload. With ``LogAppendTime`` the batch is stamped here
 (which changes CRC-covered bytes, so the CRC is recomputed, as Kafka does).
 """
@@ -56,6 +59,7 @@ class BatchLimits:
     timestamp_type: str = "CreateTime"
     timestamp_before_max_ms: int = 2**63 - 1
     timestamp_after_max_ms: int = 3_600_000
+    compacted: bool = False  # cleanup.policy has compact: every record needs a key
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,11 @@ def _check_records(
         for expected, record in enumerate(iter_batch_records(_decodable(buf, position, header, limits))):
             if record.offset - header.base_offset != expected:
                 raise invalid(f"record {expected} has offset delta {record.offset - header.base_offset}")
+            if limits.compacted and record.key is None:
+                raise invalid(
+                    f"record {expected} has no key, and a compacted topic (cleanup.policy compact) "
+                    "takes only records with a key"
+                )
             if check_time and not earliest <= record.timestamp <= latest:
                 raise BatchValidationError(
                     E.INVALID_TIMESTAMP,

@@ -5,7 +5,10 @@ broker's recovery runs: each batch is reported with its CRC verdict, its produce
 epoch and sequence, whether it is transactional or a control batch (a transaction
 marker: COMMIT or ABORT and its coordinator epoch, as Kafka's DumpLogSegments shows
 ``endTxnMarker``), and a region that is not a whole batch ends the file's dump with a
-``damaged`` entry naming the problem. Then every producer state snapshot
+``damaged`` entry naming the problem. Offsets missing between batches (a compacted log's,
+where the cleaner removed records) come as a ``gap`` entry before the batch after them,
+from the segment's base offset on, and across a folder's segments. Then every producer
+state snapshot
 (``<offset>.snapshot``, or one such file): its producers with their last batches and open
 transaction, or a ``damaged`` entry if it does not read back; and every aborted-transaction
 index (``<offset>.txnindex``).
@@ -43,13 +46,25 @@ def iter_partition_dump(path: Path, print_data: bool = False) -> Iterator[dict[s
         if path.is_dir()
         else [path]
     )
+    expected: int | None = None  # the offset after the last batch dumped
     for file in files:
         if file.name.endswith(suffix):
             yield from _dump_snapshot(file)
         elif file.name.endswith(TXN_INDEX_SUFFIX):
             yield _dump_txn_index(file)
         else:
-            yield from _dump_file(file, print_data)
+            if expected is None:
+                expected = int(file.stem) if file.stem.isdigit() else None
+            for entry in _dump_file(file, print_data):
+                if entry["type"] == "batch":
+                    if expected is not None and entry["base_offset"] > expected:
+                        yield _gap(file, expected, entry["base_offset"] - 1)
+                    expected = entry["last_offset"] + 1
+                yield entry
+
+
+def _gap(file: Path, first: int, last: int) -> dict[str, Any]:
+    return {"file": str(file), "type": "gap", "first_offset": first, "last_offset": last}
 
 
 def _dump_txn_index(file: Path) -> dict[str, Any]:

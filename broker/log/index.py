@@ -34,6 +34,7 @@ from pathlib import Path
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+RELATIVE_OFFSET_MAX = 2**31 - 1  # entries hold offsets relative to their segment's base in 4 bytes
 ENTRIES_MAX = 10 * 1024 * 1024 // OFFSET_ENTRY.size  # Kafka's segment.index.bytes (10 MiB): the segment rolls
 ENTRY_MEMORY_BYTES = 2 * array("q").itemsize  # a loaded entry: its key and its value
 INDEX_MEMORY_BYTES_MAX = 256 << 20  # loaded entries of all indexes in this process

@@ -38,6 +38,7 @@ from pathlib import Path
 import structlog
 
 from raftka.broker.log import checkpoint, directory_id
+from raftka.broker.log.cleaner.manager import Candidate
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.flusher import BackgroundFlusher
 from raftka.broker.log.folder_names import (
@@ -215,6 +216,26 @@ class LogManager:
             deleted = partition_log.delete_old_segments(now_ms, high_watermark)
             if deleted:
                 log.info("retention deleted segments", partition=name, segments=deleted)
+
+    def cleaner_candidates(
+        self, high_watermarks: Callable[[], Mapping[str, int]]
+    ) -> Callable[[], list[Candidate]]:
+        """What the log cleaner may clean, asked afresh each time it chooses: every log whose
+        config says compact, up to its last stable offset (at most its high watermark; a log
+        with none, not yet claimed, is left alone)."""
+
+        def candidates() -> list[Candidate]:
+            marks = high_watermarks()
+            found = []
+            for name, partition_log in self._logs.items():
+                config = partition_log.config
+                high_watermark = marks.get(name)
+                if config.compact and high_watermark is not None:
+                    upper = partition_log.last_stable_offset(high_watermark)
+                    found.append(Candidate(name, partition_log, config, upper))
+            return found
+
+        return candidates
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> None:
         """Forget idempotent producers whose last batch is ``expiration_ms`` old (Kafka's

@@ -2,9 +2,9 @@
 idempotent producers' state (Kafka's UnifiedLog, smaller).
 
 Appends go to the active (last) segment, which rolls on ``segment.bytes``, on
-``segment.ms`` and when its index is full. Retention deletes whole inactive segments
-below the high watermark and moves the log start offset, never past the high
-watermark. Durability is Kafka's default: data reaches the page cache on append and
+``segment.ms`` and when its index is full. Retention (with ``cleanup.policy`` ``delete``)
+deletes whole inactive segments below the high watermark and moves the log start offset,
+never past the high watermark. Durability is Kafka's default: data reaches the page cache on append and
 is fsynced on roll, on close, every ``flush.ms`` (through the manager) and, with
 ``flush.messages``, once that many records are unflushed (``flush.messages=1``: before
 the append returns, so before it can count toward the high watermark).
@@ -52,9 +52,11 @@ from typing import Protocol
 import structlog
 
 from raftka.broker.log import checkpoint, producer_snapshots
+from raftka.broker.log.cleaner.swap import finish_interrupted_swaps
 from raftka.broker.log.config import LogConfig
 from raftka.broker.log.epoch_cache import FILE_NAME as EPOCHS_FILE
 from raftka.broker.log.epoch_cache import LeaderEpochCache
+from raftka.broker.log.index import RELATIVE_OFFSET_MAX
 from raftka.broker.log.ongoing_transactions import CompletedTxn
 from raftka.broker.log.producer_state import ProducerState
 from raftka.broker.log.segment import LogSegment
@@ -68,6 +70,7 @@ from raftka.records.batch import (
     crc_matches,
     iter_batches,
     parse_header,
+    read_header,
 )
 from raftka.records.codec import RecordError, read_records
 from raftka.records.control import Marker, marker_batch, read_marker
@@ -172,6 +175,7 @@ class PartitionLog:
         return partition_log
 
     def _load(self, clean_shutdown: bool, recovery_point: int) -> None:
+        finish_interrupted_swaps(self.directory, self.config.index_interval_bytes, _wall_ms())
         for stray in self.directory.iterdir():
             if stray.name.endswith((".tmp", ".deleted")):
                 stray.unlink()
@@ -189,7 +193,7 @@ class PartitionLog:
         for base in indexed - set(bases):
             for suffix in (".index", ".timeindex", TXN_INDEX_SUFFIX):
                 (self.directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
-        self._drop_segments_past_a_gap()
+        self._drop_segments_after_a_cut()
         if not self.segments:
             self.segments.append(LogSegment(self.directory, 0, self.config.index_interval_bytes, _wall_ms()))
         stored_start = checkpoint.read(self.directory / LOG_START_FILE)
@@ -204,12 +208,15 @@ class PartitionLog:
         )
         self._load_producers(rebuild_txn_indexes_from=scanned_from)
 
-    def _drop_segments_past_a_gap(self) -> None:
-        """A segment cut short by recovery ends the log: later segments cannot follow it."""
+    def _drop_segments_after_a_cut(self) -> None:
+        """A segment cut short by recovery ends the log: later segments cannot follow it
+        (Kafka's ``LogLoader`` deletes them), nor can one that overlaps the segment before.
+        A gap between segments is no cut: the cleaner leaves them in compacted logs."""
         for i in range(1, len(self.segments)):
-            if self.segments[i].base_offset != self.segments[i - 1].next_offset:
+            previous = self.segments[i - 1]
+            if previous.cut_by_recovery or self.segments[i].base_offset < previous.next_offset:
                 for later in self.segments[i:]:
-                    log.warning("deleting a segment after a gap", segment=str(later.path))
+                    log.warning("deleting a segment after a cut one", segment=str(later.path))
                     later.delete()
                 del self.segments[i:]
                 return
@@ -288,7 +295,9 @@ class PartitionLog:
 
     def append_as_follower(self, payload: bytes) -> AppendInfo | None:
         """Batches as the leader wrote them; nothing is written unless all are whole,
-        pass their CRC and continue this log."""
+        pass their CRC and continue this log: each starts at or after the end of the one
+        before, the first at or after the log end (Kafka's follower append, which keeps the
+        leader's offsets: a compacted leader's log skips offsets the cleaner removed)."""
         if not payload:
             return None
         expected = self.log_end_offset
@@ -297,7 +306,7 @@ class PartitionLog:
             for position, header in iter_batches(payload):
                 if not crc_matches(payload, position, header):
                     raise LogAppendError(f"batch at {header.base_offset}: CRC mismatch")
-                if header.base_offset != expected:
+                if header.base_offset < expected:
                     raise LogAppendError(
                         f"batch at {header.base_offset} does not continue the log at {expected}"
                     )
@@ -312,7 +321,7 @@ class PartitionLog:
     def _append(
         self, payload: bytes | bytearray, headers: list[tuple[int, BatchHeader]], now_ms: int
     ) -> AppendInfo:
-        self._maybe_roll(len(payload), now_ms)
+        self._maybe_roll(len(payload), now_ms, headers[0][1].base_offset, headers[-1][1].last_offset)
         self.active.append(payload, headers)
         for position, header in headers:
             marker = _marker(payload[position : position + header.size]) if header.is_control else None
@@ -331,8 +340,11 @@ class PartitionLog:
             record_count=records,
         )
 
-    def _maybe_roll(self, incoming_bytes: int, now_ms: int) -> None:
+    def _maybe_roll(self, incoming_bytes: int, now_ms: int, first_offset: int, last_offset: int) -> None:
         active = self.active
+        if last_offset - active.base_offset > RELATIVE_OFFSET_MAX:  # past a gap the indexes cannot span
+            self.roll(now_ms, base_offset=first_offset)
+            return
         if active.size == 0:
             active.created_ms = now_ms
             return
@@ -344,21 +356,27 @@ class PartitionLog:
         ):
             self.roll(now_ms)
 
-    def roll(self, now_ms: int | None = None) -> None:
-        """Start a new active segment at the log end, snapshot the producers' state there;
-        the old segment and the snapshot are fsynced (in the background, when the log has
-        one)."""
+    def roll(self, now_ms: int | None = None, base_offset: int | None = None) -> None:
+        """Start a new active segment at the log end, or at ``base_offset`` past it (a
+        follower's next batch after a gap wider than a segment's indexes can span, as
+        Kafka rolls), snapshot the producers' state there; the old segment and the
+        snapshot are fsynced (in the background, when the log has one). An empty active
+        segment is not rolled, only moved to ``base_offset``."""
+        base = self.log_end_offset if base_offset is None else base_offset
+        created_ms = now_ms or _wall_ms()
         if self.active.size == 0:
+            if base != self.active.base_offset:
+                self.segments.pop().delete()
+                self.segments.append(
+                    LogSegment(self.directory, base, self.config.index_interval_bytes, created_ms)
+                )
+                self._directory_synced = False
             return
         job = self._flush_job(self.segments) or FlushJob(
             [], self.directory, _open_directory(self.directory), self.recovery_point, self._generation
         )
-        self.segments.append(
-            LogSegment(
-                self.directory, self.log_end_offset, self.config.index_interval_bytes, now_ms or _wall_ms()
-            )
-        )
-        snapshot = producer_snapshots.write(self.directory, self.log_end_offset, self.producers)
+        self.segments.append(LogSegment(self.directory, base, self.config.index_interval_bytes, created_ms))
+        snapshot = producer_snapshots.write(self.directory, base, self.producers)
         job.fds.append(os.open(snapshot, os.O_RDONLY))
         self._directory_synced = False
         if self._background is None:
@@ -424,12 +442,10 @@ class PartitionLog:
         for segment in self.segments:
             if segment.max_timestamp < timestamp_ms:
                 continue
-            found = segment.first_batch_reaching(timestamp_ms)
-            if found is None:
-                continue
-            for record in read_records(segment.read_batch(found)):
-                if record.timestamp >= timestamp_ms and record.offset >= self.log_start_offset:
-                    return record.offset, record.timestamp
+            for found in segment.batches_reaching(timestamp_ms):
+                for record in read_records(segment.read_batch(found)):
+                    if record.timestamp >= timestamp_ms and record.offset >= self.log_start_offset:
+                        return record.offset, record.timestamp
         return None
 
     def max_timestamp_record(self) -> tuple[int, int] | None:
@@ -474,10 +490,13 @@ class PartitionLog:
         """Retention on whole inactive segments; the number deleted. Only segments wholly
         below ``high_watermark`` go (Kafka's deletableSegments), so the log start never
         passes it: a record no follower has fetched yet is never deleted, and an acks=all
-        producer waiting for it is never answered for a record no replica holds."""
+        producer waiting for it is never answered for a record no replica holds. A log whose
+        ``cleanup.policy`` lacks ``delete`` (``compact`` alone) keeps every segment: the
+        cleaner, not retention, bounds it (Kafka's ``deleteOldSegments``)."""
         deleted = 0
         while (
-            len(self.segments) > 1
+            self.config.delete
+            and len(self.segments) > 1
             and self.segments[1].base_offset <= high_watermark
             and self._expired(self.segments[0], now_ms)
         ):
@@ -638,7 +657,10 @@ def _aborted(completed: CompletedTxn) -> AbortedTxn:
 
 def _marker(batch: bytes | bytearray) -> Marker | None:
     """The marker a control batch holds; None for another control record, or one that does
-    not decode (a follower keeps what its leader wrote; the state then ends no transaction)."""
+    not decode (a follower keeps what its leader wrote; the state then ends no transaction),
+    or one the log cleaner emptied (its producer's last, kept for its epoch)."""
+    if read_header(batch).record_count == 0:
+        return None
     try:
         return read_marker(bytes(batch))
     except RecordError as e:

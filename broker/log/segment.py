@@ -2,7 +2,9 @@
 its aborted transactions (``transaction_index``).
 
 Batches are stored exactly as they arrived (offsets already assigned), appended with one
-write per append. Reads never decode records: the sparse offset index gives a position
+write per append. Offsets only grow, but need not be contiguous: a compacted log (and a
+follower's copy of it) has gaps where the cleaner removed records, inside a segment and
+between segments. Reads never decode records: the sparse offset index gives a position
 at or before the wanted batch, batch headers are walked from there, and the answer is
 one ``pread`` of whole batches. Both indexes get an entry once ``index.interval.bytes``
 have been written since the last (Kafka's rule: the time index records the largest
@@ -53,19 +55,23 @@ class Position:
 
 
 class LogSegment:
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, index_interval_bytes: int, created_ms: int, suffix: str = ""
+    ) -> None:
+        """``suffix`` after each file's name: the cleaner writes ``.cleaned`` segments."""
         self.base_offset = base_offset
-        self.path = directory / file_name(base_offset, ".log")
+        self.path = directory / file_name(base_offset, ".log" + suffix)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._fd).st_size
-        self.offset_index = OffsetIndex(directory / file_name(base_offset, ".index"))
-        self.time_index = TimeIndex(directory / file_name(base_offset, ".timeindex"))
-        self.txn_index = TransactionIndex(directory / file_name(base_offset, TXN_INDEX_SUFFIX))
+        self.offset_index = OffsetIndex(directory / file_name(base_offset, ".index" + suffix))
+        self.time_index = TimeIndex(directory / file_name(base_offset, ".timeindex" + suffix))
+        self.txn_index = TransactionIndex(directory / file_name(base_offset, TXN_INDEX_SUFFIX + suffix))
         self.index_interval_bytes = index_interval_bytes
         self.next_offset = base_offset  # one past the last record
         self.max_timestamp = -1
         self._max_timestamp_offset = 0  # relative offset of the batch that reached max_timestamp
         self.created_ms = created_ms  # for segment.ms: the first batch's arrival
+        self.cut_by_recovery = False  # load found a torn or corrupt tail and cut it
         self._bytes_since_index = 0
         self._tail: list[Position] = []  # the batches from the last offset index entry on
         self._tail_offsets: list[int] = []  # their base offsets, for bisect
@@ -92,7 +98,7 @@ class LogSegment:
                 return False
             except (IndexError_, BatchFramingError) as e:
                 log.warning("index does not fit its log; rebuilding", segment=str(self.path), reason=str(e))
-        self.recover()
+        self.cut_by_recovery = self.recover() > 0
         return True
 
     def _resume_from_indexes(self) -> None:
@@ -216,13 +222,15 @@ class LogSegment:
     # reading ------------------------------------------------------------------------
 
     def find(self, offset: int) -> Position | None:
-        """The batch holding ``offset`` (or the first after it), None past the end."""
+        """The batch holding ``offset`` (or the first after it: a compacted log has gaps, and
+        an offset the cleaner removed is read from the next batch), None past the end."""
         if offset >= self.next_offset:
             return None
-        if (
-            self._tail_offsets and offset >= self._tail_offsets[0]
-        ):  # offsets are contiguous: this batch holds it
-            return self._tail[bisect.bisect_right(self._tail_offsets, offset) - 1]
+        if self._tail_offsets and offset >= self._tail_offsets[0]:
+            i = bisect.bisect_right(self._tail_offsets, offset) - 1
+            if self._tail[i].header.last_offset < offset:  # compacted away: the batch after the gap
+                i += 1
+            return self._tail[i]
         floor = self.offset_index.floor(offset - self.base_offset)
         position = floor[1] if floor is not None else 0
         while position < self.size:
@@ -266,6 +274,19 @@ class LogSegment:
                 return Position(position, header)
             position += header.size
         return None
+
+    def batches_reaching(self, timestamp: int) -> Iterator[Position]:
+        """Every batch whose max timestamp is at least ``timestamp``, from the first on: a
+        compacted batch may hold no record that late (the cleaner keeps a batch emptied of
+        its records, with its max timestamp, for its producer's state), so a lookup by time
+        reads on to the next (Kafka's ``LogSegment.findOffsetByTimestamp``)."""
+        first = self.first_batch_reaching(timestamp)
+        position = self.size if first is None else first.position
+        while position < self.size:
+            header = self._header_at(position)
+            if header.max_timestamp >= timestamp:
+                yield Position(position, header)
+            position += header.size
 
     def headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """The header of every batch from the one holding ``offset`` on (the producers'
@@ -328,9 +349,14 @@ class LogSegment:
         self.time_index.close()
         self.txn_index.close()
 
+    @property
+    def paths(self) -> list[Path]:
+        """Its files, the log last."""
+        return [self.offset_index.path, self.time_index.path, self.txn_index.path, self.path]
+
     def delete(self) -> None:
         self.close()
-        for path in (self.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
+        for path in self.paths:
             path.unlink(missing_ok=True)
 
 

@@ -484,7 +484,7 @@ class ReplicaManager:
     ) -> tuple[Partition, int]:
         partition = self._leader_partition(topic, data.partition, _leader_epoch(data))
         try:
-            validated = validate_batches(data.records, self._limits(topic), now_ms)
+            validated = validate_batches(data.records, self._limits(partition), now_ms)
         except BatchValidationError as e:
             raise PartitionError(e.code, f"{partition.name}: {e.message}") from None
         header = validated.batches[0][1]
@@ -617,9 +617,10 @@ class ReplicaManager:
         self._advance_high_watermark(partition)
         return partition, info.last_offset + 1
 
-    def _limits(self, topic: str) -> BatchLimits:
-        value = lambda key: self._topic_value(topic, key)  # noqa: E731
+    def _limits(self, partition: Partition) -> BatchLimits:
+        value = lambda key: self._topic_value(partition.topic, key)  # noqa: E731
         return BatchLimits(
+            compacted=partition.log.config.compact,
             max_message_bytes=int(value("max.message.bytes")),
             uncompressed_batch_bytes_max=self.config.uncompressed_batch_bytes_max,
             timestamp_type=value("message.timestamp.type"),

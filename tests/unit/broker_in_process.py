@@ -18,6 +18,7 @@ from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.groups.group import GroupLimits
 from raftka.broker.kafka.endpoints import KAFKA_LISTENER
 from raftka.broker.kafka.listener import kafka_listener
+from raftka.broker.log.cleaner.manager import LogCleaner
 from raftka.broker.log.manager import LogManager
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.producer_ids import ProducerIdManager
@@ -37,7 +38,7 @@ from raftka.metadata.image import (
     TopicImage,
     frozen,
 )
-from raftka.node.config import BrokerConfig, KafkaConfig, NodeConfig
+from raftka.node.config import BrokerConfig, CleanerConfig, KafkaConfig, NodeConfig
 from raftka.security.tls import TlsFiles
 from raftka.v1 import broker_pb2
 from raftka.wire.frames import DATA_LISTENER
@@ -48,6 +49,7 @@ INCARNATION = "i"
 GROUP_LIMITS = GroupLimits(min_session_timeout_ms=100, initial_rebalance_delay_ms=0)
 ONE_BROKER_KAFKA = KafkaConfig(auto_create_topics_enable=False, default_replication_factor=1)
 DEFAULT_BROKER_CONFIG = BrokerConfig()
+CLEANER_OFF = CleanerConfig(enable=False)
 
 
 class MarkerLeaders:
@@ -81,8 +83,10 @@ class InProcessBroker:
         kafka_port: int,
         followers: tuple[int, ...],
         markers: MarkerLeaders,
+        cleaner: LogCleaner,
     ) -> None:
         self.api = api
+        self.cleaner = cleaner
         self.markers = markers
         self.replicas = api.replicas
         self.controller = controller
@@ -146,11 +150,14 @@ async def broker_in_process(
     followers: tuple[int, ...] = (),
     transactions_for_real: bool = False,
     authorizer: Authorizer | None = None,
+    log_cleaner: CleanerConfig = CLEANER_OFF,
 ) -> AsyncIterator[InProcessBroker]:
     """``transactions_for_real``: the coordinator's markers go to this broker's own
     WriteTxnMarkers, and its partitions verify transactional batches with the coordinator
     (KIP-890); else markers go to ``MarkerLeaders`` and every batch is taken.
-    ``authorizer``: the broker judges every request by it (as with TLS); none: off."""
+    ``authorizer``: the broker judges every request by it (as with TLS); none: off.
+    ``log_cleaner``: the broker's ``[log.cleaner]``, its cleaner built and started as the
+    data plane does (off unless a test turns it on)."""
     logs = LogManager(tmp_path)
     logs.open_all()
     replicas = ReplicaManager(
@@ -162,6 +169,7 @@ async def broker_in_process(
         on_stop_following=lambda p: None,
         high_watermarks={},
     )
+    cleaner = LogCleaner(tmp_path, log_cleaner, logs.cleaner_candidates(replicas.high_watermarks))
     controller = ControllerInMemory(MetadataImage())
     groups = GroupCoordinator(BROKER, lambda: 1, GROUP_LIMITS, controller, 4096)  # type: ignore[arg-type]
     controller.listeners.append(groups.update)
@@ -210,13 +218,15 @@ async def broker_in_process(
     kafka_port = await kafka.start("127.0.0.1", 0, tls.listener_ssl(kafka.login is not None) if tls else None)
     coordinating = asyncio.create_task(groups.run())
     completing = asyncio.create_task(transactions.run())
-    broker = InProcessBroker(api, controller, port, kafka_port, followers, markers)
+    broker = InProcessBroker(api, controller, port, kafka_port, followers, markers, cleaner)
     controller.listeners.append(broker.adopt)  # quotas altered through it reach the broker
     controller.listeners.append(lambda image: api.sasl_sessions.credentials_changed(image.scram_credentials))
     broker.set_topics(topics, configs)
+    cleaner.start()
     try:
         yield broker
     finally:
+        await cleaner.stop()
         coordinating.cancel()
         completing.cancel()
         await groups.close()

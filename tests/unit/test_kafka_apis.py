@@ -297,7 +297,7 @@ def test_describe_configs_shows_a_topics_settings_and_defaults_with_their_source
 ) -> None:
     R = DescribeConfigsRequest.DescribeConfigsResource
     request = DescribeConfigsRequest(
-        resources=[R(resource_type=2, resource_name=TOPIC, configuration_keys=["retention.ms", "cleanup.policy"]),
+        resources=[R(resource_type=2, resource_name=TOPIC, configuration_keys=["retention.ms", "cleanup.policy", "min.cleanable.dirty.ratio"]),
                    R(resource_type=2, resource_name="nowhere", configuration_keys=None),
                    R(resource_type=4, resource_name="101", configuration_keys=["kafka.num_partitions"]),
                    R(resource_type=4, resource_name="101", configuration_keys=["leader.replication.throttled.rate"])],
@@ -308,6 +308,7 @@ def test_describe_configs_shows_a_topics_settings_and_defaults_with_their_source
     assert topic.error_code == 0
     assert [(c.name, c.value, c.config_source, c.config_type) for c in topic.configs] == [
         ("cleanup.policy", "delete", 5, 7),
+        ("min.cleanable.dirty.ratio", "0.5", 5, 6),  # DOUBLE
         ("retention.ms", "60000", 1, 5),
     ]
     assert missing.error_code == UNKNOWN_TOPIC_OR_PARTITION

@@ -19,7 +19,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from raftka.broker.kafka.errors import KAFKA_ERRORS
 from raftka.node.config import BrokerConfig
 from raftka.records.codec import BatchBuilder, Compression
-from raftka.v1 import controller_pb2
+from raftka.v1 import broker_pb2, controller_pb2
 from tests.unit.kafka_wire import BrokerThread, RawConnection, broker_thread, correlation_of, request_frame
 
 TOPIC = "events"
@@ -407,3 +407,54 @@ def test_requests_naming_topics_by_the_zero_id_are_answered_unknown_topic_id(ser
     assert described.topics[0].error_code == UNKNOWN_TOPIC_ID
     assert deleted.responses[0].error_code == UNKNOWN_TOPIC_ID
     assert after.topics[0].name == TOPIC and after.topics[0].error_code == 0
+
+
+# compacted topics ---------------------------------------------------------------------
+
+
+def test_a_compacted_partition_refuses_records_without_a_key_and_the_others_are_written(
+    tmp_path: Path,
+) -> None:
+    """Kafka's rule (``LogValidator.validateKey``), where every front end's produce meets:
+    the keyless batch's partition alone gets INVALID_RECORD; markers, the leader's own
+    control batches, are no records of a client and need no key."""
+    compacted, plain = "table-changelog", "plain"
+    keyed = BatchBuilder()
+    keyed.append(1_700_000_000_000, b"k", b"v")
+    with broker_thread(
+        tmp_path, {compacted: 1, plain: 1}, configs={compacted: {"cleanup.policy": "compact"}}
+    ) as served:
+        P = ProduceRequest.TopicProduceData
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=1,
+            timeout_ms=5_000,
+            topic_data=[
+                P(name=name, partition_data=[P.PartitionProduceData(index=0, records=one_record_batch(b"v"))])
+                for name in (compacted, plain)
+            ],
+        )
+        with RawConnection(served.bootstrap) as connection:
+            connection.send(request_frame(request, 9, 1))
+            answer = ProduceResponse.decode(connection.read_frame(), version=9, header=True)
+            connection.send(
+                request_frame(produce_request(acks=1, topic=compacted, records=bytes(keyed.build())), 9, 2)
+            )
+            accepted = ProduceResponse.decode(connection.read_frame(), version=9, header=True)
+        results = {t.name: t.partition_responses[0] for t in answer.responses}
+        assert results[compacted].error_code == KAFKA_ERRORS[controller_pb2.ErrorCode.INVALID_RECORD] == 87
+        assert results[compacted].error_message == (
+            f"{compacted}-0: batch 0: record 0 has no key, and a compacted topic (cleanup.policy compact) "
+            "takes only records with a key"
+        )
+        assert (results[plain].error_code, results[plain].base_offset) == (0, 0)
+        assert accepted.responses[0].partition_responses[0].error_code == 0
+        log = served.broker.replicas.get(compacted, 0).log
+        assert log.log_end_offset == 1, "the keyless batch wrote nothing, the keyed one was written"
+        marker = broker_pb2.TxnMarker(producer_id=7, producer_epoch=0, committed=True)
+        marker.topics.add(name=compacted, partitions=[0])
+        written = served.run(
+            served.broker.replicas.write_txn_markers(broker_pb2.WriteTxnMarkersRequest(markers=[marker]))
+        )
+        assert written.markers[0].topics[0].partitions[0].error == controller_pb2.ErrorCode.NONE
+        assert log.log_end_offset == 2

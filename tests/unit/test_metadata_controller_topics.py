@@ -244,6 +244,54 @@ def test_create_partitions_only_increases() -> None:
     run(body)
 
 
+def test_cleanup_policy_changes_on_a_live_topic_and_compaction_lags_are_checked_together() -> None:
+    async def body() -> None:
+        quorum, member = await single()
+        c = member.controller
+        await live_brokers(c)
+        created = await c.create_topics(
+            pb.CreateTopicsRequest(
+                topics=[
+                    Topic(
+                        name="t",
+                        num_partitions=1,
+                        replication_factor=1,
+                        configs={"cleanup.policy": "compact"},
+                    ),
+                    Topic(
+                        name="lags",
+                        num_partitions=1,
+                        replication_factor=1,
+                        configs={"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"},
+                    ),
+                ]
+            )
+        )
+        assert [(t.error, t.message) for t in created.topics] == [
+            (E.NONE, ""),
+            (E.INVALID_CONFIG, "min.compaction.lag.ms 10 is larger than max.compaction.lag.ms 5"),
+        ]
+        assert member.image.configs[(2, "t")] == {"cleanup.policy": "compact"}
+        both = pb.AlterConfigOp(name="cleanup.policy", value="delete,compact")
+        alter = pb.AlterConfigsRequest(topics=[pb.AlterTopicConfigs(topic="t", ops=[both])])
+        assert (await c.alter_configs(alter)).topics[0].error == E.NONE
+        assert member.image.configs[(2, "t")] == {"cleanup.policy": "compact,delete"}
+        lag = pb.AlterConfigOp(name="max.compaction.lag.ms", value="100")
+        assert (
+            await c.alter_configs(pb.AlterConfigsRequest(topics=[pb.AlterTopicConfigs(topic="t", ops=[lag])]))
+        ).topics[0].error == E.NONE
+        below = pb.AlterConfigOp(name="min.compaction.lag.ms", value="101")
+        request = pb.AlterConfigsRequest(topics=[pb.AlterTopicConfigs(topic="t", ops=[below])])
+        response = await refused_without_append(member, c.alter_configs(request))
+        assert response.topics[0].error == E.INVALID_CONFIG
+        assert (
+            "min.compaction.lag.ms 101 is larger than max.compaction.lag.ms 100" in response.topics[0].message
+        )
+        await quorum.close()
+
+    run(body)
+
+
 def test_configs_describe_and_incremental_alter() -> None:
     async def body() -> None:
         quorum, member = await single()
@@ -283,7 +331,8 @@ def test_configs_describe_and_incremental_alter() -> None:
             ("t", pb.AlterConfigOp(name="nope", op=pb.ALTER_CONFIG_DELETE), E.INVALID_CONFIG),
             ("t", pb.AlterConfigOp(name="segment.bytes", value="12"), E.INVALID_CONFIG),
             ("t", pb.AlterConfigOp(name="min.insync.replicas", value="3"), E.INVALID_CONFIG),
-            ("t", pb.AlterConfigOp(name="cleanup.policy", value="compact"), E.INVALID_CONFIG),
+            ("t", pb.AlterConfigOp(name="cleanup.policy", value="shred"), E.INVALID_CONFIG),
+            ("t", pb.AlterConfigOp(name="max.compaction.lag.ms", value="0"), E.INVALID_CONFIG),
             ("t", pb.AlterConfigOp(name="retention.ms", value="1", op=7), E.INVALID_REQUEST),
             ("nope", pb.AlterConfigOp(name="retention.ms", value="1"), E.UNKNOWN_TOPIC_OR_PARTITION),
         ):

@@ -7,6 +7,7 @@ import pytest
 from raftka.metadata.broker_configs import BROKER_CONFIGS, validate_broker_config
 from raftka.metadata.topic_configs import (
     TOPIC_CONFIGS,
+    check_compaction_lags,
     check_min_insync_replicas,
     describe_configs,
     throttled_partitions,
@@ -20,6 +21,10 @@ INT64_MAX = str(2**63 - 1)
 
 DEFAULTS = {
     "cleanup.policy": "delete",
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0",
+    "max.compaction.lag.ms": "9223372036854775807",
+    "delete.retention.ms": "86400000",
     "flush.messages": "9223372036854775807",
     "flush.ms": "9223372036854775807",
     "index.interval.bytes": "4096",
@@ -67,6 +72,15 @@ def test_the_schema_and_kafkas_defaults() -> None:
         ("cleanup.policy", "delete", "delete"),
         ("cleanup.policy", " delete ", "delete"),
         ("cleanup.policy", "delete,delete", "delete"),
+        ("cleanup.policy", "compact", "compact"),
+        ("cleanup.policy", "compact,delete", "compact,delete"),
+        ("cleanup.policy", " delete , compact ", "compact,delete"),
+        ("min.cleanable.dirty.ratio", "0", "0.0"),
+        ("min.cleanable.dirty.ratio", ".25", "0.25"),
+        ("min.cleanable.dirty.ratio", "1", "1.0"),
+        ("min.compaction.lag.ms", "0", "0"),
+        ("max.compaction.lag.ms", "1", "1"),
+        ("delete.retention.ms", "0", "0"),
         ("leader.replication.throttled.replicas", "*", "*"),
         ("leader.replication.throttled.replicas", " * ", "*"),
         ("leader.replication.throttled.replicas", "", ""),
@@ -101,11 +115,17 @@ def test_good_values_are_normalized(key: str, value: str, normalized: str) -> No
         ("min.insync.replicas", "two", "not a number"),
         ("max.message.bytes", "-1", "at least 0"),
         ("max.message.bytes", str(2**31), "out of range for type INT"),
-        ("cleanup.policy", "compact", "not supported yet"),
-        ("cleanup.policy", "delete,compact", "not supported yet"),
-        ("cleanup.policy", "", "only supported policy is 'delete'"),
-        ("cleanup.policy", "DELETE", "only supported policy is 'delete'"),
-        ("cleanup.policy", "shred", "only supported policy is 'delete'"),
+        ("cleanup.policy", "", "'' is not a policy"),
+        ("cleanup.policy", "compact,", "'' is not a policy"),
+        ("cleanup.policy", "DELETE", "'DELETE' is not a policy"),
+        ("cleanup.policy", "compact,shred", "'shred' is not a policy"),
+        ("min.cleanable.dirty.ratio", "1.01", "between 0 and 1"),
+        ("min.cleanable.dirty.ratio", "-0.1", "between 0 and 1"),
+        ("min.cleanable.dirty.ratio", "nan", "between 0 and 1"),
+        ("min.cleanable.dirty.ratio", "half", "not a number of type DOUBLE"),
+        ("min.compaction.lag.ms", "-1", "at least 0"),
+        ("max.compaction.lag.ms", "0", "at least 1"),
+        ("delete.retention.ms", "-1", "at least 0"),
         ("leader.replication.throttled.replicas", "0:1,*", "entry '*' is not partition:broker"),
         ("leader.replication.throttled.replicas", "0-1", "entry '0-1' is not partition:broker"),
         ("follower.replication.throttled.replicas", "0:1,,1:2", "entry '' is not partition:broker"),
@@ -182,3 +202,12 @@ def test_broker_rates_are_non_negative_longs_and_unknown_broker_keys_are_named(k
         validate_broker_config(key, "-1")
     with pytest.raises(ValidationError, match="unknown broker config 'retention.ms'"):
         validate_broker_config("retention.ms", "1")
+
+
+def test_min_compaction_lag_may_not_exceed_max() -> None:
+    check_compaction_lags({})
+    check_compaction_lags({"min.compaction.lag.ms": "5", "max.compaction.lag.ms": "5"})
+    with pytest.raises(ValidationError) as error:
+        check_compaction_lags({"min.compaction.lag.ms": "6", "max.compaction.lag.ms": "5"})
+    assert error.value.code == controller_pb2.INVALID_CONFIG
+    assert error.value.message == "min.compaction.lag.ms 6 is larger than max.compaction.lag.ms 5"

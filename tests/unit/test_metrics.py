@@ -19,6 +19,8 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from pytest import MonkeyPatch
 
+from raftka.broker.log.cleaner.manager import CleanerMetrics
+from raftka.broker.log.cleaner.metrics import CleanerCollector
 from raftka.broker.metrics import BrokerCollector, BrokerTopicMetrics
 from raftka.broker.quota.manager import ClientQuotas
 from raftka.broker.quota.metrics import QuotaCollector
@@ -524,6 +526,7 @@ def test_the_metrics_page_lists_exactly_the_metrics_the_nodes_export() -> None:
             broker,
             QuotaCollector(ClientQuotas(dict)),
             ListenerCollector(list),
+            CleanerCollector(SimpleNamespace(metrics=CleanerMetrics())),
             DESCRIPTORS,
         )  # type: ignore[arg-type]
         for family in collector.collect()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from raftka.node.config import (
+    CleanerConfig,
     ConfigError,
     LogConfig,
     NodeConfig,
@@ -90,13 +91,22 @@ def test_render_round_trips(tmp_path: Path) -> None:
             node_id=2,
             listener="0.0.0.0:9000",
             raft={"election_timeout_ms": 80},
-            log={"archive_segments": True},
+            log={"archive_segments": True, "cleaner": {"threads": 2, "io_max_bytes_per_second": 1000}},
             logging={"level": "DEBUG", "format": "console"},
         )
     )
     path = tmp_path / "server.toml"
     path.write_text(render_toml(config))
     assert load_config(path) == config
+
+
+def test_the_log_cleaner_table_has_kafkas_defaults() -> None:
+    assert parse(minimal()).log_cleaner == CleanerConfig(
+        enable=True, threads=1, dedupe_buffer_size=128 << 20, io_max_bytes_per_second=0, backoff_ms=15_000
+    )
+    config = parse(minimal(log={"cleaner": {"enable": False, "threads": 4, "dedupe_buffer_size": 4 << 20}}))
+    assert (config.log_cleaner.enable, config.log_cleaner.threads) == (False, 4)
+    assert config.log_cleaner.dedupe_buffer_size == 4 << 20
 
 
 def test_absolute_data_dir_is_kept() -> None:
@@ -131,6 +141,15 @@ def test_absolute_data_dir_is_kept() -> None:
         (minimal(raft=5), "raft"),
         (minimal(log={"segment_bytes": 0}), "log.segment_bytes"),
         (minimal(log={"archive_segments": "yes"}), "log.archive_segments"),
+        (minimal(log={"cleaner": {"enable": 1}}), "log.cleaner.enable"),
+        (minimal(log={"cleaner": {"threads": 0}}), "log.cleaner.threads"),
+        (minimal(log={"cleaner": {"backoff_ms": 0}}), "log.cleaner.backoff_ms"),
+        (minimal(log={"cleaner": {"io_max_bytes_per_second": -1}}), "log.cleaner.io_max_bytes_per_second"),
+        (
+            minimal(log={"cleaner": {"threads": 2, "dedupe_buffer_size": 2**21 - 1}}),
+            "log.cleaner.dedupe_buffer_size",
+        ),
+        (minimal(log={"cleaner": {"dedupe.buffer.size": 1}}), "log.cleaner.dedupe.buffer.size"),
         (minimal(journal={"snapshot_interval_records": -5}), "journal.snapshot_interval_records"),
         (minimal(journal={"snapshot_interval_bytes": 0}), "journal.snapshot_interval_bytes"),
         (minimal(journal={"snapshot_interval_ms": -1}), "journal.snapshot_interval_ms"),

@@ -134,6 +134,51 @@ def test_retention_deletes_only_segments_below_the_high_watermark(tmp_path: Path
     assert log.log_start_offset == 4, "the active segment stays"
 
 
+def test_the_cleanup_policy_and_compaction_settings_reach_the_log_config() -> None:
+    default = LogConfig.from_topic_configs({})
+    assert (default.delete, default.compact) == (True, False)
+    assert (default.min_cleanable_dirty_ratio, default.min_compaction_lag_ms) == (0.5, 0)
+    assert (default.max_compaction_lag_ms, default.delete_retention_ms) == (2**63 - 1, 86_400_000)
+    compacted = LogConfig.from_topic_configs(
+        {
+            "cleanup.policy": "compact",
+            "min.cleanable.dirty.ratio": "0.1",
+            "min.compaction.lag.ms": "5",
+            "max.compaction.lag.ms": "60000",
+            "delete.retention.ms": "1000",
+        }
+    )
+    assert (compacted.delete, compacted.compact) == (False, True)
+    assert compacted.min_cleanable_dirty_ratio == 0.1
+    assert (compacted.min_compaction_lag_ms, compacted.max_compaction_lag_ms) == (5, 60000)
+    assert compacted.delete_retention_ms == 1000
+    both = LogConfig.from_topic_configs({"cleanup.policy": "compact,delete"})
+    assert (both.delete, both.compact) == (True, True)
+
+
+@pytest.mark.parametrize(
+    ("policy", "deletes"), [("compact", False), ("compact,delete", True), ("delete", True)]
+)
+def test_retention_runs_only_when_the_cleanup_policy_has_delete(
+    tmp_path: Path, policy: str, deletes: bool
+) -> None:
+    config = LogConfig.from_topic_configs(
+        {"cleanup.policy": policy, "retention.ms": "0", "segment.bytes": "1024"}
+    )
+    log = PartitionLog.open(tmp_path, TOPIC_ID, config, clean_shutdown=True, recovery_point=0)
+    for i in range(5):
+        append(log, b"v" * 400, timestamp=NOW + i)
+    segments = len(log.segments)
+    assert segments > 1
+    deleted = log.delete_old_segments(NOW + 1_000, log.log_end_offset)
+    assert (deleted > 0) == deletes
+    assert log.log_start_offset == (log.segments[0].base_offset if deletes else 0)
+    log.update_config(LogConfig.from_topic_configs({"cleanup.policy": "compact,delete", "retention.ms": "0"}))
+    assert log.delete_old_segments(NOW + 1_000, log.log_end_offset) == (0 if deletes else segments - 1), (
+        "a live change of the policy applies at the next retention pass"
+    )
+
+
 def test_a_torn_tail_is_cut_at_the_last_whole_batch_and_appends_continue(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     append(log, b"a")

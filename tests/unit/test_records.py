@@ -155,6 +155,27 @@ def test_valid_batches_pass_and_log_append_time_is_stamped_with_a_valid_crc() ->
     assert crc_matches(stamped.payload, 0, header) and stamped.log_append_time_ms == NOW + 99
 
 
+@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP])
+def test_a_compacted_topic_refuses_a_batch_with_any_record_without_a_key(compression: Compression) -> None:
+    builder = BatchBuilder(compression)
+    for key in (b"k", b"", None):  # an empty key is a key; a null one is none
+        builder.append(NOW, key, b"v")
+    keyless = bytes(builder.build())
+    compacted = BatchLimits(1000, compacted=True)
+    keyed = BatchBuilder(compression)
+    keyed.append(NOW, b"", b"v")
+    keyed.append(NOW, b"k", None)  # a tombstone: a key with no value
+    keyed_batch = bytes(keyed.build())
+    assert validate_batches(keyed_batch, compacted, NOW).record_count == 2
+    validate_batches(keyless, LIMITS, NOW)  # a topic that is not compacted takes it
+    with pytest.raises(BatchValidationError) as refused:
+        validate_batches(keyed_batch + keyless, compacted, NOW)
+    assert refused.value.code == E.INVALID_RECORD
+    assert refused.value.message == (
+        "batch 1: record 2 has no key, and a compacted topic (cleanup.policy compact) takes only records with a key"
+    )
+
+
 # Kafka's UtilsTest.testMurmur2, as the Java client computes them (signed 32-bit).
 MURMUR2 = {
     b"21": -973932308,
