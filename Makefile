@@ -10,7 +10,7 @@ ROUNDS ?= 20
 TEST_WORKERS ?= 2
 BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test test-long lint sim sim-data bench bench-kafka proto kcat chromium docker-test spark-cluster-test chaos-net
+.PHONY: venv cluster down test test-long lint sim sim-data bench bench-kafka proto tools docker-test spark-cluster-test chaos-net
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,27 +34,20 @@ down: $(STAMP)
 # gRPC's event engine: "Java gateway process exited"); the real-process tests, which start
 # clusters of their own, one at a time after them, so two clusters never share the two
 # cores. Every part runs; any one failing fails the target.
-test: $(STAMP) lint kcat chromium
+test: $(STAMP) lint tools
 	@status=0; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --ignore=tests/integration --ignore=tests/spark || status=$$?; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests/spark || status=$$?; \
 	$(BIN)/python -m pytest tests/integration || status=$$?; \
 	exit $$status
 
-# Debian packages some tests need: kcat (the Kafka client tests) and headless chromium
-# (the tests that render the audit's report). Without apt-get and root (or sudo without a
-# password) they stay missing, and those tests say so (and fail under CI=true).
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
-define apt_install
-	@command -v $(1) >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
-		{ $(SUDO) apt-get install -y -qq $(1) >/dev/null 2>&1 || \
-		  { $(SUDO) apt-get update -qq >/dev/null 2>&1 && $(SUDO) apt-get install -y -qq $(1) >/dev/null 2>&1; }; }; } || \
-		echo "$(1): could not install it with apt-get; $(2) will say it is missing"
-endef
-kcat:
-	$(call apt_install,kcat,the Kafka client tests)
-chromium:
-	$(call apt_install,chromium,the audit report tests)
+# The programs from outside Python the tests run (iptables, iproute2, kcat, chromium, node
+# and npm, Java 17), listed in tests/tools.py and installed from there with apt-get (as
+# root, or with sudo -n) when missing; every pytest session does the same before its first
+# test. What cannot be installed stays missing: the tests that need it skip saying what
+# to install, and fail under CI=true.
+tools: $(STAMP)
+	$(BIN)/python -m tests.tools
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -66,8 +59,8 @@ sim: $(STAMP)
 # Network faults between real processes, ROUNDS of each (a leader cut off its followers, the
 # controllers, the clients; 20% packet loss), and the active controller cut off its peers:
 # make chaos-net ROUNDS=20. Needs root: every node in its own network namespace, cut off with
-# iptables (installs iproute2 and iptables with apt-get if missing); the namespaces go afterwards.
-chaos-net: $(STAMP)
+# iptables (`make tools` installs them); the namespaces go afterwards.
+chaos-net: $(STAMP) tools
 	CHAOS_NET_ROUNDS=$(ROUNDS) $(BIN)/python -m pytest --timeout=$$(( $(ROUNDS) * 120 + 120 )) \
 		tests/integration/test_network_partitions.py \
 		tests/integration/test_metadata_controller_failover.py::test_active_controller_cut_off_its_peers_under_concurrent_clients_is_linearizable

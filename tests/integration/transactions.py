@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import Producer, TopicPartition
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from tests import tools
 from tests.integration.polling import wait_until
 from tests.missing_tool import missing
 from tests.unit.kafka_wire import call
@@ -198,15 +199,13 @@ def kafkajs() -> Path:
     modules = cache / f"kafkajs-{KAFKAJS_VERSION}" / "node_modules"
     if (modules / "kafkajs" / "package.json").is_file():
         return modules
-    npm = shutil.which("npm")
-    if shutil.which("node") is None or npm is None:
-        missing("node and npm are not installed: install Node.js 14 or later (apt-get install nodejs npm)")
+    tools.require("node")
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="kafkajs-", dir=cache))
     try:
         done = subprocess.run(
             [
-                npm,
+                "npm",
                 "install",
                 "--prefix",
                 str(staging),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import cluster, local
+from raftka.cli import cluster, local, netns
 from raftka.cli.chaos_network import _REACTIONS
 from raftka.cli.main import main
 from raftka.client.types import PartitionInfo
@@ -55,12 +55,27 @@ def test_cut_off_the_clients_is_nothing_the_cluster_sees() -> None:
 
 
 def test_a_cluster_outside_network_namespaces_is_refused_by_name(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Before the tools: on a machine without iptables too, what to change is the cluster."""
     cluster.create(tmp_path, 1, brokers=3)
+    monkeypatch.setattr(netns, "missing_tools", lambda: ["iptables"])
     with pytest.raises(SystemExit, match="1"):
         main(["chaos", "partition-broker", "--from", "followers", "--dir", str(tmp_path)])
     assert "node(s) [1, 101, 102, 103]" in capsys.readouterr().err
+    assert all(node.pid is None for node in local.load(tmp_path).nodes)
+
+
+def test_a_cluster_in_namespaces_without_iptables_is_refused_naming_the_package(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tools are checked once the nodes are known to be in namespaces, whatever the
+    machine has installed."""
+    cluster.create(tmp_path, 1, brokers=3, netns={n: f"ns{n}" for n in (1, 101, 102, 103)})
+    monkeypatch.setattr(netns, "missing_tools", lambda: ["iptables"])
+    with pytest.raises(SystemExit, match="1"):
+        main(["chaos", "partition-broker", "--from", "followers", "--dir", str(tmp_path)])
+    assert "partition-broker needs iptables: apt-get install -y iptables" in capsys.readouterr().err
     assert all(node.pid is None for node in local.load(tmp_path).nodes)
 
 
