@@ -10,7 +10,7 @@ ROUNDS ?= 20
 TEST_WORKERS ?= 2
 BENCH_KAFKA_ARGS ?= --records 1000000
 
-.PHONY: venv cluster down test test-long lint sim sim-data bench bench-kafka proto tools docker-test spark-cluster-test chaos-net
+.PHONY: venv cluster down test test-long lint sim sim-data bench bench-kafka proto tools test-fresh docker-test spark-cluster-test chaos-net
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -96,6 +96,11 @@ test-long: $(STAMP)
 
 spark-cluster-test: $(STAMP)
 	$(BIN)/python -m pytest -m spark_cluster tests/spark/test_standalone.py
+
+# `CI=true make test` as root in a clean clone on a fresh Debian bookworm (debootstrapped
+# once and kept in /var/cache/raftka-fresh): proves make test needs nothing a run left behind.
+test-fresh:
+	tests/fresh_machine.sh
 
 # Not part of `make test`: builds the image on a debootstrapped base (kept between runs),
 # runs deploy/compose.yaml (3 controllers, 3 brokers), produces and consumes through it, and
