@@ -7,7 +7,7 @@
 #     its headers, make, git, gcc, openjdk-17-jre-headless. Built once and kept in
 #     $FRESH_CACHE/base (rm -rf it to rebuild); the machine's own CA certificates
 #     (/usr/local/share/ca-certificates: a TLS-intercepting proxy's) are added, since pip
-#     and npm must reach their registries.
+#     and the KafkaJS test must reach their registries.
 #  2. Each run: a throwaway copy of that base (an overlay mount, or cp -a where overlays do
 #     not work), a clean clone of this repository's HEAD in /root/raftka (uncommitted
 #     changes are not in it), /proc, /sys, /dev, /dev/pts and /dev/shm mounted.
@@ -24,7 +24,7 @@ FRESH_CACHE=${FRESH_CACHE:-/var/cache/raftka-fresh}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BASE=$FRESH_CACHE/base
 PACKAGES="python3 python3-venv python3-pip python3-dev make git gcc openjdk-17-jre-headless ca-certificates"
-# The CA variables of this machine, so pip, npm and curl inside trust what they trust here.
+# The CA variables of this machine, so pip, node and curl inside trust what they trust here.
 PASS_ENV="SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE PIP_CERT NODE_EXTRA_CA_CERTS PIP_DEFAULT_TIMEOUT"
 
 say() { echo "fresh-machine: $*"; }
@@ -71,6 +71,7 @@ build_base() {
     say "debootstrap bookworm (minbase) from $DEBIAN_MIRROR into $building (log: $FRESH_CACHE/debootstrap.log)"
     debootstrap --variant=minbase bookworm "$building" "$DEBIAN_MIRROR" >"$FRESH_CACHE/debootstrap.log" 2>&1 ||
         fail "debootstrap failed; see $FRESH_CACHE/debootstrap.log"
+    mkdir -p "$building/usr/local/share/ca-certificates"
     cp /usr/local/share/ca-certificates/*.crt "$building/usr/local/share/ca-certificates/" 2>/dev/null || true
     cp /etc/resolv.conf "$building/etc/resolv.conf"
     mount_api "$building"

@@ -45,7 +45,7 @@ TOOLS: dict[str, Tool] = {
         ("chromium",),
         "the tests that render the audit's report",
     ),
-    "node": Tool((("node",), ("npm",)), ("nodejs", "npm"), "the KafkaJS tests (node and npm)"),
+    "node": Tool((("node",),), ("nodejs",), "the KafkaJS tests"),
     "java": Tool((("java",),), ("openjdk-17-jre-headless",), "the Spark tests and the audit (Java 17)"),
 }
 
