@@ -4,12 +4,14 @@ negative hold). The partitions themselves run in tests/integration/test_network_
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 from raftka.cli import cluster, local, netns
 from raftka.cli.chaos_network import _REACTIONS
+from raftka.cli.errors import CliError
 from raftka.cli.main import main
 from raftka.client.types import PartitionInfo
 
@@ -95,3 +97,26 @@ def test_a_loss_outside_0_to_100_is_refused(
         f"--loss-percent: expected more than 0 and less than 100, got {float(percent):g}"
         in capsys.readouterr().err
     )
+
+
+def test_a_heal_returns_once_the_delay_proxies_are_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL is not death: on a loaded machine a proxy is still listed a while after it."""
+    listings = iter([[4242], [4242], [4242], []])  # the first listing, then twice still there
+    killed: list[tuple[int, int]] = []
+    monkeypatch.setattr(netns, "in_namespace", lambda *argv: None)
+    monkeypatch.setattr(netns, "delay_proxies", lambda namespace: next(listings))
+    monkeypatch.setattr(netns.os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    netns.heal("ns101")
+    assert killed == [(4242, signal.SIGKILL)]
+    assert next(listings, "drained") == "drained"
+
+
+def test_a_delay_proxy_that_outlives_its_sigkill_fails_the_heal_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(netns, "PROXY_EXIT_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(netns, "in_namespace", lambda *argv: None)
+    monkeypatch.setattr(netns, "delay_proxies", lambda namespace: [4242])
+    monkeypatch.setattr(netns.os, "kill", lambda pid, sig: None)
+    with pytest.raises(CliError, match=r"delay proxies \[4242\] in ns101 still run 0.05 s after SIGKILL"):
+        netns.heal("ns101")
