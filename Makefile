@@ -27,22 +27,23 @@ cluster: $(STAMP)
 down: $(STAMP)
 	$(BIN)/raftka cluster down
 
-# Lint, then every test: unit, scripted core edges, simulation, real processes. The suites
-# that run in one process (CPU-bound: properties, simulations) run on two pytest workers, a
-# test file per worker; the Spark suites on two workers of their own (pyspark forks its JVM
-# from the worker, and a worker that had run the gRPC tests first once saw that fork die in
-# gRPC's event engine: "Java gateway process exited"); the real-process tests, which start
-# clusters of their own, one at a time after them, so two clusters never share the two
-# cores. Every part runs; any one failing fails the target.
+# Lint, the outside tools, then every test: unit, scripted core edges, simulation, real
+# processes. The suites that run in one process (CPU-bound: properties, simulations) run on
+# two pytest workers, a test file per worker; the Spark suites on two workers of their own
+# (pyspark forks its JVM from the worker, and a worker that had run the gRPC tests first
+# once saw that fork die in gRPC's event engine: "Java gateway process exited"); the
+# real-process tests on two more, a module per worker (its tests share its clusters;
+# tests/integration/conftest.py). Every part runs; any
+# one failing fails the target. The slowest 25 tests of each part are listed at its end.
 test: $(STAMP) lint tools
 	@status=0; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --ignore=tests/integration --ignore=tests/spark || status=$$?; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests/spark || status=$$?; \
-	$(BIN)/python -m pytest tests/integration || status=$$?; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests/integration || status=$$?; \
 	exit $$status
 
 # The programs from outside Python the tests run (iptables, iproute2, kcat, chromium, node
-# and npm, Java 17), listed in tests/tools.py and installed from there with apt-get (as
+# (for KafkaJS), Java 17), listed in tests/tools.py and installed from there with apt-get (as
 # root, or with sudo -n) when missing; every pytest session does the same before its first
 # test. What cannot be installed stays missing: the tests that need it skip saying what
 # to install, and fail under CI=true.
@@ -87,11 +88,12 @@ bench-kafka: $(BENCH_STAMP)
 # Not part of `make test` (minutes on two cores): the audit on a Spark standalone master and two
 # workers started from the pyspark installation, with the CLI and spark-submit, a worker killed
 # mid-job; every run must equal the embedded local[2] audit. Needs Java 17, as the audit does.
-# Not part of `make test` (which must stay under 15 minutes on two cores): the scenarios under
+# Not part of `make test` (which must stay within 10 minutes on two cores): the scenarios under
 # the linearizability checker's load (the active controller SIGKILLed and cut off; controllers
-# added, removed and replaced) and a real cluster's history (leaders and a broker lost)
-# audited on Spark, a minute or more each.
-test-long: $(STAMP)
+# added, removed and replaced), a real cluster's history (leaders and a broker lost)
+# audited on Spark, and five rounds of each process fault (make test runs two), a minute or
+# more each.
+test-long: $(STAMP) tools
 	$(BIN)/python -m pytest -m long tests/integration
 
 spark-cluster-test: $(STAMP)
