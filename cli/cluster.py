@@ -45,6 +45,7 @@ from raftka.v1 import raft_pb2
 
 MAX_CONTROLLERS = 9
 MAX_BROKERS = 9
+DEFAULT_CONTROLLERS = DEFAULT_BROKERS = 3  # what `cluster up` makes when not told
 FIRST_BROKER_ID = 101
 KAFKA_FIRST_PORT = 9092  # the first broker's Kafka listener, when free
 POLL_INTERVAL_S = 0.1
@@ -117,8 +118,8 @@ def up(
     if created:
         cluster = create(
             cluster_dir,
-            3 if controllers is None else controllers,
-            brokers=3 if brokers is None else brokers,
+            DEFAULT_CONTROLLERS if controllers is None else controllers,
+            brokers=DEFAULT_BROKERS if brokers is None else brokers,
             tls=tls,
         )
     else:

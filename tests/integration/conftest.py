@@ -1,5 +1,12 @@
 """Fixtures for the integration tests: clusters that are always torn down, and whose
-nodes' logs are attached to the report of a test that failed."""
+nodes' logs are attached to the report of a test that failed.
+
+They run on two pytest-xdist workers (``make test``: ``-n 2 --dist loadfile``): each
+module's tests on one worker, so a module-scoped cluster is started once. Nothing else is
+global: ports are picked free per cluster, directories are per test, and Kafka's own
+ports (9092...) are held by each session, so no test cluster takes them and two clusters
+created at once never both pick them. (``--dist loadgroup`` would do nothing here: with
+pytest 9 xdist 3.8's group suffix never reaches the node ids.)"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from raftka.cli import cluster as cluster_cmd
 from tests.integration.harness import Cluster
 from tests.integration.proxy import LOOPBACK
 
@@ -29,6 +37,22 @@ def _loopback_available() -> None:
         pytest.skip(
             f"cannot bind a loopback port for nodes and proxies ({e}): integration tests need {LOOPBACK}"
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kafka_ports_held() -> Iterator[None]:
+    """Bind (never listen on) Kafka's own ports for the session: ``cluster up`` gives
+    brokers 9092... only when all are free, and two workers creating clusters at once would
+    both see them free and one cluster's brokers fail to bind. Held, every test cluster's
+    brokers take ports the kernel picks (those held by the other worker fail to bind here)."""
+    with contextlib.ExitStack() as held:
+        for port in range(
+            cluster_cmd.KAFKA_FIRST_PORT, cluster_cmd.KAFKA_FIRST_PORT + cluster_cmd.MAX_BROKERS
+        ):
+            sock = held.enter_context(socket.socket())
+            with contextlib.suppress(OSError):  # held by the other worker, or by someone else
+                sock.bind((LOOPBACK, port))
+        yield
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import signal
 import subprocess
 import threading
@@ -20,8 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from tests import tools
 from tests.integration.polling import wait_until
-from tests.missing_tool import missing
 
 POLL_MS = 200
 PHASE_TIMEOUT_S = 120  # under pytest's 300 s: a stuck group fails with what it waited for
@@ -413,11 +412,7 @@ class Kcat:
 
     @staticmethod
     def _kcat() -> str:
-        found = shutil.which("kcat")
-        if found is None:
-            problem = "kcat is not installed: `make test` installs Debian's kcat with apt-get (as root), or install it yourself"
-            missing(problem)
-        return found
+        return tools.command("kcat")
 
 
 def _read(run: GroupRun, count: int, whole: Check, produce: Produce, poll: Callable[[], None]) -> None:

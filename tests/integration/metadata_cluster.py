@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 
 from raftka.broker.server import PARTITIONS_DIR
+from raftka.cli import cluster as cluster_cmd
 from raftka.command import local
 from raftka.node.config import load_config, render_toml
 from raftka.records.batch import iter_batches
@@ -49,11 +50,14 @@ class MetadataCluster:
         """``raftka cluster up``: create and start, or start the nodes that are down."""
         return json.loads(self.raftka("cluster", "up", "--output", "json", timeout_s=UP_TIMEOUT_S))
 
-    def up_configured(self, **settings: dict[str, Any]) -> None:
-        """Create the cluster, then restart it with ``settings``: ``role__section={key: value}``
-        (``controller__metadata={"snapshot_interval_records": 10}``) in every such node."""
-        self.up()
-        self.down()
+    def up_configured(
+        self, *, brokers: int = cluster_cmd.DEFAULT_BROKERS, **settings: dict[str, Any]
+    ) -> None:
+        """Create the cluster as ``cluster up --brokers BROKERS`` does, set ``settings`` in
+        it: ``role__section={key: value}`` (``controller__metadata={"snapshot_interval_records":
+        10}``) in every such node, then ``cluster up``: each node starts once, configured
+        (no start and stop first)."""
+        cluster_cmd.create(self.dir, cluster_cmd.DEFAULT_CONTROLLERS, brokers=brokers)
         for target, values in settings.items():
             role, _, section = target.partition("__")
             self.configure(role, section, **values)

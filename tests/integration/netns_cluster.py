@@ -4,19 +4,17 @@ namespace, on their own address (``raftka.tools.chaos.netns``), for the network 
 Made by the test itself and removed after it, on failure too: the nodes are killed and
 every namespace deleted, and with them every veth, the bridge and every iptables rule.
 The test and the commands it runs (``cluster up``, ``chaos``) reach the nodes through
-the layout's leg in the test's namespace. It needs root, ``ip`` and ``iptables``: missing
-tools are installed with apt-get (``apt-get update`` first); if that cannot be done the
-tests say what is missing and skip, and fail under CI=true.
+the layout's leg in the test's namespace. It needs root, ``ip`` and ``iptables``, which
+``tests.tools`` installs before any test; without them the tests say what is missing and
+skip, and fail under CI=true.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 from raftka.cli import cluster as cluster_cmd
 from raftka.command import local
 from raftka.tools.chaos import netns
+from tests import tools
 from tests.integration.metadata_cluster import RAFTKA, MetadataCluster
 from tests.integration.polling import wait_until
 from tests.missing_tool import missing
@@ -45,22 +44,10 @@ class NetnsCluster(MetadataCluster):
 
 
 def require_network_tools() -> None:
-    """Root, and ``ip`` and ``iptables``, installed with apt-get if missing."""
-    problem = None
+    """Root, and ``ip`` and ``iptables`` (``tests.tools`` installs them before the tests)."""
     if os.geteuid() != 0:
-        problem = "network namespaces need root"
-    elif netns.missing_tools() and shutil.which("apt-get"):
-        warnings.warn(
-            f"installing {' '.join(netns.missing_tools())} with apt-get for the network faults", stacklevel=2
-        )
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, timeout=300)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", *netns.missing_tools()], capture_output=True, timeout=300
-        )
-    if problem is None and netns.missing_tools():
-        problem = f"missing {', '.join(netns.missing_tools())} (apt-get install -y iproute2 iptables)"
-    if problem is not None:
-        missing(problem)
+        missing("network namespaces need root")
+    tools.require("iproute2", "iptables")
 
 
 @contextlib.contextmanager

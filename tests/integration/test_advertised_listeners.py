@@ -35,8 +35,7 @@ DATA_HOST, KAFKA_HOST, EXTERNAL_HOST = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 def cluster_dir(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "local"
     try:
-        cluster.up(path, 3, UP_TIMEOUT_S, brokers=3)
-        cluster.down(path, timeout_s=10)
+        cluster.create(path, 3, brokers=3)  # configured before its first start
         for node in MetadataCluster(path).nodes("broker"):
             config = load_config(node.config)
             data_port = config.broker.data_listener.rpartition(":")[2]

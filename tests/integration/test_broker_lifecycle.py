@@ -38,8 +38,7 @@ EXIT_TIMEOUT_S = 10.0
 def cluster_dir(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "local"
     try:  # a failed start leaves nodes running too
-        cluster.up(path, 3, UP_TIMEOUT_S, brokers=3)
-        cluster.down(path, timeout_s=10)
+        cluster.create(path, 3, brokers=3)  # configured before its first start
         MetadataCluster(path).configure("controller", "controller", leader_rebalance_interval_ms=1_000)
         cluster.up(path, None, UP_TIMEOUT_S)
         yield path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raftka.cli import local
+from raftka.command import local
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.producer import Producer
 from raftka.client.types import NewTopic

@@ -25,7 +25,6 @@ from tests.integration.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
-UP_TIMEOUT_S = 60.0
 WAIT_S = 30.0
 CALL_TIMEOUT_S = 5.0
 Status = health_pb2.HealthCheckResponse
@@ -33,11 +32,10 @@ Status = health_pb2.HealthCheckResponse
 
 @pytest.fixture
 def stopped_cluster(tmp_path: Path) -> Iterator[local.LocalCluster]:
-    """A formatted cluster of 3 controllers and 1 broker, every node down; the nodes a
+    """A formatted cluster of 3 controllers and 1 broker, never started; the nodes a
     test starts are killed after it."""
     path = tmp_path / "local"
-    cluster.up(path, 3, UP_TIMEOUT_S, brokers=1)
-    cluster.down(path, timeout_s=10)
+    cluster.create(path, 3, brokers=1)
     nodes = local.load(path)
     try:
         yield nodes

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import urllib.request
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -53,16 +53,25 @@ async def brokers_listed(address: str) -> int:
         client.close()
 
 
-@pytest.mark.parametrize("listener", ["kafka", "data"])
-def test_a_brokers_listeners_close_what_one_address_holds_beyond_its_bounds(
-    tmp_path: Path, listener: str
-) -> None:
-    cluster = MetadataCluster(tmp_path / "cluster")
-    held: list[socket.socket] = []
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetadataCluster]:
+    """One cluster for both listeners: each test reads only its own listener's counters."""
+    cluster = MetadataCluster(tmp_path_factory.mktemp("listener-bounds") / "cluster")
     try:
         cluster.up_configured(
             broker__broker={"max_connections_per_ip": PER_IP, "connections_max_idle_ms": 1_000}
         )
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("listener", ["kafka", "data"])
+def test_a_brokers_listeners_close_what_one_address_holds_beyond_its_bounds(
+    cluster: MetadataCluster, listener: str
+) -> None:
+    held: list[socket.socket] = []
+    try:
         broker = cluster.nodes("broker")[0]
         host, _, port = (broker.kafka_address if listener == "kafka" else broker.data_address).rpartition(":")
         for _ in range(HELD):
@@ -84,4 +93,3 @@ def test_a_brokers_listeners_close_what_one_address_holds_beyond_its_bounds(
     finally:
         for sock in held:
             sock.close()
-        cluster.close()

@@ -62,7 +62,9 @@ def test_acknowledged_records_survive_a_leader_cut_off(cluster: NetnsCluster, fa
         "--rate", "500", "--timeout-s", "30", "--output", "json",
         timeout_s=120 * ROUNDS,
     )  # fmt: skip
-    assert done.returncode in (0, 1), f"chaos failed to run: {done.stderr[-3000:]}\n{cluster.log_tails()}"
+    assert done.returncode in (0, 1) and done.stdout, (
+        f"chaos failed to run ({done.returncode}): {done.stderr[-3000:]}\n{cluster.log_tails()}"
+    )
     report = json.loads(done.stdout)
     summary = report["summary"]
     assert len(report["rounds"]) == ROUNDS

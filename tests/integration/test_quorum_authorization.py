@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from raftka.cli import local
+from raftka.command import local
 from raftka.security.tls import TlsFiles, aio_channel
 from raftka.v1 import raft_pb2, raft_pb2_grpc
 from tests.integration.metadata_cluster import UP_TIMEOUT_S, MetadataCluster

@@ -44,8 +44,8 @@ SEND_INTERVAL_S = 0.002  # the load's pace: ~500 records/s at most
 def cluster(tmp_path: Path):  # noqa: ANN201
     cluster = MetadataCluster(tmp_path / "cluster")
     try:
-        cluster.raftka("cluster", "up", "--brokers", "4", "--output", "json", timeout_s=120)
         cluster.up_configured(
+            brokers=4,
             controller__controller={"session_timeout_ms": SESSION_TIMEOUT_MS},
             broker__broker={"heartbeat_interval_ms": HEARTBEAT_MS},
         )

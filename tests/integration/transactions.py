@@ -7,21 +7,26 @@ stops at the last stable offset and drops aborted records and control batches it
 (from the fetch's aborted-transaction list): what a broker answers is judged by what a
 real client then shows an application.
 
-KafkaJS is not a Python package: ``kafkajs()`` installs version ``KAFKAJS_VERSION`` with
-npm into a cache outside the repository, once, as the other tests find kcat and Chromium:
-without node and npm (or the registry) the tests that need it skip saying so, and fail
-under ``CI=true``.
+KafkaJS is not a Python package: ``kafkajs()`` fetches version ``KAFKAJS_VERSION`` from
+the npm registry into a cache outside the repository, once; node comes from
+``tests.tools``: without node (or the registry) the tests that need it skip saying so, and
+fail under ``CI=true``.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -29,6 +34,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import Producer, TopicPartition
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from tests import tools
 from tests.integration.polling import wait_until
 from tests.missing_tool import missing
 from tests.unit.kafka_wire import call
@@ -37,7 +43,11 @@ READ_TIMEOUT_S = 90.0
 POLL_S = 0.2
 TRANSACTION_KEY = 1  # FindCoordinator key_type: a transactional id
 KAFKAJS_VERSION = "2.2.4"
-NPM_TIMEOUT_S = 300
+KAFKAJS_TARBALL = f"https://registry.npmjs.org/kafkajs/-/kafkajs-{KAFKAJS_VERSION}.tgz"
+KAFKAJS_INTEGRITY = (  # the registry's dist.integrity of that version
+    "sha512-j/YeapB1vfPT2iOIUn/vxdyKEuhuY2PxMBvf5JWux6iSaukAccrMtXEY/Lb7OvavDhOWME589bpLrEdnVHjfjA=="
+)
+FETCH_TIMEOUT_S = 120
 KAFKAJS_SCRIPT = Path(__file__).with_name("kafkajs_transactions.js")
 # how long past its own timeout a librdkafka call may run before it counts as wedged: a
 # request in flight when the timeout passes still ends within its own request timeout
@@ -192,36 +202,32 @@ def send_offsets(
 
 
 def kafkajs() -> Path:
-    """A ``node_modules`` holding KafkaJS ``KAFKAJS_VERSION``, installed with npm into the
-    user's cache on first use (a partial install never takes the final name)."""
+    """A ``node_modules`` holding KafkaJS ``KAFKAJS_VERSION``, fetched from the npm registry
+    into the user's cache on first use (KafkaJS has no dependencies: its tarball is the
+    whole install, so npm, with its hundreds of Debian packages, is not needed). The
+    tarball must match the registry's pinned integrity; a partial install never takes the
+    final name."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raftka-tests"
     modules = cache / f"kafkajs-{KAFKAJS_VERSION}" / "node_modules"
     if (modules / "kafkajs" / "package.json").is_file():
         return modules
-    npm = shutil.which("npm")
-    if shutil.which("node") is None or npm is None:
-        missing("node and npm are not installed: install Node.js 14 or later (apt-get install nodejs npm)")
+    tools.require("node")
+    try:
+        with urllib.request.urlopen(KAFKAJS_TARBALL, timeout=FETCH_TIMEOUT_S) as answer:
+            tarball = answer.read()
+    except OSError as e:
+        missing(f"could not fetch KafkaJS {KAFKAJS_VERSION} from {KAFKAJS_TARBALL}: {e}")
+    digest = base64.b64encode(hashlib.sha512(tarball).digest()).decode()
+    assert f"sha512-{digest}" == KAFKAJS_INTEGRITY, (
+        f"{KAFKAJS_TARBALL} is not the tarball the registry pinned"
+    )
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="kafkajs-", dir=cache))
     try:
-        done = subprocess.run(
-            [
-                npm,
-                "install",
-                "--prefix",
-                str(staging),
-                "--no-audit",
-                "--no-fund",
-                "--no-save",
-                f"kafkajs@{KAFKAJS_VERSION}",
-            ],  # fmt: skip
-            capture_output=True,
-            text=True,
-            timeout=NPM_TIMEOUT_S,
-            check=False,
-        )
-        if done.returncode != 0:
-            missing(f"npm could not install kafkajs@{KAFKAJS_VERSION}: {done.stderr.strip()[-500:]}")
+        with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as archive:
+            archive.extractall(staging, filter="data")  # everything under package/
+        (staging / "node_modules").mkdir()
+        (staging / "package").rename(staging / "node_modules" / "kafkajs")
         try:
             staging.rename(modules.parent)
         except OSError:  # another run installed it meanwhile

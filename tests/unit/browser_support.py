@@ -6,7 +6,8 @@ image that did not decode and every link within the page to an id it does not ho
 Chromium's own log (stderr) is no use for this: it mixes the page's messages with the
 browser's (D-Bus, GPU) and changes between versions.
 
-Without Chromium the tests skip saying how to install it; under ``CI=true`` they fail.
+Chromium comes from ``tests.tools``: without it the tests skip saying how to install it;
+under ``CI=true`` they fail.
 """
 
 from __future__ import annotations
@@ -14,16 +15,11 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-from tests.missing_tool import missing
+from tests import tools
 
-INSTALL_HELP = (
-    "chromium is not installed: `make test` installs Debian's chromium with apt-get (as root), "
-    "or install it yourself (apt-get install chromium)"
-)
 RENDER_TIMEOUT_S = 60  # one page; a hung browser fails the test instead of stalling it
 ERRORS_ID = "render-errors"
 PROBE = """<script>
@@ -50,15 +46,6 @@ window.addEventListener("load", () => {
 </script>""".replace("ERRORS_ID", ERRORS_ID)
 
 
-def chromium() -> str:
-    """The browser's path; skips (fails under CI=true) without one, saying how to install it."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found is not None:
-            return found
-    missing(INSTALL_HELP)
-
-
 def render_errors(page: Path, scratch: Path) -> list[str]:
     """What went wrong rendering ``page`` in headless Chromium: console errors, uncaught
     exceptions, resources or images that failed, links to ids the page lacks; empty when it
@@ -70,7 +57,7 @@ def render_errors(page: Path, scratch: Path) -> list[str]:
     probed.write_text(text[: head.end()] + PROBE + text[head.end() :], encoding="utf-8")
     done = subprocess.run(
         [
-            chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            tools.command("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
             f"--user-data-dir={scratch / 'chromium-profile'}", "--virtual-time-budget=5000",
             "--dump-dom", probed.resolve().as_uri(),
         ],

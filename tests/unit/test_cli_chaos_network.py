@@ -4,6 +4,7 @@ negative hold). The partitions themselves run in tests/integration/test_network_
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from raftka.cli import cluster
 from raftka.cli.main import main
 from raftka.client.types import PartitionInfo
 from raftka.command import local
+from raftka.command.errors import CliError
+from raftka.tools.chaos import netns
 from raftka.tools.chaos.chaos_network import _REACTIONS
 
 VICTIM = 101
@@ -56,12 +59,27 @@ def test_cut_off_the_clients_is_nothing_the_cluster_sees() -> None:
 
 
 def test_a_cluster_outside_network_namespaces_is_refused_by_name(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Before the tools: on a machine without iptables too, what to change is the cluster."""
     cluster.create(tmp_path, 1, brokers=3)
+    monkeypatch.setattr(netns, "missing_tools", lambda: ["iptables"])
     with pytest.raises(SystemExit, match="1"):
         main(["chaos", "partition-broker", "--from", "followers", "--dir", str(tmp_path)])
     assert "node(s) [1, 101, 102, 103]" in capsys.readouterr().err
+    assert all(node.pid is None for node in local.load(tmp_path).nodes)
+
+
+def test_a_cluster_in_namespaces_without_iptables_is_refused_naming_the_package(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tools are checked once the nodes are known to be in namespaces, whatever the
+    machine has installed."""
+    cluster.create(tmp_path, 1, brokers=3, netns={n: f"ns{n}" for n in (1, 101, 102, 103)})
+    monkeypatch.setattr(netns, "missing_tools", lambda: ["iptables"])
+    with pytest.raises(SystemExit, match="1"):
+        main(["chaos", "partition-broker", "--from", "followers", "--dir", str(tmp_path)])
+    assert "partition-broker needs iptables: apt-get install -y iptables" in capsys.readouterr().err
     assert all(node.pid is None for node in local.load(tmp_path).nodes)
 
 
@@ -81,3 +99,26 @@ def test_a_loss_outside_0_to_100_is_refused(
         f"--loss-percent: expected more than 0 and less than 100, got {float(percent):g}"
         in capsys.readouterr().err
     )
+
+
+def test_a_heal_returns_once_the_delay_proxies_are_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL is not death: on a loaded machine a proxy is still listed a while after it."""
+    listings = iter([[4242], [4242], [4242], []])  # the first listing, then twice still there
+    killed: list[tuple[int, int]] = []
+    monkeypatch.setattr(netns, "in_namespace", lambda *argv: None)
+    monkeypatch.setattr(netns, "delay_proxies", lambda namespace: next(listings))
+    monkeypatch.setattr(netns.os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    netns.heal("ns101")
+    assert killed == [(4242, signal.SIGKILL)]
+    assert next(listings, "drained") == "drained"
+
+
+def test_a_delay_proxy_that_outlives_its_sigkill_fails_the_heal_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(netns, "PROXY_EXIT_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(netns, "in_namespace", lambda *argv: None)
+    monkeypatch.setattr(netns, "delay_proxies", lambda namespace: [4242])
+    monkeypatch.setattr(netns.os, "kill", lambda pid, sig: None)
+    with pytest.raises(CliError, match=r"delay proxies \[4242\] in ns101 still run 0.05 s after SIGKILL"):
+        netns.heal("ns101")

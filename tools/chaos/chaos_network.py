@@ -139,16 +139,16 @@ def run_slow_broker(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, fault: Fault) -> int:
     if args.hold_s < 0:
         raise CliError(f"--hold-s: expected 0 or more, got {args.hold_s}")
-    missing = netns.missing_tools()
-    if missing:
-        raise CliError(f"{args.action} needs {', '.join(missing)}: apt-get install -y {' '.join(missing)}")
     cluster = local.load(local.resolve_dir(args.dir))
     outside = [n.id for n in cluster.nodes if not n.netns]
-    if outside:
+    if outside:  # first: no tool makes such a cluster fit, so say what does
         raise CliError(
             f"{args.action} needs every node in its own network namespace; node(s) {outside} "
             f"of {cluster.dir} are not (see raftka.tools.chaos.netns)"
         )
+    missing = netns.missing_tools()
+    if missing:
+        raise CliError(f"{args.action} needs {', '.join(missing)}: apt-get install -y {' '.join(missing)}")
     return run_under_load(
         args,
         lambda admin, target, topic, number: _round(

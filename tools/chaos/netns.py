@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ BRIDGE = "br0"
 TOOLS = {"ip": "iproute2", "ss": "iproute2", "iptables": "iptables"}
 DELAY_MARK = 0x52  # SO_MARK of the delay proxy's own connections, which its rules let by
 DELAY_PROXY = "raftka.tools.chaos.delay_proxy"
+PROXY_EXIT_TIMEOUT_S = 10.0  # from SIGKILL to gone, on a loaded machine
 
 
 def missing_tools() -> list[str]:
@@ -188,6 +190,15 @@ def heal(namespace: str) -> None:
     for pid in delay_proxies(namespace):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    # SIGKILL is not death: on a loaded machine the proxy can still be there a while after.
+    # Healed means gone, so whoever checks (or delays the node again) finds none.
+    deadline = time.monotonic() + PROXY_EXIT_TIMEOUT_S
+    while proxies := delay_proxies(namespace):
+        if time.monotonic() >= deadline:
+            raise CliError(
+                f"delay proxies {proxies} in {namespace} still run {PROXY_EXIT_TIMEOUT_S:g} s after SIGKILL"
+            )
+        time.sleep(0.01)
 
 
 def delay_proxies(namespace: str) -> list[int]:
