@@ -211,10 +211,13 @@ class PartitionLog:
     def _drop_segments_after_a_cut(self) -> None:
         """A segment cut short by recovery ends the log: later segments cannot follow it
         (Kafka's ``LogLoader`` deletes them), nor can one that overlaps the segment before.
-        A gap between segments is no cut: the cleaner leaves them in compacted logs."""
+        A gap before a segment that holds batches is no cut (a follower starts a segment
+        past a gap its indexes cannot span), but an empty segment past a gap is one: a roll
+        whose batches a power cut took, so the log ends where the segment before it does."""
         for i in range(1, len(self.segments)):
-            previous = self.segments[i - 1]
-            if previous.cut_by_recovery or self.segments[i].base_offset < previous.next_offset:
+            previous, segment = self.segments[i - 1], self.segments[i]
+            lost_roll = segment.size == 0 and segment.base_offset > previous.next_offset
+            if previous.cut_by_recovery or segment.base_offset < previous.next_offset or lost_roll:
                 for later in self.segments[i:]:
                     log.warning("deleting a segment after a cut one", segment=str(later.path))
                     later.delete()

@@ -202,5 +202,5 @@ def test_the_kafka_listener_refuses_a_fetch_from_a_follower(tmp_path: Path, vers
             connection.send(request_frame(request, version, 1))
             answer = FetchResponse.decode(connection.read_frame(), version=version, header=True)
         partition = answer.responses[0].partitions[0]
-        assert (partition.error_code, partition.records) == (TOPIC_AUTHORIZATION_FAILED, None)
+        assert (partition.error_code, partition.records) == (TOPIC_AUTHORIZATION_FAILED, b"")
         assert high_watermark(served.broker) == 0
