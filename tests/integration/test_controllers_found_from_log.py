@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from raftka.command import local
 from raftka.client.admin import Admin, RetryPolicy
 from raftka.client.producer import Producer
 from raftka.client.types import NewTopic
+from raftka.command import local
 from raftka.node.config import load_config
 from tests.integration.metadata_cluster import MetadataCluster
 from tests.integration.polling import hold_for, wait_until
