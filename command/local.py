@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -202,13 +203,35 @@ def last_log_line(node: NodeRecord) -> str:
     return lines[-1].strip() if lines else ""
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PORT_LOW = 10_000
+
+
 def free_ports(count: int) -> list[int]:
-    """Ports the kernel picks as free on loopback, all held at once so they differ."""
-    sockets = [socket.socket() for _ in range(count)]
+    """Distinct loopback ports nobody listens on, below the kernel's ephemeral range.
+
+    A node's port is free while the node is down, and an outbound connection's source port
+    (a peer, a client or another cluster's) comes from the ephemeral range: picking below
+    that range means a restarted node never finds its own port taken by such a connection.
+    """
+    high = 32_768
+    if EPHEMERAL_RANGE.exists():
+        high = int(EPHEMERAL_RANGE.read_text().split()[0])
+    held: list[socket.socket] = []
     try:
-        for s in sockets:
-            s.bind((LOOPBACK, 0))
-        return [s.getsockname()[1] for s in sockets]
+        for _ in range(100 * count):
+            if len(held) == count:
+                break
+            sock = socket.socket()
+            try:
+                sock.bind((LOOPBACK, random.randrange(PORT_LOW, high)))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        if len(held) < count:
+            raise OSError(f"found only {len(held)} of {count} free loopback ports in {PORT_LOW}-{high}")
+        return [sock.getsockname()[1] for sock in held]
     finally:
-        for s in sockets:
-            s.close()
+        for sock in held:
+            sock.close()

@@ -19,13 +19,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from raftka.command.local import free_ports
 from raftka.node.config import JournalConfig, LogConfig, NodeConfig, Voter, render_toml
 from raftka.raft.config import RaftConfig
 from raftka.raft.storage.meta import format_storage, new_cluster_id
 from raftka.v1 import raft_pb2
 from tests.integration.client import AppendOutcome, AppendStatus, JournalView, NodeClient
 from tests.integration.history import AppendHistory
-from tests.integration.node import NodeProcess, free_ports
+from tests.integration.node import NodeProcess
 from tests.integration.polling import wait_until
 from tests.integration.proxy import LOOPBACK, ProxyNetwork
 

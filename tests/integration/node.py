@@ -10,9 +10,7 @@ every node said.
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -22,38 +20,6 @@ from tests.integration.proxy import LOOPBACK
 
 JOURNAL_NODE = (sys.executable, "-m", "raftka.node.journal_server")
 _EXIT_TIMEOUT_S = 10.0
-_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_PORT_LOW = 10_000
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct loopback ports nobody listens on, below the kernel's ephemeral range.
-
-    A node's port is free while the node is down, and an outbound connection's source port
-    (a peer or the proxy redialling it, say) comes from the ephemeral range: picking below
-    that range means a restarted node never finds its own port taken by such a connection.
-    """
-    high = 32_768
-    if _EPHEMERAL_RANGE.exists():
-        high = int(_EPHEMERAL_RANGE.read_text().split()[0])
-    held: list[socket.socket] = []
-    try:
-        for _ in range(100 * count):
-            if len(held) == count:
-                break
-            sock = socket.socket()
-            try:
-                sock.bind((LOOPBACK, random.randrange(_PORT_LOW, high)))
-            except OSError:
-                sock.close()
-                continue
-            held.append(sock)
-        if len(held) < count:
-            raise OSError(f"found only {len(held)} of {count} free loopback ports in {_PORT_LOW}-{high}")
-        return [sock.getsockname()[1] for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
 
 
 @dataclass

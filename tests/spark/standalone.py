@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.node import free_ports
+from raftka.command.local import free_ports
 from tests.integration.polling import wait_until
 
 HOST = "127.0.0.1"

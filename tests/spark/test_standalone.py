@@ -25,8 +25,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from raftka.command.local import free_ports
 from tests.integration.metadata_cluster import RAFTKA
-from tests.integration.node import free_ports
 from tests.integration.polling import wait_until
 from tests.spark.conftest import require_spark
 from tests.spark.standalone import HOST, Daemon, Standalone, get_json, spark_home

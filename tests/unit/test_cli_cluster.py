@@ -91,9 +91,13 @@ def test_up_refuses_to_resize(tmp_path: Path) -> None:
         cluster.up(tmp_path, None, timeout_s=1, brokers=1)
 
 
-def test_free_ports_differ() -> None:
+def test_free_ports_differ_and_lie_below_the_ephemeral_range() -> None:
+    """A restarted node's port is never taken by an outbound connection's source port,
+    which the kernel picks from its ephemeral range (a fast restart under -n 2 once found
+    its Kafka port taken)."""
     ports = local.free_ports(5)
-    assert len(set(ports)) == 5
+    ephemeral_low = int(local.EPHEMERAL_RANGE.read_text().split()[0])
+    assert len(set(ports)) == 5 and all(local.PORT_LOW <= p < ephemeral_low for p in ports), ports
 
 
 def test_down_and_status_of_a_stopped_cluster(tmp_path: Path) -> None:
