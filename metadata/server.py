@@ -28,7 +28,6 @@ from raftka.node.health import NodeHealth
 from raftka.node.logs import configure_logging
 from raftka.node.metrics_endpoint import MetricsEndpoint, serve_metrics
 from raftka.raft.driver import RaftNode
-from raftka.raft.endpoints import VoterEndpoints
 from raftka.raft.metrics import RaftCollector
 from raftka.v1 import controller_pb2, controller_pb2_grpc
 
@@ -79,7 +78,7 @@ async def start_controller(config: NodeConfig) -> ControllerNode:
         node,
         state_machine,
         cluster_id=node.cluster_id,
-        address_of=VoterEndpoints(config.voter_addresses, lambda: node.core.voter_set).address,
+        address_of=node.endpoints.address,
         session_timeout_ms=config.controller.session_timeout_ms,
         max_partitions_per_topic=config.controller.max_partitions_per_topic,
         offsets_retention_ms=config.controller.offsets_retention_minutes * 60_000,

@@ -101,7 +101,7 @@ async def open_node(
         interceptors=[PrincipalGate(every_rule)] if config.tls else [],
         connections_max=grpc_connections_max(),
     )
-    node = RaftNode(core, storage, transport, state_machine)
+    node = RaftNode(core, storage, transport, state_machine, endpoints=endpoints)
     return node
 
 

@@ -21,7 +21,6 @@ from raftka.node.journal import Journal
 from raftka.node.journal_service import JournalService, journal_rules
 from raftka.node.logs import configure_logging
 from raftka.raft.driver import RaftNode
-from raftka.raft.endpoints import VoterEndpoints
 from raftka.raft.storage.base import StorageError
 from raftka.raft.storage.meta import check_meta
 from raftka.v1 import raft_pb2, raft_pb2_grpc
@@ -50,7 +49,7 @@ async def start_controller(config: NodeConfig) -> Controller:
         authorizer,
     )
     node.add_caught_up_listener(health.set_serving)
-    service = JournalService(node, journal, VoterEndpoints(config.voter_addresses, lambda: node.core.voter_set).address)
+    service = JournalService(node, journal, node.endpoints.address)
     await node.start()
     return Controller(node, journal, node.core.cluster_id)
 

@@ -62,6 +62,7 @@ from raftka.raft.batch import Batch, OffsetAndEpoch
 from raftka.raft.config import RaftConfig
 from raftka.raft.core import NotLeaderError, QuorumDescription, RaftCore
 from raftka.raft.effects import Ready, Snapshot, Write
+from raftka.raft.endpoints import VoterEndpoints
 from raftka.raft.messages import NO_LEADER, Envelope
 from raftka.raft.metrics import RaftMetrics, now_s
 from raftka.raft.roles import Role
@@ -126,8 +127,11 @@ class RaftNode:
         state_machine: StateMachine,
         *,
         clock: Callable[[], int] = monotonic_ms,
+        endpoints: VoterEndpoints | None = None,
     ) -> None:
         self.core = core
+        # where each voter is (the log's voter set over the configured): one for all its users
+        self.endpoints = endpoints or VoterEndpoints({}, lambda: core.voter_set)
         self._storage = storage
         self._transport = transport
         self._state_machine = state_machine
