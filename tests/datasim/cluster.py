@@ -71,6 +71,7 @@ BUGGIFY_SHARE = 0.1  # of the times a buggify point is reached, it takes its rar
 EVENTS_MAX = 2_000_000
 OUT_WAIT_MS = 3_000  # a crashed broker leaves the ISR within its session (or the leader's lag bound)
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+CLEANER_FAULTS = ("power-cut-mid-swap",)  # injected by the cleaner's swap steps (``_cut_mid_swap``)
 MID_SWAP_CUT_SHARE = 0.05  # of a cleaner's swap steps, while no other fault runs, those that cut the power
 PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
 
@@ -389,7 +390,7 @@ class Cluster:
         )
 
     def _power_cut_mid_swap(self, broker: SimBroker, step: str) -> None:
-        fault = "power-cut-mid-swap"
+        [fault] = CLEANER_FAULTS
         self.faults[fault] = self.faults.get(fault, 0) + 1
         self.faulting = True
         self.trace(f"FAULT {fault} b{broker.id} at {step!r}")

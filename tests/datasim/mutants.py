@@ -14,7 +14,9 @@ from typing import Any
 from unittest import mock
 
 from raftka.broker.log.cleaner import recopy
+from raftka.broker.log.cleaner.manager import Candidate
 from raftka.broker.log.cleaner.offset_map import OffsetMap
+from raftka.broker.log.manager import LogManager
 from raftka.broker.log.producer_state import ProducerState
 from raftka.broker.log.segment import LogSegment
 from raftka.broker.replica.partition import Partition
@@ -204,6 +206,26 @@ def cleaned_segment_unsynced() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def cleaner_above_high_watermark() -> Iterator[None]:
+    """The cleaner may clean up to the log end, not the last stable offset: a record is
+    removed for a later one of its key that no follower holds yet, which a leader change
+    then truncates."""
+
+    def to_log_end(self: LogManager, high_watermarks: Any) -> Callable[[], list[Candidate]]:
+        def candidates() -> list[Candidate]:
+            return [
+                Candidate(name, log, log.config, log.log_end_offset)
+                for name in self.names()
+                if (log := self.get(name)) is not None and log.config.compact
+            ]
+
+        return candidates
+
+    with mock.patch.object(LogManager, "cleaner_candidates", to_log_end):
+        yield
+
+
 MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "": contextlib.nullcontext,
     "serve-unregistered": serve_unregistered,
@@ -218,4 +240,5 @@ MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "markers-only-on-answer": markers_only_on_answer,
     "cleaner-drops-latest": cleaner_drops_latest,
     "cleaned-segment-unsynced": cleaned_segment_unsynced,
+    "cleaner-above-high-watermark": cleaner_above_high_watermark,
 }
