@@ -344,7 +344,13 @@ class LogSegment:
         ]
 
     def close(self) -> None:
+        """Close its files, once: a segment a swap deleted stays in its log's list if the
+        swap is cut short, and closing its descriptor again would close whatever file had
+        taken the number since."""
+        if self._fd < 0:
+            return
         os.close(self._fd)
+        self._fd = -1
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()

@@ -8,7 +8,10 @@ go to the partition leaders' ``ReplicaManager.write_txn_markers``). It registers
 fresh incarnation id, heartbeats, applies every newer image the controller sends (to its
 replicas and its coordinator), fetches from its partitions' leaders, sends its ISR
 changes, polls its groups, and now and then fsyncs its logs (``flush.ms``) and
-checkpoints its high watermarks and recovery points, as the server's timers do. A crash
+checkpoints its high watermarks and recovery points, as the server's timers do. It runs
+the real ``LogCleaner`` too, one pass at a time on the scheduler's thread (``clean_now``
+every ``CLEAN_MS``), for a compacted topic; ``cut_mid_swap`` may cut the power at any step
+of a pass's swap (``PowerCutMidSwap``). A crash
 drops the process (its files are closed unsynced, its coordinator's writes stop); a
 power cut then also rebuilds the disk from what was fsynced; a wipe empties it.
 """
@@ -26,6 +29,8 @@ from raftka.broker.controller_link import LinkError
 from raftka.broker.groups import coordinator as coordinator_module
 from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.groups.group import GroupLimits
+from raftka.broker.log.cleaner.manager import LogCleaner
+from raftka.broker.log.cleaner.offset_map import OffsetMap
 from raftka.broker.log.manager import LogManager
 from raftka.broker.partitions import BrokerPartitions
 from raftka.broker.producer_ids import ProducerIdManager
@@ -37,7 +42,7 @@ from raftka.broker.transactions import coordinator as txn_coordinator_module
 from raftka.broker.transactions.coordinator import TransactionCoordinator
 from raftka.broker.transactions.markers import LeaderUnreachable, MarkerWriter
 from raftka.metadata.image import MetadataImage
-from raftka.node.config import BrokerConfig
+from raftka.node.config import BrokerConfig, CleanerConfig
 from raftka.v1 import broker_pb2, controller_pb2, metadata_pb2
 from raftka.wire.frames import DATA_LISTENER
 from tests.datasim.disk import SimDisk
@@ -57,6 +62,9 @@ WRITE_TIMEOUT_MS = 1_000  # a coordinator's controller write is tried again unti
 TIMER_SCALE = 0.1  # the transaction coordinator's timers and backoffs, scaled to the simulation
 TXN_ANSWER_LOST_MS = CALL_TIMEOUT_MS  # a WriteTransaction whose answer is lost fails after this
 RECORDS_MAX = 100
+T0_MS = 1_700_000_000_000  # every record's timestamp: nothing in a run reads the wall clock
+CLEAN_MS = 150  # a broker's cleaner looks for a log to clean this often
+KEY_MAP_BYTES = 1 << 16  # the cleaner's key map: a few thousand keys, plenty for the producers' few
 GROUP_LIMITS = GroupLimits(
     min_session_timeout_ms=100, max_session_timeout_ms=5_000, initial_rebalance_delay_ms=0
 )
@@ -74,6 +82,10 @@ class LeaderFetch:
         self.lost: Handle | None = None  # the timeout of the fetch in flight
 
 
+class PowerCutMidSwap(Exception):
+    """Raised at a step of a cleaner's swap: the machine loses power there."""
+
+
 class Process:
     """One incarnation of a broker: everything a crash loses."""
 
@@ -84,6 +96,14 @@ class Process:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.logs = LogManager(broker.disk.root)
         self.logs.open_all()
+        self.cleaner = LogCleaner(
+            broker.disk.root,
+            CleanerConfig(),
+            self.logs.cleaner_candidates(lambda: self.replicas.high_watermarks()),
+            wall_ms=lambda: T0_MS + broker.clock_ms(),  # the records' time, moving on with the run's
+        )
+        self.key_map = OffsetMap(KEY_MAP_BYTES)
+        self.cleanings = 0  # cleaner passes swapped in (or cut short): the logs changed beneath their readers
         self.config = BrokerConfig(replica_lag_time_max_ms=LAG_MS)
         self.clock_s = broker.clock_s
         self.broker_id = broker.id
@@ -240,6 +260,9 @@ class SimBroker:
         self.incarnations = 0
         self.controller: Any = None  # the SimController, set by the cluster
         self.peers: dict[int, SimBroker] = {}
+        # set by the cluster: whether to cut the power at this step of a swap, and the cut
+        self.cut_mid_swap: Callable[[str], bool] = lambda step: False
+        self.on_power_cut: Callable[[SimBroker, str], None] = lambda broker, step: None
 
     def clock_ms(self) -> int:
         return self.scheduler.now_ms
@@ -275,6 +298,7 @@ class SimBroker:
         self.process.tasks.add(self.loop.spawn(self.process.transactions.run(), lambda _: None))
         if self.flush_ms is not None:
             self._every(self.process, self.flush_ms, self._flush)
+        self._every(self.process, CLEAN_MS, self._clean)
 
     def wipe(self) -> None:
         """The disk is lost, the broker's copy of the metadata log with it."""
@@ -316,6 +340,23 @@ class SimBroker:
     def _checkpoint(self, process: Process) -> None:
         process.logs.write_high_watermarks(process.replicas.high_watermarks())
         process.logs.checkpoint_recovery_points()
+
+    def _clean(self, process: Process) -> None:
+        """One pass of the cleaner, if a log is due; the power may go mid-swap."""
+
+        def step(name: str) -> None:
+            if self.cut_mid_swap(name):
+                raise PowerCutMidSwap(name)
+
+        try:
+            result = process.cleaner.clean_now(process.key_map, step)
+        except PowerCutMidSwap as cut:
+            process.cleanings += 1
+            self.on_power_cut(self, str(cut))
+            return
+        if result is not None:
+            process.cleanings += 1
+            self.trace(f"b{self.id} cleaned up to {result.end_offset} ({len(result.groups)} segments)")
 
     def _flush(self, process: Process) -> None:
         for partition in process.replicas.partitions():

@@ -18,17 +18,17 @@ from collections.abc import Callable
 from raftka.broker.replica.manager import TIMEOUT_MS_MAX
 from raftka.records.codec import BatchBuilder
 from raftka.v1 import broker_pb2, controller_pb2
-from tests.datasim.broker import TOPIC, SimBroker
-from tests.datasim.invariants import IDEMPOTENT_PREFIX, Invariants, records_and_end
+from tests.datasim.broker import T0_MS, TOPIC, SimBroker
+from tests.datasim.invariants import IDEMPOTENT_PREFIX, Entry, Invariants, key_of, records_and_end
 from tests.datasim.network import Network
 from tests.simulation.scheduler import Scheduler
 
 E = controller_pb2.ErrorCode
 PRODUCER, CONSUMER, IDEMPOTENT_PRODUCER = 100, 101, 102
 PRODUCER_ID = 4000  # the idempotent producer's, as InitProducerId would hand it out
-T0_MS = 1_700_000_000_000  # every record's timestamp: nothing in a run reads the wall clock
 CLIENT_TIMEOUT_MS = 500
 IN_FLIGHT_MAX = 2
+TOMBSTONE_EVERY = 7  # of the plain producer's records, one in this many deletes its key
 
 
 def leader_of(brokers: dict[int, SimBroker], rng: random.Random, partition: int) -> SimBroker | None:
@@ -63,8 +63,8 @@ class Producer:
         self.prefix = IDEMPOTENT_PREFIX if idempotent else b"v"
         self.next_value = 0
         self.sequences = [0] * partitions  # the idempotent producer's next batch's, per partition
-        self.unacked: tuple[int, list[bytes]] | None = None  # its batch and partition, until acknowledged
-        self.in_flight: dict[int, tuple[int, list[bytes]]] = {}
+        self.unacked: tuple[int, list[Entry]] | None = None  # its batch and partition, until acknowledged
+        self.in_flight: dict[int, tuple[int, list[Entry]]] = {}
         self.calls = 0
         self.running = True
         self.acked = 0
@@ -94,8 +94,8 @@ class Producer:
         leader = leader_of(self.brokers, self.rng, partition)
         if leader is None:
             return
-        for value in values:
-            assert builder.append(T0_MS, None, value)
+        for key, value in values:
+            assert builder.append(T0_MS, key, value)
         request = broker_pb2.ProduceRequest(acks=-1, timeout_ms=TIMEOUT_MS_MAX)
         request.topics.add(name=TOPIC).partitions.add(partition=partition, records=bytes(builder.build()))
         self.calls += 1
@@ -104,9 +104,14 @@ class Producer:
         self.network.send(self.node, leader.id, self._at_broker, leader, request, call)
         self.scheduler.after(CLIENT_TIMEOUT_MS, self.in_flight.pop, call, None)
 
-    def _value(self) -> bytes:
+    def _value(self) -> Entry:
+        """A new record: a key of a few (keys are overwritten again and again, for compacted
+        topics), now and then (the plain producer) a tombstone."""
         self.next_value += 1
-        return b"%s%d" % (self.prefix, self.next_value)
+        n = self.next_value
+        if not self.idempotent and n % TOMBSTONE_EVERY == 0:
+            return key_of(n), None
+        return key_of(n), b"%s%d" % (self.prefix, n)
 
     def _at_broker(self, broker: SimBroker, request: broker_pb2.ProduceRequest, call: int) -> None:
         broker.serve_produce(
@@ -126,11 +131,11 @@ class Producer:
             self.sequences[partition] += len(values)
             self.unacked = None
         self.trace(
-            f"producer: {values[0]!r}.. acknowledged at {partition}/{result.base_offset}.."
+            f"producer: {values[0][1]!r}.. acknowledged at {partition}/{result.base_offset}.."
             f"{result.base_offset + len(values) - 1}"
         )
-        for i, value in enumerate(values):
-            self.invariants.acknowledged(partition, result.base_offset + i, value)
+        for i, entry in enumerate(values):
+            self.invariants.acknowledged(partition, result.base_offset + i, entry)
 
 
 class Consumer:
@@ -203,5 +208,5 @@ def read_fetched(
     records, end = records_and_end(response.topics[0].partitions[0].records, position)
     for record in records:
         if record.offset >= position:
-            invariants.consumed(partition, record.offset, record.value)
+            invariants.consumed(partition, record.offset, (record.key, record.value))
     return end

@@ -70,16 +70,28 @@ BUGGIFY = ("txn-answer-lost",)
 BUGGIFY_SHARE = 0.1  # of the times a buggify point is reached, it takes its rare path
 EVENTS_MAX = 2_000_000
 OUT_WAIT_MS = 3_000  # a crashed broker leaves the ISR within its session (or the leader's lag bound)
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+CLEANER_FAULTS = ("power-cut-mid-swap",)  # injected by the cleaner's swap steps (``_cut_mid_swap``)
+MID_SWAP_CUT_SHARE = 0.05  # of a cleaner's swap steps, while no other fault runs, those that cut the power
 PARTITIONS = (2, 3, 4)  # the topic's, per seed; partition p is led first by broker p % 3 + 1
 
 
-def topic_configs(rng: random.Random) -> dict[str, str]:
-    return {
+def topic_configs(rng: random.Random, compaction: random.Random) -> dict[str, str]:
+    """The topic's configs; ``compaction`` (a draw of its own, so that the other draws stay
+    as they were) makes it compacted in some seeds, with segments small enough to roll and
+    a dirty ratio low enough that the brokers' cleaners pass often."""
+    configs = {
         "min.insync.replicas": "2",
         "segment.bytes": str(rng.choice((1024, 4096, 1 << 30))),
         "message.timestamp.before.max.ms": str(1 << 62),  # the records' fixed timestamp is fine
         "message.timestamp.after.max.ms": str(1 << 62),
     }
+    policy = compaction.choice(CLEANUP_POLICIES)
+    if "compact" in policy:
+        configs["cleanup.policy"] = policy
+        configs["segment.bytes"] = str(compaction.choice((256, 1024)))
+        configs["min.cleanable.dirty.ratio"] = compaction.choice(("0.01", "0.3"))
+    return configs
 
 
 def link_params(rng: random.Random) -> LinkParams:
@@ -113,7 +125,9 @@ class Cluster:
         self.network.incarnations[CONTROLLER] = 1
         self.loop = SimLoop()
         self.partitions = self.rng.choice(PARTITIONS)
-        self.invariants = Invariants(self.partitions)
+        self.configs = topic_configs(self.rng, random.Random(f"compaction-{seed}"))
+        self.compacted = "compact" in self.configs.get("cleanup.policy", "")
+        self.invariants = Invariants(self.partitions, self.compacted)
         self.group_invariants = GroupInvariants()
         self.brokers = {
             b: SimBroker(
@@ -131,10 +145,11 @@ class Cluster:
         self.controller = SimController(
             lambda: self.scheduler.now_ms, self._publish, self.group_invariants.commits_written, self.trace
         )
-        self.configs = topic_configs(self.rng)
         for broker in self.brokers.values():
             broker.controller = self.controller
             broker.peers = self.brokers
+            broker.cut_mid_swap = self._cut_mid_swap
+            broker.on_power_cut = self._power_cut_mid_swap
         self.producer = Producer(
             self.brokers,
             self.scheduler,
@@ -363,6 +378,25 @@ class Cluster:
             )
             self.network.isolate(broker_id, others)
             self.scheduler.after(lasts, self._heal)
+
+    def _cut_mid_swap(self, step: str) -> bool:
+        """Whether a broker's cleaner loses power at this step of its swap: a fault, so only
+        while no other runs."""
+        return (
+            self.nemesis_on
+            and not self.faulting
+            and self.healthy(moving=True)
+            and self.rng.random() < MID_SWAP_CUT_SHARE
+        )
+
+    def _power_cut_mid_swap(self, broker: SimBroker, step: str) -> None:
+        [fault] = CLEANER_FAULTS
+        self.faults[fault] = self.faults.get(fault, 0) + 1
+        self.faulting = True
+        self.trace(f"FAULT {fault} b{broker.id} at {step!r}")
+        broker.crash("loses power mid-swap")
+        broker.disk.power_cut()
+        self.scheduler.after(self.rng.randint(50, 1500), self._restart, broker)
 
     def _reassign(self, partition: int, target: tuple[int, ...]) -> bool:
         """False if the controller refused (a target broker fenced meanwhile, or no controller)."""

@@ -13,11 +13,17 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
+from raftka.broker.log.cleaner import recopy
+from raftka.broker.log.cleaner.manager import Candidate
+from raftka.broker.log.cleaner.offset_map import OffsetMap
+from raftka.broker.log.manager import LogManager
 from raftka.broker.log.producer_state import ProducerState
+from raftka.broker.log.segment import LogSegment
 from raftka.broker.replica.partition import Partition
 from raftka.broker.transactions.coordinator import TransactionCoordinator
 from raftka.metadata import broker_ops, delta, eligible_leaders, group_ops, reassign_ops
 from raftka.metadata.image import NO_LEADER, MetadataImage, PartitionState
+from raftka.records.codec import Record
 
 
 @contextlib.contextmanager
@@ -173,6 +179,53 @@ def markers_only_on_answer() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def cleaner_drops_latest() -> Iterator[None]:
+    """The cleaner keeps only records a later one of their key supersedes: the latest value
+    of every key in the part it cleaned is removed."""
+    keep = recopy._keep
+
+    def drop_latest(record: Record, offset_map: OffsetMap, horizon: int | None, now_ms: int) -> bool:
+        return keep(record, offset_map, horizon, now_ms) and record.offset != offset_map.get(record.key)
+
+    with mock.patch.object(recopy, "_keep", drop_latest):
+        yield
+
+
+@contextlib.contextmanager
+def cleaned_segment_unsynced() -> Iterator[None]:
+    """The cleaner swaps a cleaned segment in without fsyncing it first: a power cut once
+    its name is durable leaves an empty segment where the records were."""
+    recopy_group = recopy._recopy
+
+    def unsynced(*args: Any, **kwargs: Any) -> Any:
+        with mock.patch.object(LogSegment, "flush", lambda self: None):
+            return recopy_group(*args, **kwargs)
+
+    with mock.patch.object(recopy, "_recopy", unsynced):
+        yield
+
+
+@contextlib.contextmanager
+def cleaner_above_high_watermark() -> Iterator[None]:
+    """The cleaner may clean up to the log end, not the last stable offset: a record is
+    removed for a later one of its key that no follower holds yet, which a leader change
+    then truncates."""
+
+    def to_log_end(self: LogManager, high_watermarks: Any) -> Callable[[], list[Candidate]]:
+        def candidates() -> list[Candidate]:
+            return [
+                Candidate(name, log, log.config, log.log_end_offset)
+                for name in self.names()
+                if (log := self.get(name)) is not None and log.config.compact
+            ]
+
+        return candidates
+
+    with mock.patch.object(LogManager, "cleaner_candidates", to_log_end):
+        yield
+
+
 MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "": contextlib.nullcontext,
     "serve-unregistered": serve_unregistered,
@@ -185,4 +238,7 @@ MUTANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "move-completes-early": move_completes_early,
     "elr-elects-crashed-at-once": elr_elects_crashed_at_once,
     "markers-only-on-answer": markers_only_on_answer,
+    "cleaner-drops-latest": cleaner_drops_latest,
+    "cleaned-segment-unsynced": cleaned_segment_unsynced,
+    "cleaner-above-high-watermark": cleaner_above_high_watermark,
 }

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.datasim.cluster import BUGGIFY, FAULTS, MEMBER_FAULTS
+from tests.datasim.cluster import BUGGIFY, CLEANER_FAULTS, FAULTS, MEMBER_FAULTS
 from tests.datasim.mutants import MUTANTS
 from tests.datasim.runner import Options, run_seed, run_seeds
 
@@ -37,7 +37,7 @@ def test_seeds() -> None:
             pytrace=False,
         )
     faults = {name for r in results for name in r.faults}
-    assert faults == {*FAULTS, *MEMBER_FAULTS, *BUGGIFY}, faults
+    assert faults == {*FAULTS, *MEMBER_FAULTS, *BUGGIFY, *CLEANER_FAULTS}, faults
     assert sum(r.acked for r in results) > 100 * len(seeds)
     assert sum(r.generations for r in results) > 3 * len(seeds)  # the group rebalanced again and again
     assert sum(r.commits for r in results) > 5 * len(seeds)

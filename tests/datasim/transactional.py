@@ -28,7 +28,7 @@ from raftka.records.codec import BatchBuilder
 from raftka.v1 import broker_pb2, controller_pb2
 from tests.datasim.broker import TOPIC, SimBroker
 from tests.datasim.clients import CLIENT_TIMEOUT_MS, T0_MS, leader_of
-from tests.datasim.invariants import Invariants
+from tests.datasim.invariants import TRANSACTIONAL_PREFIX, Entry, Invariants, key_of
 from tests.datasim.network import Network
 from tests.simulation.scheduler import Scheduler
 
@@ -63,6 +63,7 @@ class TransactionalProducer:
         self.producer = (-1, -1)  # (producer id, epoch) once InitProducerId answered
         self.sequences: dict[int, int] = {}  # partition -> next sequence, for this epoch
         self.next_value = 0
+        self.written: list[Entry] = []  # the open transaction's records acknowledged so far
         self.call = 0  # the request in flight (its answer is the one awaited)
         self.running = True
         self.ended = 0  # transactions ended (EndTxn answered NONE)
@@ -94,6 +95,7 @@ class TransactionalProducer:
     def _begin(self) -> None:
         if not self.running:
             return
+        self.written = []
         chosen = sorted(self.rng.sample(range(self.partitions), self.rng.randint(1, self.partitions)))
         producer_id, epoch = self.producer
         request = Pb.AddPartitionsToTxnRequest(
@@ -133,8 +135,8 @@ class TransactionalProducer:
             base_sequence=self.sequences.get(partition, 0),
             transactional=True,
         )
-        for value in values:
-            assert builder.append(T0_MS, None, value)
+        for key, value in values:
+            assert builder.append(T0_MS, key, value)
         request = Pb.ProduceRequest(acks=-1, timeout_ms=TIMEOUT_MS_MAX, transactional_id=TRANSACTIONAL_ID)
         request.topics.add(name=TOPIC).partitions.add(partition=partition, records=bytes(builder.build()))
         call = self._next_call(self._init)  # no answer: its fate is unknown, so start over
@@ -149,7 +151,7 @@ class TransactionalProducer:
         )
 
     def _produced(
-        self, call: int, response: Pb.ProduceResponse, remaining: list[int], values: list[bytes]
+        self, call: int, response: Pb.ProduceResponse, remaining: list[int], values: list[Entry]
     ) -> None:
         if call != self.call:
             return
@@ -160,8 +162,9 @@ class TransactionalProducer:
             return
         partition = remaining[0]
         self.sequences[partition] = self.sequences.get(partition, 0) + len(values)
-        for i, value in enumerate(values):
-            self.invariants.acknowledged(partition, result.base_offset + i, value)
+        for i, entry in enumerate(values):
+            self.invariants.acknowledged(partition, result.base_offset + i, entry)
+        self.written.extend(values)
         self._produce(remaining[1:])
 
     def _end(self, committed: bool) -> None:
@@ -178,6 +181,8 @@ class TransactionalProducer:
         error = response.status.error
         if error == E.NONE:
             self.ended += 1
+            if committed:
+                self.invariants.transaction_committed(self.written)
             self.trace(f"txn producer: {'committed' if committed else 'aborted'} (epoch {self.producer[1]})")
             self.scheduler.after(self.rng.randint(5, 40), self._begin)
         elif error in _RETRIABLE:
@@ -227,6 +232,6 @@ class TransactionalProducer:
             self.call = 0
             on_timeout()
 
-    def _value(self) -> bytes:
+    def _value(self) -> Entry:
         self.next_value += 1
-        return b"x%d" % self.next_value
+        return key_of(self.next_value), b"%s%d" % (TRANSACTIONAL_PREFIX, self.next_value)

@@ -122,3 +122,20 @@ def test_a_power_cut_at_any_step_of_a_swap_keeps_what_was_fsynced_and_recovers(t
             assert after.table == expected.table, where
             assert after.offsets == sorted(set(after.offsets)), where
             assert recovered.log_end_offset == 41, where
+
+
+def test_a_log_whose_swap_was_cut_short_closes_without_closing_another_file(tmp_path: Path) -> None:
+    """A swap cut short after deleting a replaced segment leaves that segment in the log's
+    list; closing the log must not close its descriptor again (by then another file's)."""
+    partition_log = written(tmp_path / "t-0")
+
+    def step(name: str) -> None:
+        if name.startswith("rename") and name.endswith(".swap"):  # the old segments are deleted by now
+            raise Crash
+
+    with pytest.raises(Crash):
+        cleaner_of(tmp_path, partition_log).clean_now(OffsetMap(ENTRY_BYTES * 64), step)
+    with open(tmp_path / "bystander", "wb") as bystander:  # takes a freed descriptor number
+        partition_log.close_unflushed()
+        bystander.write(b"still open")
+        bystander.flush()

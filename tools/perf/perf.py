@@ -31,6 +31,7 @@ from raftka.raft.config import RaftConfig
 from raftka.raft.storage import meta
 from raftka.tools.perf import (
     perf_audit,
+    perf_cleaner,
     perf_data,
     perf_fetch_sessions,
     perf_kafka,
@@ -75,6 +76,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     perf_reassign.register(kinds)
     perf_transactions.register(kinds)
     perf_offset_commit.register(kinds)
+    perf_cleaner.register(kinds)
 
 
 def add_load_options(parser: argparse.ArgumentParser, unit: str) -> None:
