@@ -21,6 +21,7 @@ from raftka.broker.groups.coordinator import GroupCoordinator
 from raftka.broker.groups.group import State
 from raftka.metadata.group_placement import coordinator_for
 from raftka.metadata.image import MetadataImage
+from raftka.metadata.snapshot import decode_image, encode_image
 from raftka.metadata.transactions import State as TxnState
 from raftka.v1 import broker_pb2, controller_pb2
 from tests.unit import metadata_support as m
@@ -126,6 +127,9 @@ def test_the_new_coordinator_carries_the_group_on_with_its_members() -> None:
             assert [(mm.member_id, mm.session_timeout_ms) for mm in recorded.members] == [
                 (member_id, SESSION_MS)
             ]
+            assert (
+                decode_image(encode_image(controller.image)).groups[GROUP] == recorded
+            )  # snapshots keep them
 
             controller.set_image(m.replay(controller.image, m.fence(FIRST, 1)))  # the group moves
             beat = await second.heartbeat(
