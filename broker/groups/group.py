@@ -174,8 +174,9 @@ class Group:
         its members and their assignments (``assignments``: member id -> bytes), whose
         sessions start now. A coordinator that takes a group over so carries on without a
         rebalance, as Kafka's loads the group metadata it persisted. The members' protocols
-        are not recorded: a member that joins again is taken as having changed them, so a
-        rebalance follows, as it does when the leader joins."""
+        are not recorded, only the one chosen, which each supports: a new member offering
+        it is let in, and a member that joins again is taken as having changed its metadata,
+        so a rebalance follows, as it does when the leader joins."""
         group = cls(group_id, limits, generation_floor=recorded.generation_id)
         group.state = State.STABLE if recorded.members else State.EMPTY
         group.protocol_type, group.protocol_name = recorded.protocol_type, recorded.protocol_name
@@ -189,7 +190,7 @@ class Group:
                 session_timeout_ms=m.session_timeout_ms,
                 rebalance_timeout_ms=m.rebalance_timeout_ms,
                 protocol_type=recorded.protocol_type,
-                protocols=[],
+                protocols=[(recorded.protocol_name, b"")],  # chosen, so supported by every member
                 session_deadline_ms=now_ms + m.session_timeout_ms,
                 assignment=assignments.get(m.member_id, b""),
             )

@@ -175,3 +175,34 @@ def test_the_new_coordinator_carries_the_group_on_with_its_members() -> None:
             await second.close()
 
     asyncio.run(scenario())
+
+
+def test_a_new_member_joins_a_group_carried_on() -> None:
+    """The carried-on members' protocols are not recorded, but the group's chosen one is,
+    and each of them supports it: a new member offering it is let in (a rebalance), not
+    refused INCONSISTENT_GROUP_PROTOCOL until every carried-on member has joined again."""
+
+    async def scenario() -> None:
+        controller, clock = ControllerInMemory(MetadataImage()), Clock()
+        cluster(controller)
+        first, second = coordinator(controller, FIRST, clock), coordinator(controller, SECOND, clock)
+        try:
+            await joined_and_synced(first, clock)
+            controller.set_image(m.replay(controller.image, m.fence(FIRST, 1)))  # the group moves
+            newcomer = await second.join(
+                Pb.JoinGroupRequest(
+                    group_id=GROUP,
+                    session_timeout_ms=SESSION_MS,
+                    rebalance_timeout_ms=30_000,
+                    protocol_type="consumer",
+                    protocols=[Pb.JoinGroupProtocol(name="range", metadata=b"")],
+                    client_id="d",
+                    client_host="/10.0.0.2",
+                )
+            )
+            assert newcomer.status.error == E.MEMBER_ID_REQUIRED, newcomer.status.message
+        finally:
+            await first.close()
+            await second.close()
+
+    asyncio.run(scenario())
