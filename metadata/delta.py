@@ -418,6 +418,8 @@ class MetadataDelta:
                 m.client_id,
                 m.client_host,
                 tuple((a.topic, tuple(a.partitions)) for a in m.assignment),
+                m.session_timeout_ms,
+                m.rebalance_timeout_ms,
             )
             for m in r.members
         )

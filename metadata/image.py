@@ -98,6 +98,8 @@ class GroupMember:
     client_id: str
     client_host: str
     assignment: tuple[tuple[str, tuple[int, ...]], ...]  # (topic, partitions); empty when opaque
+    session_timeout_ms: int = 0  # 0: recorded before the timeouts were
+    rebalance_timeout_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

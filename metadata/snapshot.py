@@ -232,6 +232,8 @@ def group_rebalance_record(group: str, g: GroupGeneration) -> metadata_pb2.Group
                 assignment=[
                     metadata_pb2.GroupAssignedTopic(topic=t, partitions=ps) for t, ps in m.assignment
                 ],
+                session_timeout_ms=m.session_timeout_ms,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
             )
             for m in g.members
         ],

@@ -3,9 +3,13 @@
 Placement: ``raftka.metadata.group_placement``. A request for a group this broker does
 not coordinate (in its image) is answered NOT_COORDINATOR; when the image moves a group
 away, its waiting members are told so and its state is dropped, and its members find
-the new coordinator and join again. A group created here starts its generations above
-the last one recorded in the metadata log, so a member of an old coordinator's
-generation cannot commit. This broker's image may lag, so the controller checks the same
+the new coordinator. A group this broker takes up carries on from the last rebalance
+recorded in the metadata log (``Group.carried_on``): the same generation, members and
+assignments, so its members go on heartbeating and committing (and their transactions'
+TxnOffsetCommits go through) with no rebalance. A group whose record cannot be carried on
+(not Kafka's consumer protocol, whose assignments are recorded decoded; or recorded
+before the members' timeouts were) starts its generations above the recorded one, so a
+member of an old coordinator's generation cannot commit. This broker's image may lag, so the controller checks the same
 on its own (``raftka.metadata.group_ops``): every write names this broker and its broker
 epoch, and a refusal reaches the member as NOT_COORDINATOR or ILLEGAL_GENERATION.
 
@@ -79,6 +83,7 @@ class GroupCoordinator:
         self._commits = _CommitBatcher(self._write, records_max, self._identity)
         self._tasks: set[asyncio.Task[None]] = set()
         self._rebalances = RateLimitedLog(log, REBALANCE_LOG_INTERVAL_S)  # a member rebalances at will
+        self._emptying: set[str] = set()  # groups whose empty generation is being recorded
 
     # metadata ------------------------------------------------------------------------------
 
@@ -105,10 +110,35 @@ class GroupCoordinator:
     def _group(self, group_id: str) -> Group:
         group = self._groups.get(group_id)
         if group is None or group.state is State.DEAD:
-            recorded = self._image.groups.get(group_id)
-            floor = recorded.generation_id if recorded is not None else 0
-            group = self._groups[group_id] = Group(group_id, self.limits, generation_floor=floor)
+            group = self._groups[group_id] = self._from_image(group_id)
         return group
+
+    def _existing(self, group_id: str) -> Group | None:
+        """The group in memory, or else taken up from its last recorded rebalance (the
+        group moved here); None if neither: a member's heartbeat or commit must not be
+        refused UNKNOWN_MEMBER_ID only because the group has a new coordinator."""
+        group = self._groups.get(group_id)
+        if (group is None or group.state is State.DEAD) and group_id in self._image.groups:
+            group = self._group(group_id)
+        return group
+
+    def _from_image(self, group_id: str) -> Group:
+        recorded = self._image.groups.get(group_id)
+        if recorded is None:
+            return Group(group_id, self.limits)
+        if recorded.protocol_type != CONSUMER_PROTOCOL or any(
+            m.session_timeout_ms <= 0 for m in recorded.members
+        ):
+            return Group(group_id, self.limits, generation_floor=recorded.generation_id)
+        assignments = {m.member_id: _encoded(m.assignment) for m in recorded.members}
+        log.info(
+            "group taken over",
+            group=group_id,
+            generation=recorded.generation_id,
+            members=len(recorded.members),
+            previous_coordinator=recorded.coordinator,
+        )
+        return Group.carried_on(group_id, self.limits, recorded, assignments, self._clock_ms())
 
     def _not_here(self, group_id: str) -> tuple[int, str] | None:
         if not group_id:
@@ -165,7 +195,7 @@ class GroupCoordinator:
         problem = self._not_here(request.group_id)
         if problem is not None:
             return with_status(Pb.HeartbeatResponse(), *problem)
-        group = self._groups.get(request.group_id)
+        group = self._existing(request.group_id)
         if group is None:
             return with_status(
                 Pb.HeartbeatResponse(), E.UNKNOWN_MEMBER_ID, f"no member {request.member_id!r}: join again"
@@ -279,7 +309,7 @@ class GroupCoordinator:
         problem = self._not_here(request.group)
         generation = request.generation_id if request.HasField("generation_id") else None
         instance = request.group_instance_id if request.HasField("group_instance_id") else ""
-        group = self._groups.get(request.group)
+        group = self._existing(request.group) if problem is None else None
         if problem is None and group is not None and group.state is not State.DEAD:
             problem = group.commit_problem(generation, request.member_id, instance)
             group.touch(request.member_id, self._clock_ms())
@@ -313,7 +343,7 @@ class GroupCoordinator:
         generation = offsets.generation_id if offsets.HasField("generation_id") else -1
         instance = offsets.group_instance_id if offsets.HasField("group_instance_id") else ""
         if problem is None and (generation >= 0 or offsets.member_id or instance):
-            group = self._groups.get(offsets.group)
+            group = self._existing(offsets.group)
             if group is None or group.state is State.DEAD:
                 problem = E.UNKNOWN_MEMBER_ID, f"no member {offsets.member_id!r} here: join again"
             else:
@@ -355,9 +385,43 @@ class GroupCoordinator:
                 deadline = group.next_deadline_ms()
             if deadline is not None:
                 deadlines.append(deadline)
-            if group.state in (State.EMPTY, State.DEAD) and not group.pending:
+            if group.state is State.EMPTY and not group.pending and self._log_names_members(group_id):
+                self._record_emptied(group)  # kept until the log says so, else it would be carried on
+            elif group.state in (State.EMPTY, State.DEAD) and not group.pending:
                 del self._groups[group_id]  # nothing to remember: the log has its history
         return min(deadlines, default=None)
+
+    def _log_names_members(self, group_id: str) -> bool:
+        recorded = self._image.groups.get(group_id)
+        return recorded is not None and bool(recorded.members)
+
+    def _record_emptied(self, group: Group) -> None:
+        """Record that the group has no members left, under a new generation (Kafka stores
+        an Empty group's metadata too): a coordinator that takes it over later must not
+        carry on members that are gone."""
+        if group.group_id in self._emptying:
+            return
+        self._emptying.add(group.group_id)
+        recorded = self._image.groups.get(group.group_id)
+        floor = recorded.generation_id + 1 if recorded is not None else 0
+        group.generation_id = max(group.generation_id, floor)
+        self._spawn(self._record_empty(group.group_id, group.generation_id))
+
+    async def _record_empty(self, group_id: str, generation_id: int) -> None:
+        record = metadata_pb2.GroupRebalanceRecord(
+            group=group_id,
+            generation_id=generation_id,
+            coordinator=self.broker_id,
+        )
+        request = controller_pb2.RecordGroupRebalanceRequest(rebalance=record, **self._identity())
+        try:
+            answer = await self._write(lambda stub: stub.RecordGroupRebalance, request)
+            if answer.status.error != E.NONE:
+                log.info("empty group not recorded", group=group_id, error=E.Name(answer.status.error))
+        except LinkError as e:
+            log.info("empty group not recorded", group=group_id, error=str(e))
+        finally:
+            self._emptying.discard(group_id)  # the next poll looks again
 
     async def close(self) -> None:
         for group_id, group in list(self._groups.items()):
@@ -439,9 +503,14 @@ class GroupCoordinator:
             leader=rebalanced.leader,
             coordinator=self.broker_id,
         )
-        for member_id, instance, client_id, host, assignment in rebalanced.members:
+        for member_id, instance, client_id, host, session_ms, rebalance_ms, assignment in rebalanced.members:
             member = record.members.add(
-                member_id=member_id, group_instance_id=instance, client_id=client_id, client_host=host
+                member_id=member_id,
+                group_instance_id=instance,
+                client_id=client_id,
+                client_host=host,
+                session_timeout_ms=session_ms,
+                rebalance_timeout_ms=rebalance_ms,
             )
             if rebalanced.protocol_type == CONSUMER_PROTOCOL:
                 for topic, partitions in _assigned(assignment):
@@ -563,6 +632,14 @@ def _assigned(assignment: bytes) -> list[tuple[str, list[int]]]:
         return [(t.topic, list(t.partitions)) for t in decoded.assigned_partitions]
     except Exception:  # noqa: BLE001 - opaque bytes: recorded without an assignment
         return []
+
+
+def _encoded(assigned: tuple[tuple[str, tuple[int, ...]], ...]) -> bytes:
+    """A recorded consumer assignment as Kafka's ConsumerProtocolAssignment (version 0; the
+    assignor's user data is not recorded)."""
+    return ConsumerProtocolAssignment(
+        0, [(topic, list(partitions)) for topic, partitions in assigned], b""
+    ).encode()
 
 
 def _superseded(kind: str) -> Pb.JoinGroupResponse | Pb.SyncGroupResponse:

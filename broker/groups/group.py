@@ -14,6 +14,7 @@ States and transitions (Kafka's GroupMetadata)::
     Stable / CompletingRebalance --a member joins anew, leaves, expires or changes its protocols--> PreparingRebalance
     PreparingRebalance --the last member gone--> Empty
     any --group deleted or coordinator moved--> Dead
+    (a coordinator taking a group over) --the last recorded rebalance--> Stable (``carried_on``)
 
 The rules, as Kafka applies them:
 
@@ -40,10 +41,11 @@ The rules, as Kafka applies them:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from raftka.metadata.image import GroupGeneration
 from raftka.v1 import broker_pb2, controller_pb2
 
 E = controller_pb2.ErrorCode
@@ -102,9 +104,8 @@ class Rebalanced:
     protocol_type: str
     protocol_name: str
     leader: str
-    members: tuple[
-        tuple[str, str, str, str, bytes], ...
-    ]  # (member id, instance id, client id, host, assignment)
+    # (member id, instance id, client id, host, session timeout ms, rebalance timeout ms, assignment)
+    members: tuple[tuple[str, str, str, str, int, int, bytes], ...]
 
 
 @dataclass(slots=True)
@@ -160,6 +161,43 @@ class Group:
         self._sync_deadline_ms: int | None = None  # CompletingRebalance: when the leader must have synced
         self._recording: int | None = None  # the generation whose record is being written
 
+    @classmethod
+    def carried_on(
+        cls,
+        group_id: str,
+        limits: GroupLimits,
+        recorded: GroupGeneration,
+        assignments: Mapping[str, bytes],
+        now_ms: int,
+    ) -> Group:
+        """The group as its last recorded rebalance left it: Stable at that generation with
+        its members and their assignments (``assignments``: member id -> bytes), whose
+        sessions start now. A coordinator that takes a group over so carries on without a
+        rebalance, as Kafka's loads the group metadata it persisted. The members' protocols
+        are not recorded, only the one chosen, which each supports: a new member offering
+        it is let in, and a member that joins again is taken as having changed its metadata,
+        so a rebalance follows, as it does when the leader joins."""
+        group = cls(group_id, limits, generation_floor=recorded.generation_id)
+        group.state = State.STABLE if recorded.members else State.EMPTY
+        group.protocol_type, group.protocol_name = recorded.protocol_type, recorded.protocol_name
+        group.leader_id = recorded.leader
+        for m in recorded.members:
+            group.members[m.member_id] = Member(
+                member_id=m.member_id,
+                instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                session_timeout_ms=m.session_timeout_ms,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                protocol_type=recorded.protocol_type,
+                protocols=[(recorded.protocol_name, b"")],  # chosen, so supported by every member
+                session_deadline_ms=now_ms + m.session_timeout_ms,
+                assignment=assignments.get(m.member_id, b""),
+            )
+            if m.group_instance_id:
+                group.static[m.group_instance_id] = m.member_id
+        return group
+
     # requests ---------------------------------------------------------------------------
 
     def join(self, request: Pb.JoinGroupRequest, now_ms: int) -> Outcome:
@@ -213,7 +251,15 @@ class Group:
         assignments = {a.member_id: a.assignment for a in request.assignments}
         self._recording = self.generation_id
         members = tuple(
-            (m.member_id, m.instance_id, m.client_id, m.client_host, assignments.get(m.member_id, b""))
+            (
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                m.session_timeout_ms,
+                m.rebalance_timeout_ms,
+                assignments.get(m.member_id, b""),
+            )
             for m in self.members.values()
         )
         for member_id, *_, assignment in members:

@@ -294,7 +294,10 @@ class SimBroker:
         self._every(self.process, CHECKPOINT_MS, self._checkpoint)
         self._every(self.process, LAG_MS // 2, lambda p: p.replicas.shrink_isrs())
         self._every(self.process, FETCH_IDLE_MS, self._maybe_fetch)
-        self._every(self.process, GROUP_POLL_MS, lambda p: p.groups.poll(self.clock_ms()))
+        # on the loop, as ``GroupCoordinator.run`` polls: it may start writes (an emptied group's record)
+        self._every(
+            self.process, GROUP_POLL_MS, lambda p: self.loop.loop.call_soon(p.groups.poll, self.clock_ms())
+        )
         self.process.tasks.add(self.loop.spawn(self.process.transactions.run(), lambda _: None))
         if self.flush_ms is not None:
             self._every(self.process, self.flush_ms, self._flush)

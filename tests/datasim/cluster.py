@@ -18,7 +18,11 @@ the partition is moved off one of the two in-sync replicas and the other loses p
 then a power cut: a broker stops cleanly, a while later another does (into the ELRs),
 and the last one loses power and comes back first (it must not lead before the second
 one stopped is back, issue 30). Half the faults hit the group's coordinator, so that the
-group moves often, and moves back when its broker returns.
+group moves often, and moves back when its broker returns; most of those stall it
+(``STALLS``: paused past its session, cut off) rather than kill it, so that the group
+moves while its old coordinator still holds the members and their commits: since a new
+coordinator carries the group on (issue 30), this, not members rejoining, is what brings
+a stale coordinator's writes to the controller, which must refuse them.
 The broker comes back (restarted as a new incarnation, or its links healed) after a
 while. Slow and lossy links are no fault: they are on, per seed, for the whole run.
 
@@ -65,6 +69,8 @@ FAULTS = (
     "stop-then-power-cut",
 )
 MOVES = ("reassign", "move-while-catching-up")
+STALLS = ("pause", "isolate", "isolate-from-controller")  # the broker lives on, unheard
+STALL_SHARE = 0.8  # of the faults that hit the group's coordinator
 MEMBER_FAULTS = ("member-crash", "member-leave")
 BUGGIFY = ("txn-answer-lost",)
 BUGGIFY_SHARE = 0.1  # of the times a buggify point is reached, it takes its rare path
@@ -294,7 +300,10 @@ class Cluster:
             )
             topic = self.controller.image.topic(TOPIC)
             still = topic is not None and any(not s.reassigning for s in topic.partitions.values())
-            self._inject(self.rng.choice([f for f in FAULTS if f not in MOVES or still]), target)
+            faults = [f for f in FAULTS if f not in MOVES or still]
+            if target == coordinator and self.rng.random() < STALL_SHARE:
+                faults = list(STALLS)  # the group moves while its old coordinator still holds it
+            self._inject(self.rng.choice(faults), target)
         self.scheduler.after(self.rng.randint(50, 400), self._nemesis)
 
     def _member_nemesis(self) -> None:
@@ -338,6 +347,8 @@ class Cluster:
                 broker.wipe()
             self.scheduler.after(lasts, self._restart, broker)
         elif fault == "pause":
+            if broker_id == group_coordinator(self.controller.image, GROUP):  # long enough to move the group
+                lasts = max(lasts, SESSION_TIMEOUT_MS + self.rng.randint(100, 900))
             self.network.pause(broker_id)
             self.scheduler.after(lasts, self._resume, broker_id)
         elif fault == "reassign":

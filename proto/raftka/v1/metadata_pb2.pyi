@@ -212,18 +212,22 @@ class RemoveGroupOffsetsRecord(_message.Message):
     def __init__(self, group: _Optional[str] = ...) -> None: ...
 
 class GroupMemberRecord(_message.Message):
-    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "assignment")
+    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "assignment", "session_timeout_ms", "rebalance_timeout_ms")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     group_instance_id: str
     client_id: str
     client_host: str
     assignment: _containers.RepeatedCompositeFieldContainer[GroupAssignedTopic]
-    def __init__(self, member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., assignment: _Optional[_Iterable[_Union[GroupAssignedTopic, _Mapping]]] = ...) -> None: ...
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ..., client_id: _Optional[str] = ..., client_host: _Optional[str] = ..., assignment: _Optional[_Iterable[_Union[GroupAssignedTopic, _Mapping]]] = ..., session_timeout_ms: _Optional[int] = ..., rebalance_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class GroupAssignedTopic(_message.Message):
     __slots__ = ("topic", "partitions")
