@@ -24,9 +24,10 @@ import bisect
 import random
 from dataclasses import dataclass
 
-from raftka.raft.batch import Batch
+from raftka.raft.batch import Batch, BatchKind
 from raftka.raft.effects import QuorumStateData, Snapshot, Write
 from raftka.raft.storage.base import LoadedState, Storage, covered_by_snapshot
+from raftka.raft.voters import VoterSet
 
 EMPTY_QUORUM_STATE = QuorumStateData(epoch=0, voted_id=-1, leader_id=-1, recovering=True)
 HELD_IN_SNAPSHOT = -2  # epoch_at(): the offset is covered by the snapshot, epoch unknown
@@ -112,6 +113,14 @@ class DurableLog:
     def is_empty(self) -> bool:
         """Nothing durable at all: a new or wiped disk."""
         return self.snapshot is None and not self._batches and self.quorum_state.epoch == 0
+
+    def latest_voter_change(self) -> VoterSet | None:
+        """The last voter set written to the log past the snapshot (committed or not): what
+        the node takes up when it starts again. None when the log holds no change."""
+        for batch in reversed(self._batches):
+            if batch.kind == BatchKind.VOTERS:
+                return VoterSet.decode(batch.records[-1])
+        return None
 
     def last_epoch(self) -> int:
         if self._batches:

@@ -219,12 +219,17 @@ class Nemesis:
     def _wipe_dynamic(self) -> bool:
         """A voter's disk replaced: it comes back with a new directory id, an observer that
         must be added again. Only while the voters could still commit without it and remove it
-        (three or more, none dead already)."""
+        (three or more, none dead already) and every node, a down one by its durable log,
+        sees the committed voter set."""
         voters = self.cluster.invariants.committed_voters()
         latest = self.cluster.voter_set()
         if latest is None or len(voters) < 3 or self.cluster.dead_voters():
             return False
         views = {getattr(self.cluster.nodes[n].core, "voter_set", None) for n in self.cluster.up_ids()}
+        # a node that is down comes back with the latest change in its durable log (seed 10836)
+        # (one whose log holds no change past its snapshot restarts on a committed set)
+        down = (self.cluster.nodes[n].disk.oracle.latest_voter_change() for n in self.cluster.down_ids())
+        views |= {view for view in down if view is not None}
         if views != {voters}:  # a change in flight anywhere: a lost disk now could leave no majority
             return False
         nid = self.rng.choice(sorted(voters.ids))

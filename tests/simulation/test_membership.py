@@ -4,11 +4,14 @@ same invariants as the random seeds."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from raftka.raft.core import NotLeaderError, RaftCore
 from raftka.raft.voters import ChangeRefusal, Voter, VoterChangeError, VoterSet
 from tests.simulation.cluster import Cluster
+from tests.simulation.faults import Nemesis
 from tests.simulation.mutants import MUTANT_CORES
 from tests.simulation.node import role_of
 from tests.simulation.test_simulation import leader, scenario, settle
@@ -167,6 +170,38 @@ def test_a_replaced_disk_is_a_new_replica_added_again(seed: int) -> None:
         assert core(cluster, victim).voter_set.get(victim) == fresh
         assert cluster.run_until(lambda: core(cluster, victim).is_voter, 5_000)
         settle(cluster)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_no_disk_is_replaced_while_a_down_node_holds_an_uncommitted_change(seed: int) -> None:
+    """Seeds 10836 and 19445, scripted: a leader cut off from the other voters removes one
+    of them (its log says {leader, kept}, uncommitted) and goes down; the others carry on
+    under the committed set, so every live node agrees on it. Replacing kept's disk now
+    would leave the down node, once back, in a voter set with no majority left, and a log
+    too long for the rest to win its vote: the nemesis waits for the node to come back."""
+    with scenario(seed, dynamic=True) as cluster:
+        old = leader(cluster)
+        kept, removed = sorted({1, 2, 3} - {old})
+        cluster.partition([old], [kept, removed, 4, 5])
+        assert not isinstance(remove(cluster, removed), Exception)
+        oracle = cluster.nodes[old].disk.oracle
+        assert cluster.run_until(
+            lambda: getattr(oracle.latest_voter_change(), "ids", None) == {old, kept}, 1_000
+        )
+        cluster.crash(old)
+        cluster.heal()
+        assert cluster.run_until(lambda: cluster.leader_id() in (kept, removed), 5_000)
+        committed = cluster.invariants.committed_voters()
+        assert committed.ids == {1, 2, 3}
+        assert cluster.run_until(
+            lambda: all(core(cluster, n).voter_set == committed for n in cluster.up_ids()), 5_000
+        )
+        nemesis = Nemesis(cluster, cluster.profile, random.Random(seed))
+        assert not nemesis._wipe(), "a disk was replaced while the down node's change was in flight"
+        assert all(node.disk_generation == 0 for node in cluster.nodes.values())
+        cluster.restart(old)
+        settle(cluster)
+        assert everyone_sees(cluster, {1, 2, 3}), "the down node's change was truncated away"
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
