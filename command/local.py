@@ -14,6 +14,8 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,27 +207,38 @@ def last_log_line(node: NodeRecord) -> str:
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 PORT_LOW = 10_000
+PORT_LEASES = Path(tempfile.gettempdir()) / f"raftka-port-leases-{os.getuid()}"
+PORT_LEASE_S = 3600.0
 
 
 def free_ports(count: int) -> list[int]:
-    """Distinct loopback ports nobody listens on, below the kernel's ephemeral range.
+    """Distinct loopback ports nobody listens on, below the kernel's ephemeral range, each
+    leased to the caller for ``PORT_LEASE_S``.
 
     A node's port is free while the node is down, and an outbound connection's source port
     (a peer, a client or another cluster's) comes from the ephemeral range: picking below
     that range means a restarted node never finds its own port taken by such a connection.
+    The lease (a file per port under ``PORT_LEASES``) keeps two pickers on this machine
+    (two test workers, two ``cluster up``) from choosing the same port while its first
+    owner is down or not yet listening: the bind probe alone saw neither.
     """
     high = 32_768
     if EPHEMERAL_RANGE.exists():
         high = int(EPHEMERAL_RANGE.read_text().split()[0])
+    PORT_LEASES.mkdir(mode=0o700, exist_ok=True)
     held: list[socket.socket] = []
     try:
         for _ in range(100 * count):
             if len(held) == count:
                 break
+            port = random.randrange(PORT_LOW, high)
             sock = socket.socket()
             try:
-                sock.bind((LOOPBACK, random.randrange(PORT_LOW, high)))
+                sock.bind((LOOPBACK, port))
             except OSError:
+                sock.close()
+                continue
+            if not _lease(port):
                 sock.close()
                 continue
             held.append(sock)
@@ -235,3 +248,24 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in held:
             sock.close()
+
+
+def _lease(port: int) -> bool:
+    """Take the port's lease: create its file, or take over one older than PORT_LEASE_S
+    (renaming it away first, which only one of two racing pickers can do)."""
+    path = PORT_LEASES / str(port)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return True
+    except FileExistsError:
+        pass
+    try:
+        if time.time() - path.stat().st_mtime < PORT_LEASE_S:
+            return False
+        stale = path.with_name(f"{port}.stale.{os.getpid()}")
+        path.rename(stale)
+        stale.unlink()
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError:  # another picker took it over first
+        return False
+    return True

@@ -13,4 +13,6 @@ MEMORY_RE = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
 
 def check_driver_memory(value: str) -> None:
     if not MEMORY_RE.fullmatch(value):
-        raise CliError(f"--driver-memory: expected a size like 4g or 512m, got {value!r}", status=EXIT_CANNOT_AUDIT)
+        raise CliError(
+            f"--driver-memory: expected a size like 4g or 512m, got {value!r}", status=EXIT_CANNOT_AUDIT
+        )

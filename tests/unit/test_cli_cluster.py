@@ -4,6 +4,7 @@ reported, and (marked integration) a real three-node cluster driven end to end."
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,6 +99,28 @@ def test_free_ports_differ_and_lie_below_the_ephemeral_range() -> None:
     ports = local.free_ports(5)
     ephemeral_low = int(local.EPHEMERAL_RANGE.read_text().split()[0])
     assert len(set(ports)) == 5 and all(local.PORT_LOW <= p < ephemeral_low for p in ports), ports
+
+
+def test_a_leased_port_is_not_picked_again_until_its_lease_runs_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two pickers (test workers, `cluster up`s) never share a port, even while its first
+    owner is down: the bind probe alone let another worker's cluster take a node's metrics
+    port before the node started."""
+    monkeypatch.setattr(local, "PORT_LEASES", tmp_path / "leases")
+
+    def picks_from_20000() -> None:  # each picker tries the same ports in the same order
+        ports = iter(range(20_000, 30_000))
+        monkeypatch.setattr(local.random, "randrange", lambda *_: next(ports))
+
+    picks_from_20000()
+    first = local.free_ports(10)
+    picks_from_20000()
+    second = local.free_ports(10)
+    assert not set(first) & set(second), (first, second)
+    os.utime(local.PORT_LEASES / str(first[0]), (0, 0))  # an hour-old lease, left by a run long gone
+    picks_from_20000()
+    assert local.free_ports(1) == [first[0]]
 
 
 def test_down_and_status_of_a_stopped_cluster(tmp_path: Path) -> None:
