@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from raftka.wire import answer_room, frames, guard
 from raftka.wire.answer_room import current_answer_room
 from raftka.wire.client import BrokerClient
 from raftka.wire.guard import ConnectionLimits
-from raftka.wire.server import TLS_READ_BYTES, FrameServer
+from raftka.wire.server import TLS_READ_BYTES, FrameServer, small_tls_reads
 from tests.unit.test_wire import metadata_named, request_frame, run, serving, until
 from tests.unit.tls_support import make_certs
 
@@ -393,3 +394,18 @@ def test_tls_handshakes_under_way_are_bounded_and_their_memory_given_back(
             await server.close()
 
     run(scenario)
+
+
+def test_small_tls_reads_shrinks_the_buffer_asyncio_gives_each_tls_connection() -> None:
+    """``small_tls_reads`` sets a class attribute of asyncio's private SSLProtocol; this pins
+    that asyncio still sizes each connection's read buffer by it (a Python that stops would
+    silently bring back ~290 KB per idle TLS socket)."""
+    small_tls_reads()
+    loop = asyncio.new_event_loop()
+    try:
+        protocol = sslproto.SSLProtocol(
+            loop, asyncio.Protocol(), ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), None, server_side=True
+        )
+        assert len(protocol._ssl_buffer) == TLS_READ_BYTES  # noqa: SLF001 - the attribute pinned
+    finally:
+        loop.close()
